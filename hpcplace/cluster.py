@@ -1,0 +1,140 @@
+"""The cluster as hpcplace sees it: node groups (= Slurm partitions) and their nodes.
+
+A node group's nodes get consecutive cluster node ranks in the order the groups are listed; each
+node group becomes one heterogeneous-job component. Facts such as GPUs per node are explicit
+inputs here, never discovered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hpcplace.errors import SourceLocation, SpecError
+
+RESERVED_NODE_LABEL = "node"
+ResourceKind = Literal["gpu", "hardware", "node"]
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Non-GPU hardware attached to nodes (robots, cameras): a type and a count per node."""
+
+    type: str
+    per_node: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """A set of identical-purpose nodes in one Slurm partition."""
+
+    label: str
+    partition: str
+    num_nodes: int
+    gpus_per_node: tuple[int, ...]
+    gpu_type: str | None = None
+    cpus_per_node: int | None = None
+    mem_per_node_mb: int | None = None
+    constraint: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    hardware: Hardware | None = None
+    ignore_hardware: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    location: SourceLocation | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.gpus_per_node) != self.num_nodes:
+            raise SpecError(
+                f"node group {self.label!r}: {len(self.gpus_per_node)} GPU counts for {self.num_nodes} nodes",
+                location=self.location, hint="give one GPU count, or one per node")
+        if self.hardware and len(self.hardware.per_node) != self.num_nodes:
+            raise SpecError(f"node group {self.label!r}: hardware counts do not match {self.num_nodes} nodes",
+                            location=self.location)
+
+    @property
+    def resource_kind(self) -> ResourceKind:
+        """What a resource rank counts in this group: GPUs, declared hardware, or whole nodes."""
+        if self.ignore_hardware:
+            return "node"
+        if self.hardware is not None:
+            return "hardware"
+        return "gpu" if any(self.gpus_per_node) else "node"
+
+    @property
+    def resource_type(self) -> str:
+        kind = self.resource_kind
+        if kind == "hardware":
+            assert self.hardware is not None
+            return self.hardware.type
+        if kind == "gpu":
+            return self.gpu_type or "gpu"
+        return "node"
+
+    def resources_per_node(self) -> tuple[int, ...]:
+        kind = self.resource_kind
+        if kind == "gpu":
+            return self.gpus_per_node
+        if kind == "hardware":
+            assert self.hardware is not None
+            return self.hardware.per_node
+        return (1,) * self.num_nodes
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node: its cluster-wide rank, its group and its position within that group."""
+
+    rank: int
+    group_label: str
+    group_index: int
+    index_in_group: int
+    gpus: int
+    gpu_type: str | None
+    partition: str
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Node groups in order; derived node list. Labels are matched case-insensitively."""
+
+    node_groups: tuple[NodeGroup, ...]
+    nodes: tuple[Node, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.node_groups:
+            raise SpecError("the cluster has no node groups", hint="declare at least one node group")
+        seen: dict[str, NodeGroup] = {}
+        for group in self.node_groups:
+            key = group.label.lower()
+            if key == RESERVED_NODE_LABEL:
+                raise SpecError(f"node group label {group.label!r} is reserved", location=group.location,
+                                hint="`node` means 'node ranks of the whole cluster'; choose another label")
+            if key in seen:
+                raise SpecError(f"duplicate node group label {group.label!r} (labels are case-insensitive)",
+                                location=group.location, hint="give every node group its own label")
+            seen[key] = group
+        nodes: list[Node] = []
+        for gi, group in enumerate(self.node_groups):
+            for i in range(group.num_nodes):
+                nodes.append(Node(len(nodes), group.label, gi, i, group.gpus_per_node[i], group.gpu_type,
+                                  group.partition))
+        object.__setattr__(self, "nodes", tuple(nodes))
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(sum(g.gpus_per_node) for g in self.node_groups)
+
+    def group(self, label: str) -> NodeGroup | None:
+        key = label.strip().lower()
+        for group in self.node_groups:
+            if group.label.lower() == key:
+                return group
+        return None
+
+    def group_index(self, label: str) -> int:
+        key = label.lower()
+        return next(i for i, g in enumerate(self.node_groups) if g.label.lower() == key)
+
+    def first_node_rank(self, group_index: int) -> int:
+        return sum(g.num_nodes for g in self.node_groups[:group_index])

@@ -1,0 +1,179 @@
+"""Per-process placements (RLinf's field names plus the Slurm facts) and the resource spaces
+that placement strings and strategies index into."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hpcplace.cluster import RESERVED_NODE_LABEL, Cluster, ResourceKind
+from hpcplace.errors import PlanError
+
+NO_ACCELERATOR = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where one process of a component runs. Field names and meanings follow RLinf's `Placement`;
+    the last five are hpcplace's Slurm facts."""
+
+    rank: int
+    cluster_node_rank: int
+    placement_node_rank: int
+    local_accelerator_rank: int
+    accelerator_type: str
+    local_rank: int
+    local_world_size: int
+    visible_accelerators: tuple[str, ...]
+    isolate_accelerator: bool
+    local_hardware_ranks: tuple[int, ...]
+    node_group_label: str
+    partition: str
+    het_group: int
+    group_node_index: int
+    resource_type: str
+
+
+@dataclass(frozen=True)
+class ResourceSpace:
+    """The resources a placement string counts (0..size-1), in listed node-group order."""
+
+    labels: tuple[str, ...]
+    kind: ResourceKind
+    node_of: tuple[int, ...]
+    local_of: tuple[int, ...]
+    type_of: tuple[str, ...]
+    kind_of: tuple[ResourceKind, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.node_of)
+
+    @property
+    def resource_name(self) -> str:
+        return {"gpu": "GPU", "hardware": "hardware", "node": "node"}[self.kind]
+
+
+def parse_group_labels(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """`a800`, `"a800,4090"` or a list -> labels in order; None means the whole cluster."""
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else [str(v) for v in value]
+    labels = tuple(label.strip() for label in items if label.strip())
+    return labels or None
+
+
+def resource_space(cluster: Cluster, labels: Sequence[str] | None) -> ResourceSpace:
+    """Build the resource space for a node_group selection (see README for the rules)."""
+    if labels is None:
+        groups = list(cluster.node_groups)
+        kind: ResourceKind = "gpu" if cluster.num_gpus else "node"
+        canonical: tuple[str, ...] = ()
+    elif len(labels) == 1 and labels[0].lower() == RESERVED_NODE_LABEL:
+        groups = list(cluster.node_groups)
+        kind = "node"
+        canonical = (RESERVED_NODE_LABEL,)
+    else:
+        groups = []
+        for label in labels:
+            if label.lower() == RESERVED_NODE_LABEL:
+                raise PlanError("the reserved label `node` cannot be combined with other node groups",
+                                hint="use `node_group: node` alone for node ranks of the whole cluster")
+            group = cluster.group(label)
+            if group is None:
+                known = ", ".join(g.label for g in cluster.node_groups)
+                raise PlanError(f"unknown node group {label!r}", hint=f"defined node groups: {known}, or `node`")
+            if group in groups:
+                raise PlanError(f"node group {label!r} is listed twice", hint="list each node group once")
+            groups.append(group)
+        kinds = {g.resource_kind for g in groups}
+        kind = "node" if "node" in kinds else ("hardware" if "hardware" in kinds else "gpu")
+        canonical = tuple(g.label for g in groups)
+    node_of: list[int] = []
+    local_of: list[int] = []
+    type_of: list[str] = []
+    kind_of: list[ResourceKind] = []
+    for group in groups:
+        gi = cluster.node_groups.index(group)
+        first = cluster.first_node_rank(gi)
+        per_node = (1,) * group.num_nodes if kind == "node" else group.resources_per_node()
+        rtype = "node" if kind == "node" else group.resource_type
+        rkind: ResourceKind = "node" if kind == "node" else group.resource_kind
+        for i, count in enumerate(per_node):
+            node_of.extend([first + i] * count)
+            local_of.extend(range(count))
+            type_of.extend([rtype] * count)
+            kind_of.extend([rkind] * count)
+    return ResourceSpace(canonical, kind, tuple(node_of), tuple(local_of), tuple(type_of), tuple(kind_of))
+
+
+def place(cluster: Cluster, space: ResourceSpace, resource_lists: Sequence[Sequence[int]],
+          *, isolate_accelerator: bool = True, what: str = "component") -> tuple[Placement, ...]:
+    """Turn per-process resource-rank lists (process rank = list index) into Placements.
+
+    Validates RLinf's per-process rules: ranks in range and unique, all on one node, one type.
+    Local ranks are counted per node in rank order, so node groups may be listed in any order.
+    """
+    nodes = cluster.nodes
+    node_of, local_of, type_of, kind_of = space.node_of, space.local_of, space.type_of, space.kind_of
+    size = space.size
+    name = space.resource_name
+    all_gpus: dict[int, tuple[str, ...]] = {}
+    rows = []
+    for rank, resources in enumerate(resource_lists):
+        if not resources:
+            raise PlanError(f"{what}: process {rank} has no resources")
+        first = resources[0]
+        for r in resources:
+            if not 0 <= r < size:
+                raise PlanError(f"{what}: process {rank} asks for {name} rank {r}, out of range 0-{size - 1}",
+                                hint="resource ranks count from 0 within the selected node group(s)")
+        node_rank = node_of[first]
+        if len(resources) > 1:
+            if len(set(resources)) != len(resources):
+                raise PlanError(f"{what}: process {rank} lists {name} ranks {list(resources)} more than once")
+            if any(node_of[r] != node_rank for r in resources):
+                spread = sorted({nodes[node_of[r]].rank for r in resources})
+                raise PlanError(
+                    f"{what}: process {rank} would span nodes {spread} with {name} ranks {list(resources)}",
+                    hint="all resources of one process must be on one node; use fewer resources per process")
+            if any(type_of[r] != type_of[first] for r in resources):
+                raise PlanError(f"{what}: process {rank} mixes hardware types "
+                                f"{sorted({type_of[r] for r in resources})}",
+                                hint="one process uses one type of hardware")
+        node = nodes[node_rank]
+        kind = kind_of[first]
+        if kind == "gpu":
+            local = tuple(local_of[r] for r in resources)
+            visible = tuple(str(x) for x in local) if isolate_accelerator else _all(all_gpus, node.rank, node.gpus)
+            isolated = isolate_accelerator
+            hw = local
+        else:
+            visible = _all(all_gpus, node.rank, node.gpus)
+            isolated = False
+            hw = tuple(local_of[r] for r in resources) if kind == "hardware" else ()
+        rows.append((rank, node, visible, isolated, hw, type_of[first]))
+    node_order: dict[int, int] = {}
+    per_node_count: dict[int, int] = {}
+    local_rank: list[int] = []
+    for row in rows:
+        n = row[1].rank
+        if n not in node_order:
+            node_order[n] = len(node_order)
+        count = per_node_count.get(n, 0)
+        local_rank.append(count)
+        per_node_count[n] = count + 1
+    out = []
+    for (rank, node, visible, isolated, hw, rtype), lrank in zip(rows, local_rank):
+        out.append(Placement(
+            rank, node.rank, node_order[node.rank], int(visible[0]) if visible else -1,
+            (node.gpu_type or "gpu") if node.gpus else NO_ACCELERATOR, lrank, per_node_count[node.rank],
+            visible, isolated, hw, node.group_label, node.partition, node.group_index, node.index_in_group, rtype))
+    return tuple(out)
+
+
+def _all(cache: dict[int, tuple[str, ...]], node_rank: int, gpus: int) -> tuple[str, ...]:
+    got = cache.get(node_rank)
+    if got is None:
+        got = cache[node_rank] = tuple(str(i) for i in range(gpus))
+    return got

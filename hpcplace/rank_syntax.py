@@ -1,0 +1,130 @@
+"""RLinf's placement string: `resource_ranks[:process_ranks], ...` parsed into exact parts.
+
+Pure parsing and validation against a resource count; errors carry the character offset of the
+offending part so the caller can point at file:line:col inside the YAML scalar.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpcplace.errors import PlanError
+
+
+@dataclass(frozen=True)
+class RankMapPart:
+    """One `resource_ranks:process_ranks` part, both as inclusive ranges."""
+
+    resource_start: int
+    resource_end: int
+    process_start: int
+    process_end: int
+
+    @property
+    def num_resources(self) -> int:
+        return self.resource_end - self.resource_start + 1
+
+    @property
+    def num_processes(self) -> int:
+        return self.process_end - self.process_start + 1
+
+
+class RankSyntaxError(PlanError):
+    """A placement string error; `offset` is the character position within the string."""
+
+    def __init__(self, message: str, *, offset: int, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.offset = offset
+
+
+_SYNTAX_HINT = "write `a`, `a-b` or `all` for resources, optionally `:c-d` for processes, e.g. `0-3:0-7,4-7`"
+
+
+def parse_range(text: str, *, total: int | None, offset: int, what: str) -> tuple[int, int]:
+    """Parse `a`, `a-b` or `all` (case-insensitive; `all` needs `total`)."""
+    token = text.strip()
+    lead = offset + (len(text) - len(text.lstrip()))
+    if token.lower() == "all":
+        if total is None:
+            raise RankSyntaxError(f"{what} cannot be 'all'", offset=lead,
+                                  hint="process ranks must be explicit, e.g. `0-7`; or omit them")
+        if total == 0:
+            raise RankSyntaxError(f"{what} 'all' selects nothing: there are no resources here", offset=lead)
+        return 0, total - 1
+    pieces = token.split("-")
+    if len(pieces) not in (1, 2) or not all(p.strip().isdigit() for p in pieces):
+        raise RankSyntaxError(f"invalid {what} {token!r}", offset=lead, hint=_SYNTAX_HINT)
+    start = int(pieces[0])
+    end = int(pieces[-1])
+    if start > end:
+        raise RankSyntaxError(f"{what} {token!r}: start {start} is greater than end {end}", offset=lead,
+                              hint=f"write it ascending: `{end}-{start}`")
+    if total is not None and end >= total:
+        raise RankSyntaxError(
+            f"{what} {token!r} is out of range: only {total} resources (0-{total - 1}) here",
+            offset=lead, hint="count resources from 0 within the selected node group(s)")
+    return start, end
+
+
+def parse_rank_map(text: str, total_resources: int, *, resource_name: str = "resource") -> tuple[RankMapPart, ...]:
+    """Parse and validate a whole placement string (every RLinf rule, plus process ranks from 0)."""
+    parts: list[RankMapPart] = []
+    offset = 0
+    for raw in text.split(","):
+        part_offset = offset
+        offset += len(raw) + 1
+        if not raw.strip():
+            continue
+        pieces = raw.split(":")
+        if len(pieces) > 2:
+            raise RankSyntaxError(f"invalid placement part {raw.strip()!r}: more than one ':'",
+                                  offset=part_offset, hint=_SYNTAX_HINT)
+        res_start, res_end = parse_range(pieces[0], total=total_resources, offset=part_offset,
+                                         what=f"{resource_name} ranks")
+        if parts and res_start <= parts[-1].resource_end:
+            raise RankSyntaxError(
+                f"{resource_name} ranks {pieces[0].strip()!r} overlap or precede the previous part "
+                f"(which ends at {parts[-1].resource_end})",
+                offset=part_offset, hint="resource parts must not overlap and must ascend, e.g. `0-3,4-7`")
+        next_process = parts[-1].process_end + 1 if parts else 0
+        if len(pieces) == 2:
+            proc_offset = part_offset + len(pieces[0]) + 1
+            proc_start, proc_end = parse_range(pieces[1], total=None, offset=proc_offset, what="process ranks")
+            if proc_start != next_process:
+                raise RankSyntaxError(
+                    f"process ranks {pieces[1].strip()!r} must start at {next_process}: process ranks are "
+                    "continuous and ascending from 0 across parts",
+                    offset=proc_offset,
+                    hint=f"write `{pieces[0].strip()}:{next_process}-{next_process + proc_end - proc_start}`")
+        else:
+            proc_start = next_process
+            proc_end = next_process + (res_end - res_start)
+        part = RankMapPart(res_start, res_end, proc_start, proc_end)
+        n_res, n_proc = part.num_resources, part.num_processes
+        if n_res % n_proc and n_proc % n_res:
+            raise RankSyntaxError(
+                f"part {raw.strip()!r}: {n_proc} processes on {n_res} {resource_name}s; one count must "
+                "divide the other",
+                offset=part_offset,
+                hint="e.g. 4 resources for 2 processes (2 each) or 8 processes (2 per resource)")
+        parts.append(part)
+    if not parts:
+        raise RankSyntaxError("empty placement: no resource ranks given", offset=0, hint=_SYNTAX_HINT)
+    return tuple(parts)
+
+
+def expand_rank_map(parts: tuple[RankMapPart, ...]) -> list[list[int]]:
+    """Resource ranks of each process, indexed by process rank (RLinf's spreading rules)."""
+    out: list[list[int]] = []
+    for part in parts:
+        n_res, n_proc = part.num_resources, part.num_processes
+        if n_res >= n_proc:
+            per = n_res // n_proc
+            for i in range(n_proc):
+                first = part.resource_start + i * per
+                out.append(list(range(first, first + per)))
+        else:
+            share = n_proc // n_res
+            for i in range(n_proc):
+                out.append([part.resource_start + i // share])
+    return out

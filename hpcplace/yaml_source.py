@@ -1,0 +1,229 @@
+"""YAML loading that remembers where every value came from.
+
+Errors about configuration must point at file:line:col, so parsers read the document through
+`View`, which knows each value's position and builds `SpecError`s that carry it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hpcplace.errors import SourceLocation, SpecError
+
+PathKey = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class ScalarMark:
+    line: int  # 1-based
+    column: int  # 1-based
+    style: str | None  # None = plain, "'" or '"' quoted, "|"/">" block
+
+
+@dataclass(frozen=True)
+class YamlDocument:
+    """A parsed YAML file: plain Python data plus a mark for every path in it."""
+
+    path: str
+    data: Any
+    marks: dict[PathKey, ScalarMark]
+
+    def location(self, path: PathKey, offset: int = 0) -> SourceLocation:
+        """Location of `path` (or its closest ancestor); `offset` moves within a one-line scalar."""
+        key = tuple(path)
+        while key not in self.marks and key:
+            key = key[:-1]
+        mark = self.marks.get(key)
+        if mark is None:
+            return SourceLocation(self.path, 1, 1)
+        shift = 0
+        if offset and mark.style in (None, "'", '"'):
+            shift = offset + (1 if mark.style else 0)
+        return SourceLocation(self.path, mark.line, mark.column + shift)
+
+    def root(self) -> View:
+        return View(self, (), self.data)
+
+
+def load_yaml_text(text: str, path: str = "<string>") -> YamlDocument:
+    """Parse YAML safely (never constructs Python objects) and record positions."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        loc = SourceLocation(path, mark.line + 1, mark.column + 1) if mark else None
+        raise SpecError(f"invalid YAML: {exc.problem or exc}", location=loc,
+                        hint="check indentation and quoting near this position") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"invalid YAML: {exc}", location=SourceLocation(path, 1, 1)) from None
+    marks: dict[PathKey, ScalarMark] = {}
+    if node is None:
+        return YamlDocument(path, None, marks)
+    constructor = yaml.SafeLoader("")
+    data = _convert(node, (), marks, constructor, path)
+    return YamlDocument(path, data, marks)
+
+
+def load_yaml_file(path: str | Path) -> YamlDocument:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"config file not found: {p}", hint="pass the path of a YAML config") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read config file {p}: {exc}") from None
+    return load_yaml_text(text, str(p))
+
+
+def _mark(node: yaml.Node) -> ScalarMark:
+    style = getattr(node, "style", None) if isinstance(node, yaml.ScalarNode) else None
+    return ScalarMark(node.start_mark.line + 1, node.start_mark.column + 1, style or None)
+
+
+def _convert(node: yaml.Node, path: PathKey, marks: dict[PathKey, ScalarMark],
+             constructor: yaml.SafeLoader, file: str) -> Any:
+    marks[path] = _mark(node)
+    if isinstance(node, yaml.MappingNode):
+        constructor.flatten_mapping(node)
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = _convert(key_node, path + ("<key>",), {}, constructor, file)
+            if isinstance(key, (list, dict)):
+                m = _mark(key_node)
+                raise SpecError("a mapping key must be a scalar", location=SourceLocation(file, m.line, m.column))
+            if key in out:
+                m = _mark(key_node)
+                raise SpecError(f"duplicate key {key!r}", location=SourceLocation(file, m.line, m.column),
+                                hint="each key may appear once in a mapping; merge the two entries")
+            out[key] = _convert(value_node, path + (key,), marks, constructor, file)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_convert(item, path + (i,), marks, constructor, file) for i, item in enumerate(node.value)]
+    try:
+        return constructor.construct_object(node, deep=True)
+    except yaml.constructor.ConstructorError as exc:
+        m = _mark(node)
+        raise SpecError(f"unsupported YAML value: {exc.problem}",
+                        location=SourceLocation(file, m.line, m.column)) from None
+
+
+_MISSING = object()
+
+
+class View:
+    """A value inside a YamlDocument plus its path, with typed accessors that fail with locations."""
+
+    __slots__ = ("doc", "path", "value")
+
+    def __init__(self, doc: YamlDocument, path: PathKey, value: Any) -> None:
+        self.doc = doc
+        self.path = path
+        self.value = value
+
+    # navigation -------------------------------------------------------------------------------
+    def get(self, key: Any) -> View | None:
+        mapping = self.mapping()
+        if key not in mapping:
+            return None
+        return View(self.doc, self.path + (key,), mapping[key])
+
+    def require(self, key: Any, what: str = "") -> View:
+        child = self.get(key)
+        if child is None:
+            raise self.error(f"missing required key {key!r}{' (' + what + ')' if what else ''}",
+                             hint=f"add `{key}:` under `{self.dotted() or 'the top level'}`")
+        return child
+
+    def items(self) -> Iterator[tuple[Any, View]]:
+        for key, value in self.mapping().items():
+            yield key, View(self.doc, self.path + (key,), value)
+
+    def elements(self) -> Iterator[View]:
+        for i, value in enumerate(self.list()):
+            yield View(self.doc, self.path + (i,), value)
+
+    def check_keys(self, allowed: set[str] | frozenset[str]) -> None:
+        for key in self.mapping():
+            if key not in allowed:
+                raise View(self.doc, self.path + (key,), None).key_error(
+                    f"unknown key {key!r} in `{self.dotted() or 'top level'}`",
+                    hint="allowed keys: " + ", ".join(sorted(allowed)))
+
+    # typed values -----------------------------------------------------------------------------
+    def mapping(self) -> dict[Any, Any]:
+        if self.value is None:
+            return {}
+        if not isinstance(self.value, dict):
+            raise self.error(f"expected a mapping, got {_describe(self.value)}")
+        return self.value
+
+    def list(self) -> list[Any]:
+        if not isinstance(self.value, list):
+            raise self.error(f"expected a list, got {_describe(self.value)}")
+        return self.value
+
+    def str(self) -> str:
+        if not isinstance(self.value, str) or not self.value.strip():
+            raise self.error(f"expected a non-empty string, got {_describe(self.value)}")
+        return self.value
+
+    def int(self, minimum: int | None = None) -> int:
+        if isinstance(self.value, bool) or not isinstance(self.value, int):
+            raise self.error(f"expected an integer, got {_describe(self.value)}")
+        if minimum is not None and self.value < minimum:
+            raise self.error(f"expected an integer >= {minimum}, got {self.value}")
+        return self.value
+
+    def bool(self) -> bool:
+        if not isinstance(self.value, bool):
+            raise self.error(f"expected true or false, got {_describe(self.value)}")
+        return self.value
+
+    def str_map(self) -> dict[str, str]:
+        """A mapping of environment-like names to string values (numbers/bools stringified)."""
+        out: dict[str, str] = {}
+        for key, child in self.items():
+            if not isinstance(key, str) or not key:
+                raise child.key_error(f"expected a string name, got {_describe(key)}")
+            if isinstance(child.value, bool):
+                out[key] = "1" if child.value else "0"
+            elif isinstance(child.value, (str, int, float)):
+                out[key] = str(child.value)
+            else:
+                raise child.error(f"expected a string value for {key!r}, got {_describe(child.value)}")
+        return out
+
+    # errors -----------------------------------------------------------------------------------
+    def dotted(self) -> str:
+        return ".".join(str(p) for p in self.path)
+
+    def location(self, offset: int = 0) -> SourceLocation:
+        return self.doc.location(self.path, offset)
+
+    def error(self, message: str, *, hint: str | None = None, offset: int = 0) -> SpecError:
+        where = f"`{self.dotted()}`: " if self.path else ""
+        return SpecError(where + message, hint=hint, location=self.location(offset))
+
+    def key_error(self, message: str, *, hint: str | None = None) -> SpecError:
+        return SpecError(message, hint=hint, location=self.location())
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"boolean {value}"
+    if isinstance(value, (int, float)):
+        return f"number {value}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__

@@ -1,0 +1,127 @@
+# shellcheck shell=bash
+# Shared settings and helpers for up.sh / down.sh / status.sh. Sourced, never run.
+
+# State directory: config, spool, logs, pid files, fake devices, MariaDB data.
+HPCP_DIR="${HPCPLACE_SLURM_DIR:-/tmp/hpcplace-slurm}"
+# Private network: bridge on the host, one veth + network namespace per node.
+HPCP_NET="${HPCPLACE_SLURM_NET:-10.77.0}"        # first three octets of a /24
+HPCP_BRIDGE="hpcpbr0"
+HPCP_HOST_IP="${HPCP_NET}.1"
+HPCP_SUBNET="${HPCP_NET}.0/24"
+HPCP_CLUSTER="hpcplace"
+HPCP_HOSTS_MARK="# hpcplace-slurm test cluster (scripts/slurm-cluster; removed by down.sh)"
+
+# Nodes, in a fixed order: the index gives the IP (.11, .12, ...) and the host-side veth name.
+HPCP_NODES=(a800-1 a800-2 rtx4090-1 cpu-1 robot-1)
+
+hpcp_node_ip() { # NODE_INDEX
+    echo "${HPCP_NET}.$((11 + $1))"
+}
+hpcp_netns() { # NODE
+    echo "hpcp-$1"
+}
+hpcp_veth() { # NODE_INDEX
+    echo "hpcpv$1"
+}
+
+hpcp_log() {
+    echo "[slurm-cluster] $*" >&2
+}
+
+hpcp_now() { # seconds since the epoch, with fractions
+    date +%s.%N
+}
+
+hpcp_elapsed() { # START (from hpcp_now) -> "1.2"
+    awk -v s="$1" -v e="$(hpcp_now)" 'BEGIN { printf "%.1f", e - s }'
+}
+
+# True when PID exists and is not a zombie (PID 1 here reaps orphans lazily: state Z = dead).
+hpcp_alive() { # PID
+    local stat
+    [[ "$1" =~ ^[0-9]+$ ]] || return 1
+    stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+    [[ -n "$stat" ]] || return 1
+    stat="${stat##*) }"
+    case "${stat%% *}" in
+        Z | X | x) return 1 ;;
+        *) return 0 ;;
+    esac
+}
+
+# The pid stored in PIDFILE when it is alive and its command name is COMM (guards against pid reuse).
+hpcp_pid_from_file() { # PIDFILE COMM
+    local pid comm
+    [[ -r "$1" ]] || return 1
+    pid="$(tr -dc '0-9' <"$1")"
+    [[ -n "$pid" ]] || return 1
+    hpcp_alive "$pid" || return 1
+    comm="$(cat "/proc/$pid/comm" 2>/dev/null)" || return 1
+    [[ "$comm" == "$2" ]] || return 1
+    echo "$pid"
+}
+
+# Send SIGTERM to the PIDs, wait up to TIMEOUT seconds, then SIGKILL the survivors.
+hpcp_stop_pids() { # TIMEOUT PID...
+    local timeout="$1" pid deadline left
+    shift
+    [[ "$#" -gt 0 ]] || return 0
+    kill -TERM "$@" 2>/dev/null || true
+    deadline=$(($(date +%s%N) + timeout * 1000000000))
+    while :; do
+        left=()
+        for pid in "$@"; do
+            if hpcp_alive "$pid"; then left+=("$pid"); fi
+        done
+        [[ "${#left[@]}" -gt 0 ]] || return 0
+        [[ "$(date +%s%N)" -lt "$deadline" ]] || break
+        sleep 0.05
+    done
+    kill -KILL "${left[@]}" 2>/dev/null || true
+    local killed=("${left[@]}")
+    for _ in $(seq 40); do
+        left=()
+        for pid in "${killed[@]}"; do
+            if hpcp_alive "$pid"; then left+=("$pid"); fi
+        done
+        [[ "${#left[@]}" -gt 0 ]] || return 0
+        sleep 0.05
+    done
+    hpcp_log "still alive after SIGKILL: ${left[*]}"
+}
+
+# PIDs of all processes living in network namespace NSNAME (/run/netns/NSNAME).
+hpcp_pids_in_netns() { # NSNAME
+    local nsfile="/run/netns/$1" want link p pid
+    [[ -e "$nsfile" ]] || return 0
+    want="net:[$(stat -L -c %i "$nsfile")]"
+    for p in /proc/[0-9]*; do
+        pid="${p#/proc/}"
+        link="$(readlink "$p/ns/net" 2>/dev/null)" || continue
+        if [[ "$link" == "$want" ]] && hpcp_alive "$pid"; then
+            echo "$pid"
+        fi
+    done
+}
+
+hpcp_require_root() {
+    if [[ "$(id -u)" -ne 0 ]]; then
+        echo "needs root to boot the test cluster" >&2
+        exit 77
+    fi
+}
+
+hpcp_check_dir() {
+    case "$HPCP_DIR" in
+        /*) ;;
+        *)
+            echo "HPCPLACE_SLURM_DIR must be an absolute path: $HPCP_DIR" >&2
+            exit 2
+            ;;
+    esac
+    # slurm.conf / gres.conf have no quoting: keep the path plain.
+    if [[ ! "$HPCP_DIR" =~ ^/[A-Za-z0-9._/-]+$ ]] || [[ "$HPCP_DIR" == "/" ]]; then
+        echo "HPCPLACE_SLURM_DIR must be a plain path (letters, digits, . _ - /), not / : $HPCP_DIR" >&2
+        exit 2
+    fi
+}

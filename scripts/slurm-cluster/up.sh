@@ -1,0 +1,328 @@
+#!/usr/bin/env bash
+# Boot a fresh hpcplace Slurm test cluster (Slurm 22.05, Debian 12) on this machine.
+#
+#   scripts/slurm-cluster/up.sh [--constrain-devices yes|no]     (default: no)
+#
+# Tears down a running cluster first, wipes Slurm state AND the accounting database, then starts
+# MariaDB, slurmdbd, slurmctld and one slurmd per node, each node in its own network + UTS namespace
+# (own hostname and IP on the private bridge hpcpbr0). Ends with a real `srun` per partition.
+# Writes $HPCPLACE_SLURM_DIR/env.sh (exports SLURM_CONF) and $HPCPLACE_SLURM_DIR/mode.
+# Exit codes: 0 up, 77 not root (tests skip with that reason), 2 usage, other: boot failed.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=scripts/slurm-cluster/_common.sh
+source "$here/_common.sh"
+
+usage() {
+    echo "usage: $0 [--constrain-devices yes|no]" >&2
+    exit 2
+}
+
+constrain_devices=no
+while [[ "$#" -gt 0 ]]; do
+    case "$1" in
+        --constrain-devices)
+            [[ "$#" -ge 2 ]] || usage
+            constrain_devices="$2"
+            shift 2
+            ;;
+        --constrain-devices=*)
+            constrain_devices="${1#*=}"
+            shift
+            ;;
+        -h | --help) usage ;;
+        *) usage ;;
+    esac
+done
+case "$constrain_devices" in
+    yes | no) ;;
+    *) usage ;;
+esac
+
+hpcp_require_root
+hpcp_check_dir
+for tool in slurmctld slurmd slurmdbd srun sbatch sacct munged mariadbd mariadb-install-db ip nsenter unshare; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "missing $tool: run scripts/slurm-cluster/install.sh first" >&2
+        exit 1
+    fi
+done
+
+start="$(hpcp_now)"
+DIR="$HPCP_DIR"
+ctl_host="$(hostname -s)"
+etc="$DIR/etc"
+run="$DIR/run"
+logs="$DIR/log"
+export SLURM_CONF="$etc/slurm.conf"
+# slurmdbd's MariaDB client library takes the socket path from here (slurmdbd.conf has no socket key).
+export MYSQL_UNIX_PORT="$run/mysqld.sock"
+
+dump_logs() {
+    local f
+    for f in "$logs"/mariadb.err "$logs"/slurmdbd.log "$logs"/slurmctld.log "$logs"/slurmd-*.log "$logs"/*.out; do
+        [[ -s "$f" ]] || continue
+        echo "----- tail $f" >&2
+        tail -n 25 "$f" >&2
+    done
+}
+
+fail() {
+    echo "slurm cluster boot FAILED: $*" >&2
+    dump_logs
+    exit 1
+}
+
+wait_for() { # SECONDS DESCRIPTION COMMAND...
+    local secs="$1" what="$2" deadline
+    shift 2
+    deadline=$(($(date +%s%N) + secs * 1000000000))
+    until "$@" >/dev/null 2>&1; do
+        if [[ "$(date +%s%N)" -ge "$deadline" ]]; then
+            fail "timed out after ${secs}s waiting for $what"
+        fi
+        sleep 0.05
+    done
+}
+
+tcp_open() { # HOST PORT
+    (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
+}
+
+# ---------------------------------------------------------------- teardown + fresh state
+"$here/down.sh" >/dev/null
+for sub in etc spool log run dev mysql; do
+    rm -rf "${DIR:?}/$sub"
+done
+rm -f "$DIR/env.sh" "$DIR/mode" "$DIR/up"
+mkdir -p "$etc" "$run" "$logs" "$DIR/spool/ctld" "$DIR/dev" "$DIR/mysql"
+chmod 0755 "$DIR" "$DIR/spool"
+for node in "${HPCP_NODES[@]}"; do
+    mkdir -p "$DIR/spool/$node"
+done
+
+# ---------------------------------------------------------------- MariaDB (in the background)
+start_mariadb() {
+    chown mysql:mysql "$DIR/mysql" "$run" "$logs"
+    mariadb-install-db --no-defaults --user=mysql --datadir="$DIR/mysql" \
+        --auth-root-authentication-method=socket --skip-test-db \
+        </dev/null >"$logs/mariadb-install.out" 2>&1 || return 1
+    setsid mariadbd --no-defaults --user=mysql --skip-networking \
+        --datadir="$DIR/mysql" --socket="$run/mysqld.sock" --pid-file="$run/mariadb.pid" \
+        --log-error="$logs/mariadb.err" \
+        --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 --innodb-buffer-pool-size=64M \
+        </dev/null >/dev/null 2>&1 &
+    local i
+    for i in $(seq 300); do
+        [[ -S "$run/mysqld.sock" ]] && return 0
+        sleep 0.05
+    done
+    return 1
+}
+start_mariadb &
+mariadb_job=$!
+
+# ---------------------------------------------------------------- munge
+if [[ ! -s /etc/munge/munge.key ]]; then
+    mkdir -p /etc/munge
+    dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+fi
+chown munge:munge /etc/munge /etc/munge/munge.key
+chmod 0700 /etc/munge
+chmod 0400 /etc/munge/munge.key
+if ! munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
+    mkdir -p /run/munge /var/lib/munge /var/log/munge
+    chown munge:munge /run/munge /var/lib/munge /var/log/munge
+    chmod 0755 /run/munge
+    runuser -u munge -- /usr/sbin/munged --force </dev/null >"$logs/munged.out" 2>&1 ||
+        fail "munged did not start"
+    wait_for 5 "munged" sh -c 'munge -n </dev/null | unmunge'
+    cp /run/munge/munged.pid "$run/munged.ours" 2>/dev/null || true
+fi
+
+# ---------------------------------------------------------------- network: bridge + one netns per node
+ip link add "$HPCP_BRIDGE" type bridge
+ip addr add "$HPCP_HOST_IP/24" dev "$HPCP_BRIDGE"
+ip link set "$HPCP_BRIDGE" up
+# If the bridge disappears, packets for the subnet must not leave through the default route.
+ip route add unreachable "$HPCP_SUBNET" metric 4000
+for i in "${!HPCP_NODES[@]}"; do
+    node="${HPCP_NODES[$i]}"
+    ns="$(hpcp_netns "$node")"
+    veth="$(hpcp_veth "$i")"
+    ip netns add "$ns"
+    ip link add "$veth" type veth peer name eth0 netns "$ns"
+    ip link set "$veth" master "$HPCP_BRIDGE" up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" addr add "$(hpcp_node_ip "$i")/24" dev eth0
+    ip -n "$ns" link set eth0 up
+done
+
+# /etc/hosts: node names (and nothing else) -> bridge addresses, marked for down.sh.
+{
+    for i in "${!HPCP_NODES[@]}"; do
+        printf '%s\t%s\t%s\n' "$(hpcp_node_ip "$i")" "${HPCP_NODES[$i]}" "$HPCP_HOSTS_MARK"
+    done
+} >>/etc/hosts
+
+# ---------------------------------------------------------------- fake GPUs (character devices, major 195)
+make_gpus() { # NODE COUNT
+    local d="$DIR/dev/$1" k
+    mkdir -p "$d"
+    for ((k = 0; k < $2; k++)); do
+        mknod "$d/nvidia$k" c 195 "$k"
+        chmod 0666 "$d/nvidia$k"
+    done
+}
+make_gpus a800-1 8
+make_gpus a800-2 8
+make_gpus rtx4090-1 4
+
+# ---------------------------------------------------------------- configuration
+cat >"$etc/slurm.conf" <<EOF
+# Generated by scripts/slurm-cluster/up.sh -- hpcplace test cluster (constrain_devices=$constrain_devices)
+ClusterName=$HPCP_CLUSTER
+SlurmctldHost=$ctl_host($HPCP_HOST_IP)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CryptoType=crypto/munge
+SlurmctldPort=6817
+SlurmdPort=6818
+StateSaveLocation=$DIR/spool/ctld
+SlurmdSpoolDir=$DIR/spool/%n
+SlurmctldPidFile=$run/slurmctld.pid
+SlurmdPidFile=$run/slurmd-%n.pid
+SlurmctldLogFile=$logs/slurmctld.log
+SlurmdLogFile=$logs/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+MailProg=/bin/true
+MpiDefault=none
+SwitchType=switch/none
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup
+SlurmdParameters=config_overrides
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=1000
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,bf_hetjob_immediate
+ReturnToService=2
+KillWait=2
+MessageTimeout=10
+SlurmdTimeout=30
+SlurmctldTimeout=30
+InactiveLimit=0
+MinJobAge=300
+Waittime=0
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=30
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=$ctl_host
+AccountingStoragePort=6819
+AccountingStorageTRES=gres/gpu,gres/robot
+JobCompType=jobcomp/none
+GresTypes=gpu,robot
+
+NodeName=a800-1 NodeAddr=$(hpcp_node_ip 0) NodeHostname=a800-1 CPUs=16 RealMemory=64000 Gres=gpu:a800:8 State=UNKNOWN
+NodeName=a800-2 NodeAddr=$(hpcp_node_ip 1) NodeHostname=a800-2 CPUs=16 RealMemory=64000 Gres=gpu:a800:8 State=UNKNOWN
+NodeName=rtx4090-1 NodeAddr=$(hpcp_node_ip 2) NodeHostname=rtx4090-1 CPUs=8 RealMemory=32000 Gres=gpu:rtx4090:4 State=UNKNOWN
+NodeName=cpu-1 NodeAddr=$(hpcp_node_ip 3) NodeHostname=cpu-1 CPUs=8 RealMemory=32000 State=UNKNOWN
+NodeName=robot-1 NodeAddr=$(hpcp_node_ip 4) NodeHostname=robot-1 CPUs=8 RealMemory=32000 Gres=robot:4 State=UNKNOWN
+
+PartitionName=a800 Nodes=a800-[1-2] MaxTime=INFINITE State=UP
+PartitionName=rtx4090 Nodes=rtx4090-1 MaxTime=INFINITE State=UP
+PartitionName=cpu Nodes=cpu-1 Default=YES MaxTime=INFINITE State=UP
+PartitionName=robot Nodes=robot-1 MaxTime=INFINITE State=UP
+EOF
+
+cat >"$etc/gres.conf" <<EOF
+AutoDetect=off
+NodeName=a800-1 Name=gpu Type=a800 File=$DIR/dev/a800-1/nvidia[0-7]
+NodeName=a800-2 Name=gpu Type=a800 File=$DIR/dev/a800-2/nvidia[0-7]
+NodeName=rtx4090-1 Name=gpu Type=rtx4090 File=$DIR/dev/rtx4090-1/nvidia[0-3]
+NodeName=robot-1 Name=robot Count=4
+EOF
+
+cat >"$etc/cgroup.conf" <<EOF
+CgroupMountpoint=/sys/fs/cgroup
+ConstrainCores=no
+ConstrainRAMSpace=no
+ConstrainSwapSpace=no
+ConstrainDevices=$constrain_devices
+EOF
+
+(
+    umask 077
+    cat >"$etc/slurmdbd.conf" <<EOF
+AuthType=auth/munge
+DbdHost=$ctl_host
+DbdPort=6819
+SlurmUser=root
+PidFile=$run/slurmdbd.pid
+LogFile=$logs/slurmdbd.log
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=root
+StorageLoc=slurm_acct_db
+EOF
+)
+chmod 0600 "$etc/slurmdbd.conf"
+
+# ---------------------------------------------------------------- daemons
+wait "$mariadb_job" || fail "MariaDB did not start"
+
+slurmdbd </dev/null >"$logs/slurmdbd.out" 2>&1 || fail "slurmdbd did not start"
+wait_for 20 "slurmdbd on port 6819" tcp_open 127.0.0.1 6819
+
+slurmctld </dev/null >"$logs/slurmctld.out" 2>&1 || fail "slurmctld did not start"
+wait_for 20 "slurmctld on port 6817" tcp_open "$HPCP_HOST_IP" 6817
+
+for node in "${HPCP_NODES[@]}"; do
+    ns="$(hpcp_netns "$node")"
+    # NOT `ip netns exec`: it remounts /sys and hides the cgroup hierarchy from slurmd.
+    nsenter --net="/run/netns/$ns" unshare --uts \
+        sh -c 'hostname "$1" && exec slurmd -N "$1"' sh "$node" \
+        </dev/null >"$logs/slurmd-$node.out" 2>&1 ||
+        fail "slurmd $node did not start"
+done
+
+# ---------------------------------------------------------------- health check
+nodes_ready() {
+    local states
+    states="$(sinfo -h -N -o '%N %t' 2>/dev/null)" || return 1
+    [[ -n "$states" ]] || return 1
+    # every node idle (no unknown/down/not responding/draining flags)
+    ! grep -qv -E ' idle$' <<<"$states"
+}
+wait_for 20 "all nodes to register idle" nodes_ready
+
+partitions=(a800 rtx4090 cpu robot)
+check_pids=()
+for p in "${partitions[@]}"; do
+    timeout 20 srun -p "$p" -N1 -t 1 -J "health-$p" true </dev/null >"$logs/health-$p.out" 2>&1 &
+    check_pids+=("$!")
+done
+bad=()
+for i in "${!partitions[@]}"; do
+    if ! wait "${check_pids[$i]}"; then
+        bad+=("${partitions[$i]}")
+    fi
+done
+if [[ "${#bad[@]}" -gt 0 ]]; then
+    fail "srun health check failed on partition(s): ${bad[*]}"
+fi
+
+# ---------------------------------------------------------------- handles for the tests
+cat >"$DIR/env.sh" <<EOF
+# source me: the hpcplace Slurm test cluster (scripts/slurm-cluster/up.sh)
+export HPCPLACE_SLURM_DIR=$DIR
+export SLURM_CONF=$SLURM_CONF
+EOF
+echo "constrain_devices=$constrain_devices" >"$DIR/mode"
+touch "$DIR/up"
+
+echo "slurm cluster up (constrain_devices=$constrain_devices) in $(hpcp_elapsed "$start")s"
