@@ -1,0 +1,89 @@
+"""Input formats: native hpcplace, RLinf, ROLL and AReaL configs, all converted to ExperimentSpec."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from hpcplace.errors import SpecError
+from hpcplace.spec import ExperimentSpec
+from hpcplace.yaml_source import YamlDocument, load_yaml_file
+
+FORMATS = ("native", "rlinf", "roll", "areal")
+
+
+def detect_format(data: object) -> str:
+    """Guess the format from the document's shape; `format:` at the top level always wins."""
+    if not isinstance(data, dict):
+        raise SpecError("the config must be a YAML mapping", hint="see configs/ for examples")
+    declared = data.get("format")
+    if isinstance(declared, str) and declared.lower() in FORMATS:
+        return declared.lower()
+    cluster = data.get("cluster")
+    if "allocation_mode" in data:
+        return "areal"
+    if isinstance(cluster, dict) and "component_placement" in cluster:
+        groups = cluster.get("node_groups")
+        if "num_nodes" in cluster or (isinstance(groups, list) and groups and isinstance(groups[0], dict)
+                                      and "node_ranks" in groups[0]):
+            return "rlinf"
+        return "native"
+    if "num_gpus_per_node" in data or any(isinstance(v, dict) and ("device_mapping" in v or "world_size" in v)
+                                          for v in data.values()):
+        return "roll"
+    raise SpecError("cannot tell the config format",
+                    hint="add `format: native|rlinf|roll|areal` at the top level")
+
+
+def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument:
+    """`dotted.key=value` overrides (value read as a YAML scalar, never evaluated) on a copy."""
+    if not overrides:
+        return doc
+    import copy
+
+    data = copy.deepcopy(doc.data)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise SpecError(f"invalid override {item!r}", hint="write KEY=VALUE, e.g. slurm.gpus_per_node=8")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, (dict, list)):
+            value = raw
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            nxt = node.get(part) if isinstance(node, dict) else None
+            if nxt is None:
+                nxt = node[part] = {}
+            if not isinstance(nxt, dict):
+                raise SpecError(f"override {item!r}: {part!r} is not a mapping in {doc.path}")
+            node = nxt
+        node[parts[-1]] = value
+    return YamlDocument(doc.path, data, doc.marks)
+
+
+def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = ()) -> ExperimentSpec:
+    doc = apply_overrides(load_yaml_file(path), overrides)
+    fmt = (format or detect_format(doc.data)).lower()
+    if fmt == "native":
+        from hpcplace.spec import parse_native
+
+        return parse_native(doc)
+    if fmt == "rlinf":
+        from hpcplace.formats.rlinf import parse_rlinf
+
+        return parse_rlinf(doc)
+    if fmt == "roll":
+        from hpcplace.formats.roll import parse_roll
+
+        return parse_roll(doc)
+    if fmt == "areal":
+        from hpcplace.formats.areal import parse_areal
+
+        return parse_areal(doc)
+    raise SpecError(f"unknown format {fmt!r}", hint="one of: " + ", ".join(FORMATS))

@@ -1,0 +1,38 @@
+"""`hpcplace plan CONFIG`: the readable summary, `--json` for the versioned plan, `--svg FILE`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from hpcplace.formats import FORMATS
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments every command that reads a config shares."""
+    parser.add_argument("config", help="experiment YAML (native, RLinf, ROLL or AReaL)")
+    parser.add_argument("--format", choices=FORMATS, help="input format (default: detected)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value, e.g. --set slurm.gpus_per_node=8 (repeatable)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("plan", help="expand a config into the exact per-process plan")
+    add_config_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the versioned plan JSON")
+    parser.add_argument("--svg", metavar="FILE", help="also write the device map as SVG")
+    parser.add_argument("--max-nodes", type=int, default=64, help="nodes shown in the map (default 64)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hpcplace.gpumap import summary, svg
+    from hpcplace.plan import plan_to_json
+    from hpcplace.planner import plan_from_file
+
+    plan = plan_from_file(args.config, format=args.format, overrides=args.overrides)
+    if args.svg:
+        Path(args.svg).write_text(svg(plan, max_nodes=args.max_nodes), encoding="utf-8")
+    sys.stdout.write(plan_to_json(plan) if args.json else summary(plan, max_nodes=args.max_nodes))
+    return 0

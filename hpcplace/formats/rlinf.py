@@ -1,0 +1,194 @@
+"""RLinf configs, unchanged: `cluster: {num_nodes, component_placement, node_groups}` plus a
+`slurm:` block with the facts RLinf discovers at run time (GPUs per node, partitions, GPU type)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hpcplace.cluster import Hardware, NodeGroup
+from hpcplace.errors import SpecError
+from hpcplace.formats.common import hpcplace_block, slurm_facts, slurm_job_options
+from hpcplace.rank_syntax import RankSyntaxError, parse_range
+from hpcplace.spec import ComponentSpec, ExperimentSpec, build_cluster, check_name, placement_entries
+from hpcplace.yaml_source import View, YamlDocument
+
+
+def _node_ranks(view: View, num_nodes: int) -> list[int]:
+    """`0-1`, `0,2`, `all`, an int, or a list of ints -> sorted unique node ranks."""
+    if isinstance(view.value, list):
+        ranks = [item.int(minimum=0) for item in view.elements()]
+    else:
+        ranks = []
+        text = str(view.value)
+        offset = 0
+        for piece in text.split(","):
+            if piece.strip():
+                try:
+                    a, b = parse_range(piece, total=num_nodes, offset=offset, what="node ranks")
+                except RankSyntaxError as exc:
+                    raise view.error(exc.message, hint=exc.hint, offset=exc.offset) from None
+                ranks.extend(range(a, b + 1))
+            offset += len(piece) + 1
+    for r in ranks:
+        if r >= num_nodes:
+            raise view.error(f"node rank {r} is out of range: cluster.num_nodes is {num_nodes}")
+    if len(set(ranks)) != len(ranks):
+        raise view.error("node ranks listed twice")
+    return sorted(ranks)
+
+
+def _env(view: View | None) -> dict[str, str]:
+    if view is None or view.value is None:
+        return {}
+    if isinstance(view.value, dict):
+        inner = view.get("env_vars")
+        return _env(inner) if inner is not None and len(view.mapping()) <= 2 else view.str_map()
+    env: dict[str, str] = {}
+    for item in view.elements():
+        if isinstance(item.value, dict) and "env_vars" in item.value:
+            env.update(_env(item.get("env_vars")))
+        elif isinstance(item.value, dict):
+            env.update(item.str_map())
+        else:
+            raise item.error("expected a mapping of environment variables")
+    return env
+
+
+def _hardware(view: View, label: str, ranks: list[int]) -> Hardware:
+    view.check_keys({"type", "configs", "count"})
+    hw_type = check_name(view.require("type"), view.require("type").str(), "hardware type")
+    if view.get("count") is not None:
+        return Hardware(hw_type, (view.require("count").int(minimum=0),) * len(ranks))
+    configs = view.require("configs", "one entry per device, each with node_rank")
+    counts = dict.fromkeys(ranks, 0)
+    for item in configs.elements():
+        node_rank = item.get("node_rank") if isinstance(item.value, dict) else None
+        if node_rank is None:
+            if len(ranks) != 1:
+                raise item.error(f"hardware config of node group {label!r} needs `node_rank` "
+                                 "(the group has several nodes)")
+            counts[ranks[0]] += 1
+            continue
+        r = node_rank.int(minimum=0)
+        if r not in counts:
+            raise node_rank.error(f"node_rank {r} is not a node of group {label!r} (nodes {ranks})")
+        counts[r] += 1
+    return Hardware(hw_type, tuple(counts[r] for r in ranks))
+
+
+def parse_rlinf(doc: YamlDocument) -> ExperimentSpec:
+    root = doc.root()
+    cluster_view = root.require("cluster")
+    num_nodes = cluster_view.require("num_nodes").int(minimum=1)
+    slurm_view = root.get("slurm")
+    defaults = slurm_facts(slurm_view)
+    groups_view = cluster_view.get("node_groups")
+    declared: list[tuple[list[int], NodeGroup]] = []
+    owner: dict[int, str] = {}
+    if groups_view is not None and groups_view.value is not None:
+        for gv in groups_view.elements():
+            gv.check_keys({"label", "node_ranks", "hardware", "ignore_hardware", "env_configs"})
+            label = check_name(gv.require("label"), str(gv.require("label").value), "node group label")
+            ranks = _node_ranks(gv.require("node_ranks"), num_nodes)
+            if ranks != list(range(ranks[0], ranks[-1] + 1)):
+                raise gv.require("node_ranks").error(
+                    f"node group {label!r} has non-contiguous node ranks {ranks}",
+                    hint="a Slurm het component gets a contiguous block of hpcplace node ranks; split the group")
+            for r in ranks:
+                if r in owner:
+                    raise gv.require("node_ranks").error(
+                        f"node {r} is in node groups {owner[r]!r} and {label!r}",
+                        hint="on Slurm a node belongs to one node group (one het component)")
+                owner[r] = label
+            facts = slurm_facts(slurm_view, label, defaults)
+            hardware = _hardware(gv.require("hardware"), label, ranks) if gv.get("hardware") else None
+            declared.append((ranks, _group(label, len(ranks), facts, gv, hardware,
+                                           gv.get("ignore_hardware").bool() if gv.get("ignore_hardware") else False,
+                                           _env(gv.get("env_configs")))))
+    # Nodes outside every declared group form implicit groups in the default partition.
+    run: list[int] = []
+    runs: list[list[int]] = []
+    for r in range(num_nodes):
+        if r in owner:
+            if run:
+                runs.append(run)
+                run = []
+        else:
+            run.append(r)
+    if run:
+        runs.append(run)
+    for i, ranks in enumerate(runs):
+        label = "default" if i == 0 else f"default-{i + 1}"
+        declared.append((ranks, _group(label, len(ranks), slurm_facts(slurm_view, label, defaults), cluster_view,
+                                       None, False, {})))
+    declared.sort(key=lambda item: item[0][0])
+    cluster = build_cluster(tuple(g for _, g in declared), cluster_view)
+    placements = placement_entries(cluster_view.require("component_placement"))
+    placed = {n for e in placements for n in e.components}
+    name, components = hpcplace_block(root, placed, doc.path)
+    components = _rlinf_component_settings(root, placed, components)
+    block = root.get("hpcplace")
+    mp_flag = block.get("model_parallel") if block is not None else None
+    model_parallel = mp_flag.bool() if mp_flag is not None else any(
+        c.tensor_parallel_size or c.pipeline_parallel_size for n, c in components.items() if n in ("actor", "rollout"))
+    return ExperimentSpec(name, cluster, placements, components, doc.path, "rlinf", slurm_job_options(slurm_view),
+                          model_parallel)
+
+
+def _group(label: str, n: int, facts, view: View, hardware: Hardware | None, ignore: bool,  # type: ignore[no-untyped-def]
+           env: dict[str, str]) -> NodeGroup:
+    gpus = facts.gpus_per_node
+    if gpus is None:
+        if hardware is not None or ignore:
+            gpus = 0
+        else:
+            raise view.error(f"GPUs per node of node group {label!r} are unknown",
+                             hint=f"RLinf discovers them at run time; add `slurm: {{gpus_per_node: 8}}` or "
+                                  f"`slurm: {{node_groups: {{{label}: {{gpus_per_node: 8}}}}}}` "
+                                  "(or --set slurm.gpus_per_node=8)")
+    partition = facts.partition
+    if partition is None:
+        raise view.error(f"Slurm partition of node group {label!r} is unknown",
+                         hint=f"add `slurm: {{partition: NAME}}` or `slurm: {{node_groups: {{{label}: "
+                              "{partition: NAME}}}}}` (or --set slurm.partition=NAME)")
+    return NodeGroup(label=label, partition=partition, num_nodes=n, gpus_per_node=(gpus,) * n,
+                     gpu_type=facts.gpu_type, cpus_per_node=facts.cpus_per_node,
+                     mem_per_node_mb=facts.mem_per_node_mb, constraint=facts.constraint, account=facts.account,
+                     qos=facts.qos, hardware=hardware, ignore_hardware=ignore, env=env, location=view.location())
+
+
+def _rlinf_component_settings(root: View, placed: set[str],
+                              given: dict[str, ComponentSpec]) -> dict[str, ComponentSpec]:
+    """Read RLinf's own per-component keys: model-parallel sizes and offload switches."""
+    out = dict(given)
+    for name in placed:
+        section = root.get(name)
+        if section is None or not isinstance(section.value, dict):
+            continue
+        spec = out.get(name, ComponentSpec(name))
+        model = section.get("model")
+        tp = _first_int(section, [("tensor_parallel_size",), ("model", "tensor_model_parallel_size")]) \
+            if model is None or isinstance(model.value, dict) else None
+        pp = _first_int(section, [("pipeline_parallel_size",), ("model", "pipeline_model_parallel_size")]) \
+            if model is None or isinstance(model.value, dict) else None
+        offload = any(isinstance(v, bool) and v for k, v in section.mapping().items()
+                      if k == "enable_offload" or str(k).startswith("offload_"))
+        for label, mine, theirs in (("tensor_parallel_size", spec.tensor_parallel_size, tp),
+                                    ("pipeline_parallel_size", spec.pipeline_parallel_size, pp)):
+            if mine is not None and theirs is not None and mine != theirs:
+                raise SpecError(f"{name}: hpcplace.components.{name}.{label} = {mine} conflicts with RLinf's {theirs}",
+                                location=section.location(), hint="give the value once")
+        out[name] = replace(spec, tensor_parallel_size=spec.tensor_parallel_size or tp,
+                            pipeline_parallel_size=spec.pipeline_parallel_size or pp,
+                            offload=spec.offload or offload)
+    return out
+
+
+def _first_int(section: View, paths: list[tuple[str, ...]]) -> int | None:
+    for path in paths:
+        view: View | None = section
+        for key in path:
+            view = view.get(key) if view is not None and isinstance(view.value, dict) else None
+        if view is not None and view.value is not None:
+            return view.int(minimum=1)
+    return None

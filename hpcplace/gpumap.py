@@ -1,0 +1,136 @@
+"""Human views of a Plan: a text summary with a per-node device map, and the same map as SVG."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from html import escape
+
+from hpcplace.plan import Plan
+
+PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+           "#bab0ac")
+
+
+def compress(ranks: Sequence[int]) -> str:
+    """[0,1,2,5,7,8] -> '0-2,5,7-8'."""
+    out: list[str] = []
+    start = prev = None
+    for r in ranks:
+        if start is None:
+            start = prev = r
+        elif r == prev + 1:  # type: ignore[operator]
+            prev = r
+        else:
+            out.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = r
+    if start is not None:
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ",".join(out)
+
+
+def device_map(plan: Plan) -> dict[int, dict[str, dict[str, list[int]]]]:
+    """node rank -> device label ("GPU3", "franka1", "node") -> component -> ranks."""
+    out: dict[int, dict[str, dict[str, list[int]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for comp in plan.components:
+        for p in comp.processes:
+            cell = out[p.cluster_node_rank]
+            if p.resource_type == "node":
+                cell["node"][comp.name].append(p.rank)
+            elif p.isolate_accelerator:
+                for g in p.local_hardware_ranks:
+                    cell[f"GPU{g}"][comp.name].append(p.rank)
+            else:
+                for h in p.local_hardware_ranks:
+                    cell[f"{p.resource_type}{h}"][comp.name].append(p.rank)
+    return out
+
+
+def _device_order(label: str) -> tuple[int, str, int]:
+    if label == "node":
+        return (2, "", 0)
+    digits = len(label) - len(label.rstrip("0123456789"))
+    return (0 if label.startswith("GPU") else 1, label[:-digits] if digits else label,
+            int(label[-digits:]) if digits else 0)
+
+
+def summary(plan: Plan, *, max_nodes: int = 64) -> str:
+    cluster = plan.cluster
+    lines = [f"plan {plan.name!r} from {plan.source} ({plan.source_format}): {len(plan.components)} components, "
+             f"{plan.num_processes} processes, {len(cluster.nodes)} nodes", "", "node groups (het-job components):"]
+    for i, g in enumerate(cluster.node_groups):
+        gpus = ",".join(str(x) for x in sorted(set(g.gpus_per_node)))
+        hw = f" {g.hardware.type}/node={','.join(str(x) for x in sorted(set(g.hardware.per_node)))}" if g.hardware else ""
+        lines.append(f"  [{i}] {g.label:<12} partition={g.partition:<10} nodes={g.num_nodes:<4} "
+                     f"gpus/node={gpus}{' ' + g.gpu_type if g.gpu_type else ''}{hw}  "
+                     f"node ranks {cluster.first_node_rank(i)}-{cluster.first_node_rank(i) + g.num_nodes - 1}")
+    lines += ["", "components:"]
+    for comp in plan.components:
+        extra = []
+        if comp.tensor_parallel_size > 1 or comp.pipeline_parallel_size > 1:
+            extra.append(f"tp={comp.tensor_parallel_size} pp={comp.pipeline_parallel_size}")
+        if comp.collocation_group:
+            extra.append(f"collocated in {comp.collocation_group}")
+        if comp.offload:
+            extra.append("offload")
+        nodes = sorted({p.cluster_node_rank for p in comp.processes})
+        lines.append(f"  {comp.name:<14} world_size={comp.world_size:<6} {','.join(comp.node_groups)} "
+                     f"({comp.resource_type}) on nodes {compress(nodes)}" + (f"  [{'; '.join(extra)}]" if extra else ""))
+    for g in plan.collocation_groups:
+        lines.append(f"  {g.name}: {' + '.join(g.components)} share {g.resource_type}; turns: "
+                     + " -> ".join("[" + ", ".join(p) + "]" for p in g.phases))
+    if plan.weight_sync:
+        ws = plan.weight_sync
+        lines.append(f"  model-parallel: {ws.mode}; actor tp={ws.actor_tp} pp={ws.actor_pp}, rollout tp={ws.rollout_tp}"
+                     f", rollout stride={ws.rollout_stride}")
+    for w in plan.warnings:
+        lines.append(f"  warning: {w}")
+    lines += ["", "device map (node: device -> component ranks):"]
+    dmap = device_map(plan)
+    for shown, node in enumerate(cluster.nodes):
+        if shown >= max_nodes:
+            lines.append(f"  ... {len(cluster.nodes) - max_nodes} more nodes (use --max-nodes)")
+            break
+        cells = dmap.get(node.rank, {})
+        head = f"  node {node.rank} ({node.group_label}#{node.index_in_group}, {node.partition})"
+        if not cells:
+            lines.append(head + ": idle")
+            continue
+        lines.append(head + ":")
+        for label in sorted(cells, key=_device_order):
+            comps = "  ".join(f"{c} {compress(r)}" for c, r in cells[label].items())
+            lines.append(f"      {label:<8} {comps}")
+    return "\n".join(lines) + "\n"
+
+
+def svg(plan: Plan, *, max_nodes: int = 64) -> str:
+    """One row per node, one cell per device, striped by the components that use it."""
+    colors = {c.name: PALETTE[i % len(PALETTE)] for i, c in enumerate(plan.components)}
+    dmap = device_map(plan)
+    nodes = plan.cluster.nodes[:max_nodes]
+    widths = [max(len(dmap.get(n.rank, {})), 1) for n in nodes]
+    cell, gap, left, top = 64, 4, 190, 40
+    width = left + max(widths) * (cell + gap) + 20
+    height = top + len(nodes) * (cell // 2 + gap) + 30 + 18 * ((len(colors) + 3) // 4)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" '
+           'font-size="11">', f'<text x="10" y="20" font-size="14">{escape(plan.name)}: device map</text>']
+    for row, node in enumerate(nodes):
+        y = top + row * (cell // 2 + gap)
+        out.append(f'<text x="10" y="{y + 20}">node {node.rank} {escape(node.group_label)}#{node.index_in_group}</text>')
+        cells = dmap.get(node.rank, {})
+        for col, label in enumerate(sorted(cells, key=_device_order)):
+            x = left + col * (cell + gap)
+            comps = list(cells[label].items())
+            stripe = (cell // 2) / len(comps)
+            for k, (comp, ranks) in enumerate(comps):
+                out.append(f'<rect x="{x}" y="{y + k * stripe:.1f}" width="{cell}" height="{stripe:.1f}" '
+                           f'fill="{colors[comp]}"><title>{escape(label)}: {escape(comp)} ranks '
+                           f'{escape(compress(ranks))}</title></rect>')
+            out.append(f'<text x="{x + 3}" y="{y + 12}" fill="white">{escape(label)}</text>')
+    y = top + len(nodes) * (cell // 2 + gap) + 10
+    for i, (comp, color) in enumerate(colors.items()):
+        x, yy = 10 + (i % 4) * 170, y + (i // 4) * 18
+        out.append(f'<rect x="{x}" y="{yy}" width="12" height="12" fill="{color}"/>'
+                   f'<text x="{x + 16}" y="{yy + 10}">{escape(comp)}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,293 @@
+"""spec -> Plan: a pure expansion of every placement into per-process placements.
+
+Also derives the model-parallel layout (collocated vs disaggregated, strided rollout, weight-sync
+rank maps) and the collocation groups the runtime schedules turns over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from hpcplace.errors import PlanError, SpecError
+from hpcplace.placement import Placement, ResourceSpace, place, resource_space
+from hpcplace.plan import CollocationGroup, ComponentPlan, Plan, WeightSync
+from hpcplace.rank_syntax import RankSyntaxError, expand_rank_map, parse_rank_map
+from hpcplace.spec import ExperimentSpec, PlacementEntry
+
+
+@dataclass(frozen=True)
+class _Expanded:
+    entry: PlacementEntry
+    space: ResourceSpace
+    lists: list[list[int]]
+
+
+def plan_from_spec(spec: ExperimentSpec) -> Plan:
+    """Expand a validated spec into the exact per-process Plan."""
+    expanded: dict[str, _Expanded] = {}
+    order: list[str] = []
+    spaces: dict[tuple[str, ...] | None, ResourceSpace] = {}
+    for entry in spec.placements:
+        space = _space(spec, entry, spaces)
+        lists = _resource_lists(entry, space)
+        for name in entry.components:
+            expanded[name] = _Expanded(entry, space, lists)
+            order.append(name)
+    weight_sync = None
+    if spec.model_parallel:
+        expanded, weight_sync = _model_parallel(spec, expanded)
+    components = []
+    for name in order:
+        exp = expanded[name]
+        settings = spec.component(name)
+        try:
+            processes = place(spec.cluster, exp.space, exp.lists, what=f"component {name!r}")
+        except PlanError as exc:
+            raise PlanError(exc.message, hint=exc.hint, location=exp.entry.location) from None
+        components.append(ComponentPlan(
+            name=name, world_size=len(processes), node_groups=_groups_used(processes),
+            resource_type=_resource_type(processes), command=settings.command, env=settings.env,
+            offload=settings.offload, tensor_parallel_size=settings.tensor_parallel_size or 1,
+            pipeline_parallel_size=settings.pipeline_parallel_size or 1,
+            cpus_per_process=settings.cpus_per_process, mem_per_process_mb=settings.mem_per_process_mb,
+            collocation_group=None, processes=processes))
+    groups = collocation_groups(components)
+    membership = {c: g.name for g in groups for c in g.components}
+    components = [replace(c, collocation_group=membership.get(c.name)) for c in components]
+    return Plan(spec.name, spec.source, spec.source_format, spec.cluster, tuple(components), groups,
+                weight_sync, dict(spec.slurm), _warnings(spec, components))
+
+
+def plan_from_file(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = ()) -> Plan:
+    """Load a config in any supported format and plan it (the CLI's `hpcplace plan`)."""
+    from hpcplace.formats import load_spec
+
+    return plan_from_spec(load_spec(path, format=format, overrides=overrides))
+
+
+def _space(spec: ExperimentSpec, entry: PlacementEntry,
+           cache: dict[tuple[str, ...] | None, ResourceSpace]) -> ResourceSpace:
+    key = None if entry.node_group is None else tuple(label.lower() for label in entry.node_group)
+    if key not in cache:
+        try:
+            cache[key] = resource_space(spec.cluster, entry.node_group)
+        except PlanError as exc:
+            raise PlanError(f"components {', '.join(entry.components)}: {exc.message}", hint=exc.hint,
+                            location=entry.location) from None
+    return cache[key]
+
+
+def _resource_lists(entry: PlacementEntry, space: ResourceSpace) -> list[list[int]]:
+    if entry.resource_lists is not None:
+        return [list(r) for r in entry.resource_lists]
+    assert entry.rank_map is not None
+    where = f" ({', '.join(entry.node_group)})" if entry.node_group else ""
+    try:
+        parts = parse_rank_map(entry.rank_map, space.size, resource_name=space.resource_name)
+    except RankSyntaxError as exc:
+        raise PlanError(f"placement {entry.rank_map!r} of {', '.join(entry.components)}{where}: {exc.message}",
+                        hint=exc.hint, location=entry.location_at(exc.offset)) from None
+    return expand_rank_map(parts)
+
+
+def _groups_used(processes: Sequence[Placement]) -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for p in processes:
+        seen.setdefault(p.node_group_label, None)
+    return tuple(seen)
+
+
+def _resource_type(processes: Sequence[Placement]) -> str:
+    types = sorted({p.resource_type for p in processes})
+    return types[0] if len(types) == 1 else ",".join(types)
+
+
+# ---------------------------------------------------------------------------------------------
+# model-parallel placement (RLinf's ModelParallelComponentPlacement)
+
+def _contiguous(name: str, exp: _Expanded) -> list[int]:
+    ranks = sorted({r for lst in exp.lists for r in lst})
+    if exp.space.kind != "gpu":
+        raise PlanError(f"model-parallel component {name!r} must be placed on GPUs", location=exp.entry.location)
+    if ranks != list(range(ranks[0], ranks[-1] + 1)):
+        raise PlanError(f"model-parallel component {name!r} must use contiguous GPUs, got {_ranges(ranks)}",
+                        location=exp.entry.location, hint="give one range such as `0-15`")
+    return ranks
+
+
+def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tuple[dict[str, _Expanded], WeightSync]:
+    for needed in ("actor", "rollout"):
+        if needed not in expanded:
+            raise SpecError(f"model-parallel placement (tensor/pipeline sizes given) needs a {needed!r} component",
+                            hint="place both actor and rollout, or drop tensor_parallel_size")
+    actor, rollout = expanded["actor"], expanded["rollout"]
+    if actor.space.labels != rollout.space.labels:
+        raise PlanError("model-parallel actor and rollout must use the same node group(s)",
+                        location=rollout.entry.location)
+    a_gpus, r_gpus = _contiguous("actor", actor), _contiguous("rollout", rollout)
+    inference = expanded.get("inference")
+    i_gpus = _contiguous("inference", inference) if inference else []
+    a_set, r_set, i_set = set(a_gpus), set(r_gpus), set(i_gpus)
+    atp = spec.component("actor").tensor_parallel_size or 1
+    app = spec.component("actor").pipeline_parallel_size or 1
+    rtp = spec.component("rollout").tensor_parallel_size or 1
+    rpp = spec.component("rollout").pipeline_parallel_size or 1
+    if len(a_gpus) % (atp * app):
+        raise PlanError(f"actor has {len(a_gpus)} GPUs, not a multiple of tp*pp = {atp}*{app}",
+                        location=actor.entry.location)
+    out = dict(expanded)
+    if a_gpus == r_gpus:
+        mode = "collocated"
+        if inference:
+            raise PlanError("collocated actor/rollout cannot have a separate inference component",
+                            location=inference.entry.location, hint="remove inference or give it its own GPUs")
+        if atp > rtp and atp % rtp:
+            raise PlanError(f"actor tensor_parallel_size {atp} must be divisible by rollout's {rtp}",
+                            location=rollout.entry.location)
+        stride = atp // rtp if atp > rtp else 1
+        rollout_lists = _packed(a_gpus[0], a_gpus[-1], rtp, stride, "rollout", rollout)
+    elif a_set.isdisjoint(r_set) and a_set.isdisjoint(i_set) and r_set.isdisjoint(i_set):
+        mode = "disaggregated"
+        stride = 1
+        rollout_lists = _packed(r_gpus[0], r_gpus[-1], rtp * rpp, 1, "rollout", rollout)
+        if inference:
+            out["inference"] = replace(inference, lists=[[g] for g in i_gpus])
+    else:
+        raise PlanError(
+            "model-parallel placement must be collocated (actor GPUs == rollout GPUs) or disaggregated "
+            f"(actor, rollout, inference pairwise disjoint); got actor {_ranges(a_gpus)}, rollout {_ranges(r_gpus)}"
+            + (f", inference {_ranges(i_gpus)}" if inference else ""),
+            location=rollout.entry.location,
+            hint="for other layouts (hybrid mode) drop tensor_parallel_size from actor/rollout")
+    if atp > len(a_gpus):
+        raise PlanError(f"actor tensor_parallel_size {atp} exceeds its {len(a_gpus)} GPUs")
+    if rtp > len(r_gpus):
+        raise PlanError(f"rollout tensor_parallel_size {rtp} exceeds its {len(r_gpus)} GPUs")
+    out["actor"] = replace(actor, lists=[[g] for g in a_gpus])
+    out["rollout"] = replace(rollout, lists=rollout_lists)
+    if mode == "collocated":
+        owner = {g: i for i, g in enumerate(a_gpus)}
+        targets: list[list[tuple[int, int]]] = [[] for _ in a_gpus]
+        for dp, gpus in enumerate(rollout_lists):
+            for tp, g in enumerate(gpus):
+                targets[owner[g]].append((dp, tp))
+    else:
+        targets = _disaggregated_targets(len(a_gpus), atp, app, len(rollout_lists), rtp, rollout.entry)
+    sync = WeightSync(mode, atp, app, rtp, stride, tuple(tuple(t) for t in targets))
+    return out, sync
+
+
+def _packed(start: int, end: int, per: int, stride: int, name: str, exp: _Expanded) -> list[list[int]]:
+    from hpcplace.strategies import Packed
+
+    try:
+        return Packed(start, end, per, stride).resource_lists(exp.space)
+    except PlanError as exc:
+        raise PlanError(f"{name}: {exc.message}", hint=exc.hint, location=exp.entry.location) from None
+
+
+def _disaggregated_targets(actor_world: int, atp: int, app: int, rollout_dp: int, rtp: int,
+                           entry: PlacementEntry) -> list[list[tuple[int, int]]]:
+    """Actor rank (Megatron order: tp fastest, then dp, then pp) -> rollout (dp, tp) shards it feeds.
+
+    Rollout replicas are spread round-robin over actor data-parallel groups; tensor shards are
+    split or merged by the tp ratio (one must divide the other)."""
+    if atp % rtp and rtp % atp:
+        raise PlanError(f"actor tp {atp} and rollout tp {rtp}: one must divide the other for weight sync",
+                        location=entry.location)
+    adp = actor_world // (atp * app)
+    out: list[list[tuple[int, int]]] = []
+    for a in range(actor_world):
+        ta, da = a % atp, (a // atp) % adp
+        shards = [ta // (atp // rtp)] if atp >= rtp else [ta * (rtp // atp) + k for k in range(rtp // atp)]
+        out.append([(d, t) for d in range(da, rollout_dp, adp) for t in shards])
+    return out
+
+
+def _ranges(ranks: Sequence[int]) -> str:
+    out, start, prev = [], None, None
+    for r in ranks:
+        if start is None:
+            start = prev = r
+        elif r == prev + 1:  # type: ignore[operator]
+            prev = r
+        else:
+            out.append(f"{start}-{prev}" if start != prev else f"{start}")
+            start = prev = r
+    if start is not None:
+        out.append(f"{start}-{prev}" if start != prev else f"{start}")
+    return ",".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# collocation groups
+
+def collocation_groups(components: Sequence[ComponentPlan]) -> tuple[CollocationGroup, ...]:
+    """Components that hold the same device (GPU or hardware) on a node, joined transitively.
+
+    Node-kind processes (CPU workers, the `node` label) own no device and are never collocated.
+    `phases` packs members greedily, in plan order, into turns of pairwise-disjoint device sets."""
+    devices: dict[str, set[tuple[int, str, int]]] = {}
+    for comp in components:
+        owned: set[tuple[int, str, int]] = set()
+        for p in comp.processes:
+            if p.resource_type == "node":
+                continue
+            for local in p.local_hardware_ranks:
+                owned.add((p.cluster_node_rank, p.resource_type, local))
+        devices[comp.name] = owned
+    parent = {c.name: c.name for c in components}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    owner: dict[tuple[int, str, int], str] = {}
+    for comp in components:
+        for dev in devices[comp.name]:
+            other = owner.setdefault(dev, comp.name)
+            if other != comp.name:
+                parent[find(comp.name)] = find(other)
+    members: dict[str, list[str]] = {}
+    for comp in components:
+        members.setdefault(find(comp.name), []).append(comp.name)
+    groups = []
+    for names in members.values():
+        if len(names) < 2:
+            continue
+        phases: list[tuple[list[str], set[tuple[int, str, int]]]] = []
+        for name in names:
+            for phase_names, used in phases:
+                if used.isdisjoint(devices[name]):
+                    phase_names.append(name)
+                    used |= devices[name]
+                    break
+            else:
+                phases.append(([name], set(devices[name])))
+        union = set().union(*(devices[n] for n in names))
+        by_node: dict[int, list[int]] = {}
+        rtypes = sorted({d[1] for d in union})
+        for node, _rtype, local in sorted(union):
+            by_node.setdefault(node, []).append(local)
+        groups.append(CollocationGroup(
+            name=f"colloc-{len(groups)}", components=tuple(names),
+            phases=tuple(tuple(p) for p, _ in phases),
+            devices=tuple((n, tuple(sorted(set(l)))) for n, l in sorted(by_node.items())),
+            resource_type=",".join(rtypes)))
+    return tuple(groups)
+
+
+def _warnings(spec: ExperimentSpec, components: Sequence[ComponentPlan]) -> tuple[str, ...]:
+    used_nodes = {p.cluster_node_rank for c in components for p in c.processes}
+    out = []
+    for group in spec.cluster.node_groups:
+        idle = [n.rank for n in spec.cluster.nodes if n.group_label == group.label and n.rank not in used_nodes]
+        if len(idle) == group.num_nodes:
+            out.append(f"node group {group.label!r} runs no process; it is still allocated")
+        elif idle:
+            out.append(f"node group {group.label!r}: nodes {idle} run no process; they are still allocated")
+    return tuple(out)

@@ -1,0 +1,286 @@
+"""The typed experiment spec every input format is converted into, and the native format parser.
+
+Native format (see configs/ and README):
+
+    name: demo
+    cluster:
+      node_groups: [{label, partition, nodes, gpus_per_node, gpu_type, cpus_per_node, mem_per_node,
+                     constraint, account, qos, hardware: {type, count}, env}]
+      component_placement: {"actor,rollout": "all", env: {node_group: robot, placement: "0-3:0-7"}}
+    components: {actor: {command, env, offload, tensor_parallel_size, pipeline_parallel_size,
+                         cpus_per_process, mem_per_process}}
+    slurm: {time: "01:00:00", ...}
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from hpcplace.cluster import Cluster, Hardware, NodeGroup
+from hpcplace.errors import SourceLocation, SpecError
+from hpcplace.yaml_source import View, YamlDocument
+
+
+@dataclass(frozen=True)
+class PlacementEntry:
+    """One `component_placement` key: components sharing one placement.
+
+    Either `rank_map` (RLinf's string syntax) or `resource_lists` (explicit, e.g. from ROLL)."""
+
+    components: tuple[str, ...]
+    node_group: tuple[str, ...] | None
+    rank_map: str | None
+    resource_lists: tuple[tuple[int, ...], ...] | None = None
+    location: SourceLocation | None = field(default=None, compare=False)
+    # Column shift from the scalar start to the first character of the string (None: no offsets).
+    text_shift: int | None = field(default=None, compare=False)
+
+    def location_at(self, offset: int) -> SourceLocation | None:
+        if self.location is None or self.text_shift is None:
+            return self.location
+        return SourceLocation(self.location.path, self.location.line,
+                              self.location.column + self.text_shift + offset)
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """Per-component settings besides placement."""
+
+    name: str
+    command: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    offload: bool = False
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    cpus_per_process: int = 1
+    mem_per_process_mb: int | None = None
+    location: SourceLocation | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """Everything the planner needs, whatever the input format was."""
+
+    name: str
+    cluster: Cluster
+    placements: tuple[PlacementEntry, ...]
+    components: dict[str, ComponentSpec]
+    source: str = "<memory>"
+    source_format: str = "native"
+    slurm: dict[str, str] = field(default_factory=dict)
+    model_parallel: bool = False
+
+    def component(self, name: str) -> ComponentSpec:
+        return self.components.get(name) or ComponentSpec(name)
+
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NAME_HINT = "names use letters, digits, '_', '.', '-' and start with a letter or digit"
+_MEM_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)B?\s*$", re.IGNORECASE)
+
+
+def check_name(view: View, name: str, what: str) -> str:
+    if not NAME_RE.match(name):
+        raise view.error(f"invalid {what} {name!r}", hint=NAME_HINT)
+    return name
+
+
+def parse_memory_mb(view: View) -> int:
+    """`64000` (MB) or strings like `64G`, `512M`, `1T`."""
+    value = view.value
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise view.error(f"memory must be positive, got {value}")
+        return value
+    match = _MEM_RE.match(str(value)) if isinstance(value, str) else None
+    if not match:
+        raise view.error(f"invalid memory size {value!r}", hint="use megabytes (64000) or a unit: 512M, 64G, 1T")
+    number, unit = int(match.group(1)), match.group(2).upper()
+    mb = {"K": number // 1024, "": number, "M": number, "G": number * 1024, "T": number * 1024 * 1024}[unit]
+    if mb < 1:
+        raise view.error(f"memory size {value!r} is less than 1 MB")
+    return mb
+
+
+def parse_command(view: View) -> tuple[str, ...]:
+    """A list (argv, preferred) or a string split like a shell would (no expansion)."""
+    if isinstance(view.value, list):
+        argv = []
+        for item in view.elements():
+            if not isinstance(item.value, (str, int, float)) or isinstance(item.value, bool):
+                raise item.error("command arguments must be strings")
+            argv.append(str(item.value))
+        if not argv:
+            raise view.error("command is empty")
+        return tuple(argv)
+    text = view.str()
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise view.error(f"cannot split command {text!r}: {exc}", hint="give the command as a YAML list") from None
+
+
+def per_node_counts(view: View, num_nodes: int, what: str) -> tuple[int, ...]:
+    """An int for every node, or a list with one int per node."""
+    if isinstance(view.value, list):
+        counts = tuple(item.int(minimum=0) for item in view.elements())
+        if len(counts) != num_nodes:
+            raise view.error(f"{what}: {len(counts)} values for {num_nodes} nodes",
+                             hint="give one number for all nodes, or exactly one per node")
+        return counts
+    return (view.int(minimum=0),) * num_nodes
+
+
+def placement_entries(view: View) -> tuple[PlacementEntry, ...]:
+    """Parse `component_placement` (RLinf syntax: string/int values or {node_group, placement})."""
+    entries: list[PlacementEntry] = []
+    seen: dict[str, View] = {}
+    for key, child in view.items():
+        names = tuple(n.strip() for n in str(key).split(",") if n.strip())
+        key_view = child
+        if not names:
+            raise key_view.key_error(f"empty component name in key {key!r}")
+        for name in names:
+            check_name(key_view, name, "component name")
+            if name in seen:
+                raise key_view.key_error(f"component {name!r} is placed twice",
+                                         hint="a component name may appear in only one key of component_placement")
+            seen[name] = key_view
+        node_group: tuple[str, ...] | None = None
+        target = child
+        if isinstance(child.value, dict):
+            child.check_keys({"node_group", "placement"})
+            ng = child.get("node_group")
+            if ng is not None and ng.value is not None:
+                node_group = _node_group_labels(ng)
+            target = child.require("placement", "the rank string, e.g. `0-7` or `all`")
+        if isinstance(target.value, bool) or not isinstance(target.value, (str, int)):
+            raise target.error(f"placement must be a string like `0-7` or an integer, got {target.value!r}",
+                               hint="quote placements that YAML would read as something else")
+        text = str(target.value)
+        loc = target.location()
+        mark = target.doc.marks.get(target.path)
+        shift = None
+        if mark is not None and mark.style in (None, "'", '"') and "\n" not in text:
+            shift = 1 if mark.style else 0
+        entries.append(PlacementEntry(names, node_group, text, None, loc, shift))
+    if not entries:
+        raise view.error("component_placement is empty", hint="place at least one component, e.g. `actor: all`")
+    return tuple(entries)
+
+
+def _node_group_labels(view: View) -> tuple[str, ...]:
+    if isinstance(view.value, list):
+        labels = tuple(str(item.value).strip() for item in view.elements())
+    elif isinstance(view.value, (str, int)) and not isinstance(view.value, bool):
+        labels = tuple(s.strip() for s in str(view.value).split(","))
+    else:
+        raise view.error(f"node_group must be a label, a comma list or a YAML list, got {view.value!r}")
+    if not labels or any(not label for label in labels):
+        raise view.error(f"empty node group label in {view.value!r}")
+    return labels
+
+
+def component_settings(view: View, name: str) -> ComponentSpec:
+    view.check_keys({"command", "env", "offload", "tensor_parallel_size", "tp", "pipeline_parallel_size", "pp",
+                     "cpus_per_process", "mem_per_process"})
+    command = parse_command(view.get("command")) if view.get("command") else ()
+    env = view.get("env").str_map() if view.get("env") else {}
+    offload = view.get("offload").bool() if view.get("offload") else False
+    tp = _alias_int(view, ("tensor_parallel_size", "tp"))
+    pp = _alias_int(view, ("pipeline_parallel_size", "pp"))
+    cpus = view.get("cpus_per_process").int(minimum=1) if view.get("cpus_per_process") else 1
+    mem = parse_memory_mb(view.get("mem_per_process")) if view.get("mem_per_process") else None
+    return ComponentSpec(name, command, env, offload, tp, pp, cpus, mem, view.location())
+
+
+def _alias_int(view: View, keys: tuple[str, ...]) -> int | None:
+    present = [k for k in keys if view.get(k) is not None]
+    if len(present) > 1:
+        raise view.require(present[1]).error(f"both {present[0]!r} and {present[1]!r} are given",
+                                             hint="give one of them")
+    return view.require(present[0]).int(minimum=1) if present else None
+
+
+def slurm_options(view: View | None) -> dict[str, str]:
+    if view is None:
+        return {}
+    allowed = {"time", "job_name", "mail_user", "mail_type", "exclusive", "output_dir", "extra_sbatch_args"}
+    view.check_keys(allowed)
+    out: dict[str, str] = {}
+    for key, child in view.items():
+        if isinstance(child.value, list):
+            out[key] = shlex.join(str(v) for v in child.value)
+        elif isinstance(child.value, (str, int, bool)):
+            out[key] = str(child.value).lower() if isinstance(child.value, bool) else str(child.value)
+        else:
+            raise child.error("expected a string")
+    return out
+
+
+_NATIVE_GROUP_KEYS = {"label", "partition", "nodes", "gpus_per_node", "gpu_type", "cpus_per_node",
+                      "mem_per_node", "constraint", "account", "qos", "hardware", "env", "ignore_hardware"}
+
+
+def native_node_group(view: View) -> NodeGroup:
+    view.check_keys(_NATIVE_GROUP_KEYS)
+    label = check_name(view.require("label"), view.require("label").str(), "node group label")
+    num_nodes = view.require("nodes", "how many nodes").int(minimum=1)
+    gpus = per_node_counts(view.get("gpus_per_node"), num_nodes, "gpus_per_node") if view.get(
+        "gpus_per_node") else (0,) * num_nodes
+    hardware = None
+    if view.get("hardware") is not None:
+        hw = view.require("hardware")
+        hw.check_keys({"type", "count"})
+        hardware = Hardware(check_name(hw.require("type"), hw.require("type").str(), "hardware type"),
+                            per_node_counts(hw.require("count", "per node"), num_nodes, "hardware.count"))
+
+    def opt_str(key: str) -> str | None:
+        child = view.get(key)
+        return None if child is None or child.value is None else child.str()
+
+    gpu_type = opt_str("gpu_type")
+    if gpu_type is not None:
+        check_name(view.require("gpu_type"), gpu_type, "gpu_type")
+    partition = opt_str("partition") or label
+    return NodeGroup(
+        label=label, partition=partition, num_nodes=num_nodes, gpus_per_node=gpus, gpu_type=gpu_type,
+        cpus_per_node=view.get("cpus_per_node").int(minimum=1) if view.get("cpus_per_node") else None,
+        mem_per_node_mb=parse_memory_mb(view.get("mem_per_node")) if view.get("mem_per_node") else None,
+        constraint=opt_str("constraint"), account=opt_str("account"), qos=opt_str("qos"), hardware=hardware,
+        ignore_hardware=view.get("ignore_hardware").bool() if view.get("ignore_hardware") else False,
+        env=view.get("env").str_map() if view.get("env") else {}, location=view.location())
+
+
+def parse_native(doc: YamlDocument) -> ExperimentSpec:
+    root = doc.root()
+    root.check_keys({"format", "name", "cluster", "components", "slurm"})
+    name = check_name(root.require("name"), root.require("name").str(), "experiment name")
+    cluster_view = root.require("cluster")
+    cluster_view.check_keys({"node_groups", "component_placement"})
+    groups_view = cluster_view.require("node_groups", "a list of node groups (Slurm partitions)")
+    groups = tuple(native_node_group(g) for g in groups_view.elements())
+    cluster = build_cluster(groups, groups_view)
+    placements = placement_entries(cluster_view.require("component_placement"))
+    components: dict[str, ComponentSpec] = {}
+    placed = {n for e in placements for n in e.components}
+    comps_view = root.get("components")
+    if comps_view is not None:
+        for key, child in comps_view.items():
+            if key not in placed:
+                raise child.key_error(f"component {key!r} has settings but no placement",
+                                      hint="add it to cluster.component_placement, or remove its settings")
+            components[key] = component_settings(child, key)
+    mp = any(c.tensor_parallel_size or c.pipeline_parallel_size for c in components.values()
+             if c.name in ("actor", "rollout"))
+    return ExperimentSpec(name, cluster, placements, components, doc.path, "native",
+                          slurm_options(root.get("slurm")), mp)
+
+
+def build_cluster(groups: tuple[NodeGroup, ...], view: View) -> Cluster:
+    try:
+        return Cluster(groups)
+    except SpecError as exc:
+        raise SpecError(exc.message, hint=exc.hint, location=exc.location or view.location()) from None
