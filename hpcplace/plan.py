@@ -8,7 +8,7 @@ whole file (see README, "plan.json schema").
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from hpcplace.cluster import Cluster, NodeGroup
 from hpcplace.placement import Placement
@@ -130,9 +130,28 @@ def _component_header(comp: ComponentPlan) -> dict[str, object]:
     }
 
 
-def process_json(p: Placement) -> str:
-    """One process record as one compact JSON line (key order = RLinf's field order)."""
-    return json.dumps(asdict(p), separators=(",", ":"))
+def process_json(p: Placement, _strings: dict[str, str] | None = None) -> str:
+    """One process record as one compact JSON line (key order = RLinf's field order).
+
+    Hand-formatted because plans reach 65k+ processes; strings go through json.dumps (cached)."""
+    cache = _strings if _strings is not None else {}
+
+    def s(value: str) -> str:
+        out = cache.get(value)
+        if out is None:
+            out = cache[value] = json.dumps(value)
+        return out
+
+    visible = ",".join(s(v) for v in p.visible_accelerators)
+    hw = ",".join(str(h) for h in p.local_hardware_ranks)
+    return (f'{{"rank":{p.rank},"cluster_node_rank":{p.cluster_node_rank},'
+            f'"placement_node_rank":{p.placement_node_rank},"local_accelerator_rank":{p.local_accelerator_rank},'
+            f'"accelerator_type":{s(p.accelerator_type)},"local_rank":{p.local_rank},'
+            f'"local_world_size":{p.local_world_size},"visible_accelerators":[{visible}],'
+            f'"isolate_accelerator":{"true" if p.isolate_accelerator else "false"},'
+            f'"local_hardware_ranks":[{hw}],"node_group_label":{s(p.node_group_label)},'
+            f'"partition":{s(p.partition)},"het_group":{p.het_group},"group_node_index":{p.group_node_index},'
+            f'"resource_type":{s(p.resource_type)}}}')
 
 
 def plan_to_json(plan: Plan) -> str:
@@ -150,8 +169,10 @@ def plan_to_json(plan: Plan) -> str:
             lines.append(f"      {json.dumps(key)}: {dump(value)},")
         lines.append('      "processes": [')
         procs = comp.processes
+        strings: dict[str, str] = {}
+        last = len(procs) - 1
         for i, p in enumerate(procs):
-            lines.append("        " + process_json(p) + ("," if i < len(procs) - 1 else ""))
+            lines.append("        " + process_json(p, strings) + ("," if i < last else ""))
         lines.append("      ]")
         lines.append("    }" + ("," if ci < len(plan.components) - 1 else ""))
     lines.append("  ]")

@@ -129,7 +129,9 @@ def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tup
     a_gpus, r_gpus = _contiguous("actor", actor), _contiguous("rollout", rollout)
     inference = expanded.get("inference")
     i_gpus = _contiguous("inference", inference) if inference else []
-    a_set, r_set, i_set = set(a_gpus), set(r_gpus), set(i_gpus)
+    a_set, r_set = set(a_gpus), set(r_gpus)
+    # GPU ranks of different node-group selections index different GPUs: never overlapping.
+    i_set = set(i_gpus) if inference and inference.space.labels == actor.space.labels else set()
     atp = spec.component("actor").tensor_parallel_size or 1
     app = spec.component("actor").pipeline_parallel_size or 1
     rtp = spec.component("rollout").tensor_parallel_size or 1
