@@ -1,5 +1,6 @@
 # shellcheck shell=bash
 # Shared settings and helpers for up.sh / down.sh / status.sh. Sourced, never run.
+# shellcheck disable=SC2034  # the settings below are used by the scripts that source this file
 
 # State directory: config, spool, logs, pid files, fake devices, MariaDB data.
 HPCP_DIR="${HPCPLACE_SLURM_DIR:-/tmp/hpcplace-slurm}"
@@ -61,13 +62,13 @@ hpcp_pid_from_file() { # PIDFILE COMM
     echo "$pid"
 }
 
-# Send SIGTERM to the PIDs, wait up to TIMEOUT seconds, then SIGKILL the survivors.
-hpcp_stop_pids() { # TIMEOUT PID...
-    local timeout="$1" pid deadline left
+# Send SIGTERM to the PIDs, wait up to TIMEOUT_MS milliseconds, then SIGKILL the survivors.
+hpcp_stop_pids() { # TIMEOUT_MS PID...
+    local timeout_ms="$1" pid deadline left
     shift
     [[ "$#" -gt 0 ]] || return 0
     kill -TERM "$@" 2>/dev/null || true
-    deadline=$(($(date +%s%N) + timeout * 1000000000))
+    deadline=$(($(date +%s%N) + timeout_ms * 1000000))
     while :; do
         left=()
         for pid in "$@"; do
@@ -90,23 +91,41 @@ hpcp_stop_pids() { # TIMEOUT PID...
     hpcp_log "still alive after SIGKILL: ${left[*]}"
 }
 
-# PIDs of all processes living in network namespace NSNAME (/run/netns/NSNAME).
+# PIDs of all (non-zombie) processes living in network namespace NSNAME (/run/netns/NSNAME).
 hpcp_pids_in_netns() { # NSNAME
-    local nsfile="/run/netns/$1" want link p pid
-    [[ -e "$nsfile" ]] || return 0
-    want="net:[$(stat -L -c %i "$nsfile")]"
-    for p in /proc/[0-9]*; do
-        pid="${p#/proc/}"
-        link="$(readlink "$p/ns/net" 2>/dev/null)" || continue
-        if [[ "$link" == "$want" ]] && hpcp_alive "$pid"; then
-            echo "$pid"
-        fi
+    local pid
+    [[ -e "/run/netns/$1" ]] || return 0
+    for pid in $(ip netns pids "$1" 2>/dev/null); do
+        if hpcp_alive "$pid"; then echo "$pid"; fi
     done
 }
 
-hpcp_require_root() {
+# Every daemon up.sh starts inherits this variable; down.sh finds its own processes by it even
+# when pid files are gone (and never touches a Slurm/MariaDB/munge it did not start).
+HPCP_OWNER_MARK="HPCPLACE_SLURM_OWNER=$HPCP_DIR"
+
+# PIDs of live processes named COMM (any of them) that carry HPCP_OWNER_MARK in their environment.
+hpcp_owned_pids() { # COMM...
+    local p pid comm want
+    for p in /proc/[0-9]*; do
+        pid="${p#/proc/}"
+        comm=""
+        read -r comm 2>/dev/null <"$p/comm" || continue
+        for want in "$@"; do
+            if [[ "$comm" == "$want" ]]; then
+                if hpcp_alive "$pid" &&
+                    tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qxF "$HPCP_OWNER_MARK"; then
+                    echo "$pid"
+                fi
+                break
+            fi
+        done
+    done
+}
+
+hpcp_require_root() { # [WHAT]
     if [[ "$(id -u)" -ne 0 ]]; then
-        echo "needs root to boot the test cluster" >&2
+        echo "needs root to ${1:-boot} the test cluster" >&2
         exit 77
     fi
 }
@@ -123,5 +142,16 @@ hpcp_check_dir() {
     if [[ ! "$HPCP_DIR" =~ ^/[A-Za-z0-9._/-]+$ ]] || [[ "$HPCP_DIR" == "/" ]]; then
         echo "HPCPLACE_SLURM_DIR must be a plain path (letters, digits, . _ - /), not / : $HPCP_DIR" >&2
         exit 2
+    fi
+}
+
+# Run the calling script under an exclusive lock on $HPCP_DIR/.lock (concurrent up/down calls
+# queue instead of tearing each other's cluster apart). `flock -o` keeps the lock in the flock
+# process only, so the daemons the script starts never inherit it. Re-entrant for up -> down.
+hpcp_serialize() { # "$@" of the calling script
+    if [[ "${HPCPLACE_SLURM_LOCK_HELD:-}" != "$HPCP_DIR" ]]; then
+        mkdir -p "$HPCP_DIR"
+        export HPCPLACE_SLURM_LOCK_HELD="$HPCP_DIR"
+        exec flock -o -w 300 "$HPCP_DIR/.lock" "$0" "$@"
     fi
 }

@@ -1,96 +1,146 @@
 #!/usr/bin/env bash
-# Stop the hpcplace Slurm test cluster and remove its network; idempotent, a few seconds at most.
-# Logs and the state directory stay for inspection (up.sh wipes them).
+# Stop the hpcplace Slurm test cluster and remove its network. Idempotent; well under 5 s.
+#
+#   scripts/slurm-cluster/down.sh [--fast]
+#
+# --fast (used by up.sh, which wipes all state right after): SIGKILL the daemons instead of
+# letting slurmctld save its state (~1.5 s) -- nothing of that state survives anyway.
+#
+# Only processes up.sh started are stopped: found by the pid files in the state dir and by the
+# HPCPLACE_SLURM_OWNER=<state dir> variable every daemon inherits from up.sh, plus whatever still
+# lives inside the node network namespaces. Logs and config stay for inspection (up.sh wipes them).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/slurm-cluster/_common.sh
 source "$here/_common.sh"
 
-hpcp_require_root
+grace=1 # multiplier for the SIGTERM grace periods
+case "${1:-}" in
+    "") ;;
+    --fast) grace=0 ;;
+    *)
+        echo "usage: $0 [--fast]" >&2
+        exit 2
+        ;;
+esac
+
+hpcp_require_root "stop"
 hpcp_check_dir
+hpcp_serialize "$@"
 
 start="$(hpcp_now)"
 run="$HPCP_DIR/run"
 conf="$HPCP_DIR/etc/slurm.conf"
 
+phase() {
+    if [[ "${HPCPLACE_SLURM_TRACE:-0}" == 1 ]]; then
+        echo "[down.sh +$(hpcp_elapsed "$start")s] $*" >&2
+    fi
+}
+
+# Live pids of one daemon: its pid file(s) plus the processes carrying our owner mark.
+daemon_pids() { # COMM PIDFILE...
+    local comm="$1" f
+    shift
+    {
+        for f in "$@"; do
+            hpcp_pid_from_file "$f" "$comm" || true
+        done
+        hpcp_owned_pids "$comm"
+    } | sort -un
+}
+
+stop_daemon() { # TIMEOUT_MS COMM PIDFILE...
+    local timeout="$1" pids
+    shift
+    mapfile -t pids < <(daemon_pids "$@")
+    if [[ "${#pids[@]}" -gt 0 ]]; then
+        hpcp_stop_pids "$((timeout * grace))" "${pids[@]}"
+    fi
+}
+
 # 1. Cancel every job while the controller still answers (best effort, bounded).
-ctld_pid="$(hpcp_pid_from_file "$run/slurmctld.pid" slurmctld || true)"
-if [[ -n "$ctld_pid" && -r "$conf" ]]; then
-    jobs="$(SLURM_CONF="$conf" timeout 2 squeue -h -o %F 2>/dev/null | sort -u || true)"
-    if [[ -n "$jobs" ]]; then
-        # shellcheck disable=SC2086  # word splitting of the id list is intended
-        SLURM_CONF="$conf" timeout 2 scancel $jobs 2>/dev/null || true
+if [[ "$grace" -gt 0 && -r "$conf" ]] && [[ -n "$(daemon_pids slurmctld "$run/slurmctld.pid")" ]]; then
+    # %i is "ID" or "LEADER+OFFSET" for het-job components: cancel leaders (= whole het job).
+    mapfile -t jobs < <(SLURM_CONF="$conf" timeout 2 squeue -h -o %i 2>/dev/null | sed 's/+.*//' | sort -u || true)
+    if [[ "${#jobs[@]}" -gt 0 ]]; then
+        SLURM_CONF="$conf" timeout 2 scancel "${jobs[@]}" 2>/dev/null || true
     fi
 fi
 
-# 2. slurmctld first (it must go before the bridge does).
-if [[ -n "$ctld_pid" ]]; then
-    hpcp_stop_pids 2 "$ctld_pid"
-fi
+phase "jobs cancelled"
 
-# 3. slurmd's, then everything left inside the node namespaces (slurmstepd ignores SIGTERM).
-slurmd_pids=()
+# 2. slurmctld (it must go before the bridge does) and the slurmd's: SIGTERM to all of them at once,
+#    up to 2 s for slurmctld to save its state, then whatever is left inside the node namespaces
+#    gets SIGKILL (slurmstepd ignores SIGTERM).
+pidfiles=()
 for node in "${HPCP_NODES[@]}"; do
-    if pid="$(hpcp_pid_from_file "$run/slurmd-$node.pid" slurmd)"; then
-        slurmd_pids+=("$pid")
-    fi
+    pidfiles+=("$run/slurmd-$node.pid")
 done
+mapfile -t slurmd_pids < <(daemon_pids slurmd "${pidfiles[@]}")
 if [[ "${#slurmd_pids[@]}" -gt 0 ]]; then
-    hpcp_stop_pids 1 "${slurmd_pids[@]}"
+    kill -TERM "${slurmd_pids[@]}" 2>/dev/null || true
 fi
-ns_pids=()
+stop_daemon 2000 slurmctld "$run/slurmctld.pid"
+phase "slurmctld stopped"
+
+if [[ "${#slurmd_pids[@]}" -gt 0 ]]; then
+    hpcp_stop_pids "$((200 * grace))" "${slurmd_pids[@]}"
+fi
+phase "slurmds stopped"
+
+leftovers=()
 for node in "${HPCP_NODES[@]}"; do
-    while read -r pid; do
-        [[ -n "$pid" ]] && ns_pids+=("$pid")
-    done < <(hpcp_pids_in_netns "$(hpcp_netns "$node")")
+    mapfile -t -O "${#leftovers[@]}" leftovers < <(hpcp_pids_in_netns "$(hpcp_netns "$node")")
 done
-if [[ "${#ns_pids[@]}" -gt 0 ]]; then
-    kill -KILL "${ns_pids[@]}" 2>/dev/null || true
-    hpcp_stop_pids 1 "${ns_pids[@]}"
+mapfile -t -O "${#leftovers[@]}" leftovers < <(hpcp_owned_pids slurmstepd)
+if [[ "${#leftovers[@]}" -gt 0 ]]; then
+    kill -KILL "${leftovers[@]}" 2>/dev/null || true
+    hpcp_stop_pids 0 "${leftovers[@]}"
 fi
+phase "node processes killed"
 
-# 4. slurmdbd and our MariaDB (only the one whose pid file lives in the state dir).
-dbd_pids=()
-if pid="$(hpcp_pid_from_file "$run/slurmdbd.pid" slurmdbd)"; then
-    dbd_pids+=("$pid")
-fi
-if [[ "${#dbd_pids[@]}" -gt 0 ]]; then
-    hpcp_stop_pids 2 "${dbd_pids[@]}"
-fi
-if pid="$(hpcp_pid_from_file "$run/mariadb.pid" mariadbd)"; then
-    hpcp_stop_pids 3 "$pid"
-fi
+# 3. slurmdbd, then our MariaDB (never a system one: pid file in the state dir / owner mark).
+stop_daemon 1500 slurmdbd "$run/slurmdbd.pid"
+phase "slurmdbd stopped"
+stop_daemon 2500 mariadbd "$run/mariadb.pid"
 
-# 5. munged, only when up.sh started it.
-if [[ -r "$run/munged.ours" ]]; then
-    if pid="$(hpcp_pid_from_file "$run/munged.ours" munged)"; then
-        hpcp_stop_pids 2 "$pid"
-    fi
-    rm -f "$run/munged.ours"
-fi
+phase "mariadb stopped"
 
-# 6. Network: namespaces, veths, bridge, the guard route.
-for i in "${!HPCP_NODES[@]}"; do
-    ns="$(hpcp_netns "${HPCP_NODES[$i]}")"
-    veth="$(hpcp_veth "$i")"
-    if ip link show "$veth" >/dev/null 2>&1; then
-        ip link del "$veth" 2>/dev/null || true
-    fi
-    if [[ -e "/run/netns/$ns" ]]; then
-        ip netns del "$ns" 2>/dev/null || true
-    fi
-done
-if ip link show "$HPCP_BRIDGE" >/dev/null 2>&1; then
-    ip link del "$HPCP_BRIDGE" 2>/dev/null || true
-fi
+# 4. munged, only when up.sh started it.
+stop_daemon 1000 munged "$run/munged.ours"
+rm -f "$run/munged.ours"
+
+phase "munged handled"
+
+# 5. Network: veths (removing one end removes its peer), namespaces, bridge, the guard route.
+{
+    for i in "${!HPCP_NODES[@]}"; do
+        veth="$(hpcp_veth "$i")"
+        ns="$(hpcp_netns "${HPCP_NODES[$i]}")"
+        if [[ -e "/sys/class/net/$veth" ]]; then echo "link del $veth"; fi
+        if [[ -e "/run/netns/$ns" ]]; then echo "netns del $ns"; fi
+    done
+    if [[ -e "/sys/class/net/$HPCP_BRIDGE" ]]; then echo "link del $HPCP_BRIDGE"; fi
+} | ip -force -batch - 2>/dev/null || true
 while ip route del unreachable "$HPCP_SUBNET" 2>/dev/null; do :; done
 
-# 7. /etc/hosts lines we added (rewritten in place: /etc/hosts may be a bind mount).
+phase "network removed"
+# Empty cgroup v1 directories the slurmd's created (slurm_<node>/...); rmdir only removes empty ones.
+for node in "${HPCP_NODES[@]}"; do
+    for cg in /sys/fs/cgroup/*/"slurm_$node"; do
+        [[ -d "$cg" ]] || continue
+        find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    done
+done
+phase "cgroups removed"
+
+# 6. /etc/hosts lines we added (rewritten in place: /etc/hosts may be a bind mount).
 if grep -qF "$HPCP_HOSTS_MARK" /etc/hosts 2>/dev/null; then
     filtered="$(grep -vF "$HPCP_HOSTS_MARK" /etc/hosts || true)"
     printf '%s\n' "$filtered" >/etc/hosts
 fi
 
-rm -f "$run"/*.pid "$HPCP_DIR/up" 2>/dev/null || true
+rm -f "$HPCP_DIR/up"
 echo "slurm cluster down in $(hpcp_elapsed "$start")s"

@@ -12,7 +12,7 @@ fi
 packages=(
     slurmctld slurmd slurm-client slurmdbd munge
     mariadb-server libpmix-dev
-    iproute2 procps util-linux psmisc python3
+    iproute2 procps util-linux
 )
 
 missing=()

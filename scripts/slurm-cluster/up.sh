@@ -19,6 +19,7 @@ usage() {
     exit 2
 }
 
+args=("$@")
 constrain_devices=no
 while [[ "$#" -gt 0 ]]; do
     case "$1" in
@@ -40,8 +41,9 @@ case "$constrain_devices" in
     *) usage ;;
 esac
 
-hpcp_require_root
+hpcp_require_root "boot"
 hpcp_check_dir
+hpcp_serialize "${args[@]}"
 for tool in slurmctld slurmd slurmdbd srun sbatch sacct munged mariadbd mariadb-install-db ip nsenter unshare; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "missing $tool: run scripts/slurm-cluster/install.sh first" >&2
@@ -58,21 +60,39 @@ logs="$DIR/log"
 export SLURM_CONF="$etc/slurm.conf"
 # slurmdbd's MariaDB client library takes the socket path from here (slurmdbd.conf has no socket key).
 export MYSQL_UNIX_PORT="$run/mysqld.sock"
+# Owner mark inherited by every daemon started below: down.sh stops exactly these processes.
+export HPCPLACE_SLURM_OWNER="$HPCP_DIR"
 
 dump_logs() {
     local f
-    for f in "$logs"/mariadb.err "$logs"/slurmdbd.log "$logs"/slurmctld.log "$logs"/slurmd-*.log "$logs"/*.out; do
+    for f in "$logs"/mariadb.err "$logs"/slurmdbd.log "$logs"/slurmctld.log "$logs"/slurmd-*.log "$logs"/slurm*.out "$logs"/health-*.out; do
         [[ -s "$f" ]] || continue
         echo "----- tail $f" >&2
-        tail -n 25 "$f" >&2
+        case "$f" in
+            */slurmd-*) tail -n 8 "$f" >&2 ;;
+            *) tail -n 25 "$f" >&2 ;;
+        esac
     done
 }
 
+mariadb_job=""
 fail() {
+    trap - ERR
     echo "slurm cluster boot FAILED: $*" >&2
     dump_logs
+    # Leave nothing half-started behind (logs and config stay in the state dir).
+    if [[ -n "$mariadb_job" ]]; then
+        kill "$mariadb_job" 2>/dev/null || true
+        wait "$mariadb_job" 2>/dev/null || true
+    fi
+    "$here/down.sh" >/dev/null 2>&1 || true
+    echo "(cluster torn down; logs in $logs)" >&2
     exit 1
 }
+
+# Any unexpected failing command (set -e), in functions too (-E), ends in fail: log tails + teardown.
+set -E
+trap 'fail "unexpected error (exit $?) at line $LINENO: $BASH_COMMAND"' ERR
 
 wait_for() { # SECONDS DESCRIPTION COMMAND...
     local secs="$1" what="$2" deadline
@@ -86,12 +106,20 @@ wait_for() { # SECONDS DESCRIPTION COMMAND...
     done
 }
 
+# HPCPLACE_SLURM_TRACE=1: print the time of each boot phase to stderr.
+phase() {
+    if [[ "${HPCPLACE_SLURM_TRACE:-0}" == 1 ]]; then
+        echo "[up.sh +$(hpcp_elapsed "$start")s] $*" >&2
+    fi
+}
+
 tcp_open() { # HOST PORT
     (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
 }
 
 # ---------------------------------------------------------------- teardown + fresh state
-"$here/down.sh" >/dev/null
+"$here/down.sh" --fast >/dev/null
+phase "teardown done"
 for sub in etc spool log run dev mysql; do
     rm -rf "${DIR:?}/$sub"
 done
@@ -103,15 +131,25 @@ for node in "${HPCP_NODES[@]}"; do
 done
 
 # ---------------------------------------------------------------- MariaDB (in the background)
+# A throw-away test database: small redo log, no fsync; lock wait / buffer pool as slurmdbd recommends.
+mariadb_opts=(
+    --innodb-log-file-size=64M --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0
+    --innodb-buffer-pool-size=512M --innodb-lock-wait-timeout=900
+)
 start_mariadb() {
+    trap - ERR # runs in the background: report through the exit status only
     chown mysql:mysql "$DIR/mysql" "$run" "$logs"
+    if ! runuser -u mysql -- test -w "$DIR/mysql"; then
+        echo "user mysql cannot write $DIR/mysql (is a parent directory closed to others?)" >"$logs/mariadb.err"
+        return 1
+    fi
     mariadb-install-db --no-defaults --user=mysql --datadir="$DIR/mysql" \
-        --auth-root-authentication-method=socket --skip-test-db \
+        --auth-root-authentication-method=socket --skip-test-db "${mariadb_opts[@]}" \
         </dev/null >"$logs/mariadb-install.out" 2>&1 || return 1
     setsid mariadbd --no-defaults --user=mysql --skip-networking \
         --datadir="$DIR/mysql" --socket="$run/mysqld.sock" --pid-file="$run/mariadb.pid" \
         --log-error="$logs/mariadb.err" \
-        --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 --innodb-buffer-pool-size=64M \
+        "${mariadb_opts[@]}" \
         </dev/null >/dev/null 2>&1 &
     local i
     for i in $(seq 300); do
@@ -122,6 +160,7 @@ start_mariadb() {
 }
 start_mariadb &
 mariadb_job=$!
+phase "mariadb started in background"
 
 # ---------------------------------------------------------------- munge
 if [[ ! -s /etc/munge/munge.key ]]; then
@@ -140,6 +179,8 @@ if ! munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
     wait_for 5 "munged" sh -c 'munge -n </dev/null | unmunge'
     cp /run/munge/munged.pid "$run/munged.ours" 2>/dev/null || true
 fi
+
+phase "munge ok"
 
 # ---------------------------------------------------------------- network: bridge + one netns per node
 ip link add "$HPCP_BRIDGE" type bridge
@@ -165,6 +206,8 @@ done
         printf '%s\t%s\t%s\n' "$(hpcp_node_ip "$i")" "${HPCP_NODES[$i]}" "$HPCP_HOSTS_MARK"
     done
 } >>/etc/hosts
+
+phase "network ok"
 
 # ---------------------------------------------------------------- fake GPUs (character devices, major 195)
 make_gpus() { # NODE COUNT
@@ -220,7 +263,7 @@ Waittime=0
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30
 AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=$ctl_host
+AccountingStorageHost=localhost
 AccountingStoragePort=6819
 AccountingStorageTRES=gres/gpu,gres/robot
 JobCompType=jobcomp/none
@@ -272,23 +315,32 @@ EOF
 )
 chmod 0600 "$etc/slurmdbd.conf"
 
+phase "config written"
+
 # ---------------------------------------------------------------- daemons
-wait "$mariadb_job" || fail "MariaDB did not start"
-
-slurmdbd </dev/null >"$logs/slurmdbd.out" 2>&1 || fail "slurmdbd did not start"
-wait_for 20 "slurmdbd on port 6819" tcp_open 127.0.0.1 6819
-
-slurmctld </dev/null >"$logs/slurmctld.out" 2>&1 || fail "slurmctld did not start"
-wait_for 20 "slurmctld on port 6817" tcp_open "$HPCP_HOST_IP" 6817
-
+# slurmd's need neither the database nor slurmctld to start: they register once slurmctld pings them.
 for node in "${HPCP_NODES[@]}"; do
     ns="$(hpcp_netns "$node")"
     # NOT `ip netns exec`: it remounts /sys and hides the cgroup hierarchy from slurmd.
+    # shellcheck disable=SC2016  # $1 is expanded by the inner sh
     nsenter --net="/run/netns/$ns" unshare --uts \
         sh -c 'hostname "$1" && exec slurmd -N "$1"' sh "$node" \
         </dev/null >"$logs/slurmd-$node.out" 2>&1 ||
         fail "slurmd $node did not start"
 done
+
+phase "slurmds started"
+
+wait "$mariadb_job" || fail "MariaDB did not start (see also $logs/mariadb-install.out)"
+phase "mariadb up"
+
+slurmdbd </dev/null >"$logs/slurmdbd.out" 2>&1 || fail "slurmdbd did not start"
+wait_for 20 "slurmdbd on port 6819" tcp_open 127.0.0.1 6819
+phase "slurmdbd up"
+
+slurmctld </dev/null >"$logs/slurmctld.out" 2>&1 || fail "slurmctld did not start"
+wait_for 20 "slurmctld to answer" scontrol ping
+phase "slurmctld up"
 
 # ---------------------------------------------------------------- health check
 nodes_ready() {
@@ -299,11 +351,30 @@ nodes_ready() {
     ! grep -qv -E ' idle$' <<<"$states"
 }
 wait_for 20 "all nodes to register idle" nodes_ready
+phase "nodes idle"
 
+# The cluster row in the accounting DB (slurmctld registers it itself on first contact).
+if ! sacctmgr -n -P show cluster format=cluster 2>/dev/null | grep -qx "$HPCP_CLUSTER"; then
+    sacctmgr -i add cluster "$HPCP_CLUSTER" >"$logs/sacctmgr.out" 2>&1 ||
+        fail "cluster $HPCP_CLUSTER not in the accounting database and sacctmgr could not add it"
+fi
+
+# A real job step per partition (sinfo alone can show saved states), retried for up to 20 s.
+health_one() { # PARTITION
+    trap - ERR # runs in the background: report through the exit status only
+    local deadline=$(($(date +%s%N) + 20 * 1000000000))
+    while :; do
+        if timeout 20 srun -p "$1" -N1 -t 1 -J "health-$1" true </dev/null >"$logs/health-$1.out" 2>&1; then
+            return 0
+        fi
+        [[ "$(date +%s%N)" -lt "$deadline" ]] || return 1
+        sleep 0.5
+    done
+}
 partitions=(a800 rtx4090 cpu robot)
 check_pids=()
 for p in "${partitions[@]}"; do
-    timeout 20 srun -p "$p" -N1 -t 1 -J "health-$p" true </dev/null >"$logs/health-$p.out" 2>&1 &
+    health_one "$p" &
     check_pids+=("$!")
 done
 bad=()
@@ -315,6 +386,8 @@ done
 if [[ "${#bad[@]}" -gt 0 ]]; then
     fail "srun health check failed on partition(s): ${bad[*]}"
 fi
+
+phase "health check ok"
 
 # ---------------------------------------------------------------- handles for the tests
 cat >"$DIR/env.sh" <<EOF
