@@ -13,6 +13,8 @@ from hpcplace.errors import HpcplaceError
 # Modules that define `register(subparsers)`; each sets `func(args) -> int` on its parser.
 COMMAND_MODULES = (
     "hpcplace.commands.plan_cmd",
+    "hpcplace.commands.run_cmd",
+    "hpcplace.commands.slurm_cmds",
 )
 
 

@@ -63,11 +63,15 @@ def parse_group_labels(value: str | Sequence[str] | None) -> tuple[str, ...] | N
     return labels or None
 
 
-def resource_space(cluster: Cluster, labels: Sequence[str] | None) -> ResourceSpace:
-    """Build the resource space for a node_group selection (see README for the rules)."""
+def resource_space(cluster: Cluster, labels: Sequence[str] | None, *, count_nodes: bool = False) -> ResourceSpace:
+    """Build the resource space for a node_group selection (see README for the rules).
+
+    No selection means every node group, counting GPUs only (RLinf's default group counts
+    accelerators; robot arms and CPU nodes are addressed through their own group labels).
+    `count_nodes` forces node ranks in listed order (the Node strategy)."""
     if labels is None:
         groups = list(cluster.node_groups)
-        kind: ResourceKind = "gpu" if cluster.num_gpus else "node"
+        kind: ResourceKind = "gpu" if cluster.num_gpus and not count_nodes else "node"
         canonical: tuple[str, ...] = ()
     elif len(labels) == 1 and labels[0].lower() == RESERVED_NODE_LABEL:
         groups = list(cluster.node_groups)
@@ -87,18 +91,22 @@ def resource_space(cluster: Cluster, labels: Sequence[str] | None) -> ResourceSp
                 raise PlanError(f"node group {label!r} is listed twice", hint="list each node group once")
             groups.append(group)
         kinds = {g.resource_kind for g in groups}
-        kind = "node" if "node" in kinds else ("hardware" if "hardware" in kinds else "gpu")
+        kind = "node" if "node" in kinds or count_nodes else ("hardware" if "hardware" in kinds else "gpu")
         canonical = tuple(g.label for g in groups)
     node_of: list[int] = []
     local_of: list[int] = []
     type_of: list[str] = []
     kind_of: list[ResourceKind] = []
+    rkind: ResourceKind
     for group in groups:
         gi = cluster.node_groups.index(group)
         first = cluster.first_node_rank(gi)
-        per_node = (1,) * group.num_nodes if kind == "node" else group.resources_per_node()
-        rtype = "node" if kind == "node" else group.resource_type
-        rkind: ResourceKind = "node" if kind == "node" else group.resource_kind
+        if kind == "node":
+            per_node, rtype, rkind = (1,) * group.num_nodes, "node", "node"
+        elif labels is None:
+            per_node, rtype, rkind = group.gpus_per_node, group.gpu_type or "gpu", "gpu"
+        else:
+            per_node, rtype, rkind = group.resources_per_node(), group.resource_type, group.resource_kind
         for i, count in enumerate(per_node):
             node_of.extend([first + i] * count)
             local_of.extend(range(count))

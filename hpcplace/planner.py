@@ -145,9 +145,9 @@ def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tup
         if inference:
             raise PlanError("collocated actor/rollout cannot have a separate inference component",
                             location=inference.entry.location, hint="remove inference or give it its own GPUs")
-        if atp > rtp and atp % rtp:
-            raise PlanError(f"actor tensor_parallel_size {atp} must be divisible by rollout's {rtp}",
-                            location=rollout.entry.location)
+        if atp % rtp and rtp % atp:
+            raise PlanError(f"actor tensor_parallel_size {atp} and rollout's {rtp}: one must divide the other",
+                            location=rollout.entry.location, hint="weight sync splits or merges whole tensor shards")
         stride = atp // rtp if atp > rtp else 1
         rollout_lists = _packed(a_gpus[0], a_gpus[-1], rtp, stride, "rollout", rollout)
     elif a_set.isdisjoint(r_set) and a_set.isdisjoint(i_set) and r_set.isdisjoint(i_set):

@@ -6,6 +6,7 @@ offending part so the caller can point at file:line:col inside the YAML scalar.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from hpcplace.errors import PlanError
@@ -37,6 +38,8 @@ class RankSyntaxError(PlanError):
         self.offset = offset
 
 
+MAX_PROCESSES = 1 << 22  # 4,194,304 processes per placement: far beyond any cluster, far below exhausting memory
+_DIGITS = re.compile(r"^[0-9]+$")
 _SYNTAX_HINT = "write `a`, `a-b` or `all` for resources, optionally `:c-d` for processes, e.g. `0-3:0-7,4-7`"
 
 
@@ -52,7 +55,7 @@ def parse_range(text: str, *, total: int | None, offset: int, what: str) -> tupl
             raise RankSyntaxError(f"{what} 'all' selects nothing: there are no resources here", offset=lead)
         return 0, total - 1
     pieces = token.split("-")
-    if len(pieces) not in (1, 2) or not all(p.strip().isdigit() for p in pieces):
+    if len(pieces) not in (1, 2) or not all(_DIGITS.match(p.strip()) for p in pieces):
         raise RankSyntaxError(f"invalid {what} {token!r}", offset=lead, hint=_SYNTAX_HINT)
     start = int(pieces[0])
     end = int(pieces[-1])
@@ -60,8 +63,9 @@ def parse_range(text: str, *, total: int | None, offset: int, what: str) -> tupl
         raise RankSyntaxError(f"{what} {token!r}: start {start} is greater than end {end}", offset=lead,
                               hint=f"write it ascending: `{end}-{start}`")
     if total is not None and end >= total:
+        available = f"only {total} resources (0-{total - 1})" if total else "no resources"
         raise RankSyntaxError(
-            f"{what} {token!r} is out of range: only {total} resources (0-{total - 1}) here",
+            f"{what} {token!r} is out of range: {available} here",
             offset=lead, hint="count resources from 0 within the selected node group(s)")
     return start, end
 
@@ -99,6 +103,9 @@ def parse_rank_map(text: str, total_resources: int, *, resource_name: str = "res
         else:
             proc_start = next_process
             proc_end = next_process + (res_end - res_start)
+        if proc_end >= MAX_PROCESSES:
+            raise RankSyntaxError(f"placement asks for {proc_end + 1} processes; at most {MAX_PROCESSES} are supported",
+                                  offset=part_offset, hint="check the process ranks for a typo")
         part = RankMapPart(res_start, res_end, proc_start, proc_end)
         n_res, n_proc = part.num_resources, part.num_processes
         if n_res % n_proc and n_proc % n_res:

@@ -159,7 +159,9 @@ def placement_entries(view: View) -> tuple[PlacementEntry, ...]:
         if isinstance(target.value, bool) or not isinstance(target.value, (str, int)):
             raise target.error(f"placement must be a string like `0-7` or an integer, got {target.value!r}",
                                hint="quote placements that YAML would read as something else")
-        text = str(target.value)
+        # Unquoted YAML 1.1 numbers like `1:0` (= 60), `010` or `0x10` must mean what was written.
+        raw = target.raw_text() if isinstance(target.value, int) else None
+        text = raw if raw is not None else str(target.value)
         loc = target.location()
         mark = target.doc.marks.get(target.path)
         shift = None

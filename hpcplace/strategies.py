@@ -91,15 +91,7 @@ Strategy = Flexible | Packed | Node
 
 def _placements(strategy: Strategy, cluster: Cluster, isolate: bool, labels: tuple[str, ...] | None,
                 force_nodes: bool = False) -> list[Placement]:
-    space = resource_space(cluster, labels)
-    if force_nodes and space.kind != "node":
-        space = _as_node_space(cluster, space)
+    space = resource_space(cluster, labels, count_nodes=force_nodes)
     return list(place(cluster, space, strategy.resource_lists(space), isolate_accelerator=isolate,
                       what=type(strategy).__name__))
 
-
-def _as_node_space(cluster: Cluster, space: ResourceSpace) -> ResourceSpace:
-    """Node ranks of the selected groups (Node strategy on GPU groups)."""
-    nodes = sorted(set(space.node_of))
-    n = len(nodes)
-    return ResourceSpace(space.labels, "node", tuple(nodes), (0,) * n, ("node",) * n, ("node",) * n)

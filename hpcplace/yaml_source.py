@@ -23,6 +23,7 @@ class ScalarMark:
     line: int  # 1-based
     column: int  # 1-based
     style: str | None  # None = plain, "'" or '"' quoted, "|"/">" block
+    raw: str | None = None  # the text as written, for plain scalars (YAML 1.1 reads `1:0` as 60)
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,8 @@ class YamlDocument:
     data: Any
     marks: dict[PathKey, ScalarMark]
 
-    def location(self, path: PathKey, offset: int = 0) -> SourceLocation:
-        """Location of `path` (or its closest ancestor); `offset` moves within a one-line scalar."""
+    def location(self, path: PathKey, offset: int | None = None) -> SourceLocation:
+        """Location of `path` (or its closest ancestor); `offset` points inside a one-line scalar."""
         key = tuple(path)
         while key not in self.marks and key:
             key = key[:-1]
@@ -42,7 +43,7 @@ class YamlDocument:
         if mark is None:
             return SourceLocation(self.path, 1, 1)
         shift = 0
-        if offset and mark.style in (None, "'", '"'):
+        if offset is not None and mark.style in (None, "'", '"'):
             shift = offset + (1 if mark.style else 0)
         return SourceLocation(self.path, mark.line, mark.column + shift)
 
@@ -80,9 +81,13 @@ def load_yaml_file(path: str | Path) -> YamlDocument:
     return load_yaml_text(text, str(p))
 
 
+KEY = "<key>"  # marks[path + (KEY,)] is where the key of `path` stands
+
+
 def _mark(node: yaml.Node) -> ScalarMark:
     style = getattr(node, "style", None) if isinstance(node, yaml.ScalarNode) else None
-    return ScalarMark(node.start_mark.line + 1, node.start_mark.column + 1, style or None)
+    raw = node.value if isinstance(node, yaml.ScalarNode) and not style else None
+    return ScalarMark(node.start_mark.line + 1, node.start_mark.column + 1, style or None, raw)
 
 
 def _convert(node: yaml.Node, path: PathKey, marks: dict[PathKey, ScalarMark],
@@ -92,7 +97,7 @@ def _convert(node: yaml.Node, path: PathKey, marks: dict[PathKey, ScalarMark],
         constructor.flatten_mapping(node)
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = _convert(key_node, path + ("<key>",), {}, constructor, file)
+            key = _convert(key_node, path + (KEY,), {}, constructor, file)
             if isinstance(key, (list, dict)):
                 m = _mark(key_node)
                 raise SpecError("a mapping key must be a scalar", location=SourceLocation(file, m.line, m.column))
@@ -100,6 +105,7 @@ def _convert(node: yaml.Node, path: PathKey, marks: dict[PathKey, ScalarMark],
                 m = _mark(key_node)
                 raise SpecError(f"duplicate key {key!r}", location=SourceLocation(file, m.line, m.column),
                                 hint="each key may appear once in a mapping; merge the two entries")
+            marks[path + (key, KEY)] = _mark(key_node)
             out[key] = _convert(value_node, path + (key,), marks, constructor, file)
         return out
     if isinstance(node, yaml.SequenceNode):
@@ -202,15 +208,23 @@ class View:
     def dotted(self) -> str:
         return ".".join(str(p) for p in self.path)
 
-    def location(self, offset: int = 0) -> SourceLocation:
+    def location(self, offset: int | None = None) -> SourceLocation:
         return self.doc.location(self.path, offset)
 
-    def error(self, message: str, *, hint: str | None = None, offset: int = 0) -> SpecError:
+    def raw_text(self) -> str | None:
+        """The scalar exactly as written when it was unquoted (None for quoted or non-scalars)."""
+        mark = self.doc.marks.get(self.path)
+        return mark.raw if mark is not None else None
+
+    def error(self, message: str, *, hint: str | None = None, offset: int | None = None) -> SpecError:
         where = f"`{self.dotted()}`: " if self.path else ""
         return SpecError(where + message, hint=hint, location=self.location(offset))
 
     def key_error(self, message: str, *, hint: str | None = None) -> SpecError:
-        return SpecError(message, hint=hint, location=self.location())
+        """An error about this value's key (unknown, duplicate...): points at the key itself."""
+        key_path = self.path + (KEY,)
+        loc = self.doc.location(key_path) if key_path in self.doc.marks else self.location()
+        return SpecError(message, hint=hint, location=loc)
 
 
 def _describe(value: Any) -> str:

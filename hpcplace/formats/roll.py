@@ -13,6 +13,7 @@ from hpcplace.formats.common import hpcplace_block, slurm_facts, slurm_job_optio
 from hpcplace.spec import ExperimentSpec, PlacementEntry, build_cluster, check_name
 from hpcplace.yaml_source import View, YamlDocument
 
+MAX_GPUS = 1 << 20
 _TOKEN = re.compile(r"\s*(list|range|\d+|[()\[\],+])")
 _WORKER_KEYS = ("device_mapping", "world_size", "num_gpus_per_worker")
 
@@ -28,8 +29,8 @@ class _Grammar:
                 break
             m = _TOKEN.match(text, self.pos)
             if not m:
-                raise view.error(f"device_mapping: unexpected text {text[self.pos:].strip()[:20]!r}",
-                                 offset=self.pos, hint=_HINT)
+                start = len(text) - len(text[self.pos:].lstrip())
+                raise view.error(f"device_mapping: unexpected text {text[start:][:20]!r}", offset=start, hint=_HINT)
             self.tokens.append((m.group(1), m.start(1)))
             self.pos = m.end()
         self.i = 0
@@ -92,6 +93,8 @@ class _Grammar:
         self.take(")")
         if len(args) > 3 or (len(args) == 3 and args[2] == 0):
             raise self.fail("range takes 1 to 3 arguments and a non-zero step")
+        if len(range(*args)) > MAX_GPUS:
+            raise self.fail(f"range of {len(range(*args))} GPUs; at most {MAX_GPUS} are supported")
         return list(range(*args))
 
 

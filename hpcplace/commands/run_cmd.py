@@ -1,0 +1,38 @@
+"""`hpcplace run CONFIG --local`: run the whole plan on this machine (the local backend)."""
+
+from __future__ import annotations
+
+import argparse
+
+from hpcplace.commands.plan_cmd import add_config_arguments
+from hpcplace.errors import HpcplaceError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "run", help="run every process of the plan (--local: on this machine, without Slurm)",
+        description="Run the plan on this machine: every process with exactly the environment the in-job "
+                    "shim gives it on the cluster; output prefixed [component rank]; the first failure or "
+                    "Ctrl-C stops everything.")
+    add_config_arguments(parser)
+    parser.add_argument("--local", action="store_true", help="run on this machine without Slurm (required for now)")
+    parser.add_argument("--run-dir", metavar="DIR", help="where plan.json and its index go "
+                                                          "(default: runs/<name>-local-<timestamp>-<pid>)")
+    parser.add_argument("--component", dest="components", action="append", default=[], metavar="NAME",
+                        help="run only this component (repeatable); ranks and world sizes stay as planned")
+    parser.add_argument("--dry-run", action="store_true", help="print each process's command and environment")
+    parser.add_argument("--grace", type=float, default=5.0, metavar="SECONDS",
+                        help="time between SIGTERM and SIGKILL when stopping (default 5)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.local:
+        raise HpcplaceError("`hpcplace run` needs --local (the Slurm path is `hpcplace submit`)",
+                            hint="try the experiment here first: hpcplace run CONFIG --local")
+    from hpcplace.local_backend import run_plan_locally
+    from hpcplace.planner import plan_from_file
+
+    plan = plan_from_file(args.config, format=args.format, overrides=args.overrides)
+    return run_plan_locally(plan, run_dir=args.run_dir, components=args.components, dry_run=args.dry_run,
+                            grace_s=args.grace)

@@ -1,0 +1,315 @@
+"""The local backend: run every process of a plan on this machine, without Slurm.
+
+Every planned node is this host. Each process gets exactly the environment the in-job shim would
+compute: the same runtime functions run on a synthetic Slurm snapshot (het group, node and local
+rank given by the plan; node names = 127.0.0.1, so MASTER_ADDR is loopback). GPUs come from the
+shell's CUDA_VISIBLE_DEVICES if set, else NVML; planned GPU i of any node maps to local GPU
+i mod n (oversubscribed when the plan needs more); with no GPU the planned ids are exported as
+virtual devices. Output lines are prefixed `[component rank]`. The first failure (or Ctrl-C /
+SIGTERM) stops everything: SIGTERM to every process group, SIGKILL after a grace period; the exit
+code is the first failing process's (128+N for a signal N; 130 for Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from hpcplace.errors import HpcplaceError
+from hpcplace.plan import Plan, plan_to_json
+from hpcplace.runtime.devices import parse_device_list, query_nvml
+from hpcplace.runtime.errors import ShimError
+from hpcplace.runtime.plan_index import write_index
+from hpcplace.runtime.ranks import compute_process_env, environment_changes, merge_environment, plan_environment
+from hpcplace.runtime.shm_dir import ShmDirError, open_private_dir
+from hpcplace.runtime.slurm_env import node_name_at, synthetic_snapshot
+
+LOCAL_ADDR = "127.0.0.1"
+DEFAULT_GRACE_S = 5.0
+
+
+class LocalRunError(HpcplaceError):
+    """The plan cannot be run on this machine as asked."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class LocalProcess:
+    """One process to start: its command, full environment, and what hpcplace set (for --dry-run)."""
+
+    component: str
+    rank: int
+    command: tuple[str, ...]
+    env: dict[str, str] = field(repr=False)
+    changes: dict[str, str | None]
+    device_note: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.component} {self.rank}"
+
+
+def local_gpus(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """This machine's GPUs: the shell's CUDA_VISIBLE_DEVICES when set, else NVML, else none."""
+    given = parse_device_list(environ.get("CUDA_VISIBLE_DEVICES"))
+    if given is not None:
+        return given
+    devices, _ = query_nvml()
+    return tuple(str(i) for i in range(len(devices))) if devices else ()
+
+
+def new_run_id(name: str, now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return f"{name}-local-{stamp}-{os.getpid()}"
+
+
+def prepare(plan_text: str, plan_path: str, run_id: str, *, environ: Mapping[str, str], gpus: tuple[str, ...],
+            components: Sequence[str] = ()) -> list[LocalProcess]:
+    """Compute every process's environment from plan.json text, as the shim would (no side effects)."""
+    doc = json.loads(plan_text)
+    header = {k: v for k, v in doc.items() if k != "components"}
+    names = [c["name"] for c in doc["components"]]
+    unknown = sorted(set(components) - set(names))
+    if unknown:
+        raise LocalRunError(f"unknown component(s) {', '.join(unknown)}", hint=f"components: {', '.join(names)}")
+    nodes_per_group = [g["num_nodes"] for g in header["node_groups"]]
+    out = []
+    for ci, comp in enumerate(doc["components"]):
+        if components and comp["name"] not in components:
+            continue
+        if not comp["command"]:
+            raise LocalRunError(f"component {comp['name']!r} has no command",
+                                hint="give it `command:` in the config's components section")
+        comp_header = {k: v for k, v in comp.items() if k != "processes"}
+        rank0 = comp["processes"][0]
+        for process in comp["processes"]:
+            snapshot = synthetic_snapshot(
+                job_id=run_id, nodes_per_group=nodes_per_group, het_group=process["het_group"],
+                group_node_index=process["group_node_index"], local_id=process["local_rank"],
+                procid=process["rank"], node_name=LOCAL_ADDR, cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"))
+            try:
+                master_addr = node_name_at(snapshot, rank0["het_group"], rank0["group_node_index"])
+                info, choice = compute_process_env(
+                    plan=header, component=comp_header, component_index=ci, process=process, snapshot=snapshot,
+                    plan_path=plan_path, master_addr=master_addr, local_gpus=gpus)
+                changes = environment_changes(info, plan_environment(header, comp_header, process))
+                env = merge_environment(environ, changes)
+            except ShimError as exc:
+                raise LocalRunError(exc.message, hint=exc.hint) from None
+            out.append(LocalProcess(comp["name"], process["rank"], tuple(comp["command"]), env, changes, choice.note))
+    return out
+
+
+def dry_run_text(processes: Sequence[LocalProcess]) -> str:
+    lines = []
+    for proc in processes:
+        lines.append(f"[{proc.label}] {shlex.join(proc.command)}")
+        shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(proc.changes.items()) if v is not None)
+        unset = [k for k, v in sorted(proc.changes.items()) if v is None]
+        lines.append(f"    env: {shown}")
+        if unset:
+            lines.append(f"    unset: {' '.join(unset)}")
+        lines.append(f"    devices: {proc.device_note}")
+    return "\n".join(lines) + "\n"
+
+
+def run_plan_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None, components: Sequence[str] = (),
+                     dry_run: bool = False, grace_s: float = DEFAULT_GRACE_S,
+                     environ: Mapping[str, str] | None = None) -> int:
+    """Render plan.json (+ index) into the run dir, start every process, return the exit code."""
+    environ = dict(os.environ if environ is None else environ)
+    run_id = new_run_id(plan.name)
+    directory = Path(run_dir) if run_dir is not None else Path("runs") / run_id
+    plan_path = directory.resolve() / "plan.json"
+    text = plan_to_json(plan)
+    processes = prepare(text, str(plan_path), run_id, environ=environ, gpus=local_gpus(environ),
+                        components=components)
+    if dry_run:
+        sys.stdout.write(dry_run_text(processes))
+        return 0
+    directory.mkdir(parents=True, exist_ok=True)
+    plan_path.write_text(text, encoding="utf-8")
+    try:
+        write_index(plan_path)
+    except ShimError as exc:
+        raise LocalRunError(exc.message, hint=exc.hint) from None
+    shm = Path(processes[0].env["HPCPLACE_SHM_DIR"]) if processes else None
+    if shm is not None:
+        try:
+            os.close(open_private_dir(str(shm)))  # mode 0700, ours, not a symlink
+        except ShmDirError as exc:
+            raise LocalRunError(exc.message, hint=exc.hint) from None
+    try:
+        print(f"hpcplace: running {len(processes)} process(es) locally; run dir {directory}", file=sys.stderr)
+        return supervise(processes, grace_s=grace_s)
+    finally:
+        if shm is not None:
+            shutil.rmtree(shm, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Supervision: start, prefix output, stop everything on the first failure or a signal
+# ----------------------------------------------------------------------------------------------
+
+class _Stream:
+    """One child pipe: complete lines go to `sink` with the process's prefix."""
+
+    def __init__(self, prefix: bytes, sink: BinaryIO, pgid: int) -> None:
+        self.prefix = prefix
+        self.sink = sink
+        self.pgid = pgid
+        self.partial = b""
+
+    def feed(self, data: bytes) -> None:
+        if not data:  # EOF: a last line without newline still gets printed
+            if self.partial:
+                self.sink.write(self.prefix + self.partial + b"\n")
+                self.sink.flush()
+                self.partial = b""
+            return
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        if lines:
+            self.sink.write(b"".join(self.prefix + line + b"\n" for line in lines))
+            self.sink.flush()
+
+
+def _exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class _Supervisor:
+    """Start processes in their own process groups, relay output, stop all of them together."""
+
+    def __init__(self, grace_s: float, out: BinaryIO, err: BinaryIO) -> None:
+        self.grace_s = grace_s
+        self.out = out
+        self.err = err
+        self.selector = selectors.DefaultSelector()
+        self.running: dict[int, tuple[LocalProcess, subprocess.Popen[bytes]]] = {}
+        self.first_failure: int | None = None
+        self.deadline: float | None = None  # set once stopping began
+        self.killed = False
+
+    def say(self, text: str) -> None:
+        self.err.write(f"hpcplace: {text}\n".encode())
+        self.err.flush()
+
+    def start(self, proc: LocalProcess) -> bool:
+        try:
+            popen = subprocess.Popen(list(proc.command), env=proc.env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            self.say(f"[{proc.label}] cannot start {proc.command[0]!r}: {exc.strerror}")
+            self.first_failure = 127 if isinstance(exc, FileNotFoundError) else 126
+            return False
+        self.running[popen.pid] = (proc, popen)
+        prefix = f"[{proc.label}] ".encode()
+        for pipe, sink in ((popen.stdout, self.out), (popen.stderr, self.err)):
+            assert pipe is not None
+            os.set_blocking(pipe.fileno(), False)
+            self.selector.register(pipe, selectors.EVENT_READ, _Stream(prefix, sink, popen.pid))
+        return True
+
+    def live_groups(self) -> set[int]:
+        """Process groups that may still have members: running leaders, and owners of open pipes."""
+        return set(self.running) | {key.data.pgid for key in self.selector.get_map().values()}
+
+    def signal_all(self, sig: int) -> None:
+        for pgid in self.live_groups():
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def begin_stop(self) -> None:
+        if self.deadline is None:
+            self.signal_all(signal.SIGTERM)
+            self.deadline = time.monotonic() + self.grace_s
+
+    def relay(self) -> None:
+        for key, _ in self.selector.select(timeout=0.05):
+            try:
+                data = os.read(key.fd, 65536)
+            except BlockingIOError:
+                continue
+            key.data.feed(data)
+            if not data:
+                self.close(key)
+
+    def close(self, key: selectors.SelectorKey) -> None:
+        self.selector.unregister(key.fileobj)
+        key.data.feed(b"")
+        key.fileobj.close()  # type: ignore[union-attr]
+
+    def reap(self) -> None:
+        for pid, (proc, popen) in list(self.running.items()):
+            code = popen.poll()
+            if code is None:
+                continue
+            del self.running[pid]
+            if code != 0 and self.first_failure is None and self.deadline is None:
+                self.first_failure = _exit_code(code)
+                self.say(f"[{proc.label}] exited with {self.first_failure}; stopping every process")
+                self.begin_stop()
+
+    def run(self, processes: Sequence[LocalProcess], requested: list[int]) -> int:
+        for proc in processes:
+            if not self.start(proc):
+                self.begin_stop()
+                break
+        while self.running or self.selector.get_map():
+            self.relay()
+            self.reap()
+            if requested and self.deadline is None:
+                self.say(f"{signal.Signals(requested[0]).name}: stopping every process")
+                self.begin_stop()
+            if not self.running and self.deadline is None and self.selector.get_map():
+                self.begin_stop()  # all processes exited; leftover children still hold their pipes
+            now = time.monotonic()
+            if self.deadline is not None and now >= self.deadline:
+                if not self.killed:
+                    self.signal_all(signal.SIGKILL)
+                    self.killed = True
+                    self.deadline = now + 1.0
+                else:  # something outside the groups still holds a pipe: stop listening
+                    for key in list(self.selector.get_map().values()):
+                        self.close(key)
+        if self.first_failure is not None:
+            return self.first_failure
+        return 128 + requested[0] if requested else 0
+
+    def cleanup(self) -> None:
+        if self.running:
+            self.signal_all(signal.SIGKILL)
+            for _, popen in self.running.values():
+                popen.wait()
+        for key in list(self.selector.get_map().values()):
+            self.close(key)
+        self.selector.close()
+
+
+def supervise(processes: Sequence[LocalProcess], *, grace_s: float = DEFAULT_GRACE_S,
+              stdout: BinaryIO | None = None, stderr: BinaryIO | None = None) -> int:
+    """Run all processes to completion; the first failure or SIGINT/SIGTERM stops the rest."""
+    requested: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: requested.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    supervisor = _Supervisor(grace_s, stdout or sys.stdout.buffer, stderr or sys.stderr.buffer)
+    try:
+        return supervisor.run(processes, requested)
+    finally:
+        supervisor.cleanup()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,249 @@
+"""Render a SlurmJob into the reviewable batch script, and a run directory (job.sbatch, plan.json,
+its index, logs/). Output is byte-for-byte deterministic: no clock, no environment, no host facts.
+
+Every interpolated value goes through a filter (`q`, `sbatch`, `comment`, `words`, `var_ref`);
+`finalize` refuses a bare value, so a template (ours or a site's) cannot splice unquoted text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+
+from hpcplace.errors import SlurmError, SpecError
+from hpcplace.plan import Plan, plan_to_json
+from hpcplace.slurm_job import (
+    SlurmJob, Step, all_nodes_srun_args, compress_ranks, lower, segment_srun_args,
+)
+
+TEMPLATE = "job.sbatch.j2"
+BUILTIN_PREFIX = "hpcplace"  # a site template extends "hpcplace/job.sbatch.j2"
+SCRIPT_NAME = "job.sbatch"
+PLAN_NAME = "plan.json"
+DEFAULT_LAUNCHER = ("hpcplace-run",)
+
+
+class _Rendered(str):
+    """Text a filter produced; the only kind of value `finalize` lets into the script."""
+
+
+def shell_quote(value: object) -> _Rendered:
+    """One shell word (`q`)."""
+    return _Rendered(shlex.quote(str(value)))
+
+
+def shell_words(values: Iterable[object]) -> _Rendered:
+    """Several shell words (`words`)."""
+    return _Rendered(" ".join(shlex.quote(str(v)) for v in values))
+
+
+def sbatch_word(value: object) -> _Rendered:
+    """One word of an `#SBATCH` line (`sbatch`). sbatch reads these lines with its own parser: it
+    honours '...' and "..." quoting but drops every backslash and stops at a newline, so values
+    holding either cannot be written there."""
+    text = str(value)
+    if "\n" in text or "\r" in text or "\\" in text:
+        raise SlurmError(f"{text!r} cannot be written in an #SBATCH line (newline or backslash)",
+                         hint="rename the value (a partition, account, path, ...) without \\ or line breaks")
+    return _Rendered(shlex.quote(text))
+
+
+def comment_text(value: object) -> _Rendered:
+    """Text inside a `#` comment (`comment`): control characters are shown escaped."""
+    text = str(value)
+    return _Rendered("".join(c if c.isprintable() else repr(c)[1:-1] for c in text))
+
+
+def var_ref(name: object) -> _Rendered:
+    """`${NAME}` for a shell variable name (`var_ref`)."""
+    text = str(name)
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        raise SlurmError(f"{text!r} is not a shell variable name")
+    return _Rendered("${" + text + "}")
+
+
+def _finalize(value: object) -> object:
+    if isinstance(value, _Rendered):
+        return value
+    raise SlurmError(f"template interpolates {value!r} without a quoting filter",
+                     hint="write {{ value|q }} (shell word), |sbatch, |comment or |words in the template")
+
+
+class _PackageLoader(jinja2.BaseLoader):
+    """The templates shipped in the package `hpcplace.templates` (importlib.resources)."""
+
+    def get_source(self, environment: jinja2.Environment, template: str) -> tuple[str, str | None, None]:
+        res = resources.files("hpcplace.templates").joinpath(template)
+        if not res.is_file():
+            raise jinja2.TemplateNotFound(template)
+        return res.read_text(encoding="utf-8"), None, None
+
+
+def template_environment(template_dir: str | os.PathLike[str] | None = None) -> jinja2.Environment:
+    """Jinja environment: a site's template dir first (if given), then the package templates
+    (also reachable as `hpcplace/<name>` so a site template can extend the built-in one)."""
+    package = _PackageLoader()
+    loaders: list[jinja2.BaseLoader] = []
+    if template_dir is not None:
+        if not Path(template_dir).is_dir():
+            raise SpecError(f"template directory {os.fspath(template_dir)!r} does not exist")
+        loaders.append(jinja2.FileSystemLoader(os.fspath(template_dir)))
+    loaders += [jinja2.PrefixLoader({BUILTIN_PREFIX: package}), package]
+    env = jinja2.Environment(
+        loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined, trim_blocks=True,
+        lstrip_blocks=True, keep_trailing_newline=True, autoescape=False, finalize=_finalize)
+    env.filters.update(q=shell_quote, words=shell_words, sbatch=sbatch_word, comment=comment_text,
+                       var_ref=var_ref)
+    return env
+
+
+# ------------------------------------------------------------------------------------------------
+# what the template sees (pure)
+
+def _gpu_text(gpus: Sequence[str]) -> str:
+    return compress_ranks(int(g) for g in gpus) if gpus else "-"
+
+
+def segment_summary(job: SlurmJob, plan: Plan, seg) -> str:  # type: ignore[no-untyped-def]
+    """`a800 nodes 0-1: 2 tasks/node, GPUs 0-3 | 4-7, ranks 0-3` (node = index in the het component)."""
+    group = plan.cluster.node_groups[seg.het_group]
+    last = seg.relative + seg.num_nodes - 1
+    nodes = f"node {seg.relative}" if last == seg.relative else f"nodes {seg.relative}-{last}"
+    if seg.gpu_bind:
+        gpus = "GPUs " + " | ".join(_gpu_text(g) for g in seg.task_gpus)
+    elif seg.gpus_per_node:
+        gpus = f"all {seg.gpus_per_node} GPUs of the node"
+    else:
+        gpus = "no GPUs"
+    return (f"{group.label} (het {seg.het_group}) {nodes}: {seg.tasks_per_node} task(s)/node, {gpus}; "
+            f"ranks {compress_ranks(seg.ranks)}")
+
+
+def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
+    """The header: node groups -> partitions, components -> nodes/GPUs/ranks."""
+    lines = [f"plan {plan.name!r} from {plan.source} ({plan.source_format}); schema hpcplace.plan/1",
+             f"{plan.num_processes} processes, {len(plan.components)} components, "
+             f"{len(plan.cluster.nodes)} nodes in {len(job.components)} het component(s)", "",
+             "het component <- node group: partition, nodes, GRES"]
+    for comp in job.components:
+        ranks = compress_ranks(range(comp.first_node_rank, comp.first_node_rank + comp.num_nodes))
+        lines.append(f"  {comp.het_group}: {comp.label} -> partition {comp.partition}, {comp.num_nodes} node(s) "
+                     f"(cluster node ranks {ranks}), GRES {comp.gres or 'none'}")
+    lines += ["", "component: ranks -> nodes (index within the het component) and GPUs per local task"]
+    steps_of: dict[str, list[Step]] = {}
+    for step in job.steps:
+        steps_of.setdefault(step.component, []).append(step)
+    for comp in plan.components:
+        extra = f", collocated in {comp.collocation_group}" if comp.collocation_group else ""
+        lines.append(f"  {comp.name}: {comp.world_size} ranks, {comp.cpus_per_process} CPU(s)"
+                     f"{', ' + str(comp.mem_per_process_mb) + ' MB' if comp.mem_per_process_mb else ''}"
+                     f" per process{extra}")
+        for step in steps_of.get(comp.name, []):
+            for seg in step.segments:
+                lines.append("    " + segment_summary(job, plan, seg))
+    if plan.warnings:
+        lines += ["", "warnings:"] + [f"  {w}" for w in plan.warnings]
+    return lines
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One step as the template needs it."""
+
+    component: str
+    title: str
+    comments: tuple[str, ...]
+    description: str
+    ranks: str
+    err_file: str
+    segments: tuple[tuple[str, ...], ...]
+    command: tuple[str, ...]
+
+
+def step_views(plan: Plan, job: SlurmJob) -> list[StepView]:
+    out = []
+    counts: dict[str, int] = {}
+    for step in job.steps:
+        counts[step.component] = counts.get(step.component, 0) + 1
+    for step in job.steps:
+        several = counts[step.component] > 1
+        desc = (f"step {step.index + 1}/{counts[step.component]}, " if several else "") + f"{step.num_tasks} task{'s' if step.num_tasks != 1 else ''}"
+        title = f"component {step.component!r}, {desc}"
+        if several:
+            title += " (one srun cannot hold two layouts of one het component)"
+        if step.collocation_group:
+            title += f"; shares devices ({step.collocation_group}): --overlap, explicit --mem"
+        err = f"logs/{step.name}.srun{step.index}.err" if several else f"logs/{step.name}.srun.err"
+        out.append(StepView(
+            component=step.component, title=title,
+            comments=tuple(segment_summary(job, plan, s) for s in step.segments),
+            description=desc, ranks=compress_ranks(step.ranks), err_file=err,
+            segments=tuple(segment_srun_args(job, step, s) for s in step.segments),
+            command=step.command))
+    return out
+
+
+def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
+                  launcher: Sequence[str] = DEFAULT_LAUNCHER,
+                  template_dir: str | os.PathLike[str] | None = None) -> str:
+    """The batch script text for `plan`, to live in (and run from) the absolute `run_dir`."""
+    if not os.path.isabs(run_dir):
+        raise SpecError(f"run directory {run_dir!r} must be an absolute path")
+    if not launcher:
+        raise SpecError("the launcher command is empty", hint="default: hpcplace-run")
+    job = job or lower(plan)
+    env = template_environment(template_dir)
+    node_lists = [(c.het_group, f"SLURM_JOB_NODELIST_HET_GROUP_{c.het_group}" if job.is_het
+                   else "SLURM_JOB_NODELIST") for c in job.components]
+    try:
+        return env.get_template(TEMPLATE).render(
+            job=job, plan=plan, run_dir=run_dir, plan_file=PLAN_NAME, launcher=tuple(launcher),
+            summary=placement_summary(plan, job), steps=step_views(plan, job),
+            every_node=all_nodes_srun_args(job, "hpcplace-shm"), node_lists=node_lists)
+    except jinja2.TemplateError as exc:
+        raise SpecError(f"template error: {exc}", hint="check the site template directory") from None
+
+
+# ------------------------------------------------------------------------------------------------
+# writing a run directory (the only I/O here)
+
+@dataclass(frozen=True)
+class RenderedRun:
+    run_dir: Path
+    script: Path
+    plan_json: Path
+    script_sha256: str
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def render_run(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[str] = DEFAULT_LAUNCHER,
+               template_dir: str | os.PathLike[str] | None = None) -> RenderedRun:
+    """Write run_dir/job.sbatch, run_dir/plan.json (+ plan.json.idx for the shim) and run_dir/logs/."""
+    root = Path(os.path.abspath(run_dir))
+    script = render_script(plan, str(root), launcher=launcher, template_dir=template_dir)
+    plan_text = plan_to_json(plan)
+    (root / "logs").mkdir(parents=True, exist_ok=True)
+    _write(root / PLAN_NAME, plan_text)
+    from hpcplace.runtime.plan_index import write_index  # lazily: the runtime's own module
+
+    write_index(root / PLAN_NAME)
+    _write(root / SCRIPT_NAME, script, mode=0o755)
+    return RenderedRun(root, root / SCRIPT_NAME, root / PLAN_NAME, sha256_text(script))
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)

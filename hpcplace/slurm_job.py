@@ -1,0 +1,360 @@
+"""Lowering: Plan -> SlurmJob, the heterogeneous job as data (no I/O, no environment, no clock).
+
+Each node group is one het-job component that takes its nodes whole (`--exclusive`, every GPU of
+the node as GRES) so the plan's physical GPU indices are the ones the job holds. Each RL component
+becomes one `srun` step made of colon-separated segments (`srun A : B`), one per het group it uses;
+a segment is a run of consecutive nodes (`--relative`, `--nodes`) with the same per-node layout:
+the same task count and, per local task id, the same GPUs (`--gpu-bind=map_gpu|mask_gpu`). Slurm
+cannot put two segments of one het group in one srun ("Duplicate het groups in single srun not
+supported"), so a component whose nodes differ in layout inside one group gets one more step per
+extra layout. Every step is `--overlap` with explicit `--mem`, so collocated components (and
+components sharing a node) run concurrently. See README "Slurm lowering".
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from hpcplace.cluster import NodeGroup
+from hpcplace.errors import SlurmError, SpecError
+from hpcplace.placement import Placement
+from hpcplace.plan import ComponentPlan, Plan
+
+# Variables the batch step leaks into every step; `srun --export` cannot clear them (lab facts).
+LEAKED_GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURM_JOB_GPUS")
+
+# The `slurm:` keys a config may set (hpcplace.spec.slurm_options).
+JOB_OPTION_KEYS = ("time", "job_name", "mail_user", "mail_type", "exclusive", "output_dir", "extra_sbatch_args")
+
+
+@dataclass(frozen=True)
+class HetComponent:
+    """One het-job component: a node group and the `#SBATCH` options that allocate it."""
+
+    het_group: int
+    label: str
+    partition: str
+    num_nodes: int
+    first_node_rank: int
+    gres: str | None
+    sbatch_args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One colon-separated part of a step: `num_nodes` consecutive nodes of one het group, from
+    node index `relative`, each running `tasks_per_node` tasks bound alike."""
+
+    het_group: int
+    relative: int
+    num_nodes: int
+    tasks_per_node: int
+    cpus_per_task: int
+    mem_mb: int  # per node; 0 = all of the job's memory on the node
+    gpus_per_node: int
+    gpu_type: str | None
+    gpu_bind: str | None
+    task_gpus: tuple[tuple[str, ...], ...]  # per local task id: physical GPUs (for the comment)
+    ranks: tuple[int, ...]  # in task order: node-major, then local rank
+
+    @property
+    def num_tasks(self) -> int:
+        return self.num_nodes * self.tasks_per_node
+
+
+@dataclass(frozen=True)
+class Step:
+    """One `srun` of a component; `index` counts the steps of that component (usually only 0)."""
+
+    component: str
+    index: int
+    name: str  # step name and log-file stem: a slug of the component name
+    segments: tuple[Segment, ...]
+    command: tuple[str, ...]
+    collocation_group: str | None
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """Component ranks in srun task order (SLURM_PROCID): segments in order, node-major."""
+        return tuple(r for seg in self.segments for r in seg.ranks)
+
+    @property
+    def num_tasks(self) -> int:
+        return sum(seg.num_tasks for seg in self.segments)
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """The whole job: components to allocate, steps to run, and batch-only options."""
+
+    name: str
+    job_name: str
+    components: tuple[HetComponent, ...]
+    steps: tuple[Step, ...]
+    batch_args: tuple[str, ...]  # options of the batch (first) component only
+    num_processes: int
+
+    @property
+    def is_het(self) -> bool:
+        return len(self.components) > 1
+
+
+# ------------------------------------------------------------------------------------------------
+# small arithmetic, tested on its own
+
+def slug(text: str, fallback: str = "job") -> str:
+    """A name safe for Slurm names and file names: letters, digits, `.`, `_`, `-`."""
+    out = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._-")[:64]
+    return out or fallback
+
+
+def unique_slugs(names: Sequence[str]) -> tuple[str, ...]:
+    """`slug` of each name, made unique by appending `-<index>` where two would collide."""
+    slugs = [slug(n, "component") for n in names]
+    seen: dict[str, int] = {}
+    for s in slugs:
+        seen[s.lower()] = seen.get(s.lower(), 0) + 1
+    return tuple(s if seen[s.lower()] == 1 else f"{s}-{i}" for i, s in enumerate(slugs))
+
+
+def compress_ranks(ranks: Iterable[int]) -> str:
+    """`[0,1,2,5,7,8]` -> `"0-2,5,7-8"` (order kept; runs of +1 collapse)."""
+    parts: list[str] = []
+    start = prev = None
+    for r in ranks:
+        if start is not None and r == prev + 1:  # type: ignore[operator]
+            prev = r
+            continue
+        if start is not None:
+            parts.append(f"{start}-{prev}" if start != prev else str(start))
+        start = prev = r
+    if start is not None:
+        parts.append(f"{start}-{prev}" if start != prev else str(start))
+    return ",".join(parts)
+
+
+def gpu_mask(gpus: Iterable[str]) -> str:
+    """Physical GPU indices -> Slurm's hex mask (`["0", "1"]` -> `0x3`)."""
+    mask = 0
+    for g in gpus:
+        mask |= 1 << int(g)
+    return f"0x{mask:x}"
+
+
+def gpu_bind(task_gpus: Sequence[Sequence[str]]) -> str:
+    """`--gpu-bind` value binding local task k to exactly task_gpus[k]: `map_gpu` when every task
+    holds one GPU (easier to read), else `mask_gpu`."""
+    if all(len(g) == 1 for g in task_gpus):
+        return "map_gpu:" + ",".join(g[0] for g in task_gpus)
+    return "mask_gpu:" + ",".join(gpu_mask(g) for g in task_gpus)
+
+
+def consecutive_runs(items: Sequence[tuple[int, object]]) -> list[tuple[int, int, object]]:
+    """[(index, key), ...] sorted by index -> [(first index, count, key)] for runs of consecutive
+    indices with equal keys."""
+    runs: list[tuple[int, int, object]] = []
+    for index, key in items:
+        if runs:
+            first, count, last_key = runs[-1]
+            if index == first + count and key == last_key:
+                runs[-1] = (first, count + 1, key)
+                continue
+        runs.append((index, 1, key))
+    return runs
+
+
+def sbatch_time_ok(value: str) -> bool:
+    """Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or UNLIMITED/INFINITE."""
+    if value.upper() in ("UNLIMITED", "INFINITE"):
+        return True
+    return re.fullmatch(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})", value) is not None
+
+
+# ------------------------------------------------------------------------------------------------
+# lowering
+
+def lower(plan: Plan) -> SlurmJob:
+    """Plan -> SlurmJob. Raises SlurmError for what one het component cannot express."""
+    options = dict(plan.slurm)
+    unknown = sorted(set(options) - set(JOB_OPTION_KEYS))
+    if unknown:
+        raise SpecError(f"unknown slurm option(s) {unknown}", hint=f"known: {', '.join(JOB_OPTION_KEYS)}")
+    job_name = slug(options.get("job_name") or plan.name, "hpcplace")
+    exclusive = options.get("exclusive", "true").lower() not in ("false", "no", "0")
+    extra = _extra_args(options.get("extra_sbatch_args", ""))
+    common: list[str] = [f"--job-name={job_name}"]
+    if options.get("time"):
+        if not sbatch_time_ok(options["time"]):
+            raise SpecError(f"slurm.time {options['time']!r} is not a Slurm time limit",
+                            hint="write e.g. 30, 4:00:00 or 2-00:00:00")
+        common.append(f"--time={options['time']}")
+    cluster = plan.cluster
+    node_needs = _node_needs(plan)
+    components = tuple(
+        _het_component(plan, gi, group, common, extra, exclusive, node_needs)
+        for gi, group in enumerate(cluster.node_groups))
+    batch_args = []
+    if options.get("mail_user"):
+        batch_args.append(f"--mail-user={options['mail_user']}")
+    if options.get("mail_type"):
+        batch_args.append(f"--mail-type={options['mail_type']}")
+    names = unique_slugs([c.name for c in plan.components])
+    steps: list[Step] = []
+    for comp, name in zip(plan.components, names):
+        steps.extend(_component_steps(plan, comp, name))
+    return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes)
+
+
+def _extra_args(text: str) -> tuple[str, ...]:
+    args = tuple(shlex.split(text)) if text else ()
+    for a in args:
+        if not a.startswith("--") or "\n" in a:
+            raise SpecError(f"slurm.extra_sbatch_args: {a!r} is not a long sbatch option",
+                            hint="write options as --name=value, e.g. [--reservation=rl]")
+    return args
+
+
+def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:
+    if len(set(values)) > 1:
+        raise SlurmError(
+            f"node group {group.label!r} (partition {group.partition}) has different {what} per node "
+            f"{list(values)}; a het-job component asks every node for the same GRES",
+            hint="split the node group into groups whose nodes have equal counts")
+    return values[0] if values else 0
+
+
+def _node_needs(plan: Plan) -> dict[int, tuple[int, int]]:
+    """Per cluster node rank: (CPUs, memory MB) the plan's processes ask for, all components summed."""
+    needs: dict[int, tuple[int, int]] = {}
+    for comp in plan.components:
+        mem = comp.mem_per_process_mb or 0
+        for p in comp.processes:
+            cpus, mb = needs.get(p.cluster_node_rank, (0, 0))
+            needs[p.cluster_node_rank] = (cpus + comp.cpus_per_process, mb + mem)
+    return needs
+
+
+def _het_component(plan: Plan, gi: int, group: NodeGroup, common: Sequence[str], extra: Sequence[str],
+                   exclusive: bool, needs: dict[int, tuple[int, int]]) -> HetComponent:
+    first = plan.cluster.first_node_rank(gi)
+    gres_parts = []
+    gpus = _uniform(group, group.gpus_per_node, "GPU counts")
+    if gpus:
+        gres_parts.append(f"gpu:{group.gpu_type}:{gpus}" if group.gpu_type else f"gpu:{gpus}")
+    if group.hardware is not None:
+        count = _uniform(group, group.hardware.per_node, f"{group.hardware.type} counts")
+        if count:
+            gres_parts.append(f"{group.hardware.type}:{count}")
+    gres = ",".join(gres_parts) or None
+    args = [*common[:1], f"--partition={group.partition}", f"--nodes={group.num_nodes}"]
+    if exclusive:
+        args.append("--exclusive")
+    else:
+        # Whole-node CPUs are not taken: ask for what the busiest node of the group needs.
+        cpus = group.cpus_per_node or max(
+            [needs.get(first + i, (1, 0))[0] for i in range(group.num_nodes)] + [1])
+        args += ["--ntasks-per-node=1", f"--cpus-per-task={cpus}"]
+    if gres:
+        args.append(f"--gres={gres}")
+    if group.mem_per_node_mb:
+        args.append(f"--mem={group.mem_per_node_mb}M")
+    elif exclusive:
+        args.append("--mem=0")
+    else:
+        mem = max([needs.get(first + i, (0, 0))[1] for i in range(group.num_nodes)] + [0])
+        args.append(f"--mem={mem}M" if mem else "--mem=0")
+    for flag, value in (("constraint", group.constraint), ("account", group.account), ("qos", group.qos)):
+        if value:
+            args.append(f"--{flag}={value}")
+    args += [*common[1:], *extra]
+    return HetComponent(gi, group.label, group.partition, group.num_nodes, first, gres, tuple(args))
+
+
+def _node_layout(procs: Sequence[Placement], node_gpus: int) -> tuple[tuple[tuple[str, ...], ...], str | None]:
+    """Per-node key: GPUs per local task, and the bind (None: every task sees all step GPUs)."""
+    task_gpus = tuple(p.visible_accelerators for p in procs)
+    if not node_gpus or not procs[0].isolate_accelerator:
+        return task_gpus, None
+    return task_gpus, gpu_bind(task_gpus)
+
+
+def _component_steps(plan: Plan, comp: ComponentPlan, name: str) -> list[Step]:
+    """Group the component's processes per node, then into segments, then into steps."""
+    if comp.cpus_per_process < 1:
+        raise SpecError(f"component {comp.name!r}: cpus_per_process must be >= 1")
+    cluster = plan.cluster
+    by_node: dict[tuple[int, int], list[Placement]] = {}
+    for p in comp.processes:
+        by_node.setdefault((p.het_group, p.group_node_index), []).append(p)
+    per_group: dict[int, list[tuple[int, object]]] = {}
+    for (g, j), procs in sorted(by_node.items()):
+        procs.sort(key=lambda p: p.local_rank)
+        if [p.local_rank for p in procs] != list(range(len(procs))) or any(
+                p.local_world_size != len(procs) for p in procs):
+            raise SlurmError(f"component {comp.name!r}: local ranks on node {j} of het group {g} are not "
+                             f"0..{len(procs) - 1}", hint="the plan is inconsistent; re-run the planner")
+        group = cluster.node_groups[g]
+        node_gpus = group.gpus_per_node[j]
+        task_gpus, bind = _node_layout(procs, node_gpus)
+        key = (len(procs), node_gpus, bind, task_gpus)
+        per_group.setdefault(g, []).append((j, (key, tuple(p.rank for p in procs))))
+    mem_per_task = comp.mem_per_process_mb or 0
+    segments_by_group: dict[int, list[Segment]] = {}
+    for g, items in sorted(per_group.items()):
+        group = cluster.node_groups[g]
+        keyed = [(j, key) for j, (key, _ranks) in items]
+        ranks_of = {j: ranks for j, (_key, ranks) in items}
+        for first, count, key in consecutive_runs(keyed):
+            ntasks, node_gpus, bind, task_gpus = key  # type: ignore[misc]
+            ranks = tuple(r for j in range(first, first + count) for r in ranks_of[j])
+            segments_by_group.setdefault(g, []).append(Segment(
+                het_group=g, relative=first, num_nodes=count, tasks_per_node=ntasks,
+                cpus_per_task=comp.cpus_per_process, mem_mb=mem_per_task * ntasks,
+                gpus_per_node=node_gpus, gpu_type=group.gpu_type if node_gpus else None,
+                gpu_bind=bind, task_gpus=task_gpus, ranks=ranks))
+    num_steps = max((len(s) for s in segments_by_group.values()), default=0)
+    steps = []
+    for k in range(num_steps):
+        segs = tuple(s[k] for _g, s in sorted(segments_by_group.items()) if k < len(s))
+        steps.append(Step(comp.name, k, name, segs, comp.command, comp.collocation_group))
+    return steps
+
+
+# ------------------------------------------------------------------------------------------------
+# srun arguments
+
+def segment_srun_args(job: SlurmJob, step: Step, seg: Segment) -> tuple[str, ...]:
+    """The srun options of one segment (every segment carries its own full set)."""
+    args: list[str] = []
+    if job.is_het:
+        args.append(f"--het-group={seg.het_group}")
+    args += [f"--nodes={seg.num_nodes}", f"--relative={seg.relative}", f"--ntasks={seg.num_tasks}",
+             f"--ntasks-per-node={seg.tasks_per_node}", "--distribution=block",
+             f"--cpus-per-task={seg.cpus_per_task}", f"--mem={seg.mem_mb}M" if seg.mem_mb else "--mem=0"]
+    if seg.gpus_per_node:
+        gres = f"gpu:{seg.gpu_type}:{seg.gpus_per_node}" if seg.gpu_type else f"gpu:{seg.gpus_per_node}"
+        args.append(f"--gres={gres}")
+        if seg.gpu_bind:
+            args.append(f"--gpu-bind={seg.gpu_bind}")
+    args += ["--overlap", "--kill-on-bad-exit=1", f"--job-name={step.name}",
+             f"--output={log_pattern(step.name)}"]
+    return tuple(args)
+
+
+def all_nodes_srun_args(job: SlurmJob, name: str) -> tuple[tuple[str, ...], ...]:
+    """Per het component, srun options for one task on every node (the /dev/shm setup/cleanup)."""
+    out = []
+    for comp in job.components:
+        args = [f"--het-group={comp.het_group}"] if job.is_het else []
+        args += [f"--nodes={comp.num_nodes}", f"--ntasks={comp.num_nodes}", "--ntasks-per-node=1",
+                 "--cpus-per-task=1", "--mem=0", "--overlap", f"--job-name={name}"]
+        out.append(tuple(args))
+    return tuple(out)
+
+
+def log_pattern(step_name: str) -> str:
+    """Per-task log file (relative to the run dir): one file per node and task id."""
+    return f"logs/{step_name}.%N.%t.out"

@@ -1,0 +1,601 @@
+"""Input formats: native (errors with file:line:col), RLinf unchanged + slurm facts, ROLL, AReaL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpcplace.errors import HpcplaceError, SpecError
+from hpcplace.formats import detect_format, load_spec
+from hpcplace.planner import plan_from_file, plan_from_spec
+from tests.planner.conftest import Yaml, gpus_of
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "configs"
+
+NATIVE_HEAD = """
+name: t
+cluster:
+  node_groups:
+    - {label: a800, partition: gpu-a, nodes: 2, gpus_per_node: 8, gpu_type: a800}
+    - {label: rtx, nodes: 1, gpus_per_node: 4}
+    - {label: cpu, nodes: 1}
+  component_placement:
+"""
+
+
+def native(placements: str, tail: str = "") -> str:
+    return NATIVE_HEAD + "\n".join("    " + line for line in placements.strip("\n").splitlines()) + "\n" + tail
+
+
+def assert_error_at(err: HpcplaceError, where: str, message: str, hint: str | None = None) -> None:
+    text = str(err)
+    assert text.startswith(f"{where}: "), text
+    assert message in text.splitlines()[0], text
+    if hint is not None:
+        assert f"\n  HINT: {hint}" in text, text
+
+
+# ================================================================================================
+# native format
+
+def test_native_minimal(yml: Yaml) -> None:
+    plan = plan_from_file(yml.write(native("actor: 0-3")))
+    assert plan.source_format == "native"
+    assert [g.partition for g in plan.cluster.node_groups] == ["gpu-a", "rtx", "cpu"]  # partition defaults to label
+    assert gpus_of(plan, "actor") == [[(0, 0)], [(0, 1)], [(0, 2)], [(0, 3)]]
+
+
+def test_rank_error_in_a_double_quoted_value_points_at_the_part(yml: Yaml) -> None:
+    path = yml.write(native('actor: {node_group: a800, placement: "0-3, 5-4"}'))
+    err = yml.error(path)
+    assert_error_at(err, yml.where(path, "5-4"), "GPU ranks '5-4': start 5 is greater than end 4",
+                    "write it ascending: `4-5`")
+    assert "placement '0-3, 5-4' of actor (a800)" in err.message
+
+
+def test_rank_error_in_a_plain_value_points_at_the_part(yml: Yaml) -> None:
+    path = yml.write(native("rollout: 0-3,2-5"))
+    assert_error_at(yml.error(path), yml.where(path, "2-5"),
+                    "GPU ranks '2-5' overlap or precede the previous part (which ends at 3)")
+    path = yml.write(native("rollout: {node_group: rtx, placement: '0-3,9-99'}"))
+    assert_error_at(yml.error(path), yml.where(path, "9-99"),
+                    "GPU ranks '9-99' is out of range: only 4 resources (0-3) here")
+
+
+def test_rank_error_in_a_single_quoted_value(yml: Yaml) -> None:
+    path = yml.write(native("env: '0-3,0-1:0-2'"))
+    assert_error_at(yml.error(path), yml.where(path, "0-1:0-2"),
+                    "GPU ranks '0-1' overlap or precede the previous part (which ends at 3)")
+    path = yml.write(native("env: {node_group: rtx, placement: '0-2:0-1'}"))
+    assert_error_at(yml.error(path), yml.where(path, "0-2:0-1"),
+                    "part '0-2:0-1': 2 processes on 3 GPUs; one count must divide the other")
+
+
+def test_process_all_points_at_the_process_part(yml: Yaml) -> None:
+    path = yml.write(native("agent: {node_group: cpu, placement: '0:ALL'}"))
+    assert_error_at(yml.error(path), yml.where(path, "ALL"), "process ranks cannot be 'all'")
+
+
+def test_process_ranks_from_zero_error_points_at_them(yml: Yaml) -> None:
+    path = yml.write(native("actor: 0-3:1-4"))
+    assert_error_at(yml.error(path), yml.where(path, "1-4"), "process ranks '1-4' must start at 0",
+                    "write `0-3:0-3`")
+
+
+def test_invalid_yaml(yml: Yaml) -> None:
+    path = yml.write("name: t\ncluster: [\n")
+    err = yml.error(path)
+    assert str(err).startswith(f"{path}:3:1: invalid YAML")
+    assert "HINT: check indentation and quoting" in str(err)
+
+
+def test_duplicate_keys(yml: Yaml) -> None:
+    path = yml.write(native("actor: 0-3\nactor: 4-7"))
+    assert_error_at(yml.error(path), yml.where(path, "actor", nth=2), "duplicate key 'actor'",
+                    "each key may appear once in a mapping; merge the two entries")
+    path = yml.write(native("actor: 0-3") + "name: again\n")
+    assert_error_at(yml.error(path), yml.where(path, "name", nth=2), "duplicate key 'name'")
+
+
+def line_of(where: str) -> str:
+    """`path:line:` of a `path:line:col` (for errors whose exact column is not the point)."""
+    return where.rsplit(":", 1)[0] + ":"
+
+
+def test_unknown_key_in_a_node_group(yml: Yaml) -> None:
+    path = yml.write(NATIVE_HEAD.replace("gpu_type: a800}", "gpu_type: a800, gpus: 8}") + "    actor: 0\n")
+    err = yml.error(path)
+    assert str(err).startswith(line_of(yml.where(path, "gpus: 8")))
+    assert "unknown key 'gpus' in `cluster.node_groups.0`" in err.message
+    assert "HINT: allowed keys: account, constraint, cpus_per_node," in str(err)
+
+
+def test_unknown_top_level_key(yml: Yaml) -> None:
+    path = yml.write(native("actor: 0", "clsuter: {}\n"))
+    err = yml.error(path)
+    assert str(err).startswith(line_of(yml.where(path, "clsuter")))
+    assert err.message == "unknown key 'clsuter' in `top level`"
+    assert err.hint == "allowed keys: cluster, components, format, name, slurm"
+
+
+def test_unknown_component_setting(yml: Yaml) -> None:
+    path = yml.write(native("actor: 0", "components:\n  actor: {comand: [x]}\n"))
+    err = yml.error(path)
+    assert str(err).startswith(line_of(yml.where(path, "comand")))
+    assert err.message == "unknown key 'comand' in `components.actor`"
+
+
+def test_component_placed_twice(yml: Yaml) -> None:
+    path = yml.write(native("actor,rollout: 0-3\nrollout: 4-7"))
+    err = yml.error(path)
+    assert str(err).startswith(line_of(yml.where(path, "rollout", nth=2)))
+    assert err.message == "component 'rollout' is placed twice"
+    assert err.hint == "a component name may appear in only one key of component_placement"
+
+
+def test_settings_without_placement(yml: Yaml) -> None:
+    path = yml.write(native("actor: 0", "components:\n  critic: {offload: true}\n"))
+    err = yml.error(path)
+    assert str(err).startswith(line_of(yml.where(path, "critic")))
+    assert err.message == "component 'critic' has settings but no placement"
+
+
+@pytest.mark.parametrize("tail, key, message", [
+    ("clsuter:\n  x: 1\n", "clsuter", "unknown key 'clsuter'"),
+    ("components:\n  critic:\n    offload: true\n", "critic", "has settings but no placement"),
+])
+def test_key_errors_point_at_the_key(yml: Yaml, tail: str, key: str, message: str) -> None:
+    path = yml.write(native("actor: 0", tail))
+    assert_error_at(yml.error(path), yml.where(path, key), message)
+
+
+def test_yaml_list_node_group(yml: Yaml) -> None:
+    """RLinf's list form is broken; ours must work and equal the comma string."""
+    listed = plan_from_file(yml.write(native("actor:\n  node_group: [rtx, a800]\n  placement: 2-5")))
+    comma = plan_from_file(yml.write(native("actor: {node_group: 'rtx, a800', placement: 2-5}")))
+    assert listed.component("actor").processes == comma.component("actor").processes
+    assert gpus_of(listed, "actor") == [[(2, 2)], [(2, 3)], [(0, 0)], [(0, 1)]]
+
+
+def test_integer_placement_equals_string(yml: Yaml) -> None:
+    as_int = plan_from_file(yml.write(native("actor: 5")))
+    as_str = plan_from_file(yml.write(native('actor: "5"')))
+    assert as_int.component("actor").processes == as_str.component("actor").processes
+    assert gpus_of(as_int, "actor") == [[(0, 5)]]
+
+
+def test_comma_key_places_components_alike(yml: Yaml) -> None:
+    plan = plan_from_file(yml.write(native("'actor, rollout': {node_group: rtx, placement: all}")))
+    assert plan.component("actor").processes == plan.component("rollout").processes
+    assert plan.component("actor").world_size == 4
+
+
+@pytest.mark.parametrize("value, message", [
+    ("true", "placement must be a string like `0-7` or an integer, got True"),
+    ("[0, 1]", "placement must be a string like `0-7` or an integer, got [0, 1]"),
+    ("{node_group: rtx}", "missing required key 'placement'"),
+    ("{node_group: rtx, placement: 0, extra: 1}", "unknown key 'extra'"),
+    ("{node_group: '', placement: 0}", "empty node group label"),
+    ("{node_group: nope, placement: 0}", "unknown node group 'nope'"),
+])
+def test_placement_value_errors(yml: Yaml, value: str, message: str) -> None:
+    path = yml.write(native(f"actor: {value}"))
+    err = yml.error(path)
+    assert str(err).startswith(f"{path}:8:"), str(err)
+    assert message in str(err)
+
+
+@pytest.mark.parametrize("value, gpu", [("1:0", 1), ("010", 10)])
+def test_unquoted_placement_keeps_its_text(yml: Yaml, value: str, gpu: int) -> None:
+    path = yml.write(f"""
+        name: t
+        cluster:
+          node_groups: [{{label: a, nodes: 8, gpus_per_node: 8}}]
+          component_placement:
+            actor: {value}
+    """)
+    try:
+        plan = plan_from_file(path)
+    except SpecError as exc:
+        assert "quote" in str(exc)  # rejecting the ambiguous value, asking for quotes, is fine too
+        return
+    assert gpus_of(plan, "actor") == [[(gpu // 8, gpu % 8)]]
+
+
+def test_node_group_errors(yml: Yaml) -> None:
+    head = "name: t\ncluster:\n  component_placement: {actor: 0}\n  node_groups:\n"
+    cases = [
+        ("    - {label: a, gpus_per_node: 8}\n", "missing required key 'nodes'", "{label", "{label"),
+        ("    - {label: a, nodes: 2, gpus_per_node: [8]}\n", "gpus_per_node: 1 values for 2 nodes", "[8]", "[8]"),
+        ("    - {label: a, nodes: 0}\n", "expected an integer >= 1, got 0", "0}", "nodes: 0"),
+        ("    - {label: node, nodes: 1}\n", "node group label 'node' is reserved", "{label", "{label"),
+        ("    - {label: a, nodes: 1}\n    - {label: A, nodes: 1}\n", "duplicate node group label 'A'", "{label: A",
+         "{label: A"),
+        ("    - {label: 'a b', nodes: 1}\n", "invalid node group label 'a b'", "'a b'", "'a b'"),
+        ("    - {label: a, nodes: 1, hardware: {type: robot, count: [1, 2]}}\n", "hardware.count: 2 values for 1",
+         "[1, 2]", "[1, 2]"),
+        ("    - {label: a, nodes: 1, mem_per_node: 12Q}\n", "invalid memory size '12Q'", "12Q", "12Q"),
+    ]
+    for body, message, needle, line_hint in cases:
+        path = yml.write(head + body)
+        assert_error_at(yml.error(path), yml.where(path, needle, line_hint=line_hint), message)
+
+
+def test_native_settings(yml: Yaml) -> None:
+    path = yml.write(native("actor: 0-1", """
+components:
+  actor: {command: "python3 -c 'print(1)'", env: {A: 1, B: true}, offload: true, tp: 2, cpus_per_process: 4,
+          mem_per_process: 4G}
+""".lstrip("\n")))
+    spec = load_spec(path)
+    actor = spec.component("actor")
+    assert actor.command == ("python3", "-c", "print(1)")
+    assert actor.env == {"A": "1", "B": "1"}
+    assert (actor.offload, actor.tensor_parallel_size, actor.cpus_per_process, actor.mem_per_process_mb) == \
+        (True, 2, 4, 4096)
+
+
+def test_tp_given_twice(yml: Yaml) -> None:
+    path = yml.write(native("actor: 0-1", "components:\n  actor: {tp: 2, tensor_parallel_size: 2}\n"))
+    assert "both 'tensor_parallel_size' and 'tp' are given" in str(yml.error(path))
+
+
+def test_missing_file_and_unknown_format(tmp_path: Path, yml: Yaml) -> None:
+    with pytest.raises(SpecError, match="config file not found"):
+        load_spec(tmp_path / "nope.yaml")
+    with pytest.raises(SpecError, match="cannot tell the config format") as info:
+        load_spec(yml.write("hello: world\n"))
+    assert "format: native|rlinf|roll|areal" in (info.value.hint or "")
+    with pytest.raises(SpecError, match="must be a YAML mapping"):
+        load_spec(yml.write("- 1\n- 2\n"))
+
+
+def test_detect_format() -> None:
+    assert detect_format({"format": "ROLL"}) == "roll"
+    assert detect_format({"allocation_mode": "d8"}) == "areal"
+    assert detect_format({"cluster": {"num_nodes": 1, "component_placement": {}}}) == "rlinf"
+    assert detect_format({"cluster": {"node_groups": [], "component_placement": {}}}) == "native"
+    assert detect_format({"num_gpus_per_node": 8}) == "roll"
+
+
+# ================================================================================================
+# RLinf format
+
+RLINF = """
+cluster:
+  num_nodes: 5
+  component_placement:
+    actor: {node_group: a800, placement: 0-15}
+    rollout: {node_group: ["4090"], placement: 0-7}
+    env: {node_group: robot, placement: "0-3:0-7"}
+    agent: {node_group: node, placement: "0-4:0-9"}
+  node_groups:
+    - {label: a800, node_ranks: 0-1}
+    - {label: "4090", node_ranks: "2, 3"}
+    - label: robot
+      node_ranks: 4
+      hardware:
+        type: franka
+        configs: [{node_rank: 4, robot_ip: 10.0.0.1}, {node_rank: 4, robot_ip: 10.0.0.2},
+                  {node_rank: 4, robot_ip: 10.0.0.3}, {node_rank: 4, robot_ip: 10.0.0.4}]
+      env_configs: [{node_ranks: [4], env_vars: [{ROBOT: "1"}]}]
+slurm:
+  gpus_per_node: 0
+  partition: default-part
+  node_groups:
+    a800: {partition: a800, gpus_per_node: 8, gpu_type: a800, mem_per_node: 64G}
+    "4090": {partition: rtx4090, gpus_per_node: 4, gpu_type: rtx4090}
+"""
+
+
+def test_rlinf_cluster_facts(yml: Yaml) -> None:
+    plan = plan_from_file(yml.write(RLINF))
+    assert plan.source_format == "rlinf"
+    groups = plan.cluster.node_groups
+    assert [(g.label, g.partition, g.num_nodes, g.gpus_per_node, g.gpu_type) for g in groups] == [
+        ("a800", "a800", 2, (8, 8), "a800"), ("4090", "rtx4090", 2, (4, 4), "rtx4090"),
+        ("robot", "default-part", 1, (0,), None)]
+    assert groups[0].mem_per_node_mb == 65536
+    assert groups[2].hardware is not None and groups[2].hardware.per_node == (4,)
+    assert groups[2].env == {"ROBOT": "1"}
+    assert plan.component("actor").world_size == 16
+    assert gpus_of(plan, "rollout")[-1] == [(3, 3)]
+    assert [p.local_hardware_ranks for p in plan.component("env").processes] == [(r // 2,) for r in range(8)]
+    assert [p.cluster_node_rank for p in plan.component("agent").processes] == [r // 2 for r in range(10)]
+
+
+def test_rlinf_example_config() -> None:
+    plan = plan_from_file(CONFIGS / "rlinf-heterogeneous.yaml")
+    assert {c.name: c.world_size for c in plan.components} == {"actor": 9, "rollout": 9, "env": 8, "agent": 512}
+
+
+def test_rlinf_missing_gpus_per_node(yml: Yaml) -> None:
+    path = yml.write("""
+        cluster:
+          num_nodes: 2
+          component_placement:
+            actor,rollout: all
+        slurm:
+          partition: a800
+    """)
+    err = yml.error(path)
+    assert_error_at(err, yml.where(path, "num_nodes"), "GPUs per node of node group 'default' are unknown")
+    assert "slurm: {gpus_per_node: 8}" in (err.hint or "")
+    assert "--set slurm.gpus_per_node=8" in (err.hint or "")
+    plan = plan_from_spec(load_spec(path, overrides=["slurm.gpus_per_node=8"]))
+    assert plan.component("actor").world_size == 16
+    assert plan.cluster.node_groups[0].gpus_per_node == (8, 8)
+
+
+def test_rlinf_missing_partition(yml: Yaml) -> None:
+    path = yml.write("cluster: {num_nodes: 1, component_placement: {actor: all}}\nslurm: {gpus_per_node: 8}\n")
+    err = yml.error(path)
+    assert "Slurm partition of node group 'default' is unknown" in err.message
+    assert "--set slurm.partition=NAME" in (err.hint or "")
+    plan = plan_from_spec(load_spec(path, overrides=["slurm.partition=gpu"]))
+    assert plan.cluster.node_groups[0].partition == "gpu"
+
+
+def test_overrides_replace_values_and_reject_garbage(yml: Yaml) -> None:
+    path = yml.write("cluster: {num_nodes: 1, component_placement: {actor: all}}\n"
+                     "slurm: {gpus_per_node: 8, partition: a}\n")
+    spec = load_spec(path, overrides=["slurm.gpus_per_node=4", "cluster.num_nodes=2"])
+    assert spec.cluster.node_groups[0].gpus_per_node == (4, 4)
+    with pytest.raises(SpecError, match="invalid override 'slurm'"):
+        load_spec(path, overrides=["slurm"])
+    with pytest.raises(SpecError, match="is not a mapping"):
+        load_spec(path, overrides=["slurm.gpus_per_node.x=1"])
+
+
+def test_rlinf_uncovered_nodes_form_default_groups(yml: Yaml) -> None:
+    path = yml.write("""
+        cluster:
+          num_nodes: 4
+          component_placement: {actor: all}
+          node_groups: [{label: mid, node_ranks: 1-2}]
+        slurm: {gpus_per_node: 2, partition: p}
+    """)
+    plan = plan_from_file(path)
+    assert [(g.label, g.num_nodes) for g in plan.cluster.node_groups] == [("default", 1), ("mid", 2),
+                                                                        ("default-2", 1)]
+    assert plan.component("actor").world_size == 8
+
+
+@pytest.mark.parametrize("groups, message", [
+    ("[{label: a, node_ranks: 0-1}, {label: b, node_ranks: 1-2}]", "node 1 is in node groups 'a' and 'b'"),
+    ("[{label: a, node_ranks: '0,2'}]", "non-contiguous node ranks [0, 2]"),
+    ("[{label: a, node_ranks: 0-5}]", "node ranks '0-5' is out of range"),
+    ("[{label: a, node_ranks: [0, 0]}]", "node ranks listed twice"),
+    ("[{label: a, node_ranks: 0, bogus: 1}]", "unknown key 'bogus'"),
+])
+def test_rlinf_node_group_errors(yml: Yaml, groups: str, message: str) -> None:
+    path = yml.write(f"cluster:\n  num_nodes: 3\n  component_placement: {{actor: all}}\n  node_groups: {groups}\n"
+                     "slurm: {gpus_per_node: 2, partition: p}\n")
+    err = yml.error(path)
+    assert str(err).startswith(f"{path}:4:"), str(err)
+    assert message in err.message
+
+
+def test_rlinf_component_settings(yml: Yaml) -> None:
+    spec = load_spec(CONFIGS / "rlinf-hybrid.yaml")
+    assert all(spec.component(n).offload for n in ("actor", "env", "rollout"))
+    path = yml.write("""
+        cluster: {num_nodes: 1, component_placement: {"actor,rollout": all}}
+        actor: {model: {tensor_model_parallel_size: 4}}
+        rollout: {tensor_parallel_size: 2}
+        slurm: {gpus_per_node: 8, partition: p}
+    """)
+    plan = plan_from_file(path)
+    assert plan.weight_sync is not None and plan.weight_sync.mode == "collocated"
+    assert (plan.weight_sync.actor_tp, plan.weight_sync.rollout_tp) == (4, 2)
+
+
+# ================================================================================================
+# ROLL format
+
+ROLL = """
+num_gpus_per_node: 8
+slurm: {partition: a800}
+actor_train:
+  device_mapping: %s
+"""
+
+
+@pytest.mark.parametrize("mapping, gpus", [
+    ("list(range(0,16))", list(range(16))),
+    ('"list(range( 0 , 4 ))"', [0, 1, 2, 3]),
+    ('"range(0, 8, 2)"', [0, 2, 4, 6]),
+    ('"range(3)"', [0, 1, 2]),
+    ("'[0,1,2]'", [0, 1, 2]),
+    ("[4, 5]", [4, 5]),
+    ('"[0, 1,]"', [0, 1]),
+    ('"[0,1] + list(range(4,6)) + range(9, 10)"', [0, 1, 4, 5, 9]),
+])
+def test_roll_device_mapping_grammar(yml: Yaml, mapping: str, gpus: list[int]) -> None:
+    plan = plan_from_file(yml.write(ROLL % mapping))
+    assert plan.source_format == "roll"
+    assert gpus_of(plan, "actor_train") == [[(g // 8, g % 8)] for g in gpus]
+    assert plan.cluster.node_groups[0].num_nodes == max(gpus) // 8 + 1
+
+
+@pytest.mark.parametrize("mapping, message, needle", [
+    ("\"__import__('os').system('touch {marker}')\"", "unexpected text \"__import__('os').sys\"", None),
+    ('"list(range(0,8)); import os"', "unexpected text '; import os'", "; import"),
+    ("__import__('os').system('touch {marker}')", "unexpected text \"__import__('os').sys\"", "__import__"),
+    ('"list(range(0,8)) or open(\'{marker}\', \'w\')"', "unexpected text \"or open(", None),
+    ('"[x for x in range(8)]"', "unexpected text 'x for x in range(8)]'", "x for"),
+    ('"eval(\'1\')"', "unexpected text \"eval('1')\"", None),
+    ('"list(range(0,8)"', "expected ) at the end", None),
+    ('"range(8,0,-1)"', "unexpected text '-1)'", "-1)"),
+    ('"range(0,8,0)"', "range takes 1 to 3 arguments and a non-zero step", None),
+    ('"range(1,2,3,4)"', "range takes 1 to 3 arguments and a non-zero step", None),
+    ('"[0,0]"', "device_mapping lists GPU 0 twice", '"[0,0]"'),
+    ('"[]"', "device_mapping is empty", '"[]"'),
+    ("5", "device_mapping must be a list or a string, got 5", "5"),
+])
+def test_roll_device_mapping_is_never_evaluated(yml: Yaml, tmp_path: Path, mapping: str, message: str,
+                                                needle: str | None) -> None:
+    marker = tmp_path / "pwned"
+    path = yml.write(ROLL % mapping.replace("{marker}", str(marker)))
+    err = yml.error(path)
+    if needle is not None:
+        assert_error_at(err, yml.where(path, needle), message)
+    else:
+        assert str(err).startswith(f"{path}:4:"), str(err)
+        assert message in err.message
+    assert not marker.exists()
+
+
+def test_roll_example_config() -> None:
+    plan = plan_from_file(CONFIGS / "roll-example.yaml")
+    train, infer, sandbox = (plan.component(n) for n in ("actor_train", "actor_infer", "code_sandbox"))
+    assert train.world_size == 16 and {p.cluster_node_rank for p in train.processes} == {0, 1}
+    assert infer.world_size == 6
+    assert [p.local_hardware_ranks for p in infer.processes] == [(0, 1), (2, 3), (4, 5), (6, 7), (0, 1), (2, 3)]
+    assert [p.cluster_node_rank for p in infer.processes] == [0, 0, 0, 0, 1, 1]
+    assert sandbox.world_size == 8 and sandbox.resource_type == "node"
+    assert {p.node_group_label for p in sandbox.processes} == {"cpu"}
+    assert all(p.visible_accelerators == () for p in sandbox.processes)
+
+
+def test_roll_world_size_conflict(yml: Yaml) -> None:
+    path = yml.write(ROLL % "list(range(0,8))" + "  world_size: 3\n")
+    assert_error_at(yml.error(path), yml.where(path, "3", line_hint="world_size"),
+                    "world_size 3 conflicts with len(device_mapping) // num_gpus_per_worker = 8 // 1 = 8",
+                    "omit world_size for GPU workers; ROLL computes it")
+    plan = plan_from_file(yml.write(ROLL % "list(range(0,8))" + "  world_size: 4\n  num_gpus_per_worker: 2\n"))
+    assert plan.component("actor_train").world_size == 4
+
+
+def test_roll_vllm_gpus_conflict(yml: Yaml) -> None:
+    vllm = ("  strategy_args: {strategy_name: vllm, strategy_config: {tensor_parallel_size: 2, "
+            "pipeline_parallel_size: 2}}\n")
+    path = yml.write(ROLL % "list(range(0,8))" + "  num_gpus_per_worker: 2\n" + vllm)
+    assert_error_at(yml.error(path), yml.where(path, "2", line_hint="num_gpus_per_worker"),
+                    "num_gpus_per_worker 2 conflicts with tensor_parallel_size*pipeline_parallel_size = 4")
+    plan = plan_from_file(yml.write(ROLL % "list(range(0,8))" + vllm))
+    assert [p.local_hardware_ranks for p in plan.component("actor_train").processes] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+
+
+def test_roll_gpus_not_divisible(yml: Yaml) -> None:
+    path = yml.write(ROLL % "list(range(0,6))" + "  num_gpus_per_worker: 4\n")
+    assert "6 GPUs are not divisible by num_gpus_per_worker 4" in str(yml.error(path))
+
+
+def test_roll_cpu_only_workers(yml: Yaml) -> None:
+    body = ROLL % "list(range(0,4))" + "rewards:\n  sandbox: {world_size: 3}\n"
+    plan = plan_from_file(yml.write(body))
+    sandbox = plan.component("sandbox")
+    assert sandbox.world_size == 3 and sandbox.resource_type == "node"
+    assert len(plan.cluster.node_groups) == 1  # without a CPU partition they run on the GPU node
+    on_cpu = plan_from_file(yml.write(body.replace("{partition: a800}",
+                                                   "{partition: a800, cpu_partition: cpu, cpu_nodes: 3}")))
+    assert [p.cluster_node_rank for p in on_cpu.component("sandbox").processes] == [1, 2, 3]
+    assert on_cpu.cluster.node_groups[1].partition == "cpu"
+
+
+def test_roll_cpu_worker_cannot_ask_for_gpus(yml: Yaml) -> None:
+    path = yml.write(ROLL % "list(range(0,4))" + "sandbox: {world_size: 3, num_gpus_per_worker: 1}\n")
+    err = yml.error(path)
+    assert_error_at(err, yml.where(path, "1}", line_hint="sandbox"),
+                    "CPU-only worker 'sandbox' (no device_mapping) cannot ask for GPUs")
+
+
+def test_roll_conflicting_gpus_per_node(yml: Yaml) -> None:
+    path = yml.write((ROLL % "[0]").replace("{partition: a800}", "{partition: a800, gpus_per_node: 4}"))
+    assert "slurm.gpus_per_node 4 conflicts with num_gpus_per_node 8" in str(yml.error(path))
+
+
+def test_roll_needs_partition_and_workers(yml: Yaml) -> None:
+    assert "the Slurm partition is unknown" in str(yml.error(yml.write("num_gpus_per_node: 8\nw: {world_size: 1}\n")))
+    assert "no ROLL workers found" in str(yml.error(yml.write("num_gpus_per_node: 8\nslurm: {partition: p}\n")))
+
+
+# ================================================================================================
+# AReaL format
+
+AREAL = """
+allocation_mode: %s
+cluster: {n_nodes: 2, n_gpus_per_node: 8}
+slurm: {partition: a800}
+"""
+
+
+def test_areal_example_config() -> None:
+    plan = plan_from_file(CONFIGS / "areal-colocated.yaml")
+    assert plan.source_format == "areal"
+    assert gpus_of(plan, "rollout") == gpus_of(plan, "actor") == [[(0, g)] for g in range(8)]
+    assert [g.components for g in plan.collocation_groups] == [("rollout", "actor")]
+    assert plan.weight_sync is not None and plan.weight_sync.mode == "collocated"
+
+
+def test_areal_disaggregated_in_gpu_order(yml: Yaml) -> None:
+    plan = plan_from_file(yml.write(AREAL % "sglang[rollout]:d2p1t2+fsdp[actor]:d8p1t1"))
+    assert gpus_of(plan, "rollout") == [[(0, 0), (0, 1)], [(0, 2), (0, 3)]]
+    assert gpus_of(plan, "actor") == [[(0, g)] for g in range(4, 8)] + [[(1, g)] for g in range(4)]
+    assert plan.component("rollout").tensor_parallel_size == 2
+    assert plan.collocation_groups == ()
+    assert plan.weight_sync is not None and plan.weight_sync.mode == "disaggregated"
+
+
+def test_areal_three_groups(yml: Yaml) -> None:
+    plan = plan_from_file(yml.write(AREAL % "sglang[rollout]:d4t1|fsdp[actor]:d4 + fsdp[ref]:d4"))
+    assert gpus_of(plan, "ref") == [[(0, g)] for g in range(4, 8)]
+    assert gpus_of(plan, "actor") == [[(0, g)] for g in range(4)]
+
+
+@pytest.mark.parametrize("strategy", ["{type: colocation, target: actor}", "{type: collocation, target: actor}"])
+def test_areal_scheduling_strategy_agrees(yml: Yaml, strategy: str) -> None:
+    mode = "sglang[rollout]:d8p1t1|fsdp[actor]:d8p1t1"
+    path = yml.write(AREAL % mode + f"rollout:\n  scheduling_strategy: {strategy}\n")
+    assert plan_from_file(path).collocation_groups[0].components == ("rollout", "actor")
+
+
+@pytest.mark.parametrize("mode, strategy, message, needle", [
+    ("sglang[rollout]:d8+fsdp[actor]:d8", "{type: colocation, target: actor}",
+     "rollout is scheduled in colocation with actor, but the allocation mode places them on different GPUs ('+')",
+     "actor}"),
+    ("sglang[rollout]:d8|fsdp[actor]:d8", "{type: colocation, target: critic}",
+     "colocation target 'critic' is not in the allocation mode", "critic"),
+    ("sglang[rollout]:d8|fsdp[actor]:d8", "{type: colocation}", "scheduling_strategy colocation needs a target",
+     "{type"),
+    ("sglang[rollout]:d8|fsdp[actor]:d8", "{type: separation}",
+     "rollout asks for separation but the allocation mode colocates it with actor", "{type"),
+    ("sglang[rollout]:d8|fsdp[actor]:d8", "{type: bogus}", "unknown scheduling_strategy type 'bogus'", "bogus"),
+])
+def test_areal_scheduling_strategy_conflicts(yml: Yaml, mode: str, strategy: str, message: str, needle: str) -> None:
+    path = yml.write(AREAL % mode + f"rollout:\n  scheduling_strategy: {strategy}\n")
+    assert_error_at(yml.error(path), yml.where(path, needle, line_hint="scheduling_strategy"), message)
+
+
+@pytest.mark.parametrize("mode, needle, message", [
+    ("sglang[rollout]:d8t1|fsdp[actor]:d8x1", "fsdp[actor]", "invalid or repeated dimension 'x'"),
+    ("sglang[rollout]:d8t1|fsdp[actor]:d8d1", "fsdp[actor]", "invalid or repeated dimension 'd'"),
+    ("sglang[rollout]:d8 + ???", "???", "invalid allocation '???'"),
+    ("sglang[rollout]:d4t2|fsdp[actor]:d4", "sglang", "colocated allocations must use the same number of GPUs: "
+                                                      "rollout=8, actor=4"),
+    ("sglang[rollout]:d16t2", "sglang", "the allocation needs 32 GPUs but the cluster has 2x8 = 16"),
+    ("sglang[rollout]:d8|sglang[rollout]:d8", "sglang", "component 'rollout' appears twice"),
+    ("fsdp[actor]:d0", "fsdp", "dimension d0 must be >= 1"),
+    ("vllm[rollout]:d2p2t2|fsdp[actor]:d8", "vllm", "colocated rollout with pipeline parallelism is not supported"),
+])
+def test_areal_allocation_mode_errors(yml: Yaml, mode: str, needle: str, message: str) -> None:
+    path = yml.write(AREAL % mode)
+    assert_error_at(yml.error(path), yml.where(path, needle, line_hint="allocation_mode"), message)
+
+
+def test_areal_needs_partition(yml: Yaml) -> None:
+    path = yml.write("allocation_mode: d8\ncluster: {n_nodes: 1, n_gpus_per_node: 8}\n")
+    err = yml.error(path)
+    assert "the Slurm partition is unknown" in err.message and err.hint == "add `slurm: {partition: NAME}`"
+
+
+@pytest.mark.parametrize("mapping, needle", [
+    ('"eval(1)"', "eval"),
+    ('"list(range(0,8))  or 1"', "or 1"),
+])
+def test_roll_error_column_points_at_the_offending_text(yml: Yaml, mapping: str, needle: str) -> None:
+    path = yml.write(ROLL % mapping)
+    assert str(yml.error(path)).startswith(yml.where(path, needle) + ": ")
