@@ -1,0 +1,195 @@
+"""Which GPUs a process sees, and an NVML check that they are the planned ones.
+
+The plan gives each process PHYSICAL GPU indices on its node. What Slurm put in
+CUDA_VISIBLE_DEVICES depends on ConstrainDevices: =no gives physical indices (exactly the planned
+ones, or a superset such as all GPUs of the node, which we narrow), =yes gives task-local 0..k-1
+(k must equal the planned count; we keep them). Anything else is a binding error, reported before
+the program starts. CPU-only processes get "" whatever leaked from the batch step, and
+GPU_DEVICE_ORDINAL / ROCR_VISIBLE_DEVICES always equal CUDA_VISIBLE_DEVICES (as Slurm sets them).
+SLURM_JOB_GPUS is never consulted: it leaks across het components.
+"""
+
+from __future__ import annotations
+
+from hpcplace.runtime.errors import ShimError
+from hpcplace.runtime.frozen import Frozen
+
+GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES")
+
+NONE = "none"  # no GPU planned: nothing visible
+PHYSICAL = "physical"  # exported ids are physical node indices (ConstrainDevices=no, or no Slurm value)
+STEP_LOCAL = "step-local"  # Slurm remapped to 0..k-1 (ConstrainDevices=yes)
+LOCAL_MAP = "local-map"  # local backend: planned ids mapped onto this machine's GPUs
+VIRTUAL = "virtual"  # local backend without GPUs: planned ids exported, nothing behind them
+
+
+class DeviceChoice(Frozen):
+    """The decision for one process: what to export, from what, and why."""
+
+    visible: tuple  # tuple[str, ...]: CUDA_VISIBLE_DEVICES, split
+    planned: tuple  # tuple[str, ...]: the plan's physical ids on the node
+    seen: str | None  # CUDA_VISIBLE_DEVICES as the task found it
+    mode: str
+    note: str
+
+    @property
+    def value(self) -> str:
+        return ",".join(self.visible)
+
+
+def parse_device_list(value: str | None) -> tuple[str, ...] | None:
+    """`"0,1"` -> ("0", "1"); "" -> (); None -> None (unset)."""
+    if value is None:
+        return None
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def _is_index(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+def choose_devices(planned: tuple[str, ...], seen: str | None, *,
+                   local_gpus: tuple[str, ...] | None = None) -> DeviceChoice:
+    """Decide CUDA_VISIBLE_DEVICES for a process with planned physical GPUs `planned`.
+
+    `seen` is the task's CUDA_VISIBLE_DEVICES as Slurm left it. `local_gpus` is only for the local
+    backend: this machine's GPUs (planned index i -> local_gpus[i % n]); () means none (virtual)."""
+    planned = tuple(planned)
+    if not planned:
+        note = "no GPU planned: CUDA_VISIBLE_DEVICES=''"
+        if seen:
+            note += f" (ignoring {seen!r} leaked into the step)"
+        return DeviceChoice(visible=(), planned=planned, seen=seen, mode=NONE, note=note)
+    if local_gpus is not None:
+        return _local_choice(planned, seen, local_gpus)
+    given = parse_device_list(seen)
+    if not given:
+        return DeviceChoice(visible=planned, planned=planned, seen=seen, mode=PHYSICAL,
+                            note="Slurm set no CUDA_VISIBLE_DEVICES: exporting the planned physical ids")
+    if set(planned) <= set(given):
+        note = "physical ids from Slurm"
+        if len(given) > len(planned):
+            note += f", narrowed from {seen!r} to the planned ones"
+        return DeviceChoice(visible=planned, planned=planned, seen=seen, mode=PHYSICAL, note=note)
+    if len(given) == len(planned) and sorted(given) == sorted(str(i) for i in range(len(given))):
+        return DeviceChoice(visible=given, planned=planned, seen=seen, mode=STEP_LOCAL,
+                            note=f"step-local ids from Slurm (ConstrainDevices=yes) for physical {','.join(planned)}")
+    raise ShimError(
+        f"Slurm gave this task CUDA_VISIBLE_DEVICES={seen!r}, but the plan puts it on physical GPU(s) "
+        f"{','.join(planned)} ({len(planned)} GPU(s)); neither the physical ids nor {len(planned)} step-local ids",
+        hint="the srun step must bind each task to exactly its planned GPUs (--gpu-bind=map_gpu:... or "
+             "mask_gpu:..., typed --gpus-per-task always with --gpu-bind)")
+
+
+def _local_choice(planned: tuple[str, ...], seen: str | None, local_gpus: tuple[str, ...]) -> DeviceChoice:
+    if not local_gpus:
+        return DeviceChoice(visible=planned, planned=planned, seen=seen, mode=VIRTUAL,
+                            note="no GPU on this machine: the planned ids are exported as virtual devices")
+    visible: list[str] = []
+    for p in planned:
+        if not _is_index(p):
+            raise ShimError(f"planned GPU id {p!r} is not an index", hint="plan.json lists GPUs as \"0\"..\"7\"")
+        mapped = local_gpus[int(p) % len(local_gpus)]
+        if mapped not in visible:
+            visible.append(mapped)
+    note = f"planned GPU(s) {','.join(planned)} on this machine's {len(local_gpus)} GPU(s)"
+    if any(int(p) >= len(local_gpus) for p in planned):
+        note += " (oversubscribed: the plan needs more GPUs than this machine has)"
+    return DeviceChoice(visible=tuple(visible), planned=planned, seen=seen, mode=LOCAL_MAP, note=note)
+
+
+def device_environment(choice: DeviceChoice) -> dict[str, str]:
+    value = choice.value
+    return {name: value for name in GPU_VARIABLES}
+
+
+# ----------------------------------------------------------------------------------------------
+# NVML verification (nvidia-ml-py, imported lazily: never on the path of CPU-only processes)
+# ----------------------------------------------------------------------------------------------
+
+class NvmlDevice(Frozen):
+    """A GPU this task can open, in NVML (= CUDA with CUDA_DEVICE_ORDER=PCI_BUS_ID) order."""
+
+    nvml_index: int
+    minor: int | None
+    name: str
+    uuid: str
+
+
+def query_nvml() -> tuple[tuple[NvmlDevice, ...] | None, str]:
+    """(accessible devices, "") or (None, why NVML could not be used)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, "nvidia-ml-py (pynvml) is not installed"
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError subclasses, or a missing libnvidia-ml.so
+        return None, f"NVML did not initialize ({exc})"
+    try:
+        devices = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                name = pynvml.nvmlDeviceGetName(handle)
+                uuid = pynvml.nvmlDeviceGetUUID(handle)
+            except pynvml.NVMLError:
+                continue  # hidden from this task (device cgroup, ConstrainDevices=yes)
+            try:
+                minor: int | None = pynvml.nvmlDeviceGetMinorNumber(handle)
+            except pynvml.NVMLError:
+                minor = None
+            devices.append(NvmlDevice(nvml_index=i, minor=minor, name=_text(name), uuid=_text(uuid)))
+        return tuple(devices), ""
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _squash(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+def check_devices(choice: DeviceChoice, devices: tuple[NvmlDevice, ...], gpu_type: str | None,
+                  node: str) -> tuple[list[str], list[str]]:
+    """(errors, warnings) comparing the choice with what NVML lets this task open."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    if choice.mode not in (PHYSICAL, STEP_LOCAL):
+        return errors, warnings
+    listed = ", ".join(f"{d.nvml_index}:{d.name}" for d in devices) or "none"
+    chosen: list[NvmlDevice] = []
+    if choice.mode == PHYSICAL:
+        for p in choice.visible:
+            if not _is_index(p):
+                continue  # UUIDs / MIG ids: NVML indices do not apply
+            if int(p) >= len(devices):
+                errors.append(f"GPU {p} is planned on {node}, but this task can open only {len(devices)} GPU(s) "
+                              f"({listed})")
+            else:
+                chosen.append(devices[int(p)])
+    else:
+        k = len(choice.visible)
+        if len(devices) != k:
+            errors.append(
+                f"CUDA_VISIBLE_DEVICES={choice.seen!r} was read as {k} step-local id(s) (ConstrainDevices=yes) "
+                f"for planned physical GPU(s) {','.join(choice.planned)}, but this task can open {len(devices)} "
+                f"GPU(s) ({listed}): Slurm bound it to other GPUs than planned")
+        else:
+            chosen = list(devices)
+            minors = sorted(d.minor for d in devices if d.minor is not None)
+            if len(minors) == k and minors != sorted(int(p) for p in choice.planned if _is_index(p)):
+                warnings.append(f"the GPUs this task can open have minor numbers {minors}, the plan says "
+                                f"{','.join(choice.planned)} (fine if gres.conf does not list /dev/nvidia* in order)")
+    if gpu_type and chosen and gpu_type.lower() != "gpu":
+        wanted = _squash(gpu_type)
+        strange = [d.name for d in chosen if wanted not in _squash(d.name)]
+        if strange:
+            warnings.append(f"planned GPU type {gpu_type!r} but NVML names {sorted(set(strange))}")
+    return errors, warnings

@@ -1,0 +1,140 @@
+"""Compute one process's environment from its plan record; merge it into a base environment.
+
+Pure functions: the shim (from the Slurm snapshot) and the local backend (from a synthetic one)
+both call `compute_process_env`, then `environment_changes`, then `merge_environment`; only the
+caller applies the result.
+"""
+
+from __future__ import annotations
+
+from hpcplace.runtime.devices import GPU_VARIABLES, DeviceChoice, choose_devices
+from hpcplace.runtime.errors import ShimError
+from hpcplace.runtime.process_env import ProcessEnv
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from hpcplace.runtime.slurm_env import SlurmSnapshot
+
+ACTOR = "actor"  # the planner's model-parallel component names (weight-sync peers)
+ROLLOUT = "rollout"
+SHM_ROOT = "/dev/shm"
+
+# MASTER_PORT: 10000 + (job_key * 32 + component_index) mod 22752. Below Linux's ephemeral range
+# (32768+), distinct for the components of one job, and shifted by 32 per job id.
+PORT_BASE = 10000
+PORT_STRIDE = 32
+PORT_SPAN = 711 * PORT_STRIDE
+
+# Variables Slurm (or the batch step) sets that the shim must replace without complaint.
+OVERRIDABLE = frozenset(GPU_VARIABLES)
+
+
+def master_port(job_id: str, component_index: int) -> int:
+    if job_id.isascii() and job_id.isdigit():
+        key = int(job_id)
+    else:  # local run ids: FNV-1a, stable across processes (hash() is salted)
+        key = 0xCBF29CE484222325
+        for byte in job_id.encode():
+            key = ((key ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return PORT_BASE + (key * PORT_STRIDE + component_index) % PORT_SPAN
+
+
+def shm_dir(job_id: str) -> str:
+    """Node-local directory shared by every process of the job (weights cross here)."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in job_id)
+    return f"{SHM_ROOT}/hpcplace-{safe}"
+
+
+def weight_sync_peers(plan: Mapping[str, Any], component: str,
+                      rank: int) -> tuple[tuple | None, tuple | None]:
+    """(targets, sources): rollout (dp, tp) shards an actor rank feeds / actor ranks feeding a rollout rank."""
+    sync = plan.get("weight_sync")
+    if not isinstance(sync, dict):
+        return None, None
+    table = sync.get("actor_to_rollout") or []
+    if component == ACTOR:
+        targets = table[rank] if rank < len(table) else []
+        return tuple((int(dp), int(tp)) for dp, tp in targets), None
+    if component == ROLLOUT:
+        return None, tuple(a for a, targets in enumerate(table) if any(dp == rank for dp, _ in targets))
+    return None, None
+
+
+def compute_process_env(*, plan: Mapping[str, Any], component: Mapping[str, Any], component_index: int,
+                        process: Mapping[str, Any], snapshot: SlurmSnapshot, plan_path: str, master_addr: str,
+                        local_gpus: tuple[str, ...] | None = None) -> tuple[ProcessEnv, DeviceChoice]:
+    """The ProcessEnv of one process (plan record + what Slurm gave the task) and the device decision."""
+    name = str(component["name"])
+    rank = int(process["rank"])
+    choice = choose_devices(tuple(process["visible_accelerators"]), snapshot.cuda_visible_devices,
+                            local_gpus=local_gpus)
+    targets, sources = weight_sync_peers(plan, name, rank)
+    group = component.get("collocation_group")
+    info = ProcessEnv(
+        plan_path=plan_path, component=name, job_id=snapshot.job_id, rank=rank,
+        world_size=int(component["world_size"]),
+        local_rank=process["local_rank"], local_world_size=process["local_world_size"],
+        node_rank=process["placement_node_rank"], cluster_node_rank=process["cluster_node_rank"],
+        master_addr=master_addr, master_port=master_port(snapshot.job_id, component_index),
+        visible_devices=choice.visible, physical_devices=choice.planned, device_mode=choice.mode,
+        isolate_accelerator=bool(process["isolate_accelerator"]),
+        local_accelerator_rank=process["local_accelerator_rank"],
+        local_hardware_ranks=tuple(process["local_hardware_ranks"]),
+        accelerator_type=str(process["accelerator_type"]), node_group_label=str(process["node_group_label"]),
+        partition=str(process["partition"]), het_group=process["het_group"],
+        group_node_index=process["group_node_index"], resource_type=str(process["resource_type"]),
+        shm_dir=shm_dir(snapshot.job_id), collocation_group=str(group) if group else None,
+        weight_sync_targets=targets, weight_sync_sources=sources)
+    return info, choice
+
+
+def plan_environment(plan: Mapping[str, Any], component: Mapping[str, Any],
+                     process: Mapping[str, Any]) -> dict[str, str]:
+    """The user's env from plan.json: the node group's, then the component's (component wins)."""
+    env: dict[str, str] = {}
+    groups = plan.get("node_groups") or []
+    g = process["het_group"]
+    if isinstance(groups, list) and isinstance(g, int) and 0 <= g < len(groups):
+        env.update(groups[g].get("env") or {})
+    env.update(component.get("env") or {})
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def environment_changes(info: ProcessEnv, extra: Mapping[str, str]) -> dict[str, str | None]:
+    """Computed variables plus the plan's env; the plan may not set a variable hpcplace computes."""
+    changes = info.environment()
+    clash = sorted(name for name in extra if name in changes)
+    if clash:
+        raise ShimError(f"the plan's env for component {info.component!r} sets {', '.join(clash)}, which "
+                        "hpcplace computes from the placement",
+                        hint="remove them from the component's / node group's env in the config")
+    changes.update(extra)
+    return changes
+
+
+def merge_environment(base: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:
+    """base + changes, refusing to silently replace a variable the user set to something else.
+
+    GPU visibility variables are always replaced (Slurm sets them, and they leak from the batch step).
+    """
+    conflicts = []
+    for name, value in changes.items():
+        current = base.get(name)
+        if current is not None and current != value and name not in OVERRIDABLE:
+            wanted = "unset" if value is None else repr(value)
+            conflicts.append(f"{name}={current!r} (hpcplace sets {wanted})")
+    if conflicts:
+        names = " ".join(f"-u {c.split('=', 1)[0]}" for c in conflicts)
+        raise ShimError("refusing to overwrite variables already set in the environment: " + "; ".join(conflicts),
+                        hint=f"hpcplace computes these from the plan; unset them first (e.g. `env {names} ...`) "
+                             "or remove them from your job script / shell")
+    merged = dict(base)
+    for name, value in changes.items():
+        if value is None:
+            merged.pop(name, None)
+        else:
+            merged[name] = value
+    return merged

@@ -1,0 +1,223 @@
+"""`hpcplace-run`: the in-job shim every task of an hpcplace step starts through.
+
+    hpcplace-run --plan plan.json --component NAME [--print-env] [--no-verify] [--verbose] [-- CMD ARGS...]
+
+It reads the Slurm environment once (`slurm_env.read_snapshot`), finds its own process in the
+plan through the index beside plan.json (node name -> het group g and node j, SLURM_LOCALID ->
+local rank), computes that process's environment (`ranks`), checks the GPUs with NVML when
+nvidia-ml-py is installed, and then replaces itself with CMD (os.execvpe): signals and the exit
+code belong to the user program. Without CMD it runs the component's command from the plan.
+Nothing is applied before everything is computed; a variable the user set to another value is
+never silently overwritten. Imports stdlib only (json only for --print-env).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from hpcplace.runtime.devices import PHYSICAL, STEP_LOCAL, DeviceChoice, check_devices, query_nvml
+from hpcplace.runtime.errors import ShimError
+from hpcplace.runtime.frozen import Frozen
+from hpcplace.runtime.plan_index import PlanIndex
+from hpcplace.runtime.process_env import ProcessEnv
+from hpcplace.runtime.ranks import compute_process_env, environment_changes, merge_environment, plan_environment
+from hpcplace.runtime.slurm_env import SlurmSnapshot, locate_node, node_name_at, read_snapshot
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+PROG = "hpcplace-run"
+USAGE = f"""usage: {PROG} --plan PLAN.json --component NAME [--print-env] [--no-verify] [--verbose] [-- CMD [ARGS...]]
+
+Run one task of an hpcplace job step with its planned ranks and devices, then exec CMD
+(default: the component's command from the plan).
+
+  --plan PATH        plan.json written with the job (its index PATH.idx must be beside it)
+  --component NAME   the component this step runs
+  --print-env        print the computed environment as JSON instead of running CMD
+  --no-verify        skip the NVML check of the visible GPUs
+  --verbose          explain the decisions on stderr (also HPCPLACE_DEBUG=1)
+"""
+
+
+class Options(Frozen):
+    plan: str
+    component: str
+    command: tuple  # tuple[str, ...]; () = the plan's command
+    print_env: bool
+    verify: bool
+    verbose: bool
+
+
+class Resolved(Frozen):
+    """Everything computed for this task, before anything is applied."""
+
+    info: ProcessEnv
+    choice: DeviceChoice
+    changes: dict  # dict[str, str | None]: variables to set (None: unset)
+    command: tuple  # tuple[str, ...]
+    snapshot: SlurmSnapshot
+    gpu_type: str | None
+
+
+def parse_args(argv: Sequence[str]) -> Options | None:
+    """Options, or None for --help. Hand-written: argparse costs a few ms per task."""
+    values: dict[str, str] = {}
+    flags = {"--print-env": False, "--no-verify": False, "--verbose": False}
+    command: tuple[str, ...] = ()
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            command = tuple(argv[i + 1:])
+            break
+        if arg in ("-h", "--help"):
+            return None
+        name, eq, value = arg.partition("=")
+        if name in ("--plan", "--component"):
+            if not eq:
+                i += 1
+                if i >= len(argv):
+                    raise ShimError(f"{name} needs a value", hint=USAGE.splitlines()[0])
+                value = argv[i]
+            values[name] = value
+        elif arg in flags:
+            flags[arg] = True
+        else:
+            raise ShimError(f"unknown argument {arg!r}", hint="put the command after `--`; " + USAGE.splitlines()[0])
+        i += 1
+    missing = [name for name in ("--plan", "--component") if not values.get(name)]
+    if missing:
+        raise ShimError(f"missing {' and '.join(missing)}", hint=USAGE.splitlines()[0])
+    return Options(plan=values["--plan"], component=values["--component"], command=command,
+                   print_env=flags["--print-env"], verify=not flags["--no-verify"], verbose=flags["--verbose"])
+
+
+def resolve(options: Options, environ: Mapping[str, str], *, hostname: str | None = None) -> Resolved:
+    """Find this task's process in the plan and compute its environment changes (pure but for reads)."""
+    snapshot = read_snapshot(environ, hostname=hostname)
+    with PlanIndex(options.plan) as index:
+        ci = index.component_index(options.component)
+        comp = index.components[ci]
+        g, j = locate_node(snapshot, index.het_groups(ci))
+        if snapshot.step_num_tasks is not None and snapshot.step_num_tasks != comp["world_size"]:
+            raise ShimError(f"this step has {snapshot.step_num_tasks} tasks but component {comp['name']!r} has "
+                            f"{comp['world_size']} processes",
+                            hint="run one srun step per component with exactly its planned tasks")
+        process = index.process_at(ci, g, j, snapshot.localid)
+        if process is None:
+            planned = index.processes_on(ci, g, j)
+            raise ShimError(f"task with SLURM_LOCALID={snapshot.localid} on node {snapshot.node_name!r} "
+                            f"(het group {g}, node {j}), but the plan has {planned} process(es) of "
+                            f"{comp['name']!r} there",
+                            hint="the step must start exactly local_world_size tasks of the component per node")
+        rank0 = process if process["rank"] == 0 else index.process(ci, 0)
+        master_addr = node_name_at(snapshot, rank0["het_group"], rank0["group_node_index"])
+        info, choice = compute_process_env(plan=index.plan, component=comp, component_index=ci, process=process,
+                                           snapshot=snapshot, plan_path=index.plan_path, master_addr=master_addr)
+        changes = environment_changes(info, plan_environment(index.plan, comp, process))
+        command = options.command or tuple(comp.get("command") or ())
+        if not command:
+            raise ShimError(f"no command: component {comp['name']!r} has none in the plan",
+                            hint=f"give one after `--`: {PROG} --plan ... --component {comp['name']} -- CMD")
+        groups = index.plan.get("node_groups") or []
+        gpu_type = groups[g].get("gpu_type") if g < len(groups) else None
+    return Resolved(info=info, choice=choice, changes=changes, command=command, snapshot=snapshot,
+                    gpu_type=gpu_type)
+
+
+def verify_devices(resolved: Resolved, debug: bool) -> None:
+    """NVML check before the program starts: errors stop the task, warnings are printed."""
+    if resolved.choice.mode not in (PHYSICAL, STEP_LOCAL):
+        return
+    devices, why = query_nvml()
+    if devices is None:
+        if debug:
+            _say(f"debug: GPUs not verified: {why}")
+        return
+    errors, warnings = check_devices(resolved.choice, devices, resolved.gpu_type, resolved.snapshot.node_name)
+    for warning in warnings:
+        _say(f"warning: {warning}")
+    if errors:
+        raise ShimError("; ".join(errors), hint="check the step's GPU binding (--gpu-bind) and the cluster's GPU "
+                                                "counts in the config; --no-verify skips this check")
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(f"{PROG}: {text}\n")
+
+
+def _explain(resolved: Resolved) -> None:
+    info = resolved.info
+    _say(f"{info.component} rank {info.rank}/{info.world_size} on {resolved.snapshot.node_name} "
+         f"(het group {info.het_group}, node {info.group_node_index}, "
+         f"local {info.local_rank}/{info.local_world_size}); "
+         f"CUDA_VISIBLE_DEVICES={resolved.choice.value!r}: {resolved.choice.note}; "
+         f"MASTER_ADDR={info.master_addr} MASTER_PORT={info.master_port}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        options = parse_args(args)
+        if options is None:
+            sys.stdout.write(USAGE)
+            return 0
+        debug = options.verbose or os.environ.get("HPCPLACE_DEBUG", "") not in ("", "0")
+        resolved = resolve(options, os.environ)
+        env = merge_environment(os.environ, resolved.changes)
+        if debug:
+            _explain(resolved)
+        if options.verify:
+            verify_devices(resolved, debug)
+        if options.print_env:
+            import json
+
+            sys.stdout.write(json.dumps({"command": list(resolved.command), "env": resolved.changes},
+                                        indent=1, sort_keys=True) + "\n")
+            return 0
+        _make_shm_dir(resolved.info.shm_dir, debug)
+    except ShimError as exc:
+        _say(f"error: {exc}")
+        return exc.exit_code
+    return _exec(resolved.command, env)
+
+
+def _make_shm_dir(path: str, debug: bool) -> None:
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:  # no /dev/shm (not Linux): the program may not need it
+        if debug:
+            _say(f"debug: cannot create {path}: {exc.strerror}")
+
+
+def _exec(command: tuple[str, ...], env: dict[str, str]) -> int:
+    """Replace this process with the command, searching the new environment's PATH like execvpe
+    (os.execvpe itself imports `warnings` for that: a quarter millisecond per task)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    program = command[0]
+    if "/" in program:
+        candidates = [program]
+    else:
+        candidates = [os.path.join(d or ".", program) for d in (env.get("PATH") or os.defpath).split(os.pathsep)]
+    denied: OSError | None = None
+    for candidate in candidates:
+        try:
+            os.execve(candidate, list(command), env)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except PermissionError as exc:
+            denied = exc
+        except OSError as exc:
+            _say(f"error: cannot run {program!r}: {exc.strerror}")
+            return 126
+    if denied is not None:
+        _say(f"error: permission denied: {program!r}")
+        return 126
+    _say(f"error: command not found: {program!r}")
+    return 127

@@ -1,0 +1,190 @@
+"""`hpcplace run CONFIG --local`: real processes, prefixed output, env as the shim computes it,
+failure propagation, Ctrl-C, and the per-run /dev/shm directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.runtime.conftest import base_env
+
+PY = json.dumps(sys.executable)
+SHOW = ("import json, os, sys; keys = ['RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'NODE_RANK', "
+        "'MASTER_ADDR', 'MASTER_PORT', 'CUDA_VISIBLE_DEVICES', 'VISIBLE_DEVICES', 'HPCPLACE_PLAN', "
+        "'HPCPLACE_SHM_DIR', 'HPCPLACE_JOB_ID', 'HPCPLACE_DEVICE_MODE', 'NODE_GROUP_LABEL', 'GROUP_VAR', "
+        "'AGENT_VAR', 'HPCPLACE_COLLOCATION_GROUP']; "
+        "env = {k: os.environ.get(k) for k in keys}; env['shm_exists'] = os.path.isdir(env['HPCPLACE_SHM_DIR']); "
+        "print(json.dumps(env)); print('to stderr', file=sys.stderr); sys.stdout.write('no newline')")
+FAIL = "import os, sys, time; time.sleep(1.0); sys.exit(3 if os.environ['RANK'] == '1' else 0)"
+SLEEP = ("import os, signal, sys, time; {ignore}print('ready', os.getpid(), flush=True); time.sleep(60)")
+
+CONFIG = f"""
+name: localtest
+cluster:
+  node_groups:
+    - {{label: gpu, partition: gpu, nodes: 2, gpus_per_node: 2, gpu_type: a800}}
+    - {{label: cpu, partition: cpu, nodes: 1, env: {{GROUP_VAR: cpu}}}}
+  component_placement:
+    trainer: {{node_group: gpu, placement: "0-3"}}
+    agent: {{node_group: cpu, placement: "0:0-1"}}
+components:
+  trainer: {{command: [{PY}, -c, {json.dumps(SHOW)}]}}
+  agent: {{command: [{PY}, -c, {json.dumps(SHOW)}], env: {{AGENT_VAR: "x"}}}}
+"""
+
+
+def failing_config(*, ignore_term: bool = False) -> str:
+    ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN); " if ignore_term else ""
+    sleeper = SLEEP.format(ignore=ignore)
+    return f"""
+name: failing
+cluster:
+  node_groups:
+    - {{label: cpu, partition: cpu, nodes: 2}}
+  component_placement:
+    sleeper: {{node_group: cpu, placement: "0-1:0-3"}}
+    fail: {{node_group: cpu, placement: "0:0-1"}}
+components:
+  sleeper: {{command: [{PY}, -c, {json.dumps(sleeper)}]}}
+  fail: {{command: [{PY}, -c, {json.dumps(FAIL)}]}}
+"""
+
+
+def hpcplace(*args: str) -> list[str]:
+    return [sys.executable, "-m", "hpcplace.cli", *args]
+
+
+def run_local(tmp_path: Path, config: str, *args: str, env: dict[str, str] | None = None,
+              timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "config.yaml"
+    path.write_text(config)
+    return subprocess.run(hpcplace("run", str(path), "--local", *args), env={**base_env(), **(env or {})},
+                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+
+
+def by_label(stdout: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for line in stdout.splitlines():
+        assert line.startswith("["), line
+        label, _, rest = line[1:].partition("] ")
+        out.setdefault(label, []).append(rest)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_runs_every_process_with_the_shim_environment(tmp_path: Path) -> None:
+    done = run_local(tmp_path, CONFIG, "--run-dir", "run")
+    assert done.returncode == 0, done.stderr
+    lines = by_label(done.stdout)
+    assert sorted(lines) == ["agent 0", "agent 1", "trainer 0", "trainer 1", "trainer 2", "trainer 3"]
+    envs = {label: json.loads(out[0]) for label, out in lines.items()}
+    assert all(out[1] == "no newline" for out in lines.values())
+    for label in lines:
+        assert f"[{label}] to stderr" in done.stderr
+    trainer = [envs[f"trainer {r}"] for r in range(4)]
+    assert [e["RANK"] for e in trainer] == ["0", "1", "2", "3"]
+    assert [e["LOCAL_RANK"] for e in trainer] == ["0", "1", "0", "1"]
+    assert [e["NODE_RANK"] for e in trainer] == ["0", "0", "1", "1"]
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in trainer] == ["0", "1", "0", "1"]  # no GPU here: virtual devices
+    assert {e["HPCPLACE_DEVICE_MODE"] for e in trainer} == {"virtual"}
+    assert {e["MASTER_ADDR"] for e in envs.values()} == {"127.0.0.1"}
+    assert len({envs["trainer 0"]["MASTER_PORT"], envs["agent 0"]["MASTER_PORT"]}) == 2
+    agent = envs["agent 1"]
+    assert agent["CUDA_VISIBLE_DEVICES"] == "" and agent["GROUP_VAR"] == "cpu" and agent["AGENT_VAR"] == "x"
+    assert agent["RANK"] == "1" and agent["WORLD_SIZE"] == "2" and agent["NODE_GROUP_LABEL"] == "cpu"
+    plan = Path(agent["HPCPLACE_PLAN"])
+    assert plan == (tmp_path / "run" / "plan.json").resolve() and Path(str(plan) + ".idx").exists()
+    assert all(e["shm_exists"] for e in envs.values())
+    assert not Path(agent["HPCPLACE_SHM_DIR"]).exists()  # removed after the run
+    assert len({e["HPCPLACE_JOB_ID"] for e in envs.values()}) == 1
+
+
+def test_local_gpus_from_the_shell(tmp_path: Path) -> None:
+    done = run_local(tmp_path, CONFIG, "--component", "trainer", env={"CUDA_VISIBLE_DEVICES": "5"})
+    assert done.returncode == 0, done.stderr
+    envs = {label: json.loads(out[0]) for label, out in by_label(done.stdout).items()}
+    assert sorted(envs) == ["trainer 0", "trainer 1", "trainer 2", "trainer 3"]
+    assert {e["CUDA_VISIBLE_DEVICES"] for e in envs.values()} == {"5"}
+    assert {e["HPCPLACE_DEVICE_MODE"] for e in envs.values()} == {"local-map"}
+    assert [envs[f"trainer {r}"]["VISIBLE_DEVICES"] for r in range(4)] == ["0", "1", "0", "1"]
+    assert list((tmp_path / "runs").iterdir())[0].name.startswith("localtest-local-")
+
+
+def test_dry_run_starts_nothing(tmp_path: Path) -> None:
+    done = run_local(tmp_path, CONFIG, "--dry-run", "--run-dir", "run")
+    assert done.returncode == 0, done.stderr
+    assert "[trainer 3] " in done.stdout and "RANK=3" in done.stdout and "MASTER_ADDR=127.0.0.1" in done.stdout
+    assert "devices: no GPU on this machine" in done.stdout
+    assert not (tmp_path / "run").exists()
+
+
+def test_refuses_user_variables(tmp_path: Path) -> None:
+    done = run_local(tmp_path, CONFIG, env={"MASTER_PORT": "29500"})
+    assert done.returncode == 2
+    assert "MASTER_PORT='29500'" in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+def test_needs_local_and_known_components(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG)
+    done = subprocess.run(hpcplace("run", str(path)), env=base_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "--local" in done.stderr
+    done = run_local(tmp_path, CONFIG, "--component", "critic")
+    assert done.returncode == 2 and "unknown component(s) critic" in done.stderr
+
+
+def test_first_failure_stops_everything(tmp_path: Path) -> None:
+    start = time.monotonic()
+    done = run_local(tmp_path, failing_config(), timeout=60)
+    elapsed = time.monotonic() - start
+    assert done.returncode == 3, done.stderr
+    assert "[fail 1] exited with 3; stopping every process" in done.stderr
+    pids = [int(rest.split()[1]) for label, out in by_label(done.stdout).items() for rest in out
+            if label.startswith("sleeper")]
+    assert len(pids) == 4
+    assert not any(alive(pid) for pid in pids)
+    assert elapsed < 30
+
+
+def test_sigterm_ignored_gets_sigkill_after_grace(tmp_path: Path) -> None:
+    done = run_local(tmp_path, failing_config(ignore_term=True), "--grace", "0.5", timeout=60)
+    assert done.returncode == 3, done.stderr
+    pids = [int(rest.split()[1]) for label, out in by_label(done.stdout).items() for rest in out
+            if label.startswith("sleeper")]
+    assert len(pids) == 4 and not any(alive(pid) for pid in pids)
+
+
+def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(failing_config().replace("time.sleep(1.0)", "time.sleep(60)"))
+    proc = subprocess.Popen(hpcplace("run", str(path), "--local", "--grace", "2"), env=base_env(), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    pids = []
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while len(pids) < 4 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if "] ready " in line:
+            pids.append(int(line.split()[-1]))
+    assert len(pids) == 4, proc.stderr.read() if proc.stderr else ""
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does to the foreground group
+    proc.wait(timeout=30)
+    assert proc.returncode == 130
+    assert "SIGINT: stopping every process" in (proc.stderr.read() if proc.stderr else "")
+    assert not any(alive(pid) for pid in pids)
+    assert not list(Path("/dev/shm").glob(f"hpcplace-failing-local-*-{proc.pid}"))
