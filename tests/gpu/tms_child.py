@@ -1,0 +1,85 @@
+"""Runs in a child started with torch_memory_saver's LD_PRELOAD (GPU machines only): pause frees
+memory per NVML, resume restores the backed-up contents, a captured CUDA graph replays after a
+pause/resume. Prints one JSON line of measurements."""
+
+import json
+import time
+
+import pynvml
+import torch
+
+from hpcplace.runtime.memory import MemoryStateError, TorchMemorySaverBackend
+
+GIB = 1 << 30
+
+
+def used_bytes() -> int:
+    """Device memory in use over every GPU NVML sees (the test machine runs nothing else)."""
+    torch.cuda.synchronize()
+    return sum(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used
+               for i in range(pynvml.nvmlDeviceGetCount()))
+
+
+def main() -> None:
+    pynvml.nvmlInit()
+    memory = TorchMemorySaverBackend()
+    memory.add_tag("weights", backup=True)
+    memory.add_tag("kv_cache", backup=False)
+    memory.add_tag("cuda_graph", backup=False)
+    weights = memory.empty("weights", (GIB // 2,), torch.bfloat16)  # 1 GiB
+    torch.cuda.manual_seed(0)
+    weights.uniform_()
+    expected = weights.cpu()
+    kv_cache = memory.empty("kv_cache", (2 * GIB,), torch.uint8)  # 2 GiB
+    kv_cache.fill_(3)
+    w = memory.empty("weights", (1024, 1024), torch.float32)
+    w.copy_(torch.randn(1024, 1024, device="cuda"))
+    x = memory.empty("weights", (64, 1024), torch.float32)
+    x.copy_(torch.randn(64, 1024, device="cuda"))
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            torch.relu(x @ w + 1)  # warm up (cuBLAS handles, workspaces) before capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with memory.cuda_graph(graph, tag="cuda_graph"):
+        y = torch.relu(x @ w + 1)
+    graph.replay()
+    before_graph = y.clone()
+
+    used_before = used_bytes()
+    t0 = time.perf_counter()
+    memory.pause()
+    pause_s = time.perf_counter() - t0
+    used_paused = used_bytes()
+    try:
+        memory.pause("weights")
+        double_pause_refused = False
+    except MemoryStateError:
+        double_pause_refused = True
+    t0 = time.perf_counter()
+    memory.resume()
+    torch.cuda.synchronize()
+    resume_s = time.perf_counter() - t0
+    used_resumed = used_bytes()
+
+    restored = bool(torch.equal(weights.cpu(), expected))
+    graph.replay()
+    graph_same = bool(torch.equal(y, before_graph))
+    x.mul_(2)
+    graph.replay()
+    graph_tracks_input = bool(torch.allclose(y, torch.relu(x @ w + 1), rtol=1e-3, atol=1e-3))
+    print(json.dumps({
+        "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+        "used_before_gib": used_before / GIB, "used_paused_gib": used_paused / GIB,
+        "used_resumed_gib": used_resumed / GIB, "freed_gib": (used_before - used_paused) / GIB,
+        "pause_ms": pause_s * 1e3, "resume_ms": resume_s * 1e3, "restored": restored,
+        "graph_replays_after_resume": graph_same, "graph_tracks_input": graph_tracks_input,
+        "double_pause_refused": double_pause_refused, "kv_cache_len": kv_cache.numel(),
+    }), flush=True)
+
+
+if __name__ == "__main__":
+    main()
