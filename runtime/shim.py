@@ -60,6 +60,7 @@ class Resolved(Frozen):
     command: tuple  # tuple[str, ...]
     snapshot: SlurmSnapshot
     gpu_type: str | None
+    offload: bool
 
 
 def parse_args(argv: Sequence[str]) -> Options | None:
@@ -125,7 +126,7 @@ def resolve(options: Options, environ: Mapping[str, str], *, hostname: str | Non
         groups = index.plan.get("node_groups") or []
         gpu_type = groups[g].get("gpu_type") if g < len(groups) else None
     return Resolved(info=info, choice=choice, changes=changes, command=command, snapshot=snapshot,
-                    gpu_type=gpu_type)
+                    gpu_type=gpu_type, offload=bool(comp.get("offload")))
 
 
 def verify_devices(resolved: Resolved, debug: bool) -> None:
@@ -168,6 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         debug = options.verbose or os.environ.get("HPCPLACE_DEBUG", "") not in ("", "0")
         resolved = resolve(options, os.environ)
         env = merge_environment(os.environ, resolved.changes)
+        env.update(_memory_saver_env(resolved, env, debug))
         if debug:
             _explain(resolved)
         if options.verify:
@@ -183,6 +185,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"error: {exc}")
         return exc.exit_code
     return _exec(resolved.command, env)
+
+
+def _memory_saver_env(resolved: Resolved, env: dict[str, str], debug: bool) -> dict[str, str]:
+    """torch_memory_saver's preload for GPU processes of offloading components, only where a GPU and
+    libcuda exist (its LD_PRELOAD elsewhere stops every process from starting). HPCPLACE_MEMORY_SAVER=0
+    turns it off."""
+    if not resolved.offload or resolved.choice.mode not in (PHYSICAL, STEP_LOCAL):
+        return {}
+    if env.get("HPCPLACE_MEMORY_SAVER", "1") == "0" or not os.path.exists("/dev/nvidiactl"):
+        return {}
+    from hpcplace.runtime.memory import torch_memory_saver_env, torch_memory_saver_unavailable_reason
+
+    changes = torch_memory_saver_env(env)
+    if not changes and debug:
+        _say(f"debug: torch_memory_saver not preloaded: {torch_memory_saver_unavailable_reason(env) or 'probe failed'}")
+    return changes
 
 
 def _make_shm_dir(path: str, debug: bool) -> None:

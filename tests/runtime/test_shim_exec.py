@@ -115,3 +115,16 @@ def test_path_search_in_the_new_environment(lab_plan: Path, task: dict[str, str]
     assert run(lab_plan, {**task, "PATH": path}, "tool").returncode == 4
     denied = run(lab_plan, {**task, "PATH": f"{first}:{os.environ['PATH']}"}, "tool")
     assert denied.returncode == 126 and "permission denied" in denied.stderr
+
+
+def test_offloading_component_never_preloads_memory_saver_without_a_gpu(tmp_path: Path,
+                                                                          task: dict[str, str]) -> None:
+    """torch_memory_saver's LD_PRELOAD would stop every process on a node without libcuda."""
+    plan = write_plan(tmp_path, LAB_CONFIG.replace('env: {ACTOR_FLAG: "1"}', 'env: {ACTOR_FLAG: "1"}, offload: true'))
+    assert '"offload": true' in plan.read_text()
+    printed = print_env(plan, "actor", task)
+    if not os.path.exists("/dev/nvidiactl"):
+        assert "LD_PRELOAD" not in printed["env"]
+    done = run(plan, task, "sh", "-c", 'test -z "$LD_PRELOAD" || case "$LD_PRELOAD" in *memory_saver*) exit 9;; esac')
+    if not os.path.exists("/dev/nvidiactl"):
+        assert done.returncode == 0, done.stderr
