@@ -21,7 +21,7 @@ import jinja2
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan import Plan, plan_to_json
 from hpcplace.slurm_job import (
-    SlurmJob, Step, all_nodes_srun_args, compress_ranks, lower, segment_srun_args,
+    Segment, SlurmJob, Step, all_nodes_srun_args, compress_ranks, lower, segment_srun_args,
 )
 
 TEMPLATE = "job.sbatch.j2"
@@ -112,7 +112,7 @@ def _gpu_text(gpus: Sequence[str]) -> str:
     return compress_ranks(int(g) for g in gpus) if gpus else "-"
 
 
-def segment_summary(job: SlurmJob, plan: Plan, seg) -> str:  # type: ignore[no-untyped-def]
+def segment_summary(plan: Plan, seg: Segment) -> str:
     """`a800 nodes 0-1: 2 tasks/node, GPUs 0-3 | 4-7, ranks 0-3` (node = index in the het component)."""
     group = plan.cluster.node_groups[seg.het_group]
     last = seg.relative + seg.num_nodes - 1
@@ -148,7 +148,7 @@ def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
                      f" per process{extra}")
         for step in steps_of.get(comp.name, []):
             for seg in step.segments:
-                lines.append("    " + segment_summary(job, plan, seg))
+                lines.append("    " + segment_summary(plan, seg))
     if plan.warnings:
         lines += ["", "warnings:"] + [f"  {w}" for w in plan.warnings]
     return lines
@@ -163,6 +163,7 @@ class StepView:
     comments: tuple[str, ...]
     description: str
     ranks: str
+    num_tasks: int  # exported as HPCPLACE_STEP_TASKS: a component may need several steps
     err_file: str
     segments: tuple[tuple[str, ...], ...]
     command: tuple[str, ...]
@@ -184,8 +185,8 @@ def step_views(plan: Plan, job: SlurmJob) -> list[StepView]:
         err = f"logs/{step.name}.srun{step.index}.err" if several else f"logs/{step.name}.srun.err"
         out.append(StepView(
             component=step.component, title=title,
-            comments=tuple(segment_summary(job, plan, s) for s in step.segments),
-            description=desc, ranks=compress_ranks(step.ranks), err_file=err,
+            comments=tuple(segment_summary(plan, s) for s in step.segments),
+            description=desc, ranks=compress_ranks(step.ranks), num_tasks=step.num_tasks, err_file=err,
             segments=tuple(segment_srun_args(job, step, s) for s in step.segments),
             command=step.command))
     return out

@@ -185,16 +185,16 @@ def lower(plan: Plan) -> SlurmJob:
     job_name = slug(options.get("job_name") or plan.name, "hpcplace")
     exclusive = options.get("exclusive", "true").lower() not in ("false", "no", "0")
     extra = _extra_args(options.get("extra_sbatch_args", ""))
-    common: list[str] = [f"--job-name={job_name}"]
+    time_args: tuple[str, ...] = ()
     if options.get("time"):
         if not sbatch_time_ok(options["time"]):
             raise SpecError(f"slurm.time {options['time']!r} is not a Slurm time limit",
                             hint="write e.g. 30, 4:00:00 or 2-00:00:00")
-        common.append(f"--time={options['time']}")
+        time_args = (f"--time={options['time']}",)
     cluster = plan.cluster
     node_needs = _node_needs(plan)
     components = tuple(
-        _het_component(plan, gi, group, common, extra, exclusive, node_needs)
+        _het_component(plan, gi, group, job_name, (*time_args, *extra), exclusive, node_needs)
         for gi, group in enumerate(cluster.node_groups))
     batch_args = []
     if options.get("mail_user"):
@@ -237,8 +237,10 @@ def _node_needs(plan: Plan) -> dict[int, tuple[int, int]]:
     return needs
 
 
-def _het_component(plan: Plan, gi: int, group: NodeGroup, common: Sequence[str], extra: Sequence[str],
+def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: Sequence[str],
                    exclusive: bool, needs: dict[int, tuple[int, int]]) -> HetComponent:
+    """The #SBATCH options of one node group: whole nodes (`--exclusive`) with every GPU of the node
+    as GRES, so the plan's physical GPU indices are the job's; `tail` = time limit and extra args."""
     first = plan.cluster.first_node_rank(gi)
     gres_parts = []
     gpus = _uniform(group, group.gpus_per_node, "GPU counts")
@@ -249,7 +251,7 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, common: Sequence[str],
         if count:
             gres_parts.append(f"{group.hardware.type}:{count}")
     gres = ",".join(gres_parts) or None
-    args = [*common[:1], f"--partition={group.partition}", f"--nodes={group.num_nodes}"]
+    args = [f"--job-name={job_name}", f"--partition={group.partition}", f"--nodes={group.num_nodes}"]
     if exclusive:
         args.append("--exclusive")
     else:
@@ -269,7 +271,7 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, common: Sequence[str],
     for flag, value in (("constraint", group.constraint), ("account", group.account), ("qos", group.qos)):
         if value:
             args.append(f"--{flag}={value}")
-    args += [*common[1:], *extra]
+    args += tail
     return HetComponent(gi, group.label, group.partition, group.num_nodes, first, gres, tuple(args))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import socket
 import tempfile
 import time
@@ -102,12 +103,18 @@ def submit(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[st
         if adopted is not None:
             say(f"found job {adopted.job_id} submitted from {root} by an interrupted attempt; recorded it")
             return adopted
-    rendered = render_run(plan, root, launcher=launcher, template_dir=template_dir)
+    root.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         raise SlurmError(f"another submission of {root} is in progress ({lock} exists)",
                          hint=f"wait for it, or remove {lock} if no hpcplace submit is running") from None
+    try:
+        rendered = render_run(plan, root, launcher=launcher, template_dir=template_dir)
+    except BaseException:
+        os.close(fd)
+        lock.unlink(missing_ok=True)
+        raise
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
                    "script_sha256": rendered.script_sha256}, f)
@@ -138,7 +145,7 @@ def _recover_interrupted(root: Path, lock: Path, timeout: float) -> Submission |
     except (OSError, ValueError):
         info = {}
     pid, host = info.get("pid"), info.get("host")
-    if host == socket.gethostname() and isinstance(pid, int) and _alive(pid):
+    if host == socket.gethostname() and isinstance(pid, int) and pid != os.getpid() and _alive(pid):
         raise SlurmError(f"another submission of {root} is running (pid {pid})",
                          hint="wait for it to finish")
     jobs = slurm_cli.jobs_in_workdir(str(root), timeout=timeout)
@@ -172,8 +179,6 @@ def dry_run_text(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Seque
     root = Path(os.path.abspath(run_dir))
     script = render_script(plan, str(root), launcher=launcher, template_dir=template_dir)
     argv = slurm_cli.sbatch_argv(str(root / SCRIPT_NAME))
-    import shlex
-
     return (f"# would write {root}/{{{SCRIPT_NAME},plan.json,plan.json.idx,logs/}} and run (in {root}):\n"
             f"# {shlex.join(argv)}\n{script}")
 

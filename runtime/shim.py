@@ -103,9 +103,13 @@ def resolve(options: Options, environ: Mapping[str, str], *, hostname: str | Non
         ci = index.component_index(options.component)
         comp = index.components[ci]
         g, j = locate_node(snapshot, index.het_groups(ci))
-        if snapshot.step_num_tasks is not None and snapshot.step_num_tasks != comp["world_size"]:
+        # HPCPLACE_STEP_TASKS: set by the rendered script on every step; a component whose nodes differ
+        # in layout inside one het group runs as several steps (one srun cannot repeat a het group).
+        step_tasks = environ.get("HPCPLACE_STEP_TASKS", "")
+        expected = int(step_tasks) if step_tasks.isdigit() else comp["world_size"]
+        if snapshot.step_num_tasks is not None and snapshot.step_num_tasks != expected:
             raise ShimError(f"this step has {snapshot.step_num_tasks} tasks but component {comp['name']!r} has "
-                            f"{comp['world_size']} processes",
+                            f"{expected} processes{' in this step' if step_tasks.isdigit() else ''}",
                             hint="run one srun step per component with exactly its planned tasks")
         process = index.process_at(ci, g, j, snapshot.localid)
         if process is None:

@@ -1,0 +1,117 @@
+"""Shared pieces of the Slurm tests: plans from native YAML, hostile strings, the real test cluster."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hpcplace.plan import Plan
+from hpcplace.planner import plan_from_file
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER_SCRIPTS = REPO / "scripts" / "slurm-cluster"
+CLUSTER_DIR = Path(os.environ.get("HPCPLACE_SLURM_DIR", "/tmp/hpcplace-slurm"))
+REPORTER = Path(__file__).with_name("reporter.py")
+
+# Values a user may type that a shell would act on (submitit's hostile fixture, and more).
+HOSTILE = (
+    "a 0",
+    'a"=0"',
+    "a'; echo foo",
+    "a\n0",
+    "$(touch {canary})",
+    "`touch {canary}`",
+    "x; touch {canary} #",
+    "back\\slash \\n\\\\",
+    "tab\there",
+    "--option=--",
+    "-",
+    "'",
+    '"',
+    "${PATH}",
+    "!x",
+    "* ?",
+    "&& touch {canary} || true",
+)
+
+
+def hostile_values(canary: Path) -> list[str]:
+    return [h.replace("{canary}", str(canary)) for h in HOSTILE]
+
+
+def plan_yaml(tmp_path: Path, text: str, name: str = "config.yaml") -> Plan:
+    """Plan a native-format config with the real planner."""
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return plan_from_file(path)
+
+
+# ------------------------------------------------------------------------------------------------
+# the real test cluster
+
+@dataclass
+class LiveCluster:
+    env: dict[str, str]
+    mode: str  # ConstrainDevices: "yes" | "no"
+
+    def run(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _required() -> bool:
+    return os.environ.get("CI") == "true" or os.environ.get("HPCPLACE_REQUIRE_SLURM") == "true"
+
+
+def _status() -> str | None:
+    res = subprocess.run([str(CLUSTER_SCRIPTS / "status.sh")], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        return None
+    for word in res.stdout.split():
+        if word.startswith("constrain_devices="):
+            return word.split("=", 1)[1]
+    return "unknown"
+
+
+def _boot(mode: str) -> None:
+    res = subprocess.run([str(CLUSTER_SCRIPTS / "up.sh"), "--constrain-devices", mode], capture_output=True,
+                         text=True, check=False, timeout=300)
+    if res.returncode == 77:
+        _unavailable(f"the Slurm test cluster needs root: {res.stderr.strip()}")
+    if res.returncode != 0:
+        pytest.fail(f"scripts/slurm-cluster/up.sh failed (rc {res.returncode}):\n{res.stderr[-4000:]}")
+
+
+def _unavailable(reason: str) -> None:
+    if _required():
+        pytest.fail(f"{reason} (CI=true / HPCPLACE_REQUIRE_SLURM=true: the real-Slurm tier must run)")
+    pytest.skip(reason)
+
+
+def ensure_cluster(mode: str) -> LiveCluster:
+    """The cluster up in ConstrainDevices=`mode` (boots or re-boots it as needed)."""
+    if os.geteuid() != 0:
+        _unavailable("the Slurm test cluster needs root (scripts/slurm-cluster/up.sh)")
+    if not (CLUSTER_SCRIPTS / "up.sh").exists():
+        _unavailable("scripts/slurm-cluster/up.sh is missing")
+    if subprocess.run(["sh", "-c", "command -v slurmctld sbatch"], capture_output=True, check=False).returncode:
+        install = subprocess.run([str(CLUSTER_SCRIPTS / "install.sh")], capture_output=True, text=True, check=False)
+        if install.returncode != 0:
+            _unavailable(f"cannot install Slurm: {install.stderr.strip()[-500:]}")
+    if _status() != mode:
+        _boot(mode)
+    env = dict(os.environ)
+    env["SLURM_CONF"] = str(CLUSTER_DIR / "etc" / "slurm.conf")
+    os.environ["SLURM_CONF"] = env["SLURM_CONF"]
+    return LiveCluster(env, mode)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> LiveCluster:
+    """The cluster as it is (booting it with ConstrainDevices=no when down)."""
+    mode = _status()
+    return ensure_cluster(mode if mode in ("yes", "no") else "no")

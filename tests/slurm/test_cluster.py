@@ -1,0 +1,278 @@
+"""The real-cluster tier (marker `slurm`): every example config submitted to the project's Slurm
+test cluster, every task reporting (through hpcplace-run) where it ran, its ranks, environment and
+the fake GPU device files it may open; the report must equal the plan exactly, under
+ConstrainDevices=no and =yes. Plus fail-fast, the hostile-input canary, the CLI, cancel, refusals."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hpcplace import submit, validate
+from hpcplace.errors import SlurmError
+from hpcplace.plan import Plan
+from hpcplace.planner import plan_from_file
+from hpcplace.slurm_job import lower
+from tests.slurm.conftest import CLUSTER_DIR, REPO, REPORTER, LiveCluster, ensure_cluster, plan_yaml
+
+pytestmark = pytest.mark.slurm
+
+EXAMPLES = sorted((REPO / "configs").glob("*.yaml"))
+JOB_TIMEOUT_S = 180
+
+
+def with_reporter(plan: Plan, reports: Path, *extra: str) -> Plan:
+    command = (sys.executable, str(REPORTER), str(reports), *extra)
+    return replace(plan, components=tuple(replace(c, command=command) for c in plan.components))
+
+
+def wait_done(job_id: str, timeout: float = JOB_TIMEOUT_S) -> submit.JobStatus:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = submit.job_status(job_id)
+        if status.done:
+            return status
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} not done after {timeout} s: {submit.format_status(submit.job_status(job_id))}")
+
+
+def shm_dir(job_id: str) -> Path:
+    return Path(f"/dev/shm/hpcplace-{job_id}")
+
+
+def run_plan(plan: Plan, tmp_path: Path, name: str = "run") -> tuple[submit.Submission, submit.JobStatus, Path]:
+    reports = tmp_path / f"{name}-reports"
+    reports.mkdir()
+    plan = with_reporter(plan, reports)
+    done = submit.submit(plan, tmp_path / name)
+    status = wait_done(done.job_id)
+    return done, status, reports
+
+
+def host_devices(host: str) -> list[int]:
+    folder = CLUSTER_DIR / "dev" / host
+    return sorted(int(p.name[6:]) for p in folder.glob("nvidia*")) if folder.is_dir() else []
+
+
+def expected_cuda(visible: list[str], mode: str) -> str:
+    """CD=no: Slurm gives physical ids (the shim narrows to the plan's); CD=yes: task-local 0..k-1."""
+    if mode == "no":
+        return ",".join(visible)
+    return ",".join(str(i) for i in range(len(visible)))
+
+
+def check_reports(plan: Plan, run_dir: Path, reports: Path, mode: str) -> None:
+    """Every planned process reported exactly once, on its planned host, with its planned ranks and
+    exactly its planned devices; srun's task order is the step order the script relies on."""
+    hosts = submit.read_hosts(run_dir)
+    job = lower(plan)
+    task_of = {}
+    for step in job.steps:
+        for task, rank in enumerate(step.ranks):
+            task_of[(step.component, rank)] = (step.index, task)
+    got = {(r["env"]["HPCPLACE_COMPONENT"], int(r["env"]["HPCPLACE_RANK"])): r
+           for r in (json.loads(p.read_text()) for p in reports.glob("*.json"))}
+    assert len(got) == plan.num_processes == len(list(reports.glob("*.json")))
+    for comp in plan.components:
+        for p in comp.processes:
+            report = got[(comp.name, p.rank)]
+            env = report["env"]
+            where = f"{comp.name} rank {p.rank}"
+            assert report["host"] == hosts[(p.het_group, p.group_node_index)], where
+            assert env["RANK"] == str(p.rank) and env["LOCAL_RANK"] == str(p.local_rank), where
+            assert env["WORLD_SIZE"] == str(comp.world_size), where
+            assert env["SLURM_LOCALID"] == str(p.local_rank), where
+            assert env["SLURM_PROCID"] == str(task_of[(comp.name, p.rank)][1]), where
+            visible = list(p.visible_accelerators)
+            assert env.get("CUDA_VISIBLE_DEVICES") == expected_cuda(visible, mode), where
+            assert env.get("GPU_DEVICE_ORDINAL") == env.get("CUDA_VISIBLE_DEVICES"), where
+            assert "SLURM_JOB_GPUS" not in env, where  # the batch step's value never leaks in
+            # CD=no: a task may open every device file of its node (the plan may declare fewer GPUs
+            # than the node has); CD=yes: exactly its planned GPUs
+            want_devices = [int(v) for v in visible] if mode == "yes" else host_devices(report["host"])
+            assert sorted(report["devices"]) == sorted(want_devices), where
+            assert report["device_errors"] == {}, where
+            assert report["shm_dir_exists"], where
+
+
+@pytest.fixture(scope="module", params=["no", "yes"], ids=["ConstrainDevices=no", "ConstrainDevices=yes"])
+def lab(request: pytest.FixtureRequest) -> LiveCluster:
+    return ensure_cluster(request.param)
+
+
+def _fits(plan: Plan) -> validate.Report:
+    return validate.check(with_reporter(plan, Path("/nonexistent")), validate.read_cluster_facts())
+
+
+@pytest.mark.parametrize("config", EXAMPLES, ids=[c.stem for c in EXAMPLES])
+def test_example_runs_exactly_as_planned(lab: LiveCluster, config: Path, tmp_path: Path) -> None:
+    plan = plan_from_file(config)
+    report = _fits(plan)
+    if not report.ok:
+        # the plan asks for hardware this 5-node cluster lacks: the check must say which node group
+        assert all("node group" in p for p in report.problems), report.problems
+        with pytest.raises(SlurmError, match="can never run on this cluster"):
+            validate.validate(with_reporter(plan, tmp_path))
+        return
+    done, status, reports = run_plan(plan, tmp_path)
+    assert status.state == "COMPLETED", submit.format_status(status)
+    check_reports(plan, done.run_dir, reports, lab.mode)
+    assert not shm_dir(done.job_id).exists(), "the per-job /dev/shm directory was left behind"
+
+
+def test_irregular_layouts(lab: LiveCluster, tmp_path: Path) -> None:
+    """Different task counts per node, several GPUs per process, a component spanning
+    three het groups, GPU-less and robot groups, unused nodes (relative placement)."""
+    plan = plan_yaml(tmp_path, """
+        name: irregular
+        cluster:
+          node_groups:
+            - {label: a800, partition: a800, nodes: 2, gpus_per_node: 8, gpu_type: a800}
+            - {label: rtx4090, partition: rtx4090, nodes: 1, gpus_per_node: 4, gpu_type: rtx4090}
+            - {label: cpu, partition: cpu, nodes: 1}
+            - {label: robot, partition: robot, nodes: 1, hardware: {type: robot, count: 4}}
+          component_placement:
+            ragged: {node_group: a800, placement: "0-1:0-3,3-5,7-10:7-14"}
+            pairs: {node_group: rtx4090, placement: "0-1:0,2-3:1"}
+            span: {node_group: node, placement: "0-4:0-9"}
+            arm: {node_group: robot, placement: "1-3:0-2"}
+        components: {}
+        """)
+    assert len(lower(plan).steps) >= 5  # ragged needs two steps
+    done, status, reports = run_plan(plan, tmp_path)
+    assert status.state == "COMPLETED", submit.format_status(status)
+    check_reports(plan, done.run_dir, reports, lab.mode)
+
+
+def test_failing_step_fails_fast(slurm_cluster: LiveCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
+    monkeypatch.setenv("HPCPLACE_TEST_FAIL", "inference:1")
+    monkeypatch.setenv("HPCPLACE_TEST_HOLD", "120")  # everyone else would run for two minutes
+    t0 = time.monotonic()
+    done, status, _ = run_plan(plan, tmp_path)
+    elapsed = time.monotonic() - t0
+    assert status.state == "FAILED", submit.format_status(status)
+    assert elapsed < 60, f"the job took {elapsed:.0f} s: the other steps were not stopped"
+    batch = next((done.run_dir / "logs").glob("batch-*.out")).read_text()
+    assert "FAILED: component 'inference' (3 tasks; ranks 0-2) exited with code" in batch
+    assert "component 'inference' rank 1 on rtx4090-1: Exited with exit code 7" in batch
+    assert status.components[0].exit_code == "7:0"  # the failing task's code, not srun's 143
+    assert not shm_dir(done.job_id).exists()
+    logs = submit.rank_logs(done.run_dir, lower(plan), submit.read_hosts(done.run_dir))
+    failing = next(r for r in logs if r.component == "inference" and r.rank == 1)
+    assert failing.path is not None and "failing on purpose" in failing.path.read_text()
+
+
+def test_hostile_canary(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """Values a shell would act on reach the program verbatim; the canary file is never created."""
+    canary = tmp_path / "canary"
+    hostile = ["a 0", 'a"=0"', "a'; touch " + str(canary), f"$(touch {canary})", f"`touch {canary}`",
+               f"x; touch {canary} #", "back\\slash", "new\nline", "${HOME}", "&& touch " + str(canary)]
+    plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
+    comps = list(plan.components)
+    comps[2] = replace(comps[2], name="inf 'q' $(touch " + str(canary) + ")")  # a hostile component name
+    plan = replace(plan, name=f"job $(touch {canary})", components=tuple(comps))
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    plan = with_reporter(plan, reports, *hostile)
+    run_dir = tmp_path / f"run dir 'q' \"d\" $(touch {canary}) ;x"
+    done = submit.submit(plan, run_dir)
+    status = wait_done(done.job_id)
+    assert status.state == "COMPLETED", submit.format_status(status)
+    got = [json.loads(p.read_text()) for p in reports.glob("*.json")]
+    assert len(got) == plan.num_processes
+    assert all(r["argv"] == hostile for r in got)
+    assert {r["env"]["HPCPLACE_COMPONENT"] for r in got} == {c.name for c in plan.components}
+    assert not canary.exists(), "a hostile value was executed"
+    # sbatch read --chdir back exactly (scontrol; slurmdbd stores `"` as a backquote)
+    assert submit.slurm_cli.show_job(done.job_id)[0]["WorkDir"] == str(run_dir)
+
+
+def test_cli_submit_status_logs_cancel(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    config = tmp_path / "demo.yaml"
+    reporter = shlex.join([sys.executable, str(REPORTER), str(reports)])
+    config.write_text(f"""
+name: cli-demo
+cluster:
+  node_groups:
+    - {{label: a800, partition: a800, nodes: 1, gpus_per_node: 8, gpu_type: a800}}
+    - {{label: cpu, partition: cpu, nodes: 1}}
+  component_placement:
+    actor: {{node_group: a800, placement: "0-3"}}
+    agent: {{node_group: cpu, placement: "0:0-1"}}
+components:
+  actor: {{command: {json.dumps(reporter)}}}
+  agent: {{command: {json.dumps(reporter)}}}
+""")
+    hp = [sys.executable, "-m", "hpcplace.cli"]
+    env = slurm_cluster.env
+    dry = subprocess.run(hp + ["submit", str(config), "--dry-run", "-o", str(tmp_path / "dry")], env=env,
+                         capture_output=True, text=True)
+    assert dry.returncode == 0 and "#SBATCH hetjob" in dry.stdout and not (tmp_path / "dry").exists()
+    test_only = subprocess.run(hp + ["submit", str(config), "--test-only"], env=env, capture_output=True, text=True)
+    assert test_only.returncode == 0 and "to start at" in test_only.stdout, test_only.stderr
+    run_dir = tmp_path / "run"
+    sub = subprocess.run(hp + ["submit", str(config), "-o", str(run_dir)], env=env, capture_output=True, text=True)
+    assert sub.returncode == 0, sub.stderr
+    job_id = json.loads((run_dir / "run.json").read_text())["job_id"]
+    again = subprocess.run(hp + ["submit", str(config), "-o", str(run_dir)], env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and "already submitted" in again.stderr
+    watch = subprocess.run(hp + ["status", str(run_dir), "--watch", "--interval", "0.3"], env=env,
+                           capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert watch.returncode == 0, watch.stderr
+    assert "COMPLETED" in watch.stdout.splitlines()[-1] or "COMPLETED" in watch.stdout
+    assert f"job {job_id}: COMPLETED" in watch.stdout and "het 1 cpu" in watch.stdout
+    logs = subprocess.run(hp + ["logs", str(run_dir), "--component", "agent", "--rank", "1", "--list"], env=env,
+                          capture_output=True, text=True)
+    assert logs.returncode == 0 and "agent rank 1 (het 1 node 0 (cpu-1), task 1)" in logs.stdout
+    # cancel: a long job, cancelled while running; every component ends CANCELLED, /dev/shm cleaned
+    for old in reports.glob("*.json"):
+        old.unlink()
+    held = subprocess.run(hp + ["submit", str(config), "-o", str(tmp_path / "held")],
+                          env={**env, "HPCPLACE_TEST_HOLD": "120"}, capture_output=True, text=True)
+    assert held.returncode == 0, held.stderr
+    held_id = json.loads((tmp_path / "held" / "run.json").read_text())["job_id"]
+    deadline = time.monotonic() + 60
+    while len(list(reports.glob("*.json"))) < 6 and time.monotonic() < deadline:  # every process started
+        time.sleep(0.2)
+    cancel = subprocess.run(hp + ["cancel", str(tmp_path / "held")], env=env, capture_output=True, text=True)
+    assert cancel.returncode == 0, cancel.stderr
+    status = wait_done(held_id, 60)
+    assert all(c.state.startswith("CANCELLED") for c in status.components), submit.format_status(status)
+    deadline = time.monotonic() + 20
+    while shm_dir(held_id).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not shm_dir(held_id).exists()
+
+
+def test_slurm_refusal_names_node_group(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    plan = plan_yaml(tmp_path, """
+        name: refused
+        cluster:
+          node_groups:
+            - {label: big, partition: a800, nodes: 1, gpus_per_node: 8, gpu_type: h100}
+            - {label: cpu, partition: cpu, nodes: 1}
+          component_placement: {w: {node_group: big, placement: "0"}, v: {node_group: cpu, placement: "0"}}
+        components: {w: {command: ["true"]}, v: {command: ["true"]}}
+        """)
+    with pytest.raises(SlurmError, match=r"node group 'big' \(het component 0, partition 'a800'\): needs 1 node"):
+        validate.validate(plan)
+    with pytest.raises(SlurmError, match=r"Requested node configuration is not available[\s\S]*node group 'big'"):
+        submit.submit(plan, tmp_path / "run")  # what sbatch says when validation is skipped
+    assert not (tmp_path / "run" / "run.json").exists() and not (tmp_path / "run" / "submit.lock").exists()
+    from hpcplace.cluster import Cluster
+
+    groups = (replace(plan.cluster.node_groups[0], partition="nosuch", gpu_type="a800"), plan.cluster.node_groups[1])
+    missing = replace(plan, cluster=Cluster(groups))
+    with pytest.raises(SlurmError, match=r"invalid partition specified: nosuch[\s\S]*node group 'big'"):
+        submit.submit(missing, tmp_path / "run2")
+

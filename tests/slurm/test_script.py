@@ -1,0 +1,141 @@
+"""The rendered batch script executed by bash with a fake `srun`/`scontrol` on PATH: fail fast, the
+failing component and rank named, leaked GPU variables cleared, cleanup, and hostile values that
+reach srun verbatim while nothing unintended runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hpcplace.cluster import Cluster
+from hpcplace.errors import SlurmError
+from hpcplace.plan import Plan
+from hpcplace.planner import plan_from_file
+from hpcplace.render import render_run
+from hpcplace.slurm_job import lower, segment_srun_args
+from tests.slurm.conftest import HOSTILE, REPO, hostile_values
+from tests.slurm.sbatch_readback import read_sbatch_options
+
+FAKEBIN = Path(__file__).with_name("fakebin")
+
+
+def run_script(run_dir: Path, tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], list[dict], str]:
+    fake = tmp_path / "fake"
+    fake.mkdir(exist_ok=True)
+    full = dict(os.environ)
+    full.update({
+        "PATH": f"{FAKEBIN}:{os.environ['PATH']}", "FAKE_DIR": str(fake), "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST_HET_GROUP_0": "node-a,node-b", "SLURM_JOB_NODELIST_HET_GROUP_1": "node-c",
+        "SLURM_JOB_NODELIST_HET_GROUP_2": "node-d", "SLURM_JOB_NODELIST_HET_GROUP_3": "node-e",
+        "SLURM_JOB_NODELIST": "node-a,node-b",
+        # what the batch step of a GPU component leaks into every step
+        "CUDA_VISIBLE_DEVICES": "0,1", "GPU_DEVICE_ORDINAL": "0,1", "ROCR_VISIBLE_DEVICES": "0,1", "SLURM_JOB_GPUS": "0,1",
+    })
+    full.update(env)
+    res = subprocess.run(["bash", str(run_dir / "job.sbatch")], env=full, capture_output=True, text=True, timeout=60,
+                         cwd=tmp_path)
+    calls = []
+    for argv_file in sorted(fake.glob("call-*.argv")):
+        leaked = argv_file.with_suffix(".leaked").read_text().split()
+        calls.append({"argv": argv_file.read_bytes().decode().split("\0")[:-1], "leaked": leaked})
+    events = (fake / "events.txt").read_text() if (fake / "events.txt").exists() else ""
+    return res, calls, events
+
+
+def _steps(calls: list[dict]) -> list[dict]:
+    return [c for c in calls if "--job-name=hpcplace-shm" not in c["argv"]]
+
+
+@pytest.fixture(scope="module")
+def hetero() -> Plan:
+    return plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
+
+
+def test_success_runs_every_step_with_exact_arguments(hetero: Plan, tmp_path: Path) -> None:
+    rendered = render_run(hetero, tmp_path / "run")
+    res, calls, events = run_script(rendered.run_dir, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "hpcplace: all steps finished" in res.stderr
+    job = lower(hetero)
+    steps = _steps(calls)
+    assert len(steps) == len(job.steps)
+    for call in calls:
+        assert call["leaked"] == [], "GPU variables of the batch step reached srun"
+    by_component = {c["argv"][c["argv"].index("--component") + 1]: c["argv"] for c in steps}
+    for step in job.steps:
+        argv = by_component[step.component]
+        seg = step.segments[0]
+        assert argv[:len(segment_srun_args(job, step, seg))] == list(segment_srun_args(job, step, seg))
+        assert argv[argv.index("--") + 1:] == list(step.command)
+    assert "guard started" in events and "USR1 hpcplace-shm" in events  # the /dev/shm guard was stopped
+    nodes = (rendered.run_dir / "logs" / "nodes.txt").read_text().split("\n")
+    assert nodes[:3] == ["0 0 node-a", "0 1 node-b", "1 0 node-c"]
+
+
+def test_failing_step_fails_fast_and_names_component_and_rank(hetero: Plan, tmp_path: Path) -> None:
+    rendered = render_run(hetero, tmp_path / "run")
+    t0 = time.monotonic()
+    res, calls, events = run_script(rendered.run_dir, tmp_path, FAKE_FAIL="inference", FAKE_SLEEP="30")
+    elapsed = time.monotonic() - t0
+    assert res.returncode == 7
+    assert elapsed < 15, "the other steps were not stopped"
+    assert "FAILED: component 'inference' (3 tasks; ranks 0-2) exited with code 7" in res.stderr
+    assert "component 'inference' rank 1 on node-a: Exited with exit code 7" in res.stderr
+    assert "component 'inference' ranks 0,2 on node-a: Killed" in res.stderr
+    # every other step got SIGTERM from the batch script, and the guard too
+    terminated = {line.split()[-1] for line in events.splitlines() if " TERM " in line}
+    assert {"actor", "rollout", "env", "agent"} <= terminated
+    assert "USR1 hpcplace-shm" in events
+
+
+def test_cpu_only_and_every_step_clear_leaked_variables(tmp_path: Path) -> None:
+    plan = plan_from_file(REPO / "configs" / "roll-example.yaml")
+    plan = replace(plan, components=tuple(replace(c, command=("true",)) for c in plan.components))
+    rendered = render_run(plan, tmp_path / "run")
+    res, calls, _ = run_script(rendered.run_dir, tmp_path, SLURM_JOB_NODELIST_HET_GROUP_0="node-a,node-b",
+                               SLURM_JOB_NODELIST_HET_GROUP_1="node-c")
+    assert res.returncode == 0, res.stderr
+    assert calls and all(c["leaked"] == [] for c in calls)
+
+
+# ------------------------------------------------------------------------------------------------
+# hostile inputs
+
+def hostile_plan(plan: Plan, value: str, canary: Path) -> Plan:
+    groups = tuple(replace(g, partition=value) if i == 0 else g for i, g in enumerate(plan.cluster.node_groups))
+    comps = list(plan.components)
+    comps[0] = replace(comps[0], name=value, command=("printf", "%s\n", value, "$(touch " + str(canary) + ")"))
+    comps[0] = replace(comps[0], env={"HOSTILE": value})
+    return replace(plan, name=value, cluster=Cluster(groups), components=tuple(comps), source=value)
+
+
+@pytest.mark.parametrize("index", range(len(HOSTILE)), ids=[repr(h)[1:-1][:20] for h in HOSTILE])
+def test_hostile_values_render_safely(hetero: Plan, tmp_path: Path, index: int) -> None:
+    canary = tmp_path / "canary"
+    value = hostile_values(canary)[index]
+    plan = hostile_plan(hetero, value, canary)
+    run_dir = tmp_path / ("run " + value.replace("/", "_").replace("\n", "_").replace("\\", "_"))
+    if "\n" in value or "\\" in value:
+        with pytest.raises(SlurmError, match="cannot be written in an #SBATCH line"):
+            render_run(plan, run_dir)  # the value is a partition: sbatch could not read it back
+        plan = replace(plan, cluster=hetero.cluster)
+    rendered = render_run(plan, run_dir)
+    script = rendered.script.read_text()
+    check = subprocess.run(["bash", "-n", str(rendered.script)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    job = lower(plan)
+    options = read_sbatch_options(script)
+    assert options[0][:len(job.components[0].sbatch_args)] == list(job.components[0].sbatch_args)
+    assert f"--chdir={run_dir}" in options[0]
+    assert json.loads(rendered.plan_json.read_text())["components"][0]["name"] == value
+    res, calls, _ = run_script(rendered.run_dir, tmp_path)
+    assert res.returncode == 0, res.stderr
+    step = next(c["argv"] for c in _steps(calls) if c["argv"][c["argv"].index("--component") + 1] == value)
+    assert step[step.index("--") + 1:] == ["printf", "%s\n", value, f"$(touch {canary})"]
+    assert not canary.exists(), "a hostile value was executed"

@@ -1,0 +1,342 @@
+"""Submission, status and validation against fake Slurm executables on PATH (and text recorded on
+the real test cluster): missing sbatch, refusals quoted with the node group named, nothing recorded
+on failure, a retry never submits twice, interrupted submissions adopted, status of het components."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcplace import slurm_cli, submit, validate
+from hpcplace.errors import SlurmError
+from hpcplace.plan import Plan
+from hpcplace.planner import plan_from_file
+from tests.slurm.conftest import REPO
+
+DATA = Path(__file__).with_name("data")
+
+SBATCH = r"""#!/bin/bash
+echo "$*" >>"$FAKE_DIR/sbatch.calls"
+case "${FAKE_SBATCH:-ok}" in
+  ok) echo "${FAKE_JOB_ID:-4242}" ;;
+  partition) echo "sbatch: error: invalid partition specified: a800" >&2
+             echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2; exit 1 ;;
+  gres) echo "sbatch: error: Batch job submission failed: Requested node configuration is not available" >&2; exit 1 ;;
+  hang) sleep 5; echo 4242 ;;
+  garbage) echo "Submitted batch job" ;;
+esac
+"""
+SQUEUE = r"""#!/bin/bash
+cat "$FAKE_DIR/squeue.out" 2>/dev/null
+"""
+SACCT = r"""#!/bin/bash
+if [ -e "$FAKE_DIR/no-accounting" ]; then
+  echo "sacct: error: Slurm accounting storage is disabled" >&2; exit 1
+fi
+case " $* " in
+  *" --noheader "*) cat "$FAKE_DIR/sacct.out" 2>/dev/null ;;
+  *) cat "$FAKE_DIR/sacct-submitit.out" 2>/dev/null ;;  # submitit's watcher reads the header
+esac
+"""
+SCONTROL = r"""#!/bin/bash
+case "$2" in
+  job) if [ -e "$FAKE_DIR/scontrol-job.out" ]; then cat "$FAKE_DIR/scontrol-job.out";
+       else echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; fi ;;
+  partition) cat "$FAKE_DIR/partitions.out" ;;
+  node) cat "$FAKE_DIR/nodes.out" ;;
+esac
+"""
+SCANCEL = r"""#!/bin/bash
+echo "$*" >>"$FAKE_DIR/scancel.calls"
+"""
+
+
+@pytest.fixture
+def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory of fake Slurm commands, first on PATH; returns FAKE_DIR (their state)."""
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    bin_dir.mkdir()
+    state.mkdir()
+    for name, text in {"sbatch": SBATCH, "squeue": SQUEUE, "sacct": SACCT, "scontrol": SCONTROL,
+                       "scancel": SCANCEL}.items():
+        path = bin_dir / name
+        path.write_text(text)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    (state / "partitions.out").write_text((DATA / "scontrol-show-partition.txt").read_text())
+    (state / "nodes.out").write_text((DATA / "scontrol-show-node.txt").read_text())
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_DIR", str(state))
+    return state
+
+
+@pytest.fixture(scope="module")
+def hetero() -> Plan:
+    return plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
+
+
+def _calls(state: Path) -> list[str]:
+    f = state / "sbatch.calls"
+    return f.read_text().splitlines() if f.exists() else []
+
+
+def test_missing_sbatch(hetero: Plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(SlurmError, match="`sbatch` was not found on PATH"):
+        submit.submit(hetero, tmp_path / "run")
+    assert not (tmp_path / "run" / "run.json").exists()
+    assert not (tmp_path / "run" / "submit.lock").exists()
+
+
+def test_success_records_job_and_hash_and_retry_does_not_resubmit(hetero: Plan, tmp_path: Path,
+                                                                   fake_slurm: Path) -> None:
+    done = submit.submit(hetero, tmp_path / "run")
+    assert done.job_id == "4242" and not done.already_submitted
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    script = (tmp_path / "run" / "job.sbatch").read_bytes()
+    import hashlib
+
+    assert record["job_id"] == "4242" and record["script_sha256"] == hashlib.sha256(script).hexdigest()
+    assert record["het_components"] == ["a800", "rtx4090", "cpu", "robot"]
+    assert not (tmp_path / "run" / "submit.lock").exists()
+    assert _calls(fake_slurm) == [f"--parsable {tmp_path / 'run' / 'job.sbatch'}"]
+    again = submit.submit(hetero, tmp_path / "run")
+    assert again.already_submitted and again.job_id == "4242"
+    assert len(_calls(fake_slurm)) == 1  # no second sbatch
+
+
+@pytest.mark.parametrize("mode,needle", [
+    ("partition", r"node group 'a800' \(het component 0\) uses partition 'a800'"),
+    ("gres", r"node group 'rtx4090' \(het component 1\): partition 'rtx4090', 1 node\(s\), GRES gpu:rtx4090:4"),
+])
+def test_refusal_quotes_slurm_names_node_group_records_nothing(hetero: Plan, tmp_path: Path, fake_slurm: Path,
+                                                                monkeypatch: pytest.MonkeyPatch, mode: str,
+                                                                needle: str) -> None:
+    monkeypatch.setenv("FAKE_SBATCH", mode)
+    with pytest.raises(SlurmError, match="Slurm rejected the job: sbatch: error") as info:
+        submit.submit(hetero, tmp_path / "run")
+    assert pytest.importorskip("re").search(needle, str(info.value))
+    assert not (tmp_path / "run" / "run.json").exists()
+    assert not (tmp_path / "run" / "submit.lock").exists()
+    monkeypatch.setenv("FAKE_SBATCH", "ok")
+    assert submit.submit(hetero, tmp_path / "run").job_id == "4242"  # a retry after a refusal submits
+
+
+def test_unparsable_sbatch_output(hetero: Plan, tmp_path: Path, fake_slurm: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_SBATCH", "garbage")
+    with pytest.raises(SlurmError, match="not a job id"):
+        submit.submit(hetero, tmp_path / "run")
+    assert not (tmp_path / "run" / "run.json").exists()
+
+
+def test_timeout_keeps_lock_and_retry_adopts_the_job(hetero: Plan, tmp_path: Path, fake_slurm: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    run_dir = tmp_path / "run"
+    monkeypatch.setenv("FAKE_SBATCH", "hang")
+    with pytest.raises(SlurmError, match="did not answer") as info:
+        submit.submit(hetero, run_dir, timeout=0.5)
+    assert "looks for the job before submitting again" in str(info.value)
+    assert (run_dir / "submit.lock").exists() and not (run_dir / "run.json").exists()
+    # Slurm did accept it: squeue lists a job whose working directory is the run directory
+    (fake_slurm / "squeue.out").write_text(f"777+0|{run_dir}\n777+1|{run_dir}\n999|/elsewhere\n")
+    monkeypatch.setenv("FAKE_SBATCH", "ok")
+    adopted = submit.submit(hetero, run_dir)
+    assert adopted.already_submitted and adopted.job_id == "777"
+    assert json.loads((run_dir / "run.json").read_text())["job_id"] == "777"
+    assert len(_calls(fake_slurm)) == 1  # only the interrupted attempt ran sbatch
+    assert not (run_dir / "submit.lock").exists()
+
+
+def test_stale_lock_without_a_job_submits_once(hetero: Plan, tmp_path: Path, fake_slurm: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run_dir / "submit.lock").write_text(json.dumps({"pid": dead.pid, "host": os.uname().nodename}))
+    assert submit.submit(hetero, run_dir).job_id == "4242"
+    assert len(_calls(fake_slurm)) == 1
+
+
+def test_live_lock_refuses(hetero: Plan, tmp_path: Path, fake_slurm: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    other = subprocess.Popen(["sleep", "30"])  # another `hpcplace submit` still running
+    try:
+        (run_dir / "submit.lock").write_text(json.dumps({"pid": other.pid, "host": os.uname().nodename}))
+        with pytest.raises(SlurmError, match="another submission .* is running"):
+            submit.submit(hetero, run_dir)
+    finally:
+        other.kill()
+        other.wait()
+    assert _calls(fake_slurm) == []
+
+
+def test_dry_run_writes_and_submits_nothing(hetero: Plan, tmp_path: Path, fake_slurm: Path) -> None:
+    text = submit.dry_run_text(hetero, tmp_path / "run")
+    assert f"# sbatch --parsable {tmp_path / 'run' / 'job.sbatch'}\n#!/bin/bash\n" in text
+    assert not (tmp_path / "run").exists() and _calls(fake_slurm) == []
+
+
+def test_test_only(hetero: Plan, tmp_path: Path, fake_slurm: Path) -> None:
+    submit.test_only(hetero)
+    assert _calls(fake_slurm)[0].startswith("--parsable --test-only ")
+
+
+def test_status_running_from_scontrol(fake_slurm: Path) -> None:
+    (fake_slurm / "scontrol-job.out").write_text((DATA / "scontrol-show-job-running.txt").read_text())
+    (fake_slurm / "sacct.out").write_text((DATA / "sacct-steps.txt").read_text())
+    status = submit.job_status("12")
+    assert status.source == "scontrol" and status.state == "RUNNING" and not status.done
+    assert [(c.offset, c.partition, c.state, c.nodes) for c in status.components] == [
+        (0, "a800", "RUNNING", "a800-1"), (1, "cpu", "RUNNING", "cpu-1")]
+    assert [(s.job_id, s.name) for s in status.steps] == [("12+0.0", "actor"), ("12+1.1", "agent")]
+    text = submit.format_status(status, ["a800", "cpu"])
+    assert "het 0 a800" in text and "het 1 cpu" in text and "12+1.1" in text
+
+
+def test_status_finished_from_sacct_or_unknown(fake_slurm: Path) -> None:
+    (fake_slurm / "sacct.out").write_text((DATA / "sacct-steps.txt").read_text())
+    status = submit.job_status("12")
+    assert status.source == "sacct" and status.done and status.state == "COMPLETED"
+    (fake_slurm / "no-accounting").touch()
+    assert submit.job_status("12").source == "none"
+
+
+def test_watch_until_done(fake_slurm: Path) -> None:
+    (fake_slurm / "scontrol-job.out").write_text((DATA / "scontrol-show-job-running.txt").read_text())
+    (fake_slurm / "sacct.out").write_text((DATA / "sacct-steps.txt").read_text())
+    (fake_slurm / "sacct-submitit.out").write_text((DATA / "sacct-submitit.txt").read_text())
+    seen: list[str] = []
+
+    def finish(_s: float) -> None:  # the job completes between two looks
+        (fake_slurm / "scontrol-job.out").write_text((DATA / "scontrol-show-job-done.txt").read_text())
+
+    status = submit.watch("12", say=seen.append, sleep=finish)
+    assert status.done and status.state == "COMPLETED"
+    assert "RUNNING" in seen[0] and "COMPLETED" in seen[-1]
+
+
+def test_submitit_watcher_reads_het_components() -> None:
+    watcher = slurm_cli.HetJobWatcher(delay_s=1)
+    info = watcher.read_info((DATA / "sacct-submitit.txt").read_text())
+    assert info["12+0"]["State"] == "COMPLETED" and info["12+1"]["NodeList"] == "cpu-1"
+    assert "12" not in info  # why submitit alone cannot watch a het job by its leader id
+    watcher.register_job("12+0")
+    watcher.register_job("12+1")
+    assert watcher._make_command() == ["sacct", "-o", "JobID,State,NodeList", "--parsable2", "-j", "12"]
+
+
+def test_cancel_and_resolve(tmp_path: Path, fake_slurm: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with pytest.raises(SlurmError, match="no submitted job recorded"):
+        submit.resolve_job(str(run_dir))
+    (run_dir / "run.json").write_text(json.dumps({"job_id": "55"}))
+    assert submit.resolve_job(str(run_dir)) == ("55", run_dir.absolute())
+    assert submit.resolve_job("77+1") == ("77", None)
+    with pytest.raises(SlurmError, match="neither a run directory nor a job id"):
+        submit.resolve_job("nope")
+    submit.cancel("55")
+    assert (fake_slurm / "scancel.calls").read_text() == "55\n"
+
+
+# ------------------------------------------------------------------------------------------------
+# validation (pure comparison over text recorded on the test cluster)
+
+@pytest.fixture(scope="module")
+def lab_facts() -> validate.ClusterFacts:
+    parse = lambda name: [slurm_cli.parse_key_values(x) for x in (DATA / name).read_text().splitlines()]  # noqa: E731
+    return validate.parse_cluster_facts(parse("scontrol-show-partition.txt"), parse("scontrol-show-node.txt"))
+
+
+def test_parse_facts(lab_facts: validate.ClusterFacts) -> None:
+    assert sorted(lab_facts.partitions) == ["a800", "cpu", "robot", "rtx4090"]
+    a800 = next(n for n in lab_facts.nodes if n.name == "a800-1")
+    assert (a800.cpus, a800.memory_mb, a800.gres, a800.partitions) == (16, 64000, {"gpu": {"a800": 8}}, ("a800",))
+    robot = next(n for n in lab_facts.nodes if n.name == "robot-1")
+    assert robot.gres == {"robot": {None: 4}}
+
+
+def test_gres_parser() -> None:
+    assert slurm_cli.parse_gres("gpu:a800:8(S:0-1),robot:4") == {"gpu": {"a800": 8}, "robot": {None: 4}}
+    assert slurm_cli.parse_gres("(null)") == {}
+    assert slurm_cli.parse_gres("gpu:4,gpu:h100:2") == {"gpu": {None: 4, "h100": 2}}
+
+
+def test_key_values_keep_spaces() -> None:
+    kv = slurm_cli.parse_key_values("NodeName=x OS=Linux 6.1 #1 SMP Gres=gpu:2 WorkDir=/a b/c Reason=None")
+    assert kv["OS"] == "Linux 6.1 #1 SMP" and kv["WorkDir"] == "/a b/c" and kv["Gres"] == "gpu:2"
+
+
+def test_hetero_example_fits_the_lab(hetero: Plan, lab_facts: validate.ClusterFacts) -> None:
+    report = validate.check(hetero, lab_facts)
+    assert report.ok, report.problems
+    assert len(report.checked) == 4
+
+
+def _variant(tmp_path: Path, group: str) -> Plan:
+    from tests.slurm.conftest import plan_yaml
+
+    return plan_yaml(tmp_path, f"""
+        name: v
+        cluster:
+          node_groups:
+            - {group}
+          component_placement: {{w: "0"}}
+        components: {{w: {{command: ["true"]}}}}
+        """)
+
+
+@pytest.mark.parametrize("group,needle", [
+    ("{label: g, partition: h100, nodes: 1, gpus_per_node: 8, gpu_type: h100}",
+     "partition does not exist (partitions: a800, cpu, robot, rtx4090)"),
+    ("{label: g, partition: a800, nodes: 3, gpus_per_node: 8, gpu_type: a800}",
+     "needs 3 node(s) with GRES gpu:a800:8, the partition has 2 such of 2"),
+    ("{label: g, partition: a800, nodes: 1, gpus_per_node: 8, gpu_type: h100}",
+     "needs 1 node(s) with GRES gpu:h100:8, the partition has 0 such of 2"),
+    ("{label: g, partition: rtx4090, nodes: 1, gpus_per_node: 8, gpu_type: rtx4090}",
+     "GRES gpu:rtx4090:8, the partition has 0 such of 1 (rtx4090-1: 8 CPUs, 32000 MB, GRES gpu:rtx4090:4)"),
+    ("{label: g, partition: cpu, nodes: 1, cpus_per_node: 64}", "needs 1 node(s) with 64 CPUs"),
+    ("{label: g, partition: cpu, nodes: 1, mem_per_node: 1T}", "with 1048576 MB memory"),
+    ("{label: g, partition: robot, nodes: 1, hardware: {type: camera, count: 2}}", "GRES camera:2"),
+    ("{label: g, partition: cpu, nodes: 1, constraint: ib}", "features 'ib'"),
+])
+def test_refuses_jobs_that_can_never_run(tmp_path: Path, lab_facts: validate.ClusterFacts, group: str,
+                                         needle: str) -> None:
+    report = validate.check(_variant(tmp_path, group), lab_facts)
+    assert any(needle in p for p in report.problems), report.problems
+    assert all("node group 'g' (het component 0" in p for p in report.problems)
+
+
+def test_too_many_tasks_for_the_cpus(tmp_path: Path, lab_facts: validate.ClusterFacts) -> None:
+    from tests.slurm.conftest import plan_yaml
+
+    plan = plan_yaml(tmp_path, """
+        name: v
+        cluster:
+          node_groups: [{label: cpu, partition: cpu, nodes: 1}]
+          component_placement: {w: "0:0-8"}
+        components: {w: {command: ["true"]}}
+        """)
+    assert any("needs 1 node(s) with 9 CPUs" in p for p in validate.check(plan, lab_facts).problems)
+
+
+def test_missing_command_and_validate_raises(hetero: Plan, lab_facts: validate.ClusterFacts) -> None:
+    from dataclasses import replace
+
+    plan = replace(hetero, components=(replace(hetero.components[0], command=()),) + hetero.components[1:])
+    with pytest.raises(SlurmError, match="component 'actor' has no command"):
+        validate.validate(plan, lab_facts)
+
+
+def test_time_minutes() -> None:
+    assert validate.time_minutes("30") == 30
+    assert validate.time_minutes("1:30:00") == 90
+    assert validate.time_minutes("2-00:00:00") == 2880
+    assert validate.time_minutes("UNLIMITED") is None
