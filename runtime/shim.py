@@ -29,13 +29,14 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 PROG = "hpcplace-run"
-USAGE = f"""usage: {PROG} --plan PLAN.json --component NAME [--print-env] [--no-verify] [--verbose] [-- CMD [ARGS...]]
+USAGE = f"""usage: {PROG} --plan PLAN.json --component NAME [--chdir DIR] [--print-env] [--no-verify] [--verbose] [-- CMD [ARGS...]]
 
 Run one task of an hpcplace job step with its planned ranks and devices, then exec CMD
 (default: the component's command from the plan).
 
   --plan PATH        plan.json written with the job (its index PATH.idx must be beside it)
   --component NAME   the component this step runs
+  --chdir DIR        run CMD in DIR (the directory the job was submitted from)
   --print-env        print the computed environment as JSON instead of running CMD
   --no-verify        skip the NVML check of the visible GPUs
   --verbose          explain the decisions on stderr (also HPCPLACE_DEBUG=1)
@@ -46,6 +47,7 @@ class Options(Frozen):
     plan: str
     component: str
     command: tuple  # tuple[str, ...]; () = the plan's command
+    chdir: str | None
     print_env: bool
     verify: bool
     verbose: bool
@@ -77,7 +79,7 @@ def parse_args(argv: Sequence[str]) -> Options | None:
         if arg in ("-h", "--help"):
             return None
         name, eq, value = arg.partition("=")
-        if name in ("--plan", "--component"):
+        if name in ("--plan", "--component", "--chdir"):
             if not eq:
                 i += 1
                 if i >= len(argv):
@@ -93,7 +95,7 @@ def parse_args(argv: Sequence[str]) -> Options | None:
     if missing:
         raise ShimError(f"missing {' and '.join(missing)}", hint=USAGE.splitlines()[0])
     return Options(plan=values["--plan"], component=values["--component"], command=command,
-                   print_env=flags["--print-env"], verify=not flags["--no-verify"], verbose=flags["--verbose"])
+                   chdir=values.get("--chdir") or None, print_env=flags["--print-env"], verify=not flags["--no-verify"], verbose=flags["--verbose"])
 
 
 def resolve(options: Options, environ: Mapping[str, str], *, hostname: str | None = None) -> Resolved:
@@ -185,6 +187,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                         indent=1, sort_keys=True) + "\n")
             return 0
         _make_shm_dir(resolved.info.shm_dir, debug)
+        if options.chdir:
+            try:
+                os.chdir(options.chdir)
+            except OSError as exc:
+                raise ShimError(f"cannot change to the working directory {options.chdir!r}: {exc.strerror}",
+                                hint="the job runs programs where it was submitted from; that directory must be "
+                                     "on a filesystem every node sees (or pass --workdir)") from None
     except ShimError as exc:
         _say(f"error: {exc}")
         return exc.exit_code

@@ -18,6 +18,9 @@ def _template_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--launcher", default="hpcplace-run", metavar="CMD",
                         help="how tasks start the shim on the nodes (default: hpcplace-run; "
                              "e.g. \"/opt/venv/bin/python -m hpcplace.runtime\")")
+    parser.add_argument("--workdir", metavar="DIR", default=".",
+                        help="directory the components' commands run in (default: the current directory, as "
+                             "with `hpcplace run --local`)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -66,7 +69,10 @@ def _launcher(args: argparse.Namespace) -> tuple[str, ...]:
     words = tuple(shlex.split(args.launcher))
     if not words:
         raise SpecError("--launcher is empty")
-    return words
+    workdir = Path(args.workdir).resolve()
+    if not workdir.is_dir():
+        raise SpecError(f"--workdir {args.workdir!r} is not a directory")
+    return (*words, "--chdir", str(workdir))
 
 
 def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]

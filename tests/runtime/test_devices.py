@@ -19,7 +19,7 @@ def lab_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def changes_for(plan: Path, component: str, env: dict[str, str]) -> dict[str, str | None]:
-    return resolve(Options(plan=str(plan), component=component, command=("true",), print_env=True, verify=False,
+    return resolve(Options(plan=str(plan), component=component, command=("true",), chdir=None, print_env=True, verify=False,
                            verbose=False), env).changes
 
 

@@ -14,7 +14,7 @@ import sys
 before = set(sys.modules)
 from hpcplace.runtime.shim import Options, resolve
 after_import = set(sys.modules)
-resolve(Options(plan=sys.argv[1], component="actor", command=("true",), print_env=False, verify=True,
+resolve(Options(plan=sys.argv[1], component="actor", command=("true",), chdir=None, print_env=False, verify=True,
                 verbose=False), dict(__import__("os").environ))
 after_resolve = set(sys.modules)
 print(repr({"import": sorted(after_import - before), "resolve": sorted(after_resolve - after_import)}))

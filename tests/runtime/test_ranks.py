@@ -25,7 +25,7 @@ def strided_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def resolved(plan: Path, component: str, env: dict[str, str]) -> Resolved:
-    return resolve(Options(plan=str(plan), component=component, command=("true",), print_env=True, verify=False,
+    return resolve(Options(plan=str(plan), component=component, command=("true",), chdir=None, print_env=True, verify=False,
                            verbose=False), env)
 
 

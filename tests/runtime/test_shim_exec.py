@@ -128,3 +128,15 @@ def test_offloading_component_never_preloads_memory_saver_without_a_gpu(tmp_path
     done = run(plan, task, "sh", "-c", 'test -z "$LD_PRELOAD" || case "$LD_PRELOAD" in *memory_saver*) exit 9;; esac')
     if not os.path.exists("/dev/nvidiactl"):
         assert done.returncode == 0, done.stderr
+
+
+def test_chdir_runs_the_program_in_the_submission_directory(lab_plan: Path, task: dict[str, str],
+                                                            tmp_path: Path) -> None:
+    args = shim_command("--plan", str(lab_plan), "--component", "actor", "--chdir", str(tmp_path), "--", "pwd")
+    done = subprocess.run(args, env={**base_env(), **task}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == str(tmp_path), done.stderr
+    missing = shim_command("--plan", str(lab_plan), "--component", "actor", "--chdir", str(tmp_path / "gone"),
+                           "--", "pwd")
+    done = subprocess.run(missing, env={**base_env(), **task}, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "cannot change to the working directory" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -18,7 +18,7 @@ def lab_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def identify(plan: Path, component: str, env: dict[str, str]) -> tuple[int, dict[str, str | None]]:
-    resolved = resolve(Options(plan=str(plan), component=component, command=("true",), print_env=True, verify=False,
+    resolved = resolve(Options(plan=str(plan), component=component, command=("true",), chdir=None, print_env=True, verify=False,
                                verbose=False), env)
     return resolved.info.rank, resolved.changes
 

@@ -276,3 +276,20 @@ def test_slurm_refusal_names_node_group(slurm_cluster: LiveCluster, tmp_path: Pa
     with pytest.raises(SlurmError, match=r"invalid partition specified: nosuch[\s\S]*node group 'big'"):
         submit.submit(missing, tmp_path / "run2")
 
+
+
+def test_collocated_demo_runs_on_the_cluster(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """Issue 5's example, unchanged, through `hpcplace submit` from the repository root: actor and rollout
+    take turns on the same GPUs of one node, weights cross /dev/shm, the rollout sees every version."""
+    run_dir = tmp_path / "demo"
+    sub = subprocess.run([sys.executable, "-m", "hpcplace.cli", "submit", "configs/collocated-demo.yaml",
+                          "-o", str(run_dir)], cwd=REPO, env=slurm_cluster.env, capture_output=True, text=True)
+    assert sub.returncode == 0, sub.stderr
+    job_id = json.loads((run_dir / "run.json").read_text())["job_id"]
+    status = wait_done(job_id)
+    logs = "\n".join(p.read_text(errors="replace") for p in sorted((run_dir / "logs").glob("*")) if p.is_file())
+    assert status.state == "COMPLETED", submit.format_status(status) + "\n" + logs[-3000:]
+    for rank in (0, 1):
+        seen = [line for line in logs.splitlines() if line.startswith(f"rollout[{rank}] gen")]
+        assert [line.split("weights v")[1].split()[0] for line in seen] == ["0", "1", "2", "3"], logs[-3000:]
+    assert not shm_dir(job_id).exists()
