@@ -3,30 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
 from html import escape
 
 from hpcplace.plan import Plan
+from hpcplace.rank_syntax import compress_ranks as compress
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
-
-
-def compress(ranks: Sequence[int]) -> str:
-    """[0,1,2,5,7,8] -> '0-2,5,7-8'."""
-    out: list[str] = []
-    start = prev = None
-    for r in ranks:
-        if start is None:
-            start = prev = r
-        elif r == prev + 1:  # type: ignore[operator]
-            prev = r
-        else:
-            out.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = r
-    if start is not None:
-        out.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ",".join(out)
 
 
 def device_map(plan: Plan) -> dict[int, dict[str, dict[str, list[int]]]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from hpcplace.errors import PlanError, SpecError
 from hpcplace.placement import Placement, ResourceSpace, place, resource_space
 from hpcplace.plan import CollocationGroup, ComponentPlan, Plan, WeightSync
-from hpcplace.rank_syntax import RankSyntaxError, expand_rank_map, parse_rank_map
+from hpcplace.rank_syntax import RankSyntaxError, compress_ranks, expand_rank_map, parse_rank_map
 from hpcplace.spec import ExperimentSpec, PlacementEntry
 
 
@@ -112,7 +112,7 @@ def _contiguous(name: str, exp: _Expanded) -> list[int]:
     if exp.space.kind != "gpu":
         raise PlanError(f"model-parallel component {name!r} must be placed on GPUs", location=exp.entry.location)
     if ranks != list(range(ranks[0], ranks[-1] + 1)):
-        raise PlanError(f"model-parallel component {name!r} must use contiguous GPUs, got {_ranges(ranks)}",
+        raise PlanError(f"model-parallel component {name!r} must use contiguous GPUs, got {compress_ranks(ranks)}",
                         location=exp.entry.location, hint="give one range such as `0-15`")
     return ranks
 
@@ -159,8 +159,8 @@ def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tup
     else:
         raise PlanError(
             "model-parallel placement must be collocated (actor GPUs == rollout GPUs) or disaggregated "
-            f"(actor, rollout, inference pairwise disjoint); got actor {_ranges(a_gpus)}, rollout {_ranges(r_gpus)}"
-            + (f", inference {_ranges(i_gpus)}" if inference else ""),
+            f"(actor, rollout, inference pairwise disjoint); got actor {compress_ranks(a_gpus)}, rollout {compress_ranks(r_gpus)}"
+            + (f", inference {compress_ranks(i_gpus)}" if inference else ""),
             location=rollout.entry.location,
             hint="for other layouts (hybrid mode) drop tensor_parallel_size from actor/rollout")
     if atp > len(a_gpus):
@@ -206,21 +206,6 @@ def _disaggregated_targets(actor_world: int, atp: int, app: int, rollout_dp: int
         shards = [ta // (atp // rtp)] if atp >= rtp else [ta * (rtp // atp) + k for k in range(rtp // atp)]
         out.append([(d, t) for d in range(da, rollout_dp, adp) for t in shards])
     return out
-
-
-def _ranges(ranks: Sequence[int]) -> str:
-    out, start, prev = [], None, None
-    for r in ranks:
-        if start is None:
-            start = prev = r
-        elif r == prev + 1:  # type: ignore[operator]
-            prev = r
-        else:
-            out.append(f"{start}-{prev}" if start != prev else f"{start}")
-            start = prev = r
-    if start is not None:
-        out.append(f"{start}-{prev}" if start != prev else f"{start}")
-    return ",".join(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,7 +263,7 @@ def collocation_groups(components: Sequence[ComponentPlan]) -> tuple[Collocation
         groups.append(CollocationGroup(
             name=f"colloc-{len(groups)}", components=tuple(names),
             phases=tuple(tuple(p) for p, _ in phases),
-            devices=tuple((n, tuple(sorted(set(l)))) for n, l in sorted(by_node.items())),
+            devices=tuple((n, tuple(sorted(set(locals_)))) for n, locals_ in sorted(by_node.items())),
             resource_type=",".join(rtypes)))
     return tuple(groups)
 

@@ -7,6 +7,7 @@ offending part so the caller can point at file:line:col inside the YAML scalar.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hpcplace.errors import PlanError
@@ -135,3 +136,19 @@ def expand_rank_map(parts: tuple[RankMapPart, ...]) -> list[list[int]]:
             for i in range(n_proc):
                 out.append([part.resource_start + i // share])
     return out
+
+
+def compress_ranks(ranks: Iterable[int]) -> str:
+    """`[0,1,2,5,7,8]` -> `"0-2,5,7-8"` (order kept; runs of +1 collapse)."""
+    parts: list[str] = []
+    start = prev = None
+    for r in ranks:
+        if start is not None and r == prev + 1:  # type: ignore[operator]
+            prev = r
+            continue
+        if start is not None:
+            parts.append(f"{start}-{prev}" if start != prev else str(start))
+        start = prev = r
+    if start is not None:
+        parts.append(f"{start}-{prev}" if start != prev else str(start))
+    return ",".join(parts)

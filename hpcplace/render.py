@@ -20,9 +20,8 @@ import jinja2
 
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan import Plan, plan_to_json
-from hpcplace.slurm_job import (
-    Segment, SlurmJob, Step, all_nodes_srun_args, compress_ranks, lower, segment_srun_args,
-)
+from hpcplace.rank_syntax import compress_ranks
+from hpcplace.slurm_job import Segment, SlurmJob, Step, all_nodes_srun_args, lower, segment_srun_args
 
 TEMPLATE = "job.sbatch.j2"
 BUILTIN_PREFIX = "hpcplace"  # a site template extends "hpcplace/job.sbatch.j2"

@@ -120,22 +120,6 @@ def unique_slugs(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(s if seen[s.lower()] == 1 else f"{s}-{i}" for i, s in enumerate(slugs))
 
 
-def compress_ranks(ranks: Iterable[int]) -> str:
-    """`[0,1,2,5,7,8]` -> `"0-2,5,7-8"` (order kept; runs of +1 collapse)."""
-    parts: list[str] = []
-    start = prev = None
-    for r in ranks:
-        if start is not None and r == prev + 1:  # type: ignore[operator]
-            prev = r
-            continue
-        if start is not None:
-            parts.append(f"{start}-{prev}" if start != prev else str(start))
-        start = prev = r
-    if start is not None:
-        parts.append(f"{start}-{prev}" if start != prev else str(start))
-    return ",".join(parts)
-
-
 def gpu_mask(gpus: Iterable[str]) -> str:
     """Physical GPU indices -> Slurm's hex mask (`["0", "1"]` -> `0x3`)."""
     mask = 0

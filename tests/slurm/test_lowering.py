@@ -8,8 +8,9 @@ import pytest
 
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.planner import plan_from_file
+from hpcplace.rank_syntax import compress_ranks
 from hpcplace.slurm_job import (
-    compress_ranks, consecutive_runs, gpu_bind, gpu_mask, lower, sbatch_time_ok, segment_srun_args, slug,
+    consecutive_runs, gpu_bind, gpu_mask, lower, sbatch_time_ok, segment_srun_args, slug,
     unique_slugs,
 )
 from tests.slurm.conftest import REPO, plan_yaml
