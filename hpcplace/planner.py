@@ -75,7 +75,7 @@ def _space(spec: ExperimentSpec, entry: PlacementEntry,
             cache[key] = resource_space(spec.cluster, entry.node_group)
         except PlanError as exc:
             raise PlanError(f"components {', '.join(entry.components)}: {exc.message}", hint=exc.hint,
-                            location=entry.location) from None
+                            location=entry.node_group_location or entry.location) from None
     return cache[key]
 
 

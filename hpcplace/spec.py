@@ -36,6 +36,7 @@ class PlacementEntry:
     location: SourceLocation | None = field(default=None, compare=False)
     # Column shift from the scalar start to the first character of the string (None: no offsets).
     text_shift: int | None = field(default=None, compare=False)
+    node_group_location: SourceLocation | None = field(default=None, compare=False)
 
     def location_at(self, offset: int) -> SourceLocation | None:
         if self.location is None or self.text_shift is None:
@@ -149,12 +150,14 @@ def placement_entries(view: View) -> tuple[PlacementEntry, ...]:
                                          hint="a component name may appear in only one key of component_placement")
             seen[name] = key_view
         node_group: tuple[str, ...] | None = None
+        node_group_loc = None
         target = child
         if isinstance(child.value, dict):
             child.check_keys({"node_group", "placement"})
             ng = child.get("node_group")
             if ng is not None and ng.value is not None:
                 node_group = _node_group_labels(ng)
+                node_group_loc = ng.location()
             target = child.require("placement", "the rank string, e.g. `0-7` or `all`")
         if isinstance(target.value, bool) or not isinstance(target.value, (str, int)):
             raise target.error(f"placement must be a string like `0-7` or an integer, got {target.value!r}",
@@ -167,7 +170,7 @@ def placement_entries(view: View) -> tuple[PlacementEntry, ...]:
         shift = None
         if mark is not None and mark.style in (None, "'", '"') and "\n" not in text:
             shift = 1 if mark.style else 0
-        entries.append(PlacementEntry(names, node_group, text, None, loc, shift))
+        entries.append(PlacementEntry(names, node_group, text, None, loc, shift, node_group_loc))
     if not entries:
         raise view.error("component_placement is empty", hint="place at least one component, e.g. `actor: all`")
     return tuple(entries)

@@ -599,3 +599,11 @@ def test_areal_needs_partition(yml: Yaml) -> None:
 def test_roll_error_column_points_at_the_offending_text(yml: Yaml, mapping: str, needle: str) -> None:
     path = yml.write(ROLL % mapping)
     assert str(yml.error(path)).startswith(yml.where(path, needle) + ": ")
+
+
+def test_unknown_node_group_points_at_the_node_group_value(yml: Yaml) -> None:
+    path = yml.write(native("actor: {placement: 0, node_group: [rtx, nope]}"))
+    err = yml.error(path)
+    line = next(i for i, text in enumerate(Path(path).read_text().splitlines(), 1) if "nope" in text)
+    column = Path(path).read_text().splitlines()[line - 1].index("[rtx") + 1
+    assert str(err).startswith(f"{path}:{line}:{column}:"), str(err)
