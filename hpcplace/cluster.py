@@ -132,9 +132,5 @@ class Cluster:
                 return group
         return None
 
-    def group_index(self, label: str) -> int:
-        key = label.lower()
-        return next(i for i, g in enumerate(self.node_groups) if g.label.lower() == key)
-
     def first_node_rank(self, group_index: int) -> int:
         return sum(g.num_nodes for g in self.node_groups[:group_index])
