@@ -87,30 +87,36 @@ def summary(plan: Plan, *, max_nodes: int = 64) -> str:
 
 
 def svg(plan: Plan, *, max_nodes: int = 64) -> str:
-    """One row per node, one cell per device, striped by the components that use it."""
+    """One row per node, one cell per device: the device name on top, then one stripe per component
+    using it, labelled with its ranks (hover for the full list)."""
     colors = {c.name: PALETTE[i % len(PALETTE)] for i, c in enumerate(plan.components)}
     dmap = device_map(plan)
     nodes = plan.cluster.nodes[:max_nodes]
+    stripes = max([len(comps) for n in nodes for comps in dmap.get(n.rank, {}).values()] + [1])
     widths = [max(len(dmap.get(n.rank, {})), 1) for n in nodes]
-    cell, gap, left, top = 64, 4, 190, 40
+    cell, head, stripe_h, gap, left, top = 96, 14, 14, 6, 170, 40
+    row_h = head + stripes * stripe_h
     width = left + max(widths) * (cell + gap) + 20
-    height = top + len(nodes) * (cell // 2 + gap) + 30 + 18 * ((len(colors) + 3) // 4)
+    height = top + len(nodes) * (row_h + gap) + 30 + 18 * ((len(colors) + 3) // 4)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" '
            'font-size="11">', f'<text x="10" y="20" font-size="14">{escape(plan.name)}: device map</text>']
     for row, node in enumerate(nodes):
-        y = top + row * (cell // 2 + gap)
-        out.append(f'<text x="10" y="{y + 20}">node {node.rank} {escape(node.group_label)}#{node.index_in_group}</text>')
+        y = top + row * (row_h + gap)
+        out.append(f'<text x="10" y="{y + row_h / 2 + 4:.0f}">node {node.rank} {escape(node.group_label)}'
+                   f'#{node.index_in_group}</text>')
         cells = dmap.get(node.rank, {})
         for col, label in enumerate(sorted(cells, key=_device_order)):
             x = left + col * (cell + gap)
-            comps = list(cells[label].items())
-            stripe = (cell // 2) / len(comps)
-            for k, (comp, ranks) in enumerate(comps):
-                out.append(f'<rect x="{x}" y="{y + k * stripe:.1f}" width="{cell}" height="{stripe:.1f}" '
-                           f'fill="{colors[comp]}"><title>{escape(label)}: {escape(comp)} ranks '
-                           f'{escape(compress(ranks))}</title></rect>')
-            out.append(f'<text x="{x + 3}" y="{y + 12}" fill="white">{escape(label)}</text>')
-    y = top + len(nodes) * (cell // 2 + gap) + 10
+            out.append(f'<rect x="{x}" y="{y}" width="{cell}" height="{row_h}" fill="#eeeeee"/>'
+                       f'<text x="{x + 3}" y="{y + 11}">{escape(label)}</text>')
+            for k, (comp, ranks) in enumerate(cells[label].items()):
+                sy = y + head + k * stripe_h
+                text = f"{comp} {compress(ranks)}"
+                shown = text if len(text) <= 15 else text[:14] + "…"
+                out.append(f'<rect x="{x}" y="{sy}" width="{cell}" height="{stripe_h}" fill="{colors[comp]}">'
+                           f'<title>{escape(label)}: {escape(comp)} ranks {escape(compress(ranks))}</title></rect>'
+                           f'<text x="{x + 3}" y="{sy + 11}" fill="white" font-size="10">{escape(shown)}</text>')
+    y = top + len(nodes) * (row_h + gap) + 10
     for i, (comp, color) in enumerate(colors.items()):
         x, yy = 10 + (i % 4) * 170, y + (i // 4) * 18
         out.append(f'<rect x="{x}" y="{yy}" width="12" height="12" fill="{color}"/>'
