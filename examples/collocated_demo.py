@@ -107,6 +107,10 @@ def run_actor(cycle: Cycle, job_dir: str, rank: int, world_size: int, cycles: in
                   f"{float(rewards.mean()):.3f}), published weights v{version} fp={kept:08x}", flush=True)
     batches.close()
     publisher.close()
+    if distributed:  # tear gloo down before exit: its threads alive at exit abort the process
+        import torch.distributed as dist
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def run_rollout(cycle: Cycle, job_dir: str, rank: int, cycles: int) -> None:
