@@ -29,7 +29,8 @@ fi
 export PATH="$venv/bin:$PATH"
 export HPCPLACE_REQUIRE_SLURM="${CI:-false}"
 status=0
-python -m pytest -q "$@" || status=$?
+# A test stuck for 5 minutes prints every thread's stack (then goes on), so a hang is diagnosable.
+python -m pytest -q -o faulthandler_timeout=300 "$@" || status=$?
 if [ "$slurm_ok" = 1 ]; then
   scripts/slurm-cluster/down.sh >/dev/null 2>&1 || true
 fi

@@ -31,7 +31,7 @@ cluster:
     rollout: {node_group: cpu, placement: "0:0-1"}
 slurm: {time: "00:05:00"}
 """
-TIMEOUT_S = 60
+TIMEOUT_S = 120
 
 
 def where(tag: str) -> dict[str, object]:
@@ -44,7 +44,7 @@ def where(tag: str) -> dict[str, object]:
 def fail_on_rank_1(tag: str) -> dict[str, object]:
     if os.environ["RANK"] == "1":
         raise RuntimeError(f"rollout rank 1 gives up ({tag})")
-    time.sleep(30)  # stopped by the failure long before this
+    time.sleep(240)  # stopped by the failure long before this
     return where(tag)
 
 
@@ -83,7 +83,7 @@ def test_a_raising_rank_fails_the_job_and_is_named(slurm_cluster: LiveCluster, c
     job = submit_functions(config, {"actor": fail_on_rank_1, "rollout": fail_on_rank_1}, run_dir=tmp_path / "run",
                            args=("y",))
     assert job.wait(timeout=TIMEOUT_S) == "FAILED"
-    assert time.monotonic() - t0 < 25, "the other ranks were not stopped"
+    assert time.monotonic() - t0 < 90, "the other ranks were not stopped"
     with pytest.raises(FunctionError) as caught:
         job.results()
     text = str(caught.value)
