@@ -22,12 +22,11 @@ from hpcplace.cluster import NodeGroup
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.placement import Placement
 from hpcplace.plan import ComponentPlan, Plan
+from hpcplace.spec import SLURM_JOB_OPTIONS
 
 # Variables the batch step leaks into every step; `srun --export` cannot clear them (lab facts).
 LEAKED_GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURM_JOB_GPUS")
 
-# The `slurm:` keys a config may set (hpcplace.spec.slurm_options).
-JOB_OPTION_KEYS = ("time", "job_name", "mail_user", "mail_type", "exclusive", "output_dir", "extra_sbatch_args")
 
 
 @dataclass(frozen=True)
@@ -163,9 +162,9 @@ def sbatch_time_ok(value: str) -> bool:
 def lower(plan: Plan) -> SlurmJob:
     """Plan -> SlurmJob. Raises SlurmError for what one het component cannot express."""
     options = dict(plan.slurm)
-    unknown = sorted(set(options) - set(JOB_OPTION_KEYS))
+    unknown = sorted(set(options) - SLURM_JOB_OPTIONS)
     if unknown:
-        raise SpecError(f"unknown slurm option(s) {unknown}", hint=f"known: {', '.join(JOB_OPTION_KEYS)}")
+        raise SpecError(f"unknown slurm option(s) {unknown}", hint=f"known: {', '.join(sorted(SLURM_JOB_OPTIONS))}")
     job_name = slug(options.get("job_name") or plan.name, "hpcplace")
     exclusive = options.get("exclusive", "true").lower() not in ("false", "no", "0")
     extra = _extra_args(options.get("extra_sbatch_args", ""))

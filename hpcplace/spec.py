@@ -209,11 +209,15 @@ def _alias_int(view: View, keys: tuple[str, ...]) -> int | None:
     return view.require(present[0]).int(minimum=1) if present else None
 
 
+# The job-level `slurm:` keys every format accepts (lowered in hpcplace.slurm_job).
+SLURM_JOB_OPTIONS = frozenset({"time", "job_name", "mail_user", "mail_type", "exclusive", "output_dir",
+                               "extra_sbatch_args"})
+
+
 def slurm_options(view: View | None) -> dict[str, str]:
     if view is None:
         return {}
-    allowed = {"time", "job_name", "mail_user", "mail_type", "exclusive", "output_dir", "extra_sbatch_args"}
-    view.check_keys(allowed)
+    view.check_keys(SLURM_JOB_OPTIONS)
     out: dict[str, str] = {}
     for key, child in view.items():
         if isinstance(child.value, list):

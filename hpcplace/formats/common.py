@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcplace.spec import ComponentSpec, check_name, component_settings, parse_memory_mb, slurm_options
+from hpcplace.spec import (
+    SLURM_JOB_OPTIONS, ComponentSpec, check_name, component_settings, parse_memory_mb, slurm_options,
+)
 from hpcplace.yaml_source import View
 
 SLURM_GROUP_KEYS = {"partition", "gpus_per_node", "gpu_type", "cpus_per_node", "mem_per_node", "constraint",
@@ -58,16 +60,14 @@ def slurm_facts(view: View | None, label: str | None = None, base: SlurmFacts | 
                       opt("account", "str"), opt("qos", "str"))  # type: ignore[arg-type]
 
 
-SLURM_BLOCK_KEYS = SLURM_GROUP_KEYS | {"node_groups", "time", "job_name", "mail_user", "mail_type", "exclusive",
-                                       "output_dir", "extra_sbatch_args", "cpu_partition", "cpu_nodes"}
+SLURM_BLOCK_KEYS = SLURM_GROUP_KEYS | SLURM_JOB_OPTIONS | {"node_groups", "cpu_partition", "cpu_nodes"}
 
 
 def slurm_job_options(view: View | None) -> dict[str, str]:
     if view is None:
         return {}
     view.check_keys(SLURM_BLOCK_KEYS)
-    job_keys = {"time", "job_name", "mail_user", "mail_type", "exclusive", "output_dir", "extra_sbatch_args"}
-    sub = {k: v for k, v in view.mapping().items() if k in job_keys}
+    sub = {k: v for k, v in view.mapping().items() if k in SLURM_JOB_OPTIONS}
     return slurm_options(View(view.doc, view.path, sub))
 
 
