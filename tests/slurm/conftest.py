@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import textwrap
@@ -17,6 +18,11 @@ REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SCRIPTS = REPO / "scripts" / "slurm-cluster"
 CLUSTER_DIR = Path(os.environ.get("HPCPLACE_SLURM_DIR", "/tmp/hpcplace-slurm"))
 REPORTER = Path(__file__).with_name("reporter.py")
+# One test cluster per machine: test sessions from several checkouts take turns through this lock,
+# and a cluster booted by another checkout's scripts is rebooted with this checkout's.
+CLUSTER_LOCK = Path(os.environ.get("HPCPLACE_CLUSTER_LOCK", "/tmp/hpcplace-cluster.lock"))
+CLUSTER_OWNER = CLUSTER_LOCK.with_suffix(".owner")
+_cluster_lock_fd: int | None = None
 
 # Values a user may type that a shell would act on (submitit's hostile fixture, and more).
 HOSTILE = (
@@ -92,6 +98,15 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def _hold_cluster_lock() -> None:
+    """Hold the machine's cluster lock until this test process exits (waits for another session)."""
+    global _cluster_lock_fd
+    if _cluster_lock_fd is None:
+        fd = os.open(CLUSTER_LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _cluster_lock_fd = fd
+
+
 def ensure_cluster(mode: str) -> LiveCluster:
     """The cluster up in ConstrainDevices=`mode` (boots or re-boots it as needed)."""
     if os.geteuid() != 0:
@@ -102,8 +117,11 @@ def ensure_cluster(mode: str) -> LiveCluster:
         install = subprocess.run([str(CLUSTER_SCRIPTS / "install.sh")], capture_output=True, text=True, check=False)
         if install.returncode != 0:
             _unavailable(f"cannot install Slurm: {install.stderr.strip()[-500:]}")
-    if _status() != mode:
+    _hold_cluster_lock()
+    owner = CLUSTER_OWNER.read_text() if CLUSTER_OWNER.exists() else ""
+    if _status() != mode or owner != str(REPO):
         _boot(mode)
+        CLUSTER_OWNER.write_text(str(REPO))
     env = dict(os.environ)
     env["SLURM_CONF"] = str(CLUSTER_DIR / "etc" / "slurm.conf")
     os.environ["SLURM_CONF"] = env["SLURM_CONF"]
