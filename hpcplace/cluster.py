@@ -44,6 +44,21 @@ class NodeGroup:
     location: SourceLocation | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        # Backstops for every input format (parsers check earlier, with finer locations).
+        from hpcplace import limits
+        from hpcplace.safe_words import check_env, check_sbatch_text
+
+        where = f"node group {self.label!r}"
+        limits.nodes(self.num_nodes, self.location, f"{where}: number of nodes")
+        for count in self.gpus_per_node:
+            limits.gpus_per_node(count, self.location, f"{where}: GPUs per node")
+        for count in self.hardware.per_node if self.hardware else ():
+            limits.hardware_per_node(count, self.location, f"{where}: hardware per node")
+        for key in ("partition", "account", "qos", "constraint", "gpu_type"):
+            value = getattr(self, key)
+            if value is not None:
+                check_sbatch_text(value, f"{where}: {key}", location=self.location)
+        check_env(self.env, location=self.location, what=f"{where}: env")
         if len(self.gpus_per_node) != self.num_nodes:
             raise SpecError(
                 f"node group {self.label!r}: {len(self.gpus_per_node)} GPU counts for {self.num_nodes} nodes",
@@ -114,6 +129,10 @@ class Cluster:
                 raise SpecError(f"duplicate node group label {group.label!r} (labels are case-insensitive)",
                                 location=group.location, hint="give every node group its own label")
             seen[key] = group
+        from hpcplace import limits
+
+        limits.nodes(sum(g.num_nodes for g in self.node_groups), self.node_groups[0].location,
+                     "number of nodes in the cluster (all node groups)")
         nodes: list[Node] = []
         for gi, group in enumerate(self.node_groups):
             for i in range(group.num_nodes):

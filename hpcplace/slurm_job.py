@@ -191,13 +191,24 @@ def lower(plan: Plan) -> SlurmJob:
     return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes)
 
 
-def _extra_args(text: str) -> tuple[str, ...]:
-    args = tuple(shlex.split(text)) if text else ()
+def extra_args_problem(text: str) -> str | None:
+    """Why `slurm.extra_sbatch_args` cannot go into #SBATCH lines (None: it can)."""
+    try:
+        args = shlex.split(text) if text else []
+    except ValueError as exc:
+        return f"cannot split {text!r}: {exc}"
     for a in args:
         if not a.startswith("--") or "\n" in a:
-            raise SpecError(f"slurm.extra_sbatch_args: {a!r} is not a long sbatch option",
-                            hint="write options as --name=value, e.g. [--reservation=rl]")
-    return args
+            return f"{a!r} is not a long sbatch option"
+    return None
+
+
+def _extra_args(text: str) -> tuple[str, ...]:
+    problem = extra_args_problem(text)
+    if problem:
+        raise SpecError(f"slurm.extra_sbatch_args: {problem}",
+                        hint="write options as --name=value, e.g. [--reservation=rl]")
+    return tuple(shlex.split(text)) if text else ()
 
 
 def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:
