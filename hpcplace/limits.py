@@ -12,12 +12,12 @@ from hpcplace.errors import SourceLocation, SpecError
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a config file larger than this is refused before parsing
 MAX_YAML_VALUES = 50_000  # values in a document after YAML aliases are expanded
 MAX_YAML_DEPTH = 100  # nesting of mappings/lists
-MAX_NODES = 4096  # nodes in the whole cluster (every node group together)
+MAX_NODES = 16_384  # nodes in the whole cluster (every node group together)
 MAX_GPUS_PER_NODE = 64
 MAX_HARDWARE_PER_NODE = 1024  # robots, cameras, ... per node
 MAX_CPUS_PER_NODE = 65_536
 MAX_DEVICE_ID = MAX_NODES * MAX_GPUS_PER_NODE - 1  # ROLL's global GPU ids
-MAX_PROCESSES = 65_536  # processes of one component, and of the whole plan
+MAX_PROCESSES = 131_072  # processes of one component, and of the whole plan
 MAX_COMPONENTS = 1024
 
 # name -> (cap, what it counts): the table the README shows and errors quote.

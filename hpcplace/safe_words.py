@@ -17,7 +17,7 @@ ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ENV_NAME_HINT = "variable names use letters, digits and '_' and do not start with a digit (e.g. MY_FLAG)"
 RESERVED_PREFIX = "HPCPLACE_"  # every HPCPLACE_* variable belongs to hpcplace
 SRUN_SEPARATOR = ":"  # srun splits its argv into het-job parts at every bare `:`
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")  # not tab
 
 
 @lru_cache(maxsize=1)

@@ -216,7 +216,7 @@ def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:
         raise SlurmError(
             f"node group {group.label!r} (partition {group.partition}) has different {what} per node "
             f"{list(values)}; a het-job component asks every node for the same GRES",
-            hint="split the node group into groups whose nodes have equal counts")
+            hint="split the node group into groups whose nodes have equal counts", location=group.location)
     return values[0] if values else 0
 
 
