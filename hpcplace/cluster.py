@@ -97,6 +97,41 @@ class NodeGroup:
 
 
 @dataclass(frozen=True)
+class Charge:
+    """What one het component is charged to. sbatch carries `--account`/`--qos` of a component over
+    to every later component that sets none, so a node group without them inherits the last earlier
+    one's; None = the submitting user's default (no earlier group set one)."""
+
+    account: str | None
+    account_from: str | None  # label of the node group that set it (the group itself when its own)
+    qos: str | None
+    qos_from: str | None
+
+    def describe(self, label: str) -> str:
+        def one(what: str, value: str | None, source: str | None) -> str:
+            if value is None:
+                return f"{what}: the user's default"
+            if source == label:
+                return f"{what} {value}"
+            return f"{what} {value} (inherited from node group {source}: sbatch carries it over)"
+
+        return one("account", self.account, self.account_from) + ", " + one("QOS", self.qos, self.qos_from)
+
+
+def charges(groups: tuple[NodeGroup, ...]) -> tuple[Charge, ...]:
+    """Per node group (= het component, in order), the account and QOS it is really charged to."""
+    out: list[Charge] = []
+    account = account_from = qos = qos_from = None
+    for group in groups:
+        if group.account:
+            account, account_from = group.account, group.label
+        if group.qos:
+            qos, qos_from = group.qos, group.label
+        out.append(Charge(account, account_from, qos, qos_from))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class Node:
     """One node: its cluster-wide rank, its group and its position within that group."""
 

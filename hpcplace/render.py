@@ -160,6 +160,8 @@ def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
         ranks = compress_ranks(range(comp.first_node_rank, comp.first_node_rank + comp.num_nodes))
         lines.append(f"  {comp.het_group}: {comp.label} -> partition {comp.partition}, {comp.num_nodes} node(s) "
                      f"(cluster node ranks {ranks}), GRES {comp.gres or 'none'}")
+        if comp.charge is not None and (comp.charge.account or comp.charge.qos):
+            lines.append(f"     charged to {comp.charge.describe(comp.label)}")
     lines += ["", "component: ranks -> nodes (index within the het component) and GPUs per local task"]
     steps_of: dict[str, list[Step]] = {}
     for step in job.steps:
