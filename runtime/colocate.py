@@ -12,7 +12,7 @@ current at a time. Usage, once per process:
     cycle.close()                            # leave; True for the node's last rank (may clean up)
 
 HPCPLACE_COLLOCATE_EVENTS=<file> makes every rank append onload/offload events (CLOCK_MONOTONIC
-ns, component, rank, devices, generation) to one log, for checking the invariants below.
+ns, node, component, rank, devices, generation) to one log, for checking the invariants below.
 
 Scope: the protocol is PER NODE. Devices are node-local and so is /dev/shm, so each node runs its
 own baton among the ranks of the group that the plan puts on that node; phases with no rank on a
@@ -160,6 +160,8 @@ class Cycle:
         self.on_owner_death = on_owner_death
         self.liveness_interval = liveness_interval
         self._event_log = event_log
+        base = os.path.basename(os.path.normpath(job_dir))
+        self._node = base[len("node-"):] if base.startswith("node-") else ""  # for the event log
         self._turn_generation: int | None = None
         self._phase_of = {c: i for i, phase in enumerate(schedule.phases) for c in phase}
         if start is not None and start not in self._phase_of:
@@ -431,7 +433,7 @@ class Cycle:
     def _event(self, event: str, generation: int) -> None:
         if not self._event_log:
             return
-        line = json.dumps({"t": time.monotonic_ns(), "event": event, "component": self.component,
+        line = json.dumps({"t": time.monotonic_ns(), "event": event, "node": self._node, "component": self.component,
                            "rank": self.rank, "pid": os.getpid(), "generation": generation,
                            "devices": list(self.schedule.devices.get(self.component, ()))})
         fd = os.open(self._event_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
