@@ -234,7 +234,8 @@ def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
         return env.get_template(TEMPLATE).render(
             job=job, plan=plan, run_dir=run_dir, plan_file=PLAN_NAME, launcher=tuple(launcher),
             summary=placement_summary(plan, job), steps=step_views(plan, job),
-            every_node=all_nodes_srun_args(job, "hpcplace-shm"), node_lists=node_lists,
+            every_node=all_nodes_srun_args(job, "hpcplace-shm"),
+            clean_nodes=all_nodes_srun_args(job, "hpcplace-clean"), node_lists=node_lists,
             clear_leaked=tuple(a for v in LEAKED_GPU_VARIABLES for a in ("-u", v)))
     except jinja2.TemplateError as exc:
         raise SpecError(f"template error: {exc}", hint="check the site template directory") from None

@@ -96,6 +96,8 @@ class SlurmJob:
     steps: tuple[Step, ...]
     batch_args: tuple[str, ...]  # options of the batch (first) component only
     num_processes: int
+    kill_wait_s: int | None = None  # SIGTERM -> SIGKILL grace for steps; None = Slurm's KillWait
+    requeue: bool = False
 
     @property
     def is_het(self) -> bool:
@@ -175,6 +177,12 @@ def lower(plan: Plan) -> SlurmJob:
             raise SpecError(f"slurm.time {options['time']!r} is not a Slurm time limit",
                             hint="write e.g. 30, 4:00:00 or 2-00:00:00")
         time_args = (f"--time={options['time']}",)
+    warning = limit_signal(options.get("signal_before_limit", DEFAULT_LIMIT_SIGNAL))
+    requeue = _flag(options, "requeue", False)
+    if warning:
+        time_args += (f"--signal={warning}",)
+    if requeue:
+        time_args += ("--requeue",)
     cluster = plan.cluster
     node_needs = _node_needs(plan)
     components = tuple(
@@ -185,11 +193,63 @@ def lower(plan: Plan) -> SlurmJob:
         batch_args.append(f"--mail-user={options['mail_user']}")
     if options.get("mail_type"):
         batch_args.append(f"--mail-type={options['mail_type']}")
+    if requeue:  # every attempt's batch log in one file (Slurm truncates it on requeue otherwise)
+        batch_args.append("--open-mode=append")
     names = unique_slugs([c.name for c in plan.components])
     steps: list[Step] = []
     for comp, name in zip(plan.components, names):
         steps.extend(_component_steps(plan, comp, name))
-    return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes)
+    return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes,
+                    kill_wait(options.get("kill_wait")), requeue)
+
+
+DEFAULT_LIMIT_SIGNAL = "TERM@120"
+_SIGNAL_NAMES = ("HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "PIPE", "ALRM", "TERM", "CONT", "STOP",
+                 "TSTP", "TTIN", "TTOU", "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "PWR", "SYS")
+
+
+def limit_signal(value: str) -> str | None:
+    """slurm.signal_before_limit -> `SIG@SECONDS` for `--signal` (no `B:`: every task of every step
+    gets it, not the batch script), or None when turned off. Accepts `120` (SIGTERM), `USR1@300`,
+    `SIGUSR1@300`, `false`/`0`/`none`."""
+    text = str(value).strip()
+    if text.lower() in ("false", "no", "none", "off", "0"):
+        return None
+    sig, _, seconds = text.rpartition("@")
+    sig = (sig or "TERM").upper().removeprefix("SIG")
+    hint = "write SECONDS (SIGTERM that long before the limit), SIGNAL@SECONDS like USR1@300, or false"
+    if not seconds.isdigit() or not 1 <= int(seconds) <= 65535:
+        raise SpecError(f"slurm.signal_before_limit {value!r}: {seconds!r} is not a number of seconds "
+                        "from 1 to 65535", hint=hint)
+    if sig not in _SIGNAL_NAMES and not (sig.isdigit() and 1 <= int(sig) <= 64):
+        raise SpecError(f"slurm.signal_before_limit {value!r}: {sig!r} is not a signal",
+                        hint=f"{hint}; signals: {', '.join(_SIGNAL_NAMES)}")
+    if sig in ("KILL", "STOP", "9", "19"):
+        raise SpecError(f"slurm.signal_before_limit {value!r}: SIG{sig} cannot be caught, so it warns no one",
+                        hint=hint)
+    return f"{sig}@{int(seconds)}"
+
+
+def kill_wait(value: str | None) -> int | None:
+    """slurm.kill_wait: seconds between SIGTERM and SIGKILL when the job stops its steps."""
+    if value is None or str(value).strip() == "":
+        return None
+    text = str(value).strip()
+    if not text.isdigit() or int(text) > 3600:
+        raise SpecError(f"slurm.kill_wait {value!r} is not a number of seconds from 0 to 3600",
+                        hint="leave it out to use the cluster's KillWait (scontrol show config)")
+    return int(text)
+
+
+def _flag(options: dict[str, str], key: str, default: bool) -> bool:
+    text = options.get(key)
+    if text is None:
+        return default
+    if text.lower() in ("true", "yes", "1"):
+        return True
+    if text.lower() in ("false", "no", "0"):
+        return False
+    raise SpecError(f"slurm.{key} {text!r} is not true or false")
 
 
 def extra_args_problem(text: str) -> str | None:
