@@ -18,7 +18,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from hpcplace.cluster import NodeGroup
+from hpcplace.cluster import Charge, NodeGroup, charges
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.placement import Placement
 from hpcplace.plan import ComponentPlan, Plan
@@ -40,6 +40,7 @@ class HetComponent:
     first_node_rank: int
     gres: str | None
     sbatch_args: tuple[str, ...]
+    charge: Charge | None = None  # the account/QOS it is charged to (written on its own lines)
 
 
 @dataclass(frozen=True)
@@ -185,8 +186,8 @@ def lower(plan: Plan) -> SlurmJob:
     cluster = plan.cluster
     node_needs = _node_needs(plan)
     components = tuple(
-        _het_component(plan, gi, group, job_name, (*time_args, *extra), exclusive, node_needs)
-        for gi, group in enumerate(cluster.node_groups))
+        _het_component(plan, gi, group, job_name, (*time_args, *extra), exclusive, node_needs, charge)
+        for gi, (group, charge) in enumerate(zip(cluster.node_groups, charges(cluster.node_groups))))
     batch_args = []
     if options.get("mail_user"):
         batch_args.append(f"--mail-user={options['mail_user']}")
@@ -251,13 +252,24 @@ def _flag(options: dict[str, str], key: str, default: bool) -> bool:
     raise SpecError(f"slurm.{key} {text!r} is not true or false")
 
 
-def _extra_args(text: str) -> tuple[str, ...]:
-    args = tuple(shlex.split(text)) if text else ()
+def extra_args_problem(text: str) -> str | None:
+    """Why `slurm.extra_sbatch_args` cannot go into #SBATCH lines (None: it can)."""
+    try:
+        args = shlex.split(text) if text else []
+    except ValueError as exc:
+        return f"cannot split {text!r}: {exc}"
     for a in args:
         if not a.startswith("--") or "\n" in a:
-            raise SpecError(f"slurm.extra_sbatch_args: {a!r} is not a long sbatch option",
-                            hint="write options as --name=value, e.g. [--reservation=rl]")
-    return args
+            return f"{a!r} is not a long sbatch option"
+    return None
+
+
+def _extra_args(text: str) -> tuple[str, ...]:
+    problem = extra_args_problem(text)
+    if problem:
+        raise SpecError(f"slurm.extra_sbatch_args: {problem}",
+                        hint="write options as --name=value, e.g. [--reservation=rl]")
+    return tuple(shlex.split(text)) if text else ()
 
 
 def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:
@@ -265,7 +277,7 @@ def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:
         raise SlurmError(
             f"node group {group.label!r} (partition {group.partition}) has different {what} per node "
             f"{list(values)}; a het-job component asks every node for the same GRES",
-            hint="split the node group into groups whose nodes have equal counts")
+            hint="split the node group into groups whose nodes have equal counts", location=group.location)
     return values[0] if values else 0
 
 
@@ -281,7 +293,7 @@ def _node_needs(plan: Plan) -> dict[int, tuple[int, int]]:
 
 
 def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: Sequence[str],
-                   exclusive: bool, needs: dict[int, tuple[int, int]]) -> HetComponent:
+                   exclusive: bool, needs: dict[int, tuple[int, int]], charge: Charge) -> HetComponent:
     """The #SBATCH options of one node group: whole nodes (`--exclusive`) with every GPU of the node
     as GRES, so the plan's physical GPU indices are the job's; `tail` = time limit and extra args."""
     first = plan.cluster.first_node_rank(gi)
@@ -311,11 +323,16 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
     else:
         mem = max([needs.get(first + i, (0, 0))[1] for i in range(group.num_nodes)] + [0])
         args.append(f"--mem={mem}M" if mem else "--mem=0")
-    for flag, value in (("constraint", group.constraint), ("account", group.account), ("qos", group.qos)):
-        if value:
-            args.append(f"--{flag}={value}")
+    if group.constraint:
+        args.append(f"--constraint={group.constraint}")
+    # Written on every component they apply to, inherited ones too: sbatch carries them over from
+    # an earlier component anyway, and the script should say so (see cluster.charges).
+    if charge.account:
+        args.append(f"--account={charge.account}")
+    if charge.qos:
+        args.append(f"--qos={charge.qos}")
     args += tail
-    return HetComponent(gi, group.label, group.partition, group.num_nodes, first, gres, tuple(args))
+    return HetComponent(gi, group.label, group.partition, group.num_nodes, first, gres, tuple(args), charge)
 
 
 def _node_layout(procs: Sequence[Placement], node_gpus: int) -> tuple[tuple[tuple[str, ...], ...], str | None]:

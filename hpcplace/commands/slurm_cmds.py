@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p = subparsers.add_parser("render", help="write DIR/job.sbatch and DIR/plan.json without submitting")
     add_config_arguments(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="run directory to write")
+    p.add_argument("--force", action="store_true",
+                   help="write even over a run directory that was already submitted (its queued or running "
+                        "job would read the new plan.json)")
     _template_args(p)
     p.set_defaults(func=run_render)
 
@@ -70,9 +73,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _launcher(args: argparse.Namespace) -> tuple[str, ...]:
-    words = tuple(shlex.split(args.launcher))
+    from hpcplace.safe_words import check_srun_argv
+
+    try:
+        words = tuple(shlex.split(args.launcher))
+    except ValueError as exc:
+        raise SpecError(f"cannot split --launcher {args.launcher!r}: {exc}") from None
     if not words:
         raise SpecError("--launcher is empty")
+    check_srun_argv(words, f"--launcher {args.launcher!r}")
     workdir = Path(args.workdir).resolve()
     if not workdir.is_dir():
         raise SpecError(f"--workdir {args.workdir!r} is not a directory")
@@ -89,9 +98,25 @@ def run_render(args: argparse.Namespace) -> int:
     from hpcplace.render import render_run
 
     plan = _plan(args)
-    rendered = render_run(plan, args.output, launcher=_launcher(args), template_dir=args.template_dir)
+    launcher = _launcher(args)
+    if not args.force:
+        _refuse_submitted(Path(args.output))
+    rendered = render_run(plan, args.output, launcher=launcher, template_dir=args.template_dir)
     print(f"wrote {rendered.script} (sha256 {rendered.script_sha256[:16]}) and {rendered.plan_json}")
     return 0
+
+
+def _refuse_submitted(run_dir: Path) -> None:
+    """`render -o` over a submitted run directory would replace the plan.json its job reads."""
+    from hpcplace import submit
+
+    record = submit.read_record(run_dir.absolute()) or {}
+    if record.get("job_id"):
+        raise SlurmError(f"{run_dir} was submitted as job {record['job_id']}: rendering over it would replace the "
+                         "plan.json that job reads", hint="render into a new directory, or pass --force")
+    if (run_dir / submit.LOCK_NAME).exists():
+        raise SlurmError(f"{run_dir} is being submitted ({submit.LOCK_NAME} exists)",
+                         hint="render into a new directory, or pass --force")
 
 
 def run_submit(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpcplace.cluster import Cluster
-from hpcplace.errors import SlurmError
+from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan import Plan
 from hpcplace.planner import plan_from_file
 from hpcplace.render import render_run
@@ -72,7 +72,8 @@ def test_success_runs_every_step_with_exact_arguments(hetero: Plan, tmp_path: Pa
         argv = by_component[step.component]
         seg = step.segments[0]
         assert argv[:len(segment_srun_args(job, step, seg))] == list(segment_srun_args(job, step, seg))
-        assert argv[argv.index("--") + 1:] == list(step.command)
+        # the command travels in plan.json, never on srun's argv (srun splits its argv at a bare ':')
+        assert "--" not in argv and argv[-2:] == ["--component", step.component]
     assert "guard started" in events and "USR1 hpcplace-shm" in events  # the /dev/shm guard was stopped
     nodes = (rendered.run_dir / "logs" / "nodes.txt").read_text().split("\n")
     assert nodes[:3] == ["0 0 node-a", "0 1 node-b", "1 0 node-c"]
@@ -132,7 +133,13 @@ def test_cpu_only_and_every_step_clear_leaked_variables(tmp_path: Path) -> None:
 # hostile inputs
 
 def hostile_plan(plan: Plan, value: str, canary: Path) -> Plan:
-    groups = tuple(replace(g, partition=value) if i == 0 else g for i, g in enumerate(plan.cluster.node_groups))
+    if "\n" in value or "\\" in value:
+        # a partition sbatch could not read back from an #SBATCH line: refused when the node group is made
+        with pytest.raises(SpecError, match="#SBATCH lines cannot hold|control character|backslash"):
+            replace(plan.cluster.node_groups[0], partition=value)
+        groups = plan.cluster.node_groups
+    else:
+        groups = tuple(replace(g, partition=value) if i == 0 else g for i, g in enumerate(plan.cluster.node_groups))
     comps = list(plan.components)
     comps[0] = replace(comps[0], name=value, command=("printf", "%s\n", value, "$(touch " + str(canary) + ")"))
     comps[0] = replace(comps[0], env={"HOSTILE": value})
@@ -145,10 +152,6 @@ def test_hostile_values_render_safely(hetero: Plan, tmp_path: Path, index: int) 
     value = hostile_values(canary)[index]
     plan = hostile_plan(hetero, value, canary)
     run_dir = tmp_path / ("run " + value.replace("/", "_").replace("\n", "_").replace("\\", "_"))
-    if "\n" in value or "\\" in value:
-        with pytest.raises(SlurmError, match="cannot be written in an #SBATCH line"):
-            render_run(plan, run_dir)  # the value is a partition: sbatch could not read it back
-        plan = replace(plan, cluster=hetero.cluster)
     rendered = render_run(plan, run_dir)
     script = rendered.script.read_text()
     check = subprocess.run(["bash", "-n", str(rendered.script)], capture_output=True, text=True)
@@ -161,5 +164,8 @@ def test_hostile_values_render_safely(hetero: Plan, tmp_path: Path, index: int) 
     res, calls, _ = run_script(rendered.run_dir, tmp_path)
     assert res.returncode == 0, res.stderr
     step = next(c["argv"] for c in _steps(calls) if c["argv"][c["argv"].index("--component") + 1] == value)
-    assert step[step.index("--") + 1:] == ["printf", "%s\n", value, f"$(touch {canary})"]
+    assert "--" not in step  # the command is read from plan.json by the shim
+    plan_json = json.loads(rendered.plan_json.read_text())
+    assert plan_json["components"][0]["command"] == ["printf", "%s\n", value, f"$(touch {canary})"]
+    assert all(c.isprintable() or c in "\n\t" for c in script), "a raw control character reached job.sbatch"
     assert not canary.exists(), "a hostile value was executed"
