@@ -98,6 +98,7 @@ class SlurmJob:
     num_processes: int
     kill_wait_s: int | None = None  # SIGTERM -> SIGKILL grace for steps; None = Slurm's KillWait
     requeue: bool = False
+    limit_signal: str | None = None  # `SIG@SECONDS` of --signal (the time-limit warning), None = off
 
     @property
     def is_het(self) -> bool:
@@ -207,7 +208,7 @@ def lower(plan: Plan) -> SlurmJob:
     for comp, name in zip(plan.components, names):
         steps.extend(_component_steps(plan, comp, name))
     return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes,
-                    kill_wait(options.get("kill_wait")), requeue)
+                    kill_wait(options.get("kill_wait")), requeue, warning)
 
 
 DEFAULT_LIMIT_SIGNAL = "TERM@120"
