@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import signal
 import subprocess
@@ -205,8 +206,9 @@ def test_squatted_node_local_directory_fails_the_job_at_once(slurm_cluster: Live
         assert root is not None
         path = root / f"dev/shm/hpcplace-{job_guess}"
         if squat == "other-uid":
-            subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "mkdir", "-m", "0700",
-                            str(path)], check=True)
+            # what `mkdir -m 0700` by user nobody leaves (made here: nobody cannot enter /proc/<pid>/root)
+            path.mkdir(mode=0o700)
+            os.chown(path, pwd.getpwnam("nobody").pw_uid, pwd.getpwnam("nobody").pw_gid)
         else:
             path.symlink_to(victim)
         planted.append(path)
