@@ -8,10 +8,17 @@ whole file (see README, "plan.json schema").
 from __future__ import annotations
 
 import json
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import TYPE_CHECKING, TextIO
 
-from hpcplace.cluster import Cluster, NodeGroup
+from hpcplace.cluster import Cluster, Node, NodeGroup
 from hpcplace.placement import Placement
+
+if TYPE_CHECKING:
+    from hpcplace.process_table import Slot
 
 SCHEMA = "hpcplace.plan/1"
 PROCESS_FIELDS = tuple(Placement.__dataclass_fields__)
@@ -33,7 +40,7 @@ class ComponentPlan:
     cpus_per_process: int
     mem_per_process_mb: int | None
     collocation_group: str | None
-    processes: tuple[Placement, ...]
+    processes: Sequence[Placement]  # a tuple, or the planner's compact process_table.Processes
 
 
 @dataclass(frozen=True)
@@ -119,7 +126,7 @@ def plan_header(plan: Plan) -> dict[str, object]:
     }
 
 
-def _component_header(comp: ComponentPlan) -> dict[str, object]:
+def component_header(comp: ComponentPlan) -> dict[str, object]:
     return {
         "name": comp.name, "world_size": comp.world_size, "node_groups": list(comp.node_groups),
         "resource_type": comp.resource_type, "command": list(comp.command),
@@ -156,25 +163,116 @@ def process_json(p: Placement, _strings: dict[str, str] | None = None) -> str:
 
 def plan_to_json(plan: Plan) -> str:
     """Deterministic text: a pretty header, then each component with one process per line."""
+    return "".join(iter_plan_json(plan))
+
+
+@dataclass
+class ProcessSpans:
+    """Where each process record of one component lies in the written plan.json (rank order)."""
+
+    offsets: array = field(default_factory=lambda: array("Q"))
+    lengths: array = field(default_factory=lambda: array("I"))
+
+
+_INDENT = "        "
+_SEP = ",\n" + _INDENT
+_CHUNK = 8192  # records per yielded piece: ~2 MB of text
+
+
+def iter_plan_json(plan: Plan, spans: list[ProcessSpans] | None = None) -> Iterator[str]:
+    """plan_to_json in pieces of at most a few MB, so a million-process plan is never one string.
+
+    With `spans`, append one ProcessSpans per component (the plan index is built from them
+    without reading the file back). The text is ASCII (json.dumps escapes), so characters = bytes."""
     header = plan_header(plan)
     dump = lambda v: json.dumps(v, sort_keys=False)  # noqa: E731
     lines = ["{"]
     for key, value in header.items():
         lines.append(f"  {json.dumps(key)}: {dump(value)},")
     lines.append('  "components": [')
+    pos = 0
     for ci, comp in enumerate(plan.components):
-        head = _component_header(comp)
+        head = component_header(comp)
         lines.append("    {")
         for key, value in head.items():
             lines.append(f"      {json.dumps(key)}: {dump(value)},")
         lines.append('      "processes": [')
-        procs = comp.processes
-        strings: dict[str, str] = {}
-        last = len(procs) - 1
-        for i, p in enumerate(procs):
-            lines.append("        " + process_json(p, strings) + ("," if i < last else ""))
-        lines.append("      ]")
+        text = "\n".join(lines) + "\n"
+        lines = []
+        pos += len(text)
+        yield text
+        comp_spans = ProcessSpans() if spans is not None else None
+        if spans is not None:
+            spans.append(comp_spans)  # type: ignore[arg-type]
+        prefix = _INDENT
+        for records in _record_chunks(comp.processes):
+            if comp_spans is not None:
+                lens = [len(r) for r in records]
+                comp_spans.lengths.extend(lens)
+                comp_spans.offsets.extend(accumulate([n + len(_SEP) for n in lens[:-1]], initial=pos + len(prefix)))
+            text = prefix + _SEP.join(records)
+            pos += len(text)
+            yield text
+            prefix = _SEP
+        tail = "\n" if len(comp.processes) else ""
+        lines.append(tail + "      ]")
         lines.append("    }" + ("," if ci < len(plan.components) - 1 else ""))
     lines.append("  ]")
     lines.append("}")
-    return "\n".join(lines) + "\n"
+    yield "\n".join(lines) + "\n"
+
+
+def write_plan_json(plan: Plan, out: TextIO, spans: list[ProcessSpans] | None = None) -> int:
+    """Stream plan.json into `out`; returns the number of bytes (= characters) written."""
+    written = 0
+    for piece in iter_plan_json(plan, spans):
+        out.write(piece)
+        written += len(piece)
+    return written
+
+
+def _record_chunks(processes: Sequence[Placement]) -> Iterator[list[str]]:
+    """Process records (one JSON object each), in rank order, a few thousand at a time."""
+    from hpcplace.process_table import Processes
+
+    if not isinstance(processes, Processes):
+        strings: dict[str, str] = {}
+        for i in range(0, len(processes), _CHUNK):
+            yield [process_json(p, strings) for p in processes[i:i + _CHUNK]]
+        return
+    templates: dict[tuple[int, int, bool], list[str]] = {}
+    strings = {}
+    buf: list[str] = []
+    for run in processes.runs:
+        node = run.node
+        key = (id(run.slots), node.group_index, bool(node.gpus))
+        tmpls = templates.get(key)
+        if tmpls is None:
+            tmpls = templates[key] = [_record_template(slot, node, strings) for slot in run.slots]
+        n = node.rank
+        r0, l0 = run.first_rank, run.first_local
+        pnr, lws, gni = processes.placement_node_rank(n), processes.local_world_size(n), node.index_in_group
+        buf += [t % (r0 + k, n, pnr, l0 + k, lws, gni) for k, t in enumerate(tmpls)]
+        if len(buf) >= _CHUNK:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
+
+
+def _record_template(slot: Slot, node: Node, strings: dict[str, str]) -> str:
+    """process_json with %d holes for rank, cluster_node_rank, placement_node_rank, local_rank,
+    local_world_size and group_node_index (the fields that differ between nodes and processes)."""
+    from hpcplace.process_table import accelerator_type
+
+    marks = Placement(-1001, -1002, -1003, slot.local_accelerator_rank, accelerator_type(node), -1004, -1005,
+                      slot.visible_accelerators, slot.isolate_accelerator, slot.local_hardware_ranks,
+                      node.group_label, node.partition, node.group_index, -1006, slot.resource_type)
+    text = process_json(marks, strings).replace("%", "%%")
+    for field_name, mark in (("rank", -1001), ("cluster_node_rank", -1002), ("placement_node_rank", -1003),
+                             ("local_rank", -1004), ("local_world_size", -1005), ("group_node_index", -1006)):
+        needle = f'"{field_name}":{mark},' if field_name != "group_node_index" else f'"{field_name}":{mark},"'
+        if text.count(needle) != 1:
+            raise AssertionError(f"record template: {needle!r} not found once")  # our own format, not input
+        text = text.replace(needle, needle.replace(str(mark), "%d"))
+    return text

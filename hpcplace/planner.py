@@ -10,9 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from hpcplace.cluster import Cluster
 from hpcplace.errors import PlanError, SpecError
 from hpcplace.placement import Placement, ResourceSpace, place, resource_space
 from hpcplace.plan import CollocationGroup, ComponentPlan, Plan, WeightSync
+from hpcplace.process_table import node_processes
 from hpcplace.rank_syntax import RankSyntaxError, compress_ranks, expand_rank_map, parse_rank_map
 from hpcplace.spec import ExperimentSpec, PlacementEntry
 
@@ -47,7 +49,7 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
         except PlanError as exc:
             raise PlanError(exc.message, hint=exc.hint, location=exp.entry.location) from None
         components.append(ComponentPlan(
-            name=name, world_size=len(processes), node_groups=_groups_used(processes),
+            name=name, world_size=len(processes), node_groups=_groups_used(spec.cluster, processes),
             resource_type=_resource_type(processes), command=settings.command, env=settings.env,
             offload=settings.offload, tensor_parallel_size=settings.tensor_parallel_size or 1,
             pipeline_parallel_size=settings.pipeline_parallel_size or 1,
@@ -92,15 +94,15 @@ def _resource_lists(entry: PlacementEntry, space: ResourceSpace) -> list[list[in
     return expand_rank_map(parts)
 
 
-def _groups_used(processes: Sequence[Placement]) -> tuple[str, ...]:
+def _groups_used(cluster: Cluster, processes: Sequence[Placement]) -> tuple[str, ...]:
     seen: dict[str, None] = {}
-    for p in processes:
-        seen.setdefault(p.node_group_label, None)
+    for view in node_processes(processes):  # in order of first use, like the processes
+        seen.setdefault(cluster.nodes[view.cluster_node_rank].group_label, None)
     return tuple(seen)
 
 
 def _resource_type(processes: Sequence[Placement]) -> str:
-    types = sorted({p.resource_type for p in processes})
+    types = sorted({s.resource_type for view in node_processes(processes) for s in set(view.slots)})
     return types[0] if len(types) == 1 else ",".join(types)
 
 
@@ -217,14 +219,20 @@ def collocation_groups(components: Sequence[ComponentPlan]) -> tuple[Collocation
     Node-kind processes (CPU workers, the `node` label) own no device and are never collocated.
     `phases` packs members greedily, in plan order, into turns of pairwise-disjoint device sets."""
     devices: dict[str, set[tuple[int, str, int]]] = {}
+    per_layout: dict[int, tuple[tuple[str, int], ...]] = {}  # id of a slots tuple -> its devices
     for comp in components:
         owned: set[tuple[int, str, int]] = set()
-        for p in comp.processes:
-            if p.resource_type == "node":
-                continue
-            for local in p.local_hardware_ranks:
-                owned.add((p.cluster_node_rank, p.resource_type, local))
+        views = node_processes(comp.processes)
+        for view in views:
+            held = per_layout.get(id(view.slots))
+            if held is None:
+                held = per_layout[id(view.slots)] = tuple(
+                    (s.resource_type, local) for s in view.slots if s.resource_type != "node"
+                    for local in s.local_hardware_ranks)
+            n = view.cluster_node_rank
+            owned.update((n, rtype, local) for rtype, local in held)
         devices[comp.name] = owned
+        per_layout.clear()  # ids are only stable while `views` lives
     parent = {c.name: c.name for c in components}
 
     def find(x: str) -> str:
@@ -269,7 +277,7 @@ def collocation_groups(components: Sequence[ComponentPlan]) -> tuple[Collocation
 
 
 def _warnings(spec: ExperimentSpec, components: Sequence[ComponentPlan]) -> tuple[str, ...]:
-    used_nodes = {p.cluster_node_rank for c in components for p in c.processes}
+    used_nodes = {v.cluster_node_rank for c in components for v in node_processes(c.processes)}
     out = []
     for group in spec.cluster.node_groups:
         idle = [n.rank for n in spec.cluster.nodes if n.group_label == group.label and n.rank not in used_nodes]
