@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from hpcplace.cluster import RESERVED_NODE_LABEL, Cluster, ResourceKind
 from hpcplace.errors import PlanError
@@ -48,6 +49,12 @@ class ResourceSpace:
     @property
     def size(self) -> int:
         return len(self.node_of)
+
+    @cached_property
+    def node_bounds(self) -> tuple[int, ...]:
+        """Resource ranks where a new node starts, then `size` (resources of a node are contiguous)."""
+        node_of = self.node_of
+        return (0, *[r for r in range(1, len(node_of)) if node_of[r] != node_of[r - 1]], len(node_of))
 
     @property
     def resource_name(self) -> str:

@@ -11,7 +11,8 @@ import json
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, repeat
+from operator import add
 from typing import TYPE_CHECKING, TextIO
 
 from hpcplace.cluster import Cluster, Node, NodeGroup
@@ -206,11 +207,12 @@ def iter_plan_json(plan: Plan, spans: list[ProcessSpans] | None = None) -> Itera
             spans.append(comp_spans)  # type: ignore[arg-type]
         prefix = _INDENT
         for records in _record_chunks(comp.processes):
-            if comp_spans is not None:
-                lens = [len(r) for r in records]
+            if comp_spans is not None:  # records hold no newline: json.dumps escapes it
+                lens = list(map(len, records.split(_SEP)))
                 comp_spans.lengths.extend(lens)
-                comp_spans.offsets.extend(accumulate([n + len(_SEP) for n in lens[:-1]], initial=pos + len(prefix)))
-            text = prefix + _SEP.join(records)
+                comp_spans.offsets.extend(accumulate(map(add, lens[:-1], repeat(len(_SEP))),
+                                                     initial=pos + len(prefix)))
+            text = prefix + records
             pos += len(text)
             yield text
             prefix = _SEP
@@ -231,48 +233,58 @@ def write_plan_json(plan: Plan, out: TextIO, spans: list[ProcessSpans] | None = 
     return written
 
 
-def _record_chunks(processes: Sequence[Placement]) -> Iterator[list[str]]:
-    """Process records (one JSON object each), in rank order, a few thousand at a time."""
+def _record_chunks(processes: Sequence[Placement]) -> Iterator[str]:
+    """Process records (one JSON object each, joined by `_SEP`), in rank order, a few thousand
+    records a piece.
+
+    For the planner's Processes, each run of a node is formatted in two C-level `%` passes over
+    the run's template (node facts, then rank and local rank) instead of once per process."""
     from hpcplace.process_table import Processes
 
     if not isinstance(processes, Processes):
         strings: dict[str, str] = {}
         for i in range(0, len(processes), _CHUNK):
-            yield [process_json(p, strings) for p in processes[i:i + _CHUNK]]
+            yield _SEP.join([process_json(p, strings) for p in processes[i:i + _CHUNK]])
         return
-    templates: dict[tuple[int, int, bool], list[str]] = {}
+    templates: dict[tuple[int, int, bool], str] = {}
     strings = {}
     buf: list[str] = []
+    count = 0
     for run in processes.runs:
         node = run.node
         key = (id(run.slots), node.group_index, bool(node.gpus))
-        tmpls = templates.get(key)
-        if tmpls is None:
-            tmpls = templates[key] = [_record_template(slot, node, strings) for slot in run.slots]
+        tmpl = templates.get(key)
+        if tmpl is None:
+            tmpl = templates[key] = _SEP.join(_record_template(slot, node, strings) for slot in run.slots)
         n = node.rank
-        r0, l0 = run.first_rank, run.first_local
-        pnr, lws, gni = processes.placement_node_rank(n), processes.local_world_size(n), node.index_in_group
-        buf += [t % (r0 + k, n, pnr, l0 + k, lws, gni) for k, t in enumerate(tmpls)]
-        if len(buf) >= _CHUNK:
-            yield buf
-            buf = []
+        m = len(run.slots)
+        node_facts = (n, processes.placement_node_rank(n), processes.local_world_size(n), node.index_in_group)
+        ranks: list[int] = [0] * (2 * m)
+        ranks[0::2] = range(run.first_rank, run.first_rank + m)
+        ranks[1::2] = range(run.first_local, run.first_local + m)
+        buf.append((tmpl % (node_facts * m)) % tuple(ranks))
+        count += m
+        if count >= _CHUNK:
+            yield _SEP.join(buf)
+            buf, count = [], 0
     if buf:
-        yield buf
+        yield _SEP.join(buf)
 
 
 def _record_template(slot: Slot, node: Node, strings: dict[str, str]) -> str:
-    """process_json with %d holes for rank, cluster_node_rank, placement_node_rank, local_rank,
-    local_world_size and group_node_index (the fields that differ between nodes and processes)."""
+    """process_json as a two-pass %-template: first pass fills cluster_node_rank,
+    placement_node_rank, local_world_size and group_node_index; the second rank and local_rank."""
     from hpcplace.process_table import accelerator_type
 
     marks = Placement(-1001, -1002, -1003, slot.local_accelerator_rank, accelerator_type(node), -1004, -1005,
                       slot.visible_accelerators, slot.isolate_accelerator, slot.local_hardware_ranks,
                       node.group_label, node.partition, node.group_index, -1006, slot.resource_type)
-    text = process_json(marks, strings).replace("%", "%%")
-    for field_name, mark in (("rank", -1001), ("cluster_node_rank", -1002), ("placement_node_rank", -1003),
-                             ("local_rank", -1004), ("local_world_size", -1005), ("group_node_index", -1006)):
-        needle = f'"{field_name}":{mark},' if field_name != "group_node_index" else f'"{field_name}":{mark},"'
+    text = process_json(marks, strings).replace("%", "%%%%")
+    for field_name, mark, hole in (("rank", -1001, "%%d"), ("cluster_node_rank", -1002, "%d"),
+                                   ("placement_node_rank", -1003, "%d"), ("local_rank", -1004, "%%d"),
+                                   ("local_world_size", -1005, "%d"), ("group_node_index", -1006, "%d")):
+        needle = f'"{field_name}":{mark},"'
         if text.count(needle) != 1:
             raise AssertionError(f"record template: {needle!r} not found once")  # our own format, not input
-        text = text.replace(needle, needle.replace(str(mark), "%d"))
+        text = text.replace(needle, needle.replace(str(mark), hole))
     return text

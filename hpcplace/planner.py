@@ -15,7 +15,7 @@ from hpcplace.errors import PlanError, SpecError
 from hpcplace.placement import Placement, ResourceSpace, place, resource_space
 from hpcplace.plan import CollocationGroup, ComponentPlan, Plan, WeightSync
 from hpcplace.process_table import node_processes
-from hpcplace.rank_syntax import RankSyntaxError, compress_ranks, expand_rank_map, parse_rank_map
+from hpcplace.rank_syntax import RankMapPart, RankSyntaxError, SpreadLists, compress_ranks, parse_rank_map
 from hpcplace.spec import ExperimentSpec, PlacementEntry
 
 
@@ -23,7 +23,7 @@ from hpcplace.spec import ExperimentSpec, PlacementEntry
 class _Expanded:
     entry: PlacementEntry
     space: ResourceSpace
-    lists: list[list[int]]
+    lists: Sequence[Sequence[int]]
 
 
 def plan_from_spec(spec: ExperimentSpec) -> Plan:
@@ -81,7 +81,7 @@ def _space(spec: ExperimentSpec, entry: PlacementEntry,
     return cache[key]
 
 
-def _resource_lists(entry: PlacementEntry, space: ResourceSpace) -> list[list[int]]:
+def _resource_lists(entry: PlacementEntry, space: ResourceSpace) -> Sequence[Sequence[int]]:
     if entry.resource_lists is not None:
         return [list(r) for r in entry.resource_lists]
     assert entry.rank_map is not None
@@ -91,7 +91,7 @@ def _resource_lists(entry: PlacementEntry, space: ResourceSpace) -> list[list[in
     except RankSyntaxError as exc:
         raise PlanError(f"placement {entry.rank_map!r} of {', '.join(entry.components)}{where}: {exc.message}",
                         hint=exc.hint, location=entry.location_at(exc.offset)) from None
-    return expand_rank_map(parts)
+    return SpreadLists(parts)  # = expand_rank_map(parts), computed on demand
 
 
 def _groups_used(cluster: Cluster, processes: Sequence[Placement]) -> tuple[str, ...]:
@@ -110,7 +110,9 @@ def _resource_type(processes: Sequence[Placement]) -> str:
 # model-parallel placement (RLinf's ModelParallelComponentPlacement)
 
 def _contiguous(name: str, exp: _Expanded) -> list[int]:
-    ranks = sorted({r for lst in exp.lists for r in lst})
+    lists = exp.lists
+    ranks = (lists.resource_ranks() if isinstance(lists, SpreadLists)
+             else sorted({r for lst in lists for r in lst}))
     if exp.space.kind != "gpu":
         raise PlanError(f"model-parallel component {name!r} must be placed on GPUs", location=exp.entry.location)
     if ranks != list(range(ranks[0], ranks[-1] + 1)):
@@ -157,7 +159,7 @@ def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tup
         stride = 1
         rollout_lists = _packed(r_gpus[0], r_gpus[-1], rtp * rpp, 1, "rollout", rollout)
         if inference:
-            out["inference"] = replace(inference, lists=[[g] for g in i_gpus])
+            out["inference"] = replace(inference, lists=_one_each(i_gpus))
     else:
         raise PlanError(
             "model-parallel placement must be collocated (actor GPUs == rollout GPUs) or disaggregated "
@@ -169,7 +171,7 @@ def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tup
         raise PlanError(f"actor tensor_parallel_size {atp} exceeds its {len(a_gpus)} GPUs")
     if rtp > len(r_gpus):
         raise PlanError(f"rollout tensor_parallel_size {rtp} exceeds its {len(r_gpus)} GPUs")
-    out["actor"] = replace(actor, lists=[[g] for g in a_gpus])
+    out["actor"] = replace(actor, lists=_one_each(a_gpus))
     out["rollout"] = replace(rollout, lists=rollout_lists)
     if mode == "collocated":
         owner = {g: i for i, g in enumerate(a_gpus)}
@@ -181,6 +183,11 @@ def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tup
         targets = _disaggregated_targets(len(a_gpus), atp, app, len(rollout_lists), rtp, rollout.entry)
     sync = WeightSync(mode, atp, app, rtp, stride, tuple(tuple(t) for t in targets))
     return out, sync
+
+
+def _one_each(gpus: list[int]) -> SpreadLists:
+    """[[g] for g in gpus] for contiguous gpus, as one rank-map part (planned without the lists)."""
+    return SpreadLists((RankMapPart(gpus[0], gpus[-1], 0, len(gpus) - 1),))
 
 
 def _packed(start: int, end: int, per: int, stride: int, name: str, exp: _Expanded) -> list[list[int]]:
@@ -218,19 +225,21 @@ def collocation_groups(components: Sequence[ComponentPlan]) -> tuple[Collocation
 
     Node-kind processes (CPU workers, the `node` label) own no device and are never collocated.
     `phases` packs members greedily, in plan order, into turns of pairwise-disjoint device sets."""
-    devices: dict[str, set[tuple[int, str, int]]] = {}
-    per_layout: dict[int, tuple[tuple[str, int], ...]] = {}  # id of a slots tuple -> its devices
+    # per component: cluster node rank -> the (resource type, local rank) devices it holds there
+    devices: dict[str, dict[int, frozenset[tuple[str, int]]]] = {}
+    per_layout: dict[int, frozenset[tuple[str, int]]] = {}  # id of a slots tuple -> its devices
     for comp in components:
-        owned: set[tuple[int, str, int]] = set()
+        owned: dict[int, frozenset[tuple[str, int]]] = {}
         views = node_processes(comp.processes)
         for view in views:
             held = per_layout.get(id(view.slots))
             if held is None:
-                held = per_layout[id(view.slots)] = tuple(
+                held = per_layout[id(view.slots)] = frozenset(
                     (s.resource_type, local) for s in view.slots if s.resource_type != "node"
                     for local in s.local_hardware_ranks)
-            n = view.cluster_node_rank
-            owned.update((n, rtype, local) for rtype, local in held)
+            if held:
+                n = view.cluster_node_rank
+                owned[n] = owned[n] | held if n in owned else held
         devices[comp.name] = owned
         per_layout.clear()  # ids are only stable while `views` lives
     parent = {c.name: c.name for c in components}
@@ -241,12 +250,14 @@ def collocation_groups(components: Sequence[ComponentPlan]) -> tuple[Collocation
             x = parent[x]
         return x
 
-    owner: dict[tuple[int, str, int], str] = {}
+    on_node: dict[int, list[tuple[str, frozenset[tuple[str, int]]]]] = {}
     for comp in components:
-        for dev in devices[comp.name]:
-            other = owner.setdefault(dev, comp.name)
-            if other != comp.name:
-                parent[find(comp.name)] = find(other)
+        for n, held in devices[comp.name].items():
+            others = on_node.setdefault(n, [])
+            for other, other_held in others:
+                if not held.isdisjoint(other_held):
+                    parent[find(comp.name)] = find(other)
+            others.append((comp.name, held))
     members: dict[str, list[str]] = {}
     for comp in components:
         members.setdefault(find(comp.name), []).append(comp.name)
@@ -254,26 +265,36 @@ def collocation_groups(components: Sequence[ComponentPlan]) -> tuple[Collocation
     for names in members.values():
         if len(names) < 2:
             continue
-        phases: list[tuple[list[str], set[tuple[int, str, int]]]] = []
+        phases: list[tuple[list[str], dict[int, set[tuple[str, int]]]]] = []
         for name in names:
+            mine = devices[name]
             for phase_names, used in phases:
-                if used.isdisjoint(devices[name]):
+                if all(used[n].isdisjoint(h) for n, h in mine.items() if n in used):
                     phase_names.append(name)
-                    used |= devices[name]
+                    _add(used, mine)
                     break
             else:
-                phases.append(([name], set(devices[name])))
-        union = set().union(*(devices[n] for n in names))
-        by_node: dict[int, list[int]] = {}
-        rtypes = sorted({d[1] for d in union})
-        for node, _rtype, local in sorted(union):
-            by_node.setdefault(node, []).append(local)
+                phases.append(([name], _add({}, mine)))
+        union: dict[int, set[tuple[str, int]]] = {}
+        for name in names:
+            _add(union, devices[name])
+        rtypes = sorted({rtype for held in union.values() for rtype, _local in held})
         groups.append(CollocationGroup(
             name=f"colloc-{len(groups)}", components=tuple(names),
             phases=tuple(tuple(p) for p, _ in phases),
-            devices=tuple((n, tuple(sorted(set(locals_)))) for n, locals_ in sorted(by_node.items())),
+            devices=tuple((n, tuple(sorted({local for _rtype, local in union[n]}))) for n in sorted(union)),
             resource_type=",".join(rtypes)))
     return tuple(groups)
+
+
+def _add(into: dict[int, set[tuple[str, int]]],
+         held: dict[int, frozenset[tuple[str, int]]]) -> dict[int, set[tuple[str, int]]]:
+    for n, devs in held.items():
+        if n in into:
+            into[n] |= devs
+        else:
+            into[n] = set(devs)
+    return into
 
 
 def _warnings(spec: ExperimentSpec, components: Sequence[ComponentPlan]) -> tuple[str, ...]:

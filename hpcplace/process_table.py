@@ -14,13 +14,14 @@ code that must scale (lowering, plan.json, the index) reads `runs` / `nodes()` i
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, overload
 
 from hpcplace.cluster import Cluster, Node
 from hpcplace.errors import PlanError
 from hpcplace.placement import NO_ACCELERATOR, Placement, ResourceSpace
+from hpcplace.rank_syntax import RankMapPart, SpreadLists
 
 
 class Slot(NamedTuple):
@@ -51,7 +52,7 @@ class NodeProcesses:
     het_group: int
     group_node_index: int
     placement_node_rank: int
-    ranks: tuple[int, ...]
+    ranks: Sequence[int]  # a range when the ranks are consecutive (the common case)
     slots: tuple[Slot, ...]
 
 
@@ -164,7 +165,7 @@ class Processes(Sequence[Placement]):
         for n, run in first.items():
             runs = merged.get(n)
             if runs is None:
-                ranks = tuple(range(run.first_rank, run.first_rank + len(run.slots)))
+                ranks = range(run.first_rank, run.first_rank + len(run.slots))
                 out.append(NodeProcesses(n, run.node.group_index, run.node.index_in_group, self._order[n],
                                          ranks, run.slots))
             else:
@@ -236,6 +237,10 @@ def build_processes(cluster: Cluster, space: ResourceSpace, resource_lists: Sequ
         slot = Slot(int(visible[0]) if visible else -1, visible, isolated, hw, type_of[first])
         return slot_cache.setdefault(slot, slot)
 
+    if isinstance(resource_lists, SpreadLists):
+        fast = _spread_runs(nodes, space, resource_lists.parts, make_slot, layouts)
+        if fast is not None:
+            return Processes(fast)
     runs: list[Run] = []
     count: dict[int, int] = {}
     cur_node = -1
@@ -268,6 +273,59 @@ def build_processes(cluster: Cluster, space: ResourceSpace, resource_lists: Sequ
         cur.append(slot)
     close()
     return Processes(runs)
+
+
+def _spread_runs(nodes: Sequence[Node], space: ResourceSpace, parts: Sequence[RankMapPart],
+                 make_slot: Callable[[Sequence[int]], Slot],
+                 layouts: dict[tuple[Slot, ...], tuple[Slot, ...]]) -> list[Run] | None:
+    """Runs straight from rank-map parts, node by node, without per-process lists: each part
+    spreads its processes evenly (RLinf's rule), so the processes on a node are an arithmetic
+    slice and a node's slots depend only on where the slice starts in the node and its length.
+    None when a process would cross a node boundary (the per-process path reports it exactly)."""
+    size = space.size
+    if any(p.resource_end >= size for p in parts):
+        return None
+    node_of, local_of, kind_of, type_of = space.node_of, space.local_of, space.kind_of, space.type_of
+    bounds = space.node_bounds
+    node_slots: dict[tuple[object, ...], tuple[Slot, ...]] = {}
+    runs: list[Run] = []
+    count: dict[int, int] = {}
+    for part in parts:
+        rs, re_ = part.resource_start, part.resource_end + 1
+        n_res, n_proc = part.num_resources, part.num_processes
+        per = n_res // n_proc if n_res >= n_proc else 0
+        share = n_proc // n_res if n_res < n_proc else 0
+        b = bisect_right(bounds, rs) - 1
+        while bounds[b] < re_:
+            lo, hi = max(bounds[b], rs), min(bounds[b + 1], re_)
+            seg = bounds[b]
+            b += 1
+            if local_of[seg] != 0 or local_of[bounds[b] - 1] != bounds[b] - 1 - seg:
+                return None
+            if per:
+                if (lo - rs) % per or (hi - rs) % per:
+                    return None
+                i0, nproc = (lo - rs) // per, (hi - lo) // per
+            else:
+                i0, nproc = (lo - rs) * share, (hi - lo) * share
+            node = nodes[node_of[lo]]
+            key = (lo - seg, hi - lo, per, share, node.gpus, kind_of[lo], type_of[lo])  # what the slots depend on
+            slots = node_slots.get(key)
+            if slots is None:
+                if per:
+                    made = tuple(make_slot(range(r, r + per)) for r in range(lo, hi, per))
+                else:
+                    made = tuple(make_slot((r,)) for r in range(lo, hi) for _ in range(share))
+                slots = node_slots[key] = layouts.setdefault(made, made)
+            first_rank = part.process_start + i0
+            prev = runs[-1] if runs else None
+            if prev is not None and prev.node is node and prev.first_rank + len(prev.slots) == first_rank:
+                joined = prev.slots + slots
+                runs[-1] = prev._replace(slots=layouts.setdefault(joined, joined))
+            else:
+                runs.append(Run(first_rank, node, count.get(node.rank, 0), slots))
+            count[node.rank] = count.get(node.rank, 0) + nproc
+    return runs
 
 
 def _check(rank: int, resources: Sequence[int], size: int, name: str, what: str, node_of: Sequence[int],

@@ -17,6 +17,7 @@ import re
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 from hpcplace.cluster import NodeGroup
 from hpcplace.errors import SlurmError, SpecError
@@ -78,7 +79,7 @@ class Step:
     @property
     def ranks(self) -> tuple[int, ...]:
         """Component ranks in srun task order (SLURM_PROCID): segments in order, node-major."""
-        return tuple(r for seg in self.segments for r in seg.ranks)
+        return tuple(chain.from_iterable(seg.ranks for seg in self.segments))
 
     @property
     def num_tasks(self) -> int:
@@ -298,7 +299,7 @@ def _component_steps(plan: Plan, comp: ComponentPlan, name: str) -> list[Step]:
         ranks_of = {j: ranks for j, (_key, ranks) in items}
         for first, count, key in consecutive_runs(keyed):
             ntasks, node_gpus, bind, task_gpus = key  # type: ignore[misc]
-            ranks = tuple(r for j in range(first, first + count) for r in ranks_of[j])
+            ranks = tuple(chain.from_iterable(ranks_of[j] for j in range(first, first + count)))
             segments_by_group.setdefault(g, []).append(Segment(
                 het_group=g, relative=first, num_nodes=count, tasks_per_node=ntasks,
                 cpus_per_task=comp.cpus_per_process, mem_mb=mem_per_task * ntasks,
