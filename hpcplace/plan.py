@@ -180,12 +180,14 @@ _SEP = ",\n" + _INDENT
 _CHUNK = 8192  # records per yielded piece: ~2 MB of text
 
 
-def iter_plan_json(plan: Plan, spans: list[ProcessSpans] | None = None) -> Iterator[str]:
+def iter_plan_json(plan: Plan, spans: list[ProcessSpans] | None = None, *,
+                   header: dict[str, object] | None = None) -> Iterator[str]:
     """plan_to_json in pieces of at most a few MB, so a million-process plan is never one string.
 
     With `spans`, append one ProcessSpans per component (the plan index is built from them
-    without reading the file back). The text is ASCII (json.dumps escapes), so characters = bytes."""
-    header = plan_header(plan)
+    without reading the file back). The text is ASCII (json.dumps escapes), so characters = bytes.
+    `header`: plan_header(plan) when the caller already has it."""
+    header = plan_header(plan) if header is None else header
     dump = lambda v: json.dumps(v, sort_keys=False)  # noqa: E731
     lines = ["{"]
     for key, value in header.items():
@@ -224,10 +226,11 @@ def iter_plan_json(plan: Plan, spans: list[ProcessSpans] | None = None) -> Itera
     yield "\n".join(lines) + "\n"
 
 
-def write_plan_json(plan: Plan, out: TextIO, spans: list[ProcessSpans] | None = None) -> int:
+def write_plan_json(plan: Plan, out: TextIO, spans: list[ProcessSpans] | None = None, *,
+                    header: dict[str, object] | None = None) -> int:
     """Stream plan.json into `out`; returns the number of bytes (= characters) written."""
     written = 0
-    for piece in iter_plan_json(plan, spans):
+    for piece in iter_plan_json(plan, spans, header=header):
         out.write(piece)
         written += len(piece)
     return written
@@ -237,8 +240,8 @@ def _record_chunks(processes: Sequence[Placement]) -> Iterator[str]:
     """Process records (one JSON object each, joined by `_SEP`), in rank order, a few thousand
     records a piece.
 
-    For the planner's Processes, each run of a node is formatted in two C-level `%` passes over
-    the run's template (node facts, then rank and local rank) instead of once per process."""
+    For the planner's Processes, a run of a node is one `str.join` over its cached literal pieces
+    with the varying numbers slotted in by (C-level) slice assignment, not one format per process."""
     from hpcplace.process_table import Processes
 
     if not isinstance(processes, Processes):
@@ -246,23 +249,26 @@ def _record_chunks(processes: Sequence[Placement]) -> Iterator[str]:
         for i in range(0, len(processes), _CHUNK):
             yield _SEP.join([process_json(p, strings) for p in processes[i:i + _CHUNK]])
         return
-    templates: dict[tuple[int, int, bool], str] = {}
+    templates: dict[tuple[int, int, bool], list[str]] = {}
     strings = {}
     buf: list[str] = []
     count = 0
     for run in processes.runs:
         node = run.node
         key = (id(run.slots), node.group_index, bool(node.gpus))
-        tmpl = templates.get(key)
-        if tmpl is None:
-            tmpl = templates[key] = _SEP.join(_record_template(slot, node, strings) for slot in run.slots)
+        pieces = templates.get(key)
+        if pieces is None:
+            pieces = templates[key] = _run_pieces(run.slots, node, strings)
         n = node.rank
         m = len(run.slots)
-        node_facts = (n, processes.placement_node_rank(n), processes.local_world_size(n), node.index_in_group)
-        ranks: list[int] = [0] * (2 * m)
-        ranks[0::2] = range(run.first_rank, run.first_rank + m)
-        ranks[1::2] = range(run.first_local, run.first_local + m)
-        buf.append((tmpl % (node_facts * m)) % tuple(ranks))
+        parts = pieces[:]
+        parts[1::_HOLES] = map(str, range(run.first_rank, run.first_rank + m))  # type: ignore[call-overload]
+        parts[3::_HOLES] = [str(n)] * m
+        parts[5::_HOLES] = [str(processes.placement_node_rank(n))] * m
+        parts[7::_HOLES] = map(str, range(run.first_local, run.first_local + m))  # type: ignore[call-overload]
+        parts[9::_HOLES] = [str(processes.local_world_size(n))] * m
+        parts[11::_HOLES] = [str(node.index_in_group)] * m
+        buf.append("".join(parts))
         count += m
         if count >= _CHUNK:
             yield _SEP.join(buf)
@@ -271,20 +277,27 @@ def _record_chunks(processes: Sequence[Placement]) -> Iterator[str]:
         yield _SEP.join(buf)
 
 
-def _record_template(slot: Slot, node: Node, strings: dict[str, str]) -> str:
-    """process_json as a two-pass %-template: first pass fills cluster_node_rank,
-    placement_node_rank, local_world_size and group_node_index; the second rank and local_rank."""
+_FIELD_MARKS = (("rank", -1001), ("cluster_node_rank", -1002), ("placement_node_rank", -1003),
+                ("local_rank", -1004), ("local_world_size", -1005), ("group_node_index", -1006))
+_HOLES = 2 * len(_FIELD_MARKS) + 1  # list items per record: 7 literal pieces around 6 numbers
+
+
+def _run_pieces(slots: Sequence[Slot], node: Node, strings: dict[str, str]) -> list[str]:
+    """process_json of each slot split around rank, cluster_node_rank, placement_node_rank,
+    local_rank, local_world_size and group_node_index (placeholders ""), records joined by _SEP."""
     from hpcplace.process_table import accelerator_type
 
-    marks = Placement(-1001, -1002, -1003, slot.local_accelerator_rank, accelerator_type(node), -1004, -1005,
-                      slot.visible_accelerators, slot.isolate_accelerator, slot.local_hardware_ranks,
-                      node.group_label, node.partition, node.group_index, -1006, slot.resource_type)
-    text = process_json(marks, strings).replace("%", "%%%%")
-    for field_name, mark, hole in (("rank", -1001, "%%d"), ("cluster_node_rank", -1002, "%d"),
-                                   ("placement_node_rank", -1003, "%d"), ("local_rank", -1004, "%%d"),
-                                   ("local_world_size", -1005, "%d"), ("group_node_index", -1006, "%d")):
-        needle = f'"{field_name}":{mark},"'
-        if text.count(needle) != 1:
-            raise AssertionError(f"record template: {needle!r} not found once")  # our own format, not input
-        text = text.replace(needle, needle.replace(str(mark), hole))
-    return text
+    out: list[str] = []
+    for k, slot in enumerate(slots):
+        marks = Placement(-1001, -1002, -1003, slot.local_accelerator_rank, accelerator_type(node), -1004, -1005,
+                          slot.visible_accelerators, slot.isolate_accelerator, slot.local_hardware_ranks,
+                          node.group_label, node.partition, node.group_index, -1006, slot.resource_type)
+        rest = process_json(marks, strings)
+        for field_name, mark in _FIELD_MARKS:
+            head, sep, rest = rest.partition(f'"{field_name}":{mark},"')
+            if not sep:
+                raise AssertionError(f"record template: field {field_name!r} not found")  # our own format
+            out += [head + f'"{field_name}":', ""]
+            rest = ',"' + rest
+        out.append(rest + (_SEP if k < len(slots) - 1 else ""))
+    return out

@@ -8,7 +8,6 @@ Every interpolated value goes through a filter (`q`, `sbatch`, `comment`, `words
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shlex
@@ -248,15 +247,16 @@ def write_plan_files(plan: Plan, path: Path) -> None:
     from hpcplace.runtime.plan_index import write_index_from_parts  # lazily: the runtime's own module
 
     spans: list[ProcessSpans] = []
+    header = plan_header(plan)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="ascii", newline="\n") as out:
-        size = write_plan_json(plan, out, spans)
+        size = write_plan_json(plan, out, spans, header=header)
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
     nodes = [{(v.het_group, v.group_node_index): v.ranks for v in node_processes(c.processes)}
              for c in plan.components]
-    header = json.loads(json.dumps(plan_header(plan)))
-    components = [json.loads(json.dumps(component_header(c))) for c in plan.components]
+    # JSON-ready values (tuples are written as lists), the same the plan.json text holds
+    components = [component_header(c) for c in plan.components]
     write_index_from_parts(path, plan_size=size, plan=header, components=components,
                            spans=[(s.offsets, s.lengths) for s in spans], nodes=nodes)
 
