@@ -32,7 +32,7 @@ from hpcplace.runtime.devices import parse_device_list, query_nvml
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.plan_index import write_index
 from hpcplace.runtime.ranks import compute_process_env, environment_changes, merge_environment, plan_environment
-from hpcplace.runtime.shm_dir import ShmDirError, open_private_dir
+from hpcplace.runtime.shm_dir import ShmDirError, make_node_dir, remove_job_dir
 from hpcplace.runtime.slurm_env import node_name_at, synthetic_snapshot
 
 LOCAL_ADDR = "127.0.0.1"
@@ -145,18 +145,28 @@ def run_plan_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = Non
         write_index(plan_path)
     except ShimError as exc:
         raise LocalRunError(exc.message, hint=exc.hint) from None
-    shm = Path(processes[0].env["HPCPLACE_SHM_DIR"]) if processes else None
-    if shm is not None:
+    # One directory per planned node (every planned node is this host, sharing its /dev/shm).
+    node_dirs = sorted({proc.env["HPCPLACE_SHM_DIR"] for proc in processes})
+    job_dir = os.path.dirname(node_dirs[0]) if node_dirs else None
+    try:
+        for node_dir in node_dirs:
+            make_node_dir(node_dir)  # mode 0700, ours, not a symlink (both levels)
+    except ShmDirError as exc:
         try:
-            os.close(open_private_dir(str(shm)))  # mode 0700, ours, not a symlink
-        except ShmDirError as exc:
-            raise LocalRunError(exc.message, hint=exc.hint) from None
+            if job_dir is not None:
+                remove_job_dir(job_dir)  # what we made; refuses a directory that is not ours
+        except ShmDirError:
+            pass
+        raise LocalRunError(exc.message, hint=exc.hint) from None
     try:
         print(f"hpcplace: running {len(processes)} process(es) locally; run dir {directory}", file=sys.stderr)
         return supervise(processes, grace_s=grace_s)
     finally:
-        if shm is not None:
-            shutil.rmtree(shm, ignore_errors=True)
+        if job_dir is not None:
+            try:
+                remove_job_dir(job_dir)
+            except ShmDirError:
+                pass
 
 
 # ----------------------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def test_processes_is_a_sequence_of_placements() -> None:
     assert node_processes(eager) == [replace(v, ranks=tuple(v.ranks)) for v in views]
 
 
-HOSTILE = "a%d \"q\" 100%s\\"
+HOSTILE = "a%d \"q\" 100%s"
 
 
 def _hostile_plan():
