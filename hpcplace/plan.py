@@ -7,13 +7,14 @@ whole file (see README, "plan.json schema").
 
 from __future__ import annotations
 
+import io
 import json
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from operator import add
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from hpcplace.cluster import Charge, Cluster, Node, NodeGroup, charges
 from hpcplace.placement import Placement
@@ -233,12 +234,14 @@ def iter_plan_json(plan: Plan, spans: list[ProcessSpans] | None = None, *,
     yield "\n".join(lines) + "\n"
 
 
-def write_plan_json(plan: Plan, out: TextIO, spans: list[ProcessSpans] | None = None, *,
+def write_plan_json(plan: Plan, out: TextIO | BinaryIO, spans: list[ProcessSpans] | None = None, *,
                     header: dict[str, object] | None = None) -> int:
-    """Stream plan.json into `out`; returns the number of bytes (= characters) written."""
+    """Stream plan.json into `out` (a text or, faster, a binary file); returns the number of bytes
+    (= characters) written."""
     written = 0
+    binary = not isinstance(out, io.TextIOBase)
     for piece in iter_plan_json(plan, spans, header=header):
-        out.write(piece)
+        out.write(piece.encode("ascii") if binary else piece)  # type: ignore[arg-type]
         written += len(piece)
     return written
 
