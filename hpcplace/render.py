@@ -7,6 +7,7 @@ Every interpolated value goes through a filter (`q`, `sbatch`, `comment`, `words
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -113,13 +114,19 @@ class _PackageLoader(jinja2.BaseLoader):
 
 def template_environment(template_dir: str | os.PathLike[str] | None = None) -> jinja2.Environment:
     """Jinja environment: a site's template dir first (if given), then the package templates
-    (also reachable as `hpcplace/<name>` so a site template can extend the built-in one)."""
+    (also reachable as `hpcplace/<name>` so a site template can extend the built-in one).
+    One per template dir, kept: compiling the template costs far more than rendering it."""
+    if template_dir is not None and not Path(template_dir).is_dir():
+        raise SpecError(f"template directory {os.fspath(template_dir)!r} does not exist")
+    return _environment(None if template_dir is None else os.fspath(template_dir))
+
+
+@functools.lru_cache(maxsize=8)
+def _environment(template_dir: str | None) -> jinja2.Environment:
     package = _PackageLoader()
     loaders: list[jinja2.BaseLoader] = []
     if template_dir is not None:
-        if not Path(template_dir).is_dir():
-            raise SpecError(f"template directory {os.fspath(template_dir)!r} does not exist")
-        loaders.append(jinja2.FileSystemLoader(os.fspath(template_dir)))
+        loaders.append(jinja2.FileSystemLoader(template_dir))
     loaders += [jinja2.PrefixLoader({BUILTIN_PREFIX: package}), package]
     env = jinja2.Environment(
         loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined, trim_blocks=True,

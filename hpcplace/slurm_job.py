@@ -179,6 +179,13 @@ def lower(plan: Plan) -> SlurmJob:
                             hint="write e.g. 30, 4:00:00 or 2-00:00:00")
         time_args = (f"--time={options['time']}",)
     warning = limit_signal(options.get("signal_before_limit", DEFAULT_LIMIT_SIGNAL))
+    limit_s = time_limit_seconds(options.get("time", ""))
+    if warning and limit_s is not None and int(warning.split("@")[1]) >= limit_s:
+        if "signal_before_limit" in options:  # Slurm would signal every task as soon as it starts
+            raise SpecError(f"slurm.signal_before_limit {options['signal_before_limit']!r} is not shorter than "
+                            f"slurm.time {options['time']!r}", hint="warn fewer seconds before the limit, or "
+                                                                  "turn the warning off with false")
+        warning = f"{warning.split('@')[0]}@{max(1, limit_s // 2)}"  # the default, halved for a short job
     requeue = _flag(options, "requeue", False)
     if warning:
         time_args += (f"--signal={warning}",)
@@ -229,6 +236,22 @@ def limit_signal(value: str) -> str | None:
         raise SpecError(f"slurm.signal_before_limit {value!r}: SIG{sig} cannot be caught, so it warns no one",
                         hint=hint)
     return f"{sig}@{int(seconds)}"
+
+
+def time_limit_seconds(value: str) -> int | None:
+    """A Slurm time limit in seconds (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S); None when unset/unlimited."""
+    if not value or value.upper() in ("UNLIMITED", "INFINITE") or not sbatch_time_ok(value):
+        return None
+    days, _, rest = value.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if days:
+        h, m, sec = (parts + [0, 0])[:3]
+        return ((int(days) * 24 + h) * 60 + m) * 60 + sec
+    if len(parts) == 1:
+        return parts[0] * 60
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
 
 
 def kill_wait(value: str | None) -> int | None:

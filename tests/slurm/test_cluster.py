@@ -20,7 +20,7 @@ from hpcplace.errors import SlurmError
 from hpcplace.plan import Plan
 from hpcplace.planner import plan_from_file
 from hpcplace.slurm_job import lower
-from tests.slurm.conftest import CLUSTER_DIR, REPO, REPORTER, LiveCluster, ensure_cluster, plan_yaml
+from tests.slurm.conftest import CLUSTER_DIR, REPO, REPORTER, JobShm, LiveCluster, ensure_cluster, plan_yaml
 
 pytestmark = pytest.mark.slurm
 

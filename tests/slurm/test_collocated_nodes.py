@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import signal
 import subprocess
@@ -106,37 +107,73 @@ def test_every_node_has_its_own_dev_shm_and_tmp(slurm_cluster: LiveCluster, tmp_
     assert len({os.stat(r / "dev/shm").st_dev for r in roots.values()}) == len(roots)  # one tmpfs each
 
 
-def test_collocated_demo_on_two_nodes(lab: LiveCluster, tmp_path: Path) -> None:
-    """Actor and rollout on GPUs 0-1 of two a800 nodes: every cycle completes; per node no device
-    has two owners and every offload precedes the next onload; every rollout rank reads exactly the
-    weights its own node's actor published; nothing of the job is left in any node's /dev/shm."""
+TWO_BY_EIGHT_TP = """\
+name: collocated-two-nodes-tp
+cluster:
+  node_groups:
+    - {label: a800, partition: a800, nodes: 2, gpus_per_node: 8, gpu_type: a800, cpus_per_node: 16, mem_per_node: 64000}
+  component_placement:
+    actor,rollout: all
+components:
+  actor:   {tensor_parallel_size: 4, offload: true, command: ["python3", "examples/collocated_demo.py", "--role", "actor", "--cycles", "CYCLES"]}
+  rollout: {tensor_parallel_size: 2, offload: true, command: ["python3", "examples/collocated_demo.py", "--role", "rollout", "--cycles", "CYCLES"]}
+"""
+
+
+def weight_sources_from_plan(plan: dict) -> dict[int, list[int]]:
+    """rollout rank -> the actor ranks feeding it, from the plan's weight_sync map (as the shim
+    exports HPCPLACE_WEIGHT_SYNC_SOURCES); without a map, actor r feeds rollout r."""
+    sync = plan.get("weight_sync") or {}
+    table = sync.get("actor_to_rollout")
+    rollouts = next(c for c in plan["components"] if c["name"] == "rollout")["processes"]
+    if not table:
+        return {p["rank"]: [p["rank"]] for p in rollouts}
+    return {p["rank"]: [a for a, targets in enumerate(table) if any(dp == p["rank"] for dp, _ in targets)]
+            for p in rollouts}
+
+
+@pytest.mark.parametrize("layout", ["2x2", "2x8-tp4-tp2"])
+def test_collocated_demo_on_two_nodes(lab: LiveCluster, tmp_path: Path, layout: str) -> None:
+    """Actor and rollout collocated on two a800 nodes (GPUs 0-1 of each; or all 8 with actor TP=4 and
+    rollout TP=2 strided): every cycle completes; per node no device has two owners and every offload
+    precedes the next onload; every rollout rank reads exactly the weights its own node's actor (its
+    source in the plan's weight_sync map) published; nothing of the job is left in any node's /dev/shm."""
+    cycles = 3 if layout == "2x2" else 2
+    text = (TWO_BY_TWO if layout == "2x2" else TWO_BY_EIGHT_TP).replace("CYCLES", str(cycles))
     events = tmp_path / "events.log"
-    job_id, run_dir = submit_config(lab, tmp_path, TWO_BY_TWO.replace("CYCLES", "3"),
-                                    job_env(lab, HPCPLACE_COLLOCATE_EVENTS=str(events)))
+    job_id, run_dir = submit_config(lab, tmp_path, text, job_env(lab, HPCPLACE_COLLOCATE_EVENTS=str(events)))
     status = wait_done(job_id)
     logs = all_logs(run_dir)
     assert status.state == "COMPLETED", submit.format_status(status) + "\n" + logs[-4000:]
-    got = read_events(str(events))
+    plan = json.loads((run_dir / "plan.json").read_text())
+    hosts = {int(g_j.split()[1]): g_j.split()[2] for g_j in (run_dir / "logs" / "nodes.txt").read_text().splitlines()}
+    node_of = {(c["name"], p["rank"]): hosts[p["cluster_node_rank"]] for c in plan["components"] for p in c["processes"]}
+    devices_of = {(c["name"], p["rank"]): set(p["visible_accelerators"]) for c in plan["components"]
+                  for p in c["processes"]}
     by_node: dict[str, list[dict]] = defaultdict(list)
-    for e in got:
+    for e in read_events(str(events)):
         by_node[e["node"]].append(e)
     assert sorted(by_node) == ["a800-1", "a800-2"]
     for node, node_events in by_node.items():
         gens = check_invariants(node_events, [["actor"], ["rollout"]])
-        assert [sorted(gens[g]) for g in sorted(gens)] == [["rollout"], ["actor"]] * 3 + [["rollout"]], node
-        assert {(e["component"], e["rank"]) for e in node_events} == \
-            {(c, r) for c in ("actor", "rollout") for r in ((0, 1) if node == "a800-1" else (2, 3))}
-        assert {d for e in node_events for d in e["devices"]} == {"0", "1"}
+        assert [sorted(gens[g]) for g in sorted(gens)] == [["rollout"], ["actor"]] * cycles + [["rollout"]], node
+        assert {(e["component"], e["rank"]) for e in node_events} == {k for k, n in node_of.items() if n == node}
+        assert {d for e in node_events for d in e["devices"]} == \
+            {d for k, n in node_of.items() if n == node for d in devices_of[k]}
     published = {}  # (node, actor rank, version) -> fingerprint
     for m in re.finditer(r"actor\[(\d+)\] gen \d+: .* published weights v(\d+) fp=([0-9a-f]+) \(node ([\w.-]+)\)", logs):
         published[(m[4], int(m[1]), int(m[2]))] = m[3]
-    assert len(published) == 4 * 3, logs[-4000:]
-    for rank in range(4):
+    num_actors = sum(1 for k in node_of if k[0] == "actor")
+    assert len(published) == num_actors * cycles, logs[-4000:]
+    sources = weight_sources_from_plan(plan)
+    for rank, feeding in sources.items():
+        node = node_of[("rollout", rank)]
+        assert feeding and all(node_of[("actor", a)] == node for a in feeding), (rank, feeding)  # per node
         seen = re.findall(rf"rollout\[{rank}\] gen \d+: weights v(\d+) fp=([0-9a-f]+), .* \(node ([\w.-]+), "
                           r"from actor-(\d+)\)", logs)
-        assert [int(v) for v, _, _, _ in seen] == [0, 1, 2, 3], logs[-4000:]
-        for version, fp, node, source in seen[1:]:
-            assert node == ("a800-1" if rank < 2 else "a800-2") and int(source) == rank
+        assert [int(v) for v, _, _, _ in seen] == list(range(cycles + 1)), logs[-4000:]
+        for version, fp, seen_node, source in seen[1:]:
+            assert seen_node == node and int(source) == feeding[0]
             assert published[(node, int(source), int(version))] == fp  # its node's actor's weights
     assert wait_no_shm(job_id) == []
 
@@ -205,8 +242,9 @@ def test_squatted_node_local_directory_fails_the_job_at_once(slurm_cluster: Live
         assert root is not None
         path = root / f"dev/shm/hpcplace-{job_guess}"
         if squat == "other-uid":
-            subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "mkdir", "-m", "0700",
-                            str(path)], check=True)
+            # what `mkdir -m 0700` by user nobody leaves (made here: nobody cannot enter /proc/<pid>/root)
+            path.mkdir(mode=0o700)
+            os.chown(path, pwd.getpwnam("nobody").pw_uid, pwd.getpwnam("nobody").pw_gid)
         else:
             path.symlink_to(victim)
         planted.append(path)
