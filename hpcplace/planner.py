@@ -109,7 +109,8 @@ def _groups_used(cluster: Cluster, processes: Sequence[Placement]) -> tuple[str,
 
 
 def _resource_type(processes: Sequence[Placement]) -> str:
-    types = sorted({s.resource_type for view in node_processes(processes) for s in set(view.slots)})
+    layouts = {id(v.slots): v.slots for v in node_processes(processes)}  # nodes share their slots tuples
+    types = sorted({s.resource_type for slots in layouts.values() for s in slots})
     return types[0] if len(types) == 1 else ",".join(types)
 
 
