@@ -20,7 +20,8 @@ from pathlib import Path
 import jinja2
 
 from hpcplace.errors import SlurmError, SpecError
-from hpcplace.plan import Plan, plan_to_json
+from hpcplace.plan import Plan, ProcessSpans, component_header, plan_header, write_plan_json
+from hpcplace.process_table import node_processes
 from hpcplace.rank_syntax import compress_ranks
 from hpcplace.safe_words import check_srun_argv
 from hpcplace.slurm_job import (
@@ -241,7 +242,8 @@ def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
         return env.get_template(TEMPLATE).render(
             job=job, plan=plan, run_dir=run_dir, plan_file=PLAN_NAME, launcher=tuple(launcher),
             summary=placement_summary(plan, job), steps=step_views(plan, job),
-            every_node=all_nodes_srun_args(job, "hpcplace-shm"), node_lists=node_lists,
+            every_node=all_nodes_srun_args(job, "hpcplace-shm"),
+            clean_nodes=all_nodes_srun_args(job, "hpcplace-clean"), node_lists=node_lists,
             clear_leaked=tuple(a for v in LEAKED_GPU_VARIABLES for a in ("-u", v)))
     except jinja2.TemplateError as exc:
         raise SpecError(f"template error: {exc}", hint="check the site template directory") from None
@@ -267,14 +269,29 @@ def render_run(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequenc
     """Write run_dir/job.sbatch, run_dir/plan.json (+ plan.json.idx for the shim) and run_dir/logs/."""
     root = Path(os.path.abspath(run_dir))
     script = render_script(plan, str(root), launcher=launcher, template_dir=template_dir)
-    plan_text = plan_to_json(plan)
     (root / "logs").mkdir(parents=True, exist_ok=True)
-    _write(root / PLAN_NAME, plan_text)
-    from hpcplace.runtime.plan_index import write_index  # lazily: the runtime's own module
-
-    write_index(root / PLAN_NAME)
+    write_plan_files(plan, root / PLAN_NAME)
     _write(root / SCRIPT_NAME, script, mode=0o755)
     return RenderedRun(root, root / SCRIPT_NAME, root / PLAN_NAME, sha256_text(script))
+
+
+def write_plan_files(plan: Plan, path: Path) -> None:
+    """plan.json, streamed (never one string), then its index from the spans the writer recorded."""
+    from hpcplace.runtime.plan_index import write_index_from_parts  # lazily: the runtime's own module
+
+    spans: list[ProcessSpans] = []
+    header = plan_header(plan)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="ascii", newline="\n") as out:
+        size = write_plan_json(plan, out, spans, header=header)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    nodes = [{(v.het_group, v.group_node_index): v.ranks for v in node_processes(c.processes)}
+             for c in plan.components]
+    # JSON-ready values (tuples are written as lists), the same the plan.json text holds
+    components = [component_header(c) for c in plan.components]
+    write_index_from_parts(path, plan_size=size, plan=header, components=components,
+                           spans=[(s.offsets, s.lengths) for s in spans], nodes=nodes)
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:

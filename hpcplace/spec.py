@@ -224,7 +224,7 @@ def _alias_int(view: View, keys: tuple[str, ...]) -> int | None:
 
 # The job-level `slurm:` keys every format accepts (lowered in hpcplace.slurm_job).
 SLURM_JOB_OPTIONS = frozenset({"time", "job_name", "mail_user", "mail_type", "exclusive", "output_dir",
-                               "extra_sbatch_args"})
+                               "extra_sbatch_args", "signal_before_limit", "kill_wait", "requeue"})
 
 
 def slurm_options(view: View | None) -> dict[str, str]:

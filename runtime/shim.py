@@ -239,13 +239,18 @@ def _memory_saver_env(resolved: Resolved, env: dict[str, str], debug: bool) -> d
 
 
 def _make_shm_dir(path: str, debug: bool) -> None:
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as exc:  # no /dev/shm (not Linux): the program may not need it
+    """This node's directory <job dir>/node-<node>: created 0700 or checked to be the job's own (a
+    directory another user made first, or a symlink there, fails the task naming path and owner)."""
+    from hpcplace.runtime.shm_dir import ShmDirError, make_node_dir
+
+    if not os.path.isdir(os.path.dirname(os.path.dirname(path))):  # no /dev/shm (not Linux): may not be needed
         if debug:
-            _say(f"debug: cannot create {path}: {exc.strerror}")
+            _say(f"debug: no {os.path.dirname(os.path.dirname(path))}: not creating {path}")
+        return
+    try:
+        make_node_dir(path)
+    except ShmDirError as exc:
+        raise ShimError(f"unsafe node-local directory: {exc.message}", hint=exc.hint) from None
 
 
 def _exec(command: tuple[str, ...], env: dict[str, str]) -> int:

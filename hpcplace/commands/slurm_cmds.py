@@ -51,7 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     p = subparsers.add_parser("status", help="state of each het component (and step) of a run or job")
     p.add_argument("target", metavar="RUN|JOBID")
-    p.add_argument("--watch", action="store_true", help="refresh until the job is done")
+    p.add_argument("--watch", action="store_true",
+                   help="refresh until the job is done; exit 0 only if every component COMPLETED "
+                        "(10 FAILED, 11 CANCELLED, 12 TIMEOUT, 13 other)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between looks with --watch")
     p.set_defaults(func=run_status)
 
@@ -65,6 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--rank", type=int, help="only this rank (of --component, or of every component)")
     p.add_argument("--list", action="store_true", help="print where each rank's log is, not its content")
     p.add_argument("--tail", type=int, metavar="N", help="last N lines of each log")
+    p.add_argument("--attempt", type=int, metavar="N",
+                   help="logs of attempt N of a requeued job (default: the latest; earlier ones are in logs/attempt-N)")
     p.set_defaults(func=run_logs)
 
 
@@ -161,24 +165,30 @@ def _labels(run_dir: Path | None) -> list[str]:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    """Exit code: 0 when every het component COMPLETED (or, without --watch, the job has not ended
+    yet); 10 FAILED, 11 CANCELLED, 12 TIMEOUT, 13 another end (README "Exit codes")."""
     from hpcplace import submit
 
     job_id, run_dir = submit.resolve_job(args.target)
     labels = _labels(run_dir)
+    submit.known_status(job_id)  # an unknown job is an error, not an empty table
     if args.watch:
         status = submit.watch(job_id, labels=labels, interval=args.interval)
     else:
         status = submit.job_status(job_id)
         print(submit.format_status(status, labels))
-    return 0 if status.state not in ("FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL") else 1
+    attempts = submit.read_attempts(run_dir) if run_dir is not None else []
+    if attempts:
+        print(f"  attempts ({len(attempts)}, one per start; a requeued job starts again):")
+        print("\n".join(submit.format_attempts(attempts)))
+    return submit.status_exit_code(status)
 
 
 def run_cancel(args: argparse.Namespace) -> int:
     from hpcplace import submit
 
     job_id, _ = submit.resolve_job(args.target)
-    submit.cancel(job_id)
-    print(f"cancelled job {job_id} (every het component)")
+    print(submit.cancel(job_id))
     return 0
 
 
@@ -194,7 +204,18 @@ def run_logs(args: argparse.Namespace) -> int:
     if args.component is not None and args.component not in {c.name for c in plan.components}:
         raise SpecError(f"no component {args.component!r} in {plan_path}",
                         hint="components: " + ", ".join(c.name for c in plan.components))
-    logs = submit.rank_logs(run_dir.absolute(), lower(plan), submit.read_hosts(run_dir))
+    attempts = submit.read_attempts(run_dir)
+    latest = attempts[-1].number if attempts else 0
+    folder = "logs"
+    if args.attempt is not None and args.attempt != latest:
+        folder = f"logs/attempt-{args.attempt}"
+        if not (run_dir / folder).is_dir():
+            raise SpecError(f"no attempt {args.attempt} in {run_dir}",
+                            hint=f"attempts: {', '.join(str(a.number) for a in attempts) or '0'}")
+    elif len(attempts) > 1 and not args.list:
+        print(f"(attempt {latest} of a requeued job; earlier attempts: --attempt "
+              f"{', '.join(str(a.number) for a in attempts[:-1])})")
+    logs = submit.rank_logs(run_dir.absolute(), lower(plan), submit.read_hosts(run_dir, folder), folder)
     chosen = [r for r in logs if (args.component is None or r.component == args.component)
               and (args.rank is None or r.rank == args.rank)]
     if not chosen:

@@ -46,7 +46,7 @@ def test_torch_and_rlinf_variables_for_a_recorded_step(lab_plan: Path) -> None:
     first = got[0]
     assert first["ISOLATE_ACCELERATOR"] == "1" and first["ACCELERATOR_TYPE"] == "a800"
     assert first["LOCAL_HARDWARE_RANKS"] == "0" and first["NODE_GROUP_LABEL"] == "a800"
-    assert first["HPCPLACE_JOB_ID"] == "120" and first["HPCPLACE_SHM_DIR"] == "/dev/shm/hpcplace-120"
+    assert first["HPCPLACE_JOB_ID"] == "120" and first["HPCPLACE_SHM_DIR"] == "/dev/shm/hpcplace-120/node-a800-1"
     assert first["HPCPLACE_PLAN"] == str(lab_plan.resolve()) and first["HPCPLACE_COMPONENT"] == "actor"
     assert first["HPCPLACE_RANK"] == "0" and first["HPCPLACE_WORLD_SIZE"] == "4"
     assert first["ACTOR_FLAG"] == "1"  # the component's env from plan.json

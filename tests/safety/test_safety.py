@@ -95,7 +95,7 @@ CAPPED = {
                                        "{label: cpu, partition: cpu, nodes: 1, hardware: {type: arm, count: 99999999}}"),
                         "hardware.count"),
     "rank map": (NATIVE.replace('"0:0-1"', '"0:0-99999999999999"'), "too large"),
-    "processes": (NATIVE.replace('"0:0-1"', '"0:0-200000"'), "at most"),
+    "processes": (NATIVE.replace('"0:0-1"', f'"0:0-{limits.MAX_PROCESSES}"'), "at most"),
     "rlinf num_nodes": ("""\
         cluster:
           num_nodes: 1000000000

@@ -89,10 +89,34 @@ def test_failing_step_fails_fast_and_names_component_and_rank(hetero: Plan, tmp_
     assert "FAILED: component 'inference' (3 tasks; ranks 0-2) exited with code 7" in res.stderr
     assert "component 'inference' rank 1 on node-a: Exited with exit code 7" in res.stderr
     assert "component 'inference' ranks 0,2 on node-a: Killed" in res.stderr
-    # every other step got SIGTERM from the batch script, and the guard too
-    terminated = {line.split()[-1] for line in events.splitlines() if " TERM " in line}
+    # every task of every other step got SIGTERM (scancel --signal=TERM JOBID), none was SIGKILLed
+    assert "scancel --signal=TERM 4242" in events
+    terminated = {line.split()[-1] for line in events.splitlines() if " task-TERM " in line}
     assert {"actor", "rollout", "env", "agent"} <= terminated
-    assert "USR1 hpcplace-shm" in events
+    assert "srun-TERM" not in events
+    assert "component 'inference' failed first: the job fails with exit code 7" in res.stderr
+    assert "stopping the other components with SIGTERM to every task" in res.stderr
+    assert "SIGKILL after 2s" in res.stderr  # the cluster's KillWait (fake scontrol show config)
+    assert "component 'agent' (4 tasks) stopped (srun exit 0)" in res.stderr
+    assert "hpcplace-shm" in events  # the guard was stopped
+
+
+def test_stubborn_step_gets_sigkill_after_the_grace(hetero: Plan, tmp_path: Path) -> None:
+    """A step whose tasks ignore SIGTERM is killed (srun cancels it) after slurm.kill_wait seconds."""
+    plan = replace(hetero, slurm={**hetero.slurm, "kill_wait": "1"})
+    rendered = render_run(plan, tmp_path / "run")
+    assert "hp_kill_wait=1 " in rendered.script.read_text()
+    t0 = time.monotonic()
+    res, _, events = run_script(rendered.run_dir, tmp_path, FAKE_FAIL="inference", FAKE_SLEEP="30",
+                                FAKE_STUBBORN="rollout", FAKE_KILL_WAIT="20")
+    elapsed = time.monotonic() - t0
+    assert res.returncode == 7, res.stderr
+    assert elapsed < 10, "SIGKILL came after the cluster's KillWait, not slurm.kill_wait"
+    assert "SIGKILL after 1s" in res.stderr
+    assert "still running after 1s: 'rollout'; SIGKILL" in res.stderr
+    assert "srun-TERM rollout" in events and "srun-TERM actor" not in events
+    attempts = [json.loads(line) for line in (rendered.run_dir / "attempts.jsonl").read_text().splitlines()]
+    assert [(a["attempt"], a["event"], a.get("exit_code")) for a in attempts] == [(0, "start", None), (0, "end", 7)]
 
 
 def test_cpu_only_and_every_step_clear_leaked_variables(tmp_path: Path) -> None:
