@@ -41,6 +41,9 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
     weight_sync = None
     if spec.model_parallel:
         expanded, weight_sync = _model_parallel(spec, expanded)
+    if len(order) > limits.MAX_COMPONENTS:
+        limits.check_cap(len(order), limits.MAX_COMPONENTS, "number of components",
+                         spec.placements[-1].location if spec.placements else None)
     total = sum(len(expanded[name].lists) for name in order)
     if total > limits.MAX_PROCESSES:
         first = spec.placements[0] if spec.placements else None

@@ -133,7 +133,7 @@ def test_cpu_only_and_every_step_clear_leaked_variables(tmp_path: Path) -> None:
 # hostile inputs
 
 def hostile_plan(plan: Plan, value: str, canary: Path) -> Plan:
-    if "\n" in value or "\\" in value:
+    if "\n" in value or "\\" in value or not value.replace("\t", " ").isprintable():
         # a partition sbatch could not read back from an #SBATCH line: refused when the node group is made
         with pytest.raises(SpecError, match="#SBATCH lines cannot hold|control character|backslash"):
             replace(plan.cluster.node_groups[0], partition=value)
@@ -151,7 +151,8 @@ def test_hostile_values_render_safely(hetero: Plan, tmp_path: Path, index: int) 
     canary = tmp_path / "canary"
     value = hostile_values(canary)[index]
     plan = hostile_plan(hetero, value, canary)
-    run_dir = tmp_path / ("run " + value.replace("/", "_").replace("\n", "_").replace("\\", "_"))
+    run_dir = tmp_path / ("run " + "".join(c if c == "\t" or (c.isprintable() and c not in "/\\") else "_"
+                                           for c in value))
     rendered = render_run(plan, run_dir)
     script = rendered.script.read_text()
     check = subprocess.run(["bash", "-n", str(rendered.script)], capture_output=True, text=True)
