@@ -276,15 +276,16 @@ class RecordFile:
         self._seq = max((seq for seq, _ in self._records()), default=0)
 
     def _records(self) -> list[tuple[int, bytes]]:
-        data = os.pread(self.fd, 2 * self.record, 0)
         out = []
-        for k in (0, 1):
-            rec = data[k * self.record:(k + 1) * self.record]
+        for k in (0, 1):  # read what the record holds, not the whole reserved capacity
+            rec = os.pread(self.fd, min(self.record, 1024), k * self.record)
             if len(rec) < _RECORD_HEAD or rec[:4] != _RECORD_MAGIC:
                 continue
             seq = int.from_bytes(rec[4:12], "little")
             length = int.from_bytes(rec[12:16], "little")
             crc = int.from_bytes(rec[16:20], "little")
+            if _RECORD_HEAD + length > len(rec) and length <= self.capacity:
+                rec = os.pread(self.fd, _RECORD_HEAD + length, k * self.record)
             payload = rec[_RECORD_HEAD:_RECORD_HEAD + length]
             if length <= self.capacity and len(payload) == length and \
                     _crc(payload, _crc(rec[4:16])) == crc:
