@@ -292,10 +292,28 @@ class RecordFile:
                 out.append((seq, payload))
         return out
 
+    def _head_seqs(self) -> list[int]:
+        out = []
+        for k in (0, 1):
+            head = os.pread(self.fd, 12, k * self.record)
+            if len(head) == 12 and head[:4] == _RECORD_MAGIC:
+                out.append(int.from_bytes(head[4:12], "little"))
+        return out
+
     def read(self) -> bytes | None:
-        """The newest complete record, or None before the first write."""
-        records = self._records()
-        return max(records)[1] if records else None
+        """The newest complete record, or None before the first write. Monotonic: never older than
+        a record an earlier read() returned (a newer header seen after reading means a write went on
+        meanwhile: read again), so a waiter never acts on a state that was already superseded."""
+        best: tuple[int, bytes] | None = None
+        for _ in range(10000):
+            records = self._records()
+            best = max(records) if records else None
+            heads = self._head_seqs()
+            if best is None and not heads:
+                return None
+            if best is not None and all(h <= best[0] for h in heads):
+                return best[1]
+        return None if best is None else best[1]  # a corrupt newest record: the newest complete one
 
     def write(self, payload: bytes) -> None:
         """Write the next record in place (caller holds the writers' lock). No new space needed."""
