@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from hpcplace.cluster import Cluster, NodeGroup
+from hpcplace.cluster import Charge, Cluster, NodeGroup, charges
 from hpcplace.placement import Placement
 
 SCHEMA = "hpcplace.plan/1"
@@ -96,6 +96,13 @@ def _group_json(group: NodeGroup, het_group: int, first_node_rank: int) -> dict[
     }
 
 
+def _charge_json(charge: Charge) -> dict[str, object]:
+    """The account/QOS the het component is charged to, and which node group set it (sbatch carries
+    them over to later components); null account/qos = the submitting user's default."""
+    return {"account": charge.account, "account_from": charge.account_from, "qos": charge.qos,
+            "qos_from": charge.qos_from}
+
+
 def plan_header(plan: Plan) -> dict[str, object]:
     """Everything but the process records, as JSON-ready data."""
     cluster = plan.cluster
@@ -103,7 +110,8 @@ def plan_header(plan: Plan) -> dict[str, object]:
         "schema": SCHEMA,
         "name": plan.name,
         "source": {"path": plan.source, "format": plan.source_format},
-        "node_groups": [_group_json(g, i, cluster.first_node_rank(i)) for i, g in enumerate(cluster.node_groups)],
+        "node_groups": [{**_group_json(g, i, cluster.first_node_rank(i)), "charged": _charge_json(c)}
+                        for i, (g, c) in enumerate(zip(cluster.node_groups, charges(cluster.node_groups)))],
         "collocation_groups": [
             {"name": g.name, "components": list(g.components), "phases": [list(p) for p in g.phases],
              "resource_type": g.resource_type,

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from hpcplace import limits
 from hpcplace.errors import PlanError, SpecError
 from hpcplace.placement import Placement, ResourceSpace, place, resource_space
 from hpcplace.plan import CollocationGroup, ComponentPlan, Plan, WeightSync
@@ -38,6 +39,10 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
     weight_sync = None
     if spec.model_parallel:
         expanded, weight_sync = _model_parallel(spec, expanded)
+    total = sum(len(expanded[name].lists) for name in order)
+    if total > limits.MAX_PROCESSES:
+        first = spec.placements[0] if spec.placements else None
+        limits.processes(total, first.location if first else None, "number of processes in the plan")
     components = []
     for name in order:
         exp = expanded[name]
@@ -81,6 +86,8 @@ def _space(spec: ExperimentSpec, entry: PlacementEntry,
 
 def _resource_lists(entry: PlacementEntry, space: ResourceSpace) -> list[list[int]]:
     if entry.resource_lists is not None:
+        limits.processes(len(entry.resource_lists), entry.location,
+                         f"number of processes of {', '.join(entry.components)}")
         return [list(r) for r in entry.resource_lists]
     assert entry.rank_map is not None
     where = f" ({', '.join(entry.node_group)})" if entry.node_group else ""

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hpcplace.errors import PlanError
+from hpcplace.limits import MAX_PROCESSES  # processes per placement (one cap for all, in hpcplace.limits)
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,6 @@ class RankSyntaxError(PlanError):
         self.offset = offset
 
 
-MAX_PROCESSES = 1 << 22  # 4,194,304 processes per placement: far beyond any cluster, far below exhausting memory
 _DIGITS = re.compile(r"^[0-9]+$")
 _SYNTAX_HINT = "write `a`, `a-b` or `all` for resources, optionally `:c-d` for processes, e.g. `0-3:0-7,4-7`"
 
@@ -58,6 +58,9 @@ def parse_range(text: str, *, total: int | None, offset: int, what: str) -> tupl
     pieces = token.split("-")
     if len(pieces) not in (1, 2) or not all(_DIGITS.match(p.strip()) for p in pieces):
         raise RankSyntaxError(f"invalid {what} {token!r}", offset=lead, hint=_SYNTAX_HINT)
+    if any(len(p.strip()) > 9 for p in pieces):
+        raise RankSyntaxError(f"{what} {token!r}: number too large (at most {MAX_PROCESSES} processes are supported)",
+                              offset=lead, hint=_SYNTAX_HINT)
     start = int(pieces[0])
     end = int(pieces[-1])
     if start > end:

@@ -21,6 +21,7 @@ import jinja2
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan import Plan, plan_to_json
 from hpcplace.rank_syntax import compress_ranks
+from hpcplace.safe_words import check_srun_argv
 from hpcplace.slurm_job import (
     LEAKED_GPU_VARIABLES, Segment, SlurmJob, Step, all_nodes_srun_args, lower, segment_srun_args,
 )
@@ -36,14 +37,35 @@ class _Rendered(str):
     """Text a filter produced; the only kind of value `finalize` lets into the script."""
 
 
+def quote_word(text: str) -> str:
+    """shlex.quote, except that text holding control or other non-printable characters (newline,
+    ESC, bidi overrides) is written as bash's $'...' with those characters escaped, so no raw
+    control character reaches job.sbatch (a terminal would act on it when a reviewer `cat`s it)."""
+    if text.isprintable():
+        return shlex.quote(text)
+    out = []
+    for c in text:
+        if c == "\\" or c == "'":
+            out.append("\\" + c)
+        elif c.isprintable():
+            out.append(c)
+        elif ord(c) < 0x100:
+            out.append(f"\\x{ord(c):02x}")
+        elif ord(c) < 0x10000:
+            out.append(f"\\u{ord(c):04x}")
+        else:
+            out.append(f"\\U{ord(c):08x}")
+    return "$'" + "".join(out) + "'"
+
+
 def shell_quote(value: object) -> _Rendered:
     """One shell word (`q`)."""
-    return _Rendered(shlex.quote(str(value)))
+    return _Rendered(quote_word(str(value)))
 
 
 def shell_words(values: Iterable[object]) -> _Rendered:
     """Several shell words (`words`)."""
-    return _Rendered(" ".join(shlex.quote(str(v)) for v in values))
+    return _Rendered(" ".join(quote_word(str(v)) for v in values))
 
 
 def sbatch_word(value: object) -> _Rendered:
@@ -51,8 +73,8 @@ def sbatch_word(value: object) -> _Rendered:
     honours '...' and "..." quoting but drops every backslash and stops at a newline, so values
     holding either cannot be written there."""
     text = str(value)
-    if "\n" in text or "\r" in text or "\\" in text:
-        raise SlurmError(f"{text!r} cannot be written in an #SBATCH line (newline or backslash)",
+    if not text.replace("\t", " ").isprintable() or "\\" in text:
+        raise SlurmError(f"{text!r} cannot be written in an #SBATCH line (control character or backslash)",
                          hint="rename the value (a partition, account, path, ...) without \\ or line breaks")
     return _Rendered(shlex.quote(text))
 
@@ -138,6 +160,8 @@ def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
         ranks = compress_ranks(range(comp.first_node_rank, comp.first_node_rank + comp.num_nodes))
         lines.append(f"  {comp.het_group}: {comp.label} -> partition {comp.partition}, {comp.num_nodes} node(s) "
                      f"(cluster node ranks {ranks}), GRES {comp.gres or 'none'}")
+        if comp.charge is not None and (comp.charge.account or comp.charge.qos):
+            lines.append(f"     charged to {comp.charge.describe(comp.label)}")
     lines += ["", "component: ranks -> nodes (index within the het component) and GPUs per local task"]
     steps_of: dict[str, list[Step]] = {}
     for step in job.steps:
@@ -201,6 +225,7 @@ def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
         raise SpecError(f"run directory {run_dir!r} must be an absolute path")
     if not launcher:
         raise SpecError("the launcher command is empty", hint="default: hpcplace-run")
+    check_srun_argv(tuple(launcher), "the launcher command")
     job = job or lower(plan)
     env = template_environment(template_dir)
     node_lists = [(c.het_group, f"SLURM_JOB_NODELIST_HET_GROUP_{c.het_group}" if job.is_het
@@ -209,7 +234,8 @@ def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
         return env.get_template(TEMPLATE).render(
             job=job, plan=plan, run_dir=run_dir, plan_file=PLAN_NAME, launcher=tuple(launcher),
             summary=placement_summary(plan, job), steps=step_views(plan, job),
-            every_node=all_nodes_srun_args(job, "hpcplace-shm"), node_lists=node_lists,
+            every_node=all_nodes_srun_args(job, "hpcplace-shm"),
+            clean_nodes=all_nodes_srun_args(job, "hpcplace-clean"), node_lists=node_lists,
             clear_leaked=tuple(a for v in LEAKED_GPU_VARIABLES for a in ("-u", v)))
     except jinja2.TemplateError as exc:
         raise SpecError(f"template error: {exc}", hint="check the site template directory") from None

@@ -18,7 +18,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from hpcplace.cluster import NodeGroup
+from hpcplace.cluster import Charge, NodeGroup, charges
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.placement import Placement
 from hpcplace.plan import ComponentPlan, Plan
@@ -40,6 +40,7 @@ class HetComponent:
     first_node_rank: int
     gres: str | None
     sbatch_args: tuple[str, ...]
+    charge: Charge | None = None  # the account/QOS it is charged to (written on its own lines)
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ class SlurmJob:
     steps: tuple[Step, ...]
     batch_args: tuple[str, ...]  # options of the batch (first) component only
     num_processes: int
+    kill_wait_s: int | None = None  # SIGTERM -> SIGKILL grace for steps; None = Slurm's KillWait
+    requeue: bool = False
 
     @property
     def is_het(self) -> bool:
@@ -174,30 +177,99 @@ def lower(plan: Plan) -> SlurmJob:
             raise SpecError(f"slurm.time {options['time']!r} is not a Slurm time limit",
                             hint="write e.g. 30, 4:00:00 or 2-00:00:00")
         time_args = (f"--time={options['time']}",)
+    warning = limit_signal(options.get("signal_before_limit", DEFAULT_LIMIT_SIGNAL))
+    requeue = _flag(options, "requeue", False)
+    if warning:
+        time_args += (f"--signal={warning}",)
+    if requeue:
+        time_args += ("--requeue",)
     cluster = plan.cluster
     node_needs = _node_needs(plan)
     components = tuple(
-        _het_component(plan, gi, group, job_name, (*time_args, *extra), exclusive, node_needs)
-        for gi, group in enumerate(cluster.node_groups))
+        _het_component(plan, gi, group, job_name, (*time_args, *extra), exclusive, node_needs, charge)
+        for gi, (group, charge) in enumerate(zip(cluster.node_groups, charges(cluster.node_groups))))
     batch_args = []
     if options.get("mail_user"):
         batch_args.append(f"--mail-user={options['mail_user']}")
     if options.get("mail_type"):
         batch_args.append(f"--mail-type={options['mail_type']}")
+    if requeue:  # every attempt's batch log in one file (Slurm truncates it on requeue otherwise)
+        batch_args.append("--open-mode=append")
     names = unique_slugs([c.name for c in plan.components])
     steps: list[Step] = []
     for comp, name in zip(plan.components, names):
         steps.extend(_component_steps(plan, comp, name))
-    return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes)
+    return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes,
+                    kill_wait(options.get("kill_wait")), requeue)
+
+
+DEFAULT_LIMIT_SIGNAL = "TERM@120"
+_SIGNAL_NAMES = ("HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "PIPE", "ALRM", "TERM", "CONT", "STOP",
+                 "TSTP", "TTIN", "TTOU", "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "PWR", "SYS")
+
+
+def limit_signal(value: str) -> str | None:
+    """slurm.signal_before_limit -> `SIG@SECONDS` for `--signal` (no `B:`: every task of every step
+    gets it, not the batch script), or None when turned off. Accepts `120` (SIGTERM), `USR1@300`,
+    `SIGUSR1@300`, `false`/`0`/`none`."""
+    text = str(value).strip()
+    if text.lower() in ("false", "no", "none", "off", "0"):
+        return None
+    sig, _, seconds = text.rpartition("@")
+    sig = (sig or "TERM").upper().removeprefix("SIG")
+    hint = "write SECONDS (SIGTERM that long before the limit), SIGNAL@SECONDS like USR1@300, or false"
+    if not seconds.isdigit() or not 1 <= int(seconds) <= 65535:
+        raise SpecError(f"slurm.signal_before_limit {value!r}: {seconds!r} is not a number of seconds "
+                        "from 1 to 65535", hint=hint)
+    if sig not in _SIGNAL_NAMES and not (sig.isdigit() and 1 <= int(sig) <= 64):
+        raise SpecError(f"slurm.signal_before_limit {value!r}: {sig!r} is not a signal",
+                        hint=f"{hint}; signals: {', '.join(_SIGNAL_NAMES)}")
+    if sig in ("KILL", "STOP", "9", "19"):
+        raise SpecError(f"slurm.signal_before_limit {value!r}: SIG{sig} cannot be caught, so it warns no one",
+                        hint=hint)
+    return f"{sig}@{int(seconds)}"
+
+
+def kill_wait(value: str | None) -> int | None:
+    """slurm.kill_wait: seconds between SIGTERM and SIGKILL when the job stops its steps."""
+    if value is None or str(value).strip() == "":
+        return None
+    text = str(value).strip()
+    if not text.isdigit() or int(text) > 3600:
+        raise SpecError(f"slurm.kill_wait {value!r} is not a number of seconds from 0 to 3600",
+                        hint="leave it out to use the cluster's KillWait (scontrol show config)")
+    return int(text)
+
+
+def _flag(options: dict[str, str], key: str, default: bool) -> bool:
+    text = options.get(key)
+    if text is None:
+        return default
+    if text.lower() in ("true", "yes", "1"):
+        return True
+    if text.lower() in ("false", "no", "0"):
+        return False
+    raise SpecError(f"slurm.{key} {text!r} is not true or false")
+
+
+def extra_args_problem(text: str) -> str | None:
+    """Why `slurm.extra_sbatch_args` cannot go into #SBATCH lines (None: it can)."""
+    try:
+        args = shlex.split(text) if text else []
+    except ValueError as exc:
+        return f"cannot split {text!r}: {exc}"
+    for a in args:
+        if not a.startswith("--") or "\n" in a:
+            return f"{a!r} is not a long sbatch option"
+    return None
 
 
 def _extra_args(text: str) -> tuple[str, ...]:
-    args = tuple(shlex.split(text)) if text else ()
-    for a in args:
-        if not a.startswith("--") or "\n" in a:
-            raise SpecError(f"slurm.extra_sbatch_args: {a!r} is not a long sbatch option",
-                            hint="write options as --name=value, e.g. [--reservation=rl]")
-    return args
+    problem = extra_args_problem(text)
+    if problem:
+        raise SpecError(f"slurm.extra_sbatch_args: {problem}",
+                        hint="write options as --name=value, e.g. [--reservation=rl]")
+    return tuple(shlex.split(text)) if text else ()
 
 
 def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:
@@ -205,7 +277,7 @@ def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:
         raise SlurmError(
             f"node group {group.label!r} (partition {group.partition}) has different {what} per node "
             f"{list(values)}; a het-job component asks every node for the same GRES",
-            hint="split the node group into groups whose nodes have equal counts")
+            hint="split the node group into groups whose nodes have equal counts", location=group.location)
     return values[0] if values else 0
 
 
@@ -221,7 +293,7 @@ def _node_needs(plan: Plan) -> dict[int, tuple[int, int]]:
 
 
 def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: Sequence[str],
-                   exclusive: bool, needs: dict[int, tuple[int, int]]) -> HetComponent:
+                   exclusive: bool, needs: dict[int, tuple[int, int]], charge: Charge) -> HetComponent:
     """The #SBATCH options of one node group: whole nodes (`--exclusive`) with every GPU of the node
     as GRES, so the plan's physical GPU indices are the job's; `tail` = time limit and extra args."""
     first = plan.cluster.first_node_rank(gi)
@@ -251,11 +323,16 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
     else:
         mem = max([needs.get(first + i, (0, 0))[1] for i in range(group.num_nodes)] + [0])
         args.append(f"--mem={mem}M" if mem else "--mem=0")
-    for flag, value in (("constraint", group.constraint), ("account", group.account), ("qos", group.qos)):
-        if value:
-            args.append(f"--{flag}={value}")
+    if group.constraint:
+        args.append(f"--constraint={group.constraint}")
+    # Written on every component they apply to, inherited ones too: sbatch carries them over from
+    # an earlier component anyway, and the script should say so (see cluster.charges).
+    if charge.account:
+        args.append(f"--account={charge.account}")
+    if charge.qos:
+        args.append(f"--qos={charge.qos}")
     args += tail
-    return HetComponent(gi, group.label, group.partition, group.num_nodes, first, gres, tuple(args))
+    return HetComponent(gi, group.label, group.partition, group.num_nodes, first, gres, tuple(args), charge)
 
 
 def _node_layout(procs: Sequence[Placement], node_gpus: int) -> tuple[tuple[tuple[str, ...], ...], str | None]:

@@ -17,6 +17,13 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override a config value, e.g. --set slurm.gpus_per_node=8 (repeatable)")
 
 
+def check_renders(plan) -> None:  # type: ignore[no-untyped-def]
+    """`plan` refuses what `render` would: lower and render the job in memory (no files)."""
+    from hpcplace.render import render_script
+
+    render_script(plan, "/nonexistent/hpcplace-plan-check")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("plan", help="expand a config into the exact per-process plan")
     add_config_arguments(parser)
@@ -32,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from hpcplace.planner import plan_from_file
 
     plan = plan_from_file(args.config, format=args.format, overrides=args.overrides)
+    check_renders(plan)
     if args.svg:
         Path(args.svg).write_text(svg(plan, max_nodes=args.max_nodes), encoding="utf-8")
     sys.stdout.write(plan_to_json(plan) if args.json else summary(plan, max_nodes=args.max_nodes))

@@ -44,6 +44,11 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
     import copy
 
     data = copy.deepcopy(doc.data)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SpecError(f"cannot apply --set to {doc.path}: the document is not a mapping",
+                        location=doc.location(()), hint="--set KEY=VALUE sets a key of a YAML mapping")
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
@@ -56,12 +61,17 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
             value = raw
         node = data
         parts = key.strip().split(".")
-        for part in parts[:-1]:
-            nxt = node.get(part) if isinstance(node, dict) else None
+        if any(not p for p in parts):
+            raise SpecError(f"invalid override {item!r}: empty key in {key.strip()!r}",
+                            hint="write KEY=VALUE with dotted keys, e.g. slurm.time=1:00:00")
+        for depth, part in enumerate(parts[:-1]):
+            nxt = node.get(part)
             if nxt is None:
                 nxt = node[part] = {}
             if not isinstance(nxt, dict):
-                raise SpecError(f"override {item!r}: {part!r} is not a mapping in {doc.path}")
+                raise SpecError(f"override {item!r}: {part!r} is not a mapping in {doc.path}",
+                                location=doc.location(tuple(parts[:depth + 1])),
+                                hint="--set can only set keys inside mappings")
             node = nxt
         node[parts[-1]] = value
     return YamlDocument(doc.path, data, doc.marks)
@@ -69,7 +79,10 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
 
 def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = ()) -> ExperimentSpec:
     doc = apply_overrides(load_yaml_file(path), overrides)
-    fmt = (format or detect_format(doc.data)).lower()
+    try:
+        fmt = (format or detect_format(doc.data)).lower()
+    except SpecError as exc:  # detection looks at the whole document: point at its start
+        raise SpecError(exc.message, hint=exc.hint, location=exc.location or doc.location(())) from None
     if fmt == "native":
         from hpcplace.spec import parse_native
 
