@@ -160,40 +160,6 @@ def open_file(dir_fd: int, name: str, flags: int, mode: int = 0o600) -> int:
     return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
 
 
-def write_atomic(dir_fd: int, name: str, data: bytes) -> None:
-    """Replace `name` with `data` so that a reader sees the old or the new content, never a mix."""
-    tmp = f".{name}.tmp.{os.getpid()}"
-    fd = open_file(dir_fd, tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
-    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-
-
-def read_small(dir_fd: int, name: str, limit: int = 1 << 20) -> bytes | None:
-    """The whole content of a small file, or None when it does not exist."""
-    try:
-        fd = open_file(dir_fd, name, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        chunks = []
-        size = 0
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise ShmDirError(f"{name} is larger than {limit} bytes; not a hpcplace control file")
-    finally:
-        os.close(fd)
-
-
 def make_node_dir(node_dir: str) -> None:
     """Create (or check) <job dir>/node-<node>: both levels mode 0700, ours, not symlinks.
     Raises ShmDirError naming the path and its owner when either is not the job's own."""
