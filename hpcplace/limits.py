@@ -17,7 +17,7 @@ MAX_GPUS_PER_NODE = 64
 MAX_HARDWARE_PER_NODE = 1024  # robots, cameras, ... per node
 MAX_CPUS_PER_NODE = 65_536
 MAX_DEVICE_ID = MAX_NODES * MAX_GPUS_PER_NODE - 1  # ROLL's global GPU ids
-MAX_PROCESSES = 131_072  # processes of one component, and of the whole plan
+MAX_PROCESSES = 4_194_304  # processes of one component, and of the whole plan (16,384 nodes x 8 GPUs is ~1.3M: planned in seconds)
 MAX_COMPONENTS = 1024
 
 # name -> (cap, what it counts): the table the README shows and errors quote.

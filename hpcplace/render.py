@@ -7,6 +7,7 @@ Every interpolated value goes through a filter (`q`, `sbatch`, `comment`, `words
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -19,7 +20,8 @@ from pathlib import Path
 import jinja2
 
 from hpcplace.errors import SlurmError, SpecError
-from hpcplace.plan import Plan, plan_to_json
+from hpcplace.plan import Plan, ProcessSpans, component_header, plan_header, write_plan_json
+from hpcplace.process_table import node_processes
 from hpcplace.rank_syntax import compress_ranks
 from hpcplace.safe_words import check_srun_argv
 from hpcplace.slurm_job import (
@@ -112,13 +114,19 @@ class _PackageLoader(jinja2.BaseLoader):
 
 def template_environment(template_dir: str | os.PathLike[str] | None = None) -> jinja2.Environment:
     """Jinja environment: a site's template dir first (if given), then the package templates
-    (also reachable as `hpcplace/<name>` so a site template can extend the built-in one)."""
+    (also reachable as `hpcplace/<name>` so a site template can extend the built-in one).
+    One per template dir, kept: compiling the template costs far more than rendering it."""
+    if template_dir is not None and not Path(template_dir).is_dir():
+        raise SpecError(f"template directory {os.fspath(template_dir)!r} does not exist")
+    return _environment(None if template_dir is None else os.fspath(template_dir))
+
+
+@functools.lru_cache(maxsize=8)
+def _environment(template_dir: str | None) -> jinja2.Environment:
     package = _PackageLoader()
     loaders: list[jinja2.BaseLoader] = []
     if template_dir is not None:
-        if not Path(template_dir).is_dir():
-            raise SpecError(f"template directory {os.fspath(template_dir)!r} does not exist")
-        loaders.append(jinja2.FileSystemLoader(os.fspath(template_dir)))
+        loaders.append(jinja2.FileSystemLoader(template_dir))
     loaders += [jinja2.PrefixLoader({BUILTIN_PREFIX: package}), package]
     env = jinja2.Environment(
         loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined, trim_blocks=True,
@@ -261,14 +269,29 @@ def render_run(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequenc
     """Write run_dir/job.sbatch, run_dir/plan.json (+ plan.json.idx for the shim) and run_dir/logs/."""
     root = Path(os.path.abspath(run_dir))
     script = render_script(plan, str(root), launcher=launcher, template_dir=template_dir)
-    plan_text = plan_to_json(plan)
     (root / "logs").mkdir(parents=True, exist_ok=True)
-    _write(root / PLAN_NAME, plan_text)
-    from hpcplace.runtime.plan_index import write_index  # lazily: the runtime's own module
-
-    write_index(root / PLAN_NAME)
+    write_plan_files(plan, root / PLAN_NAME)
     _write(root / SCRIPT_NAME, script, mode=0o755)
     return RenderedRun(root, root / SCRIPT_NAME, root / PLAN_NAME, sha256_text(script))
+
+
+def write_plan_files(plan: Plan, path: Path) -> None:
+    """plan.json, streamed (never one string), then its index from the spans the writer recorded."""
+    from hpcplace.runtime.plan_index import write_index_from_parts  # lazily: the runtime's own module
+
+    spans: list[ProcessSpans] = []
+    header = plan_header(plan)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="ascii", newline="\n") as out:
+        size = write_plan_json(plan, out, spans, header=header)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    nodes = [{(v.het_group, v.group_node_index): v.ranks for v in node_processes(c.processes)}
+             for c in plan.components]
+    # JSON-ready values (tuples are written as lists), the same the plan.json text holds
+    components = [component_header(c) for c in plan.components]
+    write_index_from_parts(path, plan_size=size, plan=header, components=components,
+                           spans=[(s.offsets, s.lengths) for s in spans], nodes=nodes)
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:

@@ -33,7 +33,8 @@ def reserved_env_names() -> frozenset[str]:
         local_hardware_ranks=(), accelerator_type="", node_group_label="", partition="", het_group=0,
         group_node_index=0, resource_type="", shm_dir="", collocation_group=None, weight_sync_targets=(),
         weight_sync_sources=())
-    return frozenset(sample.environment()) | {"HPCPLACE_STEP_TASKS", "HPCPLACE_RUN_DIR"}
+    return frozenset(sample.environment()) | {"HPCPLACE_STEP_TASKS", "HPCPLACE_RUN_DIR",
+                                                     "HPCPLACE_MASTER_PORT_CHECK"}
 
 
 def env_name_problem(name: object, allowed: Iterable[str] = ()) -> str | None:

@@ -17,11 +17,12 @@ import re
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 from hpcplace.cluster import Charge, NodeGroup, charges
 from hpcplace.errors import SlurmError, SpecError
-from hpcplace.placement import Placement
 from hpcplace.plan import ComponentPlan, Plan
+from hpcplace.process_table import LocalRankError, NodeProcesses, Slot, node_processes
 from hpcplace.spec import SLURM_JOB_OPTIONS
 
 # Variables the batch step leaks into every step; `srun --export` cannot clear them (lab facts).
@@ -79,7 +80,7 @@ class Step:
     @property
     def ranks(self) -> tuple[int, ...]:
         """Component ranks in srun task order (SLURM_PROCID): segments in order, node-major."""
-        return tuple(r for seg in self.segments for r in seg.ranks)
+        return tuple(chain.from_iterable(seg.ranks for seg in self.segments))
 
     @property
     def num_tasks(self) -> int:
@@ -178,6 +179,13 @@ def lower(plan: Plan) -> SlurmJob:
                             hint="write e.g. 30, 4:00:00 or 2-00:00:00")
         time_args = (f"--time={options['time']}",)
     warning = limit_signal(options.get("signal_before_limit", DEFAULT_LIMIT_SIGNAL))
+    limit_s = time_limit_seconds(options.get("time", ""))
+    if warning and limit_s is not None and int(warning.split("@")[1]) >= limit_s:
+        if "signal_before_limit" in options:  # Slurm would signal every task as soon as it starts
+            raise SpecError(f"slurm.signal_before_limit {options['signal_before_limit']!r} is not shorter than "
+                            f"slurm.time {options['time']!r}", hint="warn fewer seconds before the limit, or "
+                                                                  "turn the warning off with false")
+        warning = f"{warning.split('@')[0]}@{max(1, limit_s // 2)}"  # the default, halved for a short job
     requeue = _flag(options, "requeue", False)
     if warning:
         time_args += (f"--signal={warning}",)
@@ -228,6 +236,22 @@ def limit_signal(value: str) -> str | None:
         raise SpecError(f"slurm.signal_before_limit {value!r}: SIG{sig} cannot be caught, so it warns no one",
                         hint=hint)
     return f"{sig}@{int(seconds)}"
+
+
+def time_limit_seconds(value: str) -> int | None:
+    """A Slurm time limit in seconds (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S); None when unset/unlimited."""
+    if not value or value.upper() in ("UNLIMITED", "INFINITE") or not sbatch_time_ok(value):
+        return None
+    days, _, rest = value.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if days:
+        h, m, sec = (parts + [0, 0])[:3]
+        return ((int(days) * 24 + h) * 60 + m) * 60 + sec
+    if len(parts) == 1:
+        return parts[0] * 60
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
 
 
 def kill_wait(value: str | None) -> int | None:
@@ -286,10 +310,18 @@ def _node_needs(plan: Plan) -> dict[int, tuple[int, int]]:
     needs: dict[int, tuple[int, int]] = {}
     for comp in plan.components:
         mem = comp.mem_per_process_mb or 0
-        for p in comp.processes:
-            cpus, mb = needs.get(p.cluster_node_rank, (0, 0))
-            needs[p.cluster_node_rank] = (cpus + comp.cpus_per_process, mb + mem)
+        for view in _node_views(comp):
+            n = len(view.ranks)
+            cpus, mb = needs.get(view.cluster_node_rank, (0, 0))
+            needs[view.cluster_node_rank] = (cpus + comp.cpus_per_process * n, mb + mem * n)
     return needs
+
+
+def _node_views(comp: ComponentPlan) -> list[NodeProcesses]:
+    try:
+        return node_processes(comp.processes)
+    except LocalRankError as exc:
+        raise SlurmError(f"component {comp.name!r}: {exc}", hint="the plan is inconsistent; re-run the planner") from None
 
 
 def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: Sequence[str],
@@ -335,10 +367,10 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
     return HetComponent(gi, group.label, group.partition, group.num_nodes, first, gres, tuple(args), charge)
 
 
-def _node_layout(procs: Sequence[Placement], node_gpus: int) -> tuple[tuple[tuple[str, ...], ...], str | None]:
+def _node_layout(slots: Sequence[Slot], node_gpus: int) -> tuple[tuple[tuple[str, ...], ...], str | None]:
     """Per-node key: GPUs per local task, and the bind (None: every task sees all step GPUs)."""
-    task_gpus = tuple(p.visible_accelerators for p in procs)
-    if not node_gpus or not procs[0].isolate_accelerator:
+    task_gpus = tuple(s.visible_accelerators for s in slots)
+    if not node_gpus or not slots[0].isolate_accelerator:
         return task_gpus, None
     return task_gpus, gpu_bind(task_gpus)
 
@@ -348,21 +380,17 @@ def _component_steps(plan: Plan, comp: ComponentPlan, name: str) -> list[Step]:
     if comp.cpus_per_process < 1:
         raise SpecError(f"component {comp.name!r}: cpus_per_process must be >= 1")
     cluster = plan.cluster
-    by_node: dict[tuple[int, int], list[Placement]] = {}
-    for p in comp.processes:
-        by_node.setdefault((p.het_group, p.group_node_index), []).append(p)
+    views = sorted(_node_views(comp), key=lambda v: (v.het_group, v.group_node_index))
+    keys: dict[tuple[int, int], object] = {}  # (id of a slots tuple, GPUs of the node) -> layout key
     per_group: dict[int, list[tuple[int, object]]] = {}
-    for (g, j), procs in sorted(by_node.items()):
-        procs.sort(key=lambda p: p.local_rank)
-        if [p.local_rank for p in procs] != list(range(len(procs))) or any(
-                p.local_world_size != len(procs) for p in procs):
-            raise SlurmError(f"component {comp.name!r}: local ranks on node {j} of het group {g} are not "
-                             f"0..{len(procs) - 1}", hint="the plan is inconsistent; re-run the planner")
-        group = cluster.node_groups[g]
-        node_gpus = group.gpus_per_node[j]
-        task_gpus, bind = _node_layout(procs, node_gpus)
-        key = (len(procs), node_gpus, bind, task_gpus)
-        per_group.setdefault(g, []).append((j, (key, tuple(p.rank for p in procs))))
+    for view in views:
+        g, j = view.het_group, view.group_node_index
+        node_gpus = cluster.node_groups[g].gpus_per_node[j]
+        key = keys.get((id(view.slots), node_gpus))
+        if key is None:
+            task_gpus, bind = _node_layout(view.slots, node_gpus)
+            key = keys[(id(view.slots), node_gpus)] = (len(view.slots), node_gpus, bind, task_gpus)
+        per_group.setdefault(g, []).append((j, (key, view.ranks)))
     mem_per_task = comp.mem_per_process_mb or 0
     segments_by_group: dict[int, list[Segment]] = {}
     for g, items in sorted(per_group.items()):
@@ -371,7 +399,7 @@ def _component_steps(plan: Plan, comp: ComponentPlan, name: str) -> list[Step]:
         ranks_of = {j: ranks for j, (_key, ranks) in items}
         for first, count, key in consecutive_runs(keyed):
             ntasks, node_gpus, bind, task_gpus = key  # type: ignore[misc]
-            ranks = tuple(r for j in range(first, first + count) for r in ranks_of[j])
+            ranks = tuple(chain.from_iterable(ranks_of[j] for j in range(first, first + count)))
             segments_by_group.setdefault(g, []).append(Segment(
                 het_group=g, relative=first, num_nodes=count, tasks_per_node=ntasks,
                 cpus_per_task=comp.cpus_per_process, mem_mb=mem_per_task * ntasks,

@@ -85,7 +85,7 @@ def load_yaml_text(text: str, path: str = "<string>") -> YamlDocument:
 def _check_depth(text: str, path: str) -> None:
     """Refuse deep nesting before composing (PyYAML's composer recurses once per level)."""
     depth = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+    for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > limits.MAX_YAML_DEPTH:

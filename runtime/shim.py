@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 PROG = "hpcplace-run"
+PORT_CHECK_VARIABLE = "HPCPLACE_MASTER_PORT_CHECK"  # set to 1 by the job script: agree on a free MASTER_PORT
 USAGE = f"""usage: {PROG} --plan PLAN.json --component NAME [--chdir DIR] [--print-env] [--no-verify] [--verbose] [-- CMD [ARGS...]]
 
 Run one task of an hpcplace job step with its planned ranks and devices, then exec CMD
@@ -174,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         debug = options.verbose or os.environ.get("HPCPLACE_DEBUG", "") not in ("", "0")
         resolved = resolve(options, os.environ)
+        if not options.print_env and os.environ.get(PORT_CHECK_VARIABLE) == "1":
+            resolved = _agree_master_port(resolved, os.environ, options.plan)
         env = merge_environment(os.environ, resolved.changes)
         env.update(_memory_saver_env(resolved, env, debug))
         if debug:
@@ -198,6 +201,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"error: {exc}")
         return exc.exit_code
     return _exec(resolved.command, env)
+
+
+def _agree_master_port(resolved: Resolved, environ: Mapping[str, str], plan_path: str) -> Resolved:
+    """Rank 0 takes a MASTER_PORT nothing on its node listens on and publishes it; the other ranks
+    wait for it (runtime/master_port.py). The job script turns this on (HPCPLACE_MASTER_PORT_CHECK=1)."""
+    from hpcplace.runtime import master_port as mp
+    from hpcplace.runtime.ranks import PORT_BASE, PORT_SPAN, PORT_STRIDE
+
+    info = resolved.info
+    path = mp.port_file(os.path.dirname(os.path.abspath(plan_path)), info.job_id, info.component,
+                        environ.get("SLURM_RESTART_COUNT", ""))
+    if info.rank == 0:
+        port = mp.choose_and_publish(path, mp.candidates(info.master_port, PORT_BASE, PORT_SPAN, PORT_STRIDE))
+    else:
+        port = mp.wait_published(path)
+    changes = dict(resolved.changes)
+    changes["MASTER_PORT"] = str(port)
+    return Resolved(info=info, choice=resolved.choice, changes=changes, command=resolved.command,
+                    snapshot=resolved.snapshot, gpu_type=resolved.gpu_type, offload=resolved.offload)
 
 
 def _memory_saver_env(resolved: Resolved, env: dict[str, str], debug: bool) -> dict[str, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from hpcplace.errors import SpecError
+from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.spec import ExperimentSpec
 from hpcplace.yaml_source import YamlDocument, load_yaml_file
 
@@ -49,10 +49,12 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
     if not isinstance(data, dict):
         raise SpecError(f"cannot apply --set to {doc.path}: the document is not a mapping",
                         location=doc.location(()), hint="--set KEY=VALUE sets a key of a YAML mapping")
-    for item in overrides:
+    for n, item in enumerate(overrides, 1):
         key, sep, raw = item.partition("=")
+        where = SourceLocation(f"--set #{n}", 1, 1)  # a command-line argument, not a line of the file
         if not sep or not key.strip():
-            raise SpecError(f"invalid override {item!r}", hint="write KEY=VALUE, e.g. slurm.gpus_per_node=8")
+            raise SpecError(f"invalid override {item!r}", hint="write KEY=VALUE, e.g. slurm.gpus_per_node=8",
+                            location=where)
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
@@ -63,7 +65,7 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
         parts = key.strip().split(".")
         if any(not p for p in parts):
             raise SpecError(f"invalid override {item!r}: empty key in {key.strip()!r}",
-                            hint="write KEY=VALUE with dotted keys, e.g. slurm.time=1:00:00")
+                            hint="write KEY=VALUE with dotted keys, e.g. slurm.time=1:00:00", location=where)
         for depth, part in enumerate(parts[:-1]):
             nxt = node.get(part)
             if nxt is None:

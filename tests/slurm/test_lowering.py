@@ -11,7 +11,7 @@ from hpcplace.planner import plan_from_file
 from hpcplace.rank_syntax import compress_ranks
 from hpcplace.slurm_job import (
     consecutive_runs, gpu_bind, gpu_mask, lower, sbatch_time_ok, segment_srun_args, slug,
-    unique_slugs,
+    time_limit_seconds, unique_slugs,
 )
 from tests.slurm.conftest import REPO, plan_yaml
 
@@ -204,6 +204,12 @@ def test_stop_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
                             ("10@5", "10@5")):
         args = lower(replace(plan, slurm={"signal_before_limit": value})).components[0].sbatch_args
         assert f"--signal={rendered}" in args, value
+    short = lower(replace(plan, slurm={"time": "1"})).components[0].sbatch_args  # 60 s: the default halves
+    assert "--signal=TERM@30" in short
+    assert [time_limit_seconds(t) for t in ("1", "1:30", "1:00:00", "2-0", "1-2:03", "1-0:0:5", "INFINITE", "")] == [
+        60, 90, 3600, 172800, 93780, 86405, None, None]
+    with pytest.raises(SpecError, match="is not shorter than slurm.time"):
+        lower(replace(plan, slurm={"time": "2", "signal_before_limit": "USR1@120"}))
     off = lower(replace(plan, slurm={"signal_before_limit": "false"}))
     assert not any(a.startswith("--signal") for a in off.components[0].sbatch_args)
     job = lower(replace(plan, slurm={"requeue": "true", "kill_wait": "45"}))
