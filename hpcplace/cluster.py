@@ -29,7 +29,7 @@ class NodeGroup:
     """A set of identical-purpose nodes in one Slurm partition."""
 
     label: str
-    partition: str
+    partition: str | None  # None: Slurm's default partition (no --partition is rendered)
     num_nodes: int
     gpus_per_node: tuple[int, ...]
     gpu_type: str | None = None
@@ -91,7 +91,7 @@ class Node:
     index_in_group: int
     gpus: int
     gpu_type: str | None
-    partition: str
+    partition: str | None
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,7 @@ def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
              "het component <- node group: partition, nodes, GRES"]
     for comp in job.components:
         ranks = compress_ranks(range(comp.first_node_rank, comp.first_node_rank + comp.num_nodes))
-        lines.append(f"  {comp.het_group}: {comp.label} -> partition {comp.partition}, {comp.num_nodes} node(s) "
+        lines.append(f"  {comp.het_group}: {comp.label} -> partition {comp.partition or '(none given: Slurm default)'}, {comp.num_nodes} node(s) "
                      f"(cluster node ranks {ranks}), GRES {comp.gres or 'none'}")
     lines += ["", "component: ranks -> nodes (index within the het component) and GPUs per local task"]
     steps_of: dict[str, list[Step]] = {}

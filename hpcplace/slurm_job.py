@@ -35,7 +35,7 @@ class HetComponent:
 
     het_group: int
     label: str
-    partition: str
+    partition: str | None
     num_nodes: int
     first_node_rank: int
     gres: str | None
@@ -234,7 +234,8 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
         if count:
             gres_parts.append(f"{group.hardware.type}:{count}")
     gres = ",".join(gres_parts) or None
-    args = [f"--job-name={job_name}", f"--partition={group.partition}", f"--nodes={group.num_nodes}"]
+    args = [f"--job-name={job_name}"] + ([f"--partition={group.partition}"] if group.partition else []) \
+        + [f"--nodes={group.num_nodes}"]
     if exclusive:
         args.append("--exclusive")
     else:

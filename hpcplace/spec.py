@@ -72,6 +72,8 @@ class ExperimentSpec:
     source_format: str = "native"
     slurm: dict[str, str] = field(default_factory=dict)
     model_parallel: bool = False
+    notes: tuple[str, ...] = ()  # what a foreign format's semantics added or dropped (shown as plan warnings)
+    composed: tuple[str, ...] = ()  # config files composed (Hydra `defaults:`) and overrides applied, in order
 
     def component(self, name: str) -> ComponentSpec:
         return self.components.get(name) or ComponentSpec(name)

@@ -6,6 +6,7 @@ Errors about configuration must point at file:line:col, so parsers read the docu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,6 +120,8 @@ def _convert(node: yaml.Node, path: PathKey, marks: dict[PathKey, ScalarMark],
 
 
 _MISSING = object()
+# A whole value that is one absolute OmegaConf interpolation, e.g. `${actor.model.tensor_model_parallel_size}`.
+_INTERPOLATION = re.compile(r"^\$\{\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)\s*\}$")
 
 
 class View:
@@ -132,6 +135,31 @@ class View:
         self.value = value
 
     # navigation -------------------------------------------------------------------------------
+    def deref(self) -> View:
+        """Follow a whole-value interpolation `${a.b.c}` (OmegaConf's absolute form) to the value it
+        names, so errors point at the line that holds the real value."""
+        view, seen = self, set()
+        while isinstance(view.value, str):
+            m = _INTERPOLATION.match(view.value)
+            if m is None:
+                break
+            if view.path in seen:
+                raise self.error(f"interpolation cycle through {self.value!r}")
+            seen.add(view.path)
+            target: View | None = view.doc.root()
+            for part in m.group(1).split("."):
+                key: Any = int(part) if part.isdigit() and isinstance(target.value, list) else part  # type: ignore[union-attr]
+                value = target.value  # type: ignore[union-attr]
+                if isinstance(value, dict) and key in value:
+                    target = View(view.doc, target.path + (key,), value[key])  # type: ignore[union-attr]
+                elif isinstance(value, list) and isinstance(key, int) and key < len(value):
+                    target = View(view.doc, target.path + (key,), value[key])  # type: ignore[union-attr]
+                else:
+                    raise view.error(f"interpolation {view.value!r} names a key that does not exist",
+                                     hint=f"define `{m.group(1)}` in the config (or in a composed defaults file)")
+            view = target  # type: ignore[assignment]
+        return view
+
     def get(self, key: Any) -> View | None:
         mapping = self.mapping()
         if key not in mapping:
@@ -162,6 +190,8 @@ class View:
 
     # typed values -----------------------------------------------------------------------------
     def mapping(self) -> dict[Any, Any]:
+        if isinstance(self.value, str) and _INTERPOLATION.match(self.value):
+            return self.deref().mapping()
         if self.value is None:
             return {}
         if not isinstance(self.value, dict):
@@ -169,16 +199,22 @@ class View:
         return self.value
 
     def list(self) -> list[Any]:
+        if isinstance(self.value, str) and _INTERPOLATION.match(self.value):
+            return self.deref().list()
         if not isinstance(self.value, list):
             raise self.error(f"expected a list, got {_describe(self.value)}")
         return self.value
 
     def str(self) -> str:
+        if isinstance(self.value, str) and _INTERPOLATION.match(self.value):
+            return self.deref().str()
         if not isinstance(self.value, str) or not self.value.strip():
             raise self.error(f"expected a non-empty string, got {_describe(self.value)}")
         return self.value
 
     def int(self, minimum: int | None = None) -> int:
+        if isinstance(self.value, str) and _INTERPOLATION.match(self.value):
+            return self.deref().int(minimum)
         if isinstance(self.value, bool) or not isinstance(self.value, int):
             raise self.error(f"expected an integer, got {_describe(self.value)}")
         if minimum is not None and self.value < minimum:
@@ -186,6 +222,8 @@ class View:
         return self.value
 
     def bool(self) -> bool:
+        if isinstance(self.value, str) and _INTERPOLATION.match(self.value):
+            return self.deref().bool()
         if not isinstance(self.value, bool):
             raise self.error(f"expected true or false, got {_describe(self.value)}")
         return self.value

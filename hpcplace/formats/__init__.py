@@ -7,22 +7,29 @@ from pathlib import Path
 
 import yaml
 
-from hpcplace.errors import SpecError
+from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.spec import ExperimentSpec
 from hpcplace.yaml_source import YamlDocument, load_yaml_file
 
 FORMATS = ("native", "rlinf", "roll", "areal")
 
 
-def detect_format(data: object) -> str:
+_AREAL_ENGINES = ("actor", "rollout", "critic", "ref", "teacher")
+
+
+def detect_format(data: object, path: str | None = None) -> str:
     """Guess the format from the document's shape; `format:` at the top level always wins."""
+    where = SourceLocation(path, 1, 1) if path else None
     if not isinstance(data, dict):
-        raise SpecError("the config must be a YAML mapping", hint="see configs/ for examples")
+        raise SpecError("the config must be a YAML mapping", hint="see configs/ for examples", location=where)
     declared = data.get("format")
     if isinstance(declared, str) and declared.lower() in FORMATS:
         return declared.lower()
     cluster = data.get("cluster")
     if "allocation_mode" in data:
+        return "areal"
+    if any(isinstance(data.get(k), dict) and isinstance(data[k].get("backend"), str) for k in _AREAL_ENGINES) \
+            and isinstance(cluster, dict) and ("n_gpus_per_node" in cluster or "n_nodes" in cluster):
         return "areal"
     if isinstance(cluster, dict) and "component_placement" in cluster:
         groups = cluster.get("node_groups")
@@ -33,8 +40,13 @@ def detect_format(data: object) -> str:
     if "num_gpus_per_node" in data or any(isinstance(v, dict) and ("device_mapping" in v or "world_size" in v)
                                           for v in data.values()):
         return "roll"
-    raise SpecError("cannot tell the config format",
-                    hint="add `format: native|rlinf|roll|areal` at the top level")
+    raise SpecError(
+        "cannot tell the config format: found none of `cluster.component_placement` (RLinf or native), "
+        "`allocation_mode` or `<engine>.backend` with `cluster.n_gpus_per_node` (AReaL), "
+        "`num_gpus_per_node` or a worker with `device_mapping`/`world_size` (ROLL)",
+        location=where,
+        hint="add `format: native|rlinf|roll|areal` at the top level (or pass --format), or check that the "
+             "file is the experiment config rather than one of its defaults files")
 
 
 def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument:
@@ -69,7 +81,7 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
 
 def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = ()) -> ExperimentSpec:
     doc = apply_overrides(load_yaml_file(path), overrides)
-    fmt = (format or detect_format(doc.data)).lower()
+    fmt = (format or detect_format(doc.data, doc.path)).lower()
     if fmt == "native":
         from hpcplace.spec import parse_native
 

@@ -146,11 +146,7 @@ def _group(label: str, n: int, facts, view: View, hardware: Hardware | None, ign
                              hint=f"RLinf discovers them at run time; add `slurm: {{gpus_per_node: 8}}` or "
                                   f"`slurm: {{node_groups: {{{label}: {{gpus_per_node: 8}}}}}}` "
                                   "(or --set slurm.gpus_per_node=8)")
-    partition = facts.partition
-    if partition is None:
-        raise view.error(f"Slurm partition of node group {label!r} is unknown",
-                         hint=f"add `slurm: {{partition: NAME}}` or `slurm: {{node_groups: {{{label}: "
-                              "{partition: NAME}}}}}` (or --set slurm.partition=NAME)")
+    partition = facts.partition  # None: Slurm's default partition
     return NodeGroup(label=label, partition=partition, num_nodes=n, gpus_per_node=(gpus,) * n,
                      gpu_type=facts.gpu_type, cpus_per_node=facts.cpus_per_node,
                      mem_per_node_mb=facts.mem_per_node_mb, constraint=facts.constraint, account=facts.account,

@@ -121,7 +121,7 @@ def parse_device_mapping(view: View) -> list[int]:
 def _workers(root: View) -> list[tuple[str, View]]:
     out: list[tuple[str, View]] = []
     for key, child in root.items():
-        if key in ("slurm", "hpcplace", "format") or not isinstance(child.value, dict):
+        if key in ("slurm", "hpcplace", "format", "launch") or not isinstance(child.value, dict):
             continue
         if any(k in child.value for k in _WORKER_KEYS):
             out.append((str(key), child))
@@ -179,8 +179,6 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
         raise root.error("no ROLL workers found (mappings with device_mapping or world_size)")
     total = max((max(g for lst in lists for g in lst) for _, _, lists in gpu_workers), default=-1) + 1
     num_nodes = max(1, -(-total // gpn))
-    if facts.partition is None:
-        raise root.error("the Slurm partition is unknown", hint="add `slurm: {partition: NAME}`")
     groups = [NodeGroup(label="gpu", partition=facts.partition, num_nodes=num_nodes, gpus_per_node=(gpn,) * num_nodes,
                         gpu_type=facts.gpu_type, cpus_per_node=facts.cpus_per_node,
                         mem_per_node_mb=facts.mem_per_node_mb, constraint=facts.constraint, account=facts.account,

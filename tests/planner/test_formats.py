@@ -329,11 +329,13 @@ def test_rlinf_missing_gpus_per_node(yml: Yaml) -> None:
     assert plan.cluster.node_groups[0].gpus_per_node == (8, 8)
 
 
-def test_rlinf_missing_partition(yml: Yaml) -> None:
+def test_rlinf_missing_partition_means_slurm_default(yml: Yaml) -> None:
+    from hpcplace.slurm_job import lower
+
     path = yml.write("cluster: {num_nodes: 1, component_placement: {actor: all}}\nslurm: {gpus_per_node: 8}\n")
-    err = yml.error(path)
-    assert "Slurm partition of node group 'default' is unknown" in err.message
-    assert "--set slurm.partition=NAME" in (err.hint or "")
+    plan = plan_from_file(path)
+    assert plan.cluster.node_groups[0].partition is None
+    assert not any(a.startswith("--partition") for a in lower(plan).components[0].sbatch_args)
     plan = plan_from_spec(load_spec(path, overrides=["slurm.partition=gpu"]))
     assert plan.cluster.node_groups[0].partition == "gpu"
 
@@ -509,7 +511,7 @@ def test_roll_conflicting_gpus_per_node(yml: Yaml) -> None:
 
 
 def test_roll_needs_partition_and_workers(yml: Yaml) -> None:
-    assert "the Slurm partition is unknown" in str(yml.error(yml.write("num_gpus_per_node: 8\nw: {world_size: 1}\n")))
+    assert plan_from_file(yml.write("num_gpus_per_node: 8\nw: {world_size: 1}\n")).cluster.node_groups[0].partition is None
     assert "no ROLL workers found" in str(yml.error(yml.write("num_gpus_per_node: 8\nslurm: {partition: p}\n")))
 
 
@@ -586,10 +588,9 @@ def test_areal_allocation_mode_errors(yml: Yaml, mode: str, needle: str, message
     assert_error_at(yml.error(path), yml.where(path, needle, line_hint="allocation_mode"), message)
 
 
-def test_areal_needs_partition(yml: Yaml) -> None:
+def test_areal_without_partition_uses_slurm_default(yml: Yaml) -> None:
     path = yml.write("allocation_mode: d8\ncluster: {n_nodes: 1, n_gpus_per_node: 8}\n")
-    err = yml.error(path)
-    assert "the Slurm partition is unknown" in err.message and err.hint == "add `slurm: {partition: NAME}`"
+    assert plan_from_file(path).cluster.node_groups[0].partition is None
 
 
 @pytest.mark.parametrize("mapping, needle", [
