@@ -20,6 +20,9 @@ _AREAL_ENGINES = ("actor", "rollout", "critic", "ref", "teacher")
 def detect_format(data: object, path: str | None = None) -> str:
     """Guess the format from the document's shape; `format:` at the top level always wins."""
     where = SourceLocation(path, 1, 1) if path else None
+    if data is None:
+        raise SpecError("the config is empty", hint="pass the experiment config, not an empty or comment-only file",
+                        location=where)
     if not isinstance(data, dict):
         raise SpecError("the config must be a YAML mapping", hint="see configs/ for examples", location=where)
     declared = data.get("format")
@@ -55,7 +58,7 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
         return doc
     import copy
 
-    data = copy.deepcopy(doc.data)
+    data = copy.deepcopy(doc.data) if doc.data is not None else {}
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
