@@ -40,7 +40,9 @@ def _device_order(label: str) -> tuple[int, str, int]:
 def summary(plan: Plan, *, max_nodes: int = 64) -> str:
     cluster = plan.cluster
     lines = [f"plan {plan.name!r} from {plan.source} ({plan.source_format}): {len(plan.components)} components, "
-             f"{plan.num_processes} processes, {len(cluster.nodes)} nodes", "", "node groups (het-job components):"]
+             f"{plan.num_processes} processes, {len(cluster.nodes)} nodes"]
+    lines += [f"  composed: {item}" for item in plan.composed]
+    lines += ["", "node groups (het-job components):"]
     for i, g in enumerate(cluster.node_groups):
         gpus = ",".join(str(x) for x in sorted(set(g.gpus_per_node)))
         hw = f" {g.hardware.type}/node={','.join(str(x) for x in sorted(set(g.hardware.per_node)))}" if g.hardware else ""

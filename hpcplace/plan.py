@@ -71,6 +71,7 @@ class Plan:
     weight_sync: WeightSync | None
     slurm: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    composed: tuple[str, ...] = ()  # files Hydra composed and overrides applied, in order
 
     def component(self, name: str) -> ComponentPlan:
         for comp in self.components:
@@ -102,7 +103,7 @@ def plan_header(plan: Plan) -> dict[str, object]:
     return {
         "schema": SCHEMA,
         "name": plan.name,
-        "source": {"path": plan.source, "format": plan.source_format},
+        "source": {"path": plan.source, "format": plan.source_format, "composed": list(plan.composed)},
         "node_groups": [_group_json(g, i, cluster.first_node_rank(i)) for i, g in enumerate(cluster.node_groups)],
         "collocation_groups": [
             {"name": g.name, "components": list(g.components), "phases": [list(p) for p in g.phases],

@@ -132,7 +132,9 @@ def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
     """The header: node groups -> partitions, components -> nodes/GPUs/ranks."""
     lines = [f"plan {plan.name!r} from {plan.source} ({plan.source_format}); schema hpcplace.plan/1",
              f"{plan.num_processes} processes, {len(plan.components)} components, "
-             f"{len(plan.cluster.nodes)} nodes in {len(job.components)} het component(s)", "",
+             f"{len(plan.cluster.nodes)} nodes in {len(job.components)} het component(s)"]
+    lines += [f"composed: {item}" for item in plan.composed]
+    lines += ["",
              "het component <- node group: partition, nodes, GRES"]
     for comp in job.components:
         ranks = compress_ranks(range(comp.first_node_rank, comp.first_node_rank + comp.num_nodes))

@@ -25,6 +25,7 @@ class ScalarMark:
     column: int  # 1-based
     style: str | None  # None = plain, "'" or '"' quoted, "|"/">" block
     raw: str | None = None  # the text as written, for plain scalars (YAML 1.1 reads `1:0` as 60)
+    file: str | None = None  # the file that defined the value, when composed from another file (Hydra)
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class YamlDocument:
         shift = 0
         if offset is not None and mark.style in (None, "'", '"'):
             shift = offset + (1 if mark.style else 0)
-        return SourceLocation(self.path, mark.line, mark.column + shift)
+        return SourceLocation(mark.file or self.path, mark.line, mark.column + shift)
 
     def root(self) -> View:
         return View(self, (), self.data)
@@ -142,6 +143,8 @@ class View:
         while isinstance(view.value, str):
             m = _INTERPOLATION.match(view.value)
             if m is None:
+                if "${" in view.value:
+                    return View(view.doc, view.path, view._omegaconf())
                 break
             if view.path in seen:
                 raise self.error(f"interpolation cycle through {self.value!r}")
@@ -159,6 +162,18 @@ class View:
                                      hint=f"define `{m.group(1)}` in the config (or in a composed defaults file)")
             view = target  # type: ignore[assignment]
         return view
+
+    def _omegaconf(self) -> Any:
+        """Any other interpolation (`${subtract:a,b}`, `${oc.env:X}`, `x-${y}`), resolved by OmegaConf."""
+        from hpcplace.hydra_config import resolve_value
+
+        try:
+            return resolve_value(self.doc, self.path)
+        except Exception as exc:  # OmegaConf's errors: unknown resolver, missing key, unset env var
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise self.error(f"cannot resolve {self.value!r}: {text}",
+                             hint="placement reads this value; define what it refers to (or set the "
+                                  "environment variable), or override it, e.g. KEY=VALUE after the config") from None
 
     def get(self, key: Any) -> View | None:
         mapping = self.mapping()
@@ -190,8 +205,8 @@ class View:
 
     # typed values -----------------------------------------------------------------------------
     def mapping(self) -> dict[Any, Any]:
-        if isinstance(self.value, str) and _INTERPOLATION.match(self.value):
-            return self.deref().mapping()
+        if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
+            return d.mapping()
         if self.value is None:
             return {}
         if not isinstance(self.value, dict):
@@ -199,22 +214,22 @@ class View:
         return self.value
 
     def list(self) -> list[Any]:
-        if isinstance(self.value, str) and _INTERPOLATION.match(self.value):
-            return self.deref().list()
+        if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
+            return d.list()
         if not isinstance(self.value, list):
             raise self.error(f"expected a list, got {_describe(self.value)}")
         return self.value
 
     def str(self) -> str:
-        if isinstance(self.value, str) and _INTERPOLATION.match(self.value):
-            return self.deref().str()
+        if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
+            return d.str()
         if not isinstance(self.value, str) or not self.value.strip():
             raise self.error(f"expected a non-empty string, got {_describe(self.value)}")
         return self.value
 
     def int(self, minimum: int | None = None) -> int:
-        if isinstance(self.value, str) and _INTERPOLATION.match(self.value):
-            return self.deref().int(minimum)
+        if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
+            return d.int(minimum)
         if isinstance(self.value, bool) or not isinstance(self.value, int):
             raise self.error(f"expected an integer, got {_describe(self.value)}")
         if minimum is not None and self.value < minimum:
@@ -222,8 +237,8 @@ class View:
         return self.value
 
     def bool(self) -> bool:
-        if isinstance(self.value, str) and _INTERPOLATION.match(self.value):
-            return self.deref().bool()
+        if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
+            return d.bool()
         if not isinstance(self.value, bool):
             raise self.error(f"expected true or false, got {_describe(self.value)}")
         return self.value

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import yaml
 
+from dataclasses import replace
+
 from hpcplace.errors import SourceLocation, SpecError
+from hpcplace.hydra_config import compose, mark_override, needs_hydra, split_overrides
 from hpcplace.spec import ExperimentSpec
 from hpcplace.yaml_source import YamlDocument, load_yaml_file
 
@@ -69,6 +72,7 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
             value = raw
         if isinstance(value, (dict, list)):
             value = raw
+        key = key.lstrip("+")  # Hydra's `+key=value` (add) / `++key=value` (add or override) read the same here
         node = data
         parts = key.strip().split(".")
         for part in parts[:-1]:
@@ -79,11 +83,28 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
                 raise SpecError(f"override {item!r}: {part!r} is not a mapping in {doc.path}")
             node = nxt
         node[parts[-1]] = value
-    return YamlDocument(doc.path, data, doc.marks)
+    marks = dict(doc.marks)
+    for item in overrides:
+        mark_override(item, marks)
+    return YamlDocument(doc.path, data, marks)
 
 
 def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = ()) -> ExperimentSpec:
-    doc = apply_overrides(load_yaml_file(path), overrides)
+    """Read (and compose, when it has a Hydra `defaults:` list) a config, apply overrides, parse it."""
+    doc = load_yaml_file(path)
+    composed: tuple[str, ...] = ()
+    if needs_hydra(doc, overrides):
+        for_hydra, plain = split_overrides(doc, overrides)
+        doc, composed = compose(doc, for_hydra)
+        doc = apply_overrides(doc, plain)
+    else:
+        doc = apply_overrides(doc, overrides)
+    spec = _parse(doc, format)
+    return replace(spec, composed=composed + tuple(f"override {o}" for o in overrides)) \
+        if composed or overrides else spec
+
+
+def _parse(doc: YamlDocument, format: str | None) -> ExperimentSpec:
     fmt = (format or detect_format(doc.data, doc.path)).lower()
     if fmt == "native":
         from hpcplace.spec import parse_native
