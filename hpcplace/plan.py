@@ -103,7 +103,8 @@ def plan_header(plan: Plan) -> dict[str, object]:
     return {
         "schema": SCHEMA,
         "name": plan.name,
-        "source": {"path": plan.source, "format": plan.source_format, "composed": list(plan.composed)},
+        "source": {"path": plan.source, "format": plan.source_format,
+                   **({"composed": list(plan.composed)} if plan.composed else {})},
         "node_groups": [_group_json(g, i, cluster.first_node_rank(i)) for i, g in enumerate(cluster.node_groups)],
         "collocation_groups": [
             {"name": g.name, "components": list(g.components), "phases": [list(p) for p in g.phases],
