@@ -13,6 +13,7 @@ from typing import Literal
 from hpcplace.errors import SourceLocation, SpecError
 
 RESERVED_NODE_LABEL = "node"
+RESERVED_CLUSTER_LABEL = "cluster"  # RLinf's name for the default group: every node
 ResourceKind = Literal["gpu", "hardware", "node"]
 
 
@@ -107,9 +108,10 @@ class Cluster:
         seen: dict[str, NodeGroup] = {}
         for group in self.node_groups:
             key = group.label.lower()
-            if key == RESERVED_NODE_LABEL:
+            if key in (RESERVED_NODE_LABEL, RESERVED_CLUSTER_LABEL):
                 raise SpecError(f"node group label {group.label!r} is reserved", location=group.location,
-                                hint="`node` means 'node ranks of the whole cluster'; choose another label")
+                                hint="`node` means 'node ranks of the whole cluster' and `cluster` 'every node' "
+                                     "(as in RLinf); choose another label")
             if key in seen:
                 raise SpecError(f"duplicate node group label {group.label!r} (labels are case-insensitive)",
                                 location=group.location, hint="give every node group its own label")

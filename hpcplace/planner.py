@@ -155,6 +155,11 @@ def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tup
         stride = 1
         rollout_lists = _packed(r_gpus[0], r_gpus[-1], rtp * rpp, 1, "rollout", rollout)
         if inference:
+            itp = spec.component("inference").tensor_parallel_size or atp  # RLinf: inference tp defaults to actor's
+            if itp > len(i_gpus):
+                raise PlanError(f"inference tensor-parallel size {itp} is larger than the inference world size "
+                                f"{len(i_gpus)} (its GPUs)", location=inference.entry.location,
+                                hint="give inference at least tensor_model_parallel_size GPUs (RLinf asserts this)")
             out["inference"] = replace(inference, lists=[[g] for g in i_gpus])
     else:
         raise PlanError(
