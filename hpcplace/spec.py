@@ -148,8 +148,11 @@ def placement_entries(view: View) -> tuple[PlacementEntry, ...]:
         for name in names:
             check_name(key_view, name, "component name")
             if name in seen:
-                raise key_view.key_error(f"component {name!r} is placed twice",
-                                         hint="a component name may appear in only one key of component_placement")
+                first = seen[name].doc.location(seen[name].path + ("<key>",))
+                raise key_view.key_error(f"component {name!r} is placed twice (first at {first})",
+                                         hint="a component name may appear in only one key of component_placement"
+                                              " (with Hydra `defaults:`, keys of composed files are merged, not "
+                                              "replaced: override the same key, or remove one)")
             seen[name] = key_view
         node_group: tuple[str, ...] | None = None
         node_group_loc = None
