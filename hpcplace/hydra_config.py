@@ -61,7 +61,8 @@ def compose(doc: YamlDocument, overrides: Sequence[str]) -> tuple[YamlDocument, 
                 loader = GlobalHydra.instance().config_loader()
                 defaults = loader.compute_defaults_list(config_name=path.stem, overrides=list(overrides),
                                                         run_mode=RunMode.RUN)
-                search = [_file_dir(e.path) for e in loader.get_search_path().get_path()]
+                # hydra.searchpath of the primary config is appended by Hydra while loading: do the same
+                search = [_file_dir(e.path) for e in loader.get_search_path().get_path()] + _searchpath_dirs(doc)
                 cfg = hydra_compose(config_name=path.stem, overrides=list(overrides))
                 data = OmegaConf.to_container(cfg, resolve=False)
     except SpecError:
@@ -163,7 +164,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _compose_hint(exc: BaseException) -> str:
     text = str(exc)
-    if "Could not find" in text or "not found" in text:
+    if "Could not find" in text or "Could not load" in text or "not found" in text:
         return "check the `defaults:` entry names a file that exists (relative to the config's folder or a " \
                "hydra.searchpath entry)"
     if "Multiple values for" in text or "appears more than once" in text:

@@ -35,6 +35,15 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
         for name in entry.components:
             expanded[name] = _Expanded(entry, space, lists)
             order.append(name)
+    for name, per in spec.packed.items():
+        if name in expanded and per > 1:
+            exp = expanded[name]
+            gpus = _contiguous(name, exp)
+            if per > len(gpus):
+                raise PlanError(f"{name}: tensor-parallel size {per} is larger than its world size {len(gpus)} "
+                                "(its GPUs)", location=exp.entry.location,
+                                hint=f"give {name} at least {per} GPUs (RLinf asserts this)")
+            expanded[name] = replace(exp, lists=_packed(gpus[0], gpus[-1], per, 1, name, exp))
     weight_sync = None
     if spec.model_parallel:
         expanded, weight_sync = _model_parallel(spec, expanded)

@@ -74,6 +74,9 @@ class ExperimentSpec:
     model_parallel: bool = False
     notes: tuple[str, ...] = ()  # what a foreign format's semantics added or dropped (shown as plan warnings)
     composed: tuple[str, ...] = ()  # config files composed (Hydra `defaults:`) and overrides applied, in order
+    # Components whose contiguous GPUs are packed into processes of N GPUs each (RLinf's eval and
+    # multi-agent rollout engines: PackedPlacementStrategy(num_hardware_per_process=tp)).
+    packed: dict[str, int] = field(default_factory=dict)
 
     def component(self, name: str) -> ComponentSpec:
         return self.components.get(name) or ComponentSpec(name)

@@ -138,8 +138,15 @@ def parse_rlinf(doc: YamlDocument) -> ExperimentSpec:
     model_parallel = mp_flag.bool() if mp_flag is not None else _model_parallel_class(placed, components, notes)
     if model_parallel and "inference" in placed:
         _check_recompute_logprobs(root, placements)
+    packed: dict[str, int] = {}
+    if not model_parallel and mp_flag is None:  # eval / multi-agent classes pack rollout engines by their tp
+        for n in placed:
+            if (n == "rollout" or n.startswith("rollout_")) and components.get(n) is not None:
+                tp = (components[n].tensor_parallel_size or 1) * (components[n].pipeline_parallel_size or 1)
+                if tp > 1:
+                    packed[n] = tp
     return ExperimentSpec(name, cluster, placements, components, doc.path, "rlinf", slurm_job_options(slurm_view),
-                          model_parallel, notes=tuple(notes))
+                          model_parallel, notes=tuple(notes), packed=packed)
 
 
 def _model_parallel_class(placed: set[str], components: dict[str, ComponentSpec], notes: list[str]) -> bool:

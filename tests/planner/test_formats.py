@@ -131,8 +131,8 @@ def test_component_placed_twice(yml: Yaml) -> None:
     path = yml.write(native("actor,rollout: 0-3\nrollout: 4-7"))
     err = yml.error(path)
     assert str(err).startswith(line_of(yml.where(path, "rollout", nth=2)))
-    assert err.message == "component 'rollout' is placed twice"
-    assert err.hint == "a component name may appear in only one key of component_placement"
+    assert err.message == f"component 'rollout' is placed twice (first at {path}:8:5)"
+    assert (err.hint or "").startswith("a component name may appear in only one key of component_placement")
 
 
 def test_settings_without_placement(yml: Yaml) -> None:
