@@ -43,8 +43,8 @@ def compose(doc: YamlDocument, overrides: Sequence[str]) -> tuple[YamlDocument, 
     try:
         from hydra import compose as hydra_compose
         from hydra import initialize_config_dir
+        from hydra._internal import config_loader_impl
         from hydra.core.global_hydra import GlobalHydra
-        from hydra.types import RunMode
     except ImportError as exc:  # a broken install: hydra-core is a core dependency
         raise SpecError(f"this config composes Hydra `defaults:` but hydra-core cannot be imported ({exc})",
                         hint="pip install 'hydra-core==1.3.2' 'omegaconf==2.3.0'") from None
@@ -54,13 +54,22 @@ def compose(doc: YamlDocument, overrides: Sequence[str]) -> tuple[YamlDocument, 
     _check_searchpath_env(doc)
     register_resolvers()
     GlobalHydra.instance().clear()
+    # Hydra computes the defaults list while composing; keep the one it used (computing it a second
+    # time through the public API doubles the cost) to learn which file each part came from.
+    seen: list[Any] = []
+    original = config_loader_impl.create_defaults_list
+
+    def capture(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        seen.append(result)
+        return result
+
+    config_loader_impl.create_defaults_list = capture  # type: ignore[assignment]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with initialize_config_dir(config_dir=str(path.parent), version_base="1.1", job_name="hpcplace"):
                 loader = GlobalHydra.instance().config_loader()
-                defaults = loader.compute_defaults_list(config_name=path.stem, overrides=list(overrides),
-                                                        run_mode=RunMode.RUN)
                 # hydra.searchpath of the primary config is appended by Hydra while loading: do the same
                 search = [_file_dir(e.path) for e in loader.get_search_path().get_path()] + _searchpath_dirs(doc)
                 cfg = hydra_compose(config_name=path.stem, overrides=list(overrides))
@@ -71,7 +80,9 @@ def compose(doc: YamlDocument, overrides: Sequence[str]) -> tuple[YamlDocument, 
         raise SpecError(f"Hydra cannot compose this config: {_first_line(exc)}", location=_defaults_location(doc),
                         hint=_compose_hint(exc)) from None
     finally:
+        config_loader_impl.create_defaults_list = original  # type: ignore[assignment]
         GlobalHydra.instance().clear()
+    defaults = seen[-1]
     marks: dict[PathKey, ScalarMark] = {}
     files: list[str] = []
     for item in defaults.defaults:
@@ -107,12 +118,19 @@ def register_resolvers() -> None:
             OmegaConf.register_new_resolver(name, fn)
 
 
+_LAST_CFG: list[Any] = []  # (document, its OmegaConf view): several values of one document resolve in a row
+
+
 def resolve_value(doc: YamlDocument, path: PathKey) -> Any:
     """Resolve the interpolation at `path` with OmegaConf (only called for values placement reads)."""
     from omegaconf import OmegaConf
 
     register_resolvers()
-    cfg = OmegaConf.create(doc.data if isinstance(doc.data, dict) else {})
+    if _LAST_CFG and _LAST_CFG[0] is doc:
+        cfg = _LAST_CFG[1]
+    else:
+        cfg = OmegaConf.create(doc.data if isinstance(doc.data, dict) else {})
+        _LAST_CFG[:] = [doc, cfg]
     node: Any = cfg
     for key in path[:-1]:
         node = node[key]
