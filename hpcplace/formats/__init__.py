@@ -61,11 +61,18 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
         return doc
     import copy
 
-    data = copy.deepcopy(doc.data) if doc.data is not None else {}
-    for item in overrides:
+    data = copy.deepcopy(doc.data)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SpecError(f"cannot apply --set to {doc.path}: the document is not a mapping",
+                        location=doc.location(()), hint="--set KEY=VALUE sets a key of a YAML mapping")
+    for n, item in enumerate(overrides, 1):
         key, sep, raw = item.partition("=")
+        where = SourceLocation(f"--set #{n}", 1, 1)  # a command-line argument, not a line of the file
         if not sep or not key.strip():
-            raise SpecError(f"invalid override {item!r}", hint="write KEY=VALUE, e.g. slurm.gpus_per_node=8")
+            raise SpecError(f"invalid override {item!r}", hint="write KEY=VALUE, e.g. slurm.gpus_per_node=8",
+                            location=where)
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
@@ -75,12 +82,17 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
         key = key.lstrip("+")  # Hydra's `+key=value` (add) / `++key=value` (add or override) read the same here
         node = data
         parts = key.strip().split(".")
-        for part in parts[:-1]:
-            nxt = node.get(part) if isinstance(node, dict) else None
+        if any(not p for p in parts):
+            raise SpecError(f"invalid override {item!r}: empty key in {key.strip()!r}",
+                            hint="write KEY=VALUE with dotted keys, e.g. slurm.time=1:00:00", location=where)
+        for depth, part in enumerate(parts[:-1]):
+            nxt = node.get(part)
             if nxt is None:
                 nxt = node[part] = {}
             if not isinstance(nxt, dict):
-                raise SpecError(f"override {item!r}: {part!r} is not a mapping in {doc.path}")
+                raise SpecError(f"override {item!r}: {part!r} is not a mapping in {doc.path}",
+                                location=doc.location(tuple(parts[:depth + 1])),
+                                hint="--set can only set keys inside mappings")
             node = nxt
         node[parts[-1]] = value
     marks = dict(doc.marks)
@@ -105,7 +117,10 @@ def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequenc
 
 
 def _parse(doc: YamlDocument, format: str | None) -> ExperimentSpec:
-    fmt = (format or detect_format(doc.data, doc.path)).lower()
+    try:
+        fmt = (format or detect_format(doc.data, doc.path)).lower()
+    except SpecError as exc:  # detection looks at the whole document: point at its start
+        raise SpecError(exc.message, hint=exc.hint, location=exc.location or doc.location(())) from None
     if fmt == "native":
         from hpcplace.spec import parse_native
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from hpcplace import limits
 from hpcplace.cluster import NodeGroup
 from hpcplace.formats.common import hpcplace_block, slurm_facts, slurm_job_options
 from hpcplace.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster, check_name
@@ -67,6 +68,8 @@ def _dims(view: View, text: str, lead: int, allowed: str, what: str, whole: str)
             raise view.error(f"invalid or repeated dimension {letter!r} in {text.strip()!r}", offset=lead,
                              hint=f"{what} dimensions: " + ", ".join(allowed)
                              + " (d data, p pipeline, t tensor, c context, e expert)")
+        if len(number) > 6 or int(number) > limits.MAX_PROCESSES:
+            raise view.error(f"dimension {letter}{number} is larger than {limits.MAX_PROCESSES}", offset=lead)
         if int(number) < 1:
             raise view.error(f"dimension {letter}{number} must be >= 1", offset=lead)
         dims[letter] = int(number)
@@ -243,12 +246,13 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
         groups = [[(m, mode_view) for m in g] for g in parse_allocation_mode(mode_view)]
         _check_scheduling(root, {m.name: i for i, g in enumerate(groups) for m, _ in g})
     cluster_view = root.require("cluster")
-    n_nodes = cluster_view.require("n_nodes").int(minimum=1)
+    n_nodes = limits.nodes(cluster_view.require("n_nodes").int(minimum=1), cluster_view.require("n_nodes").location(),
+                           "cluster.n_nodes")
     gpn_view = cluster_view.require("n_gpus_per_node")
     if gpn_view.deref().value == 0:
         raise gpn_view.error("cluster.n_gpus_per_node is 0 (AReaL's CPU-only template); hpcplace places engines "
                              "on GPUs", hint="set the GPU count of the nodes, e.g. --set cluster.n_gpus_per_node=8")
-    gpn = gpn_view.int(minimum=1)
+    gpn = limits.gpus_per_node(gpn_view.int(minimum=1), gpn_view.location(), "cluster.n_gpus_per_node")
     need = sum(g[0][0].gpus for g in groups)
     if need > n_nodes * gpn:
         raise mode_view.error(f"the allocation needs {need} GPUs but the cluster has {n_nodes}x{gpn} = {n_nodes * gpn}",

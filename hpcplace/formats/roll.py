@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from hpcplace import limits
 from hpcplace.cluster import NodeGroup
 from hpcplace.formats.common import hpcplace_block, slurm_facts, slurm_job_options
 from hpcplace.spec import ExperimentSpec, PlacementEntry, build_cluster, check_name
@@ -76,7 +77,7 @@ class _Grammar:
             self.take("[")
             out = []
             while self.peek() != "]":
-                out.append(int(self.take("int")))
+                out.append(self.device_id())
                 if self.peek() == ",":
                     self.take(",")
                 elif self.peek() != "]":
@@ -85,13 +86,20 @@ class _Grammar:
             return out
         raise self.fail("expected list(range(a, b)), range(a, b) or [a, b, ...]")
 
+    def device_id(self) -> int:
+        tok = self.take("int")
+        if len(tok) > 9 or int(tok) > limits.MAX_DEVICE_ID:
+            self.i -= 1
+            raise self.fail(f"{tok} is larger than the largest supported GPU id {limits.MAX_DEVICE_ID}")
+        return int(tok)
+
     def range_call(self) -> list[int]:
         self.take("range")
         self.take("(")
-        args = [int(self.take("int"))]
+        args = [self.device_id()]
         while self.peek() == ",":
             self.take(",")
-            args.append(int(self.take("int")))
+            args.append(self.device_id())
         self.take(")")
         if len(args) > 3 or (len(args) == 3 and args[2] == 0):
             raise self.fail("range takes 1 to 3 arguments and a non-zero step")
@@ -105,7 +113,7 @@ _HINT = "write list(range(0,16)), range(0,8), [0,1,2,3], or a sum of those with 
 
 def parse_device_mapping(view: View) -> list[int]:
     if isinstance(view.value, list):
-        ids = [item.int(minimum=0) for item in view.elements()]
+        ids = [limits.device_id(item.int(minimum=0), item.location(), "GPU id") for item in view.elements()]
     elif isinstance(view.value, str):
         ids = _Grammar(view.value, view).parse()
     else:
@@ -163,12 +171,12 @@ def _gpus_per_node(root: View, slurm_view: View | None, gpus_from_slurm: int | N
             notes.append(f"num_gpus_per_node {gpn_view.value} ({gpn_view.location()}) differs from the nodes' "
                          f"{gpus_from_slurm} GPUs (slurm.gpus_per_node): ROLL uses the count it detects, so the plan "
                          f"does too")
-        return gpus_from_slurm, where
+        return limits.gpus_per_node(gpus_from_slurm, where.location(), "slurm.gpus_per_node"), where
     if gpn_view is None or gpn_view.value is None:
         raise root.error("the GPUs per node are unknown: ROLL detects them at run time",
                          hint="add `slurm: {gpus_per_node: 8}` (or --set slurm.gpus_per_node=8, or "
                               "num_gpus_per_node: 8 at the top level)")
-    return gpn_view.int(minimum=1), gpn_view
+    return limits.gpus_per_node(gpn_view.int(minimum=1), gpn_view.location(), "num_gpus_per_node"), gpn_view
 
 
 def parse_roll(doc: YamlDocument) -> ExperimentSpec:
@@ -193,7 +201,7 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
             if ws_view is not None and ws_view.value is not None and ws_view.value != world:
                 notes.append(f"{name}: world_size {ws_view.value} is replaced by ROLL's computed {world} "
                              "(num_env_groups * group_size / max_env_num_per_worker)")
-            cpu_workers.append((name, wv, world))
+            cpu_workers.append((name, wv, limits.processes(world, wv.location(), "env manager world_size")))
             continue
         if dm is None or dm.value is None:
             if ws_view is None:
@@ -201,7 +209,7 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
             if g_view is not None and g_view.value not in (0, None):
                 raise g_view.error(f"CPU-only worker {name!r} (no device_mapping) cannot ask for GPUs",
                                    hint="set num_gpus_per_worker: 0 or give a device_mapping")
-            cpu_workers.append((name, wv, ws_view.int(minimum=1)))
+            cpu_workers.append((name, wv, limits.processes(ws_view.int(minimum=1), ws_view.location(), "world_size")))
             continue
         ids = parse_device_mapping(dm)
         per = _gpus_per_worker(name, wv, g_view, notes)
@@ -225,7 +233,8 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
     cpu_nodes = 0
     if cpu_workers and cpu_partition is not None:
         cpu_nodes_view = slurm_view.get("cpu_nodes")  # type: ignore[union-attr]
-        cpu_nodes = cpu_nodes_view.int(minimum=1) if cpu_nodes_view is not None else 1
+        cpu_nodes = limits.nodes(cpu_nodes_view.int(minimum=1), cpu_nodes_view.location(),
+                                 "cpu_nodes") if cpu_nodes_view is not None else 1
         groups.append(NodeGroup(label="cpu", partition=cpu_partition.str(), num_nodes=cpu_nodes,
                                 gpus_per_node=(0,) * cpu_nodes, location=cpu_partition.location()))
     cluster = build_cluster(tuple(groups), root)
