@@ -299,7 +299,7 @@ def _extra_args(text: str) -> tuple[str, ...]:
 def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:
     if len(set(values)) > 1:
         raise SlurmError(
-            f"node group {group.label!r} (partition {group.partition}) has different {what} per node "
+            f"node group {group.label!r} (partition {group.partition or 'default'}) has different {what} per node "
             f"{list(values)}; a het-job component asks every node for the same GRES",
             hint="split the node group into groups whose nodes have equal counts", location=group.location)
     return values[0] if values else 0
