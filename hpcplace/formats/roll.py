@@ -213,6 +213,11 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
             continue
         ids = parse_device_mapping(dm)
         per = _gpus_per_worker(name, wv, g_view, notes)
+        if per > gpn:
+            raise dm.error(f"worker {name!r} needs {per} GPUs per worker but a node has {gpn}: ROLL runs such a "
+                           "worker across nodes through Ray, a Slurm job step runs each process on one node",
+                           hint=f"keep tensor_parallel_size*pipeline_parallel_size <= {gpn} (the GPUs of one node), "
+                                "or use nodes with more GPUs (slurm.gpus_per_node)")
         if len(ids) % per:
             raise dm.error(f"{len(ids)} GPUs are not divisible by num_gpus_per_worker {per}",
                            hint="ROLL asserts len(device_mapping) % num_gpus_per_worker == 0")

@@ -287,3 +287,10 @@ def test_validate_names_the_default_partition() -> None:
 def test_lower_without_partition() -> None:
     job = lower(plan_from_file(FIXTURES / "areal_moe.yaml"))
     assert not any(a.startswith("--partition") for a in job.components[0].sbatch_args)
+
+
+def test_roll_worker_wider_than_a_node_is_explained(yml: Yaml) -> None:
+    path = yml.write("slurm: {gpus_per_node: 8}\nactor_infer:\n  device_mapping: list(range(0,16))\n"
+                     "  strategy_args: {strategy_name: vllm, strategy_config: {tensor_parallel_size: 16}}\n")
+    err = yml.error(path)
+    assert "needs 16 GPUs per worker but a node has 8" in err.message and str(err).startswith(f"{path}:3:")
