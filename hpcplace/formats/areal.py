@@ -68,7 +68,7 @@ def _dims(view: View, text: str, lead: int, allowed: str, what: str, whole: str)
             raise view.error(f"invalid or repeated dimension {letter!r} in {text.strip()!r}", offset=lead,
                              hint=f"{what} dimensions: " + ", ".join(allowed)
                              + " (d data, p pipeline, t tensor, c context, e expert)")
-        if len(number) > 6 or int(number) > limits.MAX_PROCESSES:
+        if len(number) > 9 or int(number) > limits.MAX_PROCESSES:
             raise view.error(f"dimension {letter}{number} is larger than {limits.MAX_PROCESSES}", offset=lead)
         if int(number) < 1:
             raise view.error(f"dimension {letter}{number} must be >= 1", offset=lead)
