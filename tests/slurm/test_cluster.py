@@ -296,7 +296,7 @@ def test_collocated_demo_runs_on_the_cluster(slurm_cluster: LiveCluster, tmp_pat
     assert not shm_dir(job_id).exists()
 
 
-def test_no_partition_runs_in_the_default_partition(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+def test_no_partition_validates_against_the_default_partition(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
     """An RLinf config naming no partition: no --partition is rendered and validate names the live
     cluster's default partition (cpu on the test cluster)."""
     config = tmp_path / "nopart.yaml"
