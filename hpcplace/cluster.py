@@ -1,7 +1,9 @@
 """The cluster as hpcplace sees it: node groups (= Slurm partitions) and their nodes.
 
-A node group's nodes get consecutive cluster node ranks in the order the groups are listed; each
-node group becomes one heterogeneous-job component. Facts such as GPUs per node are explicit
+A node group's nodes get consecutive cluster node ranks in the order the groups are listed, unless
+the groups name their cluster node ranks (RLinf's `node_ranks`, any set: `0,2`, `1,4,7`); ranks are
+labels, a group's nodes are its ranks in ascending order (as RLinf orders them), and each node group
+becomes one heterogeneous-job component whose i-th node is the group's i-th node. Facts such as GPUs per node are explicit
 inputs here, never discovered.
 """
 
@@ -43,6 +45,7 @@ class NodeGroup:
     ignore_hardware: bool = False
     env: dict[str, str] = field(default_factory=dict)
     location: SourceLocation | None = field(default=None, compare=False)
+    node_ranks: tuple[int, ...] | None = None  # explicit cluster node ranks, ascending; None: consecutive
 
     def __post_init__(self) -> None:
         # Backstops for every input format (parsers check earlier, with finer locations).
@@ -64,6 +67,10 @@ class NodeGroup:
             raise SpecError(
                 f"node group {self.label!r}: {len(self.gpus_per_node)} GPU counts for {self.num_nodes} nodes",
                 location=self.location, hint="give one GPU count, or one per node")
+        if self.node_ranks is not None and (len(self.node_ranks) != self.num_nodes
+                                            or list(self.node_ranks) != sorted(set(self.node_ranks))):
+            raise SpecError(f"node group {self.label!r}: node ranks {list(self.node_ranks)} are not "
+                            f"{self.num_nodes} distinct ascending ranks", location=self.location)
         if self.hardware and len(self.hardware.per_node) != self.num_nodes:
             raise SpecError(f"node group {self.label!r}: hardware counts do not match {self.num_nodes} nodes",
                             location=self.location)
@@ -151,6 +158,7 @@ class Cluster:
 
     node_groups: tuple[NodeGroup, ...]
     nodes: tuple[Node, ...] = field(init=False)
+    _group_nodes: tuple[tuple[Node, ...], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.node_groups:
@@ -170,12 +178,28 @@ class Cluster:
 
         limits.nodes(sum(g.num_nodes for g in self.node_groups), self.node_groups[0].location,
                      "number of nodes in the cluster (all node groups)")
+        explicit = [g.node_ranks is not None for g in self.node_groups]
+        total = sum(g.num_nodes for g in self.node_groups)
+        if any(explicit) and not all(explicit):
+            raise SpecError("some node groups name their node ranks and some do not",
+                            location=self.node_groups[explicit.index(False)].location,
+                            hint="give node_ranks for every node group, or for none")
         nodes: list[Node] = []
+        groups: list[tuple[Node, ...]] = []
         for gi, group in enumerate(self.node_groups):
-            for i in range(group.num_nodes):
-                nodes.append(Node(len(nodes), group.label, gi, i, group.gpus_per_node[i], group.gpu_type,
-                                  group.partition))
-        object.__setattr__(self, "nodes", tuple(nodes))
+            ranks = group.node_ranks or range(len(nodes), len(nodes) + group.num_nodes)
+            mine = tuple(Node(r, group.label, gi, i, group.gpus_per_node[i], group.gpu_type, group.partition)
+                         for i, r in enumerate(ranks))
+            nodes.extend(mine)
+            groups.append(mine)
+        nodes.sort(key=lambda n: n.rank)
+        if [n.rank for n in nodes] != list(range(total)):
+            seen_ranks = [n.rank for n in nodes]
+            raise SpecError(f"the node groups' node ranks {seen_ranks} are not each of 0..{total - 1} once",
+                            location=self.node_groups[0].location,
+                            hint="every cluster node rank belongs to exactly one node group")
+        object.__setattr__(self, "nodes", tuple(nodes))  # in cluster node rank order: nodes[r].rank == r
+        object.__setattr__(self, "_group_nodes", tuple(groups))
 
     @property
     def num_gpus(self) -> int:
@@ -188,5 +212,16 @@ class Cluster:
                 return group
         return None
 
+    def group_nodes(self, group_index: int) -> tuple[Node, ...]:
+        """The group's nodes in group order (ascending cluster rank) = the het component's node order."""
+        return self._group_nodes[group_index]
+
+    def node_ranks(self, group_index: int) -> tuple[int, ...]:
+        return tuple(n.rank for n in self.group_nodes(group_index))
+
+    def contiguous(self, group_index: int) -> bool:
+        ranks = self.node_ranks(group_index)
+        return ranks == tuple(range(ranks[0], ranks[0] + len(ranks)))
+
     def first_node_rank(self, group_index: int) -> int:
-        return sum(g.num_nodes for g in self.node_groups[:group_index])
+        return self.node_ranks(group_index)[0]

@@ -57,7 +57,7 @@ def summary(plan: Plan, *, max_nodes: int = 64) -> str:
         hw = f" {g.hardware.type}/node={','.join(str(x) for x in sorted(set(g.hardware.per_node)))}" if g.hardware else ""
         lines.append(f"  [{i}] {g.label:<12} partition={g.partition or '(default)':<10} nodes={g.num_nodes:<4} "
                      f"gpus/node={gpus}{' ' + g.gpu_type if g.gpu_type else ''}{hw}  "
-                     f"node ranks {cluster.first_node_rank(i)}-{cluster.first_node_rank(i) + g.num_nodes - 1}")
+                     f"node ranks {_ranks_text(cluster.node_ranks(i))}")
     lines += ["", "components:"]
     for comp in plan.components:
         extra = []
@@ -134,3 +134,10 @@ def svg(plan: Plan, *, max_nodes: int = 64) -> str:
                    f'<text x="{x + 16}" y="{yy + 10}">{escape(comp)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def _ranks_text(ranks: tuple[int, ...]) -> str:
+    """`first-last` for a contiguous group (as always), the compressed list otherwise (`0,2`)."""
+    if ranks == tuple(range(ranks[0], ranks[0] + len(ranks))):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return compress(ranks)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from hpcplace.cluster import RESERVED_CLUSTER_LABEL, RESERVED_NODE_LABEL, Cluster, ResourceKind
+from hpcplace.cluster import RESERVED_CLUSTER_LABEL, RESERVED_NODE_LABEL, Cluster, Node, NodeGroup, ResourceKind
 from hpcplace.errors import PlanError
 
 NO_ACCELERATOR = "none"
@@ -107,17 +107,23 @@ def resource_space(cluster: Cluster, labels: Sequence[str] | None, *, count_node
     type_of: list[str] = []
     kind_of: list[ResourceKind] = []
     rkind: ResourceKind
-    for group in groups:
-        gi = cluster.node_groups.index(group)
-        first = cluster.first_node_rank(gi)
+    # Every node (no group / `cluster` / `node`): cluster node rank order, as RLinf's default groups;
+    # a named group: its nodes in group order (ascending rank), groups concatenated as listed.
+    parts: list[tuple[NodeGroup, tuple[Node, ...]]]
+    if labels is None or canonical == (RESERVED_NODE_LABEL,):
+        parts = [(cluster.node_groups[n.group_index], (n,)) for n in cluster.nodes]
+    else:
+        parts = [(g, cluster.group_nodes(cluster.node_groups.index(g))) for g in groups]
+    for group, nodes in parts:
         if kind == "node":
             per_node, rtype, rkind = (1,) * group.num_nodes, "node", "node"
         elif labels is None:
             per_node, rtype, rkind = group.gpus_per_node, group.gpu_type or "gpu", "gpu"
         else:
             per_node, rtype, rkind = group.resources_per_node(), group.resource_type, group.resource_kind
-        for i, count in enumerate(per_node):
-            node_of.extend([first + i] * count)
+        for node in nodes:
+            count = per_node[node.index_in_group]
+            node_of.extend([node.rank] * count)
             local_of.extend(range(count))
             type_of.extend([rtype] * count)
             kind_of.extend([rkind] * count)

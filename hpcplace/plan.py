@@ -121,7 +121,8 @@ def plan_header(plan: Plan) -> dict[str, object]:
         "name": plan.name,
         "source": {"path": plan.source, "format": plan.source_format,
                    **({"composed": list(plan.composed)} if plan.composed else {})},
-        "node_groups": [{**_group_json(g, i, cluster.first_node_rank(i)), "charged": _charge_json(c)}
+        "node_groups": [{**_group_json(g, i, cluster.first_node_rank(i)), "charged": _charge_json(c),
+                         **({} if cluster.contiguous(i) else {"node_ranks": list(cluster.node_ranks(i))})}
                         for i, (g, c) in enumerate(zip(cluster.node_groups, charges(cluster.node_groups)))],
         "collocation_groups": [
             {"name": g.name, "components": list(g.components), "phases": [list(p) for p in g.phases],

@@ -167,7 +167,7 @@ def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
     lines += ["",
              "het component <- node group: partition, nodes, GRES"]
     for comp in job.components:
-        ranks = compress_ranks(range(comp.first_node_rank, comp.first_node_rank + comp.num_nodes))
+        ranks = compress_ranks(comp.node_ranks or range(comp.first_node_rank, comp.first_node_rank + comp.num_nodes))
         lines.append(f"  {comp.het_group}: {comp.label} -> partition {comp.partition or '(none given: Slurm default)'}, {comp.num_nodes} node(s) "
                      f"(cluster node ranks {ranks}), GRES {comp.gres or 'none'}")
         if comp.charge is not None and (comp.charge.account or comp.charge.qos):

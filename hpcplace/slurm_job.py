@@ -42,6 +42,7 @@ class HetComponent:
     gres: str | None
     sbatch_args: tuple[str, ...]
     charge: Charge | None = None  # the account/QOS it is charged to (written on its own lines)
+    node_ranks: tuple[int, ...] = ()  # the cluster node rank of each of its nodes, in order
 
 
 @dataclass(frozen=True)
@@ -344,7 +345,7 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
                    exclusive: bool, needs: dict[int, tuple[int, int]], charge: Charge) -> HetComponent:
     """The #SBATCH options of one node group: whole nodes (`--exclusive`) with every GPU of the node
     as GRES, so the plan's physical GPU indices are the job's; `tail` = time limit and extra args."""
-    first = plan.cluster.first_node_rank(gi)
+    ranks = plan.cluster.node_ranks(gi)
     gres_parts = []
     gpus = _uniform(group, group.gpus_per_node, "GPU counts")
     if gpus:
@@ -361,7 +362,7 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
     else:
         # Whole-node CPUs are not taken: ask for what the busiest node of the group needs.
         cpus = group.cpus_per_node or max(
-            [needs.get(first + i, (1, 0))[0] for i in range(group.num_nodes)] + [1])
+            [needs.get(r, (1, 0))[0] for r in ranks] + [1])
         args += ["--ntasks-per-node=1", f"--cpus-per-task={cpus}"]
     if gres:
         args.append(f"--gres={gres}")
@@ -370,7 +371,7 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
     elif exclusive:
         args.append("--mem=0")
     else:
-        mem = max([needs.get(first + i, (0, 0))[1] for i in range(group.num_nodes)] + [0])
+        mem = max([needs.get(r, (0, 0))[1] for r in ranks] + [0])
         args.append(f"--mem={mem}M" if mem else "--mem=0")
     if group.constraint:
         args.append(f"--constraint={group.constraint}")
@@ -381,7 +382,8 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
     if charge.qos:
         args.append(f"--qos={charge.qos}")
     args += tail
-    return HetComponent(gi, group.label, group.partition, group.num_nodes, first, gres, tuple(args), charge)
+    return HetComponent(gi, group.label, group.partition, group.num_nodes, ranks[0], gres, tuple(args), charge,
+                        node_ranks=ranks)
 
 
 def _node_layout(slots: Sequence[Slot], node_gpus: int) -> tuple[tuple[tuple[str, ...], ...], str | None]:

@@ -630,7 +630,9 @@ def schedule_from_plan(plan_path: str, group: str, *, component: str, rank: int,
                 ci = index.component_index(name)
                 procs_of[name] = []
                 for g in index.het_groups(ci):
-                    j = node - int(node_groups[g]["first_node_rank"])
+                    listed = node_groups[g].get("node_ranks")  # only when not one contiguous block
+                    j = (listed.index(node) if node in listed else -1) if listed else \
+                        node - int(node_groups[g]["first_node_rank"])
                     if 0 <= j < int(node_groups[g]["num_nodes"]):
                         procs_of[name] += [p for k in range(index.processes_on(ci, g, j))
                                            for p in [index.process_at(ci, g, j, k)] if p is not None]

@@ -15,7 +15,8 @@ from hpcplace.yaml_source import View, YamlDocument
 
 
 def _node_ranks(view: View, num_nodes: int) -> list[int]:
-    """`0-1`, `0,2`, `all`, an int, or a list of ints -> sorted unique node ranks."""
+    """`0-1`, `0,2`, `4,1`, `all`, an int, or a list of ints -> sorted unique node ranks. Any set in any
+    order: RLinf keeps a group's nodes in ascending node rank order whatever order they are listed in."""
     if isinstance(view.value, list):
         ranks = [item.int(minimum=0) for item in view.elements()]
     elif view.value is None or not str(view.value).strip():
@@ -99,10 +100,6 @@ def parse_rlinf(doc: YamlDocument) -> ExperimentSpec:
             gv.check_keys({"label", "node_ranks", "hardware", "ignore_hardware", "env_configs"})
             label = check_name(gv.require("label"), str(gv.require("label").value), "node group label")
             ranks = _node_ranks(gv.require("node_ranks"), num_nodes)
-            if ranks != list(range(ranks[0], ranks[-1] + 1)):
-                raise gv.require("node_ranks").error(
-                    f"node group {label!r} has non-contiguous node ranks {ranks}",
-                    hint="a Slurm het component gets a contiguous block of hpcplace node ranks; split the group")
             for r in ranks:
                 if r in owner:
                     raise gv.require("node_ranks").error(
@@ -111,10 +108,11 @@ def parse_rlinf(doc: YamlDocument) -> ExperimentSpec:
                 owner[r] = label
             facts = slurm_facts(slurm_view, label, defaults)
             hardware = _hardware(gv.require("hardware"), label, ranks) if gv.get("hardware") else None
-            declared.append((ranks, _group(label, len(ranks), facts, gv, hardware,
+            declared.append((ranks, _group(label, ranks, facts, gv, hardware,
                                            gv.get("ignore_hardware").bool() if gv.get("ignore_hardware") else False,
                                            _env(gv.get("env_configs")))))
-    # Nodes outside every declared group form implicit groups in the default partition.
+    # Nodes outside every declared group form implicit groups in the default partition (one per run of
+    # consecutive unowned ranks). RLinf puts them in no named group; they are reached through `cluster`/`node`.
     run: list[int] = []
     runs: list[list[int]] = []
     for r in range(num_nodes):
@@ -128,7 +126,7 @@ def parse_rlinf(doc: YamlDocument) -> ExperimentSpec:
         runs.append(run)
     for i, ranks in enumerate(runs):
         label = "default" if i == 0 else f"default-{i + 1}"
-        declared.append((ranks, _group(label, len(ranks), slurm_facts(slurm_view, label, defaults), cluster_view,
+        declared.append((ranks, _group(label, ranks, slurm_facts(slurm_view, label, defaults), cluster_view,
                                        None, False, {})))
     declared.sort(key=lambda item: item[0][0])
     cluster = build_cluster(tuple(g for _, g in declared), cluster_view)
@@ -186,7 +184,7 @@ def _check_recompute_logprobs(root: View, placements: tuple) -> None:  # type: i
                              "(RLinf asserts this)")
 
 
-def _group(label: str, n: int, facts, view: View, hardware: Hardware | None, ignore: bool,  # type: ignore[no-untyped-def]
+def _group(label: str, ranks: list[int], facts, view: View, hardware: Hardware | None, ignore: bool,  # type: ignore[no-untyped-def]
            env: dict[str, str]) -> NodeGroup:
     gpus = facts.gpus_per_node
     if gpus is None:
@@ -198,7 +196,8 @@ def _group(label: str, n: int, facts, view: View, hardware: Hardware | None, ign
                                   f"`slurm: {{node_groups: {{{label}: {{gpus_per_node: 8}}}}}}` "
                                   "(or --set slurm.gpus_per_node=8)")
     partition = facts.partition  # None: Slurm's default partition
-    return NodeGroup(label=label, partition=partition, num_nodes=n, gpus_per_node=(gpus,) * n,
+    n = len(ranks)
+    return NodeGroup(label=label, partition=partition, num_nodes=n, node_ranks=tuple(ranks), gpus_per_node=(gpus,) * n,
                      gpu_type=facts.gpu_type, cpus_per_node=facts.cpus_per_node,
                      mem_per_node_mb=facts.mem_per_node_mb, constraint=facts.constraint, account=facts.account,
                      qos=facts.qos, hardware=hardware, ignore_hardware=ignore, env=env, location=view.location())

@@ -367,7 +367,6 @@ def test_rlinf_uncovered_nodes_form_default_groups(yml: Yaml) -> None:
 
 @pytest.mark.parametrize("groups, message", [
     ("[{label: a, node_ranks: 0-1}, {label: b, node_ranks: 1-2}]", "node 1 is in node groups 'a' and 'b'"),
-    ("[{label: a, node_ranks: '0,2'}]", "non-contiguous node ranks [0, 2]"),
     ("[{label: a, node_ranks: 0-5}]", "node ranks '0-5' is out of range"),
     ("[{label: a, node_ranks: [0, 0]}]", "node ranks listed twice"),
     ("[{label: a, node_ranks: 0, bogus: 1}]", "unknown key 'bogus'"),

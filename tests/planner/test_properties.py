@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
@@ -42,41 +42,49 @@ def group_kind(g: NodeGroup) -> str:
     return "gpu" if sum(g.gpus_per_node) > 0 else "node"
 
 
-def first_nodes(groups: tuple[NodeGroup, ...]) -> list[int]:
+def group_ranks(groups: tuple[NodeGroup, ...]) -> list[list[int]]:
+    """Per group, the cluster node rank of each of its nodes: the ranks it names, in ascending order
+    (RLinf keeps a group's nodes in node rank order, whatever order they were listed in), else
+    consecutive ranks in group order."""
     out, n = [], 0
     for g in groups:
-        out.append(n)
+        out.append(sorted(g.node_ranks) if g.node_ranks is not None else list(range(n, n + g.num_nodes)))
         n += g.num_nodes
     return out
 
 
+def every_node(groups: tuple[NodeGroup, ...]) -> list[tuple[int, int, int]]:
+    """(cluster node rank, group index, index in group) of every node, in cluster node rank order
+    (RLinf's `cluster` and `node` groups hold every node sorted by node rank)."""
+    return sorted((r, i, j) for i, ranks in enumerate(group_ranks(groups)) for j, r in enumerate(ranks))
+
+
 def ref_resources(groups: tuple[NodeGroup, ...], selection: tuple[str, ...] | None) -> list[Res]:
     """Resource rank -> resource, for a node_group selection (None = whole cluster, ("node",) = node ranks)."""
-    first = first_nodes(groups)
+    ranks = group_ranks(groups)
     index = {g.label.lower(): i for i, g in enumerate(groups)}
     if selection is not None and len(selection) == 1 and selection[0].lower() == "node":
-        chosen, as_nodes = list(range(len(groups))), True
+        nodes, as_nodes = every_node(groups), True
     elif selection is None:
         # RLinf's default group: the accelerators of every node if the cluster has any, else the nodes
-        chosen = list(range(len(groups)))
+        nodes = every_node(groups)
         as_nodes = not any(sum(g.gpus_per_node) for g in groups)
         if not as_nodes:
-            return [Res(first[i] + j, k, g.gpu_type or "gpu", "gpu")
-                    for i, g in enumerate(groups) for j in range(g.num_nodes) for k in range(g.gpus_per_node[j])]
+            return [Res(r, k, groups[i].gpu_type or "gpu", "gpu")
+                    for r, i, j in nodes for k in range(groups[i].gpus_per_node[j])]
     else:
         chosen = [index[label.lower()] for label in selection]
+        nodes = [(r, i, j) for i in chosen for j, r in enumerate(ranks[i])]
         as_nodes = any(group_kind(groups[i]) == "node" for i in chosen)
     out: list[Res] = []
-    for i in chosen:
+    for node, i, j in nodes:
         g = groups[i]
-        for j in range(g.num_nodes):
-            node = first[i] + j
-            if as_nodes:
-                out.append(Res(node, 0, "node", "node"))
-            elif g.hardware is not None:
-                out.extend(Res(node, k, g.hardware.type, "hardware") for k in range(g.hardware.per_node[j]))
-            else:
-                out.extend(Res(node, k, g.gpu_type or "gpu", "gpu") for k in range(g.gpus_per_node[j]))
+        if as_nodes:
+            out.append(Res(node, 0, "node", "node"))
+        elif g.hardware is not None:
+            out.extend(Res(node, k, g.hardware.type, "hardware") for k in range(g.hardware.per_node[j]))
+        else:
+            out.extend(Res(node, k, g.gpu_type or "gpu", "gpu") for k in range(g.gpus_per_node[j]))
     return out
 
 
@@ -133,8 +141,7 @@ def ref_expand(parts: list[tuple[list[int], list[int]]]) -> list[list[int]]:
 
 def ref_rows(groups: tuple[NodeGroup, ...], space: list[Res], lists: list[list[int]]) -> list[tuple] | None:
     """Per process: the placement facts the reference can state, or None when a process spans nodes/types."""
-    first = first_nodes(groups)
-    owner = {first[i] + j: (i, j) for i, g in enumerate(groups) for j in range(g.num_nodes)}
+    owner = {r: (i, j) for r, i, j in every_node(groups)}
     rows = []
     for ranks in lists:
         res = [space[r] for r in ranks]
@@ -180,6 +187,15 @@ def node_groups(draw) -> tuple[NodeGroup, ...]:
         groups.append(NodeGroup(label=f"g{gi}", partition=f"part{gi}", num_nodes=n, gpus_per_node=gpus,
                                 gpu_type=draw(st.sampled_from([None, "a800", "h100"])), hardware=hardware,
                                 ignore_hardware=draw(st.integers(0, 9)) == 0))
+    if draw(st.booleans()):
+        # arbitrary node ranks (RLinf's `node_ranks`: any set per group, e.g. `0,2` / `1,4,7`):
+        # deal a random permutation of the cluster's ranks out to the groups
+        labels = draw(st.permutations(range(sum(g.num_nodes for g in groups))))
+        dealt, at = [], 0
+        for g in groups:
+            dealt.append(replace(g, node_ranks=tuple(sorted(labels[at:at + g.num_nodes]))))
+            at += g.num_nodes
+        groups = dealt
     return tuple(groups)
 
 

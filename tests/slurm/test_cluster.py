@@ -308,3 +308,48 @@ def test_no_partition_validates_against_the_default_partition(slurm_cluster: Liv
     assert report.ok, report.problems
     assert any("default partition 'cpu'" in c for c in report.checked), report.checked
     assert not any(a.startswith("--partition") for a in lower(plan).components[0].sbatch_args)
+
+
+def test_rlinf_interleaved_node_ranks_land_as_planned(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """RLinf node groups over interleaved cluster node ranks (a800 = nodes 2,0 listed out of order,
+    rtx4090 = node 1, cpu = node 3): each group is one het component holding exactly its nodes, and
+    every task runs on the host of its planned cluster node rank with its planned GPUs."""
+    plan = plan_yaml(tmp_path, """
+        cluster:
+          num_nodes: 4
+          component_placement:
+            actor: {node_group: a800, placement: "0-15:0-3"}
+            rollout: {node_group: rtx4090, placement: "0-3:0-1"}
+            env: {node_group: cpu, placement: "0:0-1"}
+            probe: {node_group: node, placement: "0-3"}
+            ref: "0-19:0-4"
+          node_groups:
+            - {label: a800, node_ranks: "2,0"}
+            - {label: rtx4090, node_ranks: 1}
+            - {label: cpu, node_ranks: 3}
+        slurm:
+          node_groups:
+            a800: {partition: a800, gpus_per_node: 8, gpu_type: a800}
+            rtx4090: {partition: rtx4090, gpus_per_node: 4, gpu_type: rtx4090}
+            cpu: {partition: cpu, gpus_per_node: 0}
+        """, name="rlinf-interleaved.yaml")
+    assert [(g.label, g.node_ranks) for g in plan.cluster.node_groups] == [
+        ("a800", (0, 2)), ("rtx4090", (1,)), ("cpu", (3,))]
+    done, status, reports = run_plan(plan, tmp_path)
+    assert status.state == "COMPLETED", submit.format_status(status)
+    check_reports(plan, done.run_dir, reports, slurm_cluster.mode)
+    # cluster node rank -> host: ranks 0 and 2 are the a800 component's two hosts, in that order
+    hosts = submit.read_hosts(done.run_dir)
+    host_of = {n.rank: hosts[(n.group_index, n.index_in_group)] for n in plan.cluster.nodes}
+    assert [host_of[r].split("-")[0] for r in range(4)] == ["a800", "rtx4090", "a800", "cpu"]
+    assert host_of[0] != host_of[2]
+    got = [json.loads(p.read_text()) for p in reports.glob("*.json")]
+    for r in got:
+        comp = plan.component(r["env"]["HPCPLACE_COMPONENT"])
+        p = comp.processes[int(r["env"]["HPCPLACE_RANK"])]
+        assert r["host"] == host_of[p.cluster_node_rank], (comp.name, p.rank)
+        assert r["env"]["CLUSTER_NODE_RANK"] == str(p.cluster_node_rank), (comp.name, p.rank)
+    # RLinf's rule, stated independently: the default group walks GPUs over nodes 0 (8), 1 (4), 2 (8)
+    ref = plan.component("ref").processes
+    assert [(p.cluster_node_rank, p.visible_accelerators[0]) for p in ref] == [
+        (0, "0"), (0, "4"), (1, "0"), (2, "0"), (2, "4")]
