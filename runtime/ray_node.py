@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 PROG = "hpcplace-ray"
 LEAKED = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURM_JOB_GPUS")
 PORT_BASE, PORT_SLOTS, PORT_STRIDE = 20000, 3000, 10  # head ports: 20000..49999, blocks of 10
-STOP_GRACE_S = 5.0
+STOP_GRACE_S = 2.0  # Slurm's KillWait may be short: the SIGKILL comes that long after SIGTERM
 _LABEL_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
@@ -105,6 +105,8 @@ def raylet_env(environ: Mapping[str, str], node: dict, launch_env: Mapping[str, 
     if visible:
         env["GPU_DEVICE_ORDINAL"] = env["ROCR_VISIBLE_DEVICES"] = visible
     env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # `ray start --block` drains a node for 30 s on SIGTERM (for Ray Serve); the job is ending.
+    env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
     env["HPCPLACE_RAY_NODE_RANK"] = str(node["rank"])
     return env
 
@@ -312,6 +314,9 @@ def main(argv: Sequence[str]) -> int:
     finally:
         for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
+        # Remove the dirs first (open files stay usable until closed), in case the SIGKILL comes early.
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
         if proc is not None:
             stop_tree(proc)
         for d in dirs:
