@@ -13,7 +13,7 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
 # torch is pinned to the local CPU build (never a CUDA download).
-"$venv/bin/pip" install --quiet --disable-pip-version-check -e ".[test,torch]"
+"$venv/bin/pip" install --quiet --disable-pip-version-check -e ".[test,torch,ray]"
 
 slurm_ok=0
 if [ "$(id -u)" = 0 ]; then
