@@ -145,6 +145,9 @@ def run_status(args: argparse.Namespace) -> int:
     else:
         status = submit.job_status(job_id)
         print(submit.format_status(status, labels))
+    if run_dir is not None:
+        for line in _ray_status(run_dir):
+            print(line)
     return 0 if status.state not in ("FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL") else 1
 
 
@@ -157,6 +160,60 @@ def run_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ray_status(run_dir: Path) -> list[str]:
+    """The Ray launch mode's facts from the run dir: the head's address, bring-up, node errors."""
+    import json
+
+    ray_dir = run_dir / "ray"
+    lines = []
+    try:
+        head = json.loads((ray_dir / "head.json").read_text(encoding="utf-8"))
+        lines.append(f"Ray head: {head['host']}:{head['port']} (ready {head.get('ready_s', '?')} s after its start)")
+    except (OSError, ValueError, KeyError):
+        return lines
+    try:
+        up = json.loads((ray_dir / "bringup.json").read_text(encoding="utf-8"))
+        lines.append(f"Ray: all {up['nodes']} node(s) joined {up['all_joined'] - up['driver_step_start']:.1f} s "
+                     f"after the driver step started; driver running since then")
+    except (OSError, ValueError, KeyError, TypeError):
+        lines.append("Ray: waiting for every node to join")
+    errors = run_dir / "logs" / "ray-errors.txt"
+    if errors.exists():
+        lines += [f"Ray: {line}" for line in errors.read_text(encoding="utf-8").splitlines()]
+    return lines
+
+
+def _ray_logs(args: argparse.Namespace, run_dir: Path, plan) -> int:  # type: ignore[no-untyped-def]
+    """Ray mode logs: the driver (`--component driver`) and each node's raylet (`--component ray
+    [--rank NODE_RANK]`), from logs/driver.out and logs/ray.<host>.out."""
+    from hpcplace import submit
+    from hpcplace.ray_cluster import ray_nodes
+
+    if args.component not in (None, "driver", "ray"):
+        raise SpecError(f"the Ray launch mode has no component {args.component!r} to show",
+                        hint="--component driver (the driver) or --component ray [--rank NODE_RANK] (raylets)")
+    hosts = submit.read_hosts(run_dir)
+    entries: list[tuple[str, Path | None]] = []
+    if args.component in (None, "driver") and args.rank in (None, 0):
+        entries.append(("Ray driver (on the head)", run_dir / "logs" / "driver.out"))
+    if args.component in (None, "ray"):
+        for n in ray_nodes(plan):
+            if args.rank is not None and args.rank != n.rank:
+                continue
+            host = hosts.get((n.het_group, n.index))
+            entries.append((f"Ray node rank {n.rank} ({n.label}, het {n.het_group} node {n.index}"
+                            f"{', ' + host if host else ''})", run_dir / "logs" / f"ray.{host}.out" if host else None))
+    if args.component is None and args.rank is None and not args.list:
+        for batch in sorted((run_dir / "logs").glob("batch-*.out")):
+            _show(f"batch script ({batch})", batch, args.tail)
+    for title, path in entries:
+        if args.list:
+            print(f"{title}: {path if path else '(job has not started: no logs/nodes.txt)'}")
+        else:
+            _show(title, path, args.tail)
+    return 0
+
+
 def run_logs(args: argparse.Namespace) -> int:
     from hpcplace import submit
     from hpcplace.slurm_job import lower
@@ -166,6 +223,8 @@ def run_logs(args: argparse.Namespace) -> int:
     if not plan_path.exists():
         raise SlurmError(f"{run_dir} is not a run directory (no plan.json)")
     plan = submit.load_plan(plan_path)
+    if plan.launch.is_ray:
+        return _ray_logs(args, run_dir, plan)
     if args.component is not None and args.component not in {c.name for c in plan.components}:
         raise SpecError(f"no component {args.component!r} in {plan_path}",
                         hint="components: " + ", ".join(c.name for c in plan.components))
