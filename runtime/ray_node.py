@@ -263,9 +263,14 @@ def main(argv: Sequence[str]) -> int:
         choice = choose_devices(node["gpus"], os.environ.get("CUDA_VISIBLE_DEVICES"))
         temp_dir = f"/dev/shm/hpcplace-{job_id}/ray-n{node['rank']}"
         spill_dir = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"hpcplace-ray-{job_id}-n{node['rank']}")
-        for d in (temp_dir, spill_dir):
-            os.makedirs(d, mode=0o700, exist_ok=True)
-            dirs.append(d)
+        for d in (os.path.dirname(temp_dir), temp_dir, spill_dir):
+            try:
+                os.mkdir(d, 0o700)  # the job's dir may already exist (the job's guard, another node)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise ShimError(f"cannot create {d}: {exc.strerror}") from None
+        dirs += [temp_dir, spill_dir]
         head_file = os.path.join(run_dir, "ray", "head.json")
         timeout = float(launch.get("join_timeout") or 300)
         extra = shlex.split(os.environ.get("HPCPLACE_RAY_ARGS", ""))
@@ -321,3 +326,8 @@ def main(argv: Sequence[str]) -> int:
             stop_tree(proc)
         for d in dirs:
             shutil.rmtree(d, ignore_errors=True)
+        if dirs:  # the last one out removes the job's node-local dir (the job's guard does the same)
+            try:
+                os.rmdir(os.path.dirname(dirs[0]))
+            except OSError:
+                pass
