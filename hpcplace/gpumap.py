@@ -49,11 +49,13 @@ def _device_order(label: str) -> tuple[int, str, int]:
 def summary(plan: Plan, *, max_nodes: int = 64) -> str:
     cluster = plan.cluster
     lines = [f"plan {plan.name!r} from {plan.source} ({plan.source_format}): {len(plan.components)} components, "
-             f"{plan.num_processes} processes, {len(cluster.nodes)} nodes", "", "node groups (het-job components):"]
+             f"{plan.num_processes} processes, {len(cluster.nodes)} nodes"]
+    lines += [f"  composed: {item}" for item in plan.composed]
+    lines += ["", "node groups (het-job components):"]
     for i, g in enumerate(cluster.node_groups):
         gpus = ",".join(str(x) for x in sorted(set(g.gpus_per_node)))
         hw = f" {g.hardware.type}/node={','.join(str(x) for x in sorted(set(g.hardware.per_node)))}" if g.hardware else ""
-        lines.append(f"  [{i}] {g.label:<12} partition={g.partition:<10} nodes={g.num_nodes:<4} "
+        lines.append(f"  [{i}] {g.label:<12} partition={g.partition or '(default)':<10} nodes={g.num_nodes:<4} "
                      f"gpus/node={gpus}{' ' + g.gpu_type if g.gpu_type else ''}{hw}  "
                      f"node ranks {cluster.first_node_rank(i)}-{cluster.first_node_rank(i) + g.num_nodes - 1}")
     lines += ["", "components:"]
@@ -84,7 +86,7 @@ def summary(plan: Plan, *, max_nodes: int = 64) -> str:
             lines.append(f"  ... {len(cluster.nodes) - max_nodes} more nodes (use --max-nodes)")
             break
         cells = dmap.get(node.rank, {})
-        head = f"  node {node.rank} ({node.group_label}#{node.index_in_group}, {node.partition})"
+        head = f"  node {node.rank} ({node.group_label}#{node.index_in_group}, {node.partition or 'default partition'})"
         if not cells:
             lines.append(head + ": idle")
             continue

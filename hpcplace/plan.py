@@ -81,6 +81,7 @@ class Plan:
     weight_sync: WeightSync | None
     slurm: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    composed: tuple[str, ...] = ()  # files Hydra composed and overrides applied, in order
     launch: LaunchSpec = STEPS
 
     def component(self, name: str) -> ComponentPlan:
@@ -120,7 +121,8 @@ def plan_header(plan: Plan) -> dict[str, object]:
     return {
         "schema": SCHEMA,
         "name": plan.name,
-        "source": {"path": plan.source, "format": plan.source_format},
+        "source": {"path": plan.source, "format": plan.source_format,
+                   **({"composed": list(plan.composed)} if plan.composed else {})},
         "node_groups": [{**_group_json(g, i, cluster.first_node_rank(i)), "charged": _charge_json(c)}
                         for i, (g, c) in enumerate(zip(cluster.node_groups, charges(cluster.node_groups)))],
         "collocation_groups": [

@@ -36,7 +36,7 @@ class HetComponent:
 
     het_group: int
     label: str
-    partition: str
+    partition: str | None
     num_nodes: int
     first_node_rank: int
     gres: str | None
@@ -315,7 +315,7 @@ def _extra_args(text: str) -> tuple[str, ...]:
 def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:
     if len(set(values)) > 1:
         raise SlurmError(
-            f"node group {group.label!r} (partition {group.partition}) has different {what} per node "
+            f"node group {group.label!r} (partition {group.partition or 'default'}) has different {what} per node "
             f"{list(values)}; a het-job component asks every node for the same GRES",
             hint="split the node group into groups whose nodes have equal counts", location=group.location)
     return values[0] if values else 0
@@ -354,7 +354,8 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
         if count:
             gres_parts.append(f"{group.hardware.type}:{count}")
     gres = ",".join(gres_parts) or None
-    args = [f"--job-name={job_name}", f"--partition={group.partition}", f"--nodes={group.num_nodes}"]
+    args = [f"--job-name={job_name}"] + ([f"--partition={group.partition}"] if group.partition else []) \
+        + [f"--nodes={group.num_nodes}"]
     if exclusive:
         args.append("--exclusive")
     else:

@@ -466,7 +466,7 @@ def load_plan(path: Path) -> Plan:
             mem_per_process_mb=c["mem_per_process_mb"], collocation_group=c["collocation_group"], processes=procs))
     return Plan(data["name"], data["source"]["path"], data["source"]["format"], Cluster(tuple(groups)),
                 tuple(comps), (), None, dict(data.get("slurm", {})), tuple(data.get("warnings", ())),
-                launch_from_json(data.get("launch")))
+                tuple(data["source"].get("composed", ())), launch_from_json(data.get("launch")))
 
 
 def read_hosts(run_dir: Path, logs: str = "logs") -> dict[tuple[int, int], str]:

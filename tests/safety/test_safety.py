@@ -345,3 +345,15 @@ def test_shim_refuses_bad_env_names_in_a_foreign_plan_json() -> None:
     for env in ({"A=B": "1"}, {"OK": "a\x00b"}):
         with pytest.raises(ShimError, match="invalid variables"):
             environment_changes(Info(), env)  # type: ignore[arg-type]
+
+
+def test_rlinf_empty_node_ranks_is_an_error(tmp_path: Path) -> None:
+    text = """\
+        cluster:
+          num_nodes: 2
+          component_placement: {actor: {node_group: a, placement: "0"}}
+          node_groups:
+            - {label: a, node_ranks: " "}
+        slurm: {partition: a800, gpus_per_node: 8}
+        """
+    assert "node_ranks is empty" in error_of(write(tmp_path, text)).message

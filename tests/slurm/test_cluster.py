@@ -294,3 +294,17 @@ def test_collocated_demo_runs_on_the_cluster(slurm_cluster: LiveCluster, tmp_pat
         seen = [line for line in logs.splitlines() if line.startswith(f"rollout[{rank}] gen")]
         assert [line.split("weights v")[1].split()[0] for line in seen] == ["0", "1", "2", "3"], logs[-3000:]
     assert not shm_dir(job_id).exists()
+
+
+def test_no_partition_validates_against_the_default_partition(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """An RLinf config naming no partition: no --partition is rendered and validate names the live
+    cluster's default partition (cpu on the test cluster)."""
+    config = tmp_path / "nopart.yaml"
+    config.write_text("cluster:\n  num_nodes: 1\n  component_placement:\n"
+                      "    agent: {node_group: node, placement: '0:0-1'}\nslurm: {gpus_per_node: 0}\n")
+    plan = plan_from_file(config)
+    assert plan.cluster.node_groups[0].partition is None
+    report = _fits(plan)
+    assert report.ok, report.problems
+    assert any("default partition 'cpu'" in c for c in report.checked), report.checked
+    assert not any(a.startswith("--partition") for a in lower(plan).components[0].sbatch_args)
