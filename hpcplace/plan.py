@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 
 from hpcplace.cluster import Cluster, NodeGroup
+from hpcplace.launch import STEPS, LaunchSpec
 from hpcplace.placement import Placement
 
 SCHEMA = "hpcplace.plan/1"
@@ -71,6 +72,7 @@ class Plan:
     weight_sync: WeightSync | None
     slurm: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    launch: LaunchSpec = STEPS
 
     def component(self, name: str) -> ComponentPlan:
         for comp in self.components:
@@ -116,6 +118,8 @@ def plan_header(plan: Plan) -> dict[str, object]:
             "actor_to_rollout": [[list(t) for t in targets] for targets in plan.weight_sync.actor_to_rollout]},
         "slurm": dict(sorted(plan.slurm.items())),
         "warnings": list(plan.warnings),
+        # Only in ray mode (absent = steps): plans of the default mode stay as they were.
+        **({"launch": plan.launch.to_json()} if plan.launch != STEPS else {}),
     }
 
 

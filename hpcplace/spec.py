@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from hpcplace.cluster import Cluster, Hardware, NodeGroup
 from hpcplace.errors import SourceLocation, SpecError
+from hpcplace.launch import STEPS, LaunchSpec
 from hpcplace.yaml_source import View, YamlDocument
 
 
@@ -72,6 +73,7 @@ class ExperimentSpec:
     source_format: str = "native"
     slurm: dict[str, str] = field(default_factory=dict)
     model_parallel: bool = False
+    launch: LaunchSpec = STEPS  # the top-level `launch:` block (hpcplace.launch)
 
     def component(self, name: str) -> ComponentSpec:
         return self.components.get(name) or ComponentSpec(name)
@@ -265,7 +267,7 @@ def native_node_group(view: View) -> NodeGroup:
 
 def parse_native(doc: YamlDocument) -> ExperimentSpec:
     root = doc.root()
-    root.check_keys({"format", "name", "cluster", "components", "slurm"})
+    root.check_keys({"format", "name", "cluster", "components", "slurm", "launch"})
     name = check_name(root.require("name"), root.require("name").str(), "experiment name")
     cluster_view = root.require("cluster")
     cluster_view.check_keys({"node_groups", "component_placement"})

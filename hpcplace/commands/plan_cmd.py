@@ -17,6 +17,26 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override a config value, e.g. --set slurm.gpus_per_node=8 (repeatable)")
 
 
+def add_driver_argument(parser: argparse.ArgumentParser) -> None:
+    """`--driver -- CMD...`: cut off by hpcplace.cli before argparse (so the driver's own options are
+    never read as ours); declared here for --help only."""
+    parser.add_argument("--driver", nargs=argparse.REMAINDER, metavar="-- CMD",
+                        help="run in the Ray launch mode with this driver on the head (everything after it); "
+                             "overrides launch.driver of the config")
+
+
+def plan_with_launch(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """Plan the config, with `--driver -- CMD...` (if given) applied to its launch block."""
+    from dataclasses import replace
+
+    from hpcplace.launch import with_driver
+    from hpcplace.planner import plan_from_file
+
+    plan = plan_from_file(args.config, format=args.format, overrides=args.overrides)
+    launch = with_driver(plan.launch, getattr(args, "driver", None))
+    return plan if launch == plan.launch else replace(plan, launch=launch)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("plan", help="expand a config into the exact per-process plan")
     add_config_arguments(parser)

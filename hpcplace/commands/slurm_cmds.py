@@ -8,7 +8,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from hpcplace.commands.plan_cmd import add_config_arguments
+from hpcplace.commands.plan_cmd import add_config_arguments, add_driver_argument, plan_with_launch
 from hpcplace.errors import SlurmError, SpecError
 
 
@@ -28,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_config_arguments(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="run directory to write")
     _template_args(p)
+    add_driver_argument(p)
     p.set_defaults(func=run_render)
 
     p = subparsers.add_parser("submit", help="render into a run directory and sbatch it")
@@ -40,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--no-validate", action="store_true", help="skip the check against the live cluster")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each Slurm command")
     _template_args(p)
+    add_driver_argument(p)
     p.set_defaults(func=run_submit)
 
     p = subparsers.add_parser("validate", help="check the job against the live cluster (sinfo/scontrol)")
@@ -76,9 +78,7 @@ def _launcher(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from hpcplace.planner import plan_from_file
-
-    return plan_from_file(args.config, format=args.format, overrides=args.overrides)
+    return plan_with_launch(args)
 
 
 def run_render(args: argparse.Namespace) -> int:

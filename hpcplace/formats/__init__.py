@@ -68,7 +68,18 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
 
 
 def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = ()) -> ExperimentSpec:
+    """Parse a config in any format; the top-level `launch:` block is read the same way in every one."""
+    from dataclasses import replace
+
+    from hpcplace.launch import parse_launch
+
     doc = apply_overrides(load_yaml_file(path), overrides)
+    spec = _parse_format(doc, format)
+    launch = parse_launch(doc.root().get("launch"))
+    return replace(spec, launch=launch) if launch != spec.launch else spec
+
+
+def _parse_format(doc: YamlDocument, format: str | None) -> ExperimentSpec:
     fmt = (format or detect_format(doc.data)).lower()
     if fmt == "native":
         from hpcplace.spec import parse_native
