@@ -1,6 +1,8 @@
 """Rendering and submission benchmarks.
 
-    python bench/bench_render.py                 # render the 1,024-node plan (no Slurm needed)
+    python bench/bench_render.py                 # render the 1,024-node plan (no Slurm needed), then
+                                                 # `hpcplace render` at 1,024 and 16,384 nodes (wall,
+                                                 # CPU, peak RSS of the fresh process)
     python bench/bench_render.py --submit        # also: submit -> every step running, on the test
                                                  # cluster (scripts/slurm-cluster/up.sh first)
 
@@ -31,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_planner import big_spec_yaml, load_spec_text  # noqa: E402
+from bench_planner import big_spec_yaml, cli_table, load_spec_text  # noqa: E402
 
 from hpcplace.planner import plan_from_spec  # noqa: E402
 from hpcplace.render import render_run, render_script  # noqa: E402
@@ -129,8 +131,13 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--submit", action="store_true", help="also time submission on the test cluster")
+    parser.add_argument("--cli-nodes", type=int, action="append", help="`hpcplace render` sizes (default 1024, 16384)")
+    parser.add_argument("--cli-only", action="store_true")
     args = parser.parse_args()
-    bench_render(args.nodes, args.repeat)
+    if not args.cli_only:
+        bench_render(args.nodes, args.repeat)
+        print()
+    cli_table("render", args.cli_nodes or [1024, 16384], min(args.repeat, 3))
     if args.submit:
         bench_submit(args.repeat)
 

@@ -27,6 +27,9 @@ from hpcplace.runtime.memory import CpuBackend, make_backend
 from hpcplace.runtime.weight_store import WeightPublisher, WeightReader
 
 VOCAB, HIDDEN, SEQ, BATCH, TARGET = 16, 64, 12, 256, 7
+# This node's state directory (HPCPLACE_SHM_DIR = /dev/shm/hpcplace-<jobid>/node-<node>): every
+# weight store and baton below is this node's own; the name only labels the output.
+NODE = os.path.basename(os.environ.get("HPCPLACE_SHM_DIR", "node-?"))[len("node-"):]
 
 
 def make_policy() -> torch.nn.Module:
@@ -104,7 +107,8 @@ def run_actor(cycle: Cycle, job_dir: str, rank: int, world_size: int, cycles: in
             version = publisher.publish({**model.state_dict(), "fingerprint": torch.tensor(kept)})
             assert version == i + 1, (version, i)
             print(f"actor[{rank}] gen {generation}: trained on batch {i} (mean reward "
-                  f"{float(rewards.mean()):.3f}), published weights v{version} fp={kept:08x}", flush=True)
+                  f"{float(rewards.mean()):.3f}), published weights v{version} fp={kept:08x} "
+                  f"(node {NODE})", flush=True)
     batches.close()
     publisher.close()
     if distributed:  # tear gloo down before exit: its threads alive at exit abort the process
@@ -135,7 +139,7 @@ def run_rollout(cycle: Cycle, job_dir: str, rank: int, cycles: int) -> None:
                     assert fingerprint(model) == int(snap.tensors["fingerprint"]), "weights differ from the actor's"
             tokens, rewards = generate(model, scratch, generator)
             print(f"rollout[{rank}] gen {generation}: weights v{i} fp={fingerprint(model):08x}, "
-                  f"mean reward {float(rewards.mean()):.3f}", flush=True)
+                  f"mean reward {float(rewards.mean()):.3f} (node {NODE}, from actor-{sources[0]})", flush=True)
             if i < cycles:
                 publisher.publish({"tokens": tokens.cpu(), "rewards": rewards.cpu(),
                                    "policy_version": torch.tensor(i)})
@@ -158,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         run_actor(cycle, job_dir, rank, world_size, args.cycles, args.lr)
     else:
         run_rollout(cycle, job_dir, rank, args.cycles)
-    if cycle.close():  # the last rank of the group on this node removes the job's shm directory
+    if cycle.close():  # the last rank of the group on this node removes this node's shm directory
         weight_store.cleanup(job_dir)
         print(f"{args.role}[{rank}]: last to leave, removed {job_dir}", flush=True)
     return 0

@@ -44,6 +44,21 @@ class NodeGroup:
     location: SourceLocation | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        # Backstops for every input format (parsers check earlier, with finer locations).
+        from hpcplace import limits
+        from hpcplace.safe_words import check_env, check_sbatch_text
+
+        where = f"node group {self.label!r}"
+        limits.nodes(self.num_nodes, self.location, f"{where}: number of nodes")
+        for count in self.gpus_per_node:
+            limits.gpus_per_node(count, self.location, f"{where}: GPUs per node")
+        for count in self.hardware.per_node if self.hardware else ():
+            limits.hardware_per_node(count, self.location, f"{where}: hardware per node")
+        for key in ("partition", "account", "qos", "constraint", "gpu_type"):
+            value = getattr(self, key)
+            if value is not None:
+                check_sbatch_text(value, f"{where}: {key}", location=self.location)
+        check_env(self.env, location=self.location, what=f"{where}: env")
         if len(self.gpus_per_node) != self.num_nodes:
             raise SpecError(
                 f"node group {self.label!r}: {len(self.gpus_per_node)} GPU counts for {self.num_nodes} nodes",
@@ -82,6 +97,41 @@ class NodeGroup:
 
 
 @dataclass(frozen=True)
+class Charge:
+    """What one het component is charged to. sbatch carries `--account`/`--qos` of a component over
+    to every later component that sets none, so a node group without them inherits the last earlier
+    one's; None = the submitting user's default (no earlier group set one)."""
+
+    account: str | None
+    account_from: str | None  # label of the node group that set it (the group itself when its own)
+    qos: str | None
+    qos_from: str | None
+
+    def describe(self, label: str) -> str:
+        def one(what: str, value: str | None, source: str | None) -> str:
+            if value is None:
+                return f"{what}: the user's default"
+            if source == label:
+                return f"{what} {value}"
+            return f"{what} {value} (inherited from node group {source}: sbatch carries it over)"
+
+        return one("account", self.account, self.account_from) + ", " + one("QOS", self.qos, self.qos_from)
+
+
+def charges(groups: tuple[NodeGroup, ...]) -> tuple[Charge, ...]:
+    """Per node group (= het component, in order), the account and QOS it is really charged to."""
+    out: list[Charge] = []
+    account = account_from = qos = qos_from = None
+    for group in groups:
+        if group.account:
+            account, account_from = group.account, group.label
+        if group.qos:
+            qos, qos_from = group.qos, group.label
+        out.append(Charge(account, account_from, qos, qos_from))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class Node:
     """One node: its cluster-wide rank, its group and its position within that group."""
 
@@ -114,6 +164,10 @@ class Cluster:
                 raise SpecError(f"duplicate node group label {group.label!r} (labels are case-insensitive)",
                                 location=group.location, hint="give every node group its own label")
             seen[key] = group
+        from hpcplace import limits
+
+        limits.nodes(sum(g.num_nodes for g in self.node_groups), self.node_groups[0].location,
+                     "number of nodes in the cluster (all node groups)")
         nodes: list[Node] = []
         for gi, group in enumerate(self.node_groups):
             for i in range(group.num_nodes):

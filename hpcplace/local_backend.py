@@ -6,17 +6,21 @@ rank given by the plan; node names = 127.0.0.1, so MASTER_ADDR is loopback). GPU
 shell's CUDA_VISIBLE_DEVICES if set, else NVML; planned GPU i of any node maps to local GPU
 i mod n (oversubscribed when the plan needs more); with no GPU the planned ids are exported as
 virtual devices. Output lines are prefixed `[component rank]`. The first failure (or Ctrl-C /
-SIGTERM) stops everything: SIGTERM to every process group, SIGKILL after a grace period; the exit
-code is the first failing process's (128+N for a signal N; 130 for Ctrl-C).
+SIGTERM) stops everything: SIGTERM to every process group, SIGKILL after a grace period; a second
+Ctrl-C sends SIGKILL at once. The exit code is the first failing process's (128+N for a signal N;
+130 for Ctrl-C). Whatever kills the backend, even SIGKILL, its processes die with it: each child
+gets SIGTERM from the kernel (PR_SET_PDEATHSIG), and a watchdog process outside the terminal's
+process group, holding the read end of a pipe from the backend, sees the pipe close and sends
+SIGTERM, then SIGKILL after the grace, to every process group (the children's children too).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import selectors
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,11 +36,45 @@ from hpcplace.runtime.devices import parse_device_list, query_nvml
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.plan_index import write_index
 from hpcplace.runtime.ranks import compute_process_env, environment_changes, merge_environment, plan_environment
-from hpcplace.runtime.shm_dir import ShmDirError, open_private_dir
+from hpcplace.runtime.shm_dir import ShmDirError, make_node_dir, remove_job_dir
 from hpcplace.runtime.slurm_env import node_name_at, synthetic_snapshot
 
 LOCAL_ADDR = "127.0.0.1"
 DEFAULT_GRACE_S = 5.0
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+# The watchdog (stdlib only, run with `python -c`): reads process-group ids, one a line, until its
+# stdin closes. `done` = the backend stopped everything itself; end of file without it = the
+# backend died: SIGTERM every group, SIGKILL after the grace (argv[1] seconds).
+_WATCHDOG = """
+import os, signal, sys, time
+groups, done = set(), False
+for line in sys.stdin:
+    line = line.strip()
+    if line == "done":
+        done = True
+    elif line.isdigit():
+        groups.add(int(line))
+if not done and groups:
+    def send(sig):
+        alive = False
+        for g in groups:
+            try:
+                os.killpg(g, sig)
+                alive = True
+            except (ProcessLookupError, PermissionError):
+                pass
+        return alive
+    print("hpcplace: the local backend died; stopping its processes", file=sys.stderr, flush=True)
+    deadline = time.monotonic() + float(sys.argv[1])
+    alive = send(signal.SIGTERM)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = send(0)
+    if alive:
+        send(signal.SIGKILL)
+"""
 
 
 class LocalRunError(HpcplaceError):
@@ -145,18 +183,28 @@ def run_plan_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = Non
         write_index(plan_path)
     except ShimError as exc:
         raise LocalRunError(exc.message, hint=exc.hint) from None
-    shm = Path(processes[0].env["HPCPLACE_SHM_DIR"]) if processes else None
-    if shm is not None:
+    # One directory per planned node (every planned node is this host, sharing its /dev/shm).
+    node_dirs = sorted({proc.env["HPCPLACE_SHM_DIR"] for proc in processes})
+    job_dir = os.path.dirname(node_dirs[0]) if node_dirs else None
+    try:
+        for node_dir in node_dirs:
+            make_node_dir(node_dir)  # mode 0700, ours, not a symlink (both levels)
+    except ShmDirError as exc:
         try:
-            os.close(open_private_dir(str(shm)))  # mode 0700, ours, not a symlink
-        except ShmDirError as exc:
-            raise LocalRunError(exc.message, hint=exc.hint) from None
+            if job_dir is not None:
+                remove_job_dir(job_dir)  # what we made; refuses a directory that is not ours
+        except ShmDirError:
+            pass
+        raise LocalRunError(exc.message, hint=exc.hint) from None
     try:
         print(f"hpcplace: running {len(processes)} process(es) locally; run dir {directory}", file=sys.stderr)
         return supervise(processes, grace_s=grace_s)
     finally:
-        if shm is not None:
-            shutil.rmtree(shm, ignore_errors=True)
+        if job_dir is not None:
+            try:
+                remove_job_dir(job_dir)
+            except ShmDirError:
+                pass
 
 
 # ----------------------------------------------------------------------------------------------
@@ -194,6 +242,8 @@ class _Supervisor:
 
     def __init__(self, grace_s: float, out: BinaryIO, err: BinaryIO) -> None:
         self.grace_s = grace_s
+        self.parent = os.getpid()
+        self.watchdog = _start_watchdog(grace_s)
         self.out = out
         self.err = err
         self.selector = selectors.DefaultSelector()
@@ -209,18 +259,35 @@ class _Supervisor:
     def start(self, proc: LocalProcess) -> bool:
         try:
             popen = subprocess.Popen(list(proc.command), env=proc.env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                     preexec_fn=self._die_with_parent if _LIBC is not None else None)
         except OSError as exc:
             self.say(f"[{proc.label}] cannot start {proc.command[0]!r}: {exc.strerror}")
             self.first_failure = 127 if isinstance(exc, FileNotFoundError) else 126
             return False
         self.running[popen.pid] = (proc, popen)
+        self.tell_watchdog(f"{popen.pid}\n")
         prefix = f"[{proc.label}] ".encode()
         for pipe, sink in ((popen.stdout, self.out), (popen.stderr, self.err)):
             assert pipe is not None
             os.set_blocking(pipe.fileno(), False)
             self.selector.register(pipe, selectors.EVENT_READ, _Stream(prefix, sink, popen.pid))
         return True
+
+    def _die_with_parent(self) -> None:
+        """In the child, before exec: SIGTERM from the kernel when the backend dies."""
+        assert _LIBC is not None
+        _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != self.parent:  # the backend died before prctl took effect
+            os._exit(143)
+
+    def tell_watchdog(self, text: str) -> None:
+        if self.watchdog is not None and self.watchdog.stdin is not None:
+            try:
+                self.watchdog.stdin.write(text.encode())
+                self.watchdog.stdin.flush()
+            except OSError:  # it died: the kernel's PR_SET_PDEATHSIG still covers the children
+                self.watchdog = None
 
     def live_groups(self) -> set[int]:
         """Process groups that may still have members: running leaders, and owners of open pipes."""
@@ -273,8 +340,14 @@ class _Supervisor:
             self.relay()
             self.reap()
             if requested and self.deadline is None:
-                self.say(f"{signal.Signals(requested[0]).name}: stopping every process")
+                self.say(f"{signal.Signals(requested[0]).name}: stopping every process "
+                         f"(SIGKILL after {self.grace_s:g} s; Ctrl-C again to kill now)")
                 self.begin_stop()
+            if len(requested) > 1 and not self.killed:
+                self.say(f"second {signal.Signals(requested[1]).name}: SIGKILL to every process")
+                self.signal_all(signal.SIGKILL)
+                self.killed = True
+                self.deadline = time.monotonic() + 1.0
             if not self.running and self.deadline is None and self.selector.get_map():
                 self.begin_stop()  # all processes exited; leftover children still hold their pipes
             now = time.monotonic()
@@ -298,6 +371,21 @@ class _Supervisor:
         for key in list(self.selector.get_map().values()):
             self.close(key)
         self.selector.close()
+        if self.watchdog is not None:
+            self.tell_watchdog("done\n")
+            if self.watchdog.stdin is not None:
+                self.watchdog.stdin.close()
+            self.watchdog.wait()
+
+
+def _start_watchdog(grace_s: float) -> subprocess.Popen[bytes] | None:
+    """The process that stops the children when the backend is killed (see the module doc): its
+    own session, so a terminal's Ctrl-C or a kill of the backend's process group spares it."""
+    try:
+        return subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(grace_s)], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return None
 
 
 def supervise(processes: Sequence[LocalProcess], *, grace_s: float = DEFAULT_GRACE_S,

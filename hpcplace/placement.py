@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from hpcplace.cluster import RESERVED_NODE_LABEL, Cluster, ResourceKind
 from hpcplace.errors import PlanError
@@ -48,6 +49,12 @@ class ResourceSpace:
     @property
     def size(self) -> int:
         return len(self.node_of)
+
+    @cached_property
+    def node_bounds(self) -> tuple[int, ...]:
+        """Resource ranks where a new node starts, then `size` (resources of a node are contiguous)."""
+        node_of = self.node_of
+        return (0, *[r for r in range(1, len(node_of)) if node_of[r] != node_of[r - 1]], len(node_of))
 
     @property
     def resource_name(self) -> str:
@@ -116,72 +123,15 @@ def resource_space(cluster: Cluster, labels: Sequence[str] | None, *, count_node
 
 
 def place(cluster: Cluster, space: ResourceSpace, resource_lists: Sequence[Sequence[int]],
-          *, isolate_accelerator: bool = True, what: str = "component") -> tuple[Placement, ...]:
+          *, isolate_accelerator: bool = True, what: str = "component") -> Sequence[Placement]:
     """Turn per-process resource-rank lists (process rank = list index) into Placements.
 
     Validates RLinf's per-process rules: ranks in range and unique, all on one node, one type.
     Local ranks are counted per node in rank order, so node groups may be listed in any order.
+    The result is a compact `hpcplace.process_table.Processes` (a Sequence of Placements).
     """
-    nodes = cluster.nodes
-    node_of, local_of, type_of, kind_of = space.node_of, space.local_of, space.type_of, space.kind_of
-    size = space.size
-    name = space.resource_name
-    all_gpus: dict[int, tuple[str, ...]] = {}
-    rows = []
-    for rank, resources in enumerate(resource_lists):
-        if not resources:
-            raise PlanError(f"{what}: process {rank} has no resources")
-        first = resources[0]
-        for r in resources:
-            if not 0 <= r < size:
-                raise PlanError(f"{what}: process {rank} asks for {name} rank {r}, out of range 0-{size - 1}",
-                                hint="resource ranks count from 0 within the selected node group(s)")
-        node_rank = node_of[first]
-        if len(resources) > 1:
-            if len(set(resources)) != len(resources):
-                raise PlanError(f"{what}: process {rank} lists {name} ranks {list(resources)} more than once")
-            if any(node_of[r] != node_rank for r in resources):
-                spread = sorted({nodes[node_of[r]].rank for r in resources})
-                raise PlanError(
-                    f"{what}: process {rank} would span nodes {spread} with {name} ranks {list(resources)}",
-                    hint="all resources of one process must be on one node; use fewer resources per process")
-            if any(type_of[r] != type_of[first] for r in resources):
-                raise PlanError(f"{what}: process {rank} mixes hardware types "
-                                f"{sorted({type_of[r] for r in resources})}",
-                                hint="one process uses one type of hardware")
-        node = nodes[node_rank]
-        kind = kind_of[first]
-        if kind == "gpu":
-            local = tuple(local_of[r] for r in resources)
-            visible = tuple(str(x) for x in local) if isolate_accelerator else _all(all_gpus, node.rank, node.gpus)
-            isolated = isolate_accelerator
-            hw = local
-        else:
-            visible = _all(all_gpus, node.rank, node.gpus)
-            isolated = False
-            hw = tuple(local_of[r] for r in resources) if kind == "hardware" else ()
-        rows.append((rank, node, visible, isolated, hw, type_of[first]))
-    node_order: dict[int, int] = {}
-    per_node_count: dict[int, int] = {}
-    local_rank: list[int] = []
-    for row in rows:
-        n = row[1].rank
-        if n not in node_order:
-            node_order[n] = len(node_order)
-        count = per_node_count.get(n, 0)
-        local_rank.append(count)
-        per_node_count[n] = count + 1
-    out = []
-    for (rank, node, visible, isolated, hw, rtype), lrank in zip(rows, local_rank):
-        out.append(Placement(
-            rank, node.rank, node_order[node.rank], int(visible[0]) if visible else -1,
-            (node.gpu_type or "gpu") if node.gpus else NO_ACCELERATOR, lrank, per_node_count[node.rank],
-            visible, isolated, hw, node.group_label, node.partition, node.group_index, node.index_in_group, rtype))
-    return tuple(out)
+    from hpcplace.process_table import build_processes
+
+    return build_processes(cluster, space, resource_lists, isolate_accelerator=isolate_accelerator, what=what)
 
 
-def _all(cache: dict[int, tuple[str, ...]], node_rank: int, gpus: int) -> tuple[str, ...]:
-    got = cache.get(node_rank)
-    if got is None:
-        got = cache[node_rank] = tuple(str(i) for i in range(gpus))
-    return got

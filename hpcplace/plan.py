@@ -8,11 +8,19 @@ whole file (see README, "plan.json schema").
 from __future__ import annotations
 
 import json
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, repeat
+from operator import add
+from typing import TYPE_CHECKING, TextIO
 
-from hpcplace.cluster import Cluster, NodeGroup
+from hpcplace.cluster import Charge, Cluster, Node, NodeGroup, charges
 from hpcplace.launch import STEPS, LaunchSpec
 from hpcplace.placement import Placement
+
+if TYPE_CHECKING:
+    from hpcplace.process_table import Slot
 
 SCHEMA = "hpcplace.plan/1"
 PROCESS_FIELDS = tuple(Placement.__dataclass_fields__)
@@ -34,7 +42,7 @@ class ComponentPlan:
     cpus_per_process: int
     mem_per_process_mb: int | None
     collocation_group: str | None
-    processes: tuple[Placement, ...]
+    processes: Sequence[Placement]  # a tuple, or the planner's compact process_table.Processes
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,13 @@ def _group_json(group: NodeGroup, het_group: int, first_node_rank: int) -> dict[
     }
 
 
+def _charge_json(charge: Charge) -> dict[str, object]:
+    """The account/QOS the het component is charged to, and which node group set it (sbatch carries
+    them over to later components); null account/qos = the submitting user's default."""
+    return {"account": charge.account, "account_from": charge.account_from, "qos": charge.qos,
+            "qos_from": charge.qos_from}
+
+
 def plan_header(plan: Plan) -> dict[str, object]:
     """Everything but the process records, as JSON-ready data."""
     cluster = plan.cluster
@@ -105,7 +120,8 @@ def plan_header(plan: Plan) -> dict[str, object]:
         "schema": SCHEMA,
         "name": plan.name,
         "source": {"path": plan.source, "format": plan.source_format},
-        "node_groups": [_group_json(g, i, cluster.first_node_rank(i)) for i, g in enumerate(cluster.node_groups)],
+        "node_groups": [{**_group_json(g, i, cluster.first_node_rank(i)), "charged": _charge_json(c)}
+                        for i, (g, c) in enumerate(zip(cluster.node_groups, charges(cluster.node_groups)))],
         "collocation_groups": [
             {"name": g.name, "components": list(g.components), "phases": [list(p) for p in g.phases],
              "resource_type": g.resource_type,
@@ -123,7 +139,7 @@ def plan_header(plan: Plan) -> dict[str, object]:
     }
 
 
-def _component_header(comp: ComponentPlan) -> dict[str, object]:
+def component_header(comp: ComponentPlan) -> dict[str, object]:
     return {
         "name": comp.name, "world_size": comp.world_size, "node_groups": list(comp.node_groups),
         "resource_type": comp.resource_type, "command": list(comp.command),
@@ -160,25 +176,140 @@ def process_json(p: Placement, _strings: dict[str, str] | None = None) -> str:
 
 def plan_to_json(plan: Plan) -> str:
     """Deterministic text: a pretty header, then each component with one process per line."""
-    header = plan_header(plan)
+    return "".join(iter_plan_json(plan))
+
+
+@dataclass
+class ProcessSpans:
+    """Where each process record of one component lies in the written plan.json (rank order)."""
+
+    offsets: array = field(default_factory=lambda: array("Q"))
+    lengths: array = field(default_factory=lambda: array("I"))
+
+
+_INDENT = "        "
+_SEP = ",\n" + _INDENT
+_CHUNK = 8192  # records per yielded piece: ~2 MB of text
+
+
+def iter_plan_json(plan: Plan, spans: list[ProcessSpans] | None = None, *,
+                   header: dict[str, object] | None = None) -> Iterator[str]:
+    """plan_to_json in pieces of at most a few MB, so a million-process plan is never one string.
+
+    With `spans`, append one ProcessSpans per component (the plan index is built from them
+    without reading the file back). The text is ASCII (json.dumps escapes), so characters = bytes.
+    `header`: plan_header(plan) when the caller already has it."""
+    header = plan_header(plan) if header is None else header
     dump = lambda v: json.dumps(v, sort_keys=False)  # noqa: E731
     lines = ["{"]
     for key, value in header.items():
         lines.append(f"  {json.dumps(key)}: {dump(value)},")
     lines.append('  "components": [')
+    pos = 0
     for ci, comp in enumerate(plan.components):
-        head = _component_header(comp)
+        head = component_header(comp)
         lines.append("    {")
         for key, value in head.items():
             lines.append(f"      {json.dumps(key)}: {dump(value)},")
         lines.append('      "processes": [')
-        procs = comp.processes
-        strings: dict[str, str] = {}
-        last = len(procs) - 1
-        for i, p in enumerate(procs):
-            lines.append("        " + process_json(p, strings) + ("," if i < last else ""))
-        lines.append("      ]")
+        text = "\n".join(lines) + "\n"
+        lines = []
+        pos += len(text)
+        yield text
+        comp_spans = ProcessSpans() if spans is not None else None
+        if spans is not None:
+            spans.append(comp_spans)  # type: ignore[arg-type]
+        prefix = _INDENT
+        for records in _record_chunks(comp.processes):
+            if comp_spans is not None:  # records hold no newline: json.dumps escapes it
+                lens = list(map(len, records.split(_SEP)))
+                comp_spans.lengths.extend(lens)
+                comp_spans.offsets.extend(accumulate(map(add, lens[:-1], repeat(len(_SEP))),
+                                                     initial=pos + len(prefix)))
+            text = prefix + records
+            pos += len(text)
+            yield text
+            prefix = _SEP
+        tail = "\n" if len(comp.processes) else ""
+        lines.append(tail + "      ]")
         lines.append("    }" + ("," if ci < len(plan.components) - 1 else ""))
     lines.append("  ]")
     lines.append("}")
-    return "\n".join(lines) + "\n"
+    yield "\n".join(lines) + "\n"
+
+
+def write_plan_json(plan: Plan, out: TextIO, spans: list[ProcessSpans] | None = None, *,
+                    header: dict[str, object] | None = None) -> int:
+    """Stream plan.json into `out`; returns the number of bytes (= characters) written."""
+    written = 0
+    for piece in iter_plan_json(plan, spans, header=header):
+        out.write(piece)
+        written += len(piece)
+    return written
+
+
+def _record_chunks(processes: Sequence[Placement]) -> Iterator[str]:
+    """Process records (one JSON object each, joined by `_SEP`), in rank order, a few thousand
+    records a piece.
+
+    For the planner's Processes, a run of a node is one `str.join` over its cached literal pieces
+    with the varying numbers slotted in by (C-level) slice assignment, not one format per process."""
+    from hpcplace.process_table import Processes
+
+    if not isinstance(processes, Processes):
+        strings: dict[str, str] = {}
+        for i in range(0, len(processes), _CHUNK):
+            yield _SEP.join([process_json(p, strings) for p in processes[i:i + _CHUNK]])
+        return
+    templates: dict[tuple[int, int, bool], list[str]] = {}
+    strings = {}
+    buf: list[str] = []
+    count = 0
+    for run in processes.runs:
+        node = run.node
+        key = (id(run.slots), node.group_index, bool(node.gpus))
+        pieces = templates.get(key)
+        if pieces is None:
+            pieces = templates[key] = _run_pieces(run.slots, node, strings)
+        n = node.rank
+        m = len(run.slots)
+        parts = pieces[:]
+        parts[1::_HOLES] = map(str, range(run.first_rank, run.first_rank + m))  # type: ignore[call-overload]
+        parts[3::_HOLES] = [str(n)] * m
+        parts[5::_HOLES] = [str(processes.placement_node_rank(n))] * m
+        parts[7::_HOLES] = map(str, range(run.first_local, run.first_local + m))  # type: ignore[call-overload]
+        parts[9::_HOLES] = [str(processes.local_world_size(n))] * m
+        parts[11::_HOLES] = [str(node.index_in_group)] * m
+        buf.append("".join(parts))
+        count += m
+        if count >= _CHUNK:
+            yield _SEP.join(buf)
+            buf, count = [], 0
+    if buf:
+        yield _SEP.join(buf)
+
+
+_FIELD_MARKS = (("rank", -1001), ("cluster_node_rank", -1002), ("placement_node_rank", -1003),
+                ("local_rank", -1004), ("local_world_size", -1005), ("group_node_index", -1006))
+_HOLES = 2 * len(_FIELD_MARKS) + 1  # list items per record: 7 literal pieces around 6 numbers
+
+
+def _run_pieces(slots: Sequence[Slot], node: Node, strings: dict[str, str]) -> list[str]:
+    """process_json of each slot split around rank, cluster_node_rank, placement_node_rank,
+    local_rank, local_world_size and group_node_index (placeholders ""), records joined by _SEP."""
+    from hpcplace.process_table import accelerator_type
+
+    out: list[str] = []
+    for k, slot in enumerate(slots):
+        marks = Placement(-1001, -1002, -1003, slot.local_accelerator_rank, accelerator_type(node), -1004, -1005,
+                          slot.visible_accelerators, slot.isolate_accelerator, slot.local_hardware_ranks,
+                          node.group_label, node.partition, node.group_index, -1006, slot.resource_type)
+        rest = process_json(marks, strings)
+        for field_name, mark in _FIELD_MARKS:
+            head, sep, rest = rest.partition(f'"{field_name}":{mark},"')
+            if not sep:
+                raise AssertionError(f"record template: field {field_name!r} not found")  # our own format
+            out += [head + f'"{field_name}":', ""]
+            rest = ',"' + rest
+        out.append(rest + (_SEP if k < len(slots) - 1 else ""))
+    return out

@@ -10,10 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from hpcplace import limits
+from hpcplace.cluster import Cluster
 from hpcplace.errors import PlanError, SpecError
 from hpcplace.placement import Placement, ResourceSpace, place, resource_space
 from hpcplace.plan import CollocationGroup, ComponentPlan, Plan, WeightSync
-from hpcplace.rank_syntax import RankSyntaxError, compress_ranks, expand_rank_map, parse_rank_map
+from hpcplace.process_table import node_processes
+from hpcplace.rank_syntax import RankMapPart, RankSyntaxError, SpreadLists, compress_ranks, parse_rank_map
 from hpcplace.spec import ExperimentSpec, PlacementEntry
 
 
@@ -21,7 +24,7 @@ from hpcplace.spec import ExperimentSpec, PlacementEntry
 class _Expanded:
     entry: PlacementEntry
     space: ResourceSpace
-    lists: list[list[int]]
+    lists: Sequence[Sequence[int]]
 
 
 def plan_from_spec(spec: ExperimentSpec) -> Plan:
@@ -38,6 +41,10 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
     weight_sync = None
     if spec.model_parallel:
         expanded, weight_sync = _model_parallel(spec, expanded)
+    total = sum(len(expanded[name].lists) for name in order)
+    if total > limits.MAX_PROCESSES:
+        first = spec.placements[0] if spec.placements else None
+        limits.processes(total, first.location if first else None, "number of processes in the plan")
     components = []
     for name in order:
         exp = expanded[name]
@@ -47,7 +54,7 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
         except PlanError as exc:
             raise PlanError(exc.message, hint=exc.hint, location=exp.entry.location) from None
         components.append(ComponentPlan(
-            name=name, world_size=len(processes), node_groups=_groups_used(processes),
+            name=name, world_size=len(processes), node_groups=_groups_used(spec.cluster, processes),
             resource_type=_resource_type(processes), command=settings.command, env=settings.env,
             offload=settings.offload, tensor_parallel_size=settings.tensor_parallel_size or 1,
             pipeline_parallel_size=settings.pipeline_parallel_size or 1,
@@ -79,8 +86,10 @@ def _space(spec: ExperimentSpec, entry: PlacementEntry,
     return cache[key]
 
 
-def _resource_lists(entry: PlacementEntry, space: ResourceSpace) -> list[list[int]]:
+def _resource_lists(entry: PlacementEntry, space: ResourceSpace) -> Sequence[Sequence[int]]:
     if entry.resource_lists is not None:
+        limits.processes(len(entry.resource_lists), entry.location,
+                         f"number of processes of {', '.join(entry.components)}")
         return [list(r) for r in entry.resource_lists]
     assert entry.rank_map is not None
     where = f" ({', '.join(entry.node_group)})" if entry.node_group else ""
@@ -89,18 +98,18 @@ def _resource_lists(entry: PlacementEntry, space: ResourceSpace) -> list[list[in
     except RankSyntaxError as exc:
         raise PlanError(f"placement {entry.rank_map!r} of {', '.join(entry.components)}{where}: {exc.message}",
                         hint=exc.hint, location=entry.location_at(exc.offset)) from None
-    return expand_rank_map(parts)
+    return SpreadLists(parts)  # = expand_rank_map(parts), computed on demand
 
 
-def _groups_used(processes: Sequence[Placement]) -> tuple[str, ...]:
+def _groups_used(cluster: Cluster, processes: Sequence[Placement]) -> tuple[str, ...]:
     seen: dict[str, None] = {}
-    for p in processes:
-        seen.setdefault(p.node_group_label, None)
+    for view in node_processes(processes):  # in order of first use, like the processes
+        seen.setdefault(cluster.nodes[view.cluster_node_rank].group_label, None)
     return tuple(seen)
 
 
 def _resource_type(processes: Sequence[Placement]) -> str:
-    types = sorted({p.resource_type for p in processes})
+    types = sorted({s.resource_type for view in node_processes(processes) for s in set(view.slots)})
     return types[0] if len(types) == 1 else ",".join(types)
 
 
@@ -108,7 +117,9 @@ def _resource_type(processes: Sequence[Placement]) -> str:
 # model-parallel placement (RLinf's ModelParallelComponentPlacement)
 
 def _contiguous(name: str, exp: _Expanded) -> list[int]:
-    ranks = sorted({r for lst in exp.lists for r in lst})
+    lists = exp.lists
+    ranks = (lists.resource_ranks() if isinstance(lists, SpreadLists)
+             else sorted({r for lst in lists for r in lst}))
     if exp.space.kind != "gpu":
         raise PlanError(f"model-parallel component {name!r} must be placed on GPUs", location=exp.entry.location)
     if ranks != list(range(ranks[0], ranks[-1] + 1)):
@@ -155,7 +166,7 @@ def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tup
         stride = 1
         rollout_lists = _packed(r_gpus[0], r_gpus[-1], rtp * rpp, 1, "rollout", rollout)
         if inference:
-            out["inference"] = replace(inference, lists=[[g] for g in i_gpus])
+            out["inference"] = replace(inference, lists=_one_each(i_gpus))
     else:
         raise PlanError(
             "model-parallel placement must be collocated (actor GPUs == rollout GPUs) or disaggregated "
@@ -167,7 +178,7 @@ def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tup
         raise PlanError(f"actor tensor_parallel_size {atp} exceeds its {len(a_gpus)} GPUs")
     if rtp > len(r_gpus):
         raise PlanError(f"rollout tensor_parallel_size {rtp} exceeds its {len(r_gpus)} GPUs")
-    out["actor"] = replace(actor, lists=[[g] for g in a_gpus])
+    out["actor"] = replace(actor, lists=_one_each(a_gpus))
     out["rollout"] = replace(rollout, lists=rollout_lists)
     if mode == "collocated":
         owner = {g: i for i, g in enumerate(a_gpus)}
@@ -179,6 +190,11 @@ def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tup
         targets = _disaggregated_targets(len(a_gpus), atp, app, len(rollout_lists), rtp, rollout.entry)
     sync = WeightSync(mode, atp, app, rtp, stride, tuple(tuple(t) for t in targets))
     return out, sync
+
+
+def _one_each(gpus: list[int]) -> SpreadLists:
+    """[[g] for g in gpus] for contiguous gpus, as one rank-map part (planned without the lists)."""
+    return SpreadLists((RankMapPart(gpus[0], gpus[-1], 0, len(gpus) - 1),))
 
 
 def _packed(start: int, end: int, per: int, stride: int, name: str, exp: _Expanded) -> list[list[int]]:
@@ -216,15 +232,23 @@ def collocation_groups(components: Sequence[ComponentPlan]) -> tuple[Collocation
 
     Node-kind processes (CPU workers, the `node` label) own no device and are never collocated.
     `phases` packs members greedily, in plan order, into turns of pairwise-disjoint device sets."""
-    devices: dict[str, set[tuple[int, str, int]]] = {}
+    # per component: cluster node rank -> the (resource type, local rank) devices it holds there
+    devices: dict[str, dict[int, frozenset[tuple[str, int]]]] = {}
+    per_layout: dict[int, frozenset[tuple[str, int]]] = {}  # id of a slots tuple -> its devices
     for comp in components:
-        owned: set[tuple[int, str, int]] = set()
-        for p in comp.processes:
-            if p.resource_type == "node":
-                continue
-            for local in p.local_hardware_ranks:
-                owned.add((p.cluster_node_rank, p.resource_type, local))
+        owned: dict[int, frozenset[tuple[str, int]]] = {}
+        views = node_processes(comp.processes)
+        for view in views:
+            held = per_layout.get(id(view.slots))
+            if held is None:
+                held = per_layout[id(view.slots)] = frozenset(
+                    (s.resource_type, local) for s in view.slots if s.resource_type != "node"
+                    for local in s.local_hardware_ranks)
+            if held:
+                n = view.cluster_node_rank
+                owned[n] = owned[n] | held if n in owned else held
         devices[comp.name] = owned
+        per_layout.clear()  # ids are only stable while `views` lives
     parent = {c.name: c.name for c in components}
 
     def find(x: str) -> str:
@@ -233,12 +257,14 @@ def collocation_groups(components: Sequence[ComponentPlan]) -> tuple[Collocation
             x = parent[x]
         return x
 
-    owner: dict[tuple[int, str, int], str] = {}
+    on_node: dict[int, list[tuple[str, frozenset[tuple[str, int]]]]] = {}
     for comp in components:
-        for dev in devices[comp.name]:
-            other = owner.setdefault(dev, comp.name)
-            if other != comp.name:
-                parent[find(comp.name)] = find(other)
+        for n, held in devices[comp.name].items():
+            others = on_node.setdefault(n, [])
+            for other, other_held in others:
+                if not held.isdisjoint(other_held):
+                    parent[find(comp.name)] = find(other)
+            others.append((comp.name, held))
     members: dict[str, list[str]] = {}
     for comp in components:
         members.setdefault(find(comp.name), []).append(comp.name)
@@ -246,30 +272,40 @@ def collocation_groups(components: Sequence[ComponentPlan]) -> tuple[Collocation
     for names in members.values():
         if len(names) < 2:
             continue
-        phases: list[tuple[list[str], set[tuple[int, str, int]]]] = []
+        phases: list[tuple[list[str], dict[int, set[tuple[str, int]]]]] = []
         for name in names:
+            mine = devices[name]
             for phase_names, used in phases:
-                if used.isdisjoint(devices[name]):
+                if all(used[n].isdisjoint(h) for n, h in mine.items() if n in used):
                     phase_names.append(name)
-                    used |= devices[name]
+                    _add(used, mine)
                     break
             else:
-                phases.append(([name], set(devices[name])))
-        union = set().union(*(devices[n] for n in names))
-        by_node: dict[int, list[int]] = {}
-        rtypes = sorted({d[1] for d in union})
-        for node, _rtype, local in sorted(union):
-            by_node.setdefault(node, []).append(local)
+                phases.append(([name], _add({}, mine)))
+        union: dict[int, set[tuple[str, int]]] = {}
+        for name in names:
+            _add(union, devices[name])
+        rtypes = sorted({rtype for held in union.values() for rtype, _local in held})
         groups.append(CollocationGroup(
             name=f"colloc-{len(groups)}", components=tuple(names),
             phases=tuple(tuple(p) for p, _ in phases),
-            devices=tuple((n, tuple(sorted(set(locals_)))) for n, locals_ in sorted(by_node.items())),
+            devices=tuple((n, tuple(sorted({local for _rtype, local in union[n]}))) for n in sorted(union)),
             resource_type=",".join(rtypes)))
     return tuple(groups)
 
 
+def _add(into: dict[int, set[tuple[str, int]]],
+         held: dict[int, frozenset[tuple[str, int]]]) -> dict[int, set[tuple[str, int]]]:
+    for n, devs in held.items():
+        if n in into:
+            into[n] |= devs
+        else:
+            into[n] = set(devs)
+    return into
+
+
 def _warnings(spec: ExperimentSpec, components: Sequence[ComponentPlan]) -> tuple[str, ...]:
-    used_nodes = {p.cluster_node_rank for c in components for p in c.processes}
+    used_nodes = {v.cluster_node_rank for c in components for v in node_processes(c.processes)}
     out = []
     for group in spec.cluster.node_groups:
         idle = [n.rank for n in spec.cluster.nodes if n.group_label == group.label and n.rank not in used_nodes]

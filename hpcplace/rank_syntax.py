@@ -7,10 +7,13 @@ offending part so the caller can point at file:line:col inside the YAML scalar.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from hpcplace.errors import PlanError
+from hpcplace.limits import MAX_PROCESSES  # processes per placement (one cap for all, in hpcplace.limits)
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,6 @@ class RankSyntaxError(PlanError):
         self.offset = offset
 
 
-MAX_PROCESSES = 1 << 22  # 4,194,304 processes per placement: far beyond any cluster, far below exhausting memory
 _DIGITS = re.compile(r"^[0-9]+$")
 _SYNTAX_HINT = "write `a`, `a-b` or `all` for resources, optionally `:c-d` for processes, e.g. `0-3:0-7,4-7`"
 
@@ -58,6 +60,9 @@ def parse_range(text: str, *, total: int | None, offset: int, what: str) -> tupl
     pieces = token.split("-")
     if len(pieces) not in (1, 2) or not all(_DIGITS.match(p.strip()) for p in pieces):
         raise RankSyntaxError(f"invalid {what} {token!r}", offset=lead, hint=_SYNTAX_HINT)
+    if any(len(p.strip()) > 9 for p in pieces):
+        raise RankSyntaxError(f"{what} {token!r}: number too large (at most {MAX_PROCESSES} processes are supported)",
+                              offset=lead, hint=_SYNTAX_HINT)
     start = int(pieces[0])
     end = int(pieces[-1])
     if start > end:
@@ -138,8 +143,69 @@ def expand_rank_map(parts: tuple[RankMapPart, ...]) -> list[list[int]]:
     return out
 
 
+class SpreadLists(Sequence[list[int]]):
+    """`expand_rank_map(parts)` computed on demand (equal to it as a sequence), so a placement of
+    a million processes is not a million lists; the planner reads `parts` directly."""
+
+    def __init__(self, parts: tuple[RankMapPart, ...]) -> None:
+        self.parts = parts
+        self._starts = [p.process_start for p in parts]
+        self._len = parts[-1].process_end + 1 if parts else 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> list[int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[list[int]]: ...
+
+    def __getitem__(self, index: int | slice) -> list[int] | list[list[int]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._len))]
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError("process rank out of range")
+        part = self.parts[bisect_right(self._starts, index) - 1]
+        return _spread(part, index - part.process_start)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for part in self.parts:
+            for i in range(part.num_processes):
+                yield _spread(part, i)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SpreadLists):
+            return self.parts == other.parts
+        if isinstance(other, (list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.parts)
+
+    def resource_ranks(self) -> list[int]:
+        """Every resource rank some process uses, ascending (every resource of every part)."""
+        return [r for p in self.parts for r in range(p.resource_start, p.resource_end + 1)]
+
+
+def _spread(part: RankMapPart, i: int) -> list[int]:
+    n_res, n_proc = part.num_resources, part.num_processes
+    if n_res >= n_proc:
+        per = n_res // n_proc
+        first = part.resource_start + i * per
+        return list(range(first, first + per))
+    return [part.resource_start + i // (n_proc // n_res)]
+
+
 def compress_ranks(ranks: Iterable[int]) -> str:
     """`[0,1,2,5,7,8]` -> `"0-2,5,7-8"` (order kept; runs of +1 collapse)."""
+    if isinstance(ranks, (tuple, list, range)) and len(ranks) > 1:
+        first = ranks[0]
+        if isinstance(first, int) and tuple(ranks) == tuple(range(first, first + len(ranks))):
+            return f"{first}-{first + len(ranks) - 1}"  # one run: compared in C, not looped in Python
     parts: list[str] = []
     start = prev = None
     for r in ranks:

@@ -7,6 +7,7 @@ Every interpolated value goes through a filter (`q`, `sbatch`, `comment`, `words
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -19,8 +20,10 @@ from pathlib import Path
 import jinja2
 
 from hpcplace.errors import SlurmError, SpecError
-from hpcplace.plan import Plan, plan_to_json
+from hpcplace.plan import Plan, ProcessSpans, component_header, plan_header, write_plan_json
+from hpcplace.process_table import node_processes
 from hpcplace.rank_syntax import compress_ranks
+from hpcplace.safe_words import check_srun_argv
 from hpcplace.slurm_job import (
     LEAKED_GPU_VARIABLES, Segment, SlurmJob, Step, all_nodes_srun_args, lower, segment_srun_args,
 )
@@ -37,14 +40,35 @@ class _Rendered(str):
     """Text a filter produced; the only kind of value `finalize` lets into the script."""
 
 
+def quote_word(text: str) -> str:
+    """shlex.quote, except that text holding control or other non-printable characters (newline,
+    ESC, bidi overrides) is written as bash's $'...' with those characters escaped, so no raw
+    control character reaches job.sbatch (a terminal would act on it when a reviewer `cat`s it)."""
+    if text.isprintable():
+        return shlex.quote(text)
+    out = []
+    for c in text:
+        if c == "\\" or c == "'":
+            out.append("\\" + c)
+        elif c.isprintable():
+            out.append(c)
+        elif ord(c) < 0x100:
+            out.append(f"\\x{ord(c):02x}")
+        elif ord(c) < 0x10000:
+            out.append(f"\\u{ord(c):04x}")
+        else:
+            out.append(f"\\U{ord(c):08x}")
+    return "$'" + "".join(out) + "'"
+
+
 def shell_quote(value: object) -> _Rendered:
     """One shell word (`q`)."""
-    return _Rendered(shlex.quote(str(value)))
+    return _Rendered(quote_word(str(value)))
 
 
 def shell_words(values: Iterable[object]) -> _Rendered:
     """Several shell words (`words`)."""
-    return _Rendered(" ".join(shlex.quote(str(v)) for v in values))
+    return _Rendered(" ".join(quote_word(str(v)) for v in values))
 
 
 def sbatch_word(value: object) -> _Rendered:
@@ -52,8 +76,8 @@ def sbatch_word(value: object) -> _Rendered:
     honours '...' and "..." quoting but drops every backslash and stops at a newline, so values
     holding either cannot be written there."""
     text = str(value)
-    if "\n" in text or "\r" in text or "\\" in text:
-        raise SlurmError(f"{text!r} cannot be written in an #SBATCH line (newline or backslash)",
+    if not text.replace("\t", " ").isprintable() or "\\" in text:
+        raise SlurmError(f"{text!r} cannot be written in an #SBATCH line (control character or backslash)",
                          hint="rename the value (a partition, account, path, ...) without \\ or line breaks")
     return _Rendered(shlex.quote(text))
 
@@ -91,13 +115,19 @@ class _PackageLoader(jinja2.BaseLoader):
 
 def template_environment(template_dir: str | os.PathLike[str] | None = None) -> jinja2.Environment:
     """Jinja environment: a site's template dir first (if given), then the package templates
-    (also reachable as `hpcplace/<name>` so a site template can extend the built-in one)."""
+    (also reachable as `hpcplace/<name>` so a site template can extend the built-in one).
+    One per template dir, kept: compiling the template costs far more than rendering it."""
+    if template_dir is not None and not Path(template_dir).is_dir():
+        raise SpecError(f"template directory {os.fspath(template_dir)!r} does not exist")
+    return _environment(None if template_dir is None else os.fspath(template_dir))
+
+
+@functools.lru_cache(maxsize=8)
+def _environment(template_dir: str | None) -> jinja2.Environment:
     package = _PackageLoader()
     loaders: list[jinja2.BaseLoader] = []
     if template_dir is not None:
-        if not Path(template_dir).is_dir():
-            raise SpecError(f"template directory {os.fspath(template_dir)!r} does not exist")
-        loaders.append(jinja2.FileSystemLoader(os.fspath(template_dir)))
+        loaders.append(jinja2.FileSystemLoader(template_dir))
     loaders += [jinja2.PrefixLoader({BUILTIN_PREFIX: package}), package]
     env = jinja2.Environment(
         loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined, trim_blocks=True,
@@ -139,6 +169,8 @@ def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
         ranks = compress_ranks(range(comp.first_node_rank, comp.first_node_rank + comp.num_nodes))
         lines.append(f"  {comp.het_group}: {comp.label} -> partition {comp.partition}, {comp.num_nodes} node(s) "
                      f"(cluster node ranks {ranks}), GRES {comp.gres or 'none'}")
+        if comp.charge is not None and (comp.charge.account or comp.charge.qos):
+            lines.append(f"     charged to {comp.charge.describe(comp.label)}")
     lines += ["", "component: ranks -> nodes (index within the het component) and GPUs per local task"]
     steps_of: dict[str, list[Step]] = {}
     for step in job.steps:
@@ -202,12 +234,14 @@ def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
         raise SpecError(f"run directory {run_dir!r} must be an absolute path")
     if not launcher:
         raise SpecError("the launcher command is empty", hint="default: hpcplace-run")
+    check_srun_argv(tuple(launcher), "the launcher command")
     job = job or lower(plan)
     env = template_environment(template_dir)
     node_lists = [(c.het_group, f"SLURM_JOB_NODELIST_HET_GROUP_{c.het_group}" if job.is_het
                    else "SLURM_JOB_NODELIST") for c in job.components]
     common = dict(job=job, plan=plan, run_dir=run_dir, plan_file=PLAN_NAME, launcher=tuple(launcher),
-                  every_node=all_nodes_srun_args(job, "hpcplace-shm"), node_lists=node_lists,
+                  every_node=all_nodes_srun_args(job, "hpcplace-shm"),
+                  clean_nodes=all_nodes_srun_args(job, "hpcplace-clean"), node_lists=node_lists,
                   clear_leaked=tuple(a for v in LEAKED_GPU_VARIABLES for a in ("-u", v)))
     try:
         if plan.launch.is_ray:
@@ -244,14 +278,29 @@ def render_run(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequenc
     """Write run_dir/job.sbatch, run_dir/plan.json (+ plan.json.idx for the shim) and run_dir/logs/."""
     root = Path(os.path.abspath(run_dir))
     script = render_script(plan, str(root), launcher=launcher, template_dir=template_dir)
-    plan_text = plan_to_json(plan)
     (root / "logs").mkdir(parents=True, exist_ok=True)
-    _write(root / PLAN_NAME, plan_text)
-    from hpcplace.runtime.plan_index import write_index  # lazily: the runtime's own module
-
-    write_index(root / PLAN_NAME)
+    write_plan_files(plan, root / PLAN_NAME)
     _write(root / SCRIPT_NAME, script, mode=0o755)
     return RenderedRun(root, root / SCRIPT_NAME, root / PLAN_NAME, sha256_text(script))
+
+
+def write_plan_files(plan: Plan, path: Path) -> None:
+    """plan.json, streamed (never one string), then its index from the spans the writer recorded."""
+    from hpcplace.runtime.plan_index import write_index_from_parts  # lazily: the runtime's own module
+
+    spans: list[ProcessSpans] = []
+    header = plan_header(plan)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="ascii", newline="\n") as out:
+        size = write_plan_json(plan, out, spans, header=header)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    nodes = [{(v.het_group, v.group_node_index): v.ranks for v in node_processes(c.processes)}
+             for c in plan.components]
+    # JSON-ready values (tuples are written as lists), the same the plan.json text holds
+    components = [component_header(c) for c in plan.components]
+    write_index_from_parts(path, plan_size=size, plan=header, components=components,
+                           spans=[(s.offsets, s.lengths) for s in spans], nodes=nodes)
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:

@@ -17,11 +17,12 @@ import re
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
-from hpcplace.cluster import NodeGroup
+from hpcplace.cluster import Charge, NodeGroup, charges
 from hpcplace.errors import SlurmError, SpecError
-from hpcplace.placement import Placement
 from hpcplace.plan import ComponentPlan, Plan
+from hpcplace.process_table import LocalRankError, NodeProcesses, Slot, node_processes
 from hpcplace.spec import SLURM_JOB_OPTIONS
 
 # Variables the batch step leaks into every step; `srun --export` cannot clear them (lab facts).
@@ -40,6 +41,7 @@ class HetComponent:
     first_node_rank: int
     gres: str | None
     sbatch_args: tuple[str, ...]
+    charge: Charge | None = None  # the account/QOS it is charged to (written on its own lines)
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ class Step:
     @property
     def ranks(self) -> tuple[int, ...]:
         """Component ranks in srun task order (SLURM_PROCID): segments in order, node-major."""
-        return tuple(r for seg in self.segments for r in seg.ranks)
+        return tuple(chain.from_iterable(seg.ranks for seg in self.segments))
 
     @property
     def num_tasks(self) -> int:
@@ -95,6 +97,8 @@ class SlurmJob:
     steps: tuple[Step, ...]
     batch_args: tuple[str, ...]  # options of the batch (first) component only
     num_processes: int
+    kill_wait_s: int | None = None  # SIGTERM -> SIGKILL grace for steps; None = Slurm's KillWait
+    requeue: bool = False
 
     @property
     def is_het(self) -> bool:
@@ -174,30 +178,122 @@ def lower(plan: Plan) -> SlurmJob:
             raise SpecError(f"slurm.time {options['time']!r} is not a Slurm time limit",
                             hint="write e.g. 30, 4:00:00 or 2-00:00:00")
         time_args = (f"--time={options['time']}",)
+    warning = limit_signal(options.get("signal_before_limit", DEFAULT_LIMIT_SIGNAL))
+    limit_s = time_limit_seconds(options.get("time", ""))
+    if warning and limit_s is not None and int(warning.split("@")[1]) >= limit_s:
+        if "signal_before_limit" in options:  # Slurm would signal every task as soon as it starts
+            raise SpecError(f"slurm.signal_before_limit {options['signal_before_limit']!r} is not shorter than "
+                            f"slurm.time {options['time']!r}", hint="warn fewer seconds before the limit, or "
+                                                                  "turn the warning off with false")
+        warning = f"{warning.split('@')[0]}@{max(1, limit_s // 2)}"  # the default, halved for a short job
+    requeue = _flag(options, "requeue", False)
+    if warning:
+        time_args += (f"--signal={warning}",)
+    if requeue:
+        time_args += ("--requeue",)
     cluster = plan.cluster
     node_needs = _node_needs(plan)
     components = tuple(
-        _het_component(plan, gi, group, job_name, (*time_args, *extra), exclusive, node_needs)
-        for gi, group in enumerate(cluster.node_groups))
+        _het_component(plan, gi, group, job_name, (*time_args, *extra), exclusive, node_needs, charge)
+        for gi, (group, charge) in enumerate(zip(cluster.node_groups, charges(cluster.node_groups))))
     batch_args = []
     if options.get("mail_user"):
         batch_args.append(f"--mail-user={options['mail_user']}")
     if options.get("mail_type"):
         batch_args.append(f"--mail-type={options['mail_type']}")
+    if requeue:  # every attempt's batch log in one file (Slurm truncates it on requeue otherwise)
+        batch_args.append("--open-mode=append")
     names = unique_slugs([c.name for c in plan.components])
     steps: list[Step] = []
     for comp, name in zip(plan.components, names):
         steps.extend(_component_steps(plan, comp, name))
-    return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes)
+    return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes,
+                    kill_wait(options.get("kill_wait")), requeue)
+
+
+DEFAULT_LIMIT_SIGNAL = "TERM@120"
+_SIGNAL_NAMES = ("HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "PIPE", "ALRM", "TERM", "CONT", "STOP",
+                 "TSTP", "TTIN", "TTOU", "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "PWR", "SYS")
+
+
+def limit_signal(value: str) -> str | None:
+    """slurm.signal_before_limit -> `SIG@SECONDS` for `--signal` (no `B:`: every task of every step
+    gets it, not the batch script), or None when turned off. Accepts `120` (SIGTERM), `USR1@300`,
+    `SIGUSR1@300`, `false`/`0`/`none`."""
+    text = str(value).strip()
+    if text.lower() in ("false", "no", "none", "off", "0"):
+        return None
+    sig, _, seconds = text.rpartition("@")
+    sig = (sig or "TERM").upper().removeprefix("SIG")
+    hint = "write SECONDS (SIGTERM that long before the limit), SIGNAL@SECONDS like USR1@300, or false"
+    if not seconds.isdigit() or not 1 <= int(seconds) <= 65535:
+        raise SpecError(f"slurm.signal_before_limit {value!r}: {seconds!r} is not a number of seconds "
+                        "from 1 to 65535", hint=hint)
+    if sig not in _SIGNAL_NAMES and not (sig.isdigit() and 1 <= int(sig) <= 64):
+        raise SpecError(f"slurm.signal_before_limit {value!r}: {sig!r} is not a signal",
+                        hint=f"{hint}; signals: {', '.join(_SIGNAL_NAMES)}")
+    if sig in ("KILL", "STOP", "9", "19"):
+        raise SpecError(f"slurm.signal_before_limit {value!r}: SIG{sig} cannot be caught, so it warns no one",
+                        hint=hint)
+    return f"{sig}@{int(seconds)}"
+
+
+def time_limit_seconds(value: str) -> int | None:
+    """A Slurm time limit in seconds (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S); None when unset/unlimited."""
+    if not value or value.upper() in ("UNLIMITED", "INFINITE") or not sbatch_time_ok(value):
+        return None
+    days, _, rest = value.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if days:
+        h, m, sec = (parts + [0, 0])[:3]
+        return ((int(days) * 24 + h) * 60 + m) * 60 + sec
+    if len(parts) == 1:
+        return parts[0] * 60
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+
+
+def kill_wait(value: str | None) -> int | None:
+    """slurm.kill_wait: seconds between SIGTERM and SIGKILL when the job stops its steps."""
+    if value is None or str(value).strip() == "":
+        return None
+    text = str(value).strip()
+    if not text.isdigit() or int(text) > 3600:
+        raise SpecError(f"slurm.kill_wait {value!r} is not a number of seconds from 0 to 3600",
+                        hint="leave it out to use the cluster's KillWait (scontrol show config)")
+    return int(text)
+
+
+def _flag(options: dict[str, str], key: str, default: bool) -> bool:
+    text = options.get(key)
+    if text is None:
+        return default
+    if text.lower() in ("true", "yes", "1"):
+        return True
+    if text.lower() in ("false", "no", "0"):
+        return False
+    raise SpecError(f"slurm.{key} {text!r} is not true or false")
+
+
+def extra_args_problem(text: str) -> str | None:
+    """Why `slurm.extra_sbatch_args` cannot go into #SBATCH lines (None: it can)."""
+    try:
+        args = shlex.split(text) if text else []
+    except ValueError as exc:
+        return f"cannot split {text!r}: {exc}"
+    for a in args:
+        if not a.startswith("--") or "\n" in a:
+            return f"{a!r} is not a long sbatch option"
+    return None
 
 
 def _extra_args(text: str) -> tuple[str, ...]:
-    args = tuple(shlex.split(text)) if text else ()
-    for a in args:
-        if not a.startswith("--") or "\n" in a:
-            raise SpecError(f"slurm.extra_sbatch_args: {a!r} is not a long sbatch option",
-                            hint="write options as --name=value, e.g. [--reservation=rl]")
-    return args
+    problem = extra_args_problem(text)
+    if problem:
+        raise SpecError(f"slurm.extra_sbatch_args: {problem}",
+                        hint="write options as --name=value, e.g. [--reservation=rl]")
+    return tuple(shlex.split(text)) if text else ()
 
 
 def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:
@@ -205,7 +301,7 @@ def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:
         raise SlurmError(
             f"node group {group.label!r} (partition {group.partition}) has different {what} per node "
             f"{list(values)}; a het-job component asks every node for the same GRES",
-            hint="split the node group into groups whose nodes have equal counts")
+            hint="split the node group into groups whose nodes have equal counts", location=group.location)
     return values[0] if values else 0
 
 
@@ -214,14 +310,22 @@ def _node_needs(plan: Plan) -> dict[int, tuple[int, int]]:
     needs: dict[int, tuple[int, int]] = {}
     for comp in plan.components:
         mem = comp.mem_per_process_mb or 0
-        for p in comp.processes:
-            cpus, mb = needs.get(p.cluster_node_rank, (0, 0))
-            needs[p.cluster_node_rank] = (cpus + comp.cpus_per_process, mb + mem)
+        for view in _node_views(comp):
+            n = len(view.ranks)
+            cpus, mb = needs.get(view.cluster_node_rank, (0, 0))
+            needs[view.cluster_node_rank] = (cpus + comp.cpus_per_process * n, mb + mem * n)
     return needs
 
 
+def _node_views(comp: ComponentPlan) -> list[NodeProcesses]:
+    try:
+        return node_processes(comp.processes)
+    except LocalRankError as exc:
+        raise SlurmError(f"component {comp.name!r}: {exc}", hint="the plan is inconsistent; re-run the planner") from None
+
+
 def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: Sequence[str],
-                   exclusive: bool, needs: dict[int, tuple[int, int]]) -> HetComponent:
+                   exclusive: bool, needs: dict[int, tuple[int, int]], charge: Charge) -> HetComponent:
     """The #SBATCH options of one node group: whole nodes (`--exclusive`) with every GPU of the node
     as GRES, so the plan's physical GPU indices are the job's; `tail` = time limit and extra args."""
     first = plan.cluster.first_node_rank(gi)
@@ -251,17 +355,22 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
     else:
         mem = max([needs.get(first + i, (0, 0))[1] for i in range(group.num_nodes)] + [0])
         args.append(f"--mem={mem}M" if mem else "--mem=0")
-    for flag, value in (("constraint", group.constraint), ("account", group.account), ("qos", group.qos)):
-        if value:
-            args.append(f"--{flag}={value}")
+    if group.constraint:
+        args.append(f"--constraint={group.constraint}")
+    # Written on every component they apply to, inherited ones too: sbatch carries them over from
+    # an earlier component anyway, and the script should say so (see cluster.charges).
+    if charge.account:
+        args.append(f"--account={charge.account}")
+    if charge.qos:
+        args.append(f"--qos={charge.qos}")
     args += tail
-    return HetComponent(gi, group.label, group.partition, group.num_nodes, first, gres, tuple(args))
+    return HetComponent(gi, group.label, group.partition, group.num_nodes, first, gres, tuple(args), charge)
 
 
-def _node_layout(procs: Sequence[Placement], node_gpus: int) -> tuple[tuple[tuple[str, ...], ...], str | None]:
+def _node_layout(slots: Sequence[Slot], node_gpus: int) -> tuple[tuple[tuple[str, ...], ...], str | None]:
     """Per-node key: GPUs per local task, and the bind (None: every task sees all step GPUs)."""
-    task_gpus = tuple(p.visible_accelerators for p in procs)
-    if not node_gpus or not procs[0].isolate_accelerator:
+    task_gpus = tuple(s.visible_accelerators for s in slots)
+    if not node_gpus or not slots[0].isolate_accelerator:
         return task_gpus, None
     return task_gpus, gpu_bind(task_gpus)
 
@@ -271,21 +380,17 @@ def _component_steps(plan: Plan, comp: ComponentPlan, name: str) -> list[Step]:
     if comp.cpus_per_process < 1:
         raise SpecError(f"component {comp.name!r}: cpus_per_process must be >= 1")
     cluster = plan.cluster
-    by_node: dict[tuple[int, int], list[Placement]] = {}
-    for p in comp.processes:
-        by_node.setdefault((p.het_group, p.group_node_index), []).append(p)
+    views = sorted(_node_views(comp), key=lambda v: (v.het_group, v.group_node_index))
+    keys: dict[tuple[int, int], object] = {}  # (id of a slots tuple, GPUs of the node) -> layout key
     per_group: dict[int, list[tuple[int, object]]] = {}
-    for (g, j), procs in sorted(by_node.items()):
-        procs.sort(key=lambda p: p.local_rank)
-        if [p.local_rank for p in procs] != list(range(len(procs))) or any(
-                p.local_world_size != len(procs) for p in procs):
-            raise SlurmError(f"component {comp.name!r}: local ranks on node {j} of het group {g} are not "
-                             f"0..{len(procs) - 1}", hint="the plan is inconsistent; re-run the planner")
-        group = cluster.node_groups[g]
-        node_gpus = group.gpus_per_node[j]
-        task_gpus, bind = _node_layout(procs, node_gpus)
-        key = (len(procs), node_gpus, bind, task_gpus)
-        per_group.setdefault(g, []).append((j, (key, tuple(p.rank for p in procs))))
+    for view in views:
+        g, j = view.het_group, view.group_node_index
+        node_gpus = cluster.node_groups[g].gpus_per_node[j]
+        key = keys.get((id(view.slots), node_gpus))
+        if key is None:
+            task_gpus, bind = _node_layout(view.slots, node_gpus)
+            key = keys[(id(view.slots), node_gpus)] = (len(view.slots), node_gpus, bind, task_gpus)
+        per_group.setdefault(g, []).append((j, (key, view.ranks)))
     mem_per_task = comp.mem_per_process_mb or 0
     segments_by_group: dict[int, list[Segment]] = {}
     for g, items in sorted(per_group.items()):
@@ -294,7 +399,7 @@ def _component_steps(plan: Plan, comp: ComponentPlan, name: str) -> list[Step]:
         ranks_of = {j: ranks for j, (_key, ranks) in items}
         for first, count, key in consecutive_runs(keyed):
             ntasks, node_gpus, bind, task_gpus = key  # type: ignore[misc]
-            ranks = tuple(r for j in range(first, first + count) for r in ranks_of[j])
+            ranks = tuple(chain.from_iterable(ranks_of[j] for j in range(first, first + count)))
             segments_by_group.setdefault(g, []).append(Segment(
                 het_group=g, relative=first, num_nodes=count, tasks_per_node=ntasks,
                 cpus_per_task=comp.cpus_per_process, mem_mb=mem_per_task * ntasks,

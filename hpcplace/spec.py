@@ -18,9 +18,11 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from hpcplace import limits
 from hpcplace.cluster import Cluster, Hardware, NodeGroup
 from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.launch import STEPS, LaunchSpec
+from hpcplace.safe_words import argv_problem, check_sbatch_text
 from hpcplace.yaml_source import View, YamlDocument
 
 
@@ -117,23 +119,33 @@ def parse_command(view: View) -> tuple[str, ...]:
             argv.append(str(item.value))
         if not argv:
             raise view.error("command is empty")
-        return tuple(argv)
+        return _checked_argv(view, tuple(argv))
     text = view.str()
     try:
-        return tuple(shlex.split(text))
+        return _checked_argv(view, tuple(shlex.split(text)))
     except ValueError as exc:
         raise view.error(f"cannot split command {text!r}: {exc}", hint="give the command as a YAML list") from None
 
 
-def per_node_counts(view: View, num_nodes: int, what: str) -> tuple[int, ...]:
-    """An int for every node, or a list with one int per node."""
+def _checked_argv(view: View, argv: tuple[str, ...]) -> tuple[str, ...]:
+    problem = argv_problem(argv)
+    if problem is not None:
+        raise view.error(f"command: {problem}", hint="give the command as a YAML list of non-empty words")
+    return argv
+
+
+def per_node_counts(view: View, num_nodes: int, what: str, cap: int | None = None) -> tuple[int, ...]:
+    """An int for every node, or a list with one int per node (each at most `cap`)."""
+    def one(item: View) -> int:
+        value = item.int(minimum=0)
+        return value if cap is None else limits.check_cap(value, cap, what, item.location())
+
     if isinstance(view.value, list):
-        counts = tuple(item.int(minimum=0) for item in view.elements())
-        if len(counts) != num_nodes:
-            raise view.error(f"{what}: {len(counts)} values for {num_nodes} nodes",
+        if len(view.value) != num_nodes:
+            raise view.error(f"{what}: {len(view.value)} values for {num_nodes} nodes",
                              hint="give one number for all nodes, or exactly one per node")
-        return counts
-    return (view.int(minimum=0),) * num_nodes
+        return tuple(one(item) for item in view.elements())
+    return (one(view),) * num_nodes
 
 
 def placement_entries(view: View) -> tuple[PlacementEntry, ...]:
@@ -198,7 +210,8 @@ def component_settings(view: View, name: str) -> ComponentSpec:
     offload = view.get("offload").bool() if view.get("offload") else False
     tp = _alias_int(view, ("tensor_parallel_size", "tp"))
     pp = _alias_int(view, ("pipeline_parallel_size", "pp"))
-    cpus = view.get("cpus_per_process").int(minimum=1) if view.get("cpus_per_process") else 1
+    cpus = limits.cpus_per_node(view.get("cpus_per_process").int(minimum=1), view.get("cpus_per_process").location(),
+                                "cpus_per_process") if view.get("cpus_per_process") else 1
     mem = parse_memory_mb(view.get("mem_per_process")) if view.get("mem_per_process") else None
     return ComponentSpec(name, command, env, offload, tp, pp, cpus, mem, view.location())
 
@@ -213,7 +226,7 @@ def _alias_int(view: View, keys: tuple[str, ...]) -> int | None:
 
 # The job-level `slurm:` keys every format accepts (lowered in hpcplace.slurm_job).
 SLURM_JOB_OPTIONS = frozenset({"time", "job_name", "mail_user", "mail_type", "exclusive", "output_dir",
-                               "extra_sbatch_args"})
+                               "extra_sbatch_args", "signal_before_limit", "kill_wait", "requeue"})
 
 
 def slurm_options(view: View | None) -> dict[str, str]:
@@ -223,12 +236,30 @@ def slurm_options(view: View | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, child in view.items():
         if isinstance(child.value, list):
+            if any(isinstance(v, (list, dict)) for v in child.value):
+                raise child.error("expected a list of strings")
             out[key] = shlex.join(str(v) for v in child.value)
         elif isinstance(child.value, (str, int, bool)):
             out[key] = str(child.value).lower() if isinstance(child.value, bool) else str(child.value)
         else:
             raise child.error("expected a string")
+        check_slurm_option(key, out[key], child.location())
     return out
+
+
+def check_slurm_option(key: str, value: str, location: SourceLocation | None) -> None:
+    """What lowering and rendering would refuse, refused at plan time with the config location."""
+    from hpcplace.slurm_job import extra_args_problem, sbatch_time_ok
+
+    check_sbatch_text(value, f"slurm.{key}", location=location)
+    if key == "time" and not sbatch_time_ok(value):
+        raise SpecError(f"slurm.time {value!r} is not a Slurm time limit", location=location,
+                        hint="write e.g. 30, 4:00:00 or 2-00:00:00")
+    if key == "extra_sbatch_args":
+        problem = extra_args_problem(value)
+        if problem:
+            raise SpecError(f"slurm.extra_sbatch_args: {problem}", location=location,
+                            hint="write options as --name=value, e.g. [--reservation=rl]")
 
 
 _NATIVE_GROUP_KEYS = {"label", "partition", "nodes", "gpus_per_node", "gpu_type", "cpus_per_node",
@@ -238,15 +269,16 @@ _NATIVE_GROUP_KEYS = {"label", "partition", "nodes", "gpus_per_node", "gpu_type"
 def native_node_group(view: View) -> NodeGroup:
     view.check_keys(_NATIVE_GROUP_KEYS)
     label = check_name(view.require("label"), view.require("label").str(), "node group label")
-    num_nodes = view.require("nodes", "how many nodes").int(minimum=1)
-    gpus = per_node_counts(view.get("gpus_per_node"), num_nodes, "gpus_per_node") if view.get(
+    num_nodes = limits.nodes(view.require("nodes", "how many nodes").int(minimum=1), view.require("nodes").location())
+    gpus = per_node_counts(view.get("gpus_per_node"), num_nodes, "gpus_per_node", limits.MAX_GPUS_PER_NODE) if view.get(
         "gpus_per_node") else (0,) * num_nodes
     hardware = None
     if view.get("hardware") is not None:
         hw = view.require("hardware")
         hw.check_keys({"type", "count"})
         hardware = Hardware(check_name(hw.require("type"), hw.require("type").str(), "hardware type"),
-                            per_node_counts(hw.require("count", "per node"), num_nodes, "hardware.count"))
+                            per_node_counts(hw.require("count", "per node"), num_nodes, "hardware.count",
+                                            limits.MAX_HARDWARE_PER_NODE))
 
     def opt_str(key: str) -> str | None:
         child = view.get(key)
@@ -258,7 +290,8 @@ def native_node_group(view: View) -> NodeGroup:
     partition = opt_str("partition") or label
     return NodeGroup(
         label=label, partition=partition, num_nodes=num_nodes, gpus_per_node=gpus, gpu_type=gpu_type,
-        cpus_per_node=view.get("cpus_per_node").int(minimum=1) if view.get("cpus_per_node") else None,
+        cpus_per_node=limits.cpus_per_node(view.get("cpus_per_node").int(minimum=1),
+                                           view.get("cpus_per_node").location()) if view.get("cpus_per_node") else None,
         mem_per_node_mb=parse_memory_mb(view.get("mem_per_node")) if view.get("mem_per_node") else None,
         constraint=opt_str("constraint"), account=opt_str("account"), qos=opt_str("qos"), hardware=hardware,
         ignore_hardware=view.get("ignore_hardware").bool() if view.get("ignore_hardware") else False,

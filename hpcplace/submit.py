@@ -333,9 +333,99 @@ def watch(job_id: str, *, labels: Sequence[str] = (), interval: float = 1.0, max
     return status
 
 
-def cancel(job_id: str, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> None:
-    """scancel of the leader cancels every het component."""
-    slurm_cli.scancel(job_id, timeout=timeout)
+# `hpcplace status` exit codes (README "Exit codes"); 1-3 are hpcplace's own errors.
+STATE_EXIT_CODES = {"COMPLETED": 0, "FAILED": 10, "OUT_OF_MEMORY": 10, "NODE_FAIL": 10, "BOOT_FAIL": 10,
+                    "DEADLINE": 10, "CANCELLED": 11, "TIMEOUT": 12}
+OTHER_END_EXIT_CODE = 13  # PREEMPTED (not requeued), REVOKED, ...
+
+
+def status_exit_code(status: JobStatus) -> int:
+    """0 only when the job ended with every het component COMPLETED (or has not ended yet, for a
+    one-shot `status`); otherwise the code of the worst component state."""
+    if not status.done:
+        return 0
+    if all(c.state.split()[0] == "COMPLETED" for c in status.components):
+        return 0
+    return STATE_EXIT_CODES.get(status.state, OTHER_END_EXIT_CODE) or OTHER_END_EXIT_CODE
+
+
+def unknown_job(job_id: str) -> SlurmError:
+    return SlurmError(f"Slurm knows no job {job_id}",
+                      hint="check the id (`squeue --me`, `sacct -X`); a job that ended long ago is forgotten "
+                           "by the controller and, without accounting (slurmdbd), by Slurm altogether")
+
+
+def known_status(job_id: str, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> JobStatus:
+    """job_status, or a clear error when Slurm knows nothing about the job."""
+    status = job_status(job_id, timeout=timeout)
+    if status.source == "none":
+        raise unknown_job(job_id)
+    return status
+
+
+def cancel(job_id: str, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> str:
+    """scancel of the leader cancels every het component: Slurm sends SIGTERM to the batch script
+    and every task, SIGKILL after KillWait. A job that already ended is left alone and said so."""
+    status = known_status(job_id, timeout=timeout)
+    if status.done:
+        return f"job {job_id} had already ended: {status.state}; nothing to cancel"
+    try:
+        slurm_cli.scancel(job_id, timeout=timeout)
+    except SlurmError as exc:
+        if "already completing or completed" not in exc.message and "Invalid job id" not in exc.message:
+            raise
+        status = known_status(job_id, timeout=timeout)
+        return f"job {job_id} had already ended: {status.state}; nothing to cancel"
+    return (f"cancelled job {job_id} (every het component): Slurm sends SIGTERM to every task, "
+            "SIGKILL after its KillWait")
+
+
+# ------------------------------------------------------------------------------------------------
+# attempts (a requeued job runs again in the same run directory)
+
+ATTEMPTS_FILE = "attempts.jsonl"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    number: int
+    started: str
+    host: str
+    ended: str | None
+    exit_code: int | None
+
+
+def read_attempts(run_dir: Path) -> list[Attempt]:
+    """attempts.jsonl (one line per start / end, written by the batch script) -> attempts in order.
+    Unreadable lines are skipped: a node may have died mid-write."""
+    path = run_dir / ATTEMPTS_FILE
+    if not path.exists():
+        return []
+    starts: dict[int, dict[str, object]] = {}
+    ends: dict[int, dict[str, object]] = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+            number = int(event["attempt"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        (starts if event.get("event") == "start" else ends)[number] = event
+    out = []
+    for number in sorted(starts):
+        end = ends.get(number, {})
+        code = end.get("exit_code")
+        out.append(Attempt(number, str(starts[number].get("time", "")), str(starts[number].get("host", "")),
+                           str(end["time"]) if "time" in end else None, code if isinstance(code, int) else None))
+    return out
+
+
+def format_attempts(attempts: Sequence[Attempt]) -> list[str]:
+    lines = []
+    for a in attempts:
+        end = f"ended {a.ended} exit={a.exit_code}" if a.ended else "running (or killed before it could record)"
+        lines.append(f"  attempt {a.number}: started {a.started} on {a.host or '?'}, {end}; "
+                     f"logs in {'logs/' if a is attempts[-1] else f'logs/attempt-{a.number}/'}")
+    return lines
 
 
 # ------------------------------------------------------------------------------------------------
@@ -379,10 +469,11 @@ def load_plan(path: Path) -> Plan:
                 launch_from_json(data.get("launch")))
 
 
-def read_hosts(run_dir: Path) -> dict[tuple[int, int], str]:
-    """logs/nodes.txt (written by the job): (het group, node index) -> host name."""
+def read_hosts(run_dir: Path, logs: str = "logs") -> dict[tuple[int, int], str]:
+    """logs/nodes.txt (written by the job): (het group, node index) -> host name. `logs` is
+    logs/attempt-N for an earlier attempt of a requeued job."""
     hosts: dict[tuple[int, int], str] = {}
-    nodes_file = run_dir / "logs" / "nodes.txt"
+    nodes_file = run_dir / logs / "nodes.txt"
     if nodes_file.exists():
         for line in nodes_file.read_text(encoding="utf-8").splitlines():
             parts = line.split()
@@ -391,7 +482,7 @@ def read_hosts(run_dir: Path) -> dict[tuple[int, int], str]:
     return hosts
 
 
-def rank_logs(run_dir: Path, job: SlurmJob, hosts: dict[tuple[int, int], str]) -> list[RankLog]:
+def rank_logs(run_dir: Path, job: SlurmJob, hosts: dict[tuple[int, int], str], logs: str = "logs") -> list[RankLog]:
     """Per component and rank, the file srun wrote: `logs/<step>.<host>.<task id>.out`, where the
     task id is the rank's position in its step's task order (segments in order, node-major, local
     rank) — the same order the batch script uses to name failing ranks."""
@@ -404,7 +495,7 @@ def rank_logs(run_dir: Path, job: SlurmJob, hosts: dict[tuple[int, int], str]) -
                 for k in range(seg.tasks_per_node):
                     where = (f"het {seg.het_group} node {seg.relative + i}"
                              f"{' (' + host + ')' if host else ''}, task {task}")
-                    path = run_dir / "logs" / f"{step.name}.{host}.{task}.out" if host else None
+                    path = run_dir / logs / f"{step.name}.{host}.{task}.out" if host else None
                     out.append(RankLog(step.component, seg.ranks[i * seg.tasks_per_node + k], path, where))
                     task += 1
     order = {name: i for i, name in enumerate(dict.fromkeys(s.component for s in job.steps))}

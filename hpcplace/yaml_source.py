@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from hpcplace import limits
 from hpcplace.errors import SourceLocation, SpecError
 
 PathKey = tuple[Any, ...]
@@ -53,8 +54,15 @@ class YamlDocument:
 
 def load_yaml_text(text: str, path: str = "<string>") -> YamlDocument:
     """Parse YAML safely (never constructs Python objects) and record positions."""
+    if len(text) > limits.MAX_CONFIG_BYTES:
+        raise limits.LimitError(f"the config has {len(text)} characters; hpcplace reads at most "
+                                f"{limits.MAX_CONFIG_BYTES}", location=SourceLocation(path, 1, 1))
     try:
+        _check_depth(text, path)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise limits.LimitError(f"the YAML nesting is too deep (hpcplace reads at most {limits.MAX_YAML_DEPTH} "
+                                "levels)", location=SourceLocation(path, 1, 1)) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         loc = SourceLocation(path, mark.line + 1, mark.column + 1) if mark else None
@@ -66,13 +74,34 @@ def load_yaml_text(text: str, path: str = "<string>") -> YamlDocument:
     if node is None:
         return YamlDocument(path, None, marks)
     constructor = yaml.SafeLoader("")
-    data = _convert(node, (), marks, constructor, path)
+    try:
+        data = _Converter(constructor, path, marks).convert(node, ())
+    except RecursionError:
+        raise limits.LimitError(f"the YAML nesting is too deep (hpcplace reads at most {limits.MAX_YAML_DEPTH} "
+                                "levels)", location=SourceLocation(path, 1, 1)) from None
     return YamlDocument(path, data, marks)
+
+
+def _check_depth(text: str, path: str) -> None:
+    """Refuse deep nesting before composing (PyYAML's composer recurses once per level)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > limits.MAX_YAML_DEPTH:
+                m = event.start_mark
+                raise limits.LimitError(f"the YAML nesting is deeper than {limits.MAX_YAML_DEPTH} levels",
+                                        location=SourceLocation(path, m.line + 1, m.column + 1))
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
 
 
 def load_yaml_file(path: str | Path) -> YamlDocument:
     p = Path(path)
     try:
+        if p.stat().st_size > limits.MAX_CONFIG_BYTES:
+            raise limits.LimitError(f"config file {p} has {p.stat().st_size} bytes; hpcplace reads at most "
+                                    f"{limits.MAX_CONFIG_BYTES}", location=SourceLocation(str(p), 1, 1))
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(f"config file not found: {p}", hint="pass the path of a YAML config") from None
@@ -90,32 +119,85 @@ def _mark(node: yaml.Node) -> ScalarMark:
     return ScalarMark(node.start_mark.line + 1, node.start_mark.column + 1, style or None, raw)
 
 
-def _convert(node: yaml.Node, path: PathKey, marks: dict[PathKey, ScalarMark],
-             constructor: yaml.SafeLoader, file: str) -> Any:
-    marks[path] = _mark(node)
-    if isinstance(node, yaml.MappingNode):
-        constructor.flatten_mapping(node)
-        out: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = _convert(key_node, path + (KEY,), {}, constructor, file)
-            if isinstance(key, (list, dict)):
-                m = _mark(key_node)
-                raise SpecError("a mapping key must be a scalar", location=SourceLocation(file, m.line, m.column))
-            if key in out:
-                m = _mark(key_node)
-                raise SpecError(f"duplicate key {key!r}", location=SourceLocation(file, m.line, m.column),
-                                hint="each key may appear once in a mapping; merge the two entries")
-            marks[path + (key, KEY)] = _mark(key_node)
-            out[key] = _convert(value_node, path + (key,), marks, constructor, file)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_convert(item, path + (i,), marks, constructor, file) for i, item in enumerate(node.value)]
-    try:
-        return constructor.construct_object(node, deep=True)
-    except yaml.constructor.ConstructorError as exc:
+class _Converter:
+    """Node graph -> plain data with marks. Aliases are expanded (every use gets its own path and
+    marks), so their total is capped: a few hundred bytes of nested aliases could otherwise expand
+    into gigabytes ("billion laughs"); an alias used inside its own anchor is an error."""
+
+    def __init__(self, constructor: yaml.SafeLoader, file: str, marks: dict[PathKey, ScalarMark]) -> None:
+        self.constructor = constructor
+        self.file = file
+        self.marks = marks
+        self.count = 0
+        self.active: set[int] = set()  # ids of the collection nodes being converted (cycle check)
+
+    def _error(self, node: yaml.Node, message: str, hint: str | None = None) -> SpecError:
         m = _mark(node)
-        raise SpecError(f"unsupported YAML value: {exc.problem}",
-                        location=SourceLocation(file, m.line, m.column)) from None
+        return SpecError(message, location=SourceLocation(self.file, m.line, m.column), hint=hint)
+
+    def convert(self, node: yaml.Node, path: PathKey, marks: dict[PathKey, ScalarMark] | None = None) -> Any:
+        marks = self.marks if marks is None else marks
+        self.count += 1
+        if self.count > limits.MAX_YAML_VALUES:
+            raise limits.LimitError(
+                f"the document holds more than {limits.MAX_YAML_VALUES} values once YAML aliases are expanded",
+                location=self._error(node, "").location, hint="use fewer or less nested aliases (*name)")
+        if len(path) > limits.MAX_YAML_DEPTH:
+            raise limits.LimitError(f"the YAML nesting is deeper than {limits.MAX_YAML_DEPTH} levels",
+                                    location=self._error(node, "").location)
+        marks[path] = _mark(node)
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            if id(node) in self.active:
+                raise self._error(node, "a YAML alias refers to the mapping or list that contains it",
+                                  hint="an anchor (&name) cannot be used (*name) inside itself")
+            self.active.add(id(node))
+            try:
+                if isinstance(node, yaml.MappingNode):
+                    return self._mapping(node, path, marks)
+                return [self.convert(item, path + (i,), marks) for i, item in enumerate(node.value)]
+            finally:
+                self.active.discard(id(node))
+        try:
+            return self.constructor.construct_object(node, deep=True)
+        except yaml.constructor.ConstructorError as exc:
+            raise self._error(node, f"unsupported YAML value: {exc.problem}") from None
+        except (ValueError, OverflowError) as exc:  # e.g. an integer of more than 4300 digits
+            raise self._error(node, f"unreadable YAML value: {exc}", hint="quote it, or shorten it") from None
+
+    def _mapping(self, node: yaml.MappingNode, path: PathKey, marks: dict[PathKey, ScalarMark]) -> dict[Any, Any]:
+        """A mapping; merge keys (`<<: *base` or `<<: [*a, *b]`) are expanded here, counted like
+        any alias (PyYAML's own flattening copies node lists and can grow exponentially first)."""
+        out: dict[Any, Any] = {}
+        own = []
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for source in reversed(sources):  # the first listed wins (YAML merge rules)
+                    if not isinstance(source, yaml.MappingNode):
+                        raise self._error(source, "a merge key (<<) takes a mapping or a list of mappings")
+                    merged = self.convert(source, path, marks)
+                    out.update(merged)
+            else:
+                own.append((key_node, value_node))
+        marks[path] = _mark(node)
+        seen: set[Any] = set()
+        for key_node, value_node in own:
+            if key_node.tag == "tag:yaml.org,2002:value":
+                key_node.tag = "tag:yaml.org,2002:str"
+            key = self.convert(key_node, path + (KEY,), {})
+            if isinstance(key, (list, dict)):
+                raise self._error(key_node, "a mapping key must be a scalar")
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable scalar (cannot happen with SafeLoader, but never crash)
+                raise self._error(key_node, "a mapping key must be a scalar") from None
+            if duplicate:
+                raise self._error(key_node, f"duplicate key {key!r}",
+                                  hint="each key may appear once in a mapping; merge the two entries")
+            seen.add(key)
+            marks[path + (key, KEY)] = _mark(key_node)
+            out[key] = self.convert(value_node, path + (key,), marks)
+        return out
 
 
 _MISSING = object()
@@ -190,16 +272,24 @@ class View:
             raise self.error(f"expected true or false, got {_describe(self.value)}")
         return self.value
 
-    def str_map(self) -> dict[str, str]:
-        """A mapping of environment-like names to string values (numbers/bools stringified)."""
+    def str_map(self, allowed: tuple[str, ...] = ()) -> dict[str, str]:
+        """An environment: variable names (checked: syntax, not one hpcplace sets unless `allowed`)
+        to string values (numbers/bools stringified)."""
+        from hpcplace.safe_words import check_env_name, check_env_value
+
         out: dict[str, str] = {}
         for key, child in self.items():
             if not isinstance(key, str) or not key:
-                raise child.key_error(f"expected a string name, got {_describe(key)}")
+                raise child.key_error(f"expected a string name, got {_describe(key)}",
+                                      hint="variable names use letters, digits and '_' (e.g. MY_FLAG)")
+            key_path = child.path + (KEY,)
+            where = self.doc.location(key_path) if key_path in self.doc.marks else child.location()
+            check_env_name(key, location=where, allowed=allowed, what=f"`{self.dotted() or 'env'}`")
             if isinstance(child.value, bool):
                 out[key] = "1" if child.value else "0"
             elif isinstance(child.value, (str, int, float)):
-                out[key] = str(child.value)
+                out[key] = check_env_value(key, str(child.value), location=child.location(),
+                                           what=f"`{self.dotted() or 'env'}`")
             else:
                 raise child.error(f"expected a string value for {key!r}, got {_describe(child.value)}")
         return out

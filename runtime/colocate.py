@@ -12,13 +12,16 @@ current at a time. Usage, once per process:
     cycle.close()                            # leave; True for the node's last rank (may clean up)
 
 HPCPLACE_COLLOCATE_EVENTS=<file> makes every rank append onload/offload events (CLOCK_MONOTONIC
-ns, component, rank, devices, generation) to one log, for checking the invariants below.
+ns, node, component, rank, devices, generation) to one log, for checking the invariants below.
 
 Scope: the protocol is PER NODE. Devices are node-local and so is /dev/shm, so each node runs its
 own baton among the ranks of the group that the plan puts on that node; phases with no rank on a
 node are skipped there. Ordering across nodes (e.g. a trainer's collectives) is the program's.
 
-On-disk protocol, in <HPCPLACE_SHM_DIR>/colocate-<group>/ (job dir mode 0700, no symlinks followed):
+On-disk protocol, in <HPCPLACE_SHM_DIR>/colocate-<group>/, where HPCPLACE_SHM_DIR is this node's
+directory /dev/shm/hpcplace-<jobid>/node-<node>/ (mode 0700, no symlinks followed; <node> is
+SLURMD_NODENAME on a cluster, the plan's node on the local backend), so two nodes never share a
+baton even where they share one /dev/shm:
 
 - `rank.<component>.<rank>` - each process holds an exclusive flock on its own file from open to
   close (content: pid, process start time, pid namespace); it is created locked under a temporary
@@ -28,10 +31,11 @@ On-disk protocol, in <HPCPLACE_SHM_DIR>/colocate-<group>/ (job dir mode 0700, no
   the state writes a byte into every member's bell, so waiters sleep in select() instead of
   polling; they still wake every `liveness_interval` (0.1 s) to check owners.
 - `lock` - flock'ed around every read-modify-write of `state`.
-- `state` - small JSON replaced atomically (write + rename): generation, current phase index,
+- `state` - small JSON in a preallocated two-record file rewritten in place (shm_dir.RecordFile: no
+  new space needed on a full /dev/shm, a reader never sees a torn record): generation, current phase index,
   `done` (ranks of the current generation that have offloaded), `left` (ranks closed or declared
   dead: skipped from then on), `requested` (next phase asked for by an owner), `failed` (a message
-  every waiter raises). Readers read it without the lock (rename is atomic).
+  every waiter raises). Readers read it without the lock.
 
 A turn: wait until the current phase contains our component and we are not yet `done` in this
 generation -> onload (memory.resume, then the onload callback) -> body -> offload (callback, then
@@ -52,6 +56,7 @@ the turn passes on as if it had offloaded.
 from __future__ import annotations
 
 import atexit
+import errno
 import fcntl
 import json
 import os
@@ -66,7 +71,8 @@ from typing import Any
 
 from hpcplace.runtime import shm_dir
 
-PROTOCOL = 1
+PROTOCOL = 2  # 2: `state` is a preallocated two-record file (shm_dir.RecordFile)
+STATE_CAPACITY = 32 * 1024  # bytes of JSON per state record
 POLICIES = ("error", "takeover")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.,@+-]{1,100}$")
 
@@ -154,6 +160,8 @@ class Cycle:
         self.on_owner_death = on_owner_death
         self.liveness_interval = liveness_interval
         self._event_log = event_log
+        base = os.path.basename(os.path.normpath(job_dir))
+        self._node = base[len("node-"):] if base.startswith("node-") else ""  # for the event log
         self._turn_generation: int | None = None
         self._phase_of = {c: i for i, phase in enumerate(schedule.phases) for c in phase}
         if start is not None and start not in self._phase_of:
@@ -167,11 +175,17 @@ class Cycle:
             os.close(self._job_fd)
             raise
         self._lock_fd = self._rank_fd = self._bell_fd = -1
+        self._state_file: shm_dir.RecordFile | None = None
         try:
             self._lock_fd = shm_dir.open_file(self._fd, "lock", os.O_RDWR | os.O_CREAT)
             self._rank_fd = self._claim_rank_file()
             self._bell_fd = self._open_bell()
             with self._locked():
+                try:  # preallocated: later hand-offs need no new space on a full /dev/shm
+                    self._state_file = shm_dir.RecordFile(self._fd, "state", STATE_CAPACITY,
+                                                          what=f"collocation group {schedule.name!r} state")
+                except shm_dir.ShmDirError as exc:
+                    raise CollocationError(exc.message, hint=exc.hint) from None
                 state = self._read_state()
                 if state is None:
                     self._write_state(self._initial_state(start))
@@ -204,12 +218,13 @@ class Cycle:
         if not group:
             raise CollocationError(f"component {component!r} is in no collocation group",
                                    hint="only components that share devices take turns; check the placement")
-        if env.get("HPCPLACE_SHM_DIR"):
-            job_dir = env["HPCPLACE_SHM_DIR"]
-        elif env.get("HPCPLACE_JOB_ID"):
-            job_dir = shm_dir.job_dir_path(env["HPCPLACE_JOB_ID"])
-        else:
+        job_dir = shm_dir.node_dir_from_env(env)
+        if job_dir is None:
             raise CollocationError("neither HPCPLACE_SHM_DIR nor HPCPLACE_JOB_ID is set")
+        try:
+            shm_dir.make_node_dir(job_dir)  # the shim made it; checked again (and made without the shim)
+        except shm_dir.ShmDirError as exc:
+            raise CollocationError(exc.message, hint=exc.hint) from None
         node = int(env["HPCPLACE_NODE_RANK"]) if env.get("HPCPLACE_NODE_RANK") else None
         schedule = schedule_from_plan(env["HPCPLACE_PLAN"], group, component=component, rank=rank, node=node)
         return cls(job_dir, schedule, component=component, rank=rank, start=start,
@@ -237,7 +252,15 @@ class Cycle:
         fd = shm_dir.open_file(self._fd, tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            os.pwrite(fd, f"{os.getpid()} {_proc_start_time(os.getpid())} {_pid_namespace()}\n".encode(), 0)
+            try:
+                os.pwrite(fd, f"{os.getpid()} {_proc_start_time(os.getpid())} {_pid_namespace()}\n".encode(), 0)
+            except OSError as exc:
+                os.unlink(tmp, dir_fd=self._fd)
+                if exc.errno == errno.ENOSPC:
+                    raise CollocationError(f"no space left on /dev/shm for {self.key}'s rank file in collocation "
+                                           f"group {self.schedule.name!r}",
+                                           hint="/dev/shm is full (another job or tenant?); free it") from None
+                raise
             os.replace(tmp, name, src_dir_fd=self._fd, dst_dir_fd=self._fd)
             if os.stat(name, dir_fd=self._fd, follow_symlinks=False).st_ino != os.fstat(fd).st_ino:
                 raise running  # another process claimed the same rank at the same moment
@@ -293,12 +316,16 @@ class Cycle:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def _read_state(self) -> dict[str, Any] | None:
-        data = shm_dir.read_small(self._fd, "state")
+        data = self._state_file.read()
         return None if data is None else json.loads(data)
 
     def _write_state(self, state: dict[str, Any]) -> None:
         state["seq"] = state.get("seq", 0) + 1
-        shm_dir.write_atomic(self._fd, "state", json.dumps(state, sort_keys=True).encode())
+        try:
+            self._state_file.write(json.dumps(state, sort_keys=True).encode())
+        except shm_dir.ShmDirError as exc:
+            raise CollocationError(exc.message, hint="too many ranks or dead-rank records for one group's "
+                                                     "state record") from None
 
     # ------------------------------------------------------------------ the schedule
     def _schedule_json(self) -> dict[str, Any]:
@@ -406,7 +433,7 @@ class Cycle:
     def _event(self, event: str, generation: int) -> None:
         if not self._event_log:
             return
-        line = json.dumps({"t": time.monotonic_ns(), "event": event, "component": self.component,
+        line = json.dumps({"t": time.monotonic_ns(), "event": event, "node": self._node, "component": self.component,
                            "rank": self.rank, "pid": os.getpid(), "generation": generation,
                            "devices": list(self.schedule.devices.get(self.component, ()))})
         fd = os.open(self._event_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -555,6 +582,9 @@ class Cycle:
         return last
 
     def _close_fds(self) -> None:
+        if self._state_file is not None:
+            self._state_file.close()
+            self._state_file = None
         for fd in (self._bell_fd, self._rank_fd, self._lock_fd, self._fd, self._job_fd):
             if fd >= 0:
                 os.close(fd)

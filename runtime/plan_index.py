@@ -37,6 +37,7 @@ from hpcplace.runtime.errors import ShimError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
 MAGIC = b"HPIDX\x001\n"
@@ -108,25 +109,95 @@ def write_index(plan_json_path: str | os.PathLike[str]) -> Path:
     tables_blob = bytearray()
     tables = [_component_tables(path, comp, comp_spans, groups, tables_blob)
               for comp, comp_spans in zip(doc["components"], spans, strict=True)]
-    header = {
-        "schema": INDEX_SCHEMA, "plan_size": len(data),
-        "plan": {k: v for k, v in doc.items() if k != "components"},
-        "components": [{k: v for k, v in c.items() if k != "processes"} for c in doc["components"]],
-        "tables": tables,
-    }
+    return _write(path, len(data), {k: v for k, v in doc.items() if k != "components"},
+                  [{k: v for k, v in c.items() if k != "processes"} for c in doc["components"]], tables, tables_blob)
+
+
+def write_index_from_parts(plan_json_path: str | os.PathLike[str], *, plan_size: int, plan: dict,
+                           components: list[dict], spans: list[tuple[Sequence[int], Sequence[int]]],
+                           nodes: list[dict[tuple[int, int], Sequence[int]]]) -> Path:
+    """The same index as `write_index`, from what the writer of plan.json already knows, so a
+    million-process plan is never read back and parsed: `plan` and `components` are the header
+    parts of plan.json (components without "processes"), `spans` per component the (offsets,
+    lengths) of the rank-ordered records, `nodes` per component (het group, group node index) ->
+    ranks in local-rank order. The caller vouches for the text; the size is still checked."""
+    from pathlib import Path
+
+    path = Path(plan_json_path)
+    if os.stat(path).st_size != plan_size:
+        raise ShimError(f"{path}: {os.stat(path).st_size} bytes, the writer wrote {plan_size}")
+    groups = plan.get("node_groups") or []
+    blob = bytearray()
+    tables = []
+    for comp, (offsets, lengths), by_node in zip(components, spans, nodes, strict=True):
+        if not len(offsets) == len(lengths) == comp["world_size"]:
+            raise ShimError(f"{path}: component {comp['name']!r}: {len(offsets)} records for world size "
+                            f"{comp['world_size']}")
+        node_slots: dict[int, list[tuple[int, int]]] = {}
+        slots: list[Sequence[int]] = []
+        first = 0
+        for (g, j), ranks in sorted(by_node.items()):
+            table = node_slots.get(g)
+            if table is None:
+                table = node_slots[g] = [(0, 0)] * groups[g]["num_nodes"]
+            table[j] = (first, len(ranks))
+            slots.append(ranks)
+            first += len(ranks)
+        tables.append(_pack_tables(offsets, lengths, node_slots, slots, blob))
+    return _write(path, plan_size, plan, components, tables, blob)
+
+
+def _write(path: Path, plan_size: int, plan: dict, components: list[dict], tables: list[dict],
+           tables_blob: bytearray) -> Path:
+    from pathlib import Path
+
+    header = {"schema": INDEX_SCHEMA, "plan_size": plan_size, "plan": plan, "components": components,
+              "tables": tables}
     import json
 
     head = json.dumps(header, separators=(",", ":")).encode()
     tables_start = _align8(_PREFIX.size + len(head))
-    out = bytearray(_PREFIX.pack(MAGIC, len(head), 0))
-    out += head
-    out += b"\0" * (tables_start - len(out))
-    out += tables_blob
     target = Path(index_path(path))
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    tmp.write_bytes(out)
+    with open(tmp, "wb") as out:
+        out.write(_PREFIX.pack(MAGIC, len(head), 0))
+        out.write(head)
+        out.write(b"\0" * (tables_start - _PREFIX.size - len(head)))
+        out.write(tables_blob)
     os.replace(tmp, target)
     return target
+
+
+_CHUNK = 4096
+_RANKS_CHUNK = struct.Struct("<" + "QI" * _CHUNK)
+_SLOTS_CHUNK = struct.Struct("<" + "I" * _CHUNK)
+
+
+def _pack_tables(offsets: Sequence[int], lengths: Sequence[int], node_slots: dict[int, list[tuple[int, int]]],
+                 slots: list[Sequence[int]], blob: bytearray) -> dict[str, object]:
+    """Append one component's rank, node and slot tables to `blob`; their positions, for the header."""
+    ranks_at = len(blob)
+    for i in range(0, len(offsets), _CHUNK):
+        o, n = offsets[i:i + _CHUNK], lengths[i:i + _CHUNK]
+        flat: list[int] = [0] * (2 * len(o))
+        flat[0::2], flat[1::2] = o, n
+        blob += (_RANKS_CHUNK if len(o) == _CHUNK else struct.Struct("<" + "QI" * len(o))).pack(*flat)
+    nodes: dict[str, list[int]] = {}
+    for g, table in sorted(node_slots.items()):
+        nodes[str(g)] = [len(blob), len(table)]
+        flat = [x for pair in table for x in pair]
+        blob += struct.pack(f"<{len(flat)}I", *flat)
+    slots_at = len(blob)
+    pending: list[int] = []
+    for ranks in slots:
+        pending.extend(ranks)
+        if len(pending) >= _CHUNK:
+            blob += struct.pack(f"<{len(pending)}I", *pending)
+            pending = []
+    if pending:
+        blob += struct.pack(f"<{len(pending)}I", *pending)
+    blob += b"\0" * (_align8(len(blob)) - len(blob))
+    return {"ranks": ranks_at, "slots": slots_at, "nodes": nodes}
 
 
 def _align8(n: int) -> int:
@@ -204,8 +275,7 @@ def _component_tables(path: Path, comp: dict, spans: list[tuple[int, int]], grou
     for proc in processes:
         key = (proc["het_group"], proc["group_node_index"])
         by_node.setdefault(key, []).append((proc["local_rank"], proc["rank"], proc["local_world_size"]))
-    slots: list[int] = []
-    nodes: dict[str, list[int]] = {}
+    used = 0
     node_slots: dict[int, list[tuple[int, int]]] = {}
     for (g, j), entries in sorted(by_node.items()):
         if not 0 <= g < len(groups):
@@ -218,20 +288,10 @@ def _component_tables(path: Path, comp: dict, spans: list[tuple[int, int]], grou
             raise ShimError(f"{path}: component {name!r}: local ranks on node {j} of het group {g} are not "
                             f"0..{len(entries) - 1} with local_world_size {len(entries)}")
         table = node_slots.setdefault(g, [(0, 0)] * num_nodes)
-        table[j] = (len(slots), len(entries))
-        slots.extend(e[1] for e in entries)
-    ranks_at = len(blob)
-    for offset, length in spans:
-        blob += _RANK.pack(offset, length)
-    for g, table in sorted(node_slots.items()):
-        nodes[str(g)] = [len(blob), len(table)]
-        for first, count in table:
-            blob += _NODE.pack(first, count)
-    slots_at = len(blob)
-    for rank in slots:
-        blob += _SLOT.pack(rank)
-    blob += b"\0" * (_align8(len(blob)) - len(blob))
-    return {"ranks": ranks_at, "slots": slots_at, "nodes": nodes}
+        table[j] = (used, len(entries))
+        used += len(entries)
+    return _pack_tables([o for o, _ in spans], [n for _, n in spans], node_slots,
+                        [[r for _lr, r, _lws in by_node[(g, j)]] for (g, j) in sorted(by_node)], blob)
 
 
 # ----------------------------------------------------------------------------------------------

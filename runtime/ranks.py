@@ -10,6 +10,7 @@ from __future__ import annotations
 from hpcplace.runtime.devices import GPU_VARIABLES, DeviceChoice, choose_devices
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.process_env import ProcessEnv
+from hpcplace.runtime.shm_dir import node_dir_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,10 +43,21 @@ def master_port(job_id: str, component_index: int) -> int:
     return PORT_BASE + (key * PORT_STRIDE + component_index) % PORT_SPAN
 
 
-def shm_dir(job_id: str) -> str:
-    """Node-local directory shared by every process of the job (weights cross here)."""
+def shm_dir(job_id: str, node: str | None = None) -> str:
+    """The job's node-local directory /dev/shm/hpcplace-<jobid>, or with `node` that node's own
+    directory inside it (HPCPLACE_SHM_DIR: batons and weight stores of that node live there)."""
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in job_id)
-    return f"{SHM_ROOT}/hpcplace-{safe}"
+    job = f"{SHM_ROOT}/hpcplace-{safe}"
+    return job if node is None else node_dir_path(job, node)
+
+
+def shm_node(snapshot: SlurmSnapshot, process: Mapping[str, Any]) -> str:
+    """Which node's directory a process uses: Slurm's node name (SLURMD_NODENAME, as the job
+    script's /dev/shm guard sees it) on a cluster; the plan's node on the local backend, where every
+    planned node is this one host and so shares its /dev/shm."""
+    if snapshot.synthetic:
+        return f"plan{int(process['cluster_node_rank'])}"
+    return snapshot.node_name
 
 
 def weight_sync_peers(plan: Mapping[str, Any], component: str,
@@ -86,7 +98,7 @@ def compute_process_env(*, plan: Mapping[str, Any], component: Mapping[str, Any]
         accelerator_type=str(process["accelerator_type"]), node_group_label=str(process["node_group_label"]),
         partition=str(process["partition"]), het_group=process["het_group"],
         group_node_index=process["group_node_index"], resource_type=str(process["resource_type"]),
-        shm_dir=shm_dir(snapshot.job_id), collocation_group=str(group) if group else None,
+        shm_dir=shm_dir(snapshot.job_id, shm_node(snapshot, process)), collocation_group=str(group) if group else None,
         weight_sync_targets=targets, weight_sync_sources=sources)
     return info, choice
 

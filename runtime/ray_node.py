@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 PROG = "hpcplace-ray"
 LEAKED = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURM_JOB_GPUS")
 PORT_BASE, PORT_SLOTS, PORT_STRIDE = 20000, 3000, 10  # head ports: 20000..49999, blocks of 10
-STOP_GRACE_S = 5.0
+STOP_GRACE_S = 2.0  # Slurm's KillWait may be short: the SIGKILL comes that long after SIGTERM
 _LABEL_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
@@ -105,6 +105,8 @@ def raylet_env(environ: Mapping[str, str], node: dict, launch_env: Mapping[str, 
     if visible:
         env["GPU_DEVICE_ORDINAL"] = env["ROCR_VISIBLE_DEVICES"] = visible
     env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # `ray start --block` drains a node for 30 s on SIGTERM (for Ray Serve); the job is ending.
+    env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
     env["HPCPLACE_RAY_NODE_RANK"] = str(node["rank"])
     return env
 
@@ -261,9 +263,14 @@ def main(argv: Sequence[str]) -> int:
         choice = choose_devices(node["gpus"], os.environ.get("CUDA_VISIBLE_DEVICES"))
         temp_dir = f"/dev/shm/hpcplace-{job_id}/ray-n{node['rank']}"
         spill_dir = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"hpcplace-ray-{job_id}-n{node['rank']}")
-        for d in (temp_dir, spill_dir):
-            os.makedirs(d, mode=0o700, exist_ok=True)
-            dirs.append(d)
+        for d in (os.path.dirname(temp_dir), temp_dir, spill_dir):
+            try:
+                os.mkdir(d, 0o700)  # the job's dir may already exist (the job's guard, another node)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise ShimError(f"cannot create {d}: {exc.strerror}") from None
+        dirs += [temp_dir, spill_dir]
         head_file = os.path.join(run_dir, "ray", "head.json")
         timeout = float(launch.get("join_timeout") or 300)
         extra = shlex.split(os.environ.get("HPCPLACE_RAY_ARGS", ""))
@@ -312,7 +319,15 @@ def main(argv: Sequence[str]) -> int:
     finally:
         for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
+        # Remove the dirs first (open files stay usable until closed), in case the SIGKILL comes early.
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
         if proc is not None:
             stop_tree(proc)
         for d in dirs:
             shutil.rmtree(d, ignore_errors=True)
+        if dirs:  # the last one out removes the job's node-local dir (the job's guard does the same)
+            try:
+                os.rmdir(os.path.dirname(dirs[0]))
+            except OSError:
+                pass

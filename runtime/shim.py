@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 PROG = "hpcplace-run"
+PORT_CHECK_VARIABLE = "HPCPLACE_MASTER_PORT_CHECK"  # set to 1 by the job script: agree on a free MASTER_PORT
 USAGE = f"""usage: {PROG} --plan PLAN.json --component NAME [--chdir DIR] [--print-env] [--no-verify] [--verbose] [-- CMD [ARGS...]]
 
 Run one task of an hpcplace job step with its planned ranks and devices, then exec CMD
@@ -182,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         debug = options.verbose or os.environ.get("HPCPLACE_DEBUG", "") not in ("", "0")
         resolved = resolve(options, os.environ)
+        if not options.print_env and os.environ.get(PORT_CHECK_VARIABLE) == "1":
+            resolved = _agree_master_port(resolved, os.environ, options.plan)
         env = merge_environment(os.environ, resolved.changes)
         env.update(_memory_saver_env(resolved, env, debug))
         if debug:
@@ -208,6 +211,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _exec(resolved.command, env)
 
 
+def _agree_master_port(resolved: Resolved, environ: Mapping[str, str], plan_path: str) -> Resolved:
+    """Rank 0 takes a MASTER_PORT nothing on its node listens on and publishes it; the other ranks
+    wait for it (runtime/master_port.py). The job script turns this on (HPCPLACE_MASTER_PORT_CHECK=1)."""
+    from hpcplace.runtime import master_port as mp
+    from hpcplace.runtime.ranks import PORT_BASE, PORT_SPAN, PORT_STRIDE
+
+    info = resolved.info
+    path = mp.port_file(os.path.dirname(os.path.abspath(plan_path)), info.job_id, info.component,
+                        environ.get("SLURM_RESTART_COUNT", ""))
+    if info.rank == 0:
+        port = mp.choose_and_publish(path, mp.candidates(info.master_port, PORT_BASE, PORT_SPAN, PORT_STRIDE))
+    else:
+        port = mp.wait_published(path)
+    changes = dict(resolved.changes)
+    changes["MASTER_PORT"] = str(port)
+    return Resolved(info=info, choice=resolved.choice, changes=changes, command=resolved.command,
+                    snapshot=resolved.snapshot, gpu_type=resolved.gpu_type, offload=resolved.offload)
+
+
 def _memory_saver_env(resolved: Resolved, env: dict[str, str], debug: bool) -> dict[str, str]:
     """torch_memory_saver's preload for GPU processes of offloading components, only where a GPU and
     libcuda exist (its LD_PRELOAD elsewhere stops every process from starting). HPCPLACE_MEMORY_SAVER=0
@@ -225,13 +247,18 @@ def _memory_saver_env(resolved: Resolved, env: dict[str, str], debug: bool) -> d
 
 
 def _make_shm_dir(path: str, debug: bool) -> None:
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as exc:  # no /dev/shm (not Linux): the program may not need it
+    """This node's directory <job dir>/node-<node>: created 0700 or checked to be the job's own (a
+    directory another user made first, or a symlink there, fails the task naming path and owner)."""
+    from hpcplace.runtime.shm_dir import ShmDirError, make_node_dir
+
+    if not os.path.isdir(os.path.dirname(os.path.dirname(path))):  # no /dev/shm (not Linux): may not be needed
         if debug:
-            _say(f"debug: cannot create {path}: {exc.strerror}")
+            _say(f"debug: no {os.path.dirname(os.path.dirname(path))}: not creating {path}")
+        return
+    try:
+        make_node_dir(path)
+    except ShmDirError as exc:
+        raise ShimError(f"unsafe node-local directory: {exc.message}", hint=exc.hint) from None
 
 
 def _exec(command: tuple[str, ...], env: dict[str, str]) -> int:

@@ -9,8 +9,10 @@ its single publisher) holding
   fixed when the store is created; tensors are sorted by decreasing element size so every tensor
   is naturally aligned. Space for both slots is reserved with posix_fallocate up front: too small
   a /dev/shm gives a clear error naming the size, never a SIGBUS or a short write later.
-- `control`: a small JSON {version, slot, checksum, ...} replaced atomically (write + rename).
-  It only ever names a slot whose data is complete.
+- `control`: a small JSON {version, slot, checksum, ...} in a preallocated two-record file
+  (shm_dir.RecordFile), reserved when the publisher opens the store and rewritten in place: a full
+  /dev/shm cannot fail a publish, and a reader never sees a torn record. It only ever names a slot
+  whose data is complete.
 - `writer.lock`: held (flock) by the one live publisher.
 
 Publishing version v+1 writes the slot that `control` does NOT name, under an exclusive flock on
@@ -20,7 +22,13 @@ optionally verifies the checksum, and hands out zero-copy torch views of the map
 snapshot is released. So a reader never sees a half-written version: the writer cannot write a
 slot a reader holds, and `control` never names a slot being written. A writer killed mid-publish
 leaves `control` on the last complete version (its lock dies with it); the next publish rewrites
-that slot.
+that slot. Slots are created under temporary names (`.slot<i>.safetensors.tmp`) and renamed into
+place fully reserved; temporary slots a killed first publish left behind are removed by the next
+publisher that opens the store (and by the job's /dev/shm cleanup).
+
+On a multi-node job each node has its own HPCPLACE_SHM_DIR (/dev/shm/hpcplace-<jobid>/node-<node>/),
+so a store only ever connects ranks of one node: each node's trainer ranks publish for the
+inference ranks the plan's `weight_sync` map puts on that node.
 
 Slots are mapped once (MAP_POPULATE) and overwritten in place, so steady-state publish and consume
 run at memcpy speed. The checksum is zlib.crc32: "sampled" (default: 1024 blocks of 4 KiB spread
@@ -200,8 +208,12 @@ def _store_dir(job_dir: str, name: str) -> tuple[int, int]:
         raise
 
 
+_CONTROL_CAPACITY = 2048  # bytes of JSON per control record (it needs ~250)
+_STALE_TEMPS = re.compile(r"^\.(slot[01]\.safetensors\.tmp|control\.tmp\.[0-9]+)$")
+
+
 def _read_control(dir_fd: int) -> dict[str, Any] | None:
-    data = shm_dir.read_small(dir_fd, "control")
+    data = shm_dir.read_record(dir_fd, "control", _CONTROL_CAPACITY)
     return None if data is None else json.loads(data)
 
 
@@ -285,9 +297,29 @@ class WeightPublisher:
         except BlockingIOError:
             self._close_fds()
             raise WeightStoreError(f"weight store {name!r} already has a live publisher") from None
+        self._control: shm_dir.RecordFile | None = None
+        try:
+            self._remove_stale_temps()
+            self._control = shm_dir.RecordFile(self._fd, "control", _CONTROL_CAPACITY,
+                                               what=f"weight store {name!r} control file")
+        except shm_dir.ShmDirError as exc:
+            self._close_fds()
+            raise WeightStoreError(exc.message, hint=exc.hint) from None
+        except BaseException:
+            self._close_fds()
+            raise
         self._slots: list[_Mapped] = []
         self._writing = False
         self.layout: Layout | None = None
+
+    def _remove_stale_temps(self) -> None:
+        """Temporary slots of a publisher killed during its first publish (we hold writer.lock: it is dead)."""
+        for entry in os.listdir(self._fd):
+            if _STALE_TEMPS.match(entry):
+                try:
+                    os.unlink(entry, dir_fd=self._fd)
+                except FileNotFoundError:
+                    pass
 
     @classmethod
     def from_env(cls, name: str | None = None, environ: Mapping[str, str] | None = None, **kwargs: Any) -> WeightPublisher:
@@ -374,7 +406,8 @@ class WeightPublisher:
         control = {"store": self.name, "layout": self.layout.layout_id, "version": version, "slot": slot.index,
                    "checksum": crc, "checksum_kind": self.checksum_kind, "file_size": self.layout.file_size,
                    "time_ns": time.time_ns()}
-        shm_dir.write_atomic(self._fd, "control", json.dumps(control).encode())
+        assert self._control is not None
+        self._control.write(json.dumps(control).encode())
 
     def remove(self) -> None:
         """Delete the store's files and directory (readers' existing mappings stay valid)."""
@@ -393,6 +426,10 @@ class WeightPublisher:
         self.close()
 
     def _close_fds(self) -> None:
+        control = getattr(self, "_control", None)
+        if control is not None:
+            control.close()
+            self._control = None
         for fd in (getattr(self, "_writer_fd", -1), self._fd, self._job_fd):
             if fd >= 0:
                 try:
@@ -589,11 +626,11 @@ class WeightReader:
 
 # --------------------------------------------------------------------------- environment + cleanup
 def job_dir_from_env(environ: Mapping[str, str]) -> str:
-    """HPCPLACE_SHM_DIR, else /dev/shm/hpcplace-<HPCPLACE_JOB_ID> (derived, never configured)."""
-    if environ.get("HPCPLACE_SHM_DIR"):
-        return environ["HPCPLACE_SHM_DIR"]
-    if environ.get("HPCPLACE_JOB_ID"):
-        return shm_dir.job_dir_path(environ["HPCPLACE_JOB_ID"])
+    """This node's directory: HPCPLACE_SHM_DIR (the shim's), else
+    /dev/shm/hpcplace-<HPCPLACE_JOB_ID>/node-<SLURMD_NODENAME or hostname> (derived, never configured)."""
+    path = shm_dir.node_dir_from_env(environ)
+    if path is not None:
+        return path
     raise WeightStoreError("neither HPCPLACE_SHM_DIR nor HPCPLACE_JOB_ID is set",
                            hint="run through the shim (hpcplace run ...) or pass the directory explicitly")
 
@@ -605,6 +642,7 @@ def weight_sources(environ: Mapping[str, str]) -> list[int]:
 
 
 def cleanup(job_dir: str) -> bool:
-    """Job end: remove the per-job directory with every store and collocation state in it."""
+    """Job end: remove this node's directory (HPCPLACE_SHM_DIR) with every store and collocation
+    state in it, and the job's directory around it once no other node's is left there."""
     return shm_dir.remove_job_dir(job_dir)
 

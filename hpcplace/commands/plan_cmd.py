@@ -37,6 +37,13 @@ def plan_with_launch(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return plan if launch == plan.launch else replace(plan, launch=launch)
 
 
+def check_renders(plan) -> None:  # type: ignore[no-untyped-def]
+    """`plan` refuses what `render` would: lower and render the job in memory (no files)."""
+    from hpcplace.render import render_script
+
+    render_script(plan, "/nonexistent/hpcplace-plan-check")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("plan", help="expand a config into the exact per-process plan")
     add_config_arguments(parser)
@@ -48,11 +55,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def run(args: argparse.Namespace) -> int:
     from hpcplace.gpumap import summary, svg
-    from hpcplace.plan import plan_to_json
+    from hpcplace.plan import write_plan_json
     from hpcplace.planner import plan_from_file
 
     plan = plan_from_file(args.config, format=args.format, overrides=args.overrides)
+    check_renders(plan)
     if args.svg:
         Path(args.svg).write_text(svg(plan, max_nodes=args.max_nodes), encoding="utf-8")
-    sys.stdout.write(plan_to_json(plan) if args.json else summary(plan, max_nodes=args.max_nodes))
+    if args.json:
+        write_plan_json(plan, sys.stdout)  # streamed: a million-process plan is ~0.5 GB of text
+    else:
+        sys.stdout.write(summary(plan, max_nodes=args.max_nodes))
     return 0

@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p = subparsers.add_parser("render", help="write DIR/job.sbatch and DIR/plan.json without submitting")
     add_config_arguments(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="run directory to write")
+    p.add_argument("--force", action="store_true",
+                   help="write even over a run directory that was already submitted (its queued or running "
+                        "job would read the new plan.json)")
     _template_args(p)
     add_driver_argument(p)
     p.set_defaults(func=run_render)
@@ -50,7 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     p = subparsers.add_parser("status", help="state of each het component (and step) of a run or job")
     p.add_argument("target", metavar="RUN|JOBID")
-    p.add_argument("--watch", action="store_true", help="refresh until the job is done")
+    p.add_argument("--watch", action="store_true",
+                   help="refresh until the job is done; exit 0 only if every component COMPLETED "
+                        "(10 FAILED, 11 CANCELLED, 12 TIMEOUT, 13 other)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between looks with --watch")
     p.set_defaults(func=run_status)
 
@@ -64,13 +69,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--rank", type=int, help="only this rank (of --component, or of every component)")
     p.add_argument("--list", action="store_true", help="print where each rank's log is, not its content")
     p.add_argument("--tail", type=int, metavar="N", help="last N lines of each log")
+    p.add_argument("--attempt", type=int, metavar="N",
+                   help="logs of attempt N of a requeued job (default: the latest; earlier ones are in logs/attempt-N)")
     p.set_defaults(func=run_logs)
 
 
 def _launcher(args: argparse.Namespace) -> tuple[str, ...]:
-    words = tuple(shlex.split(args.launcher))
+    from hpcplace.safe_words import check_srun_argv
+
+    try:
+        words = tuple(shlex.split(args.launcher))
+    except ValueError as exc:
+        raise SpecError(f"cannot split --launcher {args.launcher!r}: {exc}") from None
     if not words:
         raise SpecError("--launcher is empty")
+    check_srun_argv(words, f"--launcher {args.launcher!r}")
     workdir = Path(args.workdir).resolve()
     if not workdir.is_dir():
         raise SpecError(f"--workdir {args.workdir!r} is not a directory")
@@ -85,9 +98,25 @@ def run_render(args: argparse.Namespace) -> int:
     from hpcplace.render import render_run
 
     plan = _plan(args)
-    rendered = render_run(plan, args.output, launcher=_launcher(args), template_dir=args.template_dir)
+    launcher = _launcher(args)
+    if not args.force:
+        _refuse_submitted(Path(args.output))
+    rendered = render_run(plan, args.output, launcher=launcher, template_dir=args.template_dir)
     print(f"wrote {rendered.script} (sha256 {rendered.script_sha256[:16]}) and {rendered.plan_json}")
     return 0
+
+
+def _refuse_submitted(run_dir: Path) -> None:
+    """`render -o` over a submitted run directory would replace the plan.json its job reads."""
+    from hpcplace import submit
+
+    record = submit.read_record(run_dir.absolute()) or {}
+    if record.get("job_id"):
+        raise SlurmError(f"{run_dir} was submitted as job {record['job_id']}: rendering over it would replace the "
+                         "plan.json that job reads", hint="render into a new directory, or pass --force")
+    if (run_dir / submit.LOCK_NAME).exists():
+        raise SlurmError(f"{run_dir} is being submitted ({submit.LOCK_NAME} exists)",
+                         hint="render into a new directory, or pass --force")
 
 
 def run_submit(args: argparse.Namespace) -> int:
@@ -136,24 +165,87 @@ def _labels(run_dir: Path | None) -> list[str]:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    """Exit code: 0 when every het component COMPLETED (or, without --watch, the job has not ended
+    yet); 10 FAILED, 11 CANCELLED, 12 TIMEOUT, 13 another end (README "Exit codes")."""
     from hpcplace import submit
 
     job_id, run_dir = submit.resolve_job(args.target)
     labels = _labels(run_dir)
+    submit.known_status(job_id)  # an unknown job is an error, not an empty table
     if args.watch:
         status = submit.watch(job_id, labels=labels, interval=args.interval)
     else:
         status = submit.job_status(job_id)
         print(submit.format_status(status, labels))
-    return 0 if status.state not in ("FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL") else 1
+    attempts = submit.read_attempts(run_dir) if run_dir is not None else []
+    if attempts:
+        print(f"  attempts ({len(attempts)}, one per start; a requeued job starts again):")
+        print("\n".join(submit.format_attempts(attempts)))
+    if run_dir is not None:
+        for line in _ray_status(run_dir):
+            print(line)
+    return submit.status_exit_code(status)
 
 
 def run_cancel(args: argparse.Namespace) -> int:
     from hpcplace import submit
 
     job_id, _ = submit.resolve_job(args.target)
-    submit.cancel(job_id)
-    print(f"cancelled job {job_id} (every het component)")
+    print(submit.cancel(job_id))
+    return 0
+
+
+def _ray_status(run_dir: Path) -> list[str]:
+    """The Ray launch mode's facts from the run dir: the head's address, bring-up, node errors."""
+    import json
+
+    ray_dir = run_dir / "ray"
+    lines = []
+    try:
+        head = json.loads((ray_dir / "head.json").read_text(encoding="utf-8"))
+        lines.append(f"Ray head: {head['host']}:{head['port']} (ready {head.get('ready_s', '?')} s after its start)")
+    except (OSError, ValueError, KeyError):
+        return lines
+    try:
+        up = json.loads((ray_dir / "bringup.json").read_text(encoding="utf-8"))
+        lines.append(f"Ray: all {up['nodes']} node(s) joined {up['all_joined'] - up['driver_step_start']:.1f} s "
+                     f"after the driver step started; driver running since then")
+    except (OSError, ValueError, KeyError, TypeError):
+        lines.append("Ray: waiting for every node to join")
+    errors = run_dir / "logs" / "ray-errors.txt"
+    if errors.exists():
+        lines += [f"Ray: {line}" for line in errors.read_text(encoding="utf-8").splitlines()]
+    return lines
+
+
+def _ray_logs(args: argparse.Namespace, run_dir: Path, plan) -> int:  # type: ignore[no-untyped-def]
+    """Ray mode logs: the driver (`--component driver`) and each node's raylet (`--component ray
+    [--rank NODE_RANK]`), from logs/driver.out and logs/ray.<host>.out."""
+    from hpcplace import submit
+    from hpcplace.ray_cluster import ray_nodes
+
+    if args.component not in (None, "driver", "ray"):
+        raise SpecError(f"the Ray launch mode has no component {args.component!r} to show",
+                        hint="--component driver (the driver) or --component ray [--rank NODE_RANK] (raylets)")
+    hosts = submit.read_hosts(run_dir)
+    entries: list[tuple[str, Path | None]] = []
+    if args.component in (None, "driver") and args.rank in (None, 0):
+        entries.append(("Ray driver (on the head)", run_dir / "logs" / "driver.out"))
+    if args.component in (None, "ray"):
+        for n in ray_nodes(plan):
+            if args.rank is not None and args.rank != n.rank:
+                continue
+            host = hosts.get((n.het_group, n.index))
+            entries.append((f"Ray node rank {n.rank} ({n.label}, het {n.het_group} node {n.index}"
+                            f"{', ' + host if host else ''})", run_dir / "logs" / f"ray.{host}.out" if host else None))
+    if args.component is None and args.rank is None and not args.list:
+        for batch in sorted((run_dir / "logs").glob("batch-*.out")):
+            _show(f"batch script ({batch})", batch, args.tail)
+    for title, path in entries:
+        if args.list:
+            print(f"{title}: {path if path else '(job has not started: no logs/nodes.txt)'}")
+        else:
+            _show(title, path, args.tail)
     return 0
 
 
@@ -166,10 +258,23 @@ def run_logs(args: argparse.Namespace) -> int:
     if not plan_path.exists():
         raise SlurmError(f"{run_dir} is not a run directory (no plan.json)")
     plan = submit.load_plan(plan_path)
+    if plan.launch.is_ray:
+        return _ray_logs(args, run_dir, plan)
     if args.component is not None and args.component not in {c.name for c in plan.components}:
         raise SpecError(f"no component {args.component!r} in {plan_path}",
                         hint="components: " + ", ".join(c.name for c in plan.components))
-    logs = submit.rank_logs(run_dir.absolute(), lower(plan), submit.read_hosts(run_dir))
+    attempts = submit.read_attempts(run_dir)
+    latest = attempts[-1].number if attempts else 0
+    folder = "logs"
+    if args.attempt is not None and args.attempt != latest:
+        folder = f"logs/attempt-{args.attempt}"
+        if not (run_dir / folder).is_dir():
+            raise SpecError(f"no attempt {args.attempt} in {run_dir}",
+                            hint=f"attempts: {', '.join(str(a.number) for a in attempts) or '0'}")
+    elif len(attempts) > 1 and not args.list:
+        print(f"(attempt {latest} of a requeued job; earlier attempts: --attempt "
+              f"{', '.join(str(a.number) for a in attempts[:-1])})")
+    logs = submit.rank_logs(run_dir.absolute(), lower(plan), submit.read_hosts(run_dir, folder), folder)
     chosen = [r for r in logs if (args.component is None or r.component == args.component)
               and (args.rank is None or r.rank == args.rank)]
     if not chosen:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from hpcplace.errors import SpecError
+from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.spec import ExperimentSpec
 from hpcplace.yaml_source import YamlDocument, load_yaml_file
 
@@ -44,10 +44,17 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
     import copy
 
     data = copy.deepcopy(doc.data)
-    for item in overrides:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SpecError(f"cannot apply --set to {doc.path}: the document is not a mapping",
+                        location=doc.location(()), hint="--set KEY=VALUE sets a key of a YAML mapping")
+    for n, item in enumerate(overrides, 1):
         key, sep, raw = item.partition("=")
+        where = SourceLocation(f"--set #{n}", 1, 1)  # a command-line argument, not a line of the file
         if not sep or not key.strip():
-            raise SpecError(f"invalid override {item!r}", hint="write KEY=VALUE, e.g. slurm.gpus_per_node=8")
+            raise SpecError(f"invalid override {item!r}", hint="write KEY=VALUE, e.g. slurm.gpus_per_node=8",
+                            location=where)
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
@@ -56,12 +63,17 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
             value = raw
         node = data
         parts = key.strip().split(".")
-        for part in parts[:-1]:
-            nxt = node.get(part) if isinstance(node, dict) else None
+        if any(not p for p in parts):
+            raise SpecError(f"invalid override {item!r}: empty key in {key.strip()!r}",
+                            hint="write KEY=VALUE with dotted keys, e.g. slurm.time=1:00:00", location=where)
+        for depth, part in enumerate(parts[:-1]):
+            nxt = node.get(part)
             if nxt is None:
                 nxt = node[part] = {}
             if not isinstance(nxt, dict):
-                raise SpecError(f"override {item!r}: {part!r} is not a mapping in {doc.path}")
+                raise SpecError(f"override {item!r}: {part!r} is not a mapping in {doc.path}",
+                                location=doc.location(tuple(parts[:depth + 1])),
+                                hint="--set can only set keys inside mappings")
             node = nxt
         node[parts[-1]] = value
     return YamlDocument(doc.path, data, doc.marks)
@@ -80,7 +92,10 @@ def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequenc
 
 
 def _parse_format(doc: YamlDocument, format: str | None) -> ExperimentSpec:
-    fmt = (format or detect_format(doc.data)).lower()
+    try:
+        fmt = (format or detect_format(doc.data)).lower()
+    except SpecError as exc:  # detection looks at the whole document: point at its start
+        raise SpecError(exc.message, hint=exc.hint, location=exc.location or doc.location(())) from None
     if fmt == "native":
         from hpcplace.spec import parse_native
 

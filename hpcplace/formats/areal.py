@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from hpcplace import limits
 from hpcplace.cluster import NodeGroup
 from hpcplace.formats.common import hpcplace_block, slurm_facts, slurm_job_options
 from hpcplace.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster, check_name
@@ -56,6 +57,8 @@ def parse_allocation_mode(view: View) -> list[list[Member]]:
                 if letter not in "dptce" or letter in dims:
                     raise view.error(f"invalid or repeated dimension {letter!r} in {stripped!r}", offset=lead,
                                      hint="dimensions: d (data), p (pipeline), t (tensor), c (context), e (expert)")
+                if len(number) > 6 or int(number) > limits.MAX_PROCESSES:
+                    raise view.error(f"dimension {letter}{number} is larger than {limits.MAX_PROCESSES}", offset=lead)
                 if int(number) < 1:
                     raise view.error(f"dimension {letter}{number} must be >= 1", offset=lead)
                 dims[letter] = int(number)
@@ -82,8 +85,10 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
     mode_view = root.require("allocation_mode")
     groups = parse_allocation_mode(mode_view)
     cluster_view = root.require("cluster")
-    n_nodes = cluster_view.require("n_nodes").int(minimum=1)
-    gpn = cluster_view.require("n_gpus_per_node").int(minimum=1)
+    n_nodes = limits.nodes(cluster_view.require("n_nodes").int(minimum=1), cluster_view.require("n_nodes").location(),
+                           "cluster.n_nodes")
+    gpn = limits.gpus_per_node(cluster_view.require("n_gpus_per_node").int(minimum=1),
+                               cluster_view.require("n_gpus_per_node").location(), "cluster.n_gpus_per_node")
     need = sum(g[0].gpus for g in groups)
     if need > n_nodes * gpn:
         raise mode_view.error(f"the allocation needs {need} GPUs but the cluster has {n_nodes}x{gpn} = {n_nodes * gpn}",

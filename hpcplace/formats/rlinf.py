@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hpcplace import limits
 from hpcplace.cluster import Hardware, NodeGroup
 from hpcplace.errors import SpecError
 from hpcplace.formats.common import hpcplace_block, slurm_facts, slurm_job_options
@@ -79,7 +80,8 @@ def _hardware(view: View, label: str, ranks: list[int]) -> Hardware:
 def parse_rlinf(doc: YamlDocument) -> ExperimentSpec:
     root = doc.root()
     cluster_view = root.require("cluster")
-    num_nodes = cluster_view.require("num_nodes").int(minimum=1)
+    num_nodes = limits.nodes(cluster_view.require("num_nodes").int(minimum=1),
+                             cluster_view.require("num_nodes").location(), "cluster.num_nodes")
     slurm_view = root.get("slurm")
     defaults = slurm_facts(slurm_view)
     groups_view = cluster_view.get("node_groups")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from hpcplace import limits
 from hpcplace.cluster import NodeGroup
 from hpcplace.formats.common import hpcplace_block, slurm_facts, slurm_job_options
 from hpcplace.spec import ExperimentSpec, PlacementEntry, build_cluster, check_name
@@ -74,7 +75,7 @@ class _Grammar:
             self.take("[")
             out = []
             while self.peek() != "]":
-                out.append(int(self.take("int")))
+                out.append(self.device_id())
                 if self.peek() == ",":
                     self.take(",")
                 elif self.peek() != "]":
@@ -83,13 +84,20 @@ class _Grammar:
             return out
         raise self.fail("expected list(range(a, b)), range(a, b) or [a, b, ...]")
 
+    def device_id(self) -> int:
+        tok = self.take("int")
+        if len(tok) > 9 or int(tok) > limits.MAX_DEVICE_ID:
+            self.i -= 1
+            raise self.fail(f"{tok} is larger than the largest supported GPU id {limits.MAX_DEVICE_ID}")
+        return int(tok)
+
     def range_call(self) -> list[int]:
         self.take("range")
         self.take("(")
-        args = [int(self.take("int"))]
+        args = [self.device_id()]
         while self.peek() == ",":
             self.take(",")
-            args.append(int(self.take("int")))
+            args.append(self.device_id())
         self.take(")")
         if len(args) > 3 or (len(args) == 3 and args[2] == 0):
             raise self.fail("range takes 1 to 3 arguments and a non-zero step")
@@ -103,7 +111,7 @@ _HINT = "write list(range(0,16)), range(0,8), [0,1,2,3], or a sum of those with 
 
 def parse_device_mapping(view: View) -> list[int]:
     if isinstance(view.value, list):
-        ids = [item.int(minimum=0) for item in view.elements()]
+        ids = [limits.device_id(item.int(minimum=0), item.location(), "GPU id") for item in view.elements()]
     elif isinstance(view.value, str):
         ids = _Grammar(view.value, view).parse()
     else:
@@ -135,7 +143,7 @@ def _workers(root: View) -> list[tuple[str, View]]:
 def parse_roll(doc: YamlDocument) -> ExperimentSpec:
     root = doc.root()
     gpn_view = root.require("num_gpus_per_node", "GPUs per node of the GPU partition")
-    gpn = gpn_view.int(minimum=1)
+    gpn = limits.gpus_per_node(gpn_view.int(minimum=1), gpn_view.location(), "num_gpus_per_node")
     slurm_view = root.get("slurm")
     facts = slurm_facts(slurm_view)
     if facts.gpus_per_node is not None and facts.gpus_per_node != gpn:
@@ -158,7 +166,7 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
             if g_view is not None and g_view.value not in (0, None):
                 raise g_view.error(f"CPU-only worker {name!r} (no device_mapping) cannot ask for GPUs",
                                    hint="set num_gpus_per_worker: 0 or give a device_mapping")
-            cpu_workers.append((name, wv, ws_view.int(minimum=1)))
+            cpu_workers.append((name, wv, limits.processes(ws_view.int(minimum=1), ws_view.location(), "world_size")))
             continue
         ids = parse_device_mapping(dm)
         per = g_view.int(minimum=1) if g_view is not None else None
@@ -189,7 +197,8 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
     cpu_nodes = 0
     if cpu_workers and cpu_partition is not None:
         cpu_nodes_view = slurm_view.get("cpu_nodes")  # type: ignore[union-attr]
-        cpu_nodes = cpu_nodes_view.int(minimum=1) if cpu_nodes_view is not None else 1
+        cpu_nodes = limits.nodes(cpu_nodes_view.int(minimum=1), cpu_nodes_view.location(),
+                                 "cpu_nodes") if cpu_nodes_view is not None else 1
         groups.append(NodeGroup(label="cpu", partition=cpu_partition.str(), num_nodes=cpu_nodes,
                                 gpus_per_node=(0,) * cpu_nodes, location=cpu_partition.location()))
     cluster = build_cluster(tuple(groups), root)

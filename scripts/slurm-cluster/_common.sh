@@ -12,6 +12,10 @@ HPCP_SUBNET="${HPCP_NET}.0/24"
 HPCP_CLUSTER="hpcplace"
 HPCP_HOSTS_MARK="# hpcplace-slurm test cluster (scripts/slurm-cluster; removed by down.sh)"
 
+# Every node's own /dev/shm and /tmp (tmpfs in the node's mount namespace; pages count only when used).
+HPCP_NODE_SHM_SIZE="${HPCPLACE_SLURM_NODE_SHM:-2g}"
+HPCP_NODE_TMP_SIZE="${HPCPLACE_SLURM_NODE_TMP:-2g}"
+
 # Nodes, in a fixed order: the index gives the IP (.11, .12, ...) and the host-side veth name.
 HPCP_NODES=(a800-1 a800-2 rtx4090-1 cpu-1 robot-1)
 
@@ -23,6 +27,14 @@ hpcp_netns() { # NODE
 }
 hpcp_veth() { # NODE_INDEX
     echo "hpcpv$1"
+}
+
+# A path inside NODE's own mount namespace as seen from the host (its /dev/shm, /tmp), through the
+# root of its slurmd: /proc/<pid>/root. Empty when the node's slurmd is not running.
+hpcp_node_path() { # NODE PATH
+    local pid
+    pid="$(hpcp_pid_from_file "$HPCP_DIR/run/slurmd-$1.pid" slurmd)" || return 0
+    echo "/proc/$pid/root$2"
 }
 
 hpcp_log() {

@@ -100,6 +100,8 @@ if [[ "${#leftovers[@]}" -gt 0 ]]; then
     hpcp_stop_pids 0 "${leftovers[@]}"
 fi
 phase "node processes killed"
+# Each node's own /dev/shm and /tmp (tmpfs in its mount namespace) went with its last process; the
+# empty staging mount points stay in the state dir, which up.sh wipes.
 
 # 3. slurmdbd, then our MariaDB (never a system one: pid file in the state dir / owner mark).
 stop_daemon 1500 slurmdbd "$run/slurmdbd.pid"

@@ -4,8 +4,9 @@
 #   scripts/slurm-cluster/up.sh [--constrain-devices yes|no]     (default: no)
 #
 # Tears down a running cluster first, wipes Slurm state AND the accounting database, then starts
-# MariaDB, slurmdbd, slurmctld and one slurmd per node, each node in its own network + UTS namespace
-# (own hostname and IP on the private bridge hpcpbr0). Ends with a real `srun` per partition.
+# MariaDB, slurmdbd, slurmctld and one slurmd per node, each node in its own network + UTS + mount
+# namespace (own hostname and IP on the private bridge hpcpbr0; own tmpfs on /dev/shm and /tmp, so
+# node-local means node-local as on a real cluster). Ends with a real `srun` per partition.
 # Writes $HPCPLACE_SLURM_DIR/env.sh (exports SLURM_CONF) and $HPCPLACE_SLURM_DIR/mode.
 # Exit codes: 0 up, 77 not root (tests skip with that reason), 2 usage, other: boot failed.
 set -euo pipefail
@@ -120,7 +121,7 @@ tcp_open() { # HOST PORT
 # ---------------------------------------------------------------- teardown + fresh state
 "$here/down.sh" --fast >/dev/null
 phase "teardown done"
-for sub in etc spool log run dev mysql; do
+for sub in etc spool log run dev mysql mnt; do
     rm -rf "${DIR:?}/$sub"
 done
 rm -f "$DIR/env.sh" "$DIR/mode" "$DIR/up"
@@ -319,12 +320,33 @@ phase "config written"
 
 # ---------------------------------------------------------------- daemons
 # slurmd's need neither the database nor slurmctld to start: they register once slurmctld pings them.
+# Each node also gets its own mount namespace with a private tmpfs on /dev/shm and on /tmp, as on
+# a real cluster where both are node-local (slurmstepd and every task inherit slurmd's namespace).
+# The state dir is the "shared filesystem": when it lies under /tmp it is bound back into the node's
+# /tmp (staged at $DIR/mnt/<node>, then the new /tmp with it moved into place).
+# shellcheck disable=SC2016  # $1, $2... are expanded by the inner bash
+node_boot='
+set -e
+node=$1 dir=$2 stage=$2/mnt/$1 shm_size=$3 tmp_size=$4
+hostname "$node"
+mount -t tmpfs -o "size=$shm_size,mode=1777,nosuid,nodev" "hpcp-shm-$node" /dev/shm
+case "$dir/" in
+    /tmp/*)
+        mount -t tmpfs -o "size=$tmp_size,mode=1777,nosuid,nodev" "hpcp-tmp-$node" "$stage"
+        mkdir -p "$stage${dir#/tmp}"
+        mount --bind "$dir" "$stage${dir#/tmp}"
+        mount --move "$stage" /tmp
+        ;;
+    *) mount -t tmpfs -o "size=$tmp_size,mode=1777,nosuid,nodev" "hpcp-tmp-$node" /tmp ;;
+esac
+exec slurmd -N "$node"
+'
 for node in "${HPCP_NODES[@]}"; do
     ns="$(hpcp_netns "$node")"
+    mkdir -p "$DIR/mnt/$node"
     # NOT `ip netns exec`: it remounts /sys and hides the cgroup hierarchy from slurmd.
-    # shellcheck disable=SC2016  # $1 is expanded by the inner sh
-    nsenter --net="/run/netns/$ns" unshare --uts \
-        sh -c 'hostname "$1" && exec slurmd -N "$1"' sh "$node" \
+    nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private \
+        bash -c "$node_boot" bash "$node" "$DIR" "$HPCP_NODE_SHM_SIZE" "$HPCP_NODE_TMP_SIZE" \
         </dev/null >"$logs/slurmd-$node.out" 2>&1 ||
         fail "slurmd $node did not start"
 done

@@ -215,7 +215,8 @@ def test_too_small_shm_gives_a_clear_error_and_writes_nothing(tiny_tmpfs: Path) 
             publisher.publish(sd)
     message = str(info.value)
     assert "needs 12.0 MiB" in message and "free" in message and "HINT" in message
-    assert sorted(os.listdir(Path(job) / "weights-big")) == ["writer.lock"]
+    # only the publisher's own small files (control is reserved when the store is opened)
+    assert sorted(os.listdir(Path(job) / "weights-big")) == ["control", "writer.lock"]
     vfs = os.statvfs(tiny_tmpfs)
     assert vfs.f_bfree * vfs.f_frsize > 7 << 20  # the failed reservation was given back
     with WeightPublisher(job, "small") as publisher:  # and a store that fits works
@@ -238,7 +239,8 @@ def test_cleanup_removes_everything(job: str) -> None:
 
 
 def test_environment_derives_the_store_location(tmp_path: Path) -> None:
-    assert ws.job_dir_from_env({"HPCPLACE_JOB_ID": "77"}) == "/dev/shm/hpcplace-77"
+    assert ws.job_dir_from_env({"HPCPLACE_JOB_ID": "77", "SLURMD_NODENAME": "a800-2"}) == \
+        "/dev/shm/hpcplace-77/node-a800-2"
     assert ws.job_dir_from_env({"HPCPLACE_SHM_DIR": "/x", "HPCPLACE_JOB_ID": "77"}) == "/x"
     assert ws.weight_sources({"HPCPLACE_WEIGHT_SYNC_SOURCES": "0,3"}) == [0, 3]
     env = {"HPCPLACE_SHM_DIR": str(tmp_path / "hpcplace-e"), "HPCPLACE_COMPONENT": "actor", "HPCPLACE_RANK": "2"}

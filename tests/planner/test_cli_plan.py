@@ -24,7 +24,7 @@ COMPONENT_KEYS = ["name", "world_size", "node_groups", "resource_type", "command
                   "tensor_parallel_size", "pipeline_parallel_size", "cpus_per_process", "mem_per_process_mb",
                   "collocation_group", "processes"]
 GROUP_KEYS = ["label", "partition", "het_group", "num_nodes", "first_node_rank", "gpus_per_node", "gpu_type",
-              "cpus_per_node", "mem_per_node_mb", "constraint", "account", "qos", "hardware", "resource_kind", "env"]
+              "cpus_per_node", "mem_per_node_mb", "constraint", "account", "qos", "hardware", "resource_kind", "env", "charged"]
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -188,3 +188,88 @@ def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
     assert "SIGINT: stopping every process" in (proc.stderr.read() if proc.stderr else "")
     assert not any(alive(pid) for pid in pids)
     assert not list(Path("/dev/shm").glob(f"hpcplace-failing-local-*-{proc.pid}"))
+
+
+# A component whose process also starts a grandchild (a shell's background job in its own process
+# group would escape a plain killpg; here it shares its parent's group, as programs' helpers do).
+FAMILY = ("import os, subprocess, sys, time; {ignore}"
+          "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
+          "print('ready', os.getpid(), child.pid, flush=True); time.sleep(300)")
+
+
+def family_config(*, ignore_term: bool = False) -> str:
+    ignore = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); " if ignore_term else ""
+    return f"""
+name: family
+cluster:
+  node_groups:
+    - {{label: cpu, partition: cpu, nodes: 1}}
+  component_placement:
+    worker: {{node_group: cpu, placement: "0:0-2"}}
+components:
+  worker: {{command: [{PY}, -c, {json.dumps(FAMILY.format(ignore=ignore))}]}}
+"""
+
+
+def start_family(tmp_path: Path, config: str, *args: str) -> tuple[subprocess.Popen[str], list[int]]:
+    path = tmp_path / "config.yaml"
+    path.write_text(config)
+    proc = subprocess.Popen(hpcplace("run", str(path), "--local", *args), env=base_env(), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    pids: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(pids) < 6 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if "] ready " in line:
+            pids.extend(int(x) for x in line.split()[-2:])
+    assert len(pids) == 6, proc.stderr.read() if proc.stderr else ""
+    return proc, pids
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+def test_sigkill_of_the_backend_leaves_no_process(tmp_path: Path) -> None:
+    """kill -9 of `hpcplace run --local`: every child and grandchild is gone (checked by pid)."""
+    proc, pids = start_family(tmp_path, family_config(), "--grace", "1")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    left = wait_gone(pids, 15)
+    for pid in left:  # never leave them behind, even when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes {left} outlived the backend"
+
+
+def test_sigkill_of_the_backend_kills_children_that_ignore_sigterm(tmp_path: Path) -> None:
+    proc, pids = start_family(tmp_path, family_config(ignore_term=True), "--grace", "1")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    left = wait_gone(pids, 15)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes {left} outlived the backend"
+
+
+def test_second_ctrl_c_kills_at_once(tmp_path: Path) -> None:
+    proc, pids = start_family(tmp_path, family_config(ignore_term=True), "--grace", "60")
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(1.0)
+    assert proc.poll() is None and any(alive(p) for p in pids)  # waiting out the 60 s grace
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=30)
+    assert time.monotonic() - t0 < 10
+    err = proc.stderr.read() if proc.stderr else ""
+    assert proc.returncode == 130, err
+    assert "Ctrl-C again to kill now" in err and "second SIGINT: SIGKILL to every process" in err
+    left = wait_gone(pids, 10)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left

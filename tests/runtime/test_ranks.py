@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from hpcplace.errors import SpecError
+from hpcplace.runtime.plan_index import write_index
 from hpcplace.runtime import ProcessEnv, process_info
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.ranks import PORT_BASE, PORT_SPAN, master_port, merge_environment, shm_dir
@@ -44,7 +46,7 @@ def test_torch_and_rlinf_variables_for_a_recorded_step(lab_plan: Path) -> None:
     first = got[0]
     assert first["ISOLATE_ACCELERATOR"] == "1" and first["ACCELERATOR_TYPE"] == "a800"
     assert first["LOCAL_HARDWARE_RANKS"] == "0" and first["NODE_GROUP_LABEL"] == "a800"
-    assert first["HPCPLACE_JOB_ID"] == "120" and first["HPCPLACE_SHM_DIR"] == "/dev/shm/hpcplace-120"
+    assert first["HPCPLACE_JOB_ID"] == "120" and first["HPCPLACE_SHM_DIR"] == "/dev/shm/hpcplace-120/node-a800-1"
     assert first["HPCPLACE_PLAN"] == str(lab_plan.resolve()) and first["HPCPLACE_COMPONENT"] == "actor"
     assert first["HPCPLACE_RANK"] == "0" and first["HPCPLACE_WORLD_SIZE"] == "4"
     assert first["ACTOR_FLAG"] == "1"  # the component's env from plan.json
@@ -91,7 +93,16 @@ def test_weight_sync_peers(strided_plan: Path) -> None:
 
 
 def test_plan_env_may_not_set_computed_variables(tmp_path: Path) -> None:
-    plan = write_plan(tmp_path, LAB_CONFIG.replace('env: {ACTOR_FLAG: "1"}', 'env: {RANK: "9"}'))
+    # refused at plan time, pointing at the key ...
+    with pytest.raises(SpecError, match="'RANK' is set by hpcplace") as info:
+        write_plan(tmp_path, LAB_CONFIG.replace('env: {ACTOR_FLAG: "1"}', 'env: {RANK: "9"}'))
+    assert info.value.location is not None and info.value.location.line > 1
+    # ... and still by the shim, for a plan.json written by something else
+    plan = write_plan(tmp_path, LAB_CONFIG)
+    text = plan.read_text()
+    assert text.count('"ACTOR_FLAG": "1"') == 1
+    plan.write_text(text.replace('"ACTOR_FLAG": "1"', '"RANK": "9"'))
+    write_index(plan)
     with pytest.raises(ShimError, match="sets RANK"):
         resolved(plan, "actor", step_envs("0")[0])
 

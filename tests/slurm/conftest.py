@@ -60,6 +60,49 @@ def plan_yaml(tmp_path: Path, text: str, name: str = "config.yaml") -> Plan:
 # ------------------------------------------------------------------------------------------------
 # the real test cluster
 
+def cluster_nodes() -> list[str]:
+    """The node names of the test cluster (from its slurm.conf)."""
+    conf = CLUSTER_DIR / "etc" / "slurm.conf"
+    if not conf.exists():
+        return []
+    return [line.split()[0].split("=", 1)[1] for line in conf.read_text().splitlines()
+            if line.startswith("NodeName=")]
+
+
+def node_root(node: str) -> Path | None:
+    """The root directory as NODE's processes see it (each node has its own /dev/shm and /tmp in
+    its own mount namespace): /proc/<its slurmd>/root. None when its slurmd is not running."""
+    try:
+        pid = int((CLUSTER_DIR / "run" / f"slurmd-{node}.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    root = Path(f"/proc/{pid}/root")
+    return root if root.exists() else None
+
+
+@dataclass(frozen=True)
+class JobShm:
+    """A job's /dev/shm/hpcplace-<jobid> on every node of the cluster (and on this host)."""
+
+    job_id: str
+
+    def paths(self) -> list[Path]:
+        name = f"dev/shm/hpcplace-{self.job_id}"
+        roots = [Path("/")] + [r for r in map(node_root, cluster_nodes()) if r is not None]
+        return [root / name for root in roots]
+
+    def left(self) -> list[str]:
+        """What is left of it: each leftover path with its content."""
+        out = []
+        for path in self.paths():
+            if os.path.lexists(path):
+                inside = sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.is_dir() else []
+                out.append(f"{path}: {inside}")
+        return out
+
+    def exists(self) -> bool:
+        return bool(self.left())
+
 @dataclass
 class LiveCluster:
     env: dict[str, str]

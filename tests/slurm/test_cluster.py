@@ -20,7 +20,7 @@ from hpcplace.errors import SlurmError
 from hpcplace.plan import Plan
 from hpcplace.planner import plan_from_file
 from hpcplace.slurm_job import lower
-from tests.slurm.conftest import CLUSTER_DIR, REPO, REPORTER, LiveCluster, ensure_cluster, plan_yaml
+from tests.slurm.conftest import CLUSTER_DIR, REPO, REPORTER, JobShm, LiveCluster, ensure_cluster, plan_yaml
 
 pytestmark = pytest.mark.slurm
 
@@ -43,8 +43,9 @@ def wait_done(job_id: str, timeout: float = JOB_TIMEOUT_S) -> submit.JobStatus:
     raise AssertionError(f"job {job_id} not done after {timeout} s: {submit.format_status(submit.job_status(job_id))}")
 
 
-def shm_dir(job_id: str) -> Path:
-    return Path(f"/dev/shm/hpcplace-{job_id}")
+def shm_dir(job_id: str) -> JobShm:
+    """The job's /dev/shm directory on every node (each node has its own /dev/shm)."""
+    return JobShm(job_id)
 
 
 def run_plan(plan: Plan, tmp_path: Path, name: str = "run") -> tuple[submit.Submission, submit.JobStatus, Path]:

@@ -11,7 +11,7 @@ from hpcplace.planner import plan_from_file
 from hpcplace.rank_syntax import compress_ranks
 from hpcplace.slurm_job import (
     consecutive_runs, gpu_bind, gpu_mask, lower, sbatch_time_ok, segment_srun_args, slug,
-    unique_slugs,
+    time_limit_seconds, unique_slugs,
 )
 from tests.slurm.conftest import REPO, plan_yaml
 
@@ -191,3 +191,34 @@ def test_slurm_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
         lower(replace(plan, slurm={"time": "1h"}))
     with pytest.raises(SpecError, match="not a long sbatch option"):
         lower(replace(plan, slurm={"extra_sbatch_args": "-p debug"}))
+
+
+def test_stop_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """signal_before_limit -> --signal on every het component (default TERM@120), requeue ->
+    --requeue on every component and one appended batch log, kill_wait -> the script's grace."""
+    plan = lab(tmp_path, 'actor: {node_group: a800, placement: "0-7"}')
+    job = lower(plan)
+    assert "--signal=TERM@120" in job.components[0].sbatch_args and "--requeue" not in job.components[0].sbatch_args
+    assert (job.kill_wait_s, job.requeue) == (None, False)
+    for value, rendered in (("30", "TERM@30"), ("SIGUSR1@300", "USR1@300"), ("usr2@60", "USR2@60"),
+                            ("10@5", "10@5")):
+        args = lower(replace(plan, slurm={"signal_before_limit": value})).components[0].sbatch_args
+        assert f"--signal={rendered}" in args, value
+    short = lower(replace(plan, slurm={"time": "1"})).components[0].sbatch_args  # 60 s: the default halves
+    assert "--signal=TERM@30" in short
+    assert [time_limit_seconds(t) for t in ("1", "1:30", "1:00:00", "2-0", "1-2:03", "1-0:0:5", "INFINITE", "")] == [
+        60, 90, 3600, 172800, 93780, 86405, None, None]
+    with pytest.raises(SpecError, match="is not shorter than slurm.time"):
+        lower(replace(plan, slurm={"time": "2", "signal_before_limit": "USR1@120"}))
+    off = lower(replace(plan, slurm={"signal_before_limit": "false"}))
+    assert not any(a.startswith("--signal") for a in off.components[0].sbatch_args)
+    job = lower(replace(plan, slurm={"requeue": "true", "kill_wait": "45"}))
+    assert all("--requeue" in c.sbatch_args for c in job.components)
+    assert job.batch_args == ("--open-mode=append",) and (job.kill_wait_s, job.requeue) == (45, True)
+    for bad, message in ((("signal_before_limit", "USR1@soon"), "not a number of seconds"),
+                         (("signal_before_limit", "BOGUS@30"), "'BOGUS' is not a signal"),
+                         (("signal_before_limit", "KILL@30"), "cannot be caught"),
+                         (("kill_wait", "-1"), "not a number of seconds"),
+                         (("requeue", "maybe"), "not true or false")):
+        with pytest.raises(SpecError, match=message):
+            lower(replace(plan, slurm={bad[0]: bad[1]}))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpcplace.cluster import Cluster
-from hpcplace.errors import SlurmError
+from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan import Plan
 from hpcplace.planner import plan_from_file
 from hpcplace.render import render_run
@@ -72,7 +72,8 @@ def test_success_runs_every_step_with_exact_arguments(hetero: Plan, tmp_path: Pa
         argv = by_component[step.component]
         seg = step.segments[0]
         assert argv[:len(segment_srun_args(job, step, seg))] == list(segment_srun_args(job, step, seg))
-        assert argv[argv.index("--") + 1:] == list(step.command)
+        # the command travels in plan.json, never on srun's argv (srun splits its argv at a bare ':')
+        assert "--" not in argv and argv[-2:] == ["--component", step.component]
     assert "guard started" in events and "USR1 hpcplace-shm" in events  # the /dev/shm guard was stopped
     nodes = (rendered.run_dir / "logs" / "nodes.txt").read_text().split("\n")
     assert nodes[:3] == ["0 0 node-a", "0 1 node-b", "1 0 node-c"]
@@ -88,10 +89,34 @@ def test_failing_step_fails_fast_and_names_component_and_rank(hetero: Plan, tmp_
     assert "FAILED: component 'inference' (3 tasks; ranks 0-2) exited with code 7" in res.stderr
     assert "component 'inference' rank 1 on node-a: Exited with exit code 7" in res.stderr
     assert "component 'inference' ranks 0,2 on node-a: Killed" in res.stderr
-    # every other step got SIGTERM from the batch script, and the guard too
-    terminated = {line.split()[-1] for line in events.splitlines() if " TERM " in line}
+    # every task of every other step got SIGTERM (scancel --signal=TERM JOBID), none was SIGKILLed
+    assert "scancel --signal=TERM 4242" in events
+    terminated = {line.split()[-1] for line in events.splitlines() if " task-TERM " in line}
     assert {"actor", "rollout", "env", "agent"} <= terminated
-    assert "USR1 hpcplace-shm" in events
+    assert "srun-TERM" not in events
+    assert "component 'inference' failed first: the job fails with exit code 7" in res.stderr
+    assert "stopping the other components with SIGTERM to every task" in res.stderr
+    assert "SIGKILL after 2s" in res.stderr  # the cluster's KillWait (fake scontrol show config)
+    assert "component 'agent' (4 tasks) stopped (srun exit 0)" in res.stderr
+    assert "hpcplace-shm" in events  # the guard was stopped
+
+
+def test_stubborn_step_gets_sigkill_after_the_grace(hetero: Plan, tmp_path: Path) -> None:
+    """A step whose tasks ignore SIGTERM is killed (srun cancels it) after slurm.kill_wait seconds."""
+    plan = replace(hetero, slurm={**hetero.slurm, "kill_wait": "1"})
+    rendered = render_run(plan, tmp_path / "run")
+    assert "hp_kill_wait=1 " in rendered.script.read_text()
+    t0 = time.monotonic()
+    res, _, events = run_script(rendered.run_dir, tmp_path, FAKE_FAIL="inference", FAKE_SLEEP="30",
+                                FAKE_STUBBORN="rollout", FAKE_KILL_WAIT="20")
+    elapsed = time.monotonic() - t0
+    assert res.returncode == 7, res.stderr
+    assert elapsed < 10, "SIGKILL came after the cluster's KillWait, not slurm.kill_wait"
+    assert "SIGKILL after 1s" in res.stderr
+    assert "still running after 1s: 'rollout'; SIGKILL" in res.stderr
+    assert "srun-TERM rollout" in events and "srun-TERM actor" not in events
+    attempts = [json.loads(line) for line in (rendered.run_dir / "attempts.jsonl").read_text().splitlines()]
+    assert [(a["attempt"], a["event"], a.get("exit_code")) for a in attempts] == [(0, "start", None), (0, "end", 7)]
 
 
 def test_cpu_only_and_every_step_clear_leaked_variables(tmp_path: Path) -> None:
@@ -108,7 +133,13 @@ def test_cpu_only_and_every_step_clear_leaked_variables(tmp_path: Path) -> None:
 # hostile inputs
 
 def hostile_plan(plan: Plan, value: str, canary: Path) -> Plan:
-    groups = tuple(replace(g, partition=value) if i == 0 else g for i, g in enumerate(plan.cluster.node_groups))
+    if "\n" in value or "\\" in value:
+        # a partition sbatch could not read back from an #SBATCH line: refused when the node group is made
+        with pytest.raises(SpecError, match="#SBATCH lines cannot hold|control character|backslash"):
+            replace(plan.cluster.node_groups[0], partition=value)
+        groups = plan.cluster.node_groups
+    else:
+        groups = tuple(replace(g, partition=value) if i == 0 else g for i, g in enumerate(plan.cluster.node_groups))
     comps = list(plan.components)
     comps[0] = replace(comps[0], name=value, command=("printf", "%s\n", value, "$(touch " + str(canary) + ")"))
     comps[0] = replace(comps[0], env={"HOSTILE": value})
@@ -121,10 +152,6 @@ def test_hostile_values_render_safely(hetero: Plan, tmp_path: Path, index: int) 
     value = hostile_values(canary)[index]
     plan = hostile_plan(hetero, value, canary)
     run_dir = tmp_path / ("run " + value.replace("/", "_").replace("\n", "_").replace("\\", "_"))
-    if "\n" in value or "\\" in value:
-        with pytest.raises(SlurmError, match="cannot be written in an #SBATCH line"):
-            render_run(plan, run_dir)  # the value is a partition: sbatch could not read it back
-        plan = replace(plan, cluster=hetero.cluster)
     rendered = render_run(plan, run_dir)
     script = rendered.script.read_text()
     check = subprocess.run(["bash", "-n", str(rendered.script)], capture_output=True, text=True)
@@ -137,5 +164,8 @@ def test_hostile_values_render_safely(hetero: Plan, tmp_path: Path, index: int) 
     res, calls, _ = run_script(rendered.run_dir, tmp_path)
     assert res.returncode == 0, res.stderr
     step = next(c["argv"] for c in _steps(calls) if c["argv"][c["argv"].index("--component") + 1] == value)
-    assert step[step.index("--") + 1:] == ["printf", "%s\n", value, f"$(touch {canary})"]
+    assert "--" not in step  # the command is read from plan.json by the shim
+    plan_json = json.loads(rendered.plan_json.read_text())
+    assert plan_json["components"][0]["command"] == ["printf", "%s\n", value, f"$(touch {canary})"]
+    assert all(c.isprintable() or c in "\n\t" for c in script), "a raw control character reached job.sbatch"
     assert not canary.exists(), "a hostile value was executed"

@@ -242,8 +242,60 @@ def test_cancel_and_resolve(tmp_path: Path, fake_slurm: Path) -> None:
     assert submit.resolve_job("77+1") == ("77", None)
     with pytest.raises(SlurmError, match="neither a run directory nor a job id"):
         submit.resolve_job("nope")
-    submit.cancel("55")
+    (fake_slurm / "sacct.out").write_text("")
+    with pytest.raises(SlurmError, match="Slurm knows no job 55"):  # neither scontrol nor sacct
+        submit.cancel("55")
+    (fake_slurm / "scontrol-job.out").write_text((DATA / "scontrol-show-job-running.txt").read_text())
+    assert "cancelled job 55" in submit.cancel("55")
     assert (fake_slurm / "scancel.calls").read_text() == "55\n"
+    (fake_slurm / "scontrol-job.out").write_text(
+        (DATA / "scontrol-show-job-done.txt").read_text().replace("JobState=COMPLETED", "JobState=FAILED", 1))
+    assert submit.cancel("55") == "job 55 had already ended: FAILED; nothing to cancel"
+    assert (fake_slurm / "scancel.calls").read_text() == "55\n"  # not called again
+
+
+def _status_with(fake_slurm: Path, states: tuple[str, str]) -> submit.JobStatus:
+    text = (DATA / "scontrol-show-job-done.txt").read_text()
+    for state in states:
+        text = text.replace("JobState=COMPLETED", f"JobState={state}!", 1)
+    (fake_slurm / "scontrol-job.out").write_text(text.replace("!", ""))
+    (fake_slurm / "sacct.out").write_text("")
+    return submit.job_status("12")
+
+
+@pytest.mark.parametrize(("states", "code"), [
+    (("COMPLETED", "COMPLETED"), 0), (("FAILED", "CANCELLED"), 10), (("COMPLETED", "OUT_OF_MEMORY"), 10),
+    (("CANCELLED", "CANCELLED"), 11), (("TIMEOUT", "CANCELLED"), 12), (("PREEMPTED", "COMPLETED"), 13),
+    (("RUNNING", "COMPLETED"), 0)])
+def test_status_exit_codes(fake_slurm: Path, states: tuple[str, str], code: int) -> None:
+    assert submit.status_exit_code(_status_with(fake_slurm, states)) == code
+
+
+def test_cli_status_codes_and_unknown_job(fake_slurm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hpcplace.cli import main
+
+    _status_with(fake_slurm, ("TIMEOUT", "CANCELLED"))
+    assert main(["status", "12", "--watch", "--interval", "0"]) == 12
+    _status_with(fake_slurm, ("COMPLETED", "COMPLETED"))
+    assert main(["status", "12"]) == 0
+    (fake_slurm / "scontrol-job.out").unlink()
+    capsys.readouterr()
+    assert main(["status", "999"]) == 3
+    err = capsys.readouterr().err
+    assert "Slurm knows no job 999" in err and "HINT" in err.upper() and "Traceback" not in err
+
+
+def test_attempts_record(tmp_path: Path) -> None:
+    (tmp_path / "attempts.jsonl").write_text(
+        '{"attempt": 0, "event": "start", "job_id": "5", "host": "cpu-1", "time": "T0"}\n'
+        '{"attempt": 0, "event": "end", "job_id": "5", "host": "cpu-1", "time": "T1", "exit_code": 143}\n'
+        '{"attempt": 1, "event": "st\n'  # a line cut short by a dying node
+        '{"attempt": 1, "event": "start", "job_id": "5", "host": "cpu-1", "time": "T2"}\n')
+    attempts = submit.read_attempts(tmp_path)
+    assert attempts == [submit.Attempt(0, "T0", "cpu-1", "T1", 143), submit.Attempt(1, "T2", "cpu-1", None, None)]
+    text = "\n".join(submit.format_attempts(attempts))
+    assert "attempt 0: started T0 on cpu-1, ended T1 exit=143; logs in logs/attempt-0/" in text
+    assert "attempt 1: started T2 on cpu-1, running" in text
 
 
 # ------------------------------------------------------------------------------------------------

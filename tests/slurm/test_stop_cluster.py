@@ -1,0 +1,193 @@
+"""The real-cluster tier (marker `slurm`) for issue 9: jobs that stop gracefully. Every task runs
+trapper.py (through hpcplace-run), which traps SIGTERM like a trainer that checkpoints.
+
+- a component fails while the others trap SIGTERM: the trap runs on every rank of every other
+  component, and the job fails with the first failure's code;
+- a 1-minute limit with a 30 s warning (USR1@30): every task's handler runs before the limit;
+- `scontrol requeue`: the second attempt runs clean in the same run directory, `status` shows both;
+- `status --watch` exit codes for COMPLETED, FAILED, CANCELLED, TIMEOUT; `cancel` of an ended job.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hpcplace import submit
+from hpcplace.plan import Plan
+from hpcplace.planner import plan_from_file
+from tests.slurm.conftest import REPO, LiveCluster, plan_yaml
+from tests.slurm.test_cluster import shm_dir, wait_done
+
+pytestmark = pytest.mark.slurm
+
+TRAPPER = Path(__file__).with_name("trapper.py")
+HP = [sys.executable, "-m", "hpcplace.cli"]
+
+
+def with_trapper(plan: Plan, out: Path, fail: str = "") -> Plan:
+    command = (sys.executable, str(TRAPPER), str(out), str(plan.num_processes), *([fail] if fail else []))
+    return replace(plan, components=tuple(replace(c, command=command) for c in plan.components))
+
+
+def events(out: Path, attempt: int = 0) -> dict[tuple[str, int], dict[str, dict]]:
+    """(component, rank) -> {event: record} for one attempt."""
+    got: dict[tuple[str, int], dict[str, dict]] = {}
+    for path in out.glob(f"{attempt}.*"):
+        if path.suffix == ".tmp":
+            continue
+        component, rank, event = path.name.split(".", 1)[1].rsplit(".", 2)
+        got.setdefault((component, int(rank)), {})[event] = json.loads(path.read_text())
+    return got
+
+
+def all_ranks(plan: Plan) -> set[tuple[str, int]]:
+    return {(c.name, p.rank) for c in plan.components for p in c.processes}
+
+
+def wait_started(out: Path, plan: Plan, attempt: int = 0, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(list(out.glob(f"{attempt}.*.start"))) == plan.num_processes:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"only {len(list(out.glob(f'{attempt}.*.start')))} of {plan.num_processes} tasks started")
+
+
+def watch_code(env: dict[str, str], target: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(HP + ["status", target, "--watch", "--interval", "0.5"], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def batch_log(run_dir: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in (run_dir / "logs").glob("batch-*.out"))
+
+
+def test_failure_stops_the_others_with_sigterm(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
+    out = tmp_path / "out"
+    out.mkdir()
+    plan = with_trapper(plan, out, fail="inference:1")
+    done = submit.submit(plan, tmp_path / "run")
+    status = wait_done(done.job_id)
+    log = batch_log(done.run_dir)
+    assert status.state == "FAILED", submit.format_status(status) + log
+    assert status.components[0].exit_code == "7:0", submit.format_status(status)  # the first failure's code
+    got = events(out)
+    others = {k for k in all_ranks(plan) if k[0] != "inference"}
+    assert others and others <= set(got)
+    for key in sorted(others):  # every rank of every other component ran its trap to the end
+        assert "TERM" in got[key] and "saved" in got[key], (key, got[key], log)
+    assert "component 'inference' failed first: the job fails with exit code 7" in log
+    assert "stopping the other components with SIGTERM to every task" in log
+    assert "SIGKILL after 2s" in log  # the cluster's KillWait
+    assert "still running after" not in log  # nobody needed SIGKILL
+    assert not shm_dir(done.job_id).exists()
+    watch = watch_code(slurm_cluster.env, str(done.run_dir))
+    assert watch.returncode == 10, watch.stdout + watch.stderr
+    cancel = subprocess.run(HP + ["cancel", str(done.run_dir)], env=slurm_cluster.env, capture_output=True, text=True)
+    assert cancel.returncode == 0 and f"job {done.job_id} had already ended: FAILED" in cancel.stdout, cancel
+
+
+def _small(tmp_path: Path, slurm: str) -> Plan:
+    return plan_yaml(tmp_path, f"""
+        name: stop-test
+        cluster:
+          node_groups:
+            - {{label: a800, partition: a800, nodes: 1, gpus_per_node: 8, gpu_type: a800}}
+            - {{label: cpu, partition: cpu, nodes: 1}}
+          component_placement:
+            actor: {{node_group: a800, placement: "0-1"}}
+            agent: {{node_group: cpu, placement: "0:0-1"}}
+        components: {{actor: {{command: ["true"]}}, agent: {{command: ["true"]}}}}
+        slurm: {slurm}
+        """)
+
+
+def test_time_limit_warning_reaches_every_task(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """1-minute limit, `signal_before_limit: USR1@30`: every task's USR1 handler runs before the
+    limit; at the limit Slurm's SIGTERM reaches every task; status --watch exits 12 (TIMEOUT)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    plan = with_trapper(_small(tmp_path, '{time: "1", signal_before_limit: "USR1@30"}'), out)
+    done = submit.submit(plan, tmp_path / "run")
+    wait_started(out, plan)
+    watch = watch_code(slurm_cluster.env, str(done.run_dir))
+    status = submit.job_status(done.job_id)
+    log = batch_log(done.run_dir)
+    assert status.state == "TIMEOUT", submit.format_status(status) + log
+    assert watch.returncode == 12, watch.stdout + watch.stderr
+    got = events(out)
+    assert set(got) == all_ranks(plan)
+    start = min(e["start"]["time"] for e in got.values())
+    for key, e in sorted(got.items()):
+        assert "USR1" in e, (key, e)
+        assert e["USR1"]["time"] - start < 60, (key, e["USR1"]["time"] - start)  # before the limit
+        assert "TERM" in e and "saved" in e, (key, e)  # and the limit's own SIGTERM reached it
+    assert "received SIGTERM (scancel, time limit, preemption or requeue)" in log
+
+
+def test_cancel_reaches_every_task_and_watch_codes(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    env = slurm_cluster.env
+    out = tmp_path / "out"
+    out.mkdir()
+    plan = with_trapper(_small(tmp_path, "{}"), out)
+    done = submit.submit(plan, tmp_path / "run")
+    wait_started(out, plan)
+    cancel = subprocess.run(HP + ["cancel", str(done.run_dir)], env=env, capture_output=True, text=True)
+    assert cancel.returncode == 0 and f"cancelled job {done.job_id}" in cancel.stdout, cancel.stderr
+    assert watch_code(env, done.job_id).returncode == 11  # CANCELLED
+    got = events(out)
+    assert all("saved" in got[k] for k in all_ranks(plan)), got
+    again = subprocess.run(HP + ["cancel", done.job_id], env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and f"job {done.job_id} had already ended: CANCELLED" in again.stdout
+    # COMPLETED: the same job with commands that just end
+    ok = submit.submit(_small(tmp_path, "{}"), tmp_path / "ok")
+    watch = watch_code(env, str(ok.run_dir))
+    assert watch.returncode == 0, watch.stdout + watch.stderr
+    unknown = subprocess.run(HP + ["status", "987654"], env=env, capture_output=True, text=True)
+    assert unknown.returncode == 3 and "Slurm knows no job 987654" in unknown.stderr, unknown
+
+
+def test_requeue_runs_clean_in_the_same_run_dir(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    env = slurm_cluster.env
+    out = tmp_path / "out"
+    out.mkdir()
+    plan = with_trapper(_small(tmp_path, "{requeue: true}"), out)
+    done = submit.submit(plan, tmp_path / "run")
+    wait_started(out, plan)
+    res = slurm_cluster.run("scontrol", "requeue", done.job_id)
+    assert res.returncode == 0, res.stderr
+    # Slurm holds a requeued job back (BeginTime, ~2 min); let it start now
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        slurm_cluster.run("scontrol", "update", f"JobId={done.job_id}", "StartTime=now")
+        if list(out.glob("1.*.start")):
+            break
+        time.sleep(1)
+    status = wait_done(done.job_id)
+    log = batch_log(done.run_dir)
+    assert status.state == "COMPLETED", submit.format_status(status) + log
+    first, second = events(out, 0), events(out, 1)
+    assert set(first) == set(second) == all_ranks(plan)  # the same plan, every rank again
+    assert all("saved" in e for e in first.values()), first  # attempt 0 was stopped gracefully
+    for key, e in second.items():  # attempt 1 found no node-local file of attempt 0
+        assert not [n for n in e["start"]["shm_entries"] or [] if n.startswith("attempt-0")], (key, e)
+    attempts = submit.read_attempts(done.run_dir)
+    assert [(a.number, a.exit_code) for a in attempts] == [(0, 143), (1, 0)], attempts
+    assert "attempt 1 of job" in log and "removing its node-local directories" in log
+    assert log.count("attempt 0:") == 1 and log.count("attempt 1:") == 1  # both attempts in one batch log
+    assert list((done.run_dir / "logs" / "attempt-0").glob("*.out")), "attempt 0's step logs were not kept"
+    shown = subprocess.run(HP + ["status", str(done.run_dir)], env=env, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "attempt 0: started" in shown.stdout and "exit=143" in shown.stdout
+    assert "attempt 1: started" in shown.stdout and "exit=0" in shown.stdout
+    logs = subprocess.run(HP + ["logs", str(done.run_dir), "--attempt", "0", "--list"], env=env,
+                          capture_output=True, text=True)
+    assert logs.returncode == 0 and "logs/attempt-0/" in logs.stdout, logs
