@@ -39,14 +39,16 @@ def rlinf_mismatches(report: dict[str, Any], plan: dict[str, Any],
         if node is None:
             bad.append(f"node rank {rank}: missing in RLinf's cluster")
             continue
+        # A config without node_groups: hpcplace's one implicit group; RLinf's nodes carry no label.
+        labels = [want["label"]] if report["node_groups"] else []
         got = (node["env_node_rank"], node["node_labels"], node["num_accelerators"], node["accelerator_type"])
-        expect = (str(rank), [want["label"]], want["gpus"], "NV_GPU" if want["gpus"] else "NO_ACCEL")
+        expect = (str(rank), labels, want["gpus"], "NV_GPU" if want["gpus"] else "NO_ACCEL")
         if got != expect:
             bad.append(f"node rank {rank}: RLinf (RLINF_NODE_RANK, labels, accelerators, type) {got} != plan {expect}")
         if hosts and ray_hosts.get(node["ray_id"]) != hosts[(want["het_group"], want["index"])]:
             bad.append(f"node rank {rank}: Ray node on {ray_hosts.get(node['ray_id'])}, "
                        f"plan host {hosts[(want['het_group'], want['index'])]}")
-    for group in plan["node_groups"]:
+    for group in plan["node_groups"] if report["node_groups"] else ():
         got_group = report["node_groups"].get(group["label"])
         ranks = list(range(group["first_node_rank"], group["first_node_rank"] + group["num_nodes"]))
         if got_group is None or got_group["node_ranks"] != ranks:

@@ -28,7 +28,7 @@ print(json.dumps([M.get_current_node_num_accelerators(), M.get_current_node_acce
 
 
 def _nvml_view(env: dict[str, str]) -> list:
-    full = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "HPCPLACE_FAKE_GPU")}
+    full = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "FAKE_NVML")}
     full.update(env)
     out = subprocess.run([sys.executable, "-c", PROBE], env=full, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -40,10 +40,10 @@ def test_fake_nvml_reports_the_raylets_planned_gpus() -> None:
     fake = str(HERE / "fake_gpu")
     assert _nvml_view({"PYTHONPATH": fake, "CUDA_VISIBLE_DEVICES": "0,1,3"})[:2] == [3, "A800"]
     assert _nvml_view({"PYTHONPATH": fake, "CUDA_VISIBLE_DEVICES": "",
-                       "HPCPLACE_FAKE_GPU_MODEL": "NVIDIA GeForce RTX 4090"})[:2] == [0, None]
-    two = _nvml_view({"PYTHONPATH": fake, "CUDA_VISIBLE_DEVICES": "4,5", "HPCPLACE_FAKE_GPU_MODEL": "NVIDIA H100 80GB HBM3"})
+                       "FAKE_NVML_GPU_MODEL": "NVIDIA GeForce RTX 4090"})[:2] == [0, None]
+    two = _nvml_view({"PYTHONPATH": fake, "CUDA_VISIBLE_DEVICES": "4,5", "FAKE_NVML_GPU_MODEL": "NVIDIA H100 80GB HBM3"})
     assert two[:2] == [2, "H100"]
-    assert _nvml_view({"PYTHONPATH": fake, "CUDA_VISIBLE_DEVICES": "0,1", "HPCPLACE_FAKE_GPU": "0"})[2] is None
+    assert _nvml_view({"PYTHONPATH": fake, "CUDA_VISIBLE_DEVICES": "0,1", "FAKE_NVML": "0"})[2] is None
 
 
 def _plan() -> dict:

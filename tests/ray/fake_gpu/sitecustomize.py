@@ -8,9 +8,9 @@ device enumeration: nothing of Ray's or a framework's placement or scheduling co
 
 The node's devices are those in CUDA_VISIBLE_DEVICES when the process *starts* (the raylet's
 value: Ray rewrites it later for each task/actor, but NVML sees the node, not the process), or
-HPCPLACE_FAKE_GPU_COUNT if set; the model name is HPCPLACE_FAKE_GPU_MODEL. With no devices NVML
+FAKE_NVML_GPU_COUNT if set; the model name is FAKE_NVML_GPU_MODEL. With no devices NVML
 fails to initialise, as on a CPU node. On a machine with real NVML (the GPU tier) the fake is
-off: tests don't put it on the path, and HPCPLACE_FAKE_GPU=0 disables it anyway.
+off: tests don't put it on the path, and FAKE_NVML=0 disables it anyway.
 """
 
 import importlib.abc
@@ -22,7 +22,7 @@ _TARGET = "ray._private.thirdparty.pynvml"
 
 
 def _planned_count() -> int:
-    explicit = os.environ.get("HPCPLACE_FAKE_GPU_COUNT")
+    explicit = os.environ.get("FAKE_NVML_GPU_COUNT")
     if explicit is not None:
         return int(explicit)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
@@ -30,7 +30,7 @@ def _planned_count() -> int:
 
 
 _COUNT = _planned_count()
-_MODEL = os.environ.get("HPCPLACE_FAKE_GPU_MODEL", "NVIDIA A800-SXM4-80GB")
+_MODEL = os.environ.get("FAKE_NVML_GPU_MODEL", "NVIDIA A800-SXM4-80GB")
 
 
 def _patch(mod) -> None:
@@ -80,5 +80,5 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-if os.environ.get("HPCPLACE_FAKE_GPU", "1") != "0":
+if os.environ.get("FAKE_NVML", "1") != "0":
     sys.meta_path.insert(0, _Finder())
