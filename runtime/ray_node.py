@@ -72,8 +72,7 @@ def node_facts(header: dict, g: int, j: int, cpus_needed: int = 0) -> dict:
     cpus = group.get("cpus_per_node") or cpus_needed
     return {"rank": rank, "het_group": g, "index": j, "label": group["label"], "partition": group["partition"],
             "gpu_type": group.get("gpu_type") if gpus else None, "gpus": tuple(str(i) for i in range(gpus)),
-            "num_cpus": max(int(cpus), 1), "env": dict(group.get("env") or {}),
-            "python": group.get("python_interpreter_path")}
+            "num_cpus": max(int(cpus), 1), "env": dict(group.get("env") or {})}
 
 
 def ray_start_argv(python: str, node: dict, *, head: bool, port: int, address: str | None, temp_dir: str,
@@ -274,7 +273,7 @@ def main(argv: Sequence[str]) -> int:
         head_file = os.path.join(run_dir, "ray", "head.json")
         timeout = float(launch.get("join_timeout") or 300)
         extra = shlex.split(os.environ.get("HPCPLACE_RAY_ARGS", ""))
-        python = node["python"] or sys.executable
+        python = sys.executable  # the job's Python (the launcher's), where Ray is installed
         if head:
             port = next((p for p in port_candidates(job_id) if port_free(p)), None)
             if port is None:

@@ -129,6 +129,12 @@ def test_ray_cluster_matches_the_plan(lab: LiveCluster, tmp_path: Path) -> None:
             assert 0 <= int(node["cuda_visible_devices"]) < gpus, where
         else:
             assert not node["cuda_visible_devices"], where
+    hp = [sys.executable, "-m", "hpcplace.cli"]
+    logs = subprocess.run(hp + ["logs", str(run_dir), "--list"], env=lab.env, capture_output=True, text=True)
+    assert logs.returncode == 0 and f"Ray node rank 2 (rtx, het 1 node 0, {hosts[(1, 0)]})" in logs.stdout, logs
+    assert str(run_dir / "logs" / "driver.out") in logs.stdout
+    status_ = subprocess.run(hp + ["status", str(run_dir)], env=lab.env, capture_output=True, text=True)
+    assert f"Ray head: {head}:{port}" in status_.stdout and "all 4 node(s) joined" in status_.stdout, status_
     timings = json.loads((run_dir / "ray" / "bringup.json").read_text())
     assert timings["nodes"] == 4 and timings["all_joined"] >= timings["head_ready"]
     assert_clean(done.job_id)
