@@ -73,8 +73,11 @@ def main() -> int:
     examples: dict[str, str] = {}
     slowest = 0.0
     with multiprocessing.Pool(args.workers) as pool:
-        for counts, found, slow in pool.imap_unordered(worker, jobs):
+        for done, (counts, found, slow) in enumerate(pool.imap_unordered(worker, jobs), 1):
             total.update(counts)
+            if done % 20 == 0:
+                print(f"... {sum(total.values())} cases, {time.perf_counter() - t0:.0f} s, "
+                      f"bad {sum(v for k, v in total.items() if k not in ('ok', 'error'))}", flush=True)
             for k, v in found.items():
                 examples.setdefault(k, v)
             slowest = max(slowest, slow)

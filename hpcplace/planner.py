@@ -41,6 +41,9 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
     weight_sync = None
     if spec.model_parallel:
         expanded, weight_sync = _model_parallel(spec, expanded)
+    if len(order) > limits.MAX_COMPONENTS:
+        limits.check_cap(len(order), limits.MAX_COMPONENTS, "number of components",
+                         spec.placements[-1].location if spec.placements else None)
     total = sum(len(expanded[name].lists) for name in order)
     if total > limits.MAX_PROCESSES:
         first = spec.placements[0] if spec.placements else None
@@ -109,7 +112,8 @@ def _groups_used(cluster: Cluster, processes: Sequence[Placement]) -> tuple[str,
 
 
 def _resource_type(processes: Sequence[Placement]) -> str:
-    types = sorted({s.resource_type for view in node_processes(processes) for s in set(view.slots)})
+    layouts = {id(v.slots): v.slots for v in node_processes(processes)}  # nodes share their slots tuples
+    types = sorted({s.resource_type for slots in layouts.values() for s in slots})
     return types[0] if len(types) == 1 else ",".join(types)
 
 

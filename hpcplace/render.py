@@ -291,7 +291,7 @@ def write_plan_files(plan: Plan, path: Path) -> None:
     spans: list[ProcessSpans] = []
     header = plan_header(plan)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="ascii", newline="\n") as out:
+    with open(tmp, "wb") as out:
         size = write_plan_json(plan, out, spans, header=header)
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)

@@ -99,6 +99,7 @@ class SlurmJob:
     num_processes: int
     kill_wait_s: int | None = None  # SIGTERM -> SIGKILL grace for steps; None = Slurm's KillWait
     requeue: bool = False
+    limit_signal: str | None = None  # `SIG@SECONDS` of --signal (the time-limit warning), None = off
 
     @property
     def is_het(self) -> bool:
@@ -208,7 +209,7 @@ def lower(plan: Plan) -> SlurmJob:
     for comp, name in zip(plan.components, names):
         steps.extend(_component_steps(plan, comp, name))
     return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes,
-                    kill_wait(options.get("kill_wait")), requeue)
+                    kill_wait(options.get("kill_wait")), requeue, warning)
 
 
 DEFAULT_LIMIT_SIGNAL = "TERM@120"
@@ -265,6 +266,21 @@ def kill_wait(value: str | None) -> int | None:
     return int(text)
 
 
+def job_option_problem(key: str, value: str) -> SpecError | None:
+    """The error lowering would raise for one stop option (signal_before_limit, kill_wait,
+    requeue), so planning can report it with the config location; None when it is fine."""
+    try:
+        if key == "signal_before_limit":
+            limit_signal(value)
+        elif key == "kill_wait":
+            kill_wait(value)
+        elif key == "requeue":
+            _flag({key: value}, key, False)
+    except SpecError as exc:
+        return exc
+    return None
+
+
 def _flag(options: dict[str, str], key: str, default: bool) -> bool:
     text = options.get(key)
     if text is None:
@@ -273,7 +289,7 @@ def _flag(options: dict[str, str], key: str, default: bool) -> bool:
         return True
     if text.lower() in ("false", "no", "0"):
         return False
-    raise SpecError(f"slurm.{key} {text!r} is not true or false")
+    raise SpecError(f"slurm.{key} {text!r} is not true or false", hint=f"write {key}: true or {key}: false")
 
 
 def extra_args_problem(text: str) -> str | None:

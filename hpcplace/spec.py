@@ -255,6 +255,12 @@ def check_slurm_option(key: str, value: str, location: SourceLocation | None) ->
     if key == "time" and not sbatch_time_ok(value):
         raise SpecError(f"slurm.time {value!r} is not a Slurm time limit", location=location,
                         hint="write e.g. 30, 4:00:00 or 2-00:00:00")
+    if key in ("signal_before_limit", "kill_wait", "requeue"):
+        from hpcplace.slurm_job import job_option_problem
+
+        error = job_option_problem(key, value)
+        if error is not None:
+            raise SpecError(error.message, location=location, hint=error.hint)
     if key == "extra_sbatch_args":
         problem = extra_args_problem(value)
         if problem:

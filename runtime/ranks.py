@@ -118,6 +118,10 @@ def plan_environment(plan: Mapping[str, Any], component: Mapping[str, Any],
 def environment_changes(info: ProcessEnv, extra: Mapping[str, str]) -> dict[str, str | None]:
     """Computed variables plus the plan's env; the plan may not set a variable hpcplace computes."""
     changes = info.environment()
+    bad = sorted(repr(name) for name, value in extra.items() if not _env_name_ok(name) or "\x00" in value)
+    if bad:
+        raise ShimError(f"the plan's env for component {info.component!r} has invalid variables: {', '.join(bad)}",
+                        hint="names use letters, digits and '_' (not starting with a digit); values cannot hold NUL")
     clash = sorted(name for name in extra if name in changes)
     if clash:
         raise ShimError(f"the plan's env for component {info.component!r} sets {', '.join(clash)}, which "
@@ -125,6 +129,11 @@ def environment_changes(info: ProcessEnv, extra: Mapping[str, str]) -> dict[str,
                         hint="remove them from the component's / node group's env in the config")
     changes.update(extra)
     return changes
+
+
+def _env_name_ok(name: str) -> bool:
+    """[A-Za-z_][A-Za-z0-9_]* without importing `re` on the shim's hot path."""
+    return bool(name) and name.isascii() and not name[0].isdigit() and all(c.isalnum() or c == "_" for c in name)
 
 
 def merge_environment(base: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:

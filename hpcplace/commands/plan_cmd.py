@@ -63,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
     if args.svg:
         Path(args.svg).write_text(svg(plan, max_nodes=args.max_nodes), encoding="utf-8")
     if args.json:
-        write_plan_json(plan, sys.stdout)  # streamed: a million-process plan is ~0.5 GB of text
+        out = getattr(sys.stdout, "buffer", None)  # bytes: no text-layer encoding of ~0.5 GB at scale
+        sys.stdout.flush()
+        write_plan_json(plan, out if out is not None else sys.stdout)  # streamed, never one string
     else:
         sys.stdout.write(summary(plan, max_nodes=args.max_nodes))
     return 0

@@ -57,7 +57,7 @@ def parse_allocation_mode(view: View) -> list[list[Member]]:
                 if letter not in "dptce" or letter in dims:
                     raise view.error(f"invalid or repeated dimension {letter!r} in {stripped!r}", offset=lead,
                                      hint="dimensions: d (data), p (pipeline), t (tensor), c (context), e (expert)")
-                if len(number) > 6 or int(number) > limits.MAX_PROCESSES:
+                if len(number) > 9 or int(number) > limits.MAX_PROCESSES:
                     raise view.error(f"dimension {letter}{number} is larger than {limits.MAX_PROCESSES}", offset=lead)
                 if int(number) < 1:
                     raise view.error(f"dimension {letter}{number} must be >= 1", offset=lead)

@@ -327,3 +327,21 @@ def test_port_candidates_stay_in_the_span() -> None:
     ports = mp.candidates(master_port("1000", 3), PORT_BASE, PORT_SPAN, PORT_STRIDE)
     assert len(set(ports)) == len(ports) and all(PORT_BASE <= p < PORT_BASE + PORT_SPAN for p in ports)
     assert all((p - PORT_BASE) % PORT_STRIDE == 3 for p in ports)  # still distinct from other components
+
+
+def test_shim_refuses_bad_env_names_in_a_foreign_plan_json() -> None:
+    from hpcplace.runtime.errors import ShimError
+    from hpcplace.runtime.ranks import _env_name_ok, environment_changes
+
+    assert _env_name_ok("PYTHONPATH") and _env_name_ok("_a1")
+    assert not any(_env_name_ok(n) for n in ("A=B", "=X", "a b", "1X", "", "é"))
+
+    class Info:
+        component = "actor"
+
+        def environment(self) -> dict[str, str]:
+            return {"RANK": "0"}
+
+    for env in ({"A=B": "1"}, {"OK": "a\x00b"}):
+        with pytest.raises(ShimError, match="invalid variables"):
+            environment_changes(Info(), env)  # type: ignore[arg-type]

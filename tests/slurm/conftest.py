@@ -43,6 +43,8 @@ HOSTILE = (
     "!x",
     "* ?",
     "&& touch {canary} || true",
+    "\x1b]0;title\x07\x1b[2J\x1b[31mlooks fine",  # terminal escapes: never raw in job.sbatch
+    "\u202eevil\u202c",  # a bidi override
 )
 
 
