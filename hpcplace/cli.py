@@ -29,9 +29,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that take `--driver -- CMD...` (the ray launch mode's driver; see hpcplace.launch).
+DRIVER_COMMANDS = ("submit", "render", "run")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from hpcplace.launch import split_driver_argv
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        rest, driver = split_driver_argv(sys.argv[1:] if argv is None else argv)
+    except HpcplaceError as exc:
+        print(f"hpcplace: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    args = parser.parse_args(rest)
+    if driver is not None and args.command not in DRIVER_COMMANDS:
+        parser.error(f"--driver is an option of: {', '.join(DRIVER_COMMANDS)}")
+    args.driver = driver
     try:
         return int(args.func(args) or 0)
     except HpcplaceError as exc:

@@ -17,6 +17,7 @@ from operator import add
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from hpcplace.cluster import Charge, Cluster, Node, NodeGroup, charges
+from hpcplace.launch import STEPS, LaunchSpec
 from hpcplace.placement import Placement
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class Plan:
     slurm: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     composed: tuple[str, ...] = ()  # files Hydra composed and overrides applied, in order
+    launch: LaunchSpec = STEPS
 
     def component(self, name: str) -> ComponentPlan:
         for comp in self.components:
@@ -136,6 +138,8 @@ def plan_header(plan: Plan) -> dict[str, object]:
             "actor_to_rollout": [[list(t) for t in targets] for targets in plan.weight_sync.actor_to_rollout]},
         "slurm": dict(sorted(plan.slurm.items())),
         "warnings": list(plan.warnings),
+        # Only in ray mode (absent = steps): plans of the default mode stay as they were.
+        **({"launch": plan.launch.to_json()} if plan.launch != STEPS else {}),
     }
 
 

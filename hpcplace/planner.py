@@ -76,7 +76,8 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
     membership = {c: g.name for g in groups for c in g.components}
     components = [replace(c, collocation_group=membership.get(c.name)) for c in components]
     return Plan(spec.name, spec.source, spec.source_format, spec.cluster, tuple(components), groups,
-                weight_sync, dict(spec.slurm), spec.notes + _warnings(spec, components), spec.composed)
+                weight_sync, dict(spec.slurm), spec.notes + _warnings(spec, components), spec.composed,
+                spec.launch)
 
 
 def plan_from_file(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = ()) -> Plan:

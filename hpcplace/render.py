@@ -29,6 +29,7 @@ from hpcplace.slurm_job import (
 )
 
 TEMPLATE = "job.sbatch.j2"
+RAY_TEMPLATE = "ray_job.sbatch.j2"  # the Ray launch mode (extends job.sbatch.j2)
 BUILTIN_PREFIX = "hpcplace"  # a site template extends "hpcplace/job.sbatch.j2"
 SCRIPT_NAME = "job.sbatch"
 PLAN_NAME = "plan.json"
@@ -240,13 +241,21 @@ def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
     env = template_environment(template_dir)
     node_lists = [(c.het_group, f"SLURM_JOB_NODELIST_HET_GROUP_{c.het_group}" if job.is_het
                    else "SLURM_JOB_NODELIST") for c in job.components]
+    common = dict(job=job, plan=plan, run_dir=run_dir, plan_file=PLAN_NAME, launcher=tuple(launcher),
+                  every_node=all_nodes_srun_args(job, "hpcplace-shm"),
+                  clean_nodes=all_nodes_srun_args(job, "hpcplace-clean"), node_lists=node_lists,
+                  clear_leaked=tuple(a for v in LEAKED_GPU_VARIABLES for a in ("-u", v)))
     try:
+        if plan.launch.is_ray:
+            from hpcplace import ray_cluster
+
+            return env.get_template(RAY_TEMPLATE).render(
+                **common, summary=placement_summary(plan, job) + ["", *ray_cluster.ray_summary(plan)],
+                steps=("ray", "driver"), ray_lines=ray_cluster.ray_summary(plan),
+                ray_segments=ray_cluster.ray_step_segments(job, plan),
+                driver_args=ray_cluster.driver_step_args(job), node_ranks=ray_cluster.node_ranks_text(plan))
         return env.get_template(TEMPLATE).render(
-            job=job, plan=plan, run_dir=run_dir, plan_file=PLAN_NAME, launcher=tuple(launcher),
-            summary=placement_summary(plan, job), steps=step_views(plan, job),
-            every_node=all_nodes_srun_args(job, "hpcplace-shm"),
-            clean_nodes=all_nodes_srun_args(job, "hpcplace-clean"), node_lists=node_lists,
-            clear_leaked=tuple(a for v in LEAKED_GPU_VARIABLES for a in ("-u", v)))
+            **common, summary=placement_summary(plan, job), steps=step_views(plan, job))
     except jinja2.TemplateError as exc:
         raise SpecError(f"template error: {exc}", hint="check the site template directory") from None
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from hpcplace import limits
 from hpcplace.cluster import Cluster, Hardware, NodeGroup
 from hpcplace.errors import SourceLocation, SpecError
+from hpcplace.launch import STEPS, LaunchSpec
 from hpcplace.safe_words import argv_problem, check_sbatch_text
 from hpcplace.yaml_source import View, YamlDocument
 
@@ -79,6 +80,7 @@ class ExperimentSpec:
     # Components whose contiguous GPUs are packed into processes of N GPUs each (RLinf's eval and
     # multi-agent rollout engines: PackedPlacementStrategy(num_hardware_per_process=tp)).
     packed: dict[str, int] = field(default_factory=dict)
+    launch: LaunchSpec = STEPS  # the top-level `launch:` block (hpcplace.launch)
 
     def component(self, name: str) -> ComponentSpec:
         return self.components.get(name) or ComponentSpec(name)
@@ -312,7 +314,7 @@ def native_node_group(view: View) -> NodeGroup:
 
 def parse_native(doc: YamlDocument) -> ExperimentSpec:
     root = doc.root()
-    root.check_keys({"format", "name", "cluster", "components", "slurm"})
+    root.check_keys({"format", "name", "cluster", "components", "slurm", "launch"})
     name = check_name(root.require("name"), root.require("name").str(), "experiment name")
     cluster_view = root.require("cluster")
     cluster_view.check_keys({"node_groups", "component_placement"})

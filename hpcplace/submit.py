@@ -24,6 +24,7 @@ from pathlib import Path
 from hpcplace import slurm_cli
 from hpcplace.errors import SlurmError
 from hpcplace.cluster import Cluster, Hardware, NodeGroup
+from hpcplace.launch import launch_from_json
 from hpcplace.placement import Placement
 from hpcplace.plan import SCHEMA, ComponentPlan, Plan
 from hpcplace.render import DEFAULT_LAUNCHER, SCRIPT_NAME, render_run, render_script
@@ -465,7 +466,7 @@ def load_plan(path: Path) -> Plan:
             mem_per_process_mb=c["mem_per_process_mb"], collocation_group=c["collocation_group"], processes=procs))
     return Plan(data["name"], data["source"]["path"], data["source"]["format"], Cluster(tuple(groups)),
                 tuple(comps), (), None, dict(data.get("slurm", {})), tuple(data.get("warnings", ())),
-                tuple(data["source"].get("composed", ())))
+                tuple(data["source"].get("composed", ())), launch_from_json(data.get("launch")))
 
 
 def read_hosts(run_dir: Path, logs: str = "logs") -> dict[tuple[int, int], str]:

@@ -168,6 +168,14 @@ def _explain(resolved: Resolved) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
+    head = args[:args.index("--")] if "--" in args else args
+    for flag, module in (("--ray-node", "ray_node"), ("--ray-driver", "ray_driver")):
+        if flag in head:  # the Ray launch mode's two in-job roles (runtime/ray_node.py, ray_driver.py)
+            import importlib
+
+            rest = list(args)
+            rest.remove(flag)
+            return int(importlib.import_module(f"hpcplace.runtime.{module}").main(rest))
     try:
         options = parse_args(args)
         if options is None:

@@ -13,8 +13,9 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
 # torch is pinned to the local CPU build (never a CUDA download).
-"$venv/bin/pip" install --quiet --disable-pip-version-check -e ".[test,torch,frameworks]"
-# The frameworks (pinned), without their GPU stacks: tests check hpcplace against their own parsers.
+"$venv/bin/pip" install --quiet --disable-pip-version-check -e ".[test,torch,ray,frameworks]"
+# The RL frameworks the Ray launch-mode tests run (their wheels pin GPU stacks: --no-deps; what their
+# code imports comes from the `frameworks` extra above); tests also check hpcplace against their parsers.
 "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r tests/requirements-frameworks.txt
 
 slurm_ok=0

@@ -34,6 +34,26 @@ def config_overrides(args: argparse.Namespace) -> list[str]:
     return list(args.overrides) + extra
 
 
+def add_driver_argument(parser: argparse.ArgumentParser) -> None:
+    """`--driver -- CMD...`: cut off by hpcplace.cli before argparse (so the driver's own options are
+    never read as ours); declared here for --help only."""
+    parser.add_argument("--driver", nargs=argparse.REMAINDER, metavar="-- CMD",
+                        help="run in the Ray launch mode with this driver on the head (everything after it); "
+                             "overrides launch.driver of the config")
+
+
+def plan_with_launch(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """Plan the config, with `--driver -- CMD...` (if given) applied to its launch block."""
+    from dataclasses import replace
+
+    from hpcplace.launch import with_driver
+    from hpcplace.planner import plan_from_file
+
+    plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args))
+    launch = with_driver(plan.launch, getattr(args, "driver", None))
+    return plan if launch == plan.launch else replace(plan, launch=launch)
+
+
 def check_renders(plan) -> None:  # type: ignore[no-untyped-def]
     """`plan` refuses what `render` would: lower and render the job in memory (no files)."""
     from hpcplace.render import render_script

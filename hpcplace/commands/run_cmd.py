@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from hpcplace.commands.plan_cmd import add_config_arguments, config_overrides
+from hpcplace.commands.plan_cmd import add_config_arguments, add_driver_argument, plan_with_launch
 from hpcplace.errors import HpcplaceError
 
 
@@ -23,6 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--dry-run", action="store_true", help="print each process's command and environment")
     parser.add_argument("--grace", type=float, default=5.0, metavar="SECONDS",
                         help="time between SIGTERM and SIGKILL when stopping (default 5)")
+    add_driver_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -31,8 +32,14 @@ def run(args: argparse.Namespace) -> int:
         raise HpcplaceError("`hpcplace run` needs --local (the Slurm path is `hpcplace submit`)",
                             hint="try the experiment here first: hpcplace run CONFIG --local")
     from hpcplace.local_backend import run_plan_locally
-    from hpcplace.planner import plan_from_file
 
-    plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args))
+    plan = plan_with_launch(args)
+    if plan.launch.is_ray:
+        from hpcplace.local_ray import run_ray_locally
+
+        if args.components or args.dry_run:
+            raise HpcplaceError("--component and --dry-run do not apply to the Ray launch mode",
+                                hint="the driver starts every component itself")
+        return run_ray_locally(plan, run_dir=args.run_dir, grace_s=args.grace)
     return run_plan_locally(plan, run_dir=args.run_dir, components=args.components, dry_run=args.dry_run,
                             grace_s=args.grace)

@@ -8,7 +8,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from hpcplace.commands.plan_cmd import add_config_arguments, config_overrides
+from hpcplace.commands.plan_cmd import add_config_arguments, add_driver_argument, config_overrides, plan_with_launch
 from hpcplace.errors import SlurmError, SpecError
 
 
@@ -31,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="write even over a run directory that was already submitted (its queued or running "
                         "job would read the new plan.json)")
     _template_args(p)
+    add_driver_argument(p)
     p.set_defaults(func=run_render)
 
     p = subparsers.add_parser("submit", help="render into a run directory and sbatch it")
@@ -43,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--no-validate", action="store_true", help="skip the check against the live cluster")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each Slurm command")
     _template_args(p)
+    add_driver_argument(p)
     p.set_defaults(func=run_submit)
 
     p = subparsers.add_parser("validate", help="check the job against the live cluster (sinfo/scontrol)")
@@ -89,9 +91,7 @@ def _launcher(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from hpcplace.planner import plan_from_file
-
-    return plan_from_file(args.config, format=args.format, overrides=config_overrides(args))
+    return plan_with_launch(args)
 
 
 def run_render(args: argparse.Namespace) -> int:
@@ -181,6 +181,9 @@ def run_status(args: argparse.Namespace) -> int:
     if attempts:
         print(f"  attempts ({len(attempts)}, one per start; a requeued job starts again):")
         print("\n".join(submit.format_attempts(attempts)))
+    if run_dir is not None:
+        for line in _ray_status(run_dir):
+            print(line)
     return submit.status_exit_code(status)
 
 
@@ -189,6 +192,60 @@ def run_cancel(args: argparse.Namespace) -> int:
 
     job_id, _ = submit.resolve_job(args.target)
     print(submit.cancel(job_id))
+    return 0
+
+
+def _ray_status(run_dir: Path) -> list[str]:
+    """The Ray launch mode's facts from the run dir: the head's address, bring-up, node errors."""
+    import json
+
+    ray_dir = run_dir / "ray"
+    lines = []
+    try:
+        head = json.loads((ray_dir / "head.json").read_text(encoding="utf-8"))
+        lines.append(f"Ray head: {head['host']}:{head['port']} (ready {head.get('ready_s', '?')} s after its start)")
+    except (OSError, ValueError, KeyError):
+        return lines
+    try:
+        up = json.loads((ray_dir / "bringup.json").read_text(encoding="utf-8"))
+        lines.append(f"Ray: all {up['nodes']} node(s) joined {up['all_joined'] - up['driver_step_start']:.1f} s "
+                     f"after the driver step started; driver running since then")
+    except (OSError, ValueError, KeyError, TypeError):
+        lines.append("Ray: waiting for every node to join")
+    errors = run_dir / "logs" / "ray-errors.txt"
+    if errors.exists():
+        lines += [f"Ray: {line}" for line in errors.read_text(encoding="utf-8").splitlines()]
+    return lines
+
+
+def _ray_logs(args: argparse.Namespace, run_dir: Path, plan) -> int:  # type: ignore[no-untyped-def]
+    """Ray mode logs: the driver (`--component driver`) and each node's raylet (`--component ray
+    [--rank NODE_RANK]`), from logs/driver.out and logs/ray.<host>.out."""
+    from hpcplace import submit
+    from hpcplace.ray_cluster import ray_nodes
+
+    if args.component not in (None, "driver", "ray"):
+        raise SpecError(f"the Ray launch mode has no component {args.component!r} to show",
+                        hint="--component driver (the driver) or --component ray [--rank NODE_RANK] (raylets)")
+    hosts = submit.read_hosts(run_dir)
+    entries: list[tuple[str, Path | None]] = []
+    if args.component in (None, "driver") and args.rank in (None, 0):
+        entries.append(("Ray driver (on the head)", run_dir / "logs" / "driver.out"))
+    if args.component in (None, "ray"):
+        for n in ray_nodes(plan):
+            if args.rank is not None and args.rank != n.rank:
+                continue
+            host = hosts.get((n.het_group, n.index))
+            entries.append((f"Ray node rank {n.rank} ({n.label}, het {n.het_group} node {n.index}"
+                            f"{', ' + host if host else ''})", run_dir / "logs" / f"ray.{host}.out" if host else None))
+    if args.component is None and args.rank is None and not args.list:
+        for batch in sorted((run_dir / "logs").glob("batch-*.out")):
+            _show(f"batch script ({batch})", batch, args.tail)
+    for title, path in entries:
+        if args.list:
+            print(f"{title}: {path if path else '(job has not started: no logs/nodes.txt)'}")
+        else:
+            _show(title, path, args.tail)
     return 0
 
 
@@ -201,6 +258,8 @@ def run_logs(args: argparse.Namespace) -> int:
     if not plan_path.exists():
         raise SlurmError(f"{run_dir} is not a run directory (no plan.json)")
     plan = submit.load_plan(plan_path)
+    if plan.launch.is_ray:
+        return _ray_logs(args, run_dir, plan)
     if args.component is not None and args.component not in {c.name for c in plan.components}:
         raise SpecError(f"no component {args.component!r} in {plan_path}",
                         hint="components: " + ", ".join(c.name for c in plan.components))

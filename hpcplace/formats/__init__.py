@@ -102,7 +102,10 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
 
 
 def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = ()) -> ExperimentSpec:
-    """Read (and compose, when it has a Hydra `defaults:` list) a config, apply overrides, parse it."""
+    """Read (and compose, when it has a Hydra `defaults:` list) a config, apply overrides, parse it;
+    the top-level `launch:` block is read the same way in every format."""
+    from hpcplace.launch import parse_launch
+
     doc = load_yaml_file(path)
     composed: tuple[str, ...] = ()
     if needs_hydra(doc, overrides):
@@ -112,6 +115,9 @@ def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequenc
     else:
         doc = apply_overrides(doc, overrides)
     spec = _parse(doc, format)
+    launch = parse_launch(doc.root().get("launch"))
+    if launch != spec.launch:
+        spec = replace(spec, launch=launch)
     return replace(spec, composed=composed + tuple(f"override {o}" for o in overrides)) \
         if composed or overrides else spec
 

@@ -117,7 +117,7 @@ def test_unknown_top_level_key(yml: Yaml) -> None:
     err = yml.error(path)
     assert str(err).startswith(line_of(yml.where(path, "clsuter")))
     assert err.message == "unknown key 'clsuter' in `top level`"
-    assert err.hint == "allowed keys: cluster, components, format, name, slurm"
+    assert err.hint == "allowed keys: cluster, components, format, launch, name, slurm"
 
 
 def test_unknown_component_setting(yml: Yaml) -> None:

@@ -1,0 +1,121 @@
+"""The Ray launch mode's lowering: Plan -> the Ray cluster the job brings up (pure, no I/O).
+
+One Ray node per allocated node of every het component, all started by ONE srun step (a segment
+per het component, one task per node), so every raylet starts at once. The head is the host of
+cluster node rank 0 (het component 0, node 0: the batch host). Each raylet gets, from the plan:
+RLINF_NODE_RANK = its cluster node rank, `--num-gpus` = the node's GPUs (the step holds all of them,
+so CUDA_VISIBLE_DEVICES lists 0..n-1 in both ConstrainDevices modes), `--num-cpus`, a custom
+resource `ng_<label>: 1` and labels hpcplace.group/partition/gpu_type/node_rank. The in-job half is
+hpcplace.runtime.ray_node (every node) and hpcplace.runtime.ray_driver (the head).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hpcplace.errors import SpecError
+from hpcplace.plan import Plan
+from hpcplace.rank_syntax import compress_ranks
+from hpcplace.slurm_job import SlurmJob
+
+RAY_STEP = "ray"
+DRIVER_STEP = "driver"
+# Ray label values follow Kubernetes' syntax; a value that does not is left out (resources still pin).
+_LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)$")
+
+
+@dataclass(frozen=True)
+class RayNode:
+    """One raylet: where it runs and what it advertises."""
+
+    rank: int  # cluster node rank = RLINF_NODE_RANK
+    het_group: int
+    index: int  # node index inside its het component (Slurm's node list order)
+    label: str
+    partition: str
+    gpu_type: str | None
+    gpus: tuple[str, ...]  # physical GPU ids the raylet exposes ("0".."n-1")
+    num_cpus: int
+    env: dict[str, str]  # the node group's env (RLinf env_configs env_vars)
+
+    @property
+    def resources(self) -> dict[str, int]:
+        return {group_resource(self.label): 1}
+
+    @property
+    def labels(self) -> dict[str, str]:
+        raw = {"hpcplace.group": self.label, "hpcplace.partition": self.partition,
+               "hpcplace.gpu_type": self.gpu_type or "", "hpcplace.node_rank": str(self.rank)}
+        return {k: v for k, v in raw.items() if _LABEL_VALUE_RE.match(v)}
+
+
+def group_resource(label: str) -> str:
+    """The custom Ray resource of a node group (`ng_a800`): 1 per node of the group."""
+    return f"ng_{label}"
+
+
+def ray_nodes(plan: Plan) -> tuple[RayNode, ...]:
+    """Every node of the plan's cluster, in cluster node rank order."""
+    if not plan.launch.is_ray:
+        raise SpecError("the plan is not in the ray launch mode", hint="set launch.mode: ray")
+    cpus_needed: dict[int, int] = {}
+    for comp in plan.components:
+        for p in comp.processes:
+            cpus_needed[p.cluster_node_rank] = cpus_needed.get(p.cluster_node_rank, 0) + comp.cpus_per_process
+    nodes = []
+    for g, group in enumerate(plan.cluster.node_groups):
+        first = plan.cluster.first_node_rank(g)
+        for j in range(group.num_nodes):
+            rank = first + j
+            gpus = group.gpus_per_node[j]
+            nodes.append(RayNode(
+                rank=rank, het_group=g, index=j, label=group.label, partition=group.partition,
+                gpu_type=group.gpu_type if gpus else None, gpus=tuple(str(i) for i in range(gpus)),
+                num_cpus=max(group.cpus_per_node or cpus_needed.get(rank, 0), 1), env=dict(group.env)))
+    return tuple(nodes)
+
+
+def ray_step_segments(job: SlurmJob, plan: Plan) -> tuple[tuple[str, ...], ...]:
+    """srun options of the raylet step, one segment per het component: one task per node, all the
+    node's GPUs (so the raylet sees exactly the node's planned GPUs), all its memory, --overlap."""
+    out = []
+    for comp, group in zip(job.components, plan.cluster.node_groups):
+        args = [f"--het-group={comp.het_group}"] if job.is_het else []
+        args += [f"--nodes={comp.num_nodes}", f"--ntasks={comp.num_nodes}", "--ntasks-per-node=1", "--mem=0"]
+        gpus = group.gpus_per_node[0] if group.gpus_per_node else 0
+        if gpus:
+            args.append(f"--gres=gpu:{group.gpu_type}:{gpus}" if group.gpu_type else f"--gres=gpu:{gpus}")
+        args += ["--overlap", "--kill-on-bad-exit=1", f"--job-name={RAY_STEP}", f"--output=logs/{RAY_STEP}.%N.out"]
+        out.append(tuple(args))
+    return tuple(out)
+
+
+def driver_step_args(job: SlurmJob) -> tuple[str, ...]:
+    """srun options of the driver: one task on the head (het component 0, node 0)."""
+    args = ["--het-group=0"] if job.is_het else []
+    args += ["--nodes=1", "--relative=0", "--ntasks=1", "--mem=0", "--overlap", f"--job-name={DRIVER_STEP}",
+             f"--output=logs/{DRIVER_STEP}.out"]
+    return tuple(args)
+
+
+def ray_summary(plan: Plan) -> list[str]:
+    """The script's comment lines: which host is which node rank, and what each raylet gets."""
+    launch = plan.launch
+    nodes = ray_nodes(plan)
+    lines = [f"Ray cluster: {len(nodes)} node(s), one raylet each, all started by one srun step; "
+             f"head = cluster node rank 0; join timeout {launch.join_timeout:g} s"]
+    for n in nodes:
+        gpus = f"{len(n.gpus)} GPU(s) CUDA_VISIBLE_DEVICES={','.join(n.gpus)}" if n.gpus else "no GPU"
+        role = "head" if n.rank == 0 else "worker"
+        lines.append(f"  node rank {n.rank} ({role}): het {n.het_group} node {n.index} ({n.label}, partition "
+                     f"{n.partition}): RLINF_NODE_RANK={n.rank}, --num-cpus={n.num_cpus}, {gpus}, "
+                     f"resources {{{group_resource(n.label)}: 1}}")
+    lines.append(f"driver (on the head, argv from plan.json launch.driver): {' '.join(launch.driver)}")
+    if launch.env:
+        lines.append("launch.env: " + ", ".join(sorted(launch.env)))
+    return lines
+
+
+def node_ranks_text(plan: Plan) -> str:
+    return compress_ranks(range(len(plan.cluster.nodes)))

@@ -1,0 +1,159 @@
+"""The Ray launch mode's driver step, on the head: wait for the cluster, then exec launch.driver.
+
+1. Wait for <run dir>/ray/head.json (the head's `host:port`, written by ray_node.py).
+2. Poll the GCS (`ray.nodes()`, Ray from the job's Python) until every planned node is alive,
+   matched by its hpcplace.node_rank label; after launch.join_timeout, fail naming the missing
+   node ranks, hosts and node groups.
+3. Exec the driver argv from plan.json (never from a command line: no shell, no srun `:`), with
+   RAY_ADDRESS, ROLL's RANK=0 / WORLD_SIZE=<nodes> / MASTER_ADDR=<head> / MASTER_PORT=<GCS port>
+   (so ROLL finds the running cluster instead of starting one), HPCPLACE_PLAN, HPCPLACE_RUN_DIR and
+   launch.env. Its exit code is the step's, hence the job's.
+
+Timings go to stderr (logs/driver.out) and <run dir>/ray/bringup.json (bench/ray_bringup.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from hpcplace.runtime.errors import ShimError
+from hpcplace.runtime.plan_index import PlanIndex
+from hpcplace.runtime.ray_node import LEAKED, read_head, record_error, say, wait_for, write_json
+from hpcplace.runtime.slurm_env import node_name_at, read_snapshot
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+EXIT_NOT_JOINED = 3
+
+
+def expected_nodes(header: dict) -> dict[int, tuple[int, int, str]]:
+    """cluster node rank -> (het group, node index, node group label)."""
+    out = {}
+    for g, group in enumerate(header["node_groups"]):
+        for j in range(int(group["num_nodes"])):
+            out[int(group["first_node_rank"]) + j] = (g, j, group["label"])
+    return out
+
+
+def joined_ranks(nodes: Sequence[Mapping]) -> set[int]:
+    """Ranks of the alive Ray nodes, from their hpcplace.node_rank label."""
+    out = set()
+    for n in nodes:
+        rank = (n.get("Labels") or {}).get("hpcplace.node_rank")
+        if n.get("Alive") and rank is not None and str(rank).isdigit():
+            out.add(int(rank))
+    return out
+
+
+def missing_text(missing: Sequence[int], expected: Mapping[int, tuple[int, int, str]], host_of) -> str:  # type: ignore[no-untyped-def]
+    parts = []
+    for r in sorted(missing):
+        g, j, label = expected[r]
+        parts.append(f"node rank {r} on {host_of(g, j)} (node group {label}, het group {g} node {j})")
+    return "; ".join(parts)
+
+
+def driver_env(environ: Mapping[str, str], *, head: str, port: int, num_nodes: int, plan_path: str,
+               launch_env: Mapping[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in environ.items() if k not in LEAKED}
+    env.update(launch_env)
+    env.update({"RAY_ADDRESS": f"{head}:{port}", "RANK": "0", "WORLD_SIZE": str(num_nodes), "MASTER_ADDR": head,
+                "MASTER_PORT": str(port), "HPCPLACE_PLAN": os.path.abspath(plan_path),
+                "HPCPLACE_RUN_DIR": os.path.dirname(os.path.abspath(plan_path)), "RAY_USAGE_STATS_ENABLED": "0"})
+    return env
+
+
+def wait_joined(address: str, expected: Mapping[int, tuple[int, int, str]], timeout: float, host_of) -> float:  # type: ignore[no-untyped-def]
+    """Poll the GCS until every expected rank is alive; returns when. Raises ShimError naming the missing."""
+    import ray  # the job's Ray: only here, never on the shim's hot path
+
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            missing = sorted(set(expected) - joined_ranks(ray.nodes()))
+            if not missing:
+                return time.time()
+            if time.monotonic() >= deadline:
+                raise ShimError(f"{len(missing)} of {len(expected)} Ray node(s) did not join within {timeout:g} s: "
+                                f"{missing_text(missing, expected, host_of)}",
+                                hint="see logs/ray.<host>.out of those hosts; raise launch.join_timeout if they are "
+                                     "just slow")
+            time.sleep(0.2)
+    finally:
+        ray.shutdown()
+
+
+def main(argv: Sequence[str]) -> int:
+    t0 = time.time()
+    plan_path = chdir = None
+    args = list(argv)
+    while args:
+        a = args.pop(0)
+        if a == "--plan" and args:
+            plan_path = args.pop(0)
+        elif a == "--chdir" and args:
+            chdir = args.pop(0)
+        elif a in ("--verbose", "--no-verify"):
+            pass
+        else:
+            say(f"error: unexpected argument {a!r}")
+            return 2
+    if plan_path is None:
+        say("error: missing --plan")
+        return 2
+    run_dir = os.path.dirname(os.path.abspath(plan_path))
+    try:
+        snapshot = read_snapshot(os.environ)
+        with PlanIndex(plan_path) as index:
+            header = index.plan
+        launch = header.get("launch") or {}
+        driver = [str(a) for a in launch.get("driver") or ()]
+        if not driver:
+            raise ShimError("plan.json has no launch.driver", hint="render the job with launch.mode: ray and a driver")
+        timeout = float(launch.get("join_timeout") or 300)
+        expected = expected_nodes(header)
+
+        def host_of(g: int, j: int) -> str:
+            try:
+                return node_name_at(snapshot, g, j)
+            except ShimError:
+                return "?"
+
+        head_file = os.path.join(run_dir, "ray", "head.json")
+        try:
+            info = wait_for("the Ray head", lambda: read_head(head_file, snapshot.job_id), timeout)
+        except ShimError:
+            raise ShimError(f"the Ray head never came up within {timeout:g} s: "
+                            f"{missing_text([0], expected, host_of)}",
+                            hint="see logs/ray.<host>.out of the head") from None
+        t_head = time.time()
+        address = f"{info['host']}:{info['port']}"
+        t_joined = wait_joined(address, expected, max(timeout - (t_head - t0), 1.0), host_of)
+        env = driver_env(os.environ, head=info["host"], port=int(info["port"]), num_nodes=len(expected),
+                         plan_path=plan_path, launch_env=launch.get("env") or {})
+        start = os.environ.get("HPCPLACE_JOB_START")
+        write_json(os.path.join(run_dir, "ray", "bringup.json"), {
+            "nodes": len(expected), "driver_step_start": t0, "head_ready": t_head, "all_joined": t_joined,
+            "driver_start": time.time(), "job_start": float(start) if start else None})
+        say(f"all {len(expected)} Ray node(s) joined at {address} ({t_joined - t0:.2f} s after this step "
+            f"started); running the driver")
+        if chdir:
+            os.chdir(chdir)
+    except ShimError as exc:
+        say(f"error: {exc}")
+        record_error(run_dir, f"Ray driver: {exc.message}")
+        return EXIT_NOT_JOINED
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(driver[0], driver, env)
+    except OSError as exc:
+        say(f"error: cannot run the driver {driver[0]!r}: {exc.strerror}")
+        record_error(run_dir, f"Ray driver: cannot run {driver[0]!r}: {exc.strerror}")
+        return 127

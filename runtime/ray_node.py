@@ -1,0 +1,332 @@
+"""One Ray node of the Ray launch mode, run by srun on every node of the job (stdlib only).
+
+Finds its node in plan.json like the shim does (its host name in the per-component node lists),
+then runs `ray start --block` with the plan's facts: RLINF_NODE_RANK (set before Ray starts, so
+every Ray worker inherits it), CUDA_VISIBLE_DEVICES and --num-gpus, --num-cpus, the group resource
+`ng_<label>` and hpcplace.* labels, the node group's env and launch.env. The head (cluster node
+rank 0) picks a free GCS port (derived from the job id, checked free here: two jobs sharing a node
+never collide; every other Ray port is left to the OS) and publishes `host:port` in
+<run dir>/ray/head.json; workers wait for that file (bounded by launch.join_timeout), then join.
+
+Ray's temp/session dir lives in the job's node-local directory (/dev/shm/hpcplace-<job>, which the
+job's guard removes even after a SIGKILL), its spill dir in ${TMPDIR:-/tmp}/hpcplace-ray-<job>-n<rank>.
+On SIGTERM/SIGUSR1/SIGINT/SIGHUP (job end, cancel, time limit) it stops every Ray process it
+started (SIGTERM, then SIGKILL to what is left of its process tree), removes both dirs and exits 0;
+if Ray stops on its own it names this node and its group, and exits 1 (the job fails).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from hpcplace.runtime.devices import choose_devices
+from hpcplace.runtime.errors import ShimError
+from hpcplace.runtime.plan_index import PlanIndex
+from hpcplace.runtime.slurm_env import locate_node, node_name_at, read_snapshot
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+PROG = "hpcplace-ray"
+LEAKED = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURM_JOB_GPUS")
+PORT_BASE, PORT_SLOTS, PORT_STRIDE = 20000, 3000, 10  # head ports: 20000..49999, blocks of 10
+STOP_GRACE_S = 2.0  # Slurm's KillWait may be short: the SIGKILL comes that long after SIGTERM
+_LABEL_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+def say(text: str) -> None:
+    sys.stderr.write(f"{PROG}: {text}\n")
+    sys.stderr.flush()
+
+
+# ------------------------------------------------------------------------------------------------
+# pure parts
+
+def port_candidates(job_id: str, count: int = 64) -> list[int]:
+    """GCS port candidates for a job: a per-job start (so two jobs rarely try the same port), then
+    a fixed stride; the first free one is taken."""
+    jid = int(job_id) if job_id.isdigit() else sum(job_id.encode())
+    return [PORT_BASE + ((jid + k * 997) % PORT_SLOTS) * PORT_STRIDE for k in range(count)]
+
+
+def label_ok(value: str) -> bool:
+    return 0 < len(value) <= 63 and value[0].isalnum() and value[-1].isalnum() and set(value) <= _LABEL_OK
+
+
+def node_facts(header: dict, g: int, j: int, cpus_needed: int = 0) -> dict:
+    """This node's facts from plan.json's header: rank, group, GPUs, CPUs (the group's cpus_per_node,
+    else what the plan's processes on the node need: hpcplace.ray_cluster.ray_nodes), env."""
+    groups = header["node_groups"]
+    group = groups[g]
+    rank = int(group["first_node_rank"]) + j
+    gpus = int(group["gpus_per_node"][j]) if group["gpus_per_node"] else 0
+    cpus = group.get("cpus_per_node") or cpus_needed
+    return {"rank": rank, "het_group": g, "index": j, "label": group["label"], "partition": group["partition"],
+            "gpu_type": group.get("gpu_type") if gpus else None, "gpus": tuple(str(i) for i in range(gpus)),
+            "num_cpus": max(int(cpus), 1), "env": dict(group.get("env") or {})}
+
+
+def ray_start_argv(python: str, node: dict, *, head: bool, port: int, address: str | None, temp_dir: str,
+                   spill_dir: str, extra: Sequence[str] = ()) -> list[str]:
+    """`python -m ray.scripts.scripts start --block ...` for one node (Ray's CLI from the job's Python)."""
+    labels = {"hpcplace.group": node["label"], "hpcplace.partition": node["partition"],
+              "hpcplace.gpu_type": node["gpu_type"] or "", "hpcplace.node_rank": str(node["rank"])}
+    argv = [python, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats",
+            f"--num-cpus={node['num_cpus']}", f"--num-gpus={len(node['gpus'])}",
+            "--resources=" + json.dumps({f"ng_{node['label']}": 1}, separators=(",", ":")),
+            "--labels=" + ",".join(f"{k}={v}" for k, v in labels.items() if label_ok(v)),
+            f"--temp-dir={temp_dir}", f"--object-spilling-directory={spill_dir}",
+            "--dashboard-agent-listen-port=0", "--min-worker-port=0", "--max-worker-port=0"]
+    if head:
+        # No Ray client server: it needs ray[client]; without --ray-client-server-port none starts.
+        argv += ["--head", f"--port={port}", "--include-dashboard=false"]
+    else:
+        argv += [f"--address={address}"]
+    return argv + list(extra)
+
+
+def raylet_env(environ: Mapping[str, str], node: dict, launch_env: Mapping[str, str], visible: str) -> dict:
+    """The raylet's environment: the task's, leaked GPU variables replaced, the node's facts set."""
+    env = {k: v for k, v in environ.items() if k not in LEAKED}
+    env.update(node["env"])
+    env.update(launch_env)
+    env["RLINF_NODE_RANK"] = str(node["rank"])
+    env["CUDA_VISIBLE_DEVICES"] = visible
+    if visible:
+        env["GPU_DEVICE_ORDINAL"] = env["ROCR_VISIBLE_DEVICES"] = visible
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # `ray start --block` drains a node for 30 s on SIGTERM (for Ray Serve); the job is ending.
+    env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
+    env["HPCPLACE_RAY_NODE_RANK"] = str(node["rank"])
+    return env
+
+
+# ------------------------------------------------------------------------------------------------
+# I/O
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_for(what: str, check, timeout: float, interval: float = 0.1):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise ShimError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def read_head(path: str, job_id: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("job_id") == job_id else None
+
+
+def write_json(path: str, data: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def record_error(run_dir: str, text: str) -> None:
+    """Append a line to <run dir>/logs/ray-errors.txt (the batch script prints it at the end)."""
+    try:
+        with open(os.path.join(run_dir, "logs", "ray-errors.txt"), "a", encoding="utf-8") as f:
+            f.write(text.replace("\n", " ") + "\n")
+    except OSError:
+        pass
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process under `root` (from /proc), deepest last."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, ()):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def stop_tree(proc: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:  # type: ignore[type-arg]
+    """SIGTERM to `ray start --block` (it stops the Ray processes it started), then SIGKILL to every
+    process left under it or in its session (Ray workers)."""
+    tree = descendants(proc.pid)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    left = [p for p in tree + descendants(proc.pid) if _alive(p)]
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+class _Stop(Exception):
+    pass
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+def main(argv: Sequence[str]) -> int:
+    plan_path = chdir = None
+    args = list(argv)
+    while args:
+        a = args.pop(0)
+        if a == "--plan" and args:
+            plan_path = args.pop(0)
+        elif a == "--chdir" and args:
+            chdir = args.pop(0)
+        elif a in ("--verbose", "--no-verify"):
+            pass
+        else:
+            say(f"error: unexpected argument {a!r}")
+            return 2
+    if plan_path is None:
+        say("error: missing --plan")
+        return 2
+    run_dir = os.path.dirname(os.path.abspath(plan_path))
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+    where = "this node"
+    proc = None
+    dirs: list[str] = []
+    try:
+        snapshot = read_snapshot(os.environ)
+        with PlanIndex(plan_path) as index:
+            header = index.plan
+            g, j = locate_node(snapshot, range(len(header["node_groups"])))
+            needed = sum(int(c.get("cpus_per_process") or 1) * index.processes_on(ci, g, j)
+                         for ci, c in enumerate(index.components) if g in index.het_groups(ci))
+        launch = header.get("launch") or {}
+        node = node_facts(header, g, j, needed)
+        host = snapshot.node_name
+        where = f"Ray node rank {node['rank']} on {host} (node group {node['label']}, het group {g} node {j})"
+        head = node["rank"] == 0
+        job_id = snapshot.job_id
+        choice = choose_devices(node["gpus"], os.environ.get("CUDA_VISIBLE_DEVICES"))
+        temp_dir = f"/dev/shm/hpcplace-{job_id}/ray-n{node['rank']}"
+        spill_dir = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"hpcplace-ray-{job_id}-n{node['rank']}")
+        for d in (os.path.dirname(temp_dir), temp_dir, spill_dir):
+            try:
+                os.mkdir(d, 0o700)  # the job's dir may already exist (the job's guard, another node)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise ShimError(f"cannot create {d}: {exc.strerror}") from None
+        dirs += [temp_dir, spill_dir]
+        head_file = os.path.join(run_dir, "ray", "head.json")
+        timeout = float(launch.get("join_timeout") or 300)
+        extra = shlex.split(os.environ.get("HPCPLACE_RAY_ARGS", ""))
+        python = sys.executable  # the job's Python (the launcher's), where Ray is installed
+        if head:
+            port = next((p for p in port_candidates(job_id) if port_free(p)), None)
+            if port is None:
+                raise ShimError(f"no free port for the Ray head among {port_candidates(job_id)[:4]}...")
+            argv_ = ray_start_argv(python, node, head=True, port=port, address=None, temp_dir=temp_dir,
+                                   spill_dir=spill_dir, extra=extra)
+        else:
+            info = wait_for(f"the Ray head's address ({head_file})", lambda: read_head(head_file, job_id), timeout)
+            port = int(info["port"])
+            argv_ = ray_start_argv(python, node, head=False, port=port, address=f"{info['host']}:{port}",
+                                   temp_dir=temp_dir, spill_dir=spill_dir, extra=extra)
+        env = raylet_env(os.environ, node, launch.get("env") or {}, choice.value)
+        say(f"{where}: RLINF_NODE_RANK={node['rank']} CUDA_VISIBLE_DEVICES={choice.value!r} "
+            f"({choice.note}); {' '.join(shlex.quote(a) for a in argv_)}")
+        if chdir:
+            os.chdir(chdir)
+        started = time.monotonic()
+        proc = subprocess.Popen(argv_, env=env, start_new_session=True)
+        if head:
+            def gcs_up() -> bool:
+                if proc.poll() is not None:
+                    raise ShimError(f"ray start exited with code {proc.returncode} before the head was up")
+                with socket.socket() as s:
+                    s.settimeout(0.5)
+                    return s.connect_ex((host, port)) == 0
+            wait_for(f"the Ray head's GCS on {host}:{port}", gcs_up, timeout, 0.05)
+            write_json(head_file, {"job_id": job_id, "host": host, "port": port,
+                                   "ready_s": round(time.monotonic() - started, 3), "time": time.time()})
+            say(f"head ready at {host}:{port} after {time.monotonic() - started:.2f} s")
+        rc = proc.wait()
+        text = f"{where}: Ray stopped on its own (ray start exited with code {rc})"
+        say(f"error: {text}")
+        record_error(run_dir, text)
+        return 1
+    except _Stop as stop:
+        say(f"{where}: {stop} received: stopping this node's Ray processes")
+        return 0
+    except ShimError as exc:
+        say(f"error: {where}: {exc}")
+        record_error(run_dir, f"{where}: {exc}")
+        return exc.exit_code or 1
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        # Remove the dirs first (open files stay usable until closed), in case the SIGKILL comes early.
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        if proc is not None:
+            stop_tree(proc)
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        if dirs:  # the last one out removes the job's node-local dir (the job's guard does the same)
+            try:
+                os.rmdir(os.path.dirname(dirs[0]))
+            except OSError:
+                pass

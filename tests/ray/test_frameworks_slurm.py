@@ -1,0 +1,104 @@
+"""RLinf, AReaL and ROLL's attach path, as installed packages, under hpcplace's Ray launch mode on
+the real Slurm test cluster (marker `slurm`). The config is an unchanged RLinf config plus
+`slurm:` and `launch:`; the drivers (tests/ray/drivers) run the frameworks' own code and write
+JSON reports that must agree with plan.json. GPUs: the test cluster has none, so the raylets get
+tests/ray/fake_gpu on PYTHONPATH (faking NVML only); the GPU tier runs without it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpcplace import submit
+from hpcplace.planner import plan_from_file
+from tests.ray.framework_checks import node_table, rlinf_mismatches
+from tests.ray.test_ray_slurm import _small_ray, assert_clean, wait_done  # noqa: F401 - fixture
+from tests.slurm.conftest import LiveCluster, slurm_cluster  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.slurm
+
+HERE = Path(__file__).parent
+FIXTURE = HERE.parent / "fixtures" / "rlinf-ray-hetero.yaml"
+DRIVERS = HERE / "drivers"
+FAKE_GPU = HERE / "fake_gpu"
+
+
+def _need(module: str) -> None:
+    pytest.importorskip(module, reason=f"{module} is installed by tests/requirements-frameworks.txt")
+
+
+def launch_config(tmp_path: Path, name: str, driver: list[str]) -> Path:
+    """The RLinf fixture, unchanged, plus a `launch:` block running `driver` on the head."""
+    text = FIXTURE.read_text(encoding="utf-8")
+    launch = {"launch": {"mode": "ray", "driver": driver, "env": {"PYTHONPATH": str(FAKE_GPU)},
+                         "join_timeout": 180}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text + "\n" + yaml.safe_dump(launch, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def run_job(tmp_path: Path, config: Path) -> tuple[Path, dict, dict]:
+    plan = plan_from_file(config)
+    run_dir = tmp_path / "run"
+    done = submit.submit(plan, run_dir)
+    status = wait_done(done.job_id, 420)
+    batch = "".join(p.read_text() for p in (run_dir / "logs").glob("*.out"))
+    assert status.state == "COMPLETED", batch[-6000:]
+    assert_clean(done.job_id)
+    return run_dir, json.loads((run_dir / "plan.json").read_text()), submit.read_hosts(run_dir)
+
+
+def test_rlinf_scheduler_agrees_with_the_plan(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """RLinf's own Cluster (attached to the Ray cluster hpcplace started), node groups, per-node
+    accelerator counts, ComponentPlacement placements and launched WorkerGroups equal plan.json."""
+    _need("rlinf")
+    config = launch_config(tmp_path, "rlinf", [
+        sys.executable, str(DRIVERS / "rlinf_driver.py"), "--config-path", str(tmp_path), "--config-name", "rlinf"])
+    run_dir, plan, hosts = run_job(tmp_path, config)
+    report = json.loads((run_dir / "rlinf-report.json").read_text())
+    assert report["stages"][-1] == "worker groups launched", report.get("traceback")
+    assert rlinf_mismatches(report, plan, hosts) == []
+    # every component's workers really spread over the nodes the plan gave it
+    for comp in plan["components"]:
+        assert {w["host"] for w in report["workers"][comp["name"]]} == {
+            hosts[(node_table(plan)[p["cluster_node_rank"]]["het_group"], node_table(plan)[p["cluster_node_rank"]]["index"])]
+            for p in comp["processes"]}
+
+
+def test_areal_launcher_attaches_and_places_per_node(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """AReaL's RayLauncher attaches through RAY_ADDRESS (its bare ray.init()) and its per-node
+    placement group puts one task per planned GPU on the three GPU nodes."""
+    _need("areal")
+    config = launch_config(tmp_path, "areal", [
+        sys.executable, str(DRIVERS / "areal_driver.py"), "--nodes", "3", "--gpus-per-node", "2"])
+    run_dir, plan, hosts = run_job(tmp_path, config)
+    report = json.loads((run_dir / "areal-report.json").read_text())
+    assert report["error"] is None, report.get("traceback")
+    head = hosts[(0, 0)]
+    assert report["ray_address_env"].split(":")[0] == head and len(report["ray_nodes"]) == 4
+    gpu_hosts = {hosts[(g["het_group"], j)]: g["gpus_per_node"][j]
+                 for g in plan["node_groups"] for j in range(g["num_nodes"]) if g["gpus_per_node"][j]}
+    per_host: dict[str, list[str]] = {}
+    for task in report["tasks"]:
+        per_host.setdefault(task["host"], []).append(task["cuda_visible_devices"])
+    assert {h: sorted(v) for h, v in per_host.items()} == {
+        h: [str(i) for i in range(n)] for h, n in gpu_hosts.items()}
+
+
+def test_roll_attach_checks_find_the_running_cluster(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """What ROLL's init() checks before starting Ray (`ray status` succeeds, ray.init(None) joins
+    RAY_ADDRESS) holds on the head: no second head, every node joined, ROLL's env set."""
+    config = launch_config(tmp_path, "roll", [sys.executable, str(DRIVERS / "roll_attach_driver.py")])
+    run_dir, plan, hosts = run_job(tmp_path, config)
+    report = json.loads((run_dir / "roll-report.json").read_text())
+    head = hosts[(0, 0)]
+    assert report["cluster_running"] and report["ray_status_rc"] == 0
+    assert report["head_nodes"] == 1 and report["alive_nodes"] == len(node_table(plan))
+    assert sorted(report["node_hosts"]) == sorted(hosts.values())
+    env = report["env"]
+    assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"]) == ("0", str(len(node_table(plan))), head)
+    assert report["gcs_address"].endswith(f":{env['MASTER_PORT']}")  # the cluster hpcplace started

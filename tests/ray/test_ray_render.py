@@ -1,0 +1,180 @@
+"""The Ray launch mode without a cluster: the `launch:` block in every format, `--driver -- CMD`,
+the Plan -> Ray nodes lowering, golden scripts, and hostile drivers kept out of the script."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hpcplace.cli import main as cli_main
+from hpcplace.errors import SpecError
+from hpcplace.launch import LaunchSpec, split_driver_argv
+from hpcplace.plan import plan_to_json
+from hpcplace.planner import plan_from_file
+from hpcplace.ray_cluster import ray_nodes, ray_step_segments
+from hpcplace.render import render_run, render_script
+from hpcplace.slurm_job import lower
+from hpcplace.submit import load_plan
+from tests.golden import check_golden
+from tests.slurm.conftest import hostile_values
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
+GOLDEN = REPO / "tests" / "golden" / "sbatch-ray"
+DRIVER = ["python", "examples/math/main_grpo.py", "--config-path", "conf", "--config-name", "X"]
+
+
+def with_launch(tmp_path: Path, config: Path, block: str) -> Path:
+    path = tmp_path / config.name
+    path.write_text(config.read_text() + "\n" + block, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+def test_launch_block_in_every_format(config: Path, tmp_path: Path) -> None:
+    path = with_launch(tmp_path, config, "launch:\n  mode: ray\n  driver: python main.py --x 'a b'\n"
+                                         "  env: {PYTHONPATH: /opt/site}\n  join_timeout: 30\n")
+    plan = plan_from_file(path)
+    assert plan.launch == LaunchSpec("ray", ("python", "main.py", "--x", "a b"), {"PYTHONPATH": "/opt/site"}, 30.0)
+    assert plan_from_file(config).launch == LaunchSpec()  # default: steps mode, as before
+    record = json.loads(plan_to_json(plan))["launch"]
+    assert record == {"mode": "ray", "driver": ["python", "main.py", "--x", "a b"],
+                      "env": {"PYTHONPATH": "/opt/site"}, "join_timeout": 30.0}
+    assert "launch" not in json.loads(plan_to_json(plan_from_file(config)))
+
+
+@pytest.mark.parametrize("block, message", [
+    ("launch: {mode: slurm}", "unknown launch mode 'slurm'"),
+    ("launch: {mode: ray}", "launch mode ray needs a driver"),
+    ("launch: {mode: steps, driver: [x]}", "launch.driver is only used in ray mode"),
+    ("launch: {mode: ray, driver: []}", "launch.driver is empty"),
+    ("launch: {mode: ray, driver: [x], env: {'A B': x}}", "'A B'"),
+    ("launch: {mode: ray, driver: [x], join_timeout: 0}", "join_timeout must be a number of seconds"),
+    ("launch: {mode: ray, driver: [x], drvier: [y]}", "unknown key 'drvier'"),
+    ("launch: [ray]", "launch must be a mapping"),
+])
+def test_launch_block_errors(tmp_path: Path, block: str, message: str) -> None:
+    path = with_launch(tmp_path, REPO / "configs" / "hetero-partitions.yaml", block + "\n")
+    with pytest.raises(SpecError) as err:
+        plan_from_file(path)
+    assert message in str(err.value)
+    assert str(err.value).startswith(str(path) + ":")  # file:line:col
+
+
+def test_driver_argv_is_cut_before_argparse() -> None:
+    rest, driver = split_driver_argv(["submit", "c.yaml", "--driver", "--", "python", "m.py", "--set", "x", ":"])
+    assert rest == ["submit", "c.yaml"] and driver == ["python", "m.py", "--set", "x", ":"]
+    assert split_driver_argv(["render", "c.yaml", "-o", "d"]) == (["render", "c.yaml", "-o", "d"], None)
+    with pytest.raises(SpecError):
+        split_driver_argv(["submit", "c.yaml", "--driver", "--"])
+
+
+def test_cli_render_with_driver(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    rc = cli_main(["render", str(REPO / "configs" / "rlinf-heterogeneous.yaml"), "-o", str(out),
+                   "--driver", "--", *DRIVER])
+    assert rc == 0, capsys.readouterr().err
+    plan = load_plan(out / "plan.json")
+    assert plan.launch.is_ray and plan.launch.driver == tuple(DRIVER)
+    script = (out / "job.sbatch").read_text()
+    assert "--ray-node --plan" in script and "--ray-driver --plan" in script
+    assert subprocess.run(["bash", "-n", str(out / "job.sbatch")]).returncode == 0
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["plan", str(REPO / "configs" / "rlinf-heterogeneous.yaml"), "--driver", "--", "x"])
+    assert exit_.value.code == 2 and "--driver is an option of: submit, render, run" in capsys.readouterr().err
+
+
+def test_ray_nodes_follow_the_plan() -> None:
+    plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
+    plan = replace(plan, launch=LaunchSpec("ray", ("x",)))
+    nodes = ray_nodes(plan)
+    assert [n.rank for n in nodes] == list(range(len(plan.cluster.nodes)))
+    for n in nodes:
+        group = plan.cluster.node_groups[n.het_group]
+        assert n.rank == plan.cluster.first_node_rank(n.het_group) + n.index
+        assert n.gpus == tuple(str(i) for i in range(group.gpus_per_node[n.index]))
+        assert n.resources == {f"ng_{group.label}": 1}
+        assert n.labels["hpcplace.node_rank"] == str(n.rank) and n.labels["hpcplace.group"] == group.label
+        needed = sum(c.cpus_per_process for c in plan.components for p in c.processes if p.cluster_node_rank == n.rank)
+        assert n.num_cpus == max(group.cpus_per_node or needed, 1)
+    segments = ray_step_segments(lower(plan), plan)
+    assert len(segments) == len(plan.cluster.node_groups)  # one raylet step over every het component
+    for seg, group in zip(segments, plan.cluster.node_groups):
+        assert f"--nodes={group.num_nodes}" in seg and "--ntasks-per-node=1" in seg
+
+
+@pytest.mark.parametrize("name", ["rlinf-heterogeneous", "hetero-partitions", "roll-example"])
+def test_golden_ray_sbatch(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)  # plan.source stays repo-relative in the goldens
+    plan = plan_from_file(Path("configs") / f"{name}.yaml")
+    plan = replace(plan, launch=LaunchSpec("ray", tuple(DRIVER), {"PYTHONPATH": "/opt/site"}, 120))
+    text = render_script(plan, "/shared/runs/demo")
+    assert render_script(plan, "/shared/runs/demo") == text  # deterministic
+    check_golden(GOLDEN / f"{name}.sbatch", text)
+
+
+def test_hostile_driver_never_in_a_command_line(tmp_path: Path) -> None:
+    canary = tmp_path / "canary"
+    values = hostile_values(canary) + [":", " : ", "a : --het-group=1"]
+    plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
+    plan = replace(plan, launch=LaunchSpec("ray", ("python", *values), {"X": values[3]}))
+    run = render_run(plan, tmp_path / "run")
+    script = run.script.read_text()
+    assert subprocess.run(["bash", "-n", str(run.script)]).returncode == 0
+    code = [line for line in script.splitlines() if not line.lstrip().startswith("#")]
+    body = "\n".join(code)
+    for v in values:
+        if len(v.strip()) > 2:
+            assert v not in body, v  # only in comments (|comment), never in a command
+    srun_lines = [line for line in code if line.strip().startswith(":")]
+    assert all(line.strip().startswith(": --het-group=") for line in srun_lines)  # only our het separators
+    assert load_plan(run.plan_json).launch.driver == ("python", *values)
+    assert not canary.exists()
+
+
+def test_local_mode_facts_and_warning() -> None:
+    from hpcplace.local_ray import local_raylet_facts, local_warning
+
+    plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
+    plan = replace(plan, launch=LaunchSpec("ray", ("x",)))
+    facts = local_raylet_facts(plan)
+    nodes = ray_nodes(plan)
+    assert facts["num_gpus"] == sum(len(n.gpus) for n in nodes)
+    assert sum(facts["resources"].values()) == len(nodes)
+    assert facts["labels"]["hpcplace.node_rank"] == "0"
+    assert (local_warning(plan) is None) == (len(nodes) == 1)
+
+
+@pytest.mark.skipif(not os.environ.get("PATH"), reason="needs PATH")
+def test_local_mode_runs_a_real_ray_driver(tmp_path: Path) -> None:
+    """`hpcplace run --local --driver -- ...`: a real one-machine Ray cluster; the driver sees the
+    contract's variables, a task sees RLINF_NODE_RANK=0 and launch.env; exit code passed through;
+    no Ray process or temp dir left."""
+    pytest.importorskip("ray")
+    out = tmp_path / "out.json"
+    code = ("import json,os,sys,ray; ray.init(); r=ray.cluster_resources(); "
+            "f=ray.remote(lambda: (os.environ.get('RLINF_NODE_RANK'), os.environ.get('HP_V'))); "
+            "json.dump({'task': ray.get(f.remote()), 'res': r, "
+            "'env': {k: os.environ.get(k) for k in ('RANK','WORLD_SIZE','MASTER_PORT','RAY_ADDRESS')}}, "
+            "open(sys.argv[1],'w')); sys.exit(3)")
+    env = {**os.environ, "HPCPLACE_RAY_ARGS": "--object-store-memory=80000000"}
+    res = subprocess.run([sys.executable, "-m", "hpcplace.cli", "run", str(REPO / "configs" / "hetero-partitions.yaml"),
+                          "--local", "--run-dir", str(tmp_path / "run"), "--set", "launch.env.HP_V=a b",
+                          "--driver", "--", sys.executable, "-c", code, str(out)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 3, res.stderr
+    data = json.loads(out.read_text())
+    assert data["task"] == ["0", "a b"]
+    assert data["env"]["RANK"] == "0" and data["env"]["WORLD_SIZE"] == "1"
+    assert data["env"]["RAY_ADDRESS"] == f"127.0.0.1:{data['env']['MASTER_PORT']}"
+    plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
+    assert data["res"]["GPU"] == sum(sum(g.gpus_per_node) for g in plan.cluster.node_groups)
+    assert ("warning: the plan has" in res.stderr) == (len(plan.cluster.nodes) > 1)
+    leftover = subprocess.run(["pgrep", "-f", f"hpcplace-ray-.*{tmp_path.name}"], capture_output=True)
+    assert leftover.returncode == 1

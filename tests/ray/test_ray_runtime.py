@@ -1,0 +1,75 @@
+"""The in-job Ray pieces' pure parts: port choice, raylet argv/env, join bookkeeping."""
+
+from __future__ import annotations
+
+import json
+
+from hpcplace.runtime.ray_driver import driver_env, expected_nodes, joined_ranks, missing_text
+from hpcplace.runtime.ray_node import label_ok, node_facts, port_candidates, ray_start_argv, raylet_env
+
+HEADER = {"node_groups": [
+    {"label": "a800", "partition": "a800", "num_nodes": 2, "first_node_rank": 0, "gpus_per_node": [8, 8],
+     "gpu_type": "a800", "cpus_per_node": None, "env": {"G": "1"}},
+    {"label": "cpu", "partition": "cpu", "num_nodes": 1, "first_node_rank": 2, "gpus_per_node": [0],
+     "gpu_type": None, "cpus_per_node": 16, "env": {}}]}
+
+
+def test_port_candidates_per_job_and_in_range() -> None:
+    a, b = port_candidates("101"), port_candidates("102")
+    assert a[0] != b[0] and len(set(a)) == len(a)
+    assert all(20000 <= p < 50000 for p in a + b)
+    assert port_candidates("101") == a  # deterministic: the same job always tries the same ports
+
+
+def test_node_facts_and_raylet_argv() -> None:
+    node = node_facts(HEADER, 0, 1, cpus_needed=5)
+    assert node["rank"] == 1 and node["gpus"] == tuple(str(i) for i in range(8)) and node["num_cpus"] == 5
+    cpu = node_facts(HEADER, 1, 0, cpus_needed=1)
+    assert cpu["rank"] == 2 and cpu["gpus"] == () and cpu["num_cpus"] == 16 and cpu["gpu_type"] is None
+    argv = ray_start_argv("/py", node, head=False, port=20010, address="h:20010", temp_dir="/t", spill_dir="/s")
+    assert argv[:5] == ["/py", "-m", "ray.scripts.scripts", "start", "--block"]
+    assert "--num-gpus=8" in argv and "--num-cpus=5" in argv and "--address=h:20010" in argv
+    assert json.loads(next(a for a in argv if a.startswith("--resources="))[12:]) == {"ng_a800": 1}
+    labels = next(a for a in argv if a.startswith("--labels="))[9:]
+    assert "hpcplace.node_rank=1" in labels and "hpcplace.group=a800" in labels
+    head = ray_start_argv("/py", node_facts(HEADER, 0, 0), head=True, port=20010, address=None, temp_dir="/t",
+                          spill_dir="/s", extra=["--object-store-memory=1"])
+    assert "--head" in head and "--port=20010" in head and head[-1] == "--object-store-memory=1"
+    cpu_argv = ray_start_argv("/py", cpu, head=False, port=1, address="h:1", temp_dir="/t", spill_dir="/s")
+    assert "hpcplace.gpu_type" not in next(a for a in cpu_argv if a.startswith("--labels="))  # empty: left out
+
+
+def test_label_values() -> None:
+    assert label_ok("a800") and label_ok("rtx-4090.x") and not label_ok("") and not label_ok("a b")
+    assert not label_ok("-a") and not label_ok("x" * 64)
+
+
+def test_raylet_env_scrubs_leaked_gpus_and_sets_the_rank() -> None:
+    node = node_facts(HEADER, 1, 0)
+    env = raylet_env({"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "SLURM_JOB_GPUS": "0", "PATH": "/bin"}, node,
+                     {"L": "v"}, "")
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and "SLURM_JOB_GPUS" not in env and "GPU_DEVICE_ORDINAL" not in env
+    assert env["RLINF_NODE_RANK"] == "2" and env["L"] == "v" and env["PATH"] == "/bin"
+    gpu = raylet_env({}, node_facts(HEADER, 0, 0), {}, "0,1")
+    assert gpu["CUDA_VISIBLE_DEVICES"] == gpu["GPU_DEVICE_ORDINAL"] == "0,1" and gpu["G"] == "1"
+
+
+def test_join_bookkeeping_names_missing_nodes() -> None:
+    expected = expected_nodes(HEADER)
+    assert expected == {0: (0, 0, "a800"), 1: (0, 1, "a800"), 2: (1, 0, "cpu")}
+    nodes = [{"Alive": True, "Labels": {"hpcplace.node_rank": "0"}},
+             {"Alive": False, "Labels": {"hpcplace.node_rank": "1"}}, {"Alive": True, "Labels": {}}]
+    assert joined_ranks(nodes) == {0}
+    text = missing_text([2, 1], expected, lambda g, j: f"host{g}{j}")
+    assert text == ("node rank 1 on host01 (node group a800, het group 0 node 1); "
+                    "node rank 2 on host10 (node group cpu, het group 1 node 0)")
+
+
+def test_driver_env_is_the_contract() -> None:
+    env = driver_env({"CUDA_VISIBLE_DEVICES": "0", "X": "1"}, head="h", port=20010, num_nodes=3,
+                     plan_path="/r/plan.json", launch_env={"P": "q"})
+    assert {k: env[k] for k in ("RAY_ADDRESS", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "HPCPLACE_PLAN",
+                                "HPCPLACE_RUN_DIR", "P", "X")} == {
+        "RAY_ADDRESS": "h:20010", "RANK": "0", "WORLD_SIZE": "3", "MASTER_ADDR": "h", "MASTER_PORT": "20010",
+        "HPCPLACE_PLAN": "/r/plan.json", "HPCPLACE_RUN_DIR": "/r", "P": "q", "X": "1"}
+    assert "CUDA_VISIBLE_DEVICES" not in env

@@ -1,0 +1,234 @@
+"""The Ray launch mode on the real Slurm test cluster (marker `slurm`): a Ray cluster shaped by the
+plan (one raylet per node across every het component), a driver pinning one task per node; every
+value it reports must equal the plan, under ConstrainDevices=no and =yes. Plus the failure cases."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcplace import submit
+from hpcplace.launch import LaunchSpec
+from hpcplace.planner import plan_from_file
+from tests.slurm.conftest import LiveCluster, ensure_cluster, hostile_values
+
+pytestmark = pytest.mark.slurm
+
+PROBE = Path(__file__).with_name("probe_driver.py")
+JOB_TIMEOUT_S = 240
+RAY_ARGS = "--object-store-memory=80000000"  # a 2-core / 24 GiB machine running 4 raylets
+CONFIG = """
+name: ray-probe
+cluster:
+  node_groups:
+    - {label: a800, partition: a800, nodes: 2, gpus_per_node: 8, gpu_type: a800, env: {HP_GROUP_VAR: "a800 env"}}
+    - {label: rtx, partition: rtx4090, nodes: 1, gpus_per_node: 4, gpu_type: rtx4090}
+    - {label: cpu, partition: cpu, nodes: 1}
+  component_placement:
+    actor: "0-15"
+    rollout: {node_group: rtx, placement: "0-3"}
+    env: {node_group: cpu, placement: "0"}
+"""
+
+
+def ray_plan(tmp_path: Path, driver: list[str], env: dict[str, str] | None = None, join_timeout: float = 120,
+             config: str = CONFIG):
+    path = tmp_path / "ray.yaml"
+    path.write_text(config, encoding="utf-8")
+    from dataclasses import replace
+
+    plan = plan_from_file(path)
+    return replace(plan, launch=LaunchSpec("ray", tuple(driver), env or {}, join_timeout))
+
+
+def wait_done(job_id: str, timeout: float = JOB_TIMEOUT_S) -> submit.JobStatus:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = submit.job_status(job_id)
+        if status.done:
+            return status
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} not done after {timeout} s")
+
+
+def ray_processes(job_id: str) -> list[str]:
+    """Ray processes of this job still alive anywhere on the machine (every test node is a namespace
+    on it): matched by the job's temp dir in their command line or environment."""
+    out = []
+    marker = f"hpcplace-{job_id}/ray-n".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            continue
+        if marker in cmd:
+            out.append(cmd.replace(b"\0", b" ").decode(errors="replace")[:200])
+    return out
+
+
+def assert_clean(job_id: str, within: float = 15) -> None:
+    deadline = time.monotonic() + within
+    while (ray_processes(job_id) or Path(f"/dev/shm/hpcplace-{job_id}").exists()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray_processes(job_id) == []
+    assert not Path(f"/dev/shm/hpcplace-{job_id}").exists()
+    assert not list(Path(os.environ.get("TMPDIR") or "/tmp").glob(f"hpcplace-ray-{job_id}-n*"))
+
+
+@pytest.fixture(autouse=True)
+def _small_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPCPLACE_RAY_ARGS", RAY_ARGS)
+
+
+@pytest.fixture(scope="module", params=["no", "yes"], ids=["ConstrainDevices=no", "ConstrainDevices=yes"])
+def lab(request: pytest.FixtureRequest) -> LiveCluster:
+    return ensure_cluster(request.param)
+
+
+def test_ray_cluster_matches_the_plan(lab: LiveCluster, tmp_path: Path) -> None:
+    out = tmp_path / "probe.json"
+    plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out)], {"HP_LAUNCH_VAR": "a'; echo $x \" :"})
+    done = submit.submit(plan, tmp_path / "run")
+    status = wait_done(done.job_id)
+    run_dir = tmp_path / "run"
+    batch = "".join(p.read_text() for p in (run_dir / "logs").glob("batch-*.out"))
+    assert status.state == "COMPLETED", batch
+    report = json.loads(out.read_text())
+    hosts = submit.read_hosts(run_dir)
+    head = hosts[(0, 0)]
+    env = report["env"]
+    port = json.loads((run_dir / "ray" / "head.json").read_text())["port"]
+    assert env["RANK"] == "0" and env["WORLD_SIZE"] == "4" and env["MASTER_ADDR"] == head
+    assert env["MASTER_PORT"] == str(port) and env["RAY_ADDRESS"] == f"{head}:{port}"
+    assert env["HPCPLACE_PLAN"] == str(run_dir / "plan.json") and env["HP_LAUNCH_VAR"] == "a'; echo $x \" :"
+    assert report["host"] == head and not env["CUDA_VISIBLE_DEVICES"]
+    expected = {0: ((0, 0), "a800", 8), 1: ((0, 1), "a800", 8), 2: ((1, 0), "rtx", 4), 3: ((2, 0), "cpu", 0)}
+    assert sorted(report["nodes"]) == ["0", "1", "2", "3"]
+    for rank, ((g, j), label, gpus) in expected.items():
+        node = report["nodes"][str(rank)]
+        where = f"node rank {rank}"
+        assert node["host"] == hosts[(g, j)], where
+        assert node["rlinf_node_rank"] == str(rank), where
+        assert node["num_gpus"] == gpus, where
+        assert node["labels"]["hpcplace.group"] == label, where
+        assert node["launch_var"] == "a'; echo $x \" :", where
+        assert node["group_var"] == ("a800 env" if label == "a800" else None), where
+        if gpus:  # a 1-GPU task gets one of the node's planned GPUs, as Ray numbers them (0..n-1)
+            assert len(node["gpu_ids"]) == 1 and node["cuda_visible_devices"] == str(node["gpu_ids"][0]), where
+            assert 0 <= int(node["cuda_visible_devices"]) < gpus, where
+        else:
+            assert not node["cuda_visible_devices"], where
+    hp = [sys.executable, "-m", "hpcplace.cli"]
+    logs = subprocess.run(hp + ["logs", str(run_dir), "--list"], env=lab.env, capture_output=True, text=True)
+    assert logs.returncode == 0 and f"Ray node rank 2 (rtx, het 1 node 0, {hosts[(1, 0)]})" in logs.stdout, logs
+    assert str(run_dir / "logs" / "driver.out") in logs.stdout
+    status_ = subprocess.run(hp + ["status", str(run_dir)], env=lab.env, capture_output=True, text=True)
+    assert f"Ray head: {head}:{port}" in status_.stdout and "all 4 node(s) joined" in status_.stdout, status_
+    timings = json.loads((run_dir / "ray" / "bringup.json").read_text())
+    assert timings["nodes"] == 4 and timings["all_joined"] >= timings["head_ready"]
+    assert_clean(done.job_id)
+
+
+def test_driver_exit_code_is_the_jobs(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    out = tmp_path / "probe.json"
+    plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out), "exit", "7"])
+    done = submit.submit(plan, tmp_path / "run")
+    status = wait_done(done.job_id)
+    batch = "".join(p.read_text() for p in (tmp_path / "run" / "logs").glob("batch-*.out"))
+    assert status.state == "FAILED" and status.components[0].exit_code == "7:0", (status, batch)
+    assert "component 'driver'" in batch and "exited with code 7" in batch, batch
+    assert out.exists()
+    assert_clean(done.job_id)
+
+
+def test_killed_raylet_fails_the_job_naming_the_node(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    out = tmp_path / "probe.json"
+    plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out), "hold", "120"])
+    done = submit.submit(plan, tmp_path / "run")
+    deadline = time.monotonic() + 120
+    while not out.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert out.exists(), "the driver never ran"
+    hosts = submit.read_hosts(tmp_path / "run")
+    victim = hosts[(1, 0)]  # rtx, cluster node rank 2
+    pids = [int(e) for e in os.listdir("/proc") if e.isdigit() and _is_raylet_of(int(e), done.job_id, 2)]
+    assert pids, "no raylet of node rank 2 found"
+    for pid in pids:
+        os.kill(pid, 9)
+    status = wait_done(done.job_id, 90)
+    batch = "".join(p.read_text() for p in (tmp_path / "run" / "logs").glob("batch-*.out"))
+    assert status.state == "FAILED", batch
+    assert f"Ray node rank 2 on {victim} (node group rtx" in batch, batch
+    assert_clean(done.job_id)
+
+
+def _is_raylet_of(pid: int, job_id: str, rank: int) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"/raylet" in cmd.split(b"\0")[0] and f"hpcplace-{job_id}/ray-n{rank}/".encode() in cmd
+
+
+def test_cancel_stops_every_raylet(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    out = tmp_path / "probe.json"
+    plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out), "hold", "300"])
+    done = submit.submit(plan, tmp_path / "run")
+    deadline = time.monotonic() + 120
+    while not out.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert out.exists() and len(ray_processes(done.job_id)) >= 4
+    submit.cancel(done.job_id)
+    status = wait_done(done.job_id, 60)
+    assert all(c.state.startswith("CANCELLED") for c in status.components)
+    assert_clean(done.job_id, within=15)
+
+
+def test_missing_node_fails_within_join_timeout(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """The cpu node's `ray start` hangs before starting Ray (a sitecustomize on the PYTHONPATH its node
+    group's env gives it): the driver step fails after join_timeout naming that host and group; the
+    driver never runs; nothing is left behind."""
+    out = tmp_path / "probe.json"
+    hang = tmp_path / "hang"
+    hang.mkdir()
+    (hang / "sitecustomize.py").write_text("import time\ntime.sleep(3600)\n")
+    config = CONFIG.replace("- {label: cpu, partition: cpu, nodes: 1}",
+                            "- {label: cpu, partition: cpu, nodes: 1, env: {PYTHONPATH: %s}}" % json.dumps(str(hang)))
+    plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out)], join_timeout=25, config=config)
+    done = submit.submit(plan, tmp_path / "run")
+    status = wait_done(done.job_id, 150)
+    batch = "".join(p.read_text() for p in (tmp_path / "run" / "logs").glob("batch-*.out"))
+    hosts = submit.read_hosts(tmp_path / "run")
+    assert status.state == "FAILED", batch
+    assert not out.exists()
+    assert "1 of 4 Ray node(s) did not join within" in batch, batch
+    assert f"node rank 3 on {hosts[(2, 0)]} (node group cpu, het group 2 node 0)" in batch, batch
+    assert_clean(done.job_id)
+
+
+def test_hostile_driver_argv_never_reaches_a_shell(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    canary = tmp_path / "canary"
+    values = hostile_values(canary) + [":", "a : b"]
+    out = tmp_path / "probe.json"
+    args_file = tmp_path / "args.json"
+    code = "import json,sys; json.dump(sys.argv[1:], open(sys.argv[1], 'w'))"
+    plan = ray_plan(tmp_path, [sys.executable, "-c", code, str(args_file), *values], {"HP_X": values[2]})
+    done = submit.submit(plan, tmp_path / "run")
+    status = wait_done(done.job_id)
+    assert status.state == "COMPLETED"
+    assert json.loads(args_file.read_text()) == [str(args_file), *values]
+    assert not canary.exists()
+    script = (tmp_path / "run" / "job.sbatch").read_text()
+    assert "--ray-driver --plan" in script and values[2] not in script.split("# ====")[-1].split("hp_start 1")[1]
+    assert_clean(done.job_id)
