@@ -65,9 +65,7 @@ def ray_nodes(plan: Plan) -> tuple[RayNode, ...]:
             cpus_needed[p.cluster_node_rank] = cpus_needed.get(p.cluster_node_rank, 0) + comp.cpus_per_process
     nodes = []
     for g, group in enumerate(plan.cluster.node_groups):
-        first = plan.cluster.first_node_rank(g)
-        for j in range(group.num_nodes):
-            rank = first + j
+        for j, rank in enumerate(plan.cluster.node_ranks(g)):
             gpus = group.gpus_per_node[j]
             nodes.append(RayNode(
                 rank=rank, het_group=g, index=j, label=group.label, partition=group.partition,

@@ -67,7 +67,8 @@ def node_facts(header: dict, g: int, j: int, cpus_needed: int = 0) -> dict:
     else what the plan's processes on the node need: hpcplace.ray_cluster.ray_nodes), env."""
     groups = header["node_groups"]
     group = groups[g]
-    rank = int(group["first_node_rank"]) + j
+    listed = group.get("node_ranks")  # only when the group's ranks are not one block (RLinf node_ranks)
+    rank = int(listed[j]) if listed else int(group["first_node_rank"]) + j
     gpus = int(group["gpus_per_node"][j]) if group["gpus_per_node"] else 0
     cpus = group.get("cpus_per_node") or cpus_needed
     return {"rank": rank, "het_group": g, "index": j, "label": group["label"], "partition": group["partition"],
