@@ -348,7 +348,7 @@ def test_rlinf_interleaved_node_ranks_land_as_planned(slurm_cluster: LiveCluster
         comp = plan.component(r["env"]["HPCPLACE_COMPONENT"])
         p = comp.processes[int(r["env"]["HPCPLACE_RANK"])]
         assert r["host"] == host_of[p.cluster_node_rank], (comp.name, p.rank)
-        assert r["env"]["CLUSTER_NODE_RANK"] == str(p.cluster_node_rank), (comp.name, p.rank)
+        assert r["env"]["HPCPLACE_NODE_RANK"] == str(p.cluster_node_rank), (comp.name, p.rank)
     # RLinf's rule, stated independently: the default group walks GPUs over nodes 0 (8), 1 (4), 2 (8)
     ref = plan.component("ref").processes
     assert [(p.cluster_node_rank, p.visible_accelerators[0]) for p in ref] == [
