@@ -42,10 +42,10 @@ class NodeGroup:
     hardware: Hardware | None = None
     ignore_hardware: bool = False
     env: dict[str, str] = field(default_factory=dict)
-    location: SourceLocation | None = field(default=None, compare=False)
     # RLinf env_configs, per node of the group (empty: none). Applied after `env` on that node only.
     node_env: tuple[dict[str, str], ...] = ()
     python_interpreter: tuple[str | None, ...] = ()  # per node; None: the job's Python (Ray mode only)
+    location: SourceLocation | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # Backstops for every input format (parsers check earlier, with finer locations).
