@@ -121,7 +121,11 @@ def test_plan_json_round_trip(yml: Yaml, tmp_path: Path) -> None:
     plan = plan_from_file(yml.write(config()))
     (tmp_path / "plan.json").write_text(plan_to_json(plan), encoding="utf-8")
     again = load_plan(tmp_path / "plan.json")
-    assert again.cluster.node_groups == plan.cluster.node_groups
+    def per_node(groups):  # type: ignore[no-untyped-def]
+        return [(g.label, g.env, g.node_env, g.python_interpreter) for g in groups]
+
+    assert per_node(again.cluster.node_groups) == per_node(plan.cluster.node_groups)
+    assert per_node(plan.cluster.node_groups)[0][2] == ({}, {"ONLY_ON_1": "yes", "NUM": "7"})
 
 
 def test_steps_mode_env_per_node(yml: Yaml) -> None:
