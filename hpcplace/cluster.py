@@ -44,6 +44,9 @@ class NodeGroup:
     hardware: Hardware | None = None
     ignore_hardware: bool = False
     env: dict[str, str] = field(default_factory=dict)
+    # RLinf env_configs, per node of the group (empty: none). Applied after `env` on that node only.
+    node_env: tuple[dict[str, str], ...] = ()
+    python_interpreter: tuple[str | None, ...] = ()  # per node; None: the job's Python (Ray mode only)
     location: SourceLocation | None = field(default=None, compare=False)
     node_ranks: tuple[int, ...] | None = None  # explicit cluster node ranks, ascending; None: consecutive
 
@@ -63,6 +66,15 @@ class NodeGroup:
             if value is not None:
                 check_sbatch_text(value, f"{where}: {key}", location=self.location)
         check_env(self.env, location=self.location, what=f"{where}: env")
+        for name, per_node in (("node_env", self.node_env), ("python_interpreter", self.python_interpreter)):
+            if per_node and len(per_node) != self.num_nodes:
+                raise SpecError(f"{where}: {len(per_node)} {name} entries for {self.num_nodes} nodes",
+                                location=self.location, hint="give one entry per node of the group")
+        for j, node_env in enumerate(self.node_env):
+            check_env(node_env, location=self.location, what=f"{where}: env of node {j}")
+        for interp in self.python_interpreter:
+            if interp is not None:
+                check_sbatch_text(interp, f"{where}: python_interpreter_path", location=self.location)
         if len(self.gpus_per_node) != self.num_nodes:
             raise SpecError(
                 f"node group {self.label!r}: {len(self.gpus_per_node)} GPU counts for {self.num_nodes} nodes",

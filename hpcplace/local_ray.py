@@ -43,10 +43,13 @@ def local_raylet_facts(plan: Plan) -> dict:
     if len({n.label for n in nodes}) == 1:
         labels["hpcplace.group"] = nodes[0].label
     env: dict[str, str] = {}
-    for n in reversed(nodes):  # node rank 0's group env wins
-        env.update(n.env)
+    for group in reversed(plan.cluster.node_groups):  # node rank 0's group env wins
+        env.update(group.env)
+    # The one raylet is node rank 0 (RLINF_NODE_RANK=0): only node 0's env_configs apply, as RLinf would.
+    first = plan.cluster.node_groups[0]
+    env.update(first.node_env[0] if first.node_env else {})
     return {"num_cpus": sum(n.num_cpus for n in nodes), "num_gpus": sum(len(n.gpus) for n in nodes),
-            "resources": resources, "labels": labels, "env": env, "nodes": len(nodes)}
+            "resources": resources, "labels": labels, "env": env, "nodes": len(nodes), "python": nodes[0].python}
 
 
 def local_warning(plan: Plan) -> str | None:
@@ -84,7 +87,7 @@ def run_ray_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None
     env.update(launch_env)
     env.update({"RLINF_NODE_RANK": "0", "HPCPLACE_RAY_NODE_RANK": "0", "RAY_USAGE_STATS_ENABLED": "0"})
     env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
-    argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--head", f"--port={port}",
+    argv = [facts["python"] or sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--head", f"--port={port}",
             "--disable-usage-stats", "--include-dashboard=false", f"--num-cpus={max(facts['num_cpus'], 1)}",
             f"--num-gpus={facts['num_gpus']}", "--resources=" + json.dumps(facts["resources"], separators=(",", ":")),
             "--labels=" + ",".join(f"{k}={v}" for k, v in facts["labels"].items()), f"--temp-dir={temp}",

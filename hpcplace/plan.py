@@ -105,6 +105,9 @@ def _group_json(group: NodeGroup, het_group: int, first_node_rank: int) -> dict[
         "hardware": ({"type": group.hardware.type, "per_node": list(group.hardware.per_node)}
                      if group.hardware else None),
         "resource_kind": group.resource_kind, "env": dict(sorted(group.env.items())),
+        # RLinf env_configs, one entry per node of the group; present only when set
+        **({"node_env": [dict(sorted(e.items())) for e in group.node_env]} if group.node_env else {}),
+        **({"python_interpreter": list(group.python_interpreter)} if group.python_interpreter else {}),
     }
 
 

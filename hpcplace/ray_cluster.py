@@ -37,7 +37,8 @@ class RayNode:
     gpu_type: str | None
     gpus: tuple[str, ...]  # physical GPU ids the raylet exposes ("0".."n-1")
     num_cpus: int
-    env: dict[str, str]  # the node group's env (RLinf env_configs env_vars)
+    env: dict[str, str]  # the node group's env, then this node's RLinf env_configs env_vars
+    python: str | None = None  # RLinf env_configs python_interpreter_path: runs `ray start` (None: the job's)
 
     @property
     def resources(self) -> dict[str, int]:
@@ -70,7 +71,9 @@ def ray_nodes(plan: Plan) -> tuple[RayNode, ...]:
             nodes.append(RayNode(
                 rank=rank, het_group=g, index=j, label=group.label, partition=group.partition,
                 gpu_type=group.gpu_type if gpus else None, gpus=tuple(str(i) for i in range(gpus)),
-                num_cpus=max(group.cpus_per_node or cpus_needed.get(rank, 0), 1), env=dict(group.env)))
+                num_cpus=max(group.cpus_per_node or cpus_needed.get(rank, 0), 1),
+                env={**group.env, **(group.node_env[j] if group.node_env else {})},
+                python=group.python_interpreter[j] if group.python_interpreter else None))
     return tuple(nodes)
 
 
@@ -108,7 +111,9 @@ def ray_summary(plan: Plan) -> list[str]:
         role = "head" if n.rank == 0 else "worker"
         lines.append(f"  node rank {n.rank} ({role}): het {n.het_group} node {n.index} ({n.label}, partition "
                      f"{n.partition}): RLINF_NODE_RANK={n.rank}, --num-cpus={n.num_cpus}, {gpus}, "
-                     f"resources {{{group_resource(n.label)}: 1}}")
+                     f"resources {{{group_resource(n.label)}: 1}}"
+                     + (f", env {', '.join(sorted(n.env))}" if n.env else "")
+                     + (f", python {n.python}" if n.python else ""))
     lines.append(f"driver (on the head, argv from plan.json launch.driver): {' '.join(launch.driver)}")
     if launch.env:
         lines.append("launch.env: " + ", ".join(sorted(launch.env)))

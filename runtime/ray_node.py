@@ -73,7 +73,13 @@ def node_facts(header: dict, g: int, j: int, cpus_needed: int = 0) -> dict:
     cpus = group.get("cpus_per_node") or cpus_needed
     return {"rank": rank, "het_group": g, "index": j, "label": group["label"], "partition": group["partition"],
             "gpu_type": group.get("gpu_type") if gpus else None, "gpus": tuple(str(i) for i in range(gpus)),
-            "num_cpus": max(int(cpus), 1), "env": dict(group.get("env") or {})}
+            "num_cpus": max(int(cpus), 1), "env": {**(group.get("env") or {}), **_at(group.get("node_env"), j, {})},
+            "python": _at(group.get("python_interpreter"), j, None)}
+
+
+def _at(per_node, j: int, default):  # type: ignore[no-untyped-def]
+    """Entry j of a per-node list from plan.json (absent or short: the default)."""
+    return per_node[j] if isinstance(per_node, list) and 0 <= j < len(per_node) and per_node[j] else default
 
 
 def ray_start_argv(python: str, node: dict, *, head: bool, port: int, address: str | None, temp_dir: str,
@@ -274,7 +280,9 @@ def main(argv: Sequence[str]) -> int:
         head_file = os.path.join(run_dir, "ray", "head.json")
         timeout = float(launch.get("join_timeout") or 300)
         extra = shlex.split(os.environ.get("HPCPLACE_RAY_ARGS", ""))
-        python = sys.executable  # the job's Python (the launcher's), where Ray is installed
+        # The job's Python (the launcher's), where Ray is installed; a node with RLinf's
+        # python_interpreter_path runs `ray start` with that one, so its default workers use it.
+        python = node.get("python") or sys.executable
         if head:
             port = next((p for p in port_candidates(job_id) if port_free(p)), None)
             if port is None:

@@ -45,22 +45,70 @@ def _node_ranks(view: View, num_nodes: int) -> list[int]:
     return sorted(ranks)
 
 
-def _env(view: View | None) -> dict[str, str]:
+_ENV_HINT = ("RLinf's shape: env_configs: [{node_ranks: 0-1, env_vars: [{KEY: value}, ...], "
+             "python_interpreter_path: /path/python}]")
+
+
+def _env_configs(view: View | None, label: str, ranks: list[int], num_nodes: int
+                 ) -> tuple[tuple[dict[str, str], ...], tuple[str | None, ...]]:
+    """RLinf `env_configs` -> (env per node of the group, python interpreter per node), each entry
+    applied to its own node_ranks only; RLinf's checks: ranks inside the group, no rank in two
+    entries, no variable in two entries of the group. Empty tuples when nothing is set."""
     if view is None or view.value is None:
-        return {}
-    if isinstance(view.value, dict):
-        inner = view.get("env_vars")
-        return _env(inner) if inner is not None and len(view.mapping()) <= 2 else view.str_map()
-    env: dict[str, str] = {}
-    for item in view.elements():
-        if isinstance(item.value, dict) and "env_vars" in item.value:
-            env.update(_env(item.get("env_vars")))
-        elif isinstance(item.value, dict):
-            # RLinf: `python_interpreter_path: null` (and any null) means unset
-            env.update(View(item.doc, item.path, {k: v for k, v in item.value.items() if v is not None}).str_map())
+        return (), ()
+    if not isinstance(view.value, list):
+        raise view.error("env_configs must be a list of entries", hint=_ENV_HINT)
+    node_env: dict[int, dict[str, str]] = {r: {} for r in ranks}
+    interp: dict[int, str | None] = dict.fromkeys(ranks)
+    rank_owner: dict[int, int] = {}
+    key_owner: dict[str, int] = {}
+    for i, entry in enumerate(view.elements()):
+        if not isinstance(entry.value, dict):
+            raise entry.error("an env_configs entry must be a mapping", hint=_ENV_HINT)
+        entry.check_keys({"node_ranks", "env_vars", "python_interpreter_path"})
+        rv = entry.require("node_ranks", "the nodes this entry applies to")
+        if isinstance(rv.value, str) and rv.value.strip().lower() == "all":
+            mine = list(ranks)  # RLinf parses an entry's ranks against the group's: `all` = the group
         else:
-            raise item.error("expected a mapping of environment variables")
-    return env
+            mine = _node_ranks(rv, num_nodes)
+        for r in mine:
+            if r not in interp:
+                raise rv.error(f"node rank {r} is not a node of group {label!r} (nodes {ranks})",
+                               hint="an env_configs entry applies to nodes of its own group (RLinf checks this)")
+            if r in rank_owner:
+                raise rv.error(f"node rank {r} is in env_configs entries {rank_owner[r]} and {i} of group {label!r}",
+                               hint="give each node one entry (RLinf checks this)")
+            rank_owner[r] = i
+        env: dict[str, str] = {}
+        ev = entry.get("env_vars")
+        if ev is not None and ev.value is not None:
+            if not isinstance(ev.value, list):
+                raise ev.error("env_vars must be a list of one-key mappings",
+                               hint="write `env_vars: [{KEY: value}]` (a '-' before each variable)")
+            for item in ev.elements():
+                if not isinstance(item.value, dict) or len(item.value) != 1:
+                    raise item.error("each env_vars item must be a mapping with exactly one variable",
+                                     hint="write `- KEY: value`, one variable per item")
+                (key, value), = item.value.items()
+                if value is None:
+                    raise item.error(f"env_vars: {key} has no value",
+                                     hint="give a value (RLinf would set the text 'None'), or remove the item")
+                if str(key) in env or str(key) in key_owner:
+                    raise item.error(f"environment variable {key!r} is set twice in env_configs of group {label!r}",
+                                     hint="set each variable once per node group (RLinf checks this)")
+                env.update(item.str_map())
+            for key in env:
+                key_owner[key] = i
+        pv = entry.get("python_interpreter_path")
+        path = None if pv is None or pv.value is None else pv.str()  # null: unset (RLinf)
+        if path is not None and not path.strip():
+            raise pv.error("python_interpreter_path is empty", hint="give a path, or null for the job's Python")
+        for r in mine:
+            node_env[r].update(env)
+            interp[r] = path
+    envs = tuple(node_env[r] for r in ranks)
+    paths = tuple(interp[r] for r in ranks)
+    return (envs if any(envs) else ()), (paths if any(p is not None for p in paths) else ())
 
 
 def _hardware(view: View, label: str, ranks: list[int]) -> Hardware:
@@ -110,7 +158,7 @@ def parse_rlinf(doc: YamlDocument) -> ExperimentSpec:
             hardware = _hardware(gv.require("hardware"), label, ranks) if gv.get("hardware") else None
             declared.append((ranks, _group(label, ranks, facts, gv, hardware,
                                            gv.get("ignore_hardware").bool() if gv.get("ignore_hardware") else False,
-                                           _env(gv.get("env_configs")))))
+                                           *_env_configs(gv.get("env_configs"), label, ranks, num_nodes))))
     # Nodes outside every declared group form implicit groups in the default partition (one per run of
     # consecutive unowned ranks). RLinf puts them in no named group; they are reached through `cluster`/`node`.
     run: list[int] = []
@@ -127,7 +175,7 @@ def parse_rlinf(doc: YamlDocument) -> ExperimentSpec:
     for i, ranks in enumerate(runs):
         label = "default" if i == 0 else f"default-{i + 1}"
         declared.append((ranks, _group(label, ranks, slurm_facts(slurm_view, label, defaults), cluster_view,
-                                       None, False, {})))
+                                       None, False, (), ())))
     declared.sort(key=lambda item: item[0][0])
     cluster = build_cluster(tuple(g for _, g in declared), cluster_view)
     placements = placement_entries(cluster_view.require("component_placement"))
@@ -185,7 +233,7 @@ def _check_recompute_logprobs(root: View, placements: tuple) -> None:  # type: i
 
 
 def _group(label: str, ranks: list[int], facts, view: View, hardware: Hardware | None, ignore: bool,  # type: ignore[no-untyped-def]
-           env: dict[str, str]) -> NodeGroup:
+           node_env: tuple[dict[str, str], ...], interpreter: tuple[str | None, ...]) -> NodeGroup:
     gpus = facts.gpus_per_node
     if gpus is None:
         if hardware is not None or ignore:
@@ -200,7 +248,8 @@ def _group(label: str, ranks: list[int], facts, view: View, hardware: Hardware |
     return NodeGroup(label=label, partition=partition, num_nodes=n, node_ranks=tuple(ranks), gpus_per_node=(gpus,) * n,
                      gpu_type=facts.gpu_type, cpus_per_node=facts.cpus_per_node,
                      mem_per_node_mb=facts.mem_per_node_mb, constraint=facts.constraint, account=facts.account,
-                     qos=facts.qos, hardware=hardware, ignore_hardware=ignore, env=env, location=view.location())
+                     qos=facts.qos, hardware=hardware, ignore_hardware=ignore, location=view.location(),
+                     node_env=node_env, python_interpreter=interpreter)
 
 
 def _rlinf_component_settings(root: View, placed: set[str],

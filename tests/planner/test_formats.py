@@ -299,7 +299,7 @@ def test_rlinf_cluster_facts(yml: Yaml) -> None:
         ("robot", "default-part", 1, (0,), None)]
     assert groups[0].mem_per_node_mb == 65536
     assert groups[2].hardware is not None and groups[2].hardware.per_node == (4,)
-    assert groups[2].env == {"ROBOT": "1"}
+    assert groups[2].env == {} and groups[2].node_env == ({"ROBOT": "1"},)  # per node (RLinf env_configs)
     assert plan.component("actor").world_size == 16
     assert gpus_of(plan, "rollout")[-1] == [(3, 3)]
     assert [p.local_hardware_ranks for p in plan.component("env").processes] == [(r // 2,) for r in range(8)]

@@ -20,7 +20,8 @@ ray.init(logging_level="ERROR")
 def probe() -> dict:
     return {"host": socket.gethostname(), "rlinf_node_rank": os.environ.get("RLINF_NODE_RANK"),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_ids": ray.get_gpu_ids(),
-            "launch_var": os.environ.get("HP_LAUNCH_VAR"), "group_var": os.environ.get("HP_GROUP_VAR")}
+            "launch_var": os.environ.get("HP_LAUNCH_VAR"), "group_var": os.environ.get("HP_GROUP_VAR"),
+            "node_var": os.environ.get("HP_NODE_VAR"), "python": sys.executable}
 
 
 refs = {}

@@ -140,6 +140,50 @@ def test_ray_cluster_matches_the_plan(lab: LiveCluster, tmp_path: Path) -> None:
     assert_clean(done.job_id)
 
 
+RLINF_ENV_CONFIGS = """
+cluster:
+  num_nodes: 3
+  component_placement:
+    actor: {node_group: a800, placement: 0-15}
+    env: {node_group: cpu, placement: 0}
+  node_groups:
+    - label: a800
+      node_ranks: 0-1
+      env_configs:
+        - node_ranks: 1
+          env_vars: [{HP_NODE_VAR: only-node-1}]
+          python_interpreter_path: {python}
+    - label: cpu
+      node_ranks: 2
+slurm:
+  node_groups:
+    a800: {partition: a800, gpus_per_node: 8, gpu_type: a800}
+    cpu: {partition: cpu, gpus_per_node: 0}
+"""
+
+
+def test_rlinf_env_configs_reach_only_their_node(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """RLinf env_configs on node rank 1 only: its raylet's workers see the variable and run the entry's
+    interpreter (another name of the job's venv Python); nodes 0 and 2 see neither."""
+    other = str(Path(sys.executable).with_name(f"python{sys.version_info.major}.{sys.version_info.minor}"))
+    assert Path(other).exists() and other != sys.executable
+    out = tmp_path / "probe.json"
+    plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out)],
+                    config=RLINF_ENV_CONFIGS.replace("{python}", json.dumps(other)))
+    done = submit.submit(plan, tmp_path / "run")
+    status = wait_done(done.job_id)
+    batch = "".join(p.read_text() for p in (tmp_path / "run" / "logs").glob("batch-*.out"))
+    assert status.state == "COMPLETED", batch
+    nodes = json.loads(out.read_text())["nodes"]
+    assert sorted(nodes) == ["0", "1", "2"]
+    assert nodes["1"]["node_var"] == "only-node-1" and nodes["1"]["python"] == other
+    for rank in ("0", "2"):
+        assert nodes[rank]["node_var"] is None and nodes[rank]["python"] != other, rank
+    script = (tmp_path / "run" / "job.sbatch").read_text()
+    assert f"env HP_NODE_VAR, python {other}" in script
+    assert_clean(done.job_id)
+
+
 def test_driver_exit_code_is_the_jobs(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
     out = tmp_path / "probe.json"
     plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out), "exit", "7"])
