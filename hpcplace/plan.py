@@ -121,13 +121,15 @@ def _charge_json(charge: Charge) -> dict[str, object]:
 def plan_header(plan: Plan) -> dict[str, object]:
     """Everything but the process records, as JSON-ready data."""
     cluster = plan.cluster
+    # Explicit node ranks on every group as soon as one group's are not one block (read back by load_plan).
+    explicit_ranks = not all(cluster.contiguous(i) for i in range(len(cluster.node_groups)))
     return {
         "schema": SCHEMA,
         "name": plan.name,
         "source": {"path": plan.source, "format": plan.source_format,
                    **({"composed": list(plan.composed)} if plan.composed else {})},
         "node_groups": [{**_group_json(g, i, cluster.first_node_rank(i)), "charged": _charge_json(c),
-                         **({} if cluster.contiguous(i) else {"node_ranks": list(cluster.node_ranks(i))})}
+                         **({"node_ranks": list(cluster.node_ranks(i))} if explicit_ranks else {})}
                         for i, (g, c) in enumerate(zip(cluster.node_groups, charges(cluster.node_groups)))],
         "collocation_groups": [
             {"name": g.name, "components": list(g.components), "phases": [list(p) for p in g.phases],

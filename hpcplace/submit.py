@@ -449,6 +449,7 @@ def load_plan(path: Path) -> Plan:
         hw = g.get("hardware")
         groups.append(NodeGroup(
             label=g["label"], partition=g["partition"], num_nodes=g["num_nodes"],
+            node_ranks=tuple(g["node_ranks"]) if "node_ranks" in g else None,
             gpus_per_node=tuple(g["gpus_per_node"]), gpu_type=g["gpu_type"], cpus_per_node=g["cpus_per_node"],
             mem_per_node_mb=g["mem_per_node_mb"], constraint=g["constraint"], account=g["account"], qos=g["qos"],
             hardware=Hardware(hw["type"], tuple(hw["per_node"])) if hw else None,

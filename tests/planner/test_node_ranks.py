@@ -75,8 +75,23 @@ def test_het_components_hold_exactly_their_groups_nodes(yml: Yaml) -> None:
     header = plan_header(plan)
     groups = header["node_groups"]
     assert [(g["label"], g["first_node_rank"], g.get("node_ranks")) for g in groups] == [
-        ("a800", 0, [0, 2]), ("rtx4090", 1, None), ("cpu", 3, None)]
+        ("a800", 0, [0, 2]), ("rtx4090", 1, [1]), ("cpu", 3, [3])]
     json.dumps(header)
+
+
+def test_plan_json_round_trips_interleaved_ranks(yml: Yaml, tmp_path) -> None:
+    """status/logs read plan.json back: the cluster they rebuild has the planned node ranks."""
+    from hpcplace.plan import plan_to_json
+    from hpcplace.submit import load_plan
+
+    plan = plan_from_file(yml.write(INTERLEAVED))
+    path = tmp_path / "plan.json"
+    path.write_text(plan_to_json(plan), encoding="utf-8")
+    loaded = load_plan(path)
+    assert [(n.rank, n.group_label, n.index_in_group) for n in loaded.cluster.nodes] == [
+        (n.rank, n.group_label, n.index_in_group) for n in plan.cluster.nodes]
+    assert [(g.label, g.node_ranks) for g in loaded.cluster.node_groups] == [
+        ("a800", (0, 2)), ("rtx4090", (1,)), ("cpu", (3,))]
 
 
 @pytest.mark.parametrize("listed, expected", [("'1,4,7'", (1, 4, 7)), ("'7,1,4'", (1, 4, 7)), ("[7, 4, 1]", (1, 4, 7)),
