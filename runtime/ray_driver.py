@@ -14,14 +14,13 @@ Timings go to stderr (logs/driver.out) and <run dir>/ray/bringup.json (bench/ray
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.plan_index import PlanIndex
-from hpcplace.runtime.ray_node import LEAKED, read_head, record_error, say, wait_for, write_json
+from hpcplace.runtime.ray_node import LEAKED, parse_args, read_head, record_error, say, wait_for, write_json
 from hpcplace.runtime.slurm_env import node_name_at, read_snapshot
 
 TYPE_CHECKING = False
@@ -91,22 +90,10 @@ def wait_joined(address: str, expected: Mapping[int, tuple[int, int, str]], time
 
 def main(argv: Sequence[str]) -> int:
     t0 = time.time()
-    plan_path = chdir = None
-    args = list(argv)
-    while args:
-        a = args.pop(0)
-        if a == "--plan" and args:
-            plan_path = args.pop(0)
-        elif a == "--chdir" and args:
-            chdir = args.pop(0)
-        elif a in ("--verbose", "--no-verify"):
-            pass
-        else:
-            say(f"error: unexpected argument {a!r}")
-            return 2
-    if plan_path is None:
-        say("error: missing --plan")
+    parsed = parse_args(argv)
+    if parsed is None:
         return 2
+    plan_path, chdir = parsed
     run_dir = os.path.dirname(os.path.abspath(plan_path))
     try:
         snapshot = read_snapshot(os.environ)

@@ -30,7 +30,7 @@ import time
 from hpcplace.runtime.devices import choose_devices
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.plan_index import PlanIndex
-from hpcplace.runtime.slurm_env import locate_node, node_name_at, read_snapshot
+from hpcplace.runtime.slurm_env import locate_node, read_snapshot
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -230,7 +230,8 @@ def _on_signal(signum: int, frame: object) -> None:
     raise _Stop(signal.Signals(signum).name)
 
 
-def main(argv: Sequence[str]) -> int:
+def parse_args(argv: Sequence[str]) -> tuple[str, str | None] | None:
+    """`--plan P [--chdir D]` (the shim's own flags are accepted and ignored) -> (P, D); None: said why."""
     plan_path = chdir = None
     args = list(argv)
     while args:
@@ -243,10 +244,18 @@ def main(argv: Sequence[str]) -> int:
             pass
         else:
             say(f"error: unexpected argument {a!r}")
-            return 2
+            return None
     if plan_path is None:
         say("error: missing --plan")
+        return None
+    return plan_path, chdir
+
+
+def main(argv: Sequence[str]) -> int:
+    parsed = parse_args(argv)
+    if parsed is None:
         return 2
+    plan_path, chdir = parsed
     run_dir = os.path.dirname(os.path.abspath(plan_path))
     for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)

@@ -8,7 +8,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from hpcplace.commands.plan_cmd import add_config_arguments, add_driver_argument, config_overrides, plan_with_launch
+from hpcplace.commands.plan_cmd import add_config_arguments, add_driver_argument, plan_with_launch
 from hpcplace.errors import SlurmError, SpecError
 
 

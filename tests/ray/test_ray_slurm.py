@@ -16,7 +16,7 @@ import pytest
 from hpcplace import submit
 from hpcplace.launch import LaunchSpec
 from hpcplace.planner import plan_from_file
-from tests.slurm.conftest import LiveCluster, ensure_cluster, hostile_values
+from tests.slurm.conftest import LiveCluster, ensure_cluster, hostile_values, wait_done
 
 pytestmark = pytest.mark.slurm
 
@@ -46,15 +46,6 @@ def ray_plan(tmp_path: Path, driver: list[str], env: dict[str, str] | None = Non
     plan = plan_from_file(path)
     return replace(plan, launch=LaunchSpec("ray", tuple(driver), env or {}, join_timeout))
 
-
-def wait_done(job_id: str, timeout: float = JOB_TIMEOUT_S) -> submit.JobStatus:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = submit.job_status(job_id)
-        if status.done:
-            return status
-        time.sleep(0.3)
-    raise AssertionError(f"job {job_id} not done after {timeout} s")
 
 
 def ray_processes(job_id: str) -> list[str]:

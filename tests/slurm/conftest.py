@@ -6,11 +6,13 @@ import fcntl
 import os
 import subprocess
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from hpcplace import submit
 from hpcplace.plan import Plan
 from hpcplace.planner import plan_from_file
 
@@ -178,3 +180,14 @@ def slurm_cluster() -> LiveCluster:
     """The cluster as it is (booting it with ConstrainDevices=no when down)."""
     mode = _status()
     return ensure_cluster(mode if mode in ("yes", "no") else "no")
+
+
+def wait_done(job_id: str, timeout: float = 240) -> submit.JobStatus:
+    """Poll the real cluster until the job has ended; its final status."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = submit.job_status(job_id)
+        if status.done:
+            return status
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} not done after {timeout} s: {submit.format_status(submit.job_status(job_id))}")

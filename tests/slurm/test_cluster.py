@@ -20,7 +20,7 @@ from hpcplace.errors import SlurmError
 from hpcplace.plan import Plan
 from hpcplace.planner import plan_from_file
 from hpcplace.slurm_job import lower
-from tests.slurm.conftest import CLUSTER_DIR, REPO, REPORTER, JobShm, LiveCluster, ensure_cluster, plan_yaml
+from tests.slurm.conftest import CLUSTER_DIR, REPO, REPORTER, JobShm, LiveCluster, ensure_cluster, plan_yaml, wait_done
 
 pytestmark = pytest.mark.slurm
 
@@ -32,15 +32,6 @@ def with_reporter(plan: Plan, reports: Path, *extra: str) -> Plan:
     command = (sys.executable, str(REPORTER), str(reports), *extra)
     return replace(plan, components=tuple(replace(c, command=command) for c in plan.components))
 
-
-def wait_done(job_id: str, timeout: float = JOB_TIMEOUT_S) -> submit.JobStatus:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = submit.job_status(job_id)
-        if status.done:
-            return status
-        time.sleep(0.3)
-    raise AssertionError(f"job {job_id} not done after {timeout} s: {submit.format_status(submit.job_status(job_id))}")
 
 
 def shm_dir(job_id: str) -> JobShm:

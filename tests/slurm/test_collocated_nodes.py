@@ -19,7 +19,7 @@ import pytest
 
 from hpcplace import submit
 from tests.colocate.colocate_invariants import check_invariants, read_events
-from tests.slurm.conftest import REPO, JobShm, LiveCluster, cluster_nodes, ensure_cluster, node_root
+from tests.slurm.conftest import REPO, JobShm, LiveCluster, cluster_nodes, ensure_cluster, node_root, wait_done
 
 pytestmark = pytest.mark.slurm
 
@@ -58,15 +58,6 @@ def submit_config(cluster: LiveCluster, tmp_path: Path, text: str, env: dict[str
     assert sub.returncode == 0, sub.stderr
     return json.loads((run_dir / "run.json").read_text())["job_id"], run_dir
 
-
-def wait_done(job_id: str, timeout: float = JOB_TIMEOUT_S) -> submit.JobStatus:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = submit.job_status(job_id)
-        if status.done:
-            return status
-        time.sleep(0.3)
-    raise AssertionError(f"job {job_id} not done after {timeout} s")
 
 
 def all_logs(run_dir: Path) -> str:
