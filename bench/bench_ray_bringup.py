@@ -1,6 +1,6 @@
 """Ray bring-up time of the Ray launch mode on the project's Slurm test cluster, by node count.
 
-For 1, 2, 3 and 4 nodes (the test cluster has 4: a800-1, a800-2, rtx4090-1, cpu-1), submit a Ray
+For 1 to 5 nodes (the test cluster has 5: a800-1, a800-2, rtx4090-1, cpu-1, robot-1), submit a Ray
 job whose driver does nothing and read <run>/ray/bringup.json: job start (the batch script's first
 line) -> head ready (GCS accepting) -> all nodes joined (every raylet alive in the GCS, checked by
 the driver step) -> driver started. Every worker raylet is started by one srun step, at once.
@@ -29,14 +29,15 @@ GROUPS = [
     "    - {label: a800, partition: a800, nodes: %d, gpus_per_node: 8, gpu_type: a800}",
     "    - {label: rtx, partition: rtx4090, nodes: 1, gpus_per_node: 4, gpu_type: rtx4090}",
     "    - {label: cpu, partition: cpu, nodes: 1}",
+    "    - {label: robot, partition: robot, nodes: 1, hardware: {type: robot, count: 4}}",
 ]
 
 
 def config(nodes: int) -> str:
     groups = [GROUPS[0] % min(nodes, 2)] + GROUPS[1:1 + max(nodes - 2, 0)]
     placement = {"a800": 'actor: {node_group: a800, placement: "0"}', "rtx": 'rollout: {node_group: rtx, placement: "0"}',
-                 "cpu": 'env: {node_group: cpu, placement: "0"}'}
-    used = ["a800"] + ["rtx", "cpu"][:max(nodes - 2, 0)]
+                 "cpu": 'env: {node_group: cpu, placement: "0"}', "robot": 'arm: {node_group: robot, placement: "0"}'}
+    used = ["a800"] + ["rtx", "cpu", "robot"][:max(nodes - 2, 0)]
     return ("name: ray-bench\ncluster:\n  node_groups:\n" + "\n".join(groups) + "\n  component_placement:\n"
             + "\n".join("    " + placement[u] for u in used) + "\n")
 
@@ -66,7 +67,7 @@ def main() -> None:
     os.environ.setdefault("HPCPLACE_RAY_ARGS", "--object-store-memory=80000000")
     root = REPO / "runs" / f"bench-ray-{int(time.time())}"
     print(f"{'nodes':>5} {'head ready':>11} {'all joined':>11} {'driver started':>15}   (s after job start; median of {args.repeat})")
-    for nodes in (1, 2, 3, 4):
+    for nodes in (1, 2, 3, 4, 5):
         rows = [one(nodes, root / f"n{nodes}-{r}") for r in range(args.repeat)]
         med = {k: sorted(r[k] for r in rows)[len(rows) // 2] for k in ("head_ready", "all_joined", "driver_started")}
         print(f"{nodes:>5} {med['head_ready']:>11.2f} {med['all_joined']:>11.2f} {med['driver_started']:>15.2f}", flush=True)
