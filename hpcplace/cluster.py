@@ -13,6 +13,7 @@ from typing import Literal
 from hpcplace.errors import SourceLocation, SpecError
 
 RESERVED_NODE_LABEL = "node"
+RESERVED_CLUSTER_LABEL = "cluster"  # RLinf's name for the default group: every node
 ResourceKind = Literal["gpu", "hardware", "node"]
 
 
@@ -29,7 +30,7 @@ class NodeGroup:
     """A set of identical-purpose nodes in one Slurm partition."""
 
     label: str
-    partition: str
+    partition: str | None  # None: Slurm's default partition (no --partition is rendered)
     num_nodes: int
     gpus_per_node: tuple[int, ...]
     gpu_type: str | None = None
@@ -141,7 +142,7 @@ class Node:
     index_in_group: int
     gpus: int
     gpu_type: str | None
-    partition: str
+    partition: str | None
 
 
 @dataclass(frozen=True)
@@ -157,9 +158,10 @@ class Cluster:
         seen: dict[str, NodeGroup] = {}
         for group in self.node_groups:
             key = group.label.lower()
-            if key == RESERVED_NODE_LABEL:
+            if key in (RESERVED_NODE_LABEL, RESERVED_CLUSTER_LABEL):
                 raise SpecError(f"node group label {group.label!r} is reserved", location=group.location,
-                                hint="`node` means 'node ranks of the whole cluster'; choose another label")
+                                hint="`node` means 'node ranks of the whole cluster' and `cluster` 'every node' "
+                                     "(as in RLinf); choose another label")
             if key in seen:
                 raise SpecError(f"duplicate node group label {group.label!r} (labels are case-insensitive)",
                                 location=group.location, hint="give every node group its own label")

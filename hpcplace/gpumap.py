@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection, Iterable
 from html import escape
 
+from hpcplace.placement import Placement
 from hpcplace.plan import Plan
+from hpcplace.process_table import node_processes
 from hpcplace.rank_syntax import compress_ranks as compress
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
 
 
-def device_map(plan: Plan) -> dict[int, dict[str, dict[str, list[int]]]]:
-    """node rank -> device label ("GPU3", "franka1", "node") -> component -> ranks."""
+def device_map(plan: Plan, nodes: Collection[int] | None = None) -> dict[int, dict[str, dict[str, list[int]]]]:
+    """node rank -> device label ("GPU3", "franka1", "node") -> component -> ranks (of `nodes` only, if given:
+    a summary shows a few nodes of a cluster that may have thousands)."""
     out: dict[int, dict[str, dict[str, list[int]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for comp in plan.components:
-        for p in comp.processes:
+        procs = comp.processes
+        if nodes is None:
+            chosen: Iterable[Placement] = procs
+        else:
+            chosen = (procs[r] for v in node_processes(procs) if v.cluster_node_rank in nodes for r in v.ranks)
+        for p in chosen:
             cell = out[p.cluster_node_rank]
             if p.resource_type == "node":
                 cell["node"][comp.name].append(p.rank)
@@ -40,11 +49,13 @@ def _device_order(label: str) -> tuple[int, str, int]:
 def summary(plan: Plan, *, max_nodes: int = 64) -> str:
     cluster = plan.cluster
     lines = [f"plan {plan.name!r} from {plan.source} ({plan.source_format}): {len(plan.components)} components, "
-             f"{plan.num_processes} processes, {len(cluster.nodes)} nodes", "", "node groups (het-job components):"]
+             f"{plan.num_processes} processes, {len(cluster.nodes)} nodes"]
+    lines += [f"  composed: {item}" for item in plan.composed]
+    lines += ["", "node groups (het-job components):"]
     for i, g in enumerate(cluster.node_groups):
         gpus = ",".join(str(x) for x in sorted(set(g.gpus_per_node)))
         hw = f" {g.hardware.type}/node={','.join(str(x) for x in sorted(set(g.hardware.per_node)))}" if g.hardware else ""
-        lines.append(f"  [{i}] {g.label:<12} partition={g.partition:<10} nodes={g.num_nodes:<4} "
+        lines.append(f"  [{i}] {g.label:<12} partition={g.partition or '(default)':<10} nodes={g.num_nodes:<4} "
                      f"gpus/node={gpus}{' ' + g.gpu_type if g.gpu_type else ''}{hw}  "
                      f"node ranks {cluster.first_node_rank(i)}-{cluster.first_node_rank(i) + g.num_nodes - 1}")
     lines += ["", "components:"]
@@ -56,7 +67,7 @@ def summary(plan: Plan, *, max_nodes: int = 64) -> str:
             extra.append(f"collocated in {comp.collocation_group}")
         if comp.offload:
             extra.append("offload")
-        nodes = sorted({p.cluster_node_rank for p in comp.processes})
+        nodes = sorted(v.cluster_node_rank for v in node_processes(comp.processes))
         lines.append(f"  {comp.name:<14} world_size={comp.world_size:<6} {','.join(comp.node_groups)} "
                      f"({comp.resource_type}) on nodes {compress(nodes)}" + (f"  [{'; '.join(extra)}]" if extra else ""))
     for g in plan.collocation_groups:
@@ -69,13 +80,13 @@ def summary(plan: Plan, *, max_nodes: int = 64) -> str:
     for w in plan.warnings:
         lines.append(f"  warning: {w}")
     lines += ["", "device map (node: device -> component ranks):"]
-    dmap = device_map(plan)
+    dmap = device_map(plan, {n.rank for n in cluster.nodes[:max_nodes]})
     for shown, node in enumerate(cluster.nodes):
         if shown >= max_nodes:
             lines.append(f"  ... {len(cluster.nodes) - max_nodes} more nodes (use --max-nodes)")
             break
         cells = dmap.get(node.rank, {})
-        head = f"  node {node.rank} ({node.group_label}#{node.index_in_group}, {node.partition})"
+        head = f"  node {node.rank} ({node.group_label}#{node.index_in_group}, {node.partition or 'default partition'})"
         if not cells:
             lines.append(head + ": idle")
             continue
@@ -90,8 +101,8 @@ def svg(plan: Plan, *, max_nodes: int = 64) -> str:
     """One row per node, one cell per device: the device name on top, then one stripe per component
     using it, labelled with its ranks (hover for the full list)."""
     colors = {c.name: PALETTE[i % len(PALETTE)] for i, c in enumerate(plan.components)}
-    dmap = device_map(plan)
     nodes = plan.cluster.nodes[:max_nodes]
+    dmap = device_map(plan, {n.rank for n in nodes})
     stripes = max([len(comps) for n in nodes for comps in dmap.get(n.rank, {}).values()] + [1])
     widths = [max(len(dmap.get(n.rank, {})), 1) for n in nodes]
     cell, head, stripe_h, gap, left, top = 96, 14, 14, 6, 170, 40

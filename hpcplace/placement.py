@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from hpcplace.cluster import RESERVED_NODE_LABEL, Cluster, ResourceKind
+from hpcplace.cluster import RESERVED_CLUSTER_LABEL, RESERVED_NODE_LABEL, Cluster, ResourceKind
 from hpcplace.errors import PlanError
 
 NO_ACCELERATOR = "none"
@@ -76,6 +76,8 @@ def resource_space(cluster: Cluster, labels: Sequence[str] | None, *, count_node
     No selection means every node group, counting GPUs only (RLinf's default group counts
     accelerators; robot arms and CPU nodes are addressed through their own group labels).
     `count_nodes` forces node ranks in listed order (the Node strategy)."""
+    if labels is not None and len(labels) == 1 and labels[0].lower() == RESERVED_CLUSTER_LABEL:
+        labels = None  # RLinf's default group: the same as no node_group
     if labels is None:
         groups = list(cluster.node_groups)
         kind: ResourceKind = "gpu" if cluster.num_gpus and not count_nodes else "node"
@@ -87,9 +89,9 @@ def resource_space(cluster: Cluster, labels: Sequence[str] | None, *, count_node
     else:
         groups = []
         for label in labels:
-            if label.lower() == RESERVED_NODE_LABEL:
-                raise PlanError("the reserved label `node` cannot be combined with other node groups",
-                                hint="use `node_group: node` alone for node ranks of the whole cluster")
+            if label.lower() in (RESERVED_NODE_LABEL, RESERVED_CLUSTER_LABEL):
+                raise PlanError(f"the reserved label `{label.lower()}` cannot be combined with other node groups",
+                                hint="use `node_group: node` or `node_group: cluster` alone")
             group = cluster.group(label)
             if group is None:
                 known = ", ".join(g.label for g in cluster.node_groups)

@@ -7,13 +7,14 @@ whole file (see README, "plan.json schema").
 
 from __future__ import annotations
 
+import io
 import json
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from operator import add
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from hpcplace.cluster import Charge, Cluster, Node, NodeGroup, charges
 from hpcplace.placement import Placement
@@ -79,6 +80,7 @@ class Plan:
     weight_sync: WeightSync | None
     slurm: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    composed: tuple[str, ...] = ()  # files Hydra composed and overrides applied, in order
 
     def component(self, name: str) -> ComponentPlan:
         for comp in self.components:
@@ -117,7 +119,8 @@ def plan_header(plan: Plan) -> dict[str, object]:
     return {
         "schema": SCHEMA,
         "name": plan.name,
-        "source": {"path": plan.source, "format": plan.source_format},
+        "source": {"path": plan.source, "format": plan.source_format,
+                   **({"composed": list(plan.composed)} if plan.composed else {})},
         "node_groups": [{**_group_json(g, i, cluster.first_node_rank(i)), "charged": _charge_json(c)}
                         for i, (g, c) in enumerate(zip(cluster.node_groups, charges(cluster.node_groups)))],
         "collocation_groups": [
@@ -216,9 +219,8 @@ def iter_plan_json(plan: Plan, spans: list[ProcessSpans] | None = None, *,
         if spans is not None:
             spans.append(comp_spans)  # type: ignore[arg-type]
         prefix = _INDENT
-        for records in _record_chunks(comp.processes):
-            if comp_spans is not None:  # records hold no newline: json.dumps escapes it
-                lens = list(map(len, records.split(_SEP)))
+        for records, lens in _record_chunks(comp.processes, comp_spans is not None):
+            if comp_spans is not None:
                 comp_spans.lengths.extend(lens)
                 comp_spans.offsets.extend(accumulate(map(add, lens[:-1], repeat(len(_SEP))),
                                                      initial=pos + len(prefix)))
@@ -234,19 +236,21 @@ def iter_plan_json(plan: Plan, spans: list[ProcessSpans] | None = None, *,
     yield "\n".join(lines) + "\n"
 
 
-def write_plan_json(plan: Plan, out: TextIO, spans: list[ProcessSpans] | None = None, *,
+def write_plan_json(plan: Plan, out: TextIO | BinaryIO, spans: list[ProcessSpans] | None = None, *,
                     header: dict[str, object] | None = None) -> int:
-    """Stream plan.json into `out`; returns the number of bytes (= characters) written."""
+    """Stream plan.json into `out` (a text or, faster, a binary file); returns the number of bytes
+    (= characters) written."""
     written = 0
+    binary = not isinstance(out, io.TextIOBase)
     for piece in iter_plan_json(plan, spans, header=header):
-        out.write(piece)
+        out.write(piece.encode("ascii") if binary else piece)  # type: ignore[arg-type]
         written += len(piece)
     return written
 
 
-def _record_chunks(processes: Sequence[Placement]) -> Iterator[str]:
+def _record_chunks(processes: Sequence[Placement], lengths: bool = False) -> Iterator[tuple[str, list[int]]]:
     """Process records (one JSON object each, joined by `_SEP`), in rank order, a few thousand
-    records a piece.
+    records a piece; with `lengths`, also each record's length (else an empty list).
 
     For the planner's Processes, a run of a node is one `str.join` over its cached literal pieces
     with the varying numbers slotted in by (C-level) slice assignment, not one format per process."""
@@ -255,34 +259,43 @@ def _record_chunks(processes: Sequence[Placement]) -> Iterator[str]:
     if not isinstance(processes, Processes):
         strings: dict[str, str] = {}
         for i in range(0, len(processes), _CHUNK):
-            yield _SEP.join([process_json(p, strings) for p in processes[i:i + _CHUNK]])
+            records = [process_json(p, strings) for p in processes[i:i + _CHUNK]]
+            yield _SEP.join(records), list(map(len, records)) if lengths else []
         return
-    templates: dict[tuple[int, int, bool], list[str]] = {}
+    templates: dict[tuple[int, int, bool], tuple[list[str], list[int]]] = {}
     strings = {}
     buf: list[str] = []
+    lens: list[int] = []
     count = 0
     for run in processes.runs:
         node = run.node
         key = (id(run.slots), node.group_index, bool(node.gpus))
-        pieces = templates.get(key)
-        if pieces is None:
-            pieces = templates[key] = _run_pieces(run.slots, node, strings)
+        cached = templates.get(key)
+        if cached is None:
+            cached = templates[key] = _run_pieces(run.slots, node, strings)
+        pieces, fixed = cached
         n = node.rank
         m = len(run.slots)
+        facts = (str(n), str(processes.placement_node_rank(n)), str(processes.local_world_size(n)),
+                 str(node.index_in_group))
+        ranks = list(map(str, range(run.first_rank, run.first_rank + m)))
+        locals_ = list(map(str, range(run.first_local, run.first_local + m)))
         parts = pieces[:]
-        parts[1::_HOLES] = map(str, range(run.first_rank, run.first_rank + m))  # type: ignore[call-overload]
-        parts[3::_HOLES] = [str(n)] * m
-        parts[5::_HOLES] = [str(processes.placement_node_rank(n))] * m
-        parts[7::_HOLES] = map(str, range(run.first_local, run.first_local + m))  # type: ignore[call-overload]
-        parts[9::_HOLES] = [str(processes.local_world_size(n))] * m
-        parts[11::_HOLES] = [str(node.index_in_group)] * m
+        parts[1::_HOLES] = ranks
+        parts[3::_HOLES] = [facts[0]] * m
+        parts[5::_HOLES] = [facts[1]] * m
+        parts[7::_HOLES] = locals_
+        parts[9::_HOLES] = [facts[2]] * m
+        parts[11::_HOLES] = [facts[3]] * m
         buf.append("".join(parts))
+        if lengths:  # literal length + the four node numbers + rank + local rank, all in C-level maps
+            lens += map(sum, zip(fixed, repeat(sum(map(len, facts))), map(len, ranks), map(len, locals_)))
         count += m
         if count >= _CHUNK:
-            yield _SEP.join(buf)
-            buf, count = [], 0
+            yield _SEP.join(buf), lens
+            buf, lens, count = [], [], 0
     if buf:
-        yield _SEP.join(buf)
+        yield _SEP.join(buf), lens
 
 
 _FIELD_MARKS = (("rank", -1001), ("cluster_node_rank", -1002), ("placement_node_rank", -1003),
@@ -290,12 +303,14 @@ _FIELD_MARKS = (("rank", -1001), ("cluster_node_rank", -1002), ("placement_node_
 _HOLES = 2 * len(_FIELD_MARKS) + 1  # list items per record: 7 literal pieces around 6 numbers
 
 
-def _run_pieces(slots: Sequence[Slot], node: Node, strings: dict[str, str]) -> list[str]:
+def _run_pieces(slots: Sequence[Slot], node: Node, strings: dict[str, str]) -> tuple[list[str], list[int]]:
     """process_json of each slot split around rank, cluster_node_rank, placement_node_rank,
-    local_rank, local_world_size and group_node_index (placeholders ""), records joined by _SEP."""
+    local_rank, local_world_size and group_node_index (placeholders ""), records joined by _SEP;
+    and per record the length of its literal text (without the separator)."""
     from hpcplace.process_table import accelerator_type
 
     out: list[str] = []
+    fixed: list[int] = []
     for k, slot in enumerate(slots):
         marks = Placement(-1001, -1002, -1003, slot.local_accelerator_rank, accelerator_type(node), -1004, -1005,
                           slot.visible_accelerators, slot.isolate_accelerator, slot.local_hardware_ranks,
@@ -308,4 +323,5 @@ def _run_pieces(slots: Sequence[Slot], node: Node, strings: dict[str, str]) -> l
             out += [head + f'"{field_name}":', ""]
             rest = ',"' + rest
         out.append(rest + (_SEP if k < len(slots) - 1 else ""))
-    return out
+        fixed.append(sum(map(len, out[-_HOLES:])) - (len(_SEP) if k < len(slots) - 1 else 0))
+    return out, fixed

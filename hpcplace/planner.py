@@ -38,6 +38,15 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
         for name in entry.components:
             expanded[name] = _Expanded(entry, space, lists)
             order.append(name)
+    for name, per in spec.packed.items():
+        if name in expanded and per > 1:
+            exp = expanded[name]
+            gpus = _contiguous(name, exp)
+            if per > len(gpus):
+                raise PlanError(f"{name}: tensor-parallel size {per} is larger than its world size {len(gpus)} "
+                                "(its GPUs)", location=exp.entry.location,
+                                hint=f"give {name} at least {per} GPUs (RLinf asserts this)")
+            expanded[name] = replace(exp, lists=_packed(gpus[0], gpus[-1], per, 1, name, exp))
     weight_sync = None
     if spec.model_parallel:
         expanded, weight_sync = _model_parallel(spec, expanded)
@@ -67,7 +76,7 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
     membership = {c: g.name for g in groups for c in g.components}
     components = [replace(c, collocation_group=membership.get(c.name)) for c in components]
     return Plan(spec.name, spec.source, spec.source_format, spec.cluster, tuple(components), groups,
-                weight_sync, dict(spec.slurm), _warnings(spec, components))
+                weight_sync, dict(spec.slurm), spec.notes + _warnings(spec, components), spec.composed)
 
 
 def plan_from_file(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = ()) -> Plan:
@@ -112,7 +121,8 @@ def _groups_used(cluster: Cluster, processes: Sequence[Placement]) -> tuple[str,
 
 
 def _resource_type(processes: Sequence[Placement]) -> str:
-    types = sorted({s.resource_type for view in node_processes(processes) for s in set(view.slots)})
+    layouts = {id(v.slots): v.slots for v in node_processes(processes)}  # nodes share their slots tuples
+    types = sorted({s.resource_type for slots in layouts.values() for s in slots})
     return types[0] if len(types) == 1 else ",".join(types)
 
 
@@ -169,6 +179,11 @@ def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tup
         stride = 1
         rollout_lists = _packed(r_gpus[0], r_gpus[-1], rtp * rpp, 1, "rollout", rollout)
         if inference:
+            itp = spec.component("inference").tensor_parallel_size or atp  # RLinf: inference tp defaults to actor's
+            if itp > len(i_gpus):
+                raise PlanError(f"inference tensor-parallel size {itp} is larger than the inference world size "
+                                f"{len(i_gpus)} (its GPUs)", location=inference.entry.location,
+                                hint="give inference at least tensor_model_parallel_size GPUs (RLinf asserts this)")
             out["inference"] = replace(inference, lists=_one_each(i_gpus))
     else:
         raise PlanError(

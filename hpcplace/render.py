@@ -162,11 +162,13 @@ def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
     """The header: node groups -> partitions, components -> nodes/GPUs/ranks."""
     lines = [f"plan {plan.name!r} from {plan.source} ({plan.source_format}); schema hpcplace.plan/1",
              f"{plan.num_processes} processes, {len(plan.components)} components, "
-             f"{len(plan.cluster.nodes)} nodes in {len(job.components)} het component(s)", "",
+             f"{len(plan.cluster.nodes)} nodes in {len(job.components)} het component(s)"]
+    lines += [f"composed: {item}" for item in plan.composed]
+    lines += ["",
              "het component <- node group: partition, nodes, GRES"]
     for comp in job.components:
         ranks = compress_ranks(range(comp.first_node_rank, comp.first_node_rank + comp.num_nodes))
-        lines.append(f"  {comp.het_group}: {comp.label} -> partition {comp.partition}, {comp.num_nodes} node(s) "
+        lines.append(f"  {comp.het_group}: {comp.label} -> partition {comp.partition or '(none given: Slurm default)'}, {comp.num_nodes} node(s) "
                      f"(cluster node ranks {ranks}), GRES {comp.gres or 'none'}")
         if comp.charge is not None and (comp.charge.account or comp.charge.qos):
             lines.append(f"     charged to {comp.charge.describe(comp.label)}")
@@ -282,7 +284,7 @@ def write_plan_files(plan: Plan, path: Path) -> None:
     spans: list[ProcessSpans] = []
     header = plan_header(plan)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="ascii", newline="\n") as out:
+    with open(tmp, "wb") as out:
         size = write_plan_json(plan, out, spans, header=header)
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)

@@ -36,7 +36,7 @@ class HetComponent:
 
     het_group: int
     label: str
-    partition: str
+    partition: str | None
     num_nodes: int
     first_node_rank: int
     gres: str | None
@@ -99,6 +99,7 @@ class SlurmJob:
     num_processes: int
     kill_wait_s: int | None = None  # SIGTERM -> SIGKILL grace for steps; None = Slurm's KillWait
     requeue: bool = False
+    limit_signal: str | None = None  # `SIG@SECONDS` of --signal (the time-limit warning), None = off
 
     @property
     def is_het(self) -> bool:
@@ -208,7 +209,7 @@ def lower(plan: Plan) -> SlurmJob:
     for comp, name in zip(plan.components, names):
         steps.extend(_component_steps(plan, comp, name))
     return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes,
-                    kill_wait(options.get("kill_wait")), requeue)
+                    kill_wait(options.get("kill_wait")), requeue, warning)
 
 
 DEFAULT_LIMIT_SIGNAL = "TERM@120"
@@ -265,6 +266,21 @@ def kill_wait(value: str | None) -> int | None:
     return int(text)
 
 
+def job_option_problem(key: str, value: str) -> SpecError | None:
+    """The error lowering would raise for one stop option (signal_before_limit, kill_wait,
+    requeue), so planning can report it with the config location; None when it is fine."""
+    try:
+        if key == "signal_before_limit":
+            limit_signal(value)
+        elif key == "kill_wait":
+            kill_wait(value)
+        elif key == "requeue":
+            _flag({key: value}, key, False)
+    except SpecError as exc:
+        return exc
+    return None
+
+
 def _flag(options: dict[str, str], key: str, default: bool) -> bool:
     text = options.get(key)
     if text is None:
@@ -273,7 +289,7 @@ def _flag(options: dict[str, str], key: str, default: bool) -> bool:
         return True
     if text.lower() in ("false", "no", "0"):
         return False
-    raise SpecError(f"slurm.{key} {text!r} is not true or false")
+    raise SpecError(f"slurm.{key} {text!r} is not true or false", hint=f"write {key}: true or {key}: false")
 
 
 def extra_args_problem(text: str) -> str | None:
@@ -299,7 +315,7 @@ def _extra_args(text: str) -> tuple[str, ...]:
 def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:
     if len(set(values)) > 1:
         raise SlurmError(
-            f"node group {group.label!r} (partition {group.partition}) has different {what} per node "
+            f"node group {group.label!r} (partition {group.partition or 'default'}) has different {what} per node "
             f"{list(values)}; a het-job component asks every node for the same GRES",
             hint="split the node group into groups whose nodes have equal counts", location=group.location)
     return values[0] if values else 0
@@ -338,7 +354,8 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
         if count:
             gres_parts.append(f"{group.hardware.type}:{count}")
     gres = ",".join(gres_parts) or None
-    args = [f"--job-name={job_name}", f"--partition={group.partition}", f"--nodes={group.num_nodes}"]
+    args = [f"--job-name={job_name}"] + ([f"--partition={group.partition}"] if group.partition else []) \
+        + [f"--nodes={group.num_nodes}"]
     if exclusive:
         args.append("--exclusive")
     else:

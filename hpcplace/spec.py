@@ -74,6 +74,11 @@ class ExperimentSpec:
     source_format: str = "native"
     slurm: dict[str, str] = field(default_factory=dict)
     model_parallel: bool = False
+    notes: tuple[str, ...] = ()  # what a foreign format's semantics added or dropped (shown as plan warnings)
+    composed: tuple[str, ...] = ()  # config files composed (Hydra `defaults:`) and overrides applied, in order
+    # Components whose contiguous GPUs are packed into processes of N GPUs each (RLinf's eval and
+    # multi-agent rollout engines: PackedPlacementStrategy(num_hardware_per_process=tp)).
+    packed: dict[str, int] = field(default_factory=dict)
 
     def component(self, name: str) -> ComponentSpec:
         return self.components.get(name) or ComponentSpec(name)
@@ -158,8 +163,11 @@ def placement_entries(view: View) -> tuple[PlacementEntry, ...]:
         for name in names:
             check_name(key_view, name, "component name")
             if name in seen:
-                raise key_view.key_error(f"component {name!r} is placed twice",
-                                         hint="a component name may appear in only one key of component_placement")
+                first = seen[name].doc.location(seen[name].path + ("<key>",))
+                raise key_view.key_error(f"component {name!r} is placed twice (first at {first})",
+                                         hint="a component name may appear in only one key of component_placement"
+                                              " (with Hydra `defaults:`, keys of composed files are merged, not "
+                                              "replaced: override the same key, or remove one)")
             seen[name] = key_view
         node_group: tuple[str, ...] | None = None
         node_group_loc = None
@@ -253,6 +261,12 @@ def check_slurm_option(key: str, value: str, location: SourceLocation | None) ->
     if key == "time" and not sbatch_time_ok(value):
         raise SpecError(f"slurm.time {value!r} is not a Slurm time limit", location=location,
                         hint="write e.g. 30, 4:00:00 or 2-00:00:00")
+    if key in ("signal_before_limit", "kill_wait", "requeue"):
+        from hpcplace.slurm_job import job_option_problem
+
+        error = job_option_problem(key, value)
+        if error is not None:
+            raise SpecError(error.message, location=location, hint=error.hint)
     if key == "extra_sbatch_args":
         problem = extra_args_problem(value)
         if problem:

@@ -464,7 +464,8 @@ def load_plan(path: Path) -> Plan:
             pipeline_parallel_size=c["pipeline_parallel_size"], cpus_per_process=c["cpus_per_process"],
             mem_per_process_mb=c["mem_per_process_mb"], collocation_group=c["collocation_group"], processes=procs))
     return Plan(data["name"], data["source"]["path"], data["source"]["format"], Cluster(tuple(groups)),
-                tuple(comps), (), None, dict(data.get("slurm", {})), tuple(data.get("warnings", ())))
+                tuple(comps), (), None, dict(data.get("slurm", {})), tuple(data.get("warnings", ())),
+                tuple(data["source"].get("composed", ())))
 
 
 def read_hosts(run_dir: Path, logs: str = "logs") -> dict[tuple[int, int], str]:

@@ -39,6 +39,7 @@ class PartitionFacts:
     state: str
     max_nodes: int | None
     max_time_min: int | None
+    default: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def parse_cluster_facts(partitions: list[dict[str, str]], nodes: list[dict[str, 
         max_nodes = p.get("MaxNodes", "UNLIMITED")
         parts[name] = PartitionFacts(name, p.get("State", "UP"),
                                      None if not max_nodes.isdigit() else int(max_nodes),
-                                     time_minutes(p.get("MaxTime")))
+                                     time_minutes(p.get("MaxTime")), p.get("Default", "NO").upper() == "YES")
     out = []
     for n in nodes:
         features = n.get("AvailableFeatures", "")
@@ -153,8 +154,18 @@ def check(plan: Plan, facts: ClusterFacts, job: SlurmJob | None = None) -> Repor
     needs = _node_needs(job)
     time_limit = time_minutes(plan.slurm.get("time"))
     for hc, group in zip(job.components, plan.cluster.node_groups):
-        who = f"node group {hc.label!r} (het component {hc.het_group}, partition {hc.partition!r})"
-        part = facts.partitions.get(hc.partition)
+        partition = hc.partition
+        if partition is None:
+            default = [p.name for p in facts.partitions.values() if p.default]
+            if not default:
+                problems.append(f"node group {hc.label!r} (het component {hc.het_group}) names no partition and "
+                                "the cluster has no default partition")
+                continue
+            partition = default[0]
+            checked.append(f"node group {hc.label!r} names no partition: Slurm will use the default partition "
+                           f"{partition!r}")
+        who = f"node group {hc.label!r} (het component {hc.het_group}, partition {partition!r})"
+        part = facts.partitions.get(partition)
         if part is None:
             known = ", ".join(sorted(facts.partitions)) or "none"
             problems.append(f"{who}: the partition does not exist (partitions: {known})")
@@ -166,7 +177,7 @@ def check(plan: Plan, facts: ClusterFacts, job: SlurmJob | None = None) -> Repor
         if time_limit is not None and part.max_time_min is not None and time_limit > part.max_time_min:
             problems.append(f"{who}: time limit {plan.slurm['time']} exceeds the partition's "
                             f"{part.max_time_min} minutes")
-        members = [n for n in facts.nodes if hc.partition in n.partitions]
+        members = [n for n in facts.nodes if partition in n.partitions]
         cpu_need = max([group.cpus_per_node or 0] + [needs.get((hc.het_group, j), (0, 0))[0]
                                                       for j in range(hc.num_nodes)])
         mem_need = max([group.mem_per_node_mb or 0] + [needs.get((hc.het_group, j), (0, 0))[1]

@@ -6,6 +6,7 @@ Errors about configuration must point at file:line:col, so parsers read the docu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ class ScalarMark:
     column: int  # 1-based
     style: str | None  # None = plain, "'" or '"' quoted, "|"/">" block
     raw: str | None = None  # the text as written, for plain scalars (YAML 1.1 reads `1:0` as 60)
+    file: str | None = None  # the file that defined the value, when composed from another file (Hydra)
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class YamlDocument:
         shift = 0
         if offset is not None and mark.style in (None, "'", '"'):
             shift = offset + (1 if mark.style else 0)
-        return SourceLocation(self.path, mark.line, mark.column + shift)
+        return SourceLocation(mark.file or self.path, mark.line, mark.column + shift)
 
     def root(self) -> View:
         return View(self, (), self.data)
@@ -204,6 +206,8 @@ class _Converter:
 
 
 _MISSING = object()
+# A whole value that is one absolute OmegaConf interpolation, e.g. `${actor.model.tensor_model_parallel_size}`.
+_INTERPOLATION = re.compile(r"^\$\{\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)\s*\}$")
 
 
 class View:
@@ -217,6 +221,45 @@ class View:
         self.value = value
 
     # navigation -------------------------------------------------------------------------------
+    def deref(self) -> View:
+        """Follow a whole-value interpolation `${a.b.c}` (OmegaConf's absolute form) to the value it
+        names, so errors point at the line that holds the real value."""
+        view, seen = self, set()
+        while isinstance(view.value, str):
+            m = _INTERPOLATION.match(view.value)
+            if m is None:
+                if "${" in view.value:
+                    return View(view.doc, view.path, view._omegaconf())
+                break
+            if view.path in seen:
+                raise self.error(f"interpolation cycle through {self.value!r}")
+            seen.add(view.path)
+            target: View | None = view.doc.root()
+            for part in m.group(1).split("."):
+                key: Any = int(part) if part.isdigit() and isinstance(target.value, list) else part  # type: ignore[union-attr]
+                value = target.value  # type: ignore[union-attr]
+                if isinstance(value, dict) and key in value:
+                    target = View(view.doc, target.path + (key,), value[key])  # type: ignore[union-attr]
+                elif isinstance(value, list) and isinstance(key, int) and key < len(value):
+                    target = View(view.doc, target.path + (key,), value[key])  # type: ignore[union-attr]
+                else:
+                    raise view.error(f"interpolation {view.value!r} names a key that does not exist",
+                                     hint=f"define `{m.group(1)}` in the config (or in a composed defaults file)")
+            view = target  # type: ignore[assignment]
+        return view
+
+    def _omegaconf(self) -> Any:
+        """Any other interpolation (`${subtract:a,b}`, `${oc.env:X}`, `x-${y}`), resolved by OmegaConf."""
+        from hpcplace.hydra_config import resolve_value
+
+        try:
+            return resolve_value(self.doc, self.path)
+        except Exception as exc:  # OmegaConf's errors: unknown resolver, missing key, unset env var
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise self.error(f"cannot resolve {self.value!r}: {text}",
+                             hint="placement reads this value; define what it refers to (or set the "
+                                  "environment variable), or override it, e.g. KEY=VALUE after the config") from None
+
     def get(self, key: Any) -> View | None:
         mapping = self.mapping()
         if key not in mapping:
@@ -247,6 +290,8 @@ class View:
 
     # typed values -----------------------------------------------------------------------------
     def mapping(self) -> dict[Any, Any]:
+        if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
+            return d.mapping()
         if self.value is None:
             return {}
         if not isinstance(self.value, dict):
@@ -254,16 +299,22 @@ class View:
         return self.value
 
     def list(self) -> list[Any]:
+        if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
+            return d.list()
         if not isinstance(self.value, list):
             raise self.error(f"expected a list, got {_describe(self.value)}")
         return self.value
 
     def str(self) -> str:
+        if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
+            return d.str()
         if not isinstance(self.value, str) or not self.value.strip():
             raise self.error(f"expected a non-empty string, got {_describe(self.value)}")
         return self.value
 
     def int(self, minimum: int | None = None) -> int:
+        if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
+            return d.int(minimum)
         if isinstance(self.value, bool) or not isinstance(self.value, int):
             raise self.error(f"expected an integer, got {_describe(self.value)}")
         if minimum is not None and self.value < minimum:
@@ -271,6 +322,8 @@ class View:
         return self.value
 
     def bool(self) -> bool:
+        if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
+            return d.bool()
         if not isinstance(self.value, bool):
             raise self.error(f"expected true or false, got {_describe(self.value)}")
         return self.value

@@ -160,40 +160,6 @@ def open_file(dir_fd: int, name: str, flags: int, mode: int = 0o600) -> int:
     return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
 
 
-def write_atomic(dir_fd: int, name: str, data: bytes) -> None:
-    """Replace `name` with `data` so that a reader sees the old or the new content, never a mix."""
-    tmp = f".{name}.tmp.{os.getpid()}"
-    fd = open_file(dir_fd, tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
-    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-
-
-def read_small(dir_fd: int, name: str, limit: int = 1 << 20) -> bytes | None:
-    """The whole content of a small file, or None when it does not exist."""
-    try:
-        fd = open_file(dir_fd, name, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        chunks = []
-        size = 0
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise ShmDirError(f"{name} is larger than {limit} bytes; not a hpcplace control file")
-    finally:
-        os.close(fd)
-
-
 def make_node_dir(node_dir: str) -> None:
     """Create (or check) <job dir>/node-<node>: both levels mode 0700, ours, not symlinks.
     Raises ShmDirError naming the path and its owner when either is not the job's own."""
@@ -276,25 +242,44 @@ class RecordFile:
         self._seq = max((seq for seq, _ in self._records()), default=0)
 
     def _records(self) -> list[tuple[int, bytes]]:
-        data = os.pread(self.fd, 2 * self.record, 0)
         out = []
-        for k in (0, 1):
-            rec = data[k * self.record:(k + 1) * self.record]
+        for k in (0, 1):  # read what the record holds, not the whole reserved capacity
+            rec = os.pread(self.fd, min(self.record, 1024), k * self.record)
             if len(rec) < _RECORD_HEAD or rec[:4] != _RECORD_MAGIC:
                 continue
             seq = int.from_bytes(rec[4:12], "little")
             length = int.from_bytes(rec[12:16], "little")
             crc = int.from_bytes(rec[16:20], "little")
+            if _RECORD_HEAD + length > len(rec) and length <= self.capacity:
+                rec = os.pread(self.fd, _RECORD_HEAD + length, k * self.record)
             payload = rec[_RECORD_HEAD:_RECORD_HEAD + length]
             if length <= self.capacity and len(payload) == length and \
                     _crc(payload, _crc(rec[4:16])) == crc:
                 out.append((seq, payload))
         return out
 
+    def _head_seqs(self) -> list[int]:
+        out = []
+        for k in (0, 1):
+            head = os.pread(self.fd, 12, k * self.record)
+            if len(head) == 12 and head[:4] == _RECORD_MAGIC:
+                out.append(int.from_bytes(head[4:12], "little"))
+        return out
+
     def read(self) -> bytes | None:
-        """The newest complete record, or None before the first write."""
-        records = self._records()
-        return max(records)[1] if records else None
+        """The newest complete record, or None before the first write. Monotonic: never older than
+        a record an earlier read() returned (a newer header seen after reading means a write went on
+        meanwhile: read again), so a waiter never acts on a state that was already superseded."""
+        best: tuple[int, bytes] | None = None
+        for _ in range(10000):
+            records = self._records()
+            best = max(records) if records else None
+            heads = self._head_seqs()
+            if best is None and not heads:
+                return None
+            if best is not None and all(h <= best[0] for h in heads):
+                return best[1]
+        return None if best is None else best[1]  # a corrupt newest record: the newest complete one
 
     def write(self, payload: bytes) -> None:
         """Write the next record in place (caller holds the writers' lock). No new space needed."""

@@ -15,6 +15,23 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=FORMATS, help="input format (default: detected)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set slurm.gpus_per_node=8 (repeatable)")
+    parser.add_argument("hydra_overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="Hydra-style overrides after the config, as the frameworks take them: "
+                             "cluster.num_nodes=2, model=other, +new.key=1, ~key (applied after --set)")
+
+
+def config_overrides(args: argparse.Namespace) -> list[str]:
+    """--set values, then the Hydra-style overrides written after the config."""
+    from hpcplace.errors import SpecError
+    from hpcplace.hydra_config import HYDRA_OVERRIDE
+
+    extra = list(getattr(args, "hydra_overrides", []) or [])
+    for text in extra:
+        if not HYDRA_OVERRIDE.match(text) or ("=" not in text and not text.startswith("~")):
+            raise SpecError(f"unexpected argument {text!r} after the config",
+                            hint="overrides after the config look like KEY=VALUE (cluster.num_nodes=2), "
+                                 "+KEY=VALUE or ~KEY")
+    return list(args.overrides) + extra
 
 
 def check_renders(plan) -> None:  # type: ignore[no-untyped-def]
@@ -38,12 +55,14 @@ def run(args: argparse.Namespace) -> int:
     from hpcplace.plan import write_plan_json
     from hpcplace.planner import plan_from_file
 
-    plan = plan_from_file(args.config, format=args.format, overrides=args.overrides)
+    plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args))
     check_renders(plan)
     if args.svg:
         Path(args.svg).write_text(svg(plan, max_nodes=args.max_nodes), encoding="utf-8")
     if args.json:
-        write_plan_json(plan, sys.stdout)  # streamed: a million-process plan is ~0.5 GB of text
+        out = getattr(sys.stdout, "buffer", None)  # bytes: no text-layer encoding of ~0.5 GB at scale
+        sys.stdout.flush()
+        write_plan_json(plan, out if out is not None else sys.stdout)  # streamed, never one string
     else:
         sys.stdout.write(summary(plan, max_nodes=args.max_nodes))
     return 0

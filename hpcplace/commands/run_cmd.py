@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from hpcplace.commands.plan_cmd import add_config_arguments
+from hpcplace.commands.plan_cmd import add_config_arguments, config_overrides
 from hpcplace.errors import HpcplaceError
 
 
@@ -33,6 +33,6 @@ def run(args: argparse.Namespace) -> int:
     from hpcplace.local_backend import run_plan_locally
     from hpcplace.planner import plan_from_file
 
-    plan = plan_from_file(args.config, format=args.format, overrides=args.overrides)
+    plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args))
     return run_plan_locally(plan, run_dir=args.run_dir, components=args.components, dry_run=args.dry_run,
                             grace_s=args.grace)

@@ -8,7 +8,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from hpcplace.commands.plan_cmd import add_config_arguments
+from hpcplace.commands.plan_cmd import add_config_arguments, config_overrides
 from hpcplace.errors import SlurmError, SpecError
 
 
@@ -91,7 +91,7 @@ def _launcher(args: argparse.Namespace) -> tuple[str, ...]:
 def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from hpcplace.planner import plan_from_file
 
-    return plan_from_file(args.config, format=args.format, overrides=args.overrides)
+    return plan_from_file(args.config, format=args.format, overrides=config_overrides(args))
 
 
 def run_render(args: argparse.Namespace) -> int:

@@ -7,22 +7,35 @@ from pathlib import Path
 
 import yaml
 
+from dataclasses import replace
+
 from hpcplace.errors import SourceLocation, SpecError
+from hpcplace.hydra_config import compose, mark_override, needs_hydra, split_overrides
 from hpcplace.spec import ExperimentSpec
 from hpcplace.yaml_source import YamlDocument, load_yaml_file
 
 FORMATS = ("native", "rlinf", "roll", "areal")
 
 
-def detect_format(data: object) -> str:
+_AREAL_ENGINES = ("actor", "rollout", "critic", "ref", "teacher")
+
+
+def detect_format(data: object, path: str | None = None) -> str:
     """Guess the format from the document's shape; `format:` at the top level always wins."""
+    where = SourceLocation(path, 1, 1) if path else None
+    if data is None:
+        raise SpecError("the config is empty", hint="pass the experiment config, not an empty or comment-only file",
+                        location=where)
     if not isinstance(data, dict):
-        raise SpecError("the config must be a YAML mapping", hint="see configs/ for examples")
+        raise SpecError("the config must be a YAML mapping", hint="see configs/ for examples", location=where)
     declared = data.get("format")
     if isinstance(declared, str) and declared.lower() in FORMATS:
         return declared.lower()
     cluster = data.get("cluster")
     if "allocation_mode" in data:
+        return "areal"
+    if any(isinstance(data.get(k), dict) and isinstance(data[k].get("backend"), str) for k in _AREAL_ENGINES) \
+            and isinstance(cluster, dict) and ("n_gpus_per_node" in cluster or "n_nodes" in cluster):
         return "areal"
     if isinstance(cluster, dict) and "component_placement" in cluster:
         groups = cluster.get("node_groups")
@@ -33,8 +46,13 @@ def detect_format(data: object) -> str:
     if "num_gpus_per_node" in data or any(isinstance(v, dict) and ("device_mapping" in v or "world_size" in v)
                                           for v in data.values()):
         return "roll"
-    raise SpecError("cannot tell the config format",
-                    hint="add `format: native|rlinf|roll|areal` at the top level")
+    raise SpecError(
+        "cannot tell the config format: found none of `cluster.component_placement` (RLinf or native), "
+        "`allocation_mode` or `<engine>.backend` with `cluster.n_gpus_per_node` (AReaL), "
+        "`num_gpus_per_node` or a worker with `device_mapping`/`world_size` (ROLL)",
+        location=where,
+        hint="add `format: native|rlinf|roll|areal` at the top level (or pass --format), or check that the "
+             "file is the experiment config rather than one of its defaults files")
 
 
 def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument:
@@ -61,6 +79,7 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
             value = raw
         if isinstance(value, (dict, list)):
             value = raw
+        key = key.lstrip("+")  # Hydra's `+key=value` (add) / `++key=value` (add or override) read the same here
         node = data
         parts = key.strip().split(".")
         if any(not p for p in parts):
@@ -76,13 +95,30 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
                                 hint="--set can only set keys inside mappings")
             node = nxt
         node[parts[-1]] = value
-    return YamlDocument(doc.path, data, doc.marks)
+    marks = dict(doc.marks)
+    for item in overrides:
+        mark_override(item, marks)
+    return YamlDocument(doc.path, data, marks)
 
 
 def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = ()) -> ExperimentSpec:
-    doc = apply_overrides(load_yaml_file(path), overrides)
+    """Read (and compose, when it has a Hydra `defaults:` list) a config, apply overrides, parse it."""
+    doc = load_yaml_file(path)
+    composed: tuple[str, ...] = ()
+    if needs_hydra(doc, overrides):
+        for_hydra, plain = split_overrides(doc, overrides)
+        doc, composed = compose(doc, for_hydra)
+        doc = apply_overrides(doc, plain)
+    else:
+        doc = apply_overrides(doc, overrides)
+    spec = _parse(doc, format)
+    return replace(spec, composed=composed + tuple(f"override {o}" for o in overrides)) \
+        if composed or overrides else spec
+
+
+def _parse(doc: YamlDocument, format: str | None) -> ExperimentSpec:
     try:
-        fmt = (format or detect_format(doc.data)).lower()
+        fmt = (format or detect_format(doc.data, doc.path)).lower()
     except SpecError as exc:  # detection looks at the whole document: point at its start
         raise SpecError(exc.message, hint=exc.hint, location=exc.location or doc.location(())) from None
     if fmt == "native":

@@ -18,6 +18,8 @@ def _node_ranks(view: View, num_nodes: int) -> list[int]:
     """`0-1`, `0,2`, `all`, an int, or a list of ints -> sorted unique node ranks."""
     if isinstance(view.value, list):
         ranks = [item.int(minimum=0) for item in view.elements()]
+    elif view.value is None or not str(view.value).strip():
+        raise view.error("node_ranks is empty", hint="give the group's node ranks, e.g. `0-1`, `0,2` or `all`")
     else:
         ranks = []
         text = str(view.value)
@@ -30,6 +32,8 @@ def _node_ranks(view: View, num_nodes: int) -> list[int]:
                     raise view.error(exc.message, hint=exc.hint, offset=exc.offset) from None
                 ranks.extend(range(a, b + 1))
             offset += len(piece) + 1
+    if not ranks:
+        raise view.error("node_ranks is empty", hint="give the group's node ranks, e.g. `0-1`, `0,2` or `all`")
     for r in ranks:
         if r >= num_nodes:
             raise view.error(f"node rank {r} is out of range: cluster.num_nodes is {num_nodes}")
@@ -51,7 +55,8 @@ def _env(view: View | None) -> dict[str, str]:
         if isinstance(item.value, dict) and "env_vars" in item.value:
             env.update(_env(item.get("env_vars")))
         elif isinstance(item.value, dict):
-            env.update(item.str_map())
+            # RLinf: `python_interpreter_path: null` (and any null) means unset
+            env.update(View(item.doc, item.path, {k: v for k, v in item.value.items() if v is not None}).str_map())
         else:
             raise item.error("expected a mapping of environment variables")
     return env
@@ -133,10 +138,52 @@ def parse_rlinf(doc: YamlDocument) -> ExperimentSpec:
     components = _rlinf_component_settings(root, placed, components)
     block = root.get("hpcplace")
     mp_flag = block.get("model_parallel") if block is not None else None
-    model_parallel = mp_flag.bool() if mp_flag is not None else any(
-        c.tensor_parallel_size or c.pipeline_parallel_size for n, c in components.items() if n in ("actor", "rollout"))
+    notes: list[str] = []
+    model_parallel = mp_flag.bool() if mp_flag is not None else _model_parallel_class(placed, components, notes)
+    if model_parallel and "inference" in placed:
+        _check_recompute_logprobs(root, placements)
+    packed: dict[str, int] = {}
+    if not model_parallel and mp_flag is None:  # eval / multi-agent classes pack rollout engines by their tp
+        for n in placed:
+            if (n == "rollout" or n.startswith("rollout_")) and components.get(n) is not None:
+                tp = (components[n].tensor_parallel_size or 1) * (components[n].pipeline_parallel_size or 1)
+                if tp > 1:
+                    packed[n] = tp
     return ExperimentSpec(name, cluster, placements, components, doc.path, "rlinf", slurm_job_options(slurm_view),
-                          model_parallel)
+                          model_parallel, notes=tuple(notes), packed=packed)
+
+
+def _model_parallel_class(placed: set[str], components: dict[str, ComponentSpec], notes: list[str]) -> bool:
+    """Which RLinf placement class the components imply (RLinf's entry scripts pick it the same way):
+    actor + rollout with model-parallel sizes -> ModelParallelComponentPlacement (collocated/disaggregated
+    layout, weight-sync map); rollout engines named `rollout_*` -> the multi-agent class; rollout without actor
+    -> the eval class; anything else (SFT with an actor only, embodied) -> HybridComponentPlacement."""
+    sized = any(c.tensor_parallel_size or c.pipeline_parallel_size
+                for n, c in components.items() if n in ("actor", "rollout"))
+    engines = sorted(n for n in placed if n.startswith("rollout_"))
+    if engines:
+        notes.append(f"multi-agent placement (RLinf's MultiAgentModelParallelComponentPlacement): rollout engines "
+                     f"{', '.join(['rollout'] * ('rollout' in placed) + engines)} each keep their own GPUs; no "
+                     "actor->rollout weight-sync map is planned")
+        return False
+    if not sized:
+        return False
+    if "actor" in placed and "rollout" in placed:
+        return True
+    if "rollout" in placed:
+        notes.append("evaluation placement (rollout without actor, RLinf's ModelParallelEvalComponentPlacement)")
+    return False
+
+
+def _check_recompute_logprobs(root: View, placements: tuple) -> None:  # type: ignore[type-arg]
+    algorithm = root.get("algorithm")
+    flag = algorithm.get("recompute_logprobs") if algorithm is not None and isinstance(algorithm.value, dict) else None
+    if flag is not None and flag.deref().value is False:
+        where = next((e.location for e in placements if "inference" in e.components), None)
+        raise SpecError("algorithm.recompute_logprobs is false, which disables inference, but inference has GPUs "
+                        "placed", location=where or flag.location(),
+                        hint="remove `inference` from component_placement, or set algorithm.recompute_logprobs: true "
+                             "(RLinf asserts this)")
 
 
 def _group(label: str, n: int, facts, view: View, hardware: Hardware | None, ignore: bool,  # type: ignore[no-untyped-def]
@@ -150,11 +197,7 @@ def _group(label: str, n: int, facts, view: View, hardware: Hardware | None, ign
                              hint=f"RLinf discovers them at run time; add `slurm: {{gpus_per_node: 8}}` or "
                                   f"`slurm: {{node_groups: {{{label}: {{gpus_per_node: 8}}}}}}` "
                                   "(or --set slurm.gpus_per_node=8)")
-    partition = facts.partition
-    if partition is None:
-        raise view.error(f"Slurm partition of node group {label!r} is unknown",
-                         hint=f"add `slurm: {{partition: NAME}}` or `slurm: {{node_groups: {{{label}: "
-                              "{partition: NAME}}}}}` (or --set slurm.partition=NAME)")
+    partition = facts.partition  # None: Slurm's default partition
     return NodeGroup(label=label, partition=partition, num_nodes=n, gpus_per_node=(gpus,) * n,
                      gpu_type=facts.gpu_type, cpus_per_node=facts.cpus_per_node,
                      mem_per_node_mb=facts.mem_per_node_mb, constraint=facts.constraint, account=facts.account,

@@ -17,6 +17,8 @@ from hpcplace.yaml_source import View, YamlDocument
 MAX_GPUS = 1 << 20
 _TOKEN = re.compile(r"\s*(list|range|\d+|[()\[\],+])")
 _WORKER_KEYS = ("device_mapping", "world_size", "num_gpus_per_worker")
+# Agentic env managers (ROLL's EnvManagerConfig): CPU workers whose world_size ROLL computes.
+_ENV_MANAGER_KEYS = ("max_env_num_per_worker", "num_env_groups")
 
 
 class _Grammar:
@@ -66,7 +68,7 @@ class _Grammar:
         if tok == "list":
             self.take("list")
             self.take("(")
-            out = self.range_call()
+            out = self.term() if self.peek() == "[" else self.range_call()
             self.take(")")
             return out
         if tok == "range":
@@ -129,9 +131,9 @@ def parse_device_mapping(view: View) -> list[int]:
 def _workers(root: View) -> list[tuple[str, View]]:
     out: list[tuple[str, View]] = []
     for key, child in root.items():
-        if key in ("slurm", "hpcplace", "format") or not isinstance(child.value, dict):
+        if key in ("slurm", "hpcplace", "format", "launch") or not isinstance(child.value, dict):
             continue
-        if any(k in child.value for k in _WORKER_KEYS):
+        if any(k in child.value for k in _WORKER_KEYS) or _is_env_manager(str(key), child):
             out.append((str(key), child))
             continue
         for inner_key, inner in child.items():
@@ -140,15 +142,49 @@ def _workers(root: View) -> list[tuple[str, View]]:
     return out
 
 
+def _is_env_manager(key: str, section: View) -> bool:
+    return key.endswith("env_manager") or any(k in section.value for k in _ENV_MANAGER_KEYS)
+
+
+def env_manager_world_size(section: View) -> int:
+    """ROLL's EnvManagerConfig.__post_init__: ceil(num_env_groups * (group_size + redundancy) /
+    max_env_num_per_worker); max_env_num_per_worker <= 0 puts every env in one worker."""
+    def val(key: str, default: int) -> int:
+        v = section.get(key)
+        return v.int() if v is not None and v.deref().value is not None else default
+    envs = val("num_env_groups", 128) * (val("group_size", 1) + val("group_size_redundancy", 0))
+    per = val("max_env_num_per_worker", 0)
+    if per <= 0:
+        per = envs
+    return max(1, (envs + per - 1) // per)
+
+
+def _gpus_per_node(root: View, slurm_view: View | None, gpus_from_slurm: int | None,
+                   notes: list[str]) -> tuple[int, View]:
+    """ROLL overwrites num_gpus_per_node with the GPU count it detects on the node, so on Slurm the
+    truth is the node's GPU count (`slurm.gpus_per_node`); the config's value is only a fallback."""
+    gpn_view = root.get("num_gpus_per_node")
+    if gpus_from_slurm is not None:
+        where = slurm_view.require("gpus_per_node") if slurm_view is not None and slurm_view.get("gpus_per_node") \
+            else root
+        if gpn_view is not None and gpn_view.value is not None and gpn_view.int(minimum=1) != gpus_from_slurm:
+            notes.append(f"num_gpus_per_node {gpn_view.value} ({gpn_view.location()}) differs from the nodes' "
+                         f"{gpus_from_slurm} GPUs (slurm.gpus_per_node): ROLL uses the count it detects, so the plan "
+                         f"does too")
+        return limits.gpus_per_node(gpus_from_slurm, where.location(), "slurm.gpus_per_node"), where
+    if gpn_view is None or gpn_view.value is None:
+        raise root.error("the GPUs per node are unknown: ROLL detects them at run time",
+                         hint="add `slurm: {gpus_per_node: 8}` (or --set slurm.gpus_per_node=8, or "
+                              "num_gpus_per_node: 8 at the top level)")
+    return limits.gpus_per_node(gpn_view.int(minimum=1), gpn_view.location(), "num_gpus_per_node"), gpn_view
+
+
 def parse_roll(doc: YamlDocument) -> ExperimentSpec:
     root = doc.root()
-    gpn_view = root.require("num_gpus_per_node", "GPUs per node of the GPU partition")
-    gpn = limits.gpus_per_node(gpn_view.int(minimum=1), gpn_view.location(), "num_gpus_per_node")
     slurm_view = root.get("slurm")
     facts = slurm_facts(slurm_view)
-    if facts.gpus_per_node is not None and facts.gpus_per_node != gpn:
-        raise slurm_view.require("gpus_per_node").error(  # type: ignore[union-attr]
-            f"slurm.gpus_per_node {facts.gpus_per_node} conflicts with num_gpus_per_node {gpn}")
+    notes: list[str] = []
+    gpn, gpn_view = _gpus_per_node(root, slurm_view, facts.gpus_per_node, notes)
     gpu_workers: list[tuple[str, View, list[list[int]]]] = []
     cpu_workers: list[tuple[str, View, int]] = []
     names: set[str] = set()
@@ -160,6 +196,13 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
         dm = wv.get("device_mapping")
         g_view = wv.get("num_gpus_per_worker")
         ws_view = wv.get("world_size")
+        if (dm is None or dm.value is None) and _is_env_manager(name, wv):
+            world = env_manager_world_size(wv)
+            if ws_view is not None and ws_view.value is not None and ws_view.value != world:
+                notes.append(f"{name}: world_size {ws_view.value} is replaced by ROLL's computed {world} "
+                             "(num_env_groups * group_size / max_env_num_per_worker)")
+            cpu_workers.append((name, wv, limits.processes(world, wv.location(), "env manager world_size")))
+            continue
         if dm is None or dm.value is None:
             if ws_view is None:
                 raise wv.error(f"worker {name!r} has neither device_mapping nor world_size")
@@ -169,26 +212,24 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
             cpu_workers.append((name, wv, limits.processes(ws_view.int(minimum=1), ws_view.location(), "world_size")))
             continue
         ids = parse_device_mapping(dm)
-        per = g_view.int(minimum=1) if g_view is not None else None
-        tp_pp = _vllm_gpus(wv)
-        if per is not None and tp_pp is not None and per != tp_pp:
-            raise g_view.error(f"num_gpus_per_worker {per} conflicts with tensor_parallel_size*pipeline_parallel_size "  # type: ignore[union-attr]
-                               f"= {tp_pp} of the vLLM strategy", hint="give matching values, or omit one")
-        per = per or tp_pp or 1
+        per = _gpus_per_worker(name, wv, g_view, notes)
+        if per > gpn:
+            raise dm.error(f"worker {name!r} needs {per} GPUs per worker but a node has {gpn}: ROLL runs such a "
+                           "worker across nodes through Ray, a Slurm job step runs each process on one node",
+                           hint=f"keep tensor_parallel_size*pipeline_parallel_size <= {gpn} (the GPUs of one node), "
+                                "or use nodes with more GPUs (slurm.gpus_per_node)")
         if len(ids) % per:
-            raise dm.error(f"{len(ids)} GPUs are not divisible by num_gpus_per_worker {per}")
+            raise dm.error(f"{len(ids)} GPUs are not divisible by num_gpus_per_worker {per}",
+                           hint="ROLL asserts len(device_mapping) % num_gpus_per_worker == 0")
         world = len(ids) // per
-        if ws_view is not None and ws_view.int(minimum=1) != world:
-            raise ws_view.error(f"world_size {ws_view.value} conflicts with len(device_mapping) // "
-                                f"num_gpus_per_worker = {len(ids)} // {per} = {world}",
-                                hint="omit world_size for GPU workers; ROLL computes it")
+        if ws_view is not None and ws_view.value is not None and ws_view.int(minimum=1) != world:
+            notes.append(f"{name}: world_size {ws_view.value} is replaced by ROLL's len(device_mapping) // "
+                         f"num_gpus_per_worker = {len(ids)} // {per} = {world}")
         gpu_workers.append((name, dm, [ids[i * per:(i + 1) * per] for i in range(world)]))
     if not gpu_workers and not cpu_workers:
         raise root.error("no ROLL workers found (mappings with device_mapping or world_size)")
     total = max((max(g for lst in lists for g in lst) for _, _, lists in gpu_workers), default=-1) + 1
     num_nodes = max(1, -(-total // gpn))
-    if facts.partition is None:
-        raise root.error("the Slurm partition is unknown", hint="add `slurm: {partition: NAME}`")
     groups = [NodeGroup(label="gpu", partition=facts.partition, num_nodes=num_nodes, gpus_per_node=(gpn,) * num_nodes,
                         gpu_type=facts.gpu_type, cpus_per_node=facts.cpus_per_node,
                         mem_per_node_mb=facts.mem_per_node_mb, constraint=facts.constraint, account=facts.account,
@@ -213,7 +254,34 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
             entries.append(PlacementEntry((name,), ("node",), f"0:0-{world - 1}", None, wv.location()))
     placed = {n for e in entries for n in e.components}
     name, components = hpcplace_block(root, placed, doc.path)
-    return ExperimentSpec(name, cluster, tuple(entries), components, doc.path, "roll", slurm_job_options(slurm_view))
+    return ExperimentSpec(name, cluster, tuple(entries), components, doc.path, "roll", slurm_job_options(slurm_view),
+                          notes=tuple(notes))
+
+
+def _gpus_per_worker(name: str, worker: View, given_view: View | None, notes: list[str]) -> int:
+    """ROLL's WorkerConfig.__post_init__: training strategies get 1 GPU per worker whatever was asked,
+    vLLM gets tensor_parallel_size * pipeline_parallel_size; each overwrite is reported."""
+    given = given_view.int(minimum=1) if given_view is not None and given_view.deref().value is not None else None
+    per = given or 1
+    strategy = _strategy_name(worker)
+    tp_pp = _vllm_gpus(worker)
+    if tp_pp is not None:
+        per = tp_pp
+    elif strategy is not None and strategy not in ("hf_infer", "vllm", "sglang") and per > 1:
+        per = 1
+    if given is not None and given != per:
+        notes.append(f"{name}: num_gpus_per_worker {given} ({given_view.location()}) is replaced by ROLL's {per} "  # type: ignore[union-attr]
+                     + ("(vLLM tensor_parallel_size * pipeline_parallel_size)" if tp_pp is not None
+                        else f"(strategy {strategy} runs one GPU per worker)"))
+    return per
+
+
+def _strategy_name(worker: View) -> str | None:
+    args = worker.get("strategy_args")
+    if args is None or not isinstance(args.deref().value, dict):
+        return None
+    strategy = args.deref().get("strategy_name")
+    return str(strategy.deref().value).lower() if strategy is not None else None
 
 
 def _vllm_gpus(worker: View) -> int | None:

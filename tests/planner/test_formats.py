@@ -131,8 +131,8 @@ def test_component_placed_twice(yml: Yaml) -> None:
     path = yml.write(native("actor,rollout: 0-3\nrollout: 4-7"))
     err = yml.error(path)
     assert str(err).startswith(line_of(yml.where(path, "rollout", nth=2)))
-    assert err.message == "component 'rollout' is placed twice"
-    assert err.hint == "a component name may appear in only one key of component_placement"
+    assert err.message == f"component 'rollout' is placed twice (first at {path}:8:5)"
+    assert (err.hint or "").startswith("a component name may appear in only one key of component_placement")
 
 
 def test_settings_without_placement(yml: Yaml) -> None:
@@ -329,11 +329,13 @@ def test_rlinf_missing_gpus_per_node(yml: Yaml) -> None:
     assert plan.cluster.node_groups[0].gpus_per_node == (8, 8)
 
 
-def test_rlinf_missing_partition(yml: Yaml) -> None:
+def test_rlinf_missing_partition_means_slurm_default(yml: Yaml) -> None:
+    from hpcplace.slurm_job import lower
+
     path = yml.write("cluster: {num_nodes: 1, component_placement: {actor: all}}\nslurm: {gpus_per_node: 8}\n")
-    err = yml.error(path)
-    assert "Slurm partition of node group 'default' is unknown" in err.message
-    assert "--set slurm.partition=NAME" in (err.hint or "")
+    plan = plan_from_file(path)
+    assert plan.cluster.node_groups[0].partition is None
+    assert not any(a.startswith("--partition") for a in lower(plan).components[0].sbatch_args)
     plan = plan_from_spec(load_spec(path, overrides=["slurm.partition=gpu"]))
     assert plan.cluster.node_groups[0].partition == "gpu"
 
@@ -460,11 +462,12 @@ def test_roll_example_config() -> None:
     assert all(p.visible_accelerators == () for p in sandbox.processes)
 
 
-def test_roll_world_size_conflict(yml: Yaml) -> None:
-    path = yml.write(ROLL % "list(range(0,8))" + "  world_size: 3\n")
-    assert_error_at(yml.error(path), yml.where(path, "3", line_hint="world_size"),
-                    "world_size 3 conflicts with len(device_mapping) // num_gpus_per_worker = 8 // 1 = 8",
-                    "omit world_size for GPU workers; ROLL computes it")
+def test_roll_world_size_is_computed_like_roll(yml: Yaml) -> None:
+    """ROLL overwrites world_size with len(device_mapping) // num_gpus_per_worker: so does the plan, aloud."""
+    plan = plan_from_file(yml.write(ROLL % "list(range(0,8))" + "  world_size: 3\n"))
+    assert plan.component("actor_train").world_size == 8
+    assert any("world_size 3 is replaced by ROLL's len(device_mapping) // num_gpus_per_worker = 8 // 1 = 8" in w
+               for w in plan.warnings)
     plan = plan_from_file(yml.write(ROLL % "list(range(0,8))" + "  world_size: 4\n  num_gpus_per_worker: 2\n"))
     assert plan.component("actor_train").world_size == 4
 
@@ -472,9 +475,12 @@ def test_roll_world_size_conflict(yml: Yaml) -> None:
 def test_roll_vllm_gpus_conflict(yml: Yaml) -> None:
     vllm = ("  strategy_args: {strategy_name: vllm, strategy_config: {tensor_parallel_size: 2, "
             "pipeline_parallel_size: 2}}\n")
-    path = yml.write(ROLL % "list(range(0,8))" + "  num_gpus_per_worker: 2\n" + vllm)
-    assert_error_at(yml.error(path), yml.where(path, "2", line_hint="num_gpus_per_worker"),
-                    "num_gpus_per_worker 2 conflicts with tensor_parallel_size*pipeline_parallel_size = 4")
+    plan = plan_from_file(yml.write(ROLL % "list(range(0,8))" + "  num_gpus_per_worker: 2\n" + vllm))
+    assert plan.component("actor_train").world_size == 2  # ROLL: vLLM workers get tp * pp GPUs
+    assert any("num_gpus_per_worker 2" in w and "replaced by ROLL's 4" in w for w in plan.warnings)
+    train = plan_from_file(yml.write(ROLL % "list(range(0,8))" + "  num_gpus_per_worker: 2\n"
+                                     "  strategy_args: {strategy_name: megatron_train}\n"))
+    assert train.component("actor_train").world_size == 8  # ROLL forces 1 GPU per training worker
     plan = plan_from_file(yml.write(ROLL % "list(range(0,8))" + vllm))
     assert [p.local_hardware_ranks for p in plan.component("actor_train").processes] == [(0, 1, 2, 3), (4, 5, 6, 7)]
 
@@ -503,13 +509,39 @@ def test_roll_cpu_worker_cannot_ask_for_gpus(yml: Yaml) -> None:
                     "CPU-only worker 'sandbox' (no device_mapping) cannot ask for GPUs")
 
 
-def test_roll_conflicting_gpus_per_node(yml: Yaml) -> None:
-    path = yml.write((ROLL % "[0]").replace("{partition: a800}", "{partition: a800, gpus_per_node: 4}"))
-    assert "slurm.gpus_per_node 4 conflicts with num_gpus_per_node 8" in str(yml.error(path))
+def test_roll_detected_gpus_per_node_win(yml: Yaml) -> None:
+    """ROLL overwrites num_gpus_per_node with the count it detects: the node's GPUs (slurm facts) win."""
+    path = yml.write((ROLL % "list(range(0,8))").replace("{partition: a800}", "{partition: a800, gpus_per_node: 4}"))
+    plan = plan_from_file(path)
+    assert plan.cluster.node_groups[0].gpus_per_node == (4, 4)
+    assert any("ROLL uses the count it detects" in w and "num_gpus_per_node 8" in w for w in plan.warnings)
+
+
+def test_roll_without_num_gpus_per_node(yml: Yaml) -> None:
+    body = "slurm: {partition: a800%s}\nactor_train: {device_mapping: 'list(range(0,16))'}\n"
+    plan = plan_from_file(yml.write(body % ", gpus_per_node: 8"))
+    assert plan.cluster.node_groups[0].gpus_per_node == (8, 8)
+    err = yml.error(yml.write("format: roll\n" + body % ""))
+    assert "GPUs per node are unknown" in err.message and "slurm: {gpus_per_node: 8}" in (err.hint or "")
+
+
+@pytest.mark.parametrize("manager, world", [
+    ("{max_env_num_per_worker: 16, num_env_groups: 128, group_size: 8}", 64),
+    ("{num_env_groups: 10, group_size: 4, group_size_redundancy: 1, max_env_num_per_worker: 16}", 4),
+    ("{num_env_groups: 8, group_size: 8}", 1),  # max_env_num_per_worker unset: every env in one worker
+    ("{group_size: 2, max_env_num_per_worker: 100}", 3),  # num_env_groups defaults to 128
+])
+def test_roll_env_managers_are_cpu_components(yml: Yaml, manager: str, world: int) -> None:
+    plan = plan_from_file(yml.write(ROLL % "list(range(0,8))" + f"train_env_manager: {manager}\n"
+                                    "val_env_manager: {num_env_groups: 4, group_size: 1, max_env_num_per_worker: 2}\n"))
+    comps = {c.name: c for c in plan.components}
+    assert comps["train_env_manager"].world_size == world
+    assert comps["val_env_manager"].world_size == 2
+    assert comps["train_env_manager"].resource_type == "node"  # CPU processes on the node, no GPU of their own
 
 
 def test_roll_needs_partition_and_workers(yml: Yaml) -> None:
-    assert "the Slurm partition is unknown" in str(yml.error(yml.write("num_gpus_per_node: 8\nw: {world_size: 1}\n")))
+    assert plan_from_file(yml.write("num_gpus_per_node: 8\nw: {world_size: 1}\n")).cluster.node_groups[0].partition is None
     assert "no ROLL workers found" in str(yml.error(yml.write("num_gpus_per_node: 8\nslurm: {partition: p}\n")))
 
 
@@ -586,10 +618,9 @@ def test_areal_allocation_mode_errors(yml: Yaml, mode: str, needle: str, message
     assert_error_at(yml.error(path), yml.where(path, needle, line_hint="allocation_mode"), message)
 
 
-def test_areal_needs_partition(yml: Yaml) -> None:
+def test_areal_without_partition_uses_slurm_default(yml: Yaml) -> None:
     path = yml.write("allocation_mode: d8\ncluster: {n_nodes: 1, n_gpus_per_node: 8}\n")
-    err = yml.error(path)
-    assert "the Slurm partition is unknown" in err.message and err.hint == "add `slurm: {partition: NAME}`"
+    assert plan_from_file(path).cluster.node_groups[0].partition is None
 
 
 @pytest.mark.parametrize("mapping, needle", [

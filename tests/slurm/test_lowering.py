@@ -222,3 +222,19 @@ def test_stop_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
                          (("requeue", "maybe"), "not true or false")):
         with pytest.raises(SpecError, match=message):
             lower(replace(plan, slurm={bad[0]: bad[1]}))
+
+
+@pytest.mark.parametrize(("option", "message"), [("signal_before_limit: USR1@soon", "not a number of seconds"),
+                                                 ("kill_wait: ten", "not a number of seconds"),
+                                                 ("requeue: maybe", "not true or false")])
+def test_stop_options_refused_at_plan_time_with_location(tmp_path, option: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SpecError, match=message) as err:
+        plan_yaml(tmp_path, f"""
+            name: x
+            cluster:
+              node_groups: [{{label: cpu, partition: cpu, nodes: 1}}]
+              component_placement: {{a: {{node_group: cpu, placement: "0"}}}}
+            components: {{a: {{command: ["true"]}}}}
+            slurm: {{{option}}}
+            """)
+    assert err.value.location is not None and err.value.location.line == 7

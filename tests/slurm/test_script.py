@@ -170,3 +170,20 @@ def test_hostile_values_render_safely(hetero: Plan, tmp_path: Path, index: int) 
     assert plan_json["components"][0]["command"] == ["printf", "%s\n", value, f"$(touch {canary})"]
     assert all(c.isprintable() or c in "\n\t" for c in script), "a raw control character reached job.sbatch"
     assert not canary.exists(), "a hostile value was executed"
+
+
+@pytest.mark.parametrize(("left", "explained"), [("1:30", True), ("0-00:02:59", True), ("10:00", False),
+                                                 ("UNLIMITED", False)])
+def test_a_step_killed_by_the_time_limit_warning_is_named(hetero: Plan, tmp_path: Path, left: str,
+                                                          explained: bool) -> None:
+    """Default warning TERM@120: a program that does not trap SIGTERM dies of it; the log says the
+    SIGTERM was the warning when the limit is that close (squeue %L), not a crash."""
+    rendered = render_run(hetero, tmp_path / "run")
+    assert "hp_warning=TERM@120 " in rendered.script.read_text()
+    res, _, _ = run_script(rendered.run_dir, tmp_path, FAKE_FAIL="inference", FAKE_FAIL_TERM="1",
+                           FAKE_SLEEP="30", FAKE_TIME_LEFT=left)
+    assert res.returncode == 143, res.stderr
+    # a first srun error line that is not "Exited with exit code" is reported too (it once killed the script)
+    assert "component 'inference' ranks 0,1,2 on node-a: Terminated" in res.stderr
+    assert "component 'inference' failed first: the job fails with exit code 143" in res.stderr
+    assert ("this SIGTERM was Slurm's time-limit warning" in res.stderr) == explained, res.stderr
