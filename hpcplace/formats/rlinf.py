@@ -40,8 +40,6 @@ def _node_ranks(view: View, num_nodes: int) -> list[int]:
             raise view.error(f"node rank {r} is out of range: cluster.num_nodes is {num_nodes}")
     if len(set(ranks)) != len(ranks):
         raise view.error("node ranks listed twice")
-    if not ranks:
-        raise view.error("node_ranks is empty", hint="give the group's node ranks, e.g. `0-1` or [0, 1]")
     return sorted(ranks)
 
 
