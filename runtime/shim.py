@@ -224,10 +224,7 @@ def _agree_master_port(resolved: Resolved, environ: Mapping[str, str], plan_path
         port = mp.choose_and_publish(path, mp.candidates(info.master_port, PORT_BASE, PORT_SPAN, PORT_STRIDE))
     else:
         port = mp.wait_published(path)
-    changes = dict(resolved.changes)
-    changes["MASTER_PORT"] = str(port)
-    return Resolved(info=info, choice=resolved.choice, changes=changes, command=resolved.command,
-                    snapshot=resolved.snapshot, gpu_type=resolved.gpu_type, offload=resolved.offload)
+    return resolved.replace(changes={**resolved.changes, "MASTER_PORT": str(port)})
 
 
 def _memory_saver_env(resolved: Resolved, env: dict[str, str], debug: bool) -> dict[str, str]:
