@@ -43,11 +43,13 @@ def local_raylet_facts(plan: Plan) -> dict:
     if len({n.label for n in nodes}) == 1:
         labels["hpcplace.group"] = nodes[0].label
     env: dict[str, str] = {}
-    for group in reversed(plan.cluster.node_groups):  # node rank 0's group env wins
-        env.update(group.env)
-    # The one raylet is node rank 0 (RLINF_NODE_RANK=0): only node 0's env_configs apply, as RLinf would.
-    first = plan.cluster.node_groups[0]
-    env.update(first.node_env[0] if first.node_env else {})
+    head = nodes[0]  # node rank 0 (RLinf node_ranks may put it in any node group)
+    for group in reversed(plan.cluster.node_groups):  # every group's env (earlier groups win); rank 0's last
+        if group.label != head.label:
+            env.update(group.env)
+    # The one raylet is node rank 0 (RLINF_NODE_RANK=0): only node 0's env (group env, then its
+    # env_configs entry) applies, as RLinf would.
+    env.update(head.env)
     return {"num_cpus": sum(n.num_cpus for n in nodes), "num_gpus": sum(len(n.gpus) for n in nodes),
             "resources": resources, "labels": labels, "env": env, "nodes": len(nodes), "python": nodes[0].python}
 

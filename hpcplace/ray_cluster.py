@@ -57,7 +57,7 @@ def group_resource(label: str) -> str:
 
 
 def ray_nodes(plan: Plan) -> tuple[RayNode, ...]:
-    """Every node of the plan's cluster, in cluster node rank order."""
+    """Every node of the plan's cluster, in cluster node rank order (nodes[0] is the head)."""
     if not plan.launch.is_ray:
         raise SpecError("the plan is not in the ray launch mode", hint="set launch.mode: ray")
     cpus_needed: dict[int, int] = {}
@@ -74,7 +74,7 @@ def ray_nodes(plan: Plan) -> tuple[RayNode, ...]:
                 num_cpus=max(group.cpus_per_node or cpus_needed.get(rank, 0), 1),
                 env={**group.env, **(group.node_env[j] if group.node_env else {})},
                 python=group.python_interpreter[j] if group.python_interpreter else None))
-    return tuple(nodes)
+    return tuple(sorted(nodes, key=lambda n: n.rank))
 
 
 def ray_step_segments(job: SlurmJob, plan: Plan) -> tuple[tuple[str, ...], ...]:
@@ -92,10 +92,18 @@ def ray_step_segments(job: SlurmJob, plan: Plan) -> tuple[tuple[str, ...], ...]:
     return tuple(out)
 
 
-def driver_step_args(job: SlurmJob) -> tuple[str, ...]:
-    """srun options of the driver: one task on the head (het component 0, node 0)."""
-    args = ["--het-group=0"] if job.is_het else []
-    args += ["--nodes=1", "--relative=0", "--ntasks=1", "--mem=0", "--overlap", f"--job-name={DRIVER_STEP}",
+def head_node(plan: Plan) -> RayNode:
+    """The Ray head: the node of cluster node rank 0. The RLinf format orders het components by each
+    group's lowest node rank, so that is het component 0's first node (the batch host); a Cluster
+    built otherwise may put it elsewhere, and the driver step follows it."""
+    return ray_nodes(plan)[0]
+
+
+def driver_step_args(job: SlurmJob, plan: Plan) -> tuple[str, ...]:
+    """srun options of the driver: one task on the head (the node of cluster node rank 0)."""
+    head = head_node(plan)
+    args = [f"--het-group={head.het_group}"] if job.is_het else []
+    args += ["--nodes=1", f"--relative={head.index}", "--ntasks=1", "--mem=0", "--overlap", f"--job-name={DRIVER_STEP}",
              f"--output=logs/{DRIVER_STEP}.out"]
     return tuple(args)
 

@@ -20,7 +20,7 @@ import time
 
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.plan_index import PlanIndex
-from hpcplace.runtime.ray_node import LEAKED, parse_args, read_head, record_error, say, wait_for, write_json
+from hpcplace.runtime.ray_node import LEAKED, group_node_ranks, parse_args, read_head, record_error, say, wait_for, write_json
 from hpcplace.runtime.slurm_env import node_name_at, read_snapshot
 
 TYPE_CHECKING = False
@@ -34,9 +34,9 @@ def expected_nodes(header: dict) -> dict[int, tuple[int, int, str]]:
     """cluster node rank -> (het group, node index, node group label)."""
     out = {}
     for g, group in enumerate(header["node_groups"]):
-        for j in range(int(group["num_nodes"])):
-            out[int(group["first_node_rank"]) + j] = (g, j, group["label"])
-    return out
+        for j, rank in enumerate(group_node_ranks(group)):
+            out[rank] = (g, j, group["label"])
+    return dict(sorted(out.items()))
 
 
 def joined_ranks(nodes: Sequence[Mapping]) -> set[int]:

@@ -62,13 +62,22 @@ def label_ok(value: str) -> bool:
     return 0 < len(value) <= 63 and value[0].isalnum() and value[-1].isalnum() and set(value) <= _LABEL_OK
 
 
+def group_node_ranks(group: Mapping) -> list[int]:
+    """The cluster node rank of each node of a plan.json node group, in het-component order: its
+    `node_ranks` when listed (RLinf node_ranks that are not one block, e.g. `2,0`), else
+    first_node_rank, first_node_rank + 1, ..."""
+    listed = group.get("node_ranks")
+    if listed:
+        return [int(r) for r in listed]
+    return [int(group["first_node_rank"]) + j for j in range(int(group["num_nodes"]))]
+
+
 def node_facts(header: dict, g: int, j: int, cpus_needed: int = 0) -> dict:
     """This node's facts from plan.json's header: rank, group, GPUs, CPUs (the group's cpus_per_node,
     else what the plan's processes on the node need: hpcplace.ray_cluster.ray_nodes), env."""
     groups = header["node_groups"]
     group = groups[g]
-    listed = group.get("node_ranks")  # only when the group's ranks are not one block (RLinf node_ranks)
-    rank = int(listed[j]) if listed else int(group["first_node_rank"]) + j
+    rank = group_node_ranks(group)[j]
     gpus = int(group["gpus_per_node"][j]) if group["gpus_per_node"] else 0
     cpus = group.get("cpus_per_node") or cpus_needed
     return {"rank": rank, "het_group": g, "index": j, "label": group["label"], "partition": group["partition"],

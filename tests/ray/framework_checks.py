@@ -10,15 +10,23 @@ EXACT_FIELDS = ("rank", "cluster_node_rank", "placement_node_rank", "local_rank"
                 "visible_accelerators", "local_hardware_ranks")
 
 
+def group_ranks(group: dict[str, Any]) -> list[int]:
+    """A plan.json node group's cluster node ranks in het-component node order: `node_ranks` when the
+    plan lists them (RLinf node_ranks that are not one block, e.g. "2,0"), else a block from
+    first_node_rank."""
+    if "node_ranks" in group:
+        return [int(r) for r in group["node_ranks"]]
+    return list(range(group["first_node_rank"], group["first_node_rank"] + group["num_nodes"]))
+
+
 def node_table(plan: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """cluster node rank -> its group label, het group, index in the group and planned GPU count."""
     table = {}
     for group in plan["node_groups"]:
-        for j in range(group["num_nodes"]):
-            table[group["first_node_rank"] + j] = {
-                "label": group["label"], "het_group": group["het_group"], "index": j,
-                "gpus": group["gpus_per_node"][j]}
-    return table
+        for j, rank in enumerate(group_ranks(group)):
+            table[rank] = {"label": group["label"], "het_group": group["het_group"], "index": j,
+                           "gpus": group["gpus_per_node"][j]}
+    return dict(sorted(table.items()))
 
 
 def rlinf_mismatches(report: dict[str, Any], plan: dict[str, Any],
@@ -50,8 +58,8 @@ def rlinf_mismatches(report: dict[str, Any], plan: dict[str, Any],
                        f"plan host {hosts[(want['het_group'], want['index'])]}")
     for group in plan["node_groups"] if report["node_groups"] else ():
         got_group = report["node_groups"].get(group["label"])
-        ranks = list(range(group["first_node_rank"], group["first_node_rank"] + group["num_nodes"]))
-        if got_group is None or got_group["node_ranks"] != ranks:
+        ranks = group_ranks(group)
+        if got_group is None or got_group["node_ranks"] != ranks:  # RLinf: ascending, as the plan
             bad.append(f"node group {group['label']}: RLinf {got_group}, plan node ranks {ranks}")
     for comp in plan["components"]:
         got = report["placements"].get(comp["name"])

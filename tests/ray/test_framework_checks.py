@@ -14,10 +14,11 @@ import pytest
 
 from hpcplace.plan import plan_to_json
 from hpcplace.planner import plan_from_file
-from tests.ray.framework_checks import node_table, rlinf_mismatches
+from tests.ray.framework_checks import group_ranks, node_table, rlinf_mismatches
 
 HERE = Path(__file__).parent
 FIXTURE = HERE.parent / "fixtures" / "rlinf-ray-hetero.yaml"
+INTERLEAVED = HERE.parent / "fixtures" / "rlinf-ray-interleaved.yaml"
 
 PROBE = """
 import json, ray._private.thirdparty.pynvml as nvml
@@ -46,8 +47,8 @@ def test_fake_nvml_reports_the_raylets_planned_gpus() -> None:
     assert _nvml_view({"PYTHONPATH": fake, "CUDA_VISIBLE_DEVICES": "0,1", "FAKE_NVML": "0"})[2] is None
 
 
-def _plan() -> dict:
-    return json.loads(plan_to_json(plan_from_file(FIXTURE)))
+def _plan(fixture: Path = FIXTURE) -> dict:
+    return json.loads(plan_to_json(plan_from_file(fixture)))
 
 
 def _perfect_report(plan: dict) -> dict:
@@ -64,8 +65,7 @@ def _perfect_report(plan: dict) -> dict:
                                   "node_rank_env": str(p["cluster_node_rank"]), "host": f"h{p['cluster_node_rank']}",
                                   "cuda_visible_devices": ",".join(p["visible_accelerators"])}
                                  for p in comp["processes"]]
-    groups = {g["label"]: {"node_ranks": list(range(g["first_node_rank"], g["first_node_rank"] + g["num_nodes"]))}
-              for g in plan["node_groups"]}
+    groups = {g["label"]: {"node_ranks": group_ranks(g)} for g in plan["node_groups"]}
     return {"stages": ["worker groups launched"], "error": None, "num_nodes": len(table), "ray_nodes": len(table),
             "nodes": nodes, "node_groups": groups, "placements": placements, "workers": workers,
             "ray_node_hosts": {f"id{r}": f"h{r}" for r in table}}
@@ -86,6 +86,40 @@ def test_checker_agrees_with_a_faithful_report_and_names_each_difference() -> No
         (lambda r: r["workers"]["reward"][1].update(host="h0"), "reward worker 1: on host h0"),
         (lambda r: r["ray_node_hosts"].update(id0="h9"), "node rank 0: Ray node on h9"),
         (lambda r: r.update(error="AssertionError: boom"), "boom"),
+    ]
+    for mutate, expected in cases:
+        report = copy.deepcopy(good)
+        mutate(report)
+        found = rlinf_mismatches(report, plan, hosts)
+        assert any(expected in m for m in found), (expected, found)
+
+
+def test_interleaved_node_ranks_map_each_host_to_its_listed_rank() -> None:
+    """RLinf node groups a800 = "2,0", 4090 = 1, cpu = 3: the a800 het component's second host is
+    cluster node rank 2 (not first_node_rank + 1 = 1), and the checker holds RLinf to exactly that."""
+    plan = _plan(INTERLEAVED)
+    assert [(g["label"], g["node_ranks"]) for g in plan["node_groups"]] == [
+        ("a800", [0, 2]), ("4090", [1]), ("cpu", [3])]
+    table = node_table(plan)
+    assert {r: (t["label"], t["het_group"], t["index"], t["gpus"]) for r, t in table.items()} == {
+        0: ("a800", 0, 0, 2), 1: ("4090", 1, 0, 2), 2: ("a800", 0, 1, 2), 3: ("cpu", 2, 0, 0)}
+    hosts = {(0, 0): "a800-1", (0, 1): "a800-2", (1, 0): "rtx4090-1", (2, 0): "cpu-1"}
+    good = _perfect_report(plan)
+    good["ray_node_hosts"] = {f"id{r}": hosts[(t["het_group"], t["index"])] for r, t in table.items()}
+    for comp in good["workers"].values():
+        for w in comp:
+            w["host"] = good["ray_node_hosts"][w["ray_node_id"]]
+    assert rlinf_mismatches(good, plan, hosts) == []
+    cases = [
+        # what a first_node_rank + j reading of the plan would have accepted
+        (lambda r: r["node_groups"]["a800"].update(node_ranks=[0, 1]), "node group a800"),
+        (lambda r: r["node_groups"]["4090"].update(node_ranks=[2]), "node group 4090"),
+        (lambda r: r["ray_node_hosts"].update(id2="rtx4090-1", id1="a800-2"), "node rank 1: Ray node on a800-2"),
+        # RLinf's node rank 2 carrying node rank 1's GPUs / labels
+        (lambda r: r["nodes"][2].update(node_labels=["4090"]), "node rank 2"),
+        (lambda r: r["workers"]["actor"][2].update(host="rtx4090-1"), "actor worker 2: on host rtx4090-1"),
+        (lambda r: r["workers"]["actor"][3].update(node_rank_env="1", ray_node_id="id1"), "actor worker 3"),
+        (lambda r: r["placements"]["actor"][2].update(cluster_node_rank=1), "actor rank 2: cluster_node_rank"),
     ]
     for mutate, expected in cases:
         report = copy.deepcopy(good)

@@ -109,6 +109,34 @@ def test_ray_nodes_follow_the_plan() -> None:
         assert f"--nodes={group.num_nodes}" in seg and "--ntasks-per-node=1" in seg
 
 
+def test_interleaved_node_ranks_in_the_ray_lowering_and_header() -> None:
+    """RLinf node_ranks a800 "2,0", 4090 1, cpu 3: the a800 component's second host is node rank 2
+    (its raylet's RLINF_NODE_RANK and label), the header lists hosts by node rank, the driver runs on
+    rank 0; a Cluster whose rank 0 is not het component 0's first node moves the driver step there."""
+    from hpcplace.cluster import Cluster
+    from hpcplace.ray_cluster import driver_step_args, head_node
+
+    plan = plan_from_file(REPO / "tests" / "fixtures" / "rlinf-ray-interleaved.yaml")
+    plan = replace(plan, launch=LaunchSpec("ray", ("x",)))
+    nodes = ray_nodes(plan)
+    assert [(n.rank, n.het_group, n.index, n.label, len(n.gpus)) for n in nodes] == [
+        (0, 0, 0, "a800", 2), (1, 1, 0, "4090", 2), (2, 0, 1, "a800", 2), (3, 2, 0, "cpu", 0)]
+    assert nodes[2].labels["hpcplace.node_rank"] == "2"
+    text = render_script(plan, "/shared/runs/demo")
+    header = [line for line in text.splitlines() if line.startswith("#   node rank ")]
+    assert header[:4] == header[4:]  # the summary at the top and the bring-up comment above step 0
+    assert [line.split(":")[0] for line in header[:4]] == [
+        "#   node rank 0 (head)", "#   node rank 1 (worker)", "#   node rank 2 (worker)", "#   node rank 3 (worker)"]
+    assert "het 0 node 1 (a800, partition a800): RLINF_NODE_RANK=2," in header[2]
+    job = lower(plan)
+    assert driver_step_args(job, plan)[:3] == ("--het-group=0", "--nodes=1", "--relative=0")
+    a800, rtx, cpu = plan.cluster.node_groups
+    moved = replace(plan, cluster=Cluster((replace(a800, node_ranks=(1, 2)), replace(rtx, node_ranks=(0,)),
+                                           replace(cpu, node_ranks=(3,)))))
+    assert (head_node(moved).het_group, head_node(moved).index, head_node(moved).label) == (1, 0, "4090")
+    assert driver_step_args(job, moved)[:3] == ("--het-group=1", "--nodes=1", "--relative=0")
+
+
 @pytest.mark.parametrize("name", ["rlinf-heterogeneous", "hetero-partitions", "roll-example"])
 def test_golden_ray_sbatch(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)  # plan.source stays repo-relative in the goldens

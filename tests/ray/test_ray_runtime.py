@@ -73,3 +73,25 @@ def test_driver_env_is_the_contract() -> None:
         "RAY_ADDRESS": "h:20010", "RANK": "0", "WORLD_SIZE": "3", "MASTER_ADDR": "h", "MASTER_PORT": "20010",
         "HPCPLACE_PLAN": "/r/plan.json", "HPCPLACE_RUN_DIR": "/r", "P": "q", "X": "1"}
     assert "CUDA_VISIBLE_DEVICES" not in env
+
+
+INTERLEAVED = {"node_groups": [  # RLinf node_ranks a800 "2,0", rtx 1, cpu 3 (plan.json lists node_ranks)
+    {"label": "a800", "partition": "a800", "num_nodes": 2, "first_node_rank": 0, "node_ranks": [0, 2],
+     "gpus_per_node": [8, 8], "gpu_type": "a800", "cpus_per_node": None, "env": {}},
+    {"label": "rtx", "partition": "rtx4090", "num_nodes": 1, "first_node_rank": 1, "node_ranks": [1],
+     "gpus_per_node": [4], "gpu_type": "rtx4090", "cpus_per_node": None, "env": {}},
+    {"label": "cpu", "partition": "cpu", "num_nodes": 1, "first_node_rank": 3, "node_ranks": [3],
+     "gpus_per_node": [0], "gpu_type": None, "cpus_per_node": 2, "env": {}}]}
+
+
+def test_interleaved_node_ranks_reach_raylets_and_the_join_wait() -> None:
+    """The a800 component's second host is cluster node rank 2 (its RLINF_NODE_RANK and label), and
+    the driver waits for all four ranks (WORLD_SIZE 4), not first_node_rank + j."""
+    assert [node_facts(INTERLEAVED, g, j)["rank"] for g, j in ((0, 0), (0, 1), (1, 0), (2, 0))] == [0, 2, 1, 3]
+    second = node_facts(INTERLEAVED, 0, 1)
+    assert raylet_env({}, second, {}, "0")["RLINF_NODE_RANK"] == "2"
+    argv = ray_start_argv("/py", second, head=False, port=1, address="h:1", temp_dir="/t", spill_dir="/s")
+    assert "hpcplace.node_rank=2" in next(a for a in argv if a.startswith("--labels="))
+    assert expected_nodes(INTERLEAVED) == {0: (0, 0, "a800"), 1: (1, 0, "rtx"), 2: (0, 1, "a800"), 3: (2, 0, "cpu")}
+    text = missing_text([2], expected_nodes(INTERLEAVED), lambda g, j: f"host{g}{j}")
+    assert text == "node rank 2 on host01 (node group a800, het group 0 node 1)"
