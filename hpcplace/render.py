@@ -253,7 +253,8 @@ def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
                 **common, summary=placement_summary(plan, job) + ["", *ray_cluster.ray_summary(plan)],
                 steps=("ray", "driver"), ray_lines=ray_cluster.ray_summary(plan),
                 ray_segments=ray_cluster.ray_step_segments(job, plan),
-                driver_args=ray_cluster.driver_step_args(job, plan), node_ranks=ray_cluster.node_ranks_text(plan))
+                driver_args=ray_cluster.driver_step_args(job, plan), node_ranks=ray_cluster.node_ranks_text(plan),
+                driver_het=f"+{ray_cluster.head_node(plan).het_group}" if job.is_het else "")
         return env.get_template(TEMPLATE).render(
             **common, summary=placement_summary(plan, job), steps=step_views(plan, job))
     except jinja2.TemplateError as exc:

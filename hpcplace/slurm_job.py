@@ -189,14 +189,21 @@ def lower(plan: Plan) -> SlurmJob:
                                                                   "turn the warning off with false")
         warning = f"{warning.split('@')[0]}@{max(1, limit_s // 2)}"  # the default, halved for a short job
     requeue = _flag(options, "requeue", False)
-    if warning:
+    # Steps mode: the warning goes to every task of every step. Ray mode: to the batch script only
+    # (`B:`, component 0 runs it), which passes the user's signal on to the driver step alone; Slurm
+    # would signal every process of the Ray step (raylets, Ray workers), stopping the cluster.
+    lead_args: tuple[str, ...] = ()
+    if warning and plan.launch.is_ray:
+        lead_args = (f"--signal=B:{RAY_WARNING_SIGNAL}@{warning.split('@')[1]}",)
+    elif warning:
         time_args += (f"--signal={warning}",)
     if requeue:
         time_args += ("--requeue",)
     cluster = plan.cluster
     node_needs = _node_needs(plan)
     components = tuple(
-        _het_component(plan, gi, group, job_name, (*time_args, *extra), exclusive, node_needs, charge)
+        _het_component(plan, gi, group, job_name, (*time_args, *(lead_args if gi == 0 else ()), *extra), exclusive,
+                       node_needs, charge)
         for gi, (group, charge) in enumerate(zip(cluster.node_groups, charges(cluster.node_groups))))
     batch_args = []
     if options.get("mail_user"):
@@ -214,6 +221,7 @@ def lower(plan: Plan) -> SlurmJob:
 
 
 DEFAULT_LIMIT_SIGNAL = "TERM@120"
+RAY_WARNING_SIGNAL = "USR2"  # Ray mode: what Slurm sends the batch script; it sends the user's signal on
 _SIGNAL_NAMES = ("HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "PIPE", "ALRM", "TERM", "CONT", "STOP",
                  "TSTP", "TTIN", "TTOU", "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "PWR", "SYS")
 

@@ -7,7 +7,8 @@
 3. Exec the driver argv from plan.json (never from a command line: no shell, no srun `:`), with
    RAY_ADDRESS, ROLL's RANK=0 / WORLD_SIZE=<nodes> / MASTER_ADDR=<head> / MASTER_PORT=<GCS port>
    (so ROLL finds the running cluster instead of starting one), HPCPLACE_PLAN, HPCPLACE_RUN_DIR and
-   launch.env. Its exit code is the step's, hence the job's.
+   launch.env. Its exit code is the step's, hence the job's. Just before, the step's id goes to
+   <run dir>/ray/driver.step: the batch script sends Slurm's time-limit warning to that step only.
 
 Timings go to stderr (logs/driver.out) and <run dir>/ray/bringup.json (bench/ray_bringup.py).
 """
@@ -20,7 +21,8 @@ import time
 
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.plan_index import PlanIndex
-from hpcplace.runtime.ray_node import LEAKED, group_node_ranks, parse_args, read_head, record_error, say, wait_for, write_json
+from hpcplace.runtime.ray_node import (LEAKED, group_node_ranks, parse_args, read_head, record_error, say, wait_for,
+                                       write_json, write_text)
 from hpcplace.runtime.slurm_env import node_name_at, read_snapshot
 
 TYPE_CHECKING = False
@@ -136,6 +138,11 @@ def main(argv: Sequence[str]) -> int:
         say(f"error: {exc}")
         record_error(run_dir, f"Ray driver: {exc.message}")
         return EXIT_NOT_JOINED
+    # The batch script passes Slurm's time-limit warning on to this step alone (`scancel --signal`);
+    # written last, so the signal finds the driver, not this wrapper.
+    step = os.environ.get("SLURM_STEP_ID", "")
+    if step.isdigit():
+        write_text(os.path.join(run_dir, "ray", "driver.step"), step + "\n")
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -158,12 +158,17 @@ def read_head(path: str, job_id: str) -> dict | None:
     return data if isinstance(data, dict) and data.get("job_id") == job_id else None
 
 
-def write_json(path: str, data: dict) -> None:
+def write_text(path: str, text: str) -> None:
+    """Write a file whole (a reader never sees half of it)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
+        f.write(text)
     os.replace(tmp, path)
+
+
+def write_json(path: str, data: dict) -> None:
+    write_text(path, json.dumps(data))
 
 
 def record_error(run_dir: str, text: str) -> None:

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slurm
 
 HERE = Path(__file__).parent
 FIXTURE = HERE.parent / "fixtures" / "rlinf-ray-hetero.yaml"
+INTERLEAVED = HERE.parent / "fixtures" / "rlinf-ray-interleaved.yaml"
 DRIVERS = HERE / "drivers"
 FAKE_GPU = HERE / "fake_gpu"
 
@@ -31,9 +32,9 @@ def _need(module: str) -> None:
     pytest.importorskip(module, reason=f"{module} is installed by tests/requirements-frameworks.txt")
 
 
-def launch_config(tmp_path: Path, name: str, driver: list[str]) -> Path:
+def launch_config(tmp_path: Path, name: str, driver: list[str], fixture: Path = FIXTURE) -> Path:
     """The RLinf fixture, unchanged, plus a `launch:` block running `driver` on the head."""
-    text = FIXTURE.read_text(encoding="utf-8")
+    text = fixture.read_text(encoding="utf-8")
     launch = {"launch": {"mode": "ray", "driver": driver, "env": {"PYTHONPATH": str(FAKE_GPU)},
                          "join_timeout": 180}}
     path = tmp_path / f"{name}.yaml"
@@ -52,21 +53,45 @@ def run_job(tmp_path: Path, config: Path) -> tuple[Path, dict, dict]:
     return run_dir, json.loads((run_dir / "plan.json").read_text()), submit.read_hosts(run_dir)
 
 
-def test_rlinf_scheduler_agrees_with_the_plan(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
-    """RLinf's own Cluster (attached to the Ray cluster hpcplace started), node groups, per-node
-    accelerator counts, ComponentPlacement placements and launched WorkerGroups equal plan.json."""
+def run_rlinf(tmp_path: Path, fixture: Path) -> tuple[dict, dict, dict]:
+    """RLinf's driver on `fixture`; its report must agree with plan.json in every field and every
+    component's workers must spread over exactly the hosts the plan gave it."""
     _need("rlinf")
     config = launch_config(tmp_path, "rlinf", [
-        sys.executable, str(DRIVERS / "rlinf_driver.py"), "--config-path", str(tmp_path), "--config-name", "rlinf"])
+        sys.executable, str(DRIVERS / "rlinf_driver.py"), "--config-path", str(tmp_path), "--config-name", "rlinf"],
+        fixture)
     run_dir, plan, hosts = run_job(tmp_path, config)
     report = json.loads((run_dir / "rlinf-report.json").read_text())
     assert report["stages"][-1] == "worker groups launched", report.get("traceback")
     assert rlinf_mismatches(report, plan, hosts) == []
-    # every component's workers really spread over the nodes the plan gave it
+    table = node_table(plan)
     for comp in plan["components"]:
         assert {w["host"] for w in report["workers"][comp["name"]]} == {
-            hosts[(node_table(plan)[p["cluster_node_rank"]]["het_group"], node_table(plan)[p["cluster_node_rank"]]["index"])]
+            hosts[(table[p["cluster_node_rank"]]["het_group"], table[p["cluster_node_rank"]]["index"])]
             for p in comp["processes"]}
+    return report, plan, hosts
+
+
+def test_rlinf_scheduler_agrees_with_the_plan(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """RLinf's own Cluster (attached to the Ray cluster hpcplace started), node groups, per-node
+    accelerator counts, ComponentPlacement placements and launched WorkerGroups equal plan.json."""
+    run_rlinf(tmp_path, FIXTURE)
+
+
+def test_rlinf_interleaved_node_ranks_agree_with_the_plan(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """RLinf node groups over interleaved ranks listed out of order (a800 "2,0", 4090 1 listed
+    first, cpu 3): RLinf's node rank 2 is the a800 component's SECOND host and rank 1 the rtx4090
+    host between them; RLinf's node groups, labels, accelerators, placements and workers equal the
+    plan, the driver runs on rank 0's host, and no node keeps a node-local dir."""
+    report, plan, hosts = run_rlinf(tmp_path, INTERLEAVED)
+    a800_1, a800_2, rtx = hosts[(0, 0)], hosts[(0, 1)], hosts[(1, 0)]
+    assert {r["node_rank"]: report["ray_node_hosts"][r["ray_id"]] for r in report["nodes"]} == {
+        0: a800_1, 1: rtx, 2: a800_2, 3: hosts[(2, 0)]}
+    assert {k: v["node_ranks"] for k, v in report["node_groups"].items()} == {"4090": [1], "a800": [0, 2], "cpu": [3]}
+    assert [(w["host"], w["node_rank_env"]) for w in report["workers"]["actor"]] == [
+        (a800_1, "0"), (a800_1, "0"), (a800_2, "2"), (a800_2, "2")]
+    assert [w["host"] for w in report["workers"]["env"]] == [a800_1, rtx, a800_2, hosts[(2, 0)]]
+    assert report["driver_host"] == a800_1
 
 
 def test_areal_launcher_attaches_and_places_per_node(slurm_cluster: LiveCluster, tmp_path: Path) -> None:

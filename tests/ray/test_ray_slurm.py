@@ -16,7 +16,7 @@ import pytest
 from hpcplace import submit
 from hpcplace.launch import LaunchSpec
 from hpcplace.planner import plan_from_file
-from tests.slurm.conftest import LiveCluster, ensure_cluster, hostile_values, wait_done
+from tests.slurm.conftest import LiveCluster, cluster_nodes, ensure_cluster, hostile_values, node_root, wait_done
 
 pytestmark = pytest.mark.slurm
 
@@ -68,13 +68,29 @@ def ray_processes(job_id: str) -> list[str]:
     return out
 
 
+def node_leftovers(job_id: str) -> list[str]:
+    """The job's node-local dirs still present on ANY node (each node has its own /dev/shm and /tmp,
+    seen here through /proc/<its slurmd>/root) or on this host: /dev/shm/hpcplace-<job> (Ray's
+    temp/session dirs live in it) and the spill dirs ${TMPDIR:-/tmp}/hpcplace-ray-<job>-n<rank>."""
+    roots = [Path("/")] + [r for r in map(node_root, cluster_nodes()) if r is not None]
+    tmp = (os.environ.get("TMPDIR") or "/tmp").lstrip("/")
+    out = []
+    for root in roots:
+        shm = root / f"dev/shm/hpcplace-{job_id}"
+        if os.path.lexists(shm):
+            out.append(f"{shm}: {sorted(str(p.relative_to(shm)) for p in shm.rglob('*'))[:20]}")
+        out += [str(p) for p in (root / tmp).glob(f"hpcplace-ray-{job_id}-n*")]
+    return out
+
+
 def assert_clean(job_id: str, within: float = 15) -> None:
+    """No Ray process of the job left anywhere, and no node-local dir of it on any node."""
+    assert len(cluster_nodes()) >= 4 and all(node_root(n) for n in cluster_nodes())  # every node inspected
     deadline = time.monotonic() + within
-    while (ray_processes(job_id) or Path(f"/dev/shm/hpcplace-{job_id}").exists()) and time.monotonic() < deadline:
+    while (ray_processes(job_id) or node_leftovers(job_id)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert ray_processes(job_id) == []
-    assert not Path(f"/dev/shm/hpcplace-{job_id}").exists()
-    assert not list(Path(os.environ.get("TMPDIR") or "/tmp").glob(f"hpcplace-ray-{job_id}-n*"))
+    assert node_leftovers(job_id) == []
 
 
 @pytest.fixture(autouse=True)
@@ -266,4 +282,32 @@ def test_hostile_driver_argv_never_reaches_a_shell(slurm_cluster: LiveCluster, t
     assert not canary.exists()
     script = (tmp_path / "run" / "job.sbatch").read_text()
     assert "--ray-driver --plan" in script and values[2] not in script.split("# ====")[-1].split("hp_start 1")[1]
+    assert_clean(done.job_id)
+
+
+def test_time_limit_warning_reaches_the_driver_and_not_the_ray_nodes(slurm_cluster: LiveCluster,
+                                                                      tmp_path: Path) -> None:
+    """1-minute limit, `signal_before_limit: TERM@40`: Slurm's warning goes to the batch script only
+    (B:USR2), which sends SIGTERM to the driver step alone. After it the driver still runs a task on
+    every node (no raylet was touched); at the limit the job ends TIMEOUT and nothing of it is left
+    on any node."""
+    out = tmp_path / "probe.json"
+    config = CONFIG + 'slurm: {time: "1", signal_before_limit: "TERM@40"}\n'
+    plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out), "warn", "100"], config=config)
+    done = submit.submit(plan, tmp_path / "run")
+    script = (tmp_path / "run" / "job.sbatch").read_text()
+    assert script.count("#SBATCH --signal=") == 1 and "#SBATCH --signal=B:USR2@40" in script
+    status = wait_done(done.job_id, 200)
+    batch = "".join(p.read_text() for p in (tmp_path / "run" / "logs").glob("batch-*.out"))
+    assert status.state == "TIMEOUT", submit.format_status(status) + batch
+    before = json.loads(out.read_text())
+    after = json.loads(Path(f"{out}.after").read_text())
+    assert after["terms"], f"the driver never got the warning\n{batch}"
+    warned = after["terms"][0]
+    assert warned - before["started"] < 55, warned - before["started"]  # before the limit
+    assert sorted(after["nodes"]) == ["0", "1", "2", "3"], after  # every raylet still serves tasks
+    assert {r: n["host"] for r, n in after["nodes"].items()} == {r: n["host"] for r, n in before["nodes"].items()}
+    assert after["probed"] > warned
+    step = (tmp_path / "run" / "ray" / "driver.step").read_text().strip()
+    assert f"time-limit warning: SIGTERM sent to the driver (step {done.job_id}+0.{step}) only" in batch, batch
     assert_clean(done.job_id)

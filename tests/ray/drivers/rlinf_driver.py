@@ -81,7 +81,7 @@ def _worker_class():
 
 
 def run(config_path: str, config_name: str, out: Path, launch_workers: bool) -> int:
-    report: dict = {"stages": [], "error": None}
+    report: dict = {"stages": [], "error": None, "driver_host": socket.gethostname()}
     t0 = time.monotonic()
     try:
         from omegaconf import OmegaConf
