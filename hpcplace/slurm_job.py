@@ -228,7 +228,8 @@ _SIGNAL_NAMES = ("HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "PIPE", "
 
 def limit_signal(value: str) -> str | None:
     """slurm.signal_before_limit -> `SIG@SECONDS` for `--signal` (no `B:`: every task of every step
-    gets it, not the batch script), or None when turned off. Accepts `120` (SIGTERM), `USR1@300`,
+    gets it, not the batch script; the Ray mode renders `B:USR2` instead and the script passes SIG on
+    to the driver), or None when turned off. Accepts `120` (SIGTERM), `USR1@300`,
     `SIGUSR1@300`, `false`/`0`/`none`."""
     text = str(value).strip()
     if text.lower() in ("false", "no", "none", "off", "0"):
