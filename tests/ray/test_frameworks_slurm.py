@@ -7,6 +7,7 @@ tests/ray/fake_gpu on PYTHONPATH (faking NVML only); the GPU tier runs without i
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -89,9 +90,15 @@ def test_areal_launcher_attaches_and_places_per_node(slurm_cluster: LiveCluster,
         h: [str(i) for i in range(n)] for h, n in gpu_hosts.items()}
 
 
+# ROLL is not on PyPI (the PyPI `roll` is another project): with a ROLL checkout here, the driver also
+# runs ROLL's own start-up code from it; without one, only the conditions that code checks.
+ROLL_SRC = os.environ.get("HPCPLACE_ROLL_SRC")
+
+
 def test_roll_attach_checks_find_the_running_cluster(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
     """What ROLL's init() checks before starting Ray (`ray status` succeeds, ray.init(None) joins
-    RAY_ADDRESS) holds on the head: no second head, every node joined, ROLL's env set."""
+    RAY_ADDRESS) holds on the head: no second head, every node joined, ROLL's env set; with
+    HPCPLACE_ROLL_SRC, ROLL's own init() runs and attaches."""
     config = launch_config(tmp_path, "roll", [sys.executable, str(DRIVERS / "roll_attach_driver.py")])
     run_dir, plan, hosts = run_job(tmp_path, config)
     report = json.loads((run_dir / "roll-report.json").read_text())
@@ -102,3 +109,6 @@ def test_roll_attach_checks_find_the_running_cluster(slurm_cluster: LiveCluster,
     env = report["env"]
     assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"]) == ("0", str(len(node_table(plan))), head)
     assert report["gcs_address"].endswith(f":{env['MASTER_PORT']}")  # the cluster hpcplace started
+    if ROLL_SRC:  # ROLL's own init(): it found the cluster, started no head, and returned on the head
+        assert (report["roll_is_ray_cluster_running"], report["roll_started_head"]) == (True, False)
+        assert report["roll_init_returned"]
