@@ -71,7 +71,7 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
             offload=settings.offload, tensor_parallel_size=settings.tensor_parallel_size or 1,
             pipeline_parallel_size=settings.pipeline_parallel_size or 1,
             cpus_per_process=settings.cpus_per_process, mem_per_process_mb=settings.mem_per_process_mb,
-            collocation_group=None, processes=processes))
+            collocation_group=None, processes=processes, spanning=exp.entry.spanning))
     groups = collocation_groups(components)
     membership = {c: g.name for g in groups for c in g.components}
     components = [replace(c, collocation_group=membership.get(c.name)) for c in components]

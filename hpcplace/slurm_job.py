@@ -193,6 +193,7 @@ def lower(plan: Plan) -> SlurmJob:
         time_args += (f"--signal={warning}",)
     if requeue:
         time_args += ("--requeue",)
+    check_spanning_workers(plan)
     cluster = plan.cluster
     node_needs = _node_needs(plan)
     components = tuple(
@@ -211,6 +212,27 @@ def lower(plan: Plan) -> SlurmJob:
         steps.extend(_component_steps(plan, comp, name))
     return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes,
                     kill_wait(options.get("kill_wait")), requeue, warning)
+
+
+def check_spanning_workers(plan: Plan) -> None:
+    """Workers wider than a node run only in the Ray launch mode: the framework spreads one worker over
+    its nodes through Ray, whereas a job step would start each of its per-node processes on its own."""
+    if plan.launch.is_ray:
+        return
+    for comp in plan.components:
+        span = comp.spanning
+        if span is None:
+            continue
+        wide = next(w for w in span.workers if len(w) > 1)
+        nodes = [comp.processes[r].cluster_node_rank for r in wide]
+        raise SpecError(
+            f"worker {comp.name!r} needs {span.gpus_per_worker} GPUs per worker; worker "
+            f"{span.workers.index(wide)} spans nodes {nodes}: {span.framework} runs such a worker across nodes "
+            "through Ray, while the steps launch mode runs each process of a job step on one node",
+            location=span.location,
+            hint="use the Ray launch mode: `launch: {mode: ray, driver: [python, examples/start_rlvr_pipeline.py, "
+                 "...]}` in the config, or `--driver -- CMD...` on the command line; or keep "
+                 "tensor_parallel_size*pipeline_parallel_size within one node's GPUs")
 
 
 DEFAULT_LIMIT_SIGNAL = "TERM@120"
