@@ -332,4 +332,13 @@ def _warnings(spec: ExperimentSpec, components: Sequence[ComponentPlan]) -> tupl
             out.append(f"node group {group.label!r} runs no process; it is still allocated")
         elif idle:
             out.append(f"node group {group.label!r}: nodes {idle} run no process; they are still allocated")
+        hw = group.hardware
+        if hw is not None and len(set(hw.per_node)) > 1:
+            fewest = min(hw.per_node)
+            ranks = spec.cluster.node_ranks(spec.cluster.node_groups.index(group))
+            out.append(f"node group {group.label!r}: {hw.type} per node differs ("
+                       + ", ".join(f"node {r}: {c}" for r, c in zip(ranks, hw.per_node))
+                       + f"); hardware ranks count over the nodes in order, and the het component asks every node "
+                       f"for the fewest ({f'GRES {hw.type}:{fewest}' if fewest else 'no GRES'}): Slurm does not "
+                       "check the other robots")
     return tuple(out)

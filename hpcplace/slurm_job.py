@@ -344,6 +344,16 @@ def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:
     return values[0] if values else 0
 
 
+def hardware_gres_count(group: NodeGroup) -> int:
+    """The per-node GRES count asked for a group's robots (or other non-GPU hardware): the fewest any
+    node of the group has. A het component asks every node for the same GRES, but robots, unlike GPUs,
+    need none of Slurm's per-task binding: which hardware rank lives on which node is the plan's (RLinf:
+    a node's robots are the hardware configs naming its node rank), so nodes with more robots than the
+    fewest are fine; 0 asks for none (a node of the group has no such hardware)."""
+    assert group.hardware is not None
+    return min(group.hardware.per_node, default=0)
+
+
 def _node_needs(plan: Plan) -> dict[int, tuple[int, int]]:
     """Per cluster node rank: (CPUs, memory MB) the plan's processes ask for, all components summed."""
     needs: dict[int, tuple[int, int]] = {}
@@ -373,7 +383,7 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
     if gpus:
         gres_parts.append(f"gpu:{group.gpu_type}:{gpus}" if group.gpu_type else f"gpu:{gpus}")
     if group.hardware is not None:
-        count = _uniform(group, group.hardware.per_node, f"{group.hardware.type} counts")
+        count = hardware_gres_count(group)
         if count:
             gres_parts.append(f"{group.hardware.type}:{count}")
     gres = ",".join(gres_parts) or None
