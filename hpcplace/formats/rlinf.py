@@ -15,31 +15,32 @@ from hpcplace.yaml_source import View, YamlDocument
 
 
 def _node_ranks(view: View, num_nodes: int) -> list[int]:
-    """`0-1`, `0,2`, `4,1`, `all`, an int, or a list of ints -> sorted unique node ranks. Any set in any
-    order: RLinf keeps a group's nodes in ascending node rank order whatever order they are listed in."""
+    """`0-1`, `0,2`, `4,1`, `all` or an int -> sorted unique node ranks, parsed as RLinf's
+    parse_rank_config does: any set in any order (RLinf keeps a group's nodes in ascending node rank
+    order whatever order they are listed in), a rank named twice counts once, and a YAML list is
+    refused (RLinf reads the text of the value, and `[0, 2]` is no rank text)."""
     if isinstance(view.value, list):
-        ranks = [item.int(minimum=0) for item in view.elements()]
-    elif view.value is None or not str(view.value).strip():
+        listed = ",".join(str(v) for v in view.value)
+        raise view.error("node_ranks is a YAML list: RLinf parses node_ranks as text and refuses a list",
+                         hint=f'write `node_ranks: "{listed}"` (rank text such as `0-1`, `0,2` or `all`)')
+    if view.value is None or not str(view.value).strip():
         raise view.error("node_ranks is empty", hint="give the group's node ranks, e.g. `0-1`, `0,2` or `all`")
-    else:
-        ranks = []
-        text = str(view.value)
-        offset = 0
-        for piece in text.split(","):
-            if piece.strip():
-                try:
-                    a, b = parse_range(piece, total=num_nodes, offset=offset, what="node ranks")
-                except RankSyntaxError as exc:
-                    raise view.error(exc.message, hint=exc.hint, offset=exc.offset) from None
-                ranks.extend(range(a, b + 1))
-            offset += len(piece) + 1
+    ranks: set[int] = set()
+    text = str(view.value)
+    offset = 0
+    for piece in text.split(","):
+        if piece.strip():
+            try:
+                a, b = parse_range(piece, total=num_nodes, offset=offset, what="node ranks")
+            except RankSyntaxError as exc:
+                raise view.error(exc.message, hint=exc.hint, offset=exc.offset) from None
+            ranks.update(range(a, b + 1))
+        offset += len(piece) + 1
     if not ranks:
         raise view.error("node_ranks is empty", hint="give the group's node ranks, e.g. `0-1`, `0,2` or `all`")
     for r in ranks:
         if r >= num_nodes:
             raise view.error(f"node rank {r} is out of range: cluster.num_nodes is {num_nodes}")
-    if len(set(ranks)) != len(ranks):
-        raise view.error("node ranks listed twice")
     return sorted(ranks)
 
 
