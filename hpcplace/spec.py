@@ -80,9 +80,10 @@ class ExperimentSpec:
     model_parallel: bool = False
     notes: tuple[str, ...] = ()  # what a foreign format's semantics added or dropped (shown as plan warnings)
     composed: tuple[str, ...] = ()  # config files composed (Hydra `defaults:`) and overrides applied, in order
-    # Components whose contiguous GPUs are packed into processes of N GPUs each (RLinf's eval and
-    # multi-agent rollout engines: PackedPlacementStrategy(num_hardware_per_process=tp)).
-    packed: dict[str, int] = field(default_factory=dict)
+    # Components whose contiguous GPUs are packed into processes of N GPUs each, with a stride (RLinf's
+    # eval and multi-agent rollout engines: PackedPlacementStrategy(num_hardware_per_process, stride)).
+    packed: dict[str, tuple[int, int]] = field(default_factory=dict)
+    placement_class: str | None = None  # RLinf's ComponentPlacement class the config implies (rlinf format)
     launch: LaunchSpec = STEPS  # the top-level `launch:` block (hpcplace.launch)
 
     def component(self, name: str) -> ComponentSpec:

@@ -187,21 +187,33 @@ def parse_rlinf(doc: YamlDocument) -> ExperimentSpec:
     block = root.get("hpcplace")
     mp_flag = block.get("model_parallel") if block is not None else None
     notes: list[str] = []
-    model_parallel = mp_flag.bool() if mp_flag is not None else _model_parallel_class(placed, components, notes)
+    placement_class = _placement_class(placed, components, notes) if mp_flag is None else \
+        (MODEL_PARALLEL if mp_flag.bool() else HYBRID)
+    model_parallel = placement_class == MODEL_PARALLEL
+    if placement_class != HYBRID:
+        _require_sections(root, cluster_view.require("component_placement"), placed, placement_class)
     if model_parallel and "inference" in placed:
         _check_recompute_logprobs(root, placements)
-    packed: dict[str, int] = {}
-    if not model_parallel and mp_flag is None:  # eval / multi-agent classes pack rollout engines by their tp
-        for n in placed:
-            if (n == "rollout" or n.startswith("rollout_")) and components.get(n) is not None:
-                tp = (components[n].tensor_parallel_size or 1) * (components[n].pipeline_parallel_size or 1)
-                if tp > 1:
-                    packed[n] = tp
+    packed: dict[str, tuple[int, int]] = {}
+    if placement_class in (MULTI_AGENT, EVAL):
+        # RLinf packs rollout by its tp (multi-agent: with the collocated stride) and places every other
+        # engine with get_strategy(name, PackedPlacementStrategy): rollout's process size and stride.
+        rtp = (components.get("rollout") or ComponentSpec("rollout")).tensor_parallel_size or 1
+        atp = (components.get("actor") or ComponentSpec("actor")).tensor_parallel_size or 1
+        stride = atp // rtp if placement_class == MULTI_AGENT and atp > rtp else 1
+        for n in sorted(placed):
+            if n == "rollout" or n.startswith("rollout_"):
+                packed[n] = (rtp, stride)
     return ExperimentSpec(name, cluster, placements, components, doc.path, "rlinf", slurm_job_options(slurm_view),
-                          model_parallel, notes=tuple(notes), packed=packed)
+                          model_parallel, notes=tuple(notes), packed=packed, placement_class=placement_class)
 
 
-def _model_parallel_class(placed: set[str], components: dict[str, ComponentSpec], notes: list[str]) -> bool:
+MODEL_PARALLEL, MULTI_AGENT, EVAL, HYBRID = ("ModelParallelComponentPlacement",
+                                             "MultiAgentModelParallelComponentPlacement",
+                                             "ModelParallelEvalComponentPlacement", "HybridComponentPlacement")
+
+
+def _placement_class(placed: set[str], components: dict[str, ComponentSpec], notes: list[str]) -> str:
     """Which RLinf placement class the components imply (RLinf's entry scripts pick it the same way):
     actor + rollout with model-parallel sizes -> ModelParallelComponentPlacement (collocated/disaggregated
     layout, weight-sync map); rollout engines named `rollout_*` -> the multi-agent class; rollout without actor
@@ -211,16 +223,36 @@ def _model_parallel_class(placed: set[str], components: dict[str, ComponentSpec]
     engines = sorted(n for n in placed if n.startswith("rollout_"))
     if engines:
         notes.append(f"multi-agent placement (RLinf's MultiAgentModelParallelComponentPlacement): rollout engines "
-                     f"{', '.join(['rollout'] * ('rollout' in placed) + engines)} each keep their own GPUs; no "
-                     "actor->rollout weight-sync map is planned")
-        return False
+                     f"{', '.join(['rollout'] * ('rollout' in placed) + engines)} are packed by rollout's "
+                     "tensor-parallel size; no actor->rollout weight-sync map is planned")
+        return MULTI_AGENT if "actor" in placed else EVAL
     if not sized:
-        return False
+        return HYBRID
     if "actor" in placed and "rollout" in placed:
-        return True
+        return MODEL_PARALLEL
     if "rollout" in placed:
         notes.append("evaluation placement (rollout without actor, RLinf's ModelParallelEvalComponentPlacement)")
-    return False
+        return EVAL
+    return HYBRID
+
+
+def _require_sections(root: View, placement_view: View, placed: set[str], placement_class: str) -> None:
+    """The placements and config sections RLinf's class asserts before anything runs."""
+    needed = {MODEL_PARALLEL: ("actor", "rollout", "reward"), MULTI_AGENT: ("actor", "rollout", "reward"),
+              EVAL: ("rollout", "reward")}[placement_class]
+    missing = [n for n in needed if n not in placed]
+    if missing:
+        raise placement_view.error(
+            f"RLinf's {placement_class} needs a placement for {', '.join(missing)} (it asserts "
+            f"\"{missing[0].capitalize()} GPUs must be specified in the component_placement config\")",
+            hint=f"place {' and '.join(missing)} too, e.g. `actor,rollout,reward: all` as RLinf's collocated "
+                 "reasoning configs do, or `reward: <its GPUs>`")
+    for engine in sorted(n for n in placed if n.startswith("rollout_")):
+        if root.get(engine) is None:
+            raise placement_view.error(
+                f"multi-agent engine {engine!r} has no `{engine}:` section (RLinf asserts \"component_name "
+                f"{engine} not found in cfg\" when it places the engine)",
+                hint=f"add `{engine}: {{tensor_parallel_size: 1}}` (or the engine's own rollout settings)")
 
 
 def _check_recompute_logprobs(root: View, placements: tuple) -> None:  # type: ignore[type-arg]

@@ -383,7 +383,7 @@ def test_rlinf_component_settings(yml: Yaml) -> None:
     spec = load_spec(CONFIGS / "rlinf-hybrid.yaml")
     assert all(spec.component(n).offload for n in ("actor", "env", "rollout"))
     path = yml.write("""
-        cluster: {num_nodes: 1, component_placement: {"actor,rollout": all}}
+        cluster: {num_nodes: 1, component_placement: {"actor,rollout,reward": all}}
         actor: {model: {tensor_model_parallel_size: 4}}
         rollout: {tensor_parallel_size: 2}
         slurm: {gpus_per_node: 8, partition: p}

@@ -165,8 +165,31 @@ def test_rlinf_eval_packs_rollout_by_tp() -> None:
 def test_rlinf_multi_agent_engines() -> None:
     plan = plan_from_file(FIXTURES / "rlinf_multiagent.yaml")
     assert gpu_ranks(plan, "rollout") == [[0, 1], [2, 3]]
-    assert gpu_ranks(plan, "rollout_judge") == [[4], [5], [6], [7]]
+    assert gpu_ranks(plan, "rollout_judge") == [[4, 5], [6, 7]]  # rollout's process size, not its own tp
     assert any("multi-agent" in w for w in plan.warnings)
+
+
+JUDGE_TP = "rollout_judge:\n  tensor_parallel_size: 1"
+SECOND_ENGINE = ("rollout_judge: 4-7", "rollout_judge: 4-7\n    rollout_x: 6-7")
+
+
+@pytest.mark.parametrize("changes, message", [
+    ([("actor,reward: all", "actor: all")], "needs a placement for reward"),
+    ([("actor,reward: all", "actor: all\n    reward: 0-3")], "actor and reward must be placed on the same GPUs"),
+    ([("actor,reward: all", "actor,reward: 0-5")], "rollout_judge's GPUs are not all among the actor's"),
+    ([SECOND_ENGINE], "'rollout_x' has no `rollout_x:` section"),
+    ([SECOND_ENGINE, (JUDGE_TP, JUDGE_TP + "\nrollout_x: {tensor_parallel_size: 1}")],
+     "rollout_x and rollout_judge share GPU 6"),
+    ([(JUDGE_TP, "rollout_judge:\n  tensor_parallel_size: 3")], "not divisible by its tensor_parallel_size 3"),
+])
+def test_rlinf_multi_agent_checks(yml: Yaml, changes: list[tuple[str, str]], message: str) -> None:
+    """RLinf's MultiAgentModelParallelComponentPlacement refuses these; so does the plan, naming the rule."""
+    text = (FIXTURES / "rlinf_multiagent.yaml").read_text(encoding="utf-8")
+    for old, new in changes:
+        assert old in text
+        text = text.replace(old, new)
+    err = yml.error(yml.write(text))
+    assert message in err.message, err.message
 
 
 RLINF = """
@@ -195,7 +218,7 @@ def test_rlinf_empty_node_ranks(yml: Yaml, ranks: str) -> None:
 
 
 def test_rlinf_inference_checks(yml: Yaml) -> None:
-    base = ("cluster:\n  num_nodes: 1\n  component_placement: {actor: 0-3, rollout: 4-5, inference: 6-7}\n"
+    base = ("cluster:\n  num_nodes: 1\n  component_placement: {actor: 0-3, rollout: 4-5, inference: 6-7, reward: 4-5}\n"
             "slurm: {partition: a800, gpus_per_node: 8}\nactor: {model: {tensor_model_parallel_size: 2}}\n")
     err = yml.error(yml.write(base + "algorithm: {recompute_logprobs: false}\n"))
     assert "recompute_logprobs is false" in err.message
