@@ -267,11 +267,11 @@ def _spanning(name: str, worker: View, dm: View, workers: list[list[int]], gpn: 
     seeing its GPUs there (sorted), and vLLM starts one Ray worker per GPU on that GPU's node. Here
     each worker becomes one process per node it spans (nodes in the order its GPUs reach them, each
     process with that node's GPUs, sorted); None when every worker fits on one node."""
-    if all(len({g // gpn for g in w}) == 1 for w in workers):
+    if per == 1 or all(min(w) // gpn == max(w) // gpn for w in workers):
         return None
     strategy = _strategy_name(worker)
     if strategy not in ("vllm", "sglang"):
-        wide = next(w for w in workers if len({g // gpn for g in w}) > 1)
+        wide = next(w for w in workers if min(w) // gpn != max(w) // gpn)
         raise dm.error(f"worker {name!r} would span nodes {sorted({g // gpn for g in wide})} with GPUs {wide} "
                        f"({gpn} per node), but strategy {strategy or '(none given)'} runs a worker as one "
                        "process on one node; ROLL spreads only vLLM and SGLang workers over nodes",
@@ -280,7 +280,7 @@ def _spanning(name: str, worker: View, dm: View, workers: list[list[int]], gpn: 
     lists: list[list[int]] = []
     spans: list[tuple[int, ...]] = []
     for w, gpus in enumerate(workers):
-        if strategy == "sglang" and len({g // gpn for g in gpus}) > 1:
+        if strategy == "sglang" and min(gpus) // gpn != max(gpus) // gpn:
             _check_sglang_nodes(name, dm, w, gpus, gpn, per)
         by_node: dict[int, list[int]] = {}
         for g in gpus:
