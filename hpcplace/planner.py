@@ -76,7 +76,7 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
             offload=settings.offload, tensor_parallel_size=settings.tensor_parallel_size or 1,
             pipeline_parallel_size=settings.pipeline_parallel_size or 1,
             cpus_per_process=settings.cpus_per_process, mem_per_process_mb=settings.mem_per_process_mb,
-            collocation_group=None, processes=processes))
+            collocation_group=None, processes=processes, spanning=exp.entry.spanning))
     groups = collocation_groups(components)
     membership = {c: g.name for g in groups for c in g.components}
     components = [replace(c, collocation_group=membership.get(c.name)) for c in components]
@@ -413,4 +413,13 @@ def _warnings(spec: ExperimentSpec, components: Sequence[ComponentPlan]) -> tupl
             out.append(f"node group {group.label!r} runs no process; it is still allocated")
         elif idle:
             out.append(f"node group {group.label!r}: nodes {idle} run no process; they are still allocated")
+        hw = group.hardware
+        if hw is not None and len(set(hw.per_node)) > 1:
+            fewest = min(hw.per_node)
+            ranks = spec.cluster.node_ranks(spec.cluster.node_groups.index(group))
+            out.append(f"node group {group.label!r}: {hw.type} per node differs ("
+                       + ", ".join(f"node {r}: {c}" for r, c in zip(ranks, hw.per_node))
+                       + f"); hardware ranks count over the nodes in order, and the het component asks every node "
+                       f"for the fewest ({f'GRES {hw.type}:{fewest}' if fewest else 'no GRES'}): Slurm does not "
+                       "check the other robots")
     return tuple(out)

@@ -127,7 +127,10 @@ def _hardware(view: View, label: str, ranks: list[int]) -> Hardware:
             continue
         r = node_rank.int(minimum=0)
         if r not in counts:
-            raise node_rank.error(f"node_rank {r} is not a node of group {label!r} (nodes {ranks})")
+            raise node_rank.error(f"node_rank {r} is not a node of group {label!r} (nodes {ranks})",
+                                  hint="a hardware config's node_rank is the cluster node rank of the node the "
+                                       f"device is attached to, one of {ranks}; RLinf enumerates a node's devices "
+                                       "from the configs naming it, so this one would never exist")
         counts[r] += 1
     return Hardware(hw_type, tuple(counts[r] for r in ranks))
 

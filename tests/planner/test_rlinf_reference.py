@@ -150,6 +150,8 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
     (FIXTURES / "rlinf_mp_collocated.yaml", "ModelParallelComponentPlacement", ()),  # examples/reasoning/main_grpo.py
     (FIXTURES / "rlinf_mp_disaggregated.yaml", "ModelParallelComponentPlacement", ()),
     (FIXTURES / "rlinf-ray-hetero.yaml", "HybridComponentPlacement", ()),  # examples/embodiment/*.py
+    # examples/embodiment/config/realworld_*: a robot group whose nodes have 2, 0 and 1 Franka arms
+    (FIXTURES / "rlinf_robots_uneven.yaml", "HybridComponentPlacement", ()),
     (CONFIGS / "rlinf-hybrid.yaml", "HybridComponentPlacement", ()),
     (CONFIGS / "rlinf-collocated.yaml", "HybridComponentPlacement", ()),
 ], ids=lambda v: v.name if isinstance(v, Path) else None)

@@ -313,7 +313,15 @@ def test_lower_without_partition() -> None:
 
 
 def test_roll_worker_wider_than_a_node_is_explained(yml: Yaml) -> None:
+    """Steps mode: the plan holds the tp16 worker (one process per node), but lowering it to job steps
+    is refused with the device_mapping's location and the way out (the Ray launch mode)."""
     path = yml.write("slurm: {gpus_per_node: 8}\nactor_infer:\n  device_mapping: list(range(0,16))\n"
                      "  strategy_args: {strategy_name: vllm, strategy_config: {tensor_parallel_size: 16}}\n")
-    err = yml.error(path)
-    assert "needs 16 GPUs per worker but a node has 8" in err.message and str(err).startswith(f"{path}:3:")
+    plan = plan_from_spec(load_spec(path))
+    assert plan.component("actor_infer").spanning is not None
+    with pytest.raises(HpcplaceError) as info:
+        lower(plan)
+    err = info.value
+    assert "needs 16 GPUs per worker; worker 0 spans nodes [0, 1]" in err.message
+    assert "ROLL runs such a worker across nodes through Ray" in err.message
+    assert str(err).startswith(f"{yml.where(path, 'list(range(0,16))')}:") and "launch: {mode: ray" in err.hint
