@@ -70,6 +70,8 @@ def summary(plan: Plan, *, max_nodes: int = 64) -> str:
         nodes = sorted(v.cluster_node_rank for v in node_processes(comp.processes))
         lines.append(f"  {comp.name:<14} world_size={comp.world_size:<6} {','.join(comp.node_groups)} "
                      f"({comp.resource_type}) on nodes {compress(nodes)}" + (f"  [{'; '.join(extra)}]" if extra else ""))
+        if comp.spanning is not None:
+            lines += ["      " + line for line in comp.spanning.describe(comp.processes)]
     for g in plan.collocation_groups:
         lines.append(f"  {g.name}: {' + '.join(g.components)} share {g.resource_type}; turns: "
                      + " -> ".join("[" + ", ".join(p) + "]" for p in g.phases))

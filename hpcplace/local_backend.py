@@ -167,6 +167,9 @@ def run_plan_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = Non
                      dry_run: bool = False, grace_s: float = DEFAULT_GRACE_S,
                      environ: Mapping[str, str] | None = None) -> int:
     """Render plan.json (+ index) into the run dir, start every process, return the exit code."""
+    from hpcplace.slurm_job import check_spanning_workers
+
+    check_spanning_workers(plan)  # a worker wider than a node is one Ray worker, not separate processes
     environ = dict(os.environ if environ is None else environ)
     run_id = new_run_id(plan.name)
     directory = Path(run_dir) if run_dir is not None else Path("runs") / run_id

@@ -6,9 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from hpcplace.cluster import RESERVED_CLUSTER_LABEL, RESERVED_NODE_LABEL, Cluster, Node, NodeGroup, ResourceKind
 from hpcplace.errors import PlanError
+
+if TYPE_CHECKING:
+    from hpcplace.process_table import Processes
 
 NO_ACCELERATOR = "none"
 
@@ -45,6 +49,10 @@ class ResourceSpace:
     local_of: tuple[int, ...]
     type_of: tuple[str, ...]
     kind_of: tuple[ResourceKind, ...]
+    # What RLinf parses placement ranks against when it is not `size`: a selection that mixes groups
+    # with and without accelerators counts each group's own GPUs/hardware/nodes there, then is placed
+    # by nodes, so `all` (and any rank past the nodes) is out of range on RLinf.
+    rank_span: int | None = None
 
     @property
     def size(self) -> int:
@@ -70,12 +78,14 @@ def parse_group_labels(value: str | Sequence[str] | None) -> tuple[str, ...] | N
     return labels or None
 
 
-def resource_space(cluster: Cluster, labels: Sequence[str] | None, *, count_nodes: bool = False) -> ResourceSpace:
+def resource_space(cluster: Cluster, labels: Sequence[str] | None, *, count_nodes: bool = False,
+                   rlinf_span: bool = False) -> ResourceSpace:
     """Build the resource space for a node_group selection (see README for the rules).
 
     No selection means every node group, counting GPUs only (RLinf's default group counts
     accelerators; robot arms and CPU nodes are addressed through their own group labels).
-    `count_nodes` forces node ranks in listed order (the Node strategy)."""
+    `count_nodes` forces node ranks in listed order (the Node strategy). `rlinf_span` sets RLinf's
+    `rank_span` on a selection mixing groups with and without accelerators."""
     if labels is not None and len(labels) == 1 and labels[0].lower() == RESERVED_CLUSTER_LABEL:
         labels = None  # RLinf's default group: the same as no node_group
     if labels is None:
@@ -127,11 +137,14 @@ def resource_space(cluster: Cluster, labels: Sequence[str] | None, *, count_node
             local_of.extend(range(count))
             type_of.extend([rtype] * count)
             kind_of.extend([rkind] * count)
-    return ResourceSpace(canonical, kind, tuple(node_of), tuple(local_of), tuple(type_of), tuple(kind_of))
+    mixed = rlinf_span and kind == "node" and not count_nodes and labels is not None and canonical != (RESERVED_NODE_LABEL,) \
+        and len({g.resource_kind for g in groups}) > 1
+    span = sum(sum(g.resources_per_node()) for g in groups) if mixed else None
+    return ResourceSpace(canonical, kind, tuple(node_of), tuple(local_of), tuple(type_of), tuple(kind_of), span)
 
 
 def place(cluster: Cluster, space: ResourceSpace, resource_lists: Sequence[Sequence[int]],
-          *, isolate_accelerator: bool = True, what: str = "component") -> Sequence[Placement]:
+          *, isolate_accelerator: bool = True, what: str = "component") -> Processes:
     """Turn per-process resource-rank lists (process rank = list index) into Placements.
 
     Validates RLinf's per-process rules: ranks in range and unique, all on one node, one type.

@@ -17,6 +17,7 @@ from operator import add
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from hpcplace.cluster import Charge, Cluster, Node, NodeGroup, charges
+from hpcplace.errors import SourceLocation
 from hpcplace.launch import STEPS, LaunchSpec
 from hpcplace.placement import Placement
 
@@ -25,6 +26,42 @@ if TYPE_CHECKING:
 
 SCHEMA = "hpcplace.plan/1"
 PROCESS_FIELDS = tuple(Placement.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class SpanningWorkers:
+    """Framework workers wider than one node (ROLL: a vLLM worker with tp*pp GPUs over several nodes).
+
+    Such a worker is planned as one process per node it spans, each holding that node's GPUs of
+    the worker; `workers[w]` lists worker w's process ranks, the first being the node that hosts the
+    worker itself (ROLL: the node of its first GPU). Only the Ray launch mode can run them (the
+    framework spreads the worker over nodes through Ray); a job step runs each process alone."""
+
+    workers: tuple[tuple[int, ...], ...]
+    gpus_per_worker: int
+    framework: str = "ROLL"
+    location: SourceLocation | None = field(default=None, compare=False)
+
+    def to_json(self) -> dict[str, object]:
+        return {"framework": self.framework, "gpus_per_worker": self.gpus_per_worker,
+                "processes": [list(w) for w in self.workers]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> SpanningWorkers:  # type: ignore[type-arg]
+        return cls(tuple(tuple(int(r) for r in w) for w in data["processes"]), int(data["gpus_per_worker"]),
+                   str(data.get("framework", "ROLL")))
+
+    def describe(self, processes: Sequence[Placement], limit: int = 8) -> list[str]:
+        """Readable lines: how the processes form workers, and the nodes each worker spans."""
+        lines = [f"{len(processes)} processes form {len(self.workers)} {self.framework} worker(s) of "
+                 f"{self.gpus_per_worker} GPUs (one process per node a worker spans; Ray launch mode only)"]
+        for w, ranks in enumerate(self.workers[:limit]):
+            nodes = ", ".join(f"node {processes[r].cluster_node_rank} GPUs "
+                              f"{','.join(processes[r].visible_accelerators)}" for r in ranks)
+            lines.append(f"worker {w} = ranks {','.join(map(str, ranks))}: {nodes}")
+        if len(self.workers) > limit:
+            lines.append(f"... {len(self.workers) - limit} more")
+        return lines
 
 
 @dataclass(frozen=True)
@@ -44,6 +81,7 @@ class ComponentPlan:
     mem_per_process_mb: int | None
     collocation_group: str | None
     processes: Sequence[Placement]  # a tuple, or the planner's compact process_table.Processes
+    spanning: SpanningWorkers | None = None  # workers made of several processes (None: a process is a worker)
 
 
 @dataclass(frozen=True)
@@ -156,6 +194,8 @@ def component_header(comp: ComponentPlan) -> dict[str, object]:
         "tensor_parallel_size": comp.tensor_parallel_size, "pipeline_parallel_size": comp.pipeline_parallel_size,
         "cpus_per_process": comp.cpus_per_process, "mem_per_process_mb": comp.mem_per_process_mb,
         "collocation_group": comp.collocation_group,
+        # only for components whose workers span nodes (ROLL, Ray launch mode): plans without stay unchanged
+        **({"workers": comp.spanning.to_json()} if comp.spanning is not None else {}),
     }
 
 

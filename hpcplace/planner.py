@@ -13,9 +13,10 @@ from pathlib import Path
 from hpcplace import limits
 from hpcplace.cluster import Cluster
 from hpcplace.errors import PlanError, SpecError
+from hpcplace.formats.rlinf import MULTI_AGENT
 from hpcplace.placement import Placement, ResourceSpace, place, resource_space
 from hpcplace.plan import CollocationGroup, ComponentPlan, Plan, WeightSync
-from hpcplace.process_table import node_processes
+from hpcplace.process_table import Processes, node_processes
 from hpcplace.rank_syntax import RankMapPart, RankSyntaxError, SpreadLists, compress_ranks, parse_rank_map
 from hpcplace.spec import ExperimentSpec, PlacementEntry
 
@@ -34,19 +35,21 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
     spaces: dict[tuple[str, ...] | None, ResourceSpace] = {}
     for entry in spec.placements:
         space = _space(spec, entry, spaces)
-        lists = _resource_lists(entry, space)
+        lists = _resource_lists(entry, space, spec.source_format == "rlinf")
         for name in entry.components:
             expanded[name] = _Expanded(entry, space, lists)
             order.append(name)
-    for name, per in spec.packed.items():
-        if name in expanded and per > 1:
+    for name, (per, stride) in spec.packed.items():
+        if name in expanded and (per > 1 or stride > 1):
             exp = expanded[name]
             gpus = _contiguous(name, exp)
             if per > len(gpus):
                 raise PlanError(f"{name}: tensor-parallel size {per} is larger than its world size {len(gpus)} "
                                 "(its GPUs)", location=exp.entry.location,
                                 hint=f"give {name} at least {per} GPUs (RLinf asserts this)")
-            expanded[name] = replace(exp, lists=_packed(gpus[0], gpus[-1], per, 1, name, exp))
+            expanded[name] = replace(exp, lists=_packed(gpus[0], gpus[-1], per, stride, name, exp))
+    if spec.placement_class == MULTI_AGENT:
+        _check_multi_agent(spec, expanded)
     weight_sync = None
     if spec.model_parallel:
         expanded, weight_sync = _model_parallel(spec, expanded)
@@ -65,13 +68,15 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
             processes = place(spec.cluster, exp.space, exp.lists, what=f"component {name!r}")
         except PlanError as exc:
             raise PlanError(exc.message, hint=exc.hint, location=exp.entry.location) from None
+        if spec.source_format == "rlinf":
+            _check_node_order(name, exp, processes)
         components.append(ComponentPlan(
             name=name, world_size=len(processes), node_groups=_groups_used(spec.cluster, processes),
             resource_type=_resource_type(processes), command=settings.command, env=settings.env,
             offload=settings.offload, tensor_parallel_size=settings.tensor_parallel_size or 1,
             pipeline_parallel_size=settings.pipeline_parallel_size or 1,
             cpus_per_process=settings.cpus_per_process, mem_per_process_mb=settings.mem_per_process_mb,
-            collocation_group=None, processes=processes))
+            collocation_group=None, processes=processes, spanning=exp.entry.spanning))
     groups = collocation_groups(components)
     membership = {c: g.name for g in groups for c in g.components}
     components = [replace(c, collocation_group=membership.get(c.name)) for c in components]
@@ -92,14 +97,14 @@ def _space(spec: ExperimentSpec, entry: PlacementEntry,
     key = None if entry.node_group is None else tuple(label.lower() for label in entry.node_group)
     if key not in cache:
         try:
-            cache[key] = resource_space(spec.cluster, entry.node_group)
+            cache[key] = resource_space(spec.cluster, entry.node_group, rlinf_span=spec.source_format == "rlinf")
         except PlanError as exc:
             raise PlanError(f"components {', '.join(entry.components)}: {exc.message}", hint=exc.hint,
                             location=entry.node_group_location or entry.location) from None
     return cache[key]
 
 
-def _resource_lists(entry: PlacementEntry, space: ResourceSpace) -> Sequence[Sequence[int]]:
+def _resource_lists(entry: PlacementEntry, space: ResourceSpace, rlinf: bool) -> Sequence[Sequence[int]]:
     if entry.resource_lists is not None:
         limits.processes(len(entry.resource_lists), entry.location,
                          f"number of processes of {', '.join(entry.components)}")
@@ -107,11 +112,38 @@ def _resource_lists(entry: PlacementEntry, space: ResourceSpace) -> Sequence[Seq
     assert entry.rank_map is not None
     where = f" ({', '.join(entry.node_group)})" if entry.node_group else ""
     try:
-        parts = parse_rank_map(entry.rank_map, space.size, resource_name=space.resource_name)
+        parts = parse_rank_map(entry.rank_map, space.rank_span or space.size, resource_name=space.resource_name,
+                               any_first_process=rlinf)
     except RankSyntaxError as exc:
         raise PlanError(f"placement {entry.rank_map!r} of {', '.join(entry.components)}{where}: {exc.message}",
                         hint=exc.hint, location=entry.location_at(exc.offset)) from None
-    return SpreadLists(parts)  # = expand_rank_map(parts), computed on demand
+    lists = SpreadLists(parts)  # = expand_rank_map(parts), computed on demand
+    if space.rank_span is not None:  # nodes of a mixed selection: RLinf counts hardware, then places nodes
+        beyond = [r for lst in lists for r in lst if r >= space.size]
+        if beyond:
+            raise PlanError(
+                f"placement {entry.rank_map!r} of {', '.join(entry.components)}{where} reaches rank {max(beyond)}, "
+                f"but the selection has {space.size} nodes: a selection that mixes groups with and without "
+                f"accelerators is placed by nodes on RLinf, while its ranks (and `all` = 0-{space.rank_span - 1}) "
+                "count each group's GPUs/hardware", location=entry.location,
+                hint=f"use node ranks 0-{space.size - 1}, or place the GPU groups and the other groups in "
+                     "separate components")
+    return lists
+
+
+def _check_node_order(name: str, exp: _Expanded, processes: Processes) -> None:
+    """RLinf's placement strategies number a component's nodes in process-rank order and assert that
+    the ranks go through cluster nodes in ascending node rank: listing node groups out of node-rank
+    order (`node_group: b,a`, or interleaved groups) is refused there, so it is here."""
+    for before, after in zip(processes.runs, processes.runs[1:]):
+        if after.node.rank < before.node.rank:
+            raise PlanError(
+                f"component {name!r}: rank {after.first_rank} is on cluster node {after.node.rank} but rank "
+                f"{after.first_rank - 1} before it is on node {before.node.rank}; RLinf requires a component's "
+                "ranks to go through nodes in ascending node rank order (\"Placements must be sorted by node_id\")",
+                location=exp.entry.location,
+                hint="list the node groups of a multi-group placement in the order of their node ranks, or give "
+                     "the groups node ranks that follow that order")
 
 
 def _groups_used(cluster: Cluster, processes: Sequence[Placement]) -> tuple[str, ...]:
@@ -125,6 +157,55 @@ def _resource_type(processes: Sequence[Placement]) -> str:
     layouts = {id(v.slots): v.slots for v in node_processes(processes)}  # nodes share their slots tuples
     types = sorted({s.resource_type for slots in layouts.values() for s in slots})
     return types[0] if len(types) == 1 else ",".join(types)
+
+
+# ---------------------------------------------------------------------------------------------
+# RLinf's multi-agent placement (MultiAgentModelParallelComponentPlacement)
+
+def _gpu_set(exp: _Expanded) -> set[tuple[tuple[str, ...], int]]:
+    """GPUs as (node-group selection, rank): ranks of different selections are different GPUs."""
+    return {(exp.space.labels, r) for lst in exp.lists for r in lst}
+
+
+def _check_multi_agent(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> None:
+    """RLinf's multi-agent checks: actor and reward on the same GPUs, every rollout engine inside
+    them, the other components on GPUs no other of them uses, tp sizes that fit and divide."""
+    actor = expanded["actor"]
+    _contiguous("actor", actor)
+    actor_gpus = _gpu_set(actor)
+    if _gpu_set(expanded["reward"]) != actor_gpus:
+        raise PlanError("multi-agent placement: actor and reward must be placed on the same GPUs (RLinf asserts "
+                        "this)", location=expanded["reward"].entry.location, hint="e.g. `actor,reward: all`")
+    atp = spec.component("actor").tensor_parallel_size or 1
+    rtp = spec.component("rollout").tensor_parallel_size or 1
+    if atp > len(actor_gpus):
+        raise PlanError(f"actor tensor_parallel_size {atp} exceeds its {len(actor_gpus)} GPUs",
+                        location=actor.entry.location)
+    if atp > rtp and atp % rtp:
+        raise PlanError(f"actor tensor_parallel_size {atp} is not divisible by rollout's {rtp} (RLinf asserts "
+                        "this for the collocated stride)", location=expanded["rollout"].entry.location)
+    exclusive: dict[tuple[tuple[str, ...], int], str] = {}
+    for name, exp in expanded.items():
+        gpus = _gpu_set(exp)
+        if name.startswith("rollout"):
+            if not gpus <= actor_gpus:
+                raise PlanError(f"multi-agent placement: {name}'s GPUs are not all among the actor's (RLinf "
+                                "asserts every rollout engine is a subset of the actor's GPUs)",
+                                location=exp.entry.location, hint="place the engines on GPUs the actor uses")
+            own = spec.component(name)
+            for size, what in ((own.tensor_parallel_size, "tensor_parallel_size"),
+                               (own.pipeline_parallel_size, "pipeline_parallel_size")):
+                if size and len(gpus) % size:
+                    raise PlanError(f"{name}: its {len(gpus)} GPUs are not divisible by its {what} {size} "
+                                    "(RLinf asserts this)", location=exp.entry.location)
+        if name in ("actor", "rollout", "reward", "inference"):
+            continue
+        for gpu in gpus:  # RLinf: exclusive components (engines, planners, sub-workers) never share a GPU
+            if gpu in exclusive:
+                raise PlanError(f"multi-agent placement: {name} and {exclusive[gpu]} share GPU {gpu[1]} (RLinf: "
+                                "\"Resource Conflict\", each exclusive component needs its own GPUs)",
+                                location=exp.entry.location, hint="give each engine its own GPU range")
+            exclusive[gpu] = name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,4 +413,13 @@ def _warnings(spec: ExperimentSpec, components: Sequence[ComponentPlan]) -> tupl
             out.append(f"node group {group.label!r} runs no process; it is still allocated")
         elif idle:
             out.append(f"node group {group.label!r}: nodes {idle} run no process; they are still allocated")
+        hw = group.hardware
+        if hw is not None and len(set(hw.per_node)) > 1:
+            fewest = min(hw.per_node)
+            ranks = spec.cluster.node_ranks(spec.cluster.node_groups.index(group))
+            out.append(f"node group {group.label!r}: {hw.type} per node differs ("
+                       + ", ".join(f"node {r}: {c}" for r, c in zip(ranks, hw.per_node))
+                       + f"); hardware ranks count over the nodes in order, and the het component asks every node "
+                       f"for the fewest ({f'GRES {hw.type}:{fewest}' if fewest else 'no GRES'}): Slurm does not "
+                       "check the other robots")
     return tuple(out)

@@ -76,10 +76,14 @@ def parse_range(text: str, *, total: int | None, offset: int, what: str) -> tupl
     return start, end
 
 
-def parse_rank_map(text: str, total_resources: int, *, resource_name: str = "resource") -> tuple[RankMapPart, ...]:
-    """Parse and validate a whole placement string (every RLinf rule, plus process ranks from 0)."""
+def parse_rank_map(text: str, total_resources: int, *, resource_name: str = "resource",
+                   any_first_process: bool = False) -> tuple[RankMapPart, ...]:
+    """Parse and validate a whole placement string (every RLinf rule, plus process ranks from 0).
+    `any_first_process`: as RLinf, the first part's process ranks may start anywhere (`0-1:4-5`);
+    only their order matters, so they are renumbered from 0."""
     parts: list[RankMapPart] = []
     offset = 0
+    base = 0  # the first process rank as written (RLinf: any), subtracted from every part
     for raw in text.split(","):
         part_offset = offset
         offset += len(raw) + 1
@@ -100,12 +104,15 @@ def parse_rank_map(text: str, total_resources: int, *, resource_name: str = "res
         if len(pieces) == 2:
             proc_offset = part_offset + len(pieces[0]) + 1
             proc_start, proc_end = parse_range(pieces[1], total=None, offset=proc_offset, what="process ranks")
+            if not parts and any_first_process:
+                base = proc_start
+            proc_start, proc_end = proc_start - base, proc_end - base
             if proc_start != next_process:
                 raise RankSyntaxError(
-                    f"process ranks {pieces[1].strip()!r} must start at {next_process}: process ranks are "
-                    "continuous and ascending from 0 across parts",
+                    f"process ranks {pieces[1].strip()!r} must start at {next_process + base}: process ranks are "
+                    f"continuous and ascending from {base} across parts",
                     offset=proc_offset,
-                    hint=f"write `{pieces[0].strip()}:{next_process}-{next_process + proc_end - proc_start}`")
+                    hint=f"write `{pieces[0].strip()}:{next_process + base}-{next_process + base + proc_end - proc_start}`")
         else:
             proc_start = next_process
             proc_end = next_process + (res_end - res_start)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from hpcplace.errors import SpecError
 from hpcplace.plan import Plan
 from hpcplace.rank_syntax import compress_ranks
+from hpcplace.runtime.ray_node import framework_node_env
 from hpcplace.slurm_job import SlurmJob
 
 RAY_STEP = "ray"
@@ -72,7 +73,8 @@ def ray_nodes(plan: Plan) -> tuple[RayNode, ...]:
                 rank=rank, het_group=g, index=j, label=group.label, partition=group.partition,
                 gpu_type=group.gpu_type if gpus else None, gpus=tuple(str(i) for i in range(gpus)),
                 num_cpus=max(group.cpus_per_node or cpus_needed.get(rank, 0), 1),
-                env={**group.env, **(group.node_env[j] if group.node_env else {})},
+                env={**group.env, **(group.node_env[j] if group.node_env else {}),
+                     **framework_node_env(plan.source_format, rank)},
                 python=group.python_interpreter[j] if group.python_interpreter else None))
     return tuple(sorted(nodes, key=lambda n: n.rank))
 
@@ -115,12 +117,14 @@ def ray_summary(plan: Plan) -> list[str]:
     lines = [f"Ray cluster: {len(nodes)} node(s), one raylet each, all started by one srun step; "
              f"head = cluster node rank 0; join timeout {launch.join_timeout:g} s"]
     for n in nodes:
+        framework = framework_node_env(plan.source_format, n.rank)
         gpus = f"{len(n.gpus)} GPU(s) CUDA_VISIBLE_DEVICES={','.join(n.gpus)}" if n.gpus else "no GPU"
         role = "head" if n.rank == 0 else "worker"
         lines.append(f"  node rank {n.rank} ({role}): het {n.het_group} node {n.index} ({n.label}, partition "
                      f"{n.partition}): RLINF_NODE_RANK={n.rank}, --num-cpus={n.num_cpus}, {gpus}, "
                      f"resources {{{group_resource(n.label)}: 1}}"
-                     + (f", env {', '.join(sorted(n.env))}" if n.env else "")
+                     + "".join(f", {k}={v} ({plan.source_format})" for k, v in framework.items())
+                     + (f", env {', '.join(sorted(set(n.env) - set(framework)))}" if set(n.env) - set(framework) else "")
                      + (f", python {n.python}" if n.python else ""))
     lines.append(f"driver (on the head, argv from plan.json launch.driver): {' '.join(launch.driver)}")
     if launch.env:

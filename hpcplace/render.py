@@ -185,6 +185,8 @@ def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
         for step in steps_of.get(comp.name, []):
             for seg in step.segments:
                 lines.append("    " + segment_summary(plan, seg))
+        if comp.spanning is not None:
+            lines += ["    " + line for line in comp.spanning.describe(comp.processes)]
     if plan.warnings:
         lines += ["", "warnings:"] + [f"  {w}" for w in plan.warnings]
     return lines

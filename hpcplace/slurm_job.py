@@ -199,6 +199,7 @@ def lower(plan: Plan) -> SlurmJob:
         time_args += (f"--signal={warning}",)
     if requeue:
         time_args += ("--requeue",)
+    check_spanning_workers(plan)
     cluster = plan.cluster
     node_needs = _node_needs(plan)
     components = tuple(
@@ -218,6 +219,27 @@ def lower(plan: Plan) -> SlurmJob:
         steps.extend(_component_steps(plan, comp, name))
     return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes,
                     kill_wait(options.get("kill_wait")), requeue, warning)
+
+
+def check_spanning_workers(plan: Plan) -> None:
+    """Workers wider than a node run only in the Ray launch mode: the framework spreads one worker over
+    its nodes through Ray, whereas a job step would start each of its per-node processes on its own."""
+    if plan.launch.is_ray:
+        return
+    for comp in plan.components:
+        span = comp.spanning
+        if span is None:
+            continue
+        wide = next(w for w in span.workers if len(w) > 1)
+        nodes = [comp.processes[r].cluster_node_rank for r in wide]
+        raise SpecError(
+            f"worker {comp.name!r} needs {span.gpus_per_worker} GPUs per worker; worker "
+            f"{span.workers.index(wide)} spans nodes {nodes}: {span.framework} runs such a worker across nodes "
+            "through Ray, while the steps launch mode runs each process of a job step on one node",
+            location=span.location,
+            hint="use the Ray launch mode: `launch: {mode: ray, driver: [python, examples/start_rlvr_pipeline.py, "
+                 "...]}` in the config, or `--driver -- CMD...` on the command line; or keep "
+                 "tensor_parallel_size*pipeline_parallel_size within one node's GPUs")
 
 
 DEFAULT_LIMIT_SIGNAL = "TERM@120"
@@ -331,6 +353,16 @@ def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:
     return values[0] if values else 0
 
 
+def hardware_gres_count(group: NodeGroup) -> int:
+    """The per-node GRES count asked for a group's robots (or other non-GPU hardware): the fewest any
+    node of the group has. A het component asks every node for the same GRES, but robots, unlike GPUs,
+    need none of Slurm's per-task binding: which hardware rank lives on which node is the plan's (RLinf:
+    a node's robots are the hardware configs naming its node rank), so nodes with more robots than the
+    fewest are fine; 0 asks for none (a node of the group has no such hardware)."""
+    assert group.hardware is not None
+    return min(group.hardware.per_node, default=0)
+
+
 def _node_needs(plan: Plan) -> dict[int, tuple[int, int]]:
     """Per cluster node rank: (CPUs, memory MB) the plan's processes ask for, all components summed."""
     needs: dict[int, tuple[int, int]] = {}
@@ -360,7 +392,7 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
     if gpus:
         gres_parts.append(f"gpu:{group.gpu_type}:{gpus}" if group.gpu_type else f"gpu:{gpus}")
     if group.hardware is not None:
-        count = _uniform(group, group.hardware.per_node, f"{group.hardware.type} counts")
+        count = hardware_gres_count(group)
         if count:
             gres_parts.append(f"{group.hardware.type}:{count}")
     gres = ",".join(gres_parts) or None

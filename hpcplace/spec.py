@@ -22,6 +22,7 @@ from hpcplace import limits
 from hpcplace.cluster import Cluster, Hardware, NodeGroup
 from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.launch import STEPS, LaunchSpec
+from hpcplace.plan import SpanningWorkers
 from hpcplace.safe_words import argv_problem, check_sbatch_text
 from hpcplace.yaml_source import View, YamlDocument
 
@@ -40,6 +41,8 @@ class PlacementEntry:
     # Column shift from the scalar start to the first character of the string (None: no offsets).
     text_shift: int | None = field(default=None, compare=False)
     node_group_location: SourceLocation | None = field(default=None, compare=False)
+    # Workers made of several of these processes (ROLL workers wider than a node); None: one each.
+    spanning: SpanningWorkers | None = None
 
     def location_at(self, offset: int) -> SourceLocation | None:
         if self.location is None or self.text_shift is None:
@@ -77,9 +80,10 @@ class ExperimentSpec:
     model_parallel: bool = False
     notes: tuple[str, ...] = ()  # what a foreign format's semantics added or dropped (shown as plan warnings)
     composed: tuple[str, ...] = ()  # config files composed (Hydra `defaults:`) and overrides applied, in order
-    # Components whose contiguous GPUs are packed into processes of N GPUs each (RLinf's eval and
-    # multi-agent rollout engines: PackedPlacementStrategy(num_hardware_per_process=tp)).
-    packed: dict[str, int] = field(default_factory=dict)
+    # Components whose contiguous GPUs are packed into processes of N GPUs each, with a stride (RLinf's
+    # eval and multi-agent rollout engines: PackedPlacementStrategy(num_hardware_per_process, stride)).
+    packed: dict[str, tuple[int, int]] = field(default_factory=dict)
+    placement_class: str | None = None  # RLinf's ComponentPlacement class the config implies (rlinf format)
     launch: LaunchSpec = STEPS  # the top-level `launch:` block (hpcplace.launch)
 
     def component(self, name: str) -> ComponentSpec:

@@ -26,7 +26,7 @@ from hpcplace.errors import SlurmError
 from hpcplace.cluster import Cluster, Hardware, NodeGroup
 from hpcplace.launch import launch_from_json
 from hpcplace.placement import Placement
-from hpcplace.plan import SCHEMA, ComponentPlan, Plan
+from hpcplace.plan import SCHEMA, ComponentPlan, Plan, SpanningWorkers
 from hpcplace.render import DEFAULT_LAUNCHER, SCRIPT_NAME, render_run, render_script
 from hpcplace.slurm_job import SlurmJob, lower, slug
 
@@ -466,7 +466,8 @@ def load_plan(path: Path) -> Plan:
             resource_type=c["resource_type"], command=tuple(c["command"]), env=dict(c["env"]),
             offload=c["offload"], tensor_parallel_size=c["tensor_parallel_size"],
             pipeline_parallel_size=c["pipeline_parallel_size"], cpus_per_process=c["cpus_per_process"],
-            mem_per_process_mb=c["mem_per_process_mb"], collocation_group=c["collocation_group"], processes=procs))
+            mem_per_process_mb=c["mem_per_process_mb"], collocation_group=c["collocation_group"], processes=procs,
+            spanning=SpanningWorkers.from_json(c["workers"]) if c.get("workers") else None))
     return Plan(data["name"], data["source"]["path"], data["source"]["format"], Cluster(tuple(groups)),
                 tuple(comps), (), None, dict(data.get("slurm", {})), tuple(data.get("warnings", ())),
                 tuple(data["source"].get("composed", ())), launch_from_json(data.get("launch")))

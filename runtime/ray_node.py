@@ -82,8 +82,18 @@ def node_facts(header: dict, g: int, j: int, cpus_needed: int = 0) -> dict:
     cpus = group.get("cpus_per_node") or cpus_needed
     return {"rank": rank, "het_group": g, "index": j, "label": group["label"], "partition": group["partition"],
             "gpu_type": group.get("gpu_type") if gpus else None, "gpus": tuple(str(i) for i in range(gpus)),
-            "num_cpus": max(int(cpus), 1), "env": {**(group.get("env") or {}), **_at(group.get("node_env"), j, {})},
+            "num_cpus": max(int(cpus), 1),
+            "env": {**(group.get("env") or {}), **_at(group.get("node_env"), j, {}),
+                    **framework_node_env((header.get("source") or {}).get("format"), rank)},
             "python": _at(group.get("python_interpreter"), j, None)}
+
+
+def framework_node_env(source_format: str | None, rank: int) -> dict:
+    """What a framework reads from its raylets' environment besides RLINF_NODE_RANK: ROLL's
+    ResourceManager numbers its nodes by NODE_RANK (GPU g of device_mapping is on node g // gpus per
+    node; unset everywhere, it falls back to Ray's node order), so a ROLL plan sets it to the node's
+    cluster node rank. The same function serves hpcplace.ray_cluster (the script's summary)."""
+    return {"NODE_RANK": str(rank)} if source_format == "roll" else {}
 
 
 def _at(per_node, j: int, default):  # type: ignore[no-untyped-def]

@@ -15,31 +15,32 @@ from hpcplace.yaml_source import View, YamlDocument
 
 
 def _node_ranks(view: View, num_nodes: int) -> list[int]:
-    """`0-1`, `0,2`, `4,1`, `all`, an int, or a list of ints -> sorted unique node ranks. Any set in any
-    order: RLinf keeps a group's nodes in ascending node rank order whatever order they are listed in."""
+    """`0-1`, `0,2`, `4,1`, `all` or an int -> sorted unique node ranks, parsed as RLinf's
+    parse_rank_config does: any set in any order (RLinf keeps a group's nodes in ascending node rank
+    order whatever order they are listed in), a rank named twice counts once, and a YAML list is
+    refused (RLinf reads the text of the value, and `[0, 2]` is no rank text)."""
     if isinstance(view.value, list):
-        ranks = [item.int(minimum=0) for item in view.elements()]
-    elif view.value is None or not str(view.value).strip():
+        listed = ",".join(str(v) for v in view.value)
+        raise view.error("node_ranks is a YAML list: RLinf parses node_ranks as text and refuses a list",
+                         hint=f'write `node_ranks: "{listed}"` (rank text such as `0-1`, `0,2` or `all`)')
+    if view.value is None or not str(view.value).strip():
         raise view.error("node_ranks is empty", hint="give the group's node ranks, e.g. `0-1`, `0,2` or `all`")
-    else:
-        ranks = []
-        text = str(view.value)
-        offset = 0
-        for piece in text.split(","):
-            if piece.strip():
-                try:
-                    a, b = parse_range(piece, total=num_nodes, offset=offset, what="node ranks")
-                except RankSyntaxError as exc:
-                    raise view.error(exc.message, hint=exc.hint, offset=exc.offset) from None
-                ranks.extend(range(a, b + 1))
-            offset += len(piece) + 1
+    ranks: set[int] = set()
+    text = str(view.value)
+    offset = 0
+    for piece in text.split(","):
+        if piece.strip():
+            try:
+                a, b = parse_range(piece, total=num_nodes, offset=offset, what="node ranks")
+            except RankSyntaxError as exc:
+                raise view.error(exc.message, hint=exc.hint, offset=exc.offset) from None
+            ranks.update(range(a, b + 1))
+        offset += len(piece) + 1
     if not ranks:
         raise view.error("node_ranks is empty", hint="give the group's node ranks, e.g. `0-1`, `0,2` or `all`")
     for r in ranks:
         if r >= num_nodes:
             raise view.error(f"node rank {r} is out of range: cluster.num_nodes is {num_nodes}")
-    if len(set(ranks)) != len(ranks):
-        raise view.error("node ranks listed twice")
     return sorted(ranks)
 
 
@@ -126,7 +127,10 @@ def _hardware(view: View, label: str, ranks: list[int]) -> Hardware:
             continue
         r = node_rank.int(minimum=0)
         if r not in counts:
-            raise node_rank.error(f"node_rank {r} is not a node of group {label!r} (nodes {ranks})")
+            raise node_rank.error(f"node_rank {r} is not a node of group {label!r} (nodes {ranks})",
+                                  hint="a hardware config's node_rank is the cluster node rank of the node the "
+                                       f"device is attached to, one of {ranks}; RLinf enumerates a node's devices "
+                                       "from the configs naming it, so this one would never exist")
         counts[r] += 1
     return Hardware(hw_type, tuple(counts[r] for r in ranks))
 
@@ -183,21 +187,33 @@ def parse_rlinf(doc: YamlDocument) -> ExperimentSpec:
     block = root.get("hpcplace")
     mp_flag = block.get("model_parallel") if block is not None else None
     notes: list[str] = []
-    model_parallel = mp_flag.bool() if mp_flag is not None else _model_parallel_class(placed, components, notes)
+    placement_class = _placement_class(placed, components, notes) if mp_flag is None else \
+        (MODEL_PARALLEL if mp_flag.bool() else HYBRID)
+    model_parallel = placement_class == MODEL_PARALLEL
+    if placement_class != HYBRID:
+        _require_sections(root, cluster_view.require("component_placement"), placed, placement_class)
     if model_parallel and "inference" in placed:
         _check_recompute_logprobs(root, placements)
-    packed: dict[str, int] = {}
-    if not model_parallel and mp_flag is None:  # eval / multi-agent classes pack rollout engines by their tp
-        for n in placed:
-            if (n == "rollout" or n.startswith("rollout_")) and components.get(n) is not None:
-                tp = (components[n].tensor_parallel_size or 1) * (components[n].pipeline_parallel_size or 1)
-                if tp > 1:
-                    packed[n] = tp
+    packed: dict[str, tuple[int, int]] = {}
+    if placement_class in (MULTI_AGENT, EVAL):
+        # RLinf packs rollout by its tp (multi-agent: with the collocated stride) and places every other
+        # engine with get_strategy(name, PackedPlacementStrategy): rollout's process size and stride.
+        rtp = (components.get("rollout") or ComponentSpec("rollout")).tensor_parallel_size or 1
+        atp = (components.get("actor") or ComponentSpec("actor")).tensor_parallel_size or 1
+        stride = atp // rtp if placement_class == MULTI_AGENT and atp > rtp else 1
+        for n in sorted(placed):
+            if n == "rollout" or n.startswith("rollout_"):
+                packed[n] = (rtp, stride)
     return ExperimentSpec(name, cluster, placements, components, doc.path, "rlinf", slurm_job_options(slurm_view),
-                          model_parallel, notes=tuple(notes), packed=packed)
+                          model_parallel, notes=tuple(notes), packed=packed, placement_class=placement_class)
 
 
-def _model_parallel_class(placed: set[str], components: dict[str, ComponentSpec], notes: list[str]) -> bool:
+MODEL_PARALLEL, MULTI_AGENT, EVAL, HYBRID = ("ModelParallelComponentPlacement",
+                                             "MultiAgentModelParallelComponentPlacement",
+                                             "ModelParallelEvalComponentPlacement", "HybridComponentPlacement")
+
+
+def _placement_class(placed: set[str], components: dict[str, ComponentSpec], notes: list[str]) -> str:
     """Which RLinf placement class the components imply (RLinf's entry scripts pick it the same way):
     actor + rollout with model-parallel sizes -> ModelParallelComponentPlacement (collocated/disaggregated
     layout, weight-sync map); rollout engines named `rollout_*` -> the multi-agent class; rollout without actor
@@ -207,16 +223,36 @@ def _model_parallel_class(placed: set[str], components: dict[str, ComponentSpec]
     engines = sorted(n for n in placed if n.startswith("rollout_"))
     if engines:
         notes.append(f"multi-agent placement (RLinf's MultiAgentModelParallelComponentPlacement): rollout engines "
-                     f"{', '.join(['rollout'] * ('rollout' in placed) + engines)} each keep their own GPUs; no "
-                     "actor->rollout weight-sync map is planned")
-        return False
+                     f"{', '.join(['rollout'] * ('rollout' in placed) + engines)} are packed by rollout's "
+                     "tensor-parallel size; no actor->rollout weight-sync map is planned")
+        return MULTI_AGENT if "actor" in placed else EVAL
     if not sized:
-        return False
+        return HYBRID
     if "actor" in placed and "rollout" in placed:
-        return True
+        return MODEL_PARALLEL
     if "rollout" in placed:
         notes.append("evaluation placement (rollout without actor, RLinf's ModelParallelEvalComponentPlacement)")
-    return False
+        return EVAL
+    return HYBRID
+
+
+def _require_sections(root: View, placement_view: View, placed: set[str], placement_class: str) -> None:
+    """The placements and config sections RLinf's class asserts before anything runs."""
+    needed = {MODEL_PARALLEL: ("actor", "rollout", "reward"), MULTI_AGENT: ("actor", "rollout", "reward"),
+              EVAL: ("rollout", "reward")}[placement_class]
+    missing = [n for n in needed if n not in placed]
+    if missing:
+        raise placement_view.error(
+            f"RLinf's {placement_class} needs a placement for {', '.join(missing)} (it asserts "
+            f"\"{missing[0].capitalize()} GPUs must be specified in the component_placement config\")",
+            hint=f"place {' and '.join(missing)} too, e.g. `actor,rollout,reward: all` as RLinf's collocated "
+                 "reasoning configs do, or `reward: <its GPUs>`")
+    for engine in sorted(n for n in placed if n.startswith("rollout_")):
+        if root.get(engine) is None:
+            raise placement_view.error(
+                f"multi-agent engine {engine!r} has no `{engine}:` section (RLinf asserts \"component_name "
+                f"{engine} not found in cfg\" when it places the engine)",
+                hint=f"add `{engine}: {{tensor_parallel_size: 1}}` (or the engine's own rollout settings)")
 
 
 def _check_recompute_logprobs(root: View, placements: tuple) -> None:  # type: ignore[type-arg]

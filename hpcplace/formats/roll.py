@@ -11,6 +11,7 @@ import re
 from hpcplace import limits
 from hpcplace.cluster import NodeGroup
 from hpcplace.formats.common import hpcplace_block, slurm_facts, slurm_job_options
+from hpcplace.plan import SpanningWorkers
 from hpcplace.spec import ExperimentSpec, PlacementEntry, build_cluster, check_name
 from hpcplace.yaml_source import View, YamlDocument
 
@@ -185,7 +186,7 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
     facts = slurm_facts(slurm_view)
     notes: list[str] = []
     gpn, gpn_view = _gpus_per_node(root, slurm_view, facts.gpus_per_node, notes)
-    gpu_workers: list[tuple[str, View, list[list[int]]]] = []
+    gpu_workers: list[tuple[str, View, list[list[int]], SpanningWorkers | None]] = []
     cpu_workers: list[tuple[str, View, int]] = []
     names: set[str] = set()
     for name, wv in _workers(root):
@@ -213,11 +214,6 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
             continue
         ids = parse_device_mapping(dm)
         per = _gpus_per_worker(name, wv, g_view, notes)
-        if per > gpn:
-            raise dm.error(f"worker {name!r} needs {per} GPUs per worker but a node has {gpn}: ROLL runs such a "
-                           "worker across nodes through Ray, a Slurm job step runs each process on one node",
-                           hint=f"keep tensor_parallel_size*pipeline_parallel_size <= {gpn} (the GPUs of one node), "
-                                "or use nodes with more GPUs (slurm.gpus_per_node)")
         if len(ids) % per:
             raise dm.error(f"{len(ids)} GPUs are not divisible by num_gpus_per_worker {per}",
                            hint="ROLL asserts len(device_mapping) % num_gpus_per_worker == 0")
@@ -225,10 +221,15 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
         if ws_view is not None and ws_view.value is not None and ws_view.int(minimum=1) != world:
             notes.append(f"{name}: world_size {ws_view.value} is replaced by ROLL's len(device_mapping) // "
                          f"num_gpus_per_worker = {len(ids)} // {per} = {world}")
-        gpu_workers.append((name, dm, [ids[i * per:(i + 1) * per] for i in range(world)]))
+        workers = [ids[i * per:(i + 1) * per] for i in range(world)]
+        spanning = _spanning(name, wv, dm, workers, gpn, per)
+        if spanning is None:
+            gpu_workers.append((name, dm, workers, None))
+        else:
+            gpu_workers.append((name, dm, *spanning))
     if not gpu_workers and not cpu_workers:
         raise root.error("no ROLL workers found (mappings with device_mapping or world_size)")
-    total = max((max(g for lst in lists for g in lst) for _, _, lists in gpu_workers), default=-1) + 1
+    total = max((max(g for lst in lists for g in lst) for _, _, lists, _ in gpu_workers), default=-1) + 1
     num_nodes = max(1, -(-total // gpn))
     groups = [NodeGroup(label="gpu", partition=facts.partition, num_nodes=num_nodes, gpus_per_node=(gpn,) * num_nodes,
                         gpu_type=facts.gpu_type, cpus_per_node=facts.cpus_per_node,
@@ -243,8 +244,9 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
         groups.append(NodeGroup(label="cpu", partition=cpu_partition.str(), num_nodes=cpu_nodes,
                                 gpus_per_node=(0,) * cpu_nodes, location=cpu_partition.location()))
     cluster = build_cluster(tuple(groups), root)
-    entries = [PlacementEntry((name, ), ("gpu",), None, tuple(tuple(x) for x in lists), dm.location())
-               for name, dm, lists in gpu_workers]
+    entries = [PlacementEntry((name, ), ("gpu",), None, tuple(tuple(x) for x in lists), dm.location(),
+                              spanning=spanning)
+               for name, dm, lists, spanning in gpu_workers]
     for name, wv, world in cpu_workers:
         if cpu_nodes:
             spread = world % cpu_nodes == 0
@@ -256,6 +258,51 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
     name, components = hpcplace_block(root, placed, doc.path)
     return ExperimentSpec(name, cluster, tuple(entries), components, doc.path, "roll", slurm_job_options(slurm_view),
                           notes=tuple(notes))
+
+
+def _spanning(name: str, worker: View, dm: View, workers: list[list[int]], gpn: int,
+              per: int) -> tuple[list[list[int]], SpanningWorkers] | None:
+    """Workers whose GPUs lie on several nodes, as ROLL places them: ResourceManager maps GPU g to
+    node g // gpn (one placement group per node), the worker actor runs on the node of its first GPU
+    seeing its GPUs there (sorted), and vLLM starts one Ray worker per GPU on that GPU's node. Here
+    each worker becomes one process per node it spans (nodes in the order its GPUs reach them, each
+    process with that node's GPUs, sorted); None when every worker fits on one node."""
+    if per == 1 or all(min(w) // gpn == max(w) // gpn for w in workers):
+        return None
+    strategy = _strategy_name(worker)
+    if strategy not in ("vllm", "sglang"):
+        wide = next(w for w in workers if min(w) // gpn != max(w) // gpn)
+        raise dm.error(f"worker {name!r} would span nodes {sorted({g // gpn for g in wide})} with GPUs {wide} "
+                       f"({gpn} per node), but strategy {strategy or '(none given)'} runs a worker as one "
+                       "process on one node; ROLL spreads only vLLM and SGLang workers over nodes",
+                       hint=f"align each worker's {per} GPUs to one node (device_mapping starting at a multiple "
+                            f"of {per}), or use strategy vllm")
+    lists: list[list[int]] = []
+    spans: list[tuple[int, ...]] = []
+    for w, gpus in enumerate(workers):
+        if strategy == "sglang" and min(gpus) // gpn != max(gpus) // gpn:
+            _check_sglang_nodes(name, dm, w, gpus, gpn, per)
+        by_node: dict[int, list[int]] = {}
+        for g in gpus:
+            by_node.setdefault(g // gpn, []).append(g)
+        first = len(lists)
+        lists += [sorted(part) for part in by_node.values()]
+        spans.append(tuple(range(first, len(lists))))
+    return lists, SpanningWorkers(tuple(spans), per, "ROLL", dm.location())
+
+
+def _check_sglang_nodes(name: str, dm: View, w: int, gpus: list[int], gpn: int, per: int) -> None:
+    """ROLL's SGLang strategy runs a worker over n = tp*pp / (GPUs of its first node) whole nodes and
+    finds the other nodes as ROLL node ranks w*n .. w*n+n-1 (their GPU 0): a multi-node SGLang
+    worker must hold exactly those nodes' GPUs."""
+    nodes = per // gpn if per % gpn == 0 else None
+    want = list(range(w * per, (w + 1) * per)) if nodes else None
+    if want is None or sorted(gpus) != want:
+        raise dm.error(f"SGLang worker {w} of {name!r} holds GPUs {gpus}: ROLL's SGLang strategy runs a "
+                       f"multi-node worker on whole nodes, worker w on ROLL nodes w*n..w*n+n-1 "
+                       f"(n = num_gpus_per_worker / {gpn} GPUs per node)",
+                       hint=f"make num_gpus_per_worker a multiple of {gpn} and device_mapping "
+                            f"list(range(0, k*num_gpus_per_worker)), or use strategy vllm")
 
 
 def _gpus_per_worker(name: str, worker: View, given_view: View | None, notes: list[str]) -> int:

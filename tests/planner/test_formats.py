@@ -280,7 +280,7 @@ cluster:
         type: franka
         configs: [{node_rank: 4, robot_ip: 10.0.0.1}, {node_rank: 4, robot_ip: 10.0.0.2},
                   {node_rank: 4, robot_ip: 10.0.0.3}, {node_rank: 4, robot_ip: 10.0.0.4}]
-      env_configs: [{node_ranks: [4], env_vars: [{ROBOT: "1"}]}]
+      env_configs: [{node_ranks: 4, env_vars: [{ROBOT: "1"}]}]
 slurm:
   gpus_per_node: 0
   partition: default-part
@@ -368,7 +368,7 @@ def test_rlinf_uncovered_nodes_form_default_groups(yml: Yaml) -> None:
 @pytest.mark.parametrize("groups, message", [
     ("[{label: a, node_ranks: 0-1}, {label: b, node_ranks: 1-2}]", "node 1 is in node groups 'a' and 'b'"),
     ("[{label: a, node_ranks: 0-5}]", "node ranks '0-5' is out of range"),
-    ("[{label: a, node_ranks: [0, 0]}]", "node ranks listed twice"),
+    ("[{label: a, node_ranks: [0, 2]}]", "RLinf parses node_ranks as text and refuses a list"),
     ("[{label: a, node_ranks: 0, bogus: 1}]", "unknown key 'bogus'"),
 ])
 def test_rlinf_node_group_errors(yml: Yaml, groups: str, message: str) -> None:
@@ -383,7 +383,7 @@ def test_rlinf_component_settings(yml: Yaml) -> None:
     spec = load_spec(CONFIGS / "rlinf-hybrid.yaml")
     assert all(spec.component(n).offload for n in ("actor", "env", "rollout"))
     path = yml.write("""
-        cluster: {num_nodes: 1, component_placement: {"actor,rollout": all}}
+        cluster: {num_nodes: 1, component_placement: {"actor,rollout,reward": all}}
         actor: {model: {tensor_model_parallel_size: 4}}
         rollout: {tensor_parallel_size: 2}
         slurm: {gpus_per_node: 8, partition: p}

@@ -165,8 +165,31 @@ def test_rlinf_eval_packs_rollout_by_tp() -> None:
 def test_rlinf_multi_agent_engines() -> None:
     plan = plan_from_file(FIXTURES / "rlinf_multiagent.yaml")
     assert gpu_ranks(plan, "rollout") == [[0, 1], [2, 3]]
-    assert gpu_ranks(plan, "rollout_judge") == [[4], [5], [6], [7]]
+    assert gpu_ranks(plan, "rollout_judge") == [[4, 5], [6, 7]]  # rollout's process size, not its own tp
     assert any("multi-agent" in w for w in plan.warnings)
+
+
+JUDGE_TP = "rollout_judge:\n  tensor_parallel_size: 1"
+SECOND_ENGINE = ("rollout_judge: 4-7", "rollout_judge: 4-7\n    rollout_x: 6-7")
+
+
+@pytest.mark.parametrize("changes, message", [
+    ([("actor,reward: all", "actor: all")], "needs a placement for reward"),
+    ([("actor,reward: all", "actor: all\n    reward: 0-3")], "actor and reward must be placed on the same GPUs"),
+    ([("actor,reward: all", "actor,reward: 0-5")], "rollout_judge's GPUs are not all among the actor's"),
+    ([SECOND_ENGINE], "'rollout_x' has no `rollout_x:` section"),
+    ([SECOND_ENGINE, (JUDGE_TP, JUDGE_TP + "\nrollout_x: {tensor_parallel_size: 1}")],
+     "rollout_x and rollout_judge share GPU 6"),
+    ([(JUDGE_TP, "rollout_judge:\n  tensor_parallel_size: 3")], "not divisible by its tensor_parallel_size 3"),
+])
+def test_rlinf_multi_agent_checks(yml: Yaml, changes: list[tuple[str, str]], message: str) -> None:
+    """RLinf's MultiAgentModelParallelComponentPlacement refuses these; so does the plan, naming the rule."""
+    text = (FIXTURES / "rlinf_multiagent.yaml").read_text(encoding="utf-8")
+    for old, new in changes:
+        assert old in text
+        text = text.replace(old, new)
+    err = yml.error(yml.write(text))
+    assert message in err.message, err.message
 
 
 RLINF = """
@@ -195,7 +218,7 @@ def test_rlinf_empty_node_ranks(yml: Yaml, ranks: str) -> None:
 
 
 def test_rlinf_inference_checks(yml: Yaml) -> None:
-    base = ("cluster:\n  num_nodes: 1\n  component_placement: {actor: 0-3, rollout: 4-5, inference: 6-7}\n"
+    base = ("cluster:\n  num_nodes: 1\n  component_placement: {actor: 0-3, rollout: 4-5, inference: 6-7, reward: 4-5}\n"
             "slurm: {partition: a800, gpus_per_node: 8}\nactor: {model: {tensor_model_parallel_size: 2}}\n")
     err = yml.error(yml.write(base + "algorithm: {recompute_logprobs: false}\n"))
     assert "recompute_logprobs is false" in err.message
@@ -290,7 +313,15 @@ def test_lower_without_partition() -> None:
 
 
 def test_roll_worker_wider_than_a_node_is_explained(yml: Yaml) -> None:
+    """Steps mode: the plan holds the tp16 worker (one process per node), but lowering it to job steps
+    is refused with the device_mapping's location and the way out (the Ray launch mode)."""
     path = yml.write("slurm: {gpus_per_node: 8}\nactor_infer:\n  device_mapping: list(range(0,16))\n"
                      "  strategy_args: {strategy_name: vllm, strategy_config: {tensor_parallel_size: 16}}\n")
-    err = yml.error(path)
-    assert "needs 16 GPUs per worker but a node has 8" in err.message and str(err).startswith(f"{path}:3:")
+    plan = plan_from_spec(load_spec(path))
+    assert plan.component("actor_infer").spanning is not None
+    with pytest.raises(HpcplaceError) as info:
+        lower(plan)
+    err = info.value
+    assert "needs 16 GPUs per worker; worker 0 spans nodes [0, 1]" in err.message
+    assert "ROLL runs such a worker across nodes through Ray" in err.message
+    assert str(err).startswith(f"{yml.where(path, 'list(range(0,16))')}:") and "launch: {mode: ray" in err.hint

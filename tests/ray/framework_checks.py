@@ -10,20 +10,16 @@ EXACT_FIELDS = ("rank", "cluster_node_rank", "placement_node_rank", "local_rank"
                 "visible_accelerators", "local_hardware_ranks")
 
 
-def group_ranks(group: dict[str, Any]) -> list[int]:
-    """A plan.json node group's cluster node ranks in het-component node order: `node_ranks` when the
-    plan lists them (RLinf node_ranks that are not one block, e.g. "2,0"), else a block from
-    first_node_rank."""
-    if "node_ranks" in group:
-        return [int(r) for r in group["node_ranks"]]
-    return list(range(group["first_node_rank"], group["first_node_rank"] + group["num_nodes"]))
+def group_node_ranks(group: dict[str, Any]) -> list[int]:
+    """A plan.json group's cluster node ranks: listed once any group's are not one block."""
+    return group.get("node_ranks") or list(range(group["first_node_rank"], group["first_node_rank"] + group["num_nodes"]))
 
 
 def node_table(plan: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """cluster node rank -> its group label, het group, index in the group and planned GPU count."""
     table = {}
     for group in plan["node_groups"]:
-        for j, rank in enumerate(group_ranks(group)):
+        for j, rank in enumerate(group_node_ranks(group)):
             table[rank] = {"label": group["label"], "het_group": group["het_group"], "index": j,
                            "gpus": group["gpus_per_node"][j]}
     return dict(sorted(table.items()))
@@ -47,8 +43,8 @@ def rlinf_mismatches(report: dict[str, Any], plan: dict[str, Any],
         if node is None:
             bad.append(f"node rank {rank}: missing in RLinf's cluster")
             continue
-        # A config without node_groups: hpcplace's one implicit group; RLinf's nodes carry no label.
-        labels = [want["label"]] if report["node_groups"] else []
+        # Nodes outside every declared group (hpcplace's implicit `default*` groups) carry no RLinf label.
+        labels = [want["label"]] if want["label"] in report["node_groups"] else []
         got = (node["env_node_rank"], node["node_labels"], node["num_accelerators"], node["accelerator_type"])
         expect = (str(rank), labels, want["gpus"], "NV_GPU" if want["gpus"] else "NO_ACCEL")
         if got != expect:
@@ -56,10 +52,14 @@ def rlinf_mismatches(report: dict[str, Any], plan: dict[str, Any],
         if hosts and ray_hosts.get(node["ray_id"]) != hosts[(want["het_group"], want["index"])]:
             bad.append(f"node rank {rank}: Ray node on {ray_hosts.get(node['ray_id'])}, "
                        f"plan host {hosts[(want['het_group'], want['index'])]}")
-    for group in plan["node_groups"] if report["node_groups"] else ():
+    for group in plan["node_groups"]:
         got_group = report["node_groups"].get(group["label"])
-        ranks = group_ranks(group)
-        if got_group is None or got_group["node_ranks"] != ranks:  # RLinf: ascending, as the plan
+        if got_group is None:  # hpcplace's implicit groups of undeclared nodes are not RLinf groups
+            if not group["label"].startswith("default"):
+                bad.append(f"node group {group['label']}: not in RLinf's cluster")
+            continue
+        ranks = group_node_ranks(group)
+        if got_group["node_ranks"] != ranks:
             bad.append(f"node group {group['label']}: RLinf {got_group}, plan node ranks {ranks}")
     for comp in plan["components"]:
         got = report["placements"].get(comp["name"])

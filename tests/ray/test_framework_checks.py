@@ -14,7 +14,7 @@ import pytest
 
 from hpcplace.plan import plan_to_json
 from hpcplace.planner import plan_from_file
-from tests.ray.framework_checks import group_ranks, node_table, rlinf_mismatches
+from tests.ray.framework_checks import group_node_ranks, node_table, rlinf_mismatches
 
 HERE = Path(__file__).parent
 FIXTURE = HERE.parent / "fixtures" / "rlinf-ray-hetero.yaml"
@@ -65,7 +65,7 @@ def _perfect_report(plan: dict) -> dict:
                                   "node_rank_env": str(p["cluster_node_rank"]), "host": f"h{p['cluster_node_rank']}",
                                   "cuda_visible_devices": ",".join(p["visible_accelerators"])}
                                  for p in comp["processes"]]
-    groups = {g["label"]: {"node_ranks": group_ranks(g)} for g in plan["node_groups"]}
+    groups = {g["label"]: {"node_ranks": group_node_ranks(g)} for g in plan["node_groups"]}
     return {"stages": ["worker groups launched"], "error": None, "num_nodes": len(table), "ray_nodes": len(table),
             "nodes": nodes, "node_groups": groups, "placements": placements, "workers": workers,
             "ray_node_hosts": {f"id{r}": f"h{r}" for r in table}}

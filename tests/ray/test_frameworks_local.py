@@ -63,3 +63,6 @@ def test_roll_attach_local(tmp_path: Path) -> None:
     assert report["cluster_running"] and report["head_nodes"] == 1 and report["alive_nodes"] == 1
     assert report["env"]["RANK"] == "0" and report["env"]["WORLD_SIZE"] == "1"
     assert report["gcs_address"].endswith(":" + report["env"]["MASTER_PORT"])
+    if os.environ.get("HPCPLACE_ROLL_SRC"):  # ROLL's own init() from a checkout (see roll_attach_driver.py)
+        assert (report["roll_is_ray_cluster_running"], report["roll_started_head"]) == (True, False)
+        assert report["roll_init_returned"]

@@ -7,6 +7,7 @@ tests/ray/fake_gpu on PYTHONPATH (faking NVML only); the GPU tier runs without i
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -114,9 +115,15 @@ def test_areal_launcher_attaches_and_places_per_node(slurm_cluster: LiveCluster,
         h: [str(i) for i in range(n)] for h, n in gpu_hosts.items()}
 
 
+# ROLL is not on PyPI (the PyPI `roll` is another project): with a ROLL checkout here, the driver also
+# runs ROLL's own start-up code from it; without one, only the conditions that code checks.
+ROLL_SRC = os.environ.get("HPCPLACE_ROLL_SRC")
+
+
 def test_roll_attach_checks_find_the_running_cluster(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
     """What ROLL's init() checks before starting Ray (`ray status` succeeds, ray.init(None) joins
-    RAY_ADDRESS) holds on the head: no second head, every node joined, ROLL's env set."""
+    RAY_ADDRESS) holds on the head: no second head, every node joined, ROLL's env set; with
+    HPCPLACE_ROLL_SRC, ROLL's own init() runs and attaches."""
     config = launch_config(tmp_path, "roll", [sys.executable, str(DRIVERS / "roll_attach_driver.py")])
     run_dir, plan, hosts = run_job(tmp_path, config)
     report = json.loads((run_dir / "roll-report.json").read_text())
@@ -127,3 +134,44 @@ def test_roll_attach_checks_find_the_running_cluster(slurm_cluster: LiveCluster,
     env = report["env"]
     assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"]) == ("0", str(len(node_table(plan))), head)
     assert report["gcs_address"].endswith(f":{env['MASTER_PORT']}")  # the cluster hpcplace started
+    if ROLL_SRC:  # ROLL's own init(): it found the cluster, started no head, and returned on the head
+        assert (report["roll_is_ray_cluster_running"], report["roll_started_head"]) == (True, False)
+        assert report["roll_init_returned"]
+
+
+def test_roll_worker_wider_than_a_node_lands_as_planned(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """A vLLM tp16 worker over both 8-GPU a800 nodes, in the Ray launch mode: ROLL's placement calls
+    (tests/ray/drivers/roll_resources_driver.py) find each node by the NODE_RANK hpcplace gives its raylet,
+    and put the worker actor (GPUs of its first node) and each GPU's vLLM worker on the hosts the plan's
+    per-node processes name, with the plan's GPUs."""
+    report_path = tmp_path / "roll-resources.json"
+    config = tmp_path / "roll-span.yaml"
+    config.write_text(yaml.safe_dump({
+        "slurm": {"partition": "a800", "gpu_type": "a800", "gpus_per_node": 8},
+        "launch": {"mode": "ray", "join_timeout": 180,
+                   "driver": [sys.executable, str(DRIVERS / "roll_resources_driver.py"), str(report_path), "8", "16",
+                              *[str(g) for g in range(8, 16)], *[str(g) for g in range(8)]]},
+        "actor_infer": {"device_mapping": "list(range(8,16))+list(range(0,8))",
+                        "strategy_args": {"strategy_name": "vllm", "strategy_config": {"tensor_parallel_size": 16}}},
+    }, sort_keys=False), encoding="utf-8")
+    run_dir, plan, hosts = run_job(tmp_path, config)
+    report = json.loads(report_path.read_text())
+    table = node_table(plan)
+
+    def host(rank: int) -> str:
+        return hosts[(table[rank]["het_group"], table[rank]["index"])]
+
+    # each node's group holds all 8 of its GPUs (Ray lists them in its own order)
+    assert sorted((g["node_rank"], g["host"], sorted(g["visible"].split(","))) for g in report["node_groups"]) == [
+        (r, host(r), [str(i) for i in range(8)]) for r in (0, 1)]
+    infer = next(c for c in plan["components"] if c["name"] == "actor_infer")
+    assert infer["workers"]["processes"] == [[0, 1]]
+    first, second = infer["processes"]
+    assert (first["cluster_node_rank"], second["cluster_node_rank"]) == (1, 0)  # the worker's first GPU is 8
+    worker = report["workers"][0]
+    assert worker["actor_host"] == host(first["cluster_node_rank"])
+    assert worker["actor_visible"] == ",".join(first["visible_accelerators"])
+    for proc in (first, second):
+        for local in proc["visible_accelerators"]:
+            g = str(proc["cluster_node_rank"] * 8 + int(local))
+            assert (worker["gpu_hosts"][g], worker["gpu_visible"][g]) == (host(proc["cluster_node_rank"]), local)

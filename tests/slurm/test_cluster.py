@@ -344,3 +344,46 @@ def test_rlinf_interleaved_node_ranks_land_as_planned(slurm_cluster: LiveCluster
     ref = plan.component("ref").processes
     assert [(p.cluster_node_rank, p.visible_accelerators[0]) for p in ref] == [
         (0, "0"), (0, "4"), (1, "0"), (2, "0"), (2, "4")]
+
+
+def test_rlinf_robot_group_with_uneven_hardware_lands_as_planned(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """An RLinf robot node group over two nodes (the a800 partition) whose Franka configs all name node 1:
+    node 0 has none, so hardware ranks 0 and 1 are node 1's two arms. The group renders without a GRES
+    (the fewest per node is 0), is allocated, and each env task runs on the host of group node 1 with
+    its planned LOCAL_HARDWARE_RANKS; the probe on node 0 still runs there."""
+    plan = plan_yaml(tmp_path, """
+        cluster:
+          num_nodes: 3
+          component_placement:
+            env: {node_group: franka, placement: 0-1}
+            actor: {node_group: gpu, placement: 0-3}
+            probe: {node_group: node, placement: 0-2}
+          node_groups:
+            - label: franka
+              node_ranks: 0-1
+              hardware:
+                type: Franka
+                configs:
+                  - {node_rank: 1, robot_ip: 10.0.0.11, disable_validate: true}
+                  - {node_rank: 1, robot_ip: 10.0.0.12, disable_validate: true}
+            - {label: gpu, node_ranks: 2}
+        slurm:
+          node_groups:
+            franka: {partition: a800, gpus_per_node: 0}
+            gpu: {partition: rtx4090, gpus_per_node: 4, gpu_type: rtx4090}
+        """, name="rlinf-uneven-robots.yaml")
+    assert plan.cluster.node_groups[0].hardware.per_node == (0, 2)  # type: ignore[union-attr]
+    assert lower(plan).components[0].gres is None
+    done, status, reports = run_plan(plan, tmp_path)
+    assert status.state == "COMPLETED", submit.format_status(status)
+    check_reports(plan, done.run_dir, reports, slurm_cluster.mode)
+    hosts = submit.read_hosts(done.run_dir)
+    got = {(r["env"]["HPCPLACE_COMPONENT"], int(r["env"]["HPCPLACE_RANK"])): r
+           for r in (json.loads(p.read_text()) for p in reports.glob("*.json"))}
+    robot_host = hosts[(0, 1)]
+    assert robot_host.startswith("a800-") and robot_host != hosts[(0, 0)]
+    for rank in (0, 1):
+        env = got[("env", rank)]
+        assert env["host"] == robot_host and env["env"]["LOCAL_HARDWARE_RANKS"] == str(rank)
+        assert env["env"]["NODE_GROUP_LABEL"] == "franka"
+    assert got[("probe", 0)]["host"] == hosts[(0, 0)]  # the robot-less node is allocated and runs its task

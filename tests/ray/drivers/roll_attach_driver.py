@@ -10,6 +10,10 @@ no head; `init()` then calls `ray.init(address=None, namespace=..., ignore_reini
 which Ray resolves to $RAY_ADDRESS. This driver records the environment ROLL reads (RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT), the result of `ray status`, the cluster `ray.init` joined,
 and whether any second GCS was started. Report: $HPCPLACE_RUN_DIR/roll-report.json.
+
+With HPCPLACE_ROLL_SRC set to a ROLL checkout (e.g. a clone of alibaba/ROLL; CI has none), it also
+imports ROLL's own `roll.distributed.scheduler.initialize` from there and runs its
+`is_ray_cluster_running()`, `start_ray_cluster()` and `init()` unchanged.
 """
 
 from __future__ import annotations
@@ -32,6 +36,15 @@ def main() -> int:
     report["ray_status_rc"] = status.returncode
     report["ray_status_s"] = round(time.monotonic() - t0, 3)
     report["cluster_running"] = status.returncode == 0  # ROLL: is_ray_cluster_running()
+    roll_src = os.environ.get("HPCPLACE_ROLL_SRC")
+    if roll_src:  # a ROLL checkout (not installable from PyPI): run ROLL's own start-up, unchanged
+        sys.path.insert(0, roll_src)
+        from roll.distributed.scheduler import initialize
+
+        report["roll_is_ray_cluster_running"] = initialize.is_ray_cluster_running()
+        report["roll_started_head"] = initialize.start_ray_cluster()  # False: "Ray cluster already initialized"
+        initialize.init()  # ray.init(address=None, namespace=ROLL's, ...) -> RAY_ADDRESS
+        report["roll_init_returned"] = True
     import ray
 
     ray.init(address=None, namespace="roll", ignore_reinit_error=True, log_to_driver=False)

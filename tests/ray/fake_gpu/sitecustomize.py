@@ -33,18 +33,20 @@ _COUNT = _planned_count()
 _MODEL = os.environ.get("FAKE_NVML_GPU_MODEL", "NVIDIA A800-SXM4-80GB")
 
 
-def _patch(mod) -> None:
+def patch_nvml(mod, count=lambda: _COUNT, model=lambda: _MODEL) -> None:
+    """Make the NVML binding `mod` report `count()` devices named `model()` (asked at each call, so
+    tests/rlinf_offline.py can play several nodes in one process)."""
     error = mod.NVMLError
 
     def nvml_init(*_a, **_k):
-        if _COUNT <= 0:
+        if count() <= 0:
             raise error(getattr(mod, "NVML_ERROR_LIBRARY_NOT_FOUND", 12))
 
     def device_count():
-        return _COUNT
+        return count()
 
     def handle_by_index(index):
-        if not 0 <= int(index) < _COUNT:
+        if not 0 <= int(index) < count():
             raise error(getattr(mod, "NVML_ERROR_INVALID_ARGUMENT", 2))
         return ("hpcplace-fake-gpu", int(index))
 
@@ -53,8 +55,8 @@ def _patch(mod) -> None:
     mod.nvmlShutdown = lambda: None
     mod.nvmlDeviceGetCount = device_count
     mod.nvmlDeviceGetHandleByIndex = handle_by_index
-    mod.nvmlDeviceGetName = lambda _handle: _MODEL
-    mod.HPCPLACE_FAKE = {"count": _COUNT, "model": _MODEL}
+    mod.nvmlDeviceGetName = lambda _handle: model()
+    mod.HPCPLACE_FAKE = {"count": count(), "model": model()}
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -74,11 +76,11 @@ class _Finder(importlib.abc.MetaPathFinder):
 
         def exec_and_patch(module):
             exec_module(module)
-            _patch(module)
+            patch_nvml(module)
 
         spec.loader.exec_module = exec_and_patch
         return spec
 
 
-if os.environ.get("FAKE_NVML", "1") != "0":
+if __name__ == "sitecustomize" and os.environ.get("FAKE_NVML", "1") != "0":
     sys.meta_path.insert(0, _Finder())
