@@ -287,16 +287,21 @@ def test_hostile_driver_argv_never_reaches_a_shell(slurm_cluster: LiveCluster, t
 
 def test_time_limit_warning_reaches_the_driver_and_not_the_ray_nodes(slurm_cluster: LiveCluster,
                                                                       tmp_path: Path) -> None:
-    """1-minute limit, `signal_before_limit: TERM@40`: Slurm's warning goes to the batch script only
+    """1-minute limit, `signal_before_limit: TERM@30`: Slurm's warning goes to the batch script only
     (B:USR2), which sends SIGTERM to the driver step alone. After it the driver still runs a task on
     every node (no raylet was touched); at the limit the job ends TIMEOUT and nothing of it is left
     on any node."""
     out = tmp_path / "probe.json"
-    config = CONFIG + 'slurm: {time: "1", signal_before_limit: "TERM@40"}\n'
-    plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out), "warn", "100"], config=config)
+    config = CONFIG + 'slurm: {time: "1", signal_before_limit: "TERM@30"}\n'
+    # Slurm sends the warning on its own schedule (here 9 s early to 30 s late): a warning that comes
+    # while the driver is still starting must wait for its handler, so SIGTERM is blocked from before
+    # the probe's exec (the mask survives exec) until the probe has its handler (after ray.init).
+    block = ("import os, signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}); "
+             "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+    plan = ray_plan(tmp_path, [sys.executable, "-c", block, str(PROBE), str(out), "warn", "100"], config=config)
     done = submit.submit(plan, tmp_path / "run")
     script = (tmp_path / "run" / "job.sbatch").read_text()
-    assert script.count("#SBATCH --signal=") == 1 and "#SBATCH --signal=B:USR2@40" in script
+    assert script.count("#SBATCH --signal=") == 1 and "#SBATCH --signal=B:USR2@30" in script
     status = wait_done(done.job_id, 200)
     batch = "".join(p.read_text() for p in (tmp_path / "run" / "logs").glob("batch-*.out"))
     assert status.state == "TIMEOUT", submit.format_status(status) + batch
