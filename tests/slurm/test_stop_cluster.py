@@ -128,6 +128,7 @@ def test_time_limit_warning_reaches_every_task(slurm_cluster: LiveCluster, tmp_p
     start = min(e["start"]["time"] for e in got.values())
     for key, e in sorted(got.items()):
         assert "USR1" in e, (key, e)
+        assert e["after_warning"]["shm_exists"], (key, "the guard removed the node-local dir at the warning")
         assert e["USR1"]["time"] - start < 60, (key, e["USR1"]["time"] - start)  # before the limit
         assert "TERM" in e and "saved" in e, (key, e)  # and the limit's own SIGTERM reached it
     assert "received SIGTERM (scancel, time limit, preemption or requeue)" in log

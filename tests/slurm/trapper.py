@@ -5,8 +5,8 @@ what it got, when, in which attempt.
     python3 trapper.py OUT_DIR TOTAL [FAIL_COMPONENT:FAIL_RANK]
 
 Writes OUT_DIR/<attempt>.<component>.<rank>.<event> files: `start` (pid, time, whether the
-node-local directory was empty), `USR1`, `TERM` (time), `saved` (the handler finished its
-"checkpoint"). The failing rank exits 7 once all TOTAL tasks have started. In attempt 1 and later
+node-local directory was empty), `USR1`, `after_warning` (3 s after USR1: is the node-local
+directory still there), `TERM` (time), `saved` (the handler finished its "checkpoint"). The failing rank exits 7 once all TOTAL tasks have started. In attempt 1 and later
 (a requeued job) every task exits 0 at once, after recording its start.
 """
 
@@ -39,8 +39,16 @@ def on_term(signum: int, _frame: object) -> None:
     sys.exit(0)
 
 
+warned: list[float] = []
+
+
+def on_warning(_signum: int, _frame: object) -> None:
+    record("USR1")
+    warned.append(time.time())
+
+
 signal.signal(signal.SIGTERM, on_term)
-signal.signal(signal.SIGUSR1, lambda _s, _f: record("USR1"))
+signal.signal(signal.SIGUSR1, on_warning)
 shm = os.environ.get("HPCPLACE_SHM_DIR", "")
 leftover = sorted(os.listdir(shm)) if shm and os.path.isdir(shm) else None
 if shm and os.path.isdir(shm):
@@ -56,3 +64,6 @@ if fail == f"{component}:{rank}":
     sys.exit(7)
 while True:
     time.sleep(0.2)
+    if warned and time.time() > warned[0] + 3 and not stem.with_name(f"{stem.name}.after_warning").exists():
+        # the warning is not the end: the node-local directory must still be there for the rest of the run
+        record("after_warning", shm_exists=bool(shm) and os.path.isdir(shm))
