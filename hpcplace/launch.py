@@ -13,12 +13,11 @@ and the driver runs once on the head. The frameworks never read this block.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from hpcplace.errors import SpecError
-from hpcplace.yaml_source import View
+from hpcplace.yaml_source import View, yaml_words
 
 MODES = ("steps", "ray")
 KEYS = frozenset({"mode", "driver", "env", "join_timeout"})
@@ -112,22 +111,9 @@ def parse_launch(view: View | None) -> LaunchSpec:
 
 
 def _driver(view: View) -> tuple[str, ...]:
-    if isinstance(view.value, list):
-        argv = []
-        for item in view.elements():
-            if not isinstance(item.value, (str, int, float)) or isinstance(item.value, bool):
-                raise item.error("driver arguments must be strings")
-            argv.append(str(item.value))
-    elif isinstance(view.value, str):
-        try:
-            argv = shlex.split(view.value)
-        except ValueError as exc:
-            raise view.error(f"cannot split the driver {view.value!r}: {exc}",
-                             hint="give the driver as a YAML list") from None
-    else:
-        raise view.error("driver must be a list of arguments or a string")
+    words = yaml_words(view, "driver")
     try:
-        return check_driver(argv)
+        return check_driver(words)
     except SpecError as exc:
         raise view.error(exc.message, hint=exc.hint) from None
 

@@ -13,12 +13,11 @@ from pathlib import Path
 from hpcplace import limits
 from hpcplace.cluster import Cluster
 from hpcplace.errors import PlanError, SpecError
-from hpcplace.formats.rlinf import MULTI_AGENT
 from hpcplace.placement import Placement, ResourceSpace, place, resource_space
 from hpcplace.plan import CollocationGroup, ComponentPlan, Plan, WeightSync
 from hpcplace.process_table import Processes, node_processes
 from hpcplace.rank_syntax import RankMapPart, RankSyntaxError, SpreadLists, compress_ranks, parse_rank_map
-from hpcplace.spec import ExperimentSpec, PlacementEntry
+from hpcplace.spec import MULTI_AGENT, ExperimentSpec, PlacementEntry
 
 
 @dataclass(frozen=True)

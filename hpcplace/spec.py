@@ -24,7 +24,7 @@ from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.launch import STEPS, LaunchSpec
 from hpcplace.plan import SpanningWorkers
 from hpcplace.safe_words import argv_problem, check_sbatch_text
-from hpcplace.yaml_source import View, YamlDocument
+from hpcplace.yaml_source import View, YamlDocument, yaml_words
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,12 @@ class ComponentSpec:
     cpus_per_process: int = 1
     mem_per_process_mb: int | None = None
     location: SourceLocation | None = field(default=None, compare=False)
+
+
+# RLinf's ComponentPlacement classes (ExperimentSpec.placement_class): each has its own rules
+MODEL_PARALLEL, MULTI_AGENT, EVAL, HYBRID = ("ModelParallelComponentPlacement",
+                                             "MultiAgentModelParallelComponentPlacement",
+                                             "ModelParallelEvalComponentPlacement", "HybridComponentPlacement")
 
 
 @dataclass(frozen=True)
@@ -119,21 +125,11 @@ def parse_memory_mb(view: View) -> int:
 
 
 def parse_command(view: View) -> tuple[str, ...]:
-    """A list (argv, preferred) or a string split like a shell would (no expansion)."""
-    if isinstance(view.value, list):
-        argv = []
-        for item in view.elements():
-            if not isinstance(item.value, (str, int, float)) or isinstance(item.value, bool):
-                raise item.error("command arguments must be strings")
-            argv.append(str(item.value))
-        if not argv:
-            raise view.error("command is empty")
-        return _checked_argv(view, tuple(argv))
-    text = view.str()
-    try:
-        return _checked_argv(view, tuple(shlex.split(text)))
-    except ValueError as exc:
-        raise view.error(f"cannot split command {text!r}: {exc}", hint="give the command as a YAML list") from None
+    """A component's command (see `yaml_words`), checked as an argv."""
+    argv = yaml_words(view, "command")
+    if not argv and isinstance(view.value, list):
+        raise view.error("command is empty")
+    return _checked_argv(view, tuple(argv))
 
 
 def _checked_argv(view: View, argv: tuple[str, ...]) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ Errors about configuration must point at file:line:col, so parsers read the docu
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -387,3 +388,19 @@ def _describe(value: Any) -> str:
     if isinstance(value, dict):
         return "a mapping"
     return type(value).__name__
+
+
+def yaml_words(view: View, what: str) -> list[str]:
+    """A YAML argv: a list of words (preferred) or a string split like a shell would (no expansion)."""
+    if isinstance(view.value, list):
+        words = []
+        for item in view.elements():
+            if not isinstance(item.value, (str, int, float)) or isinstance(item.value, bool):
+                raise item.error(f"{what} arguments must be strings")
+            words.append(str(item.value))
+        return words
+    text = view.str()
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise view.error(f"cannot split {what} {text!r}: {exc}", hint=f"give the {what} as a YAML list") from None

@@ -10,7 +10,8 @@ from hpcplace.cluster import Hardware, NodeGroup
 from hpcplace.errors import SpecError
 from hpcplace.formats.common import hpcplace_block, slurm_facts, slurm_job_options
 from hpcplace.rank_syntax import RankSyntaxError, parse_range
-from hpcplace.spec import ComponentSpec, ExperimentSpec, build_cluster, check_name, placement_entries
+from hpcplace.spec import (EVAL, HYBRID, MODEL_PARALLEL, MULTI_AGENT, ComponentSpec, ExperimentSpec, build_cluster,
+                           check_name, placement_entries)
 from hpcplace.yaml_source import View, YamlDocument
 
 
@@ -206,11 +207,6 @@ def parse_rlinf(doc: YamlDocument) -> ExperimentSpec:
                 packed[n] = (rtp, stride)
     return ExperimentSpec(name, cluster, placements, components, doc.path, "rlinf", slurm_job_options(slurm_view),
                           model_parallel, notes=tuple(notes), packed=packed, placement_class=placement_class)
-
-
-MODEL_PARALLEL, MULTI_AGENT, EVAL, HYBRID = ("ModelParallelComponentPlacement",
-                                             "MultiAgentModelParallelComponentPlacement",
-                                             "ModelParallelEvalComponentPlacement", "HybridComponentPlacement")
 
 
 def _placement_class(placed: set[str], components: dict[str, ComponentSpec], notes: list[str]) -> str:
