@@ -203,13 +203,18 @@ def test_driver_exit_code_is_the_jobs(slurm_cluster: LiveCluster, tmp_path: Path
     assert_clean(done.job_id)
 
 
+def wait_for_file(path: Path, timeout: float = 120) -> None:
+    """Until the driver has written `path` (it runs once every node joined), at most `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def test_killed_raylet_fails_the_job_naming_the_node(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
     out = tmp_path / "probe.json"
     plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out), "hold", "120"])
     done = submit.submit(plan, tmp_path / "run")
-    deadline = time.monotonic() + 120
-    while not out.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for_file(out)
     assert out.exists(), "the driver never ran"
     hosts = submit.read_hosts(tmp_path / "run")
     victim = hosts[(1, 0)]  # rtx, cluster node rank 2
@@ -236,9 +241,7 @@ def test_cancel_stops_every_raylet(slurm_cluster: LiveCluster, tmp_path: Path) -
     out = tmp_path / "probe.json"
     plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out), "hold", "300"])
     done = submit.submit(plan, tmp_path / "run")
-    deadline = time.monotonic() + 120
-    while not out.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for_file(out)
     assert out.exists() and len(ray_processes(done.job_id)) >= 4
     submit.cancel(done.job_id)
     status = wait_done(done.job_id, 60)
