@@ -25,7 +25,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "hydra"
 FLAT = """
 cluster:
   num_nodes: 2
-  component_placement: {actor: 0-7, rollout: 8-13, inference: 14-15}
+  component_placement: {actor: 0-7, rollout: 8-13, inference: 14-15, reward: 8-13}
 slurm: {partition: a800, gpus_per_node: 8}
 actor: {model: {tensor_model_parallel_size: 2, pipeline_model_parallel_size: 1}}
 rollout: {tensor_parallel_size: 2}
