@@ -158,7 +158,7 @@ def main() -> int:
 
 
 def _in_process(plan: Path, task: dict[str, str]) -> float:
-    options = Options(plan=str(plan), component="actor", command=("true",), print_env=False, verify=False,
+    options = Options(plan=str(plan), component="actor", command=("true",), chdir=None, print_env=False, verify=False,
                       verbose=False)
     samples = []
     for _ in range(200):
