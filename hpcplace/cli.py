@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Commands that take `--driver -- CMD...` (the ray launch mode's driver; see hpcplace.launch).
-DRIVER_COMMANDS = ("submit", "render", "run")
+DRIVER_COMMANDS = ("submit", "render", "run", "validate")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

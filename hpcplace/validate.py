@@ -148,9 +148,10 @@ def check(plan: Plan, facts: ClusterFacts, job: SlurmJob | None = None) -> Repor
     problems: list[str] = []
     warnings: list[str] = []
     checked: list[str] = []
-    for comp in plan.components:
-        if not comp.command:
-            problems.append(f"component {comp.name!r} has no command to run")
+    if not plan.launch.is_ray:  # the Ray mode runs the driver; components need no command of their own
+        for comp in plan.components:
+            if not comp.command:
+                problems.append(f"component {comp.name!r} has no command to run")
     needs = _node_needs(job)
     time_limit = time_minutes(plan.slurm.get("time"))
     for hc, group in zip(job.components, plan.cluster.node_groups):

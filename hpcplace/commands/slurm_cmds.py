@@ -49,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     p = subparsers.add_parser("validate", help="check the job against the live cluster (sinfo/scontrol)")
     add_config_arguments(p)
+    add_driver_argument(p)
     p.set_defaults(func=run_validate)
 
     p = subparsers.add_parser("status", help="state of each het component (and step) of a run or job")

@@ -392,3 +392,18 @@ def test_time_minutes() -> None:
     assert validate.time_minutes("1:30:00") == 90
     assert validate.time_minutes("2-00:00:00") == 2880
     assert validate.time_minutes("UNLIMITED") is None
+
+
+def test_cli_validate_accepts_a_ray_mode_framework_config(lab_facts: validate.ClusterFacts,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """An unchanged RLinf config with `--driver` has components without commands of their own: the Ray
+    mode's driver starts them, so `hpcplace validate` (and the check `submit` runs first) accepts it."""
+    from hpcplace.cli import main
+
+    monkeypatch.setattr(validate, "read_cluster_facts", lambda: lab_facts)
+    config = str(Path(__file__).parents[1] / "fixtures" / "rlinf-ray-hetero.yaml")
+    assert main(["validate", config, "--driver", "--", "python", "main.py"]) == 0
+    assert "the cluster can run this job" in capsys.readouterr().out
+    assert main(["validate", config]) == 3  # without a driver the steps mode has nothing to run
+    assert "component 'actor' has no command to run" in capsys.readouterr().err
