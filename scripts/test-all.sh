@@ -12,6 +12,7 @@ venv="${HPCPLACE_VENV:-$root_dir/.venv}"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
+venv="$(cd "$venv" && pwd)"  # absolute: the test cluster shares it with its nodes
 # torch is pinned to the local CPU build (never a CUDA download).
 "$venv/bin/pip" install --quiet --disable-pip-version-check -e ".[test,torch,ray,frameworks]"
 # The RL frameworks the Ray launch-mode tests run (their wheels pin GPU stacks: --no-deps; what their
@@ -31,6 +32,10 @@ fi
 
 export PATH="$venv/bin:$PATH"
 export HPCPLACE_REQUIRE_SLURM="${CI:-false}"
+# The test cluster's nodes keep /tmp private (as real nodes do) but must see this checkout and the
+# venv wherever they are, /tmp included (as a real site shares /home): tests/slurm/conftest.py boots
+# the cluster with these (and itself adds the checkout and the running venv).
+export HPCPLACE_SLURM_SHARED="$root_dir:$venv${HPCPLACE_SLURM_SHARED:+:$HPCPLACE_SLURM_SHARED}"
 status=0
 # A test stuck for 5 minutes prints every thread's stack (then goes on), so a hang is diagnosable.
 python -m pytest -q -o faulthandler_timeout=300 "$@" || status=$?

@@ -7,7 +7,9 @@
 # MariaDB, slurmdbd, slurmctld and one slurmd per node, each node in its own network + UTS + mount
 # namespace (own hostname and IP on the private bridge hpcpbr0; own tmpfs on /dev/shm and /tmp, so
 # node-local means node-local as on a real cluster). Ends with a real `srun` per partition.
-# Writes $HPCPLACE_SLURM_DIR/env.sh (exports SLURM_CONF) and $HPCPLACE_SLURM_DIR/mode.
+# Writes $HPCPLACE_SLURM_DIR/env.sh (exports SLURM_CONF), $HPCPLACE_SLURM_DIR/mode and
+# $HPCPLACE_SLURM_DIR/shared (the paths every node sees as the host does, one a line).
+# HPCPLACE_SLURM_SHARED=DIR[:DIR...]: more shared paths (a checkout and its venv under /tmp).
 # Exit codes: 0 up, 77 not root (tests skip with that reason), 2 usage, other: boot failed.
 set -euo pipefail
 
@@ -51,6 +53,35 @@ for tool in slurmctld slurmd slurmdbd srun sbatch sacct munged mariadbd mariadb-
         exit 1
     fi
 done
+
+# The shared paths (see node_boot below): the state dir and $HPCPLACE_SLURM_SHARED (colon-separated
+# directories), resolved, sorted, without any that lies inside another (its parent's bind carries it).
+# Checked before anything starts: a path the nodes could not see is an error now, not a job failing
+# later with "execve(): No such file or directory".
+shared_error() {
+    echo "HPCPLACE_SLURM_SHARED: $*" >&2
+    exit 2
+}
+shared_candidates=("$HPCP_DIR")
+IFS=: read -r -a shared_raw <<<"${HPCPLACE_SLURM_SHARED:-}"
+for path in "${shared_raw[@]}"; do
+    [[ -n "$path" ]] || continue
+    [[ "$path" == /* ]] || shared_error "$path is not an absolute path"
+    [[ -d "$path" ]] || shared_error "$path is not a directory"
+    path="$(realpath -e "$path")"
+    case "$path/" in
+        /tmp/) shared_error "/tmp itself cannot be shared (each node's /tmp is its own)" ;;
+        /dev/shm/*) shared_error "$path is under /dev/shm, which each node has its own of" ;;
+    esac
+    shared_candidates+=("$path")
+done
+shared=()
+while IFS= read -r path; do
+    for kept in "${shared[@]}"; do
+        [[ "$path/" != "$kept/"* ]] || continue 2
+    done
+    shared+=("$path")
+done < <(printf '%s\n' "${shared_candidates[@]}" | LC_ALL=C sort -u)
 
 start="$(hpcp_now)"
 DIR="$HPCP_DIR"
@@ -124,7 +155,7 @@ phase "teardown done"
 for sub in etc spool log run dev mysql mnt; do
     rm -rf "${DIR:?}/$sub"
 done
-rm -f "$DIR/env.sh" "$DIR/mode" "$DIR/up"
+rm -f "$DIR/env.sh" "$DIR/mode" "$DIR/up" "$DIR/shared"
 mkdir -p "$etc" "$run" "$logs" "$DIR/spool/ctld" "$DIR/dev" "$DIR/mysql"
 chmod 0755 "$DIR" "$DIR/spool"
 for node in "${HPCP_NODES[@]}"; do
@@ -322,31 +353,35 @@ phase "config written"
 # slurmd's need neither the database nor slurmctld to start: they register once slurmctld pings them.
 # Each node also gets its own mount namespace with a private tmpfs on /dev/shm and on /tmp, as on
 # a real cluster where both are node-local (slurmstepd and every task inherit slurmd's namespace).
-# The state dir is the "shared filesystem": when it lies under /tmp it is bound back into the node's
-# /tmp (staged at $DIR/mnt/<node>, then the new /tmp with it moved into place).
+# The shared paths (the state dir and $HPCPLACE_SLURM_SHARED: a checkout and its venv, as a real site
+# shares /home) stay visible on every node: each one under /tmp is bound into the node's new /tmp
+# (a tmpfs staged at $DIR/mnt/<node>, filled, then moved onto /tmp).
 # shellcheck disable=SC2016  # $1, $2... are expanded by the inner bash
 node_boot='
 set -e
-node=$1 dir=$2 stage=$2/mnt/$1 shm_size=$3 tmp_size=$4
+node=$1 stage=$2/mnt/$1 shm_size=$3 tmp_size=$4
+shift 4
 hostname "$node"
 mount -t tmpfs -o "size=$shm_size,mode=1777,nosuid,nodev" "hpcp-shm-$node" /dev/shm
-case "$dir/" in
-    /tmp/*)
-        mount -t tmpfs -o "size=$tmp_size,mode=1777,nosuid,nodev" "hpcp-tmp-$node" "$stage"
-        mkdir -p "$stage${dir#/tmp}"
-        mount --bind "$dir" "$stage${dir#/tmp}"
-        mount --move "$stage" /tmp
-        ;;
-    *) mount -t tmpfs -o "size=$tmp_size,mode=1777,nosuid,nodev" "hpcp-tmp-$node" /tmp ;;
-esac
+mount -t tmpfs -o "size=$tmp_size,mode=1777,nosuid,nodev" "hpcp-tmp-$node" "$stage"
+for path in "$@"; do
+    case "$path/" in
+        /tmp/*)
+            mkdir -p "$stage${path#/tmp}"
+            mount --bind "$path" "$stage${path#/tmp}"
+            ;;
+    esac
+done
+mount --move "$stage" /tmp
 exec slurmd -N "$node"
 '
+printf '%s\n' "${shared[@]}" >"$DIR/shared"
 for node in "${HPCP_NODES[@]}"; do
     ns="$(hpcp_netns "$node")"
     mkdir -p "$DIR/mnt/$node"
     # NOT `ip netns exec`: it remounts /sys and hides the cgroup hierarchy from slurmd.
     nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private \
-        bash -c "$node_boot" bash "$node" "$DIR" "$HPCP_NODE_SHM_SIZE" "$HPCP_NODE_TMP_SIZE" \
+        bash -c "$node_boot" bash "$node" "$DIR" "$HPCP_NODE_SHM_SIZE" "$HPCP_NODE_TMP_SIZE" "${shared[@]}" \
         </dev/null >"$logs/slurmd-$node.out" 2>&1 ||
         fail "slurmd $node did not start"
 done

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import subprocess
+import sys
 import textwrap
 import time
 from dataclasses import dataclass
@@ -130,9 +131,28 @@ def _status() -> str | None:
     return "unknown"
 
 
+def shared_paths() -> list[str]:
+    """What every node must see as this process does (a real site shares /home): this checkout, the
+    venv the tests run in, and $HPCPLACE_SLURM_SHARED (scripts/test-all.sh puts its venv there)."""
+    extra = [p for p in os.environ.get("HPCPLACE_SLURM_SHARED", "").split(":") if p]
+    return sorted({os.path.realpath(p) for p in [str(REPO), sys.prefix, *extra]})
+
+
+def _unshared(wanted: list[str]) -> list[str]:
+    """The wanted paths the running cluster's nodes cannot see: those under /tmp (each node has its
+    own) that no path up.sh bound into the nodes (its $DIR/shared) holds."""
+    try:
+        bound = (CLUSTER_DIR / "shared").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        bound = []
+    return [w for w in wanted if (w + "/").startswith("/tmp/")
+            and not any((w + "/").startswith(b.rstrip("/") + "/") for b in bound)]
+
+
 def _boot(mode: str) -> None:
+    env = {**os.environ, "HPCPLACE_SLURM_SHARED": ":".join(shared_paths())}
     res = subprocess.run([str(CLUSTER_SCRIPTS / "up.sh"), "--constrain-devices", mode], capture_output=True,
-                         text=True, check=False, timeout=300)
+                         text=True, check=False, timeout=300, env=env)
     if res.returncode == 77:
         _unavailable(f"the Slurm test cluster needs root: {res.stderr.strip()}")
     if res.returncode != 0:
@@ -166,7 +186,7 @@ def ensure_cluster(mode: str) -> LiveCluster:
             _unavailable(f"cannot install Slurm: {install.stderr.strip()[-500:]}")
     _hold_cluster_lock()
     owner = CLUSTER_OWNER.read_text() if CLUSTER_OWNER.exists() else ""
-    if _status() != mode or owner != str(REPO):
+    if _status() != mode or owner != str(REPO) or _unshared(shared_paths()):
         _boot(mode)
         CLUSTER_OWNER.write_text(str(REPO))
     env = dict(os.environ)
