@@ -11,7 +11,8 @@ Ctrl-C sends SIGKILL at once. The exit code is the first failing process's (128+
 130 for Ctrl-C). Whatever kills the backend, even SIGKILL, its processes die with it: each child
 gets SIGTERM from the kernel (PR_SET_PDEATHSIG), and a watchdog process outside the terminal's
 process group, holding the read end of a pipe from the backend, sees the pipe close and sends
-SIGTERM, then SIGKILL after the grace, to every process group (the children's children too).
+SIGTERM, then SIGKILL after the grace, to every process group (the children's children too), and
+then removes the run's /dev/shm/hpcplace-<run> directory, as the backend does on every other stop.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from hpcplace.runtime.devices import parse_device_list, query_nvml
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.plan_index import write_index
 from hpcplace.runtime.ranks import compute_process_env, environment_changes, merge_environment, plan_environment
+from hpcplace.runtime import shm_dir as shm_dir_module
 from hpcplace.runtime.shm_dir import ShmDirError, make_node_dir, remove_job_dir
 from hpcplace.runtime.slurm_env import node_name_at, synthetic_snapshot
 
@@ -46,9 +48,12 @@ _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") el
 
 # The watchdog (stdlib only, run with `python -c`): reads process-group ids, one a line, until its
 # stdin closes. `done` = the backend stopped everything itself; end of file without it = the
-# backend died: SIGTERM every group, SIGKILL after the grace (argv[1] seconds).
+# backend died: SIGTERM every group, SIGKILL after the grace (argv[1] seconds). Either way it then
+# removes the run's /dev/shm job directory (argv[2], may be empty) with remove_job_dir of the
+# stdlib-only module at argv[3] (runtime/shm_dir.py, loaded by path: no package import needed), so
+# even a kill -9 of the backend leaves no shared memory (a real run's weights) behind.
 _WATCHDOG = """
-import os, signal, sys, time
+import importlib.util, os, signal, sys, time
 groups, done = set(), False
 for line in sys.stdin:
     line = line.strip()
@@ -56,16 +61,16 @@ for line in sys.stdin:
         done = True
     elif line.isdigit():
         groups.add(int(line))
+def send(sig):
+    alive = False
+    for g in groups:
+        try:
+            os.killpg(g, sig)
+            alive = True
+        except (ProcessLookupError, PermissionError):
+            pass
+    return alive
 if not done and groups:
-    def send(sig):
-        alive = False
-        for g in groups:
-            try:
-                os.killpg(g, sig)
-                alive = True
-            except (ProcessLookupError, PermissionError):
-                pass
-        return alive
     print("hpcplace: the local backend died; stopping its processes", file=sys.stderr, flush=True)
     deadline = time.monotonic() + float(sys.argv[1])
     alive = send(signal.SIGTERM)
@@ -74,6 +79,17 @@ if not done and groups:
         alive = send(0)
     if alive:
         send(signal.SIGKILL)
+        deadline = time.monotonic() + 2.0
+        while send(0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+if sys.argv[2]:
+    spec = importlib.util.spec_from_file_location("hpcplace_watchdog_shm_dir", sys.argv[3])
+    shm_dir = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shm_dir)
+    try:
+        shm_dir.remove_job_dir(sys.argv[2])
+    except Exception as exc:
+        print(f"hpcplace: could not remove {sys.argv[2]}: {exc}", file=sys.stderr, flush=True)
 """
 
 
@@ -201,7 +217,7 @@ def run_plan_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = Non
         raise LocalRunError(exc.message, hint=exc.hint) from None
     try:
         print(f"hpcplace: running {len(processes)} process(es) locally; run dir {directory}", file=sys.stderr)
-        return supervise(processes, grace_s=grace_s)
+        return supervise(processes, grace_s=grace_s, shm_job_dir=job_dir)
     finally:
         if job_dir is not None:
             try:
@@ -243,10 +259,10 @@ def _exit_code(returncode: int) -> int:
 class _Supervisor:
     """Start processes in their own process groups, relay output, stop all of them together."""
 
-    def __init__(self, grace_s: float, out: BinaryIO, err: BinaryIO) -> None:
+    def __init__(self, grace_s: float, out: BinaryIO, err: BinaryIO, shm_job_dir: str | None = None) -> None:
         self.grace_s = grace_s
         self.parent = os.getpid()
-        self.watchdog = _start_watchdog(grace_s)
+        self.watchdog = _start_watchdog(grace_s, shm_job_dir)
         self.out = out
         self.err = err
         self.selector = selectors.DefaultSelector()
@@ -381,23 +397,25 @@ class _Supervisor:
             self.watchdog.wait()
 
 
-def _start_watchdog(grace_s: float) -> subprocess.Popen[bytes] | None:
-    """The process that stops the children when the backend is killed (see the module doc): its
-    own session, so a terminal's Ctrl-C or a kill of the backend's process group spares it."""
+def _start_watchdog(grace_s: float, shm_job_dir: str | None) -> subprocess.Popen[bytes] | None:
+    """The process that stops the children and removes the run's /dev/shm directory when the backend
+    is killed (see the module doc): its own session, so a terminal's Ctrl-C or a kill of the
+    backend's process group spares it."""
+    argv = [sys.executable, "-c", _WATCHDOG, str(grace_s), shm_job_dir or "", str(shm_dir_module.__file__)]
     try:
-        return subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(grace_s)], stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         return None
 
 
-def supervise(processes: Sequence[LocalProcess], *, grace_s: float = DEFAULT_GRACE_S,
+def supervise(processes: Sequence[LocalProcess], *, grace_s: float = DEFAULT_GRACE_S, shm_job_dir: str | None = None,
               stdout: BinaryIO | None = None, stderr: BinaryIO | None = None) -> int:
-    """Run all processes to completion; the first failure or SIGINT/SIGTERM stops the rest."""
+    """Run all processes to completion; the first failure or SIGINT/SIGTERM stops the rest. The
+    watchdog removes `shm_job_dir` once they are stopped, even when the backend itself is killed."""
     requested: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, _frame: requested.append(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
-    supervisor = _Supervisor(grace_s, stdout or sys.stdout.buffer, stderr or sys.stderr.buffer)
+    supervisor = _Supervisor(grace_s, stdout or sys.stdout.buffer, stderr or sys.stderr.buffer, shm_job_dir)
     try:
         return supervisor.run(processes, requested)
     finally:

@@ -59,12 +59,33 @@ def hpcplace(*args: str) -> list[str]:
     return [sys.executable, "-m", "hpcplace.cli", *args]
 
 
+def shm_left(backend_pid: int) -> list[Path]:
+    """The /dev/shm/hpcplace-<name>-local-<stamp>-<pid> directories of the backend with this pid."""
+    return sorted(Path("/dev/shm").glob(f"hpcplace-*-local-*-{backend_pid}"))
+
+
+def wait_shm_gone(backend_pid: int, timeout: float = 15) -> list[Path]:
+    deadline = time.monotonic() + timeout
+    while shm_left(backend_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return shm_left(backend_pid)
+
+
 def run_local(tmp_path: Path, config: str, *args: str, env: dict[str, str] | None = None,
               timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`hpcplace run CONFIG --local ARGS`; however it ended, its /dev/shm directory is gone."""
     path = tmp_path / "config.yaml"
     path.write_text(config)
-    return subprocess.run(hpcplace("run", str(path), "--local", *args), env={**base_env(), **(env or {})},
-                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    argv = hpcplace("run", str(path), "--local", *args)
+    with subprocess.Popen(argv, env={**base_env(), **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, cwd=tmp_path) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert not shm_left(proc.pid), f"the run's /dev/shm directory was left behind: {shm_left(proc.pid)}"
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def by_label(stdout: str) -> dict[str, list[str]]:
@@ -187,7 +208,7 @@ def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
     assert proc.returncode == 130
     assert "SIGINT: stopping every process" in (proc.stderr.read() if proc.stderr else "")
     assert not any(alive(pid) for pid in pids)
-    assert not list(Path("/dev/shm").glob(f"hpcplace-failing-local-*-{proc.pid}"))
+    assert not shm_left(proc.pid)
 
 
 # A component whose process also starts a grandchild (a shell's background job in its own process
@@ -239,12 +260,14 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
 def test_sigkill_of_the_backend_leaves_no_process(tmp_path: Path) -> None:
     """kill -9 of `hpcplace run --local`: every child and grandchild is gone (checked by pid)."""
     proc, pids = start_family(tmp_path, family_config(), "--grace", "1")
+    assert shm_left(proc.pid)  # the run's /dev/shm directory (a real run's weights live there)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     left = wait_gone(pids, 15)
     for pid in left:  # never leave them behind, even when the test fails
         os.kill(pid, signal.SIGKILL)
     assert not left, f"processes {left} outlived the backend"
+    assert not wait_shm_gone(proc.pid), "kill -9 of the backend left its /dev/shm directory behind"
 
 
 def test_sigkill_of_the_backend_kills_children_that_ignore_sigterm(tmp_path: Path) -> None:
@@ -255,6 +278,7 @@ def test_sigkill_of_the_backend_kills_children_that_ignore_sigterm(tmp_path: Pat
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"processes {left} outlived the backend"
+    assert not wait_shm_gone(proc.pid)
 
 
 def test_second_ctrl_c_kills_at_once(tmp_path: Path) -> None:
@@ -273,3 +297,19 @@ def test_second_ctrl_c_kills_at_once(tmp_path: Path) -> None:
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left
+    assert not shm_left(proc.pid)
+
+
+def test_sigterm_of_the_backend_stops_everything(tmp_path: Path) -> None:
+    """`kill PID` (a scheduler's or a user's SIGTERM to the backend alone): processes stopped, exit
+    143, the /dev/shm directory removed."""
+    proc, pids = start_family(tmp_path, family_config(), "--grace", "2")
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+    err = proc.stderr.read() if proc.stderr else ""
+    left = wait_gone(pids, 10)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 143 and "SIGTERM: stopping every process" in err, err
+    assert not left
+    assert not shm_left(proc.pid)
