@@ -1,19 +1,22 @@
-"""Shared pieces of the Slurm tests: plans from native YAML, hostile strings, the real test cluster."""
+"""Shared pieces of the Slurm tests: plans from native YAML, hostile strings, the real test cluster, and
+the `hpcplace` command line as a user types it (every real-cluster submission goes through it)."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import re
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
-from hpcplace import submit
 from hpcplace.plan import Plan
 from hpcplace.planner import plan_from_file
 
@@ -55,11 +58,103 @@ def hostile_values(canary: Path) -> list[str]:
     return [h.replace("{canary}", str(canary)) for h in HOSTILE]
 
 
-def plan_yaml(tmp_path: Path, text: str, name: str = "config.yaml") -> Plan:
-    """Plan a native-format config with the real planner."""
+def config_yaml(tmp_path: Path, text: str, name: str = "config.yaml") -> Path:
+    """Write a config (dedented YAML) to a file, as a user has one."""
     path = tmp_path / name
     path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return plan_from_file(path)
+    return path
+
+
+def plan_yaml(tmp_path: Path, text: str, name: str = "config.yaml") -> Plan:
+    """Plan a config with the real planner."""
+    return plan_from_file(config_yaml(tmp_path, text, name))
+
+
+def with_command(config: Path, out_dir: Path, command: Sequence[str]) -> Path:
+    """A copy of `config` (same file name, in `out_dir`) whose every component runs `command`: a
+    native config's `components.<name>.command`, a foreign one's `hpcplace.components.<name>.command`
+    (the block RLinf/ROLL/AReaL configs carry for hpcplace), everything else as it was."""
+    plan = plan_from_file(config)
+    doc = yaml.safe_load(config.read_text(encoding="utf-8"))
+    holder = doc if plan.source_format == "native" else doc.setdefault("hpcplace", {})
+    components = holder.get("components") or {}
+    for comp in plan.components:
+        components[comp.name] = {**(components.get(comp.name) or {}), "command": list(command)}
+    holder["components"] = components
+    out = out_dir / config.name
+    out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the command line, as a user types it
+
+# The console script of the venv the tests run in (what `pip install` put on the user's PATH).
+HPCPLACE = Path(sys.executable).parent / "hpcplace"
+_JOB_LINE = re.compile(r"^job (\d+) \((.*)\)$", re.M)
+
+
+def cli(*args: str | Path, env: dict[str, str] | None = None, cwd: Path | None = None,
+        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`hpcplace ARGS...`: the real console script in a subprocess (argv list, no shell)."""
+    return subprocess.run([str(HPCPLACE), *map(str, args)], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def submit_cli(config: Path | str, run_dir: Path, *extra: str, overrides: Sequence[str] = (),
+               env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
+    """`hpcplace submit CONFIG [OVERRIDES...] -o RUN_DIR EXTRA...` (validation on; EXTRA may end in
+    `--driver -- CMD...`); the job id from its `job N (dir)` line."""
+    res = cli("submit", config, *overrides, "-o", run_dir, *extra, env=env, cwd=cwd)
+    assert res.returncode == 0, f"hpcplace submit {config} exited {res.returncode}:\n{res.stdout}{res.stderr}"
+    match = _JOB_LINE.search(res.stdout)
+    assert match is not None, f"no `job N (dir)` line in hpcplace submit's output:\n{res.stdout}{res.stderr}"
+    return match.group(1)
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """`hpcplace status RUN` as printed: the job's state, one line per het component."""
+
+    text: str
+    code: int  # the command's exit code (0 COMPLETED or still running; 10 FAILED, 11 CANCELLED, 12 TIMEOUT, 13)
+
+    @property
+    def state(self) -> str:
+        """The whole job's state: the first line is `job N: STATE (from SOURCE)`."""
+        first = self.text.splitlines()[0] if self.text else ""
+        return first.split(": ", 1)[1].rsplit(" (from ", 1)[0] if ": " in first else "UNKNOWN"
+
+    @property
+    def components(self) -> list[str]:
+        return [line for line in self.text.splitlines() if line.startswith("  het ")]
+
+    @property
+    def exit_codes(self) -> list[str]:
+        """Each het component's exit code (`exit=7:0`), in component order."""
+        return [m.group(1) for line in self.components if (m := re.search(r" exit=(\S+)", line))]
+
+    @property
+    def done(self) -> bool:
+        return self.code != 0 or self.state == "COMPLETED"
+
+
+def run_status(target: Path | str) -> RunStatus:
+    res = cli("status", target)
+    if res.returncode not in (0, 10, 11, 12, 13):
+        raise AssertionError(f"hpcplace status {target} exited {res.returncode}:\n{res.stdout}{res.stderr}")
+    return RunStatus(res.stdout, res.returncode)
+
+
+def wait_done(target: Path | str, timeout: float = 240) -> RunStatus:
+    """`hpcplace status RUN` until the job has ended (as a user would look); its final status."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = run_status(target)
+        if status.done:
+            return status
+        time.sleep(0.5)
+    raise AssertionError(f"job {target} not done after {timeout} s:\n{run_status(target).text}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -200,14 +295,3 @@ def slurm_cluster() -> LiveCluster:
     """The cluster as it is (booting it with ConstrainDevices=no when down)."""
     mode = _status()
     return ensure_cluster(mode if mode in ("yes", "no") else "no")
-
-
-def wait_done(job_id: str, timeout: float = 240) -> submit.JobStatus:
-    """Poll the real cluster until the job has ended; its final status."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = submit.job_status(job_id)
-        if status.done:
-            return status
-        time.sleep(0.3)
-    raise AssertionError(f"job {job_id} not done after {timeout} s: {submit.format_status(submit.job_status(job_id))}")

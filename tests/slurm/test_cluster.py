@@ -1,26 +1,28 @@
 """The real-cluster tier (marker `slurm`): every example config submitted to the project's Slurm
 test cluster, every task reporting (through hpcplace-run) where it ran, its ranks, environment and
 the fake GPU device files it may open; the report must equal the plan exactly, under
-ConstrainDevices=no and =yes. Plus fail-fast, the hostile-input canary, the CLI, cancel, refusals."""
+ConstrainDevices=no and =yes. Plus fail-fast, the hostile-input canary, the CLI, cancel, refusals.
+Every job goes in through the `hpcplace` command line as a user types it (tests/slurm/conftest.py `cli`,
+`submit_cli`): a config file, `hpcplace submit CONFIG -o RUN_DIR` with validation on, `hpcplace status`."""
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
-import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
 from hpcplace import submit, validate
-from hpcplace.errors import SlurmError
 from hpcplace.plan import Plan
 from hpcplace.planner import plan_from_file
 from hpcplace.slurm_job import lower
-from tests.slurm.conftest import CLUSTER_DIR, REPO, REPORTER, JobShm, LiveCluster, ensure_cluster, plan_yaml, wait_done
+from tests.slurm.conftest import (CLUSTER_DIR, REPO, REPORTER, JobShm, LiveCluster, RunStatus, cli, config_yaml,
+                                  ensure_cluster, submit_cli, wait_done, with_command)
 
 pytestmark = pytest.mark.slurm
 
@@ -28,8 +30,12 @@ EXAMPLES = sorted((REPO / "configs").glob("*.yaml"))
 JOB_TIMEOUT_S = 180
 
 
+def reporter_command(reports: Path, *extra: str) -> tuple[str, ...]:
+    return (sys.executable, str(REPORTER), str(reports), *extra)
+
+
 def with_reporter(plan: Plan, reports: Path, *extra: str) -> Plan:
-    command = (sys.executable, str(REPORTER), str(reports), *extra)
+    command = reporter_command(reports, *extra)
     return replace(plan, components=tuple(replace(c, command=command) for c in plan.components))
 
 
@@ -39,13 +45,27 @@ def shm_dir(job_id: str) -> JobShm:
     return JobShm(job_id)
 
 
-def run_plan(plan: Plan, tmp_path: Path, name: str = "run") -> tuple[submit.Submission, submit.JobStatus, Path]:
+@dataclass(frozen=True)
+class Run:
+    """A job submitted with `hpcplace submit`, once ended: its plan as plan.json says, where it ran."""
+
+    job_id: str
+    run_dir: Path
+    plan: Plan
+    status: RunStatus
+    reports: Path
+
+
+def run_config(config: Path, tmp_path: Path, name: str = "run", *extra: str) -> Run:
+    """Every component of `config` replaced by the reporter, submitted through the CLI, waited for."""
     reports = tmp_path / f"{name}-reports"
     reports.mkdir()
-    plan = with_reporter(plan, reports)
-    done = submit.submit(plan, tmp_path / name)
-    status = wait_done(done.job_id)
-    return done, status, reports
+    (tmp_path / f"{name}-config").mkdir()
+    config = with_command(config, tmp_path / f"{name}-config", reporter_command(reports, *extra))
+    run_dir = tmp_path / name
+    job_id = submit_cli(config, run_dir)
+    status = wait_done(run_dir)
+    return Run(job_id, run_dir, submit.load_plan(run_dir / "plan.json"), status, reports)
 
 
 def host_devices(host: str) -> list[int]:
@@ -108,21 +128,24 @@ def test_example_runs_exactly_as_planned(lab: LiveCluster, config: Path, tmp_pat
     plan = plan_from_file(config)
     report = _fits(plan)
     if not report.ok:
-        # the plan asks for hardware this 5-node cluster lacks: the check must say which node group
+        # the plan asks for hardware this 5-node cluster lacks: the check must say which node group,
+        # and `hpcplace submit` (validating) refuses it before sbatch
         assert all("node group" in p for p in report.problems), report.problems
-        with pytest.raises(SlurmError, match="can never run on this cluster"):
-            validate.validate(with_reporter(plan, tmp_path))
+        (tmp_path / "cfg").mkdir()
+        refused = cli("submit", with_command(config, tmp_path / "cfg", ["true"]), "-o", tmp_path / "run")
+        assert refused.returncode != 0 and "can never run on this cluster" in refused.stderr, refused
+        assert not (tmp_path / "run" / "run.json").exists()
         return
-    done, status, reports = run_plan(plan, tmp_path)
-    assert status.state == "COMPLETED", submit.format_status(status)
-    check_reports(plan, done.run_dir, reports, lab.mode)
-    assert not shm_dir(done.job_id).exists(), "the per-job /dev/shm directory was left behind"
+    run = run_config(config, tmp_path)
+    assert run.status.state == "COMPLETED", run.status.text
+    check_reports(run.plan, run.run_dir, run.reports, lab.mode)
+    assert not shm_dir(run.job_id).exists(), "the per-job /dev/shm directory was left behind"
 
 
 def test_irregular_layouts(lab: LiveCluster, tmp_path: Path) -> None:
     """Different task counts per node, several GPUs per process, a component spanning
     three het groups, GPU-less and robot groups, unused nodes (relative placement)."""
-    plan = plan_yaml(tmp_path, """
+    config = config_yaml(tmp_path, """
         name: irregular
         cluster:
           node_groups:
@@ -137,36 +160,64 @@ def test_irregular_layouts(lab: LiveCluster, tmp_path: Path) -> None:
             arm: {node_group: robot, placement: "1-3:0-2"}
         components: {}
         """)
-    assert len(lower(plan).steps) >= 5  # ragged needs two steps
-    done, status, reports = run_plan(plan, tmp_path)
-    assert status.state == "COMPLETED", submit.format_status(status)
-    check_reports(plan, done.run_dir, reports, lab.mode)
+    run = run_config(config, tmp_path)
+    assert len(lower(run.plan).steps) >= 5  # ragged needs two steps
+    assert run.status.state == "COMPLETED", run.status.text
+    check_reports(run.plan, run.run_dir, run.reports, lab.mode)
 
 
 def test_failing_step_fails_fast(slurm_cluster: LiveCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
     monkeypatch.setenv("HPCPLACE_TEST_FAIL", "inference:1")
     monkeypatch.setenv("HPCPLACE_TEST_HOLD", "120")  # everyone else would run for two minutes
     t0 = time.monotonic()
-    done, status, _ = run_plan(plan, tmp_path)
+    run = run_config(REPO / "configs" / "hetero-partitions.yaml", tmp_path)
     elapsed = time.monotonic() - t0
-    assert status.state == "FAILED", submit.format_status(status)
+    assert run.status.state == "FAILED", run.status.text
+    assert run.status.code == 10, run.status.text
     assert elapsed < 60, f"the job took {elapsed:.0f} s: the other steps were not stopped"
-    batch = next((done.run_dir / "logs").glob("batch-*.out")).read_text()
+    batch = next((run.run_dir / "logs").glob("batch-*.out")).read_text()
     assert "FAILED: component 'inference' (3 tasks; ranks 0-2) exited with code" in batch
     assert "component 'inference' rank 1 on rtx4090-1: Exited with exit code 7" in batch
-    assert status.components[0].exit_code == "7:0"  # the failing task's code, not srun's 143
-    assert not shm_dir(done.job_id).exists()
-    logs = submit.rank_logs(done.run_dir, lower(plan), submit.read_hosts(done.run_dir))
-    failing = next(r for r in logs if r.component == "inference" and r.rank == 1)
-    assert failing.path is not None and "failing on purpose" in failing.path.read_text()
+    assert run.status.exit_codes[0] == "7:0", run.status.text  # the failing task's code, not srun's 143
+    assert not shm_dir(run.job_id).exists()
+    failing = cli("logs", run.run_dir, "--component", "inference", "--rank", "1")
+    assert failing.returncode == 0 and "failing on purpose" in failing.stdout, failing
+
+
+def _hostile(canary: Path) -> list[str]:
+    return ["a 0", 'a"=0"', "a'; touch " + str(canary), f"$(touch {canary})", f"`touch {canary}`",
+            f"x; touch {canary} #", "back\\slash", "new\nline", "${HOME}", "&& touch " + str(canary)]
 
 
 def test_hostile_canary(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
-    """Values a shell would act on reach the program verbatim; the canary file is never created."""
+    """Values a shell would act on, typed into a config's command and the run directory given to
+    `hpcplace submit -o`, reach the program and sbatch verbatim; the canary file is never created."""
     canary = tmp_path / "canary"
-    hostile = ["a 0", 'a"=0"', "a'; touch " + str(canary), f"$(touch {canary})", f"`touch {canary}`",
-               f"x; touch {canary} #", "back\\slash", "new\nline", "${HOME}", "&& touch " + str(canary)]
+    hostile = _hostile(canary)
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (tmp_path / "cfg").mkdir()
+    config = with_command(REPO / "configs" / "hetero-partitions.yaml", tmp_path / "cfg",
+                          reporter_command(reports, *hostile))
+    run_dir = tmp_path / f"run dir 'q' \"d\" $(touch {canary}) ;x"
+    job_id = submit_cli(config, run_dir)
+    status = wait_done(run_dir)
+    assert status.state == "COMPLETED", status.text
+    plan = submit.load_plan(run_dir / "plan.json")
+    got = [json.loads(p.read_text()) for p in reports.glob("*.json")]
+    assert len(got) == plan.num_processes
+    assert all(r["argv"] == hostile for r in got)
+    assert not canary.exists(), "a hostile value was executed"
+    # sbatch read --chdir back exactly (scontrol; slurmdbd stores `"` as a backquote)
+    assert submit.slurm_cli.show_job(job_id)[0]["WorkDir"] == str(run_dir)
+
+
+def test_hostile_names_stay_inert(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """Defence in depth, through the Python API on purpose: a config cannot name a component or a job
+    like this (the parser refuses it, file:line:col), but a plan built in Python can; rendered into
+    the script, such names are still never executed."""
+    canary = tmp_path / "canary"
+    hostile = _hostile(canary)
     plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
     comps = list(plan.components)
     comps[2] = replace(comps[2], name="inf 'q' $(touch " + str(canary) + ")")  # a hostile component name
@@ -176,14 +227,13 @@ def test_hostile_canary(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
     plan = with_reporter(plan, reports, *hostile)
     run_dir = tmp_path / f"run dir 'q' \"d\" $(touch {canary}) ;x"
     done = submit.submit(plan, run_dir)
-    status = wait_done(done.job_id)
-    assert status.state == "COMPLETED", submit.format_status(status)
+    status = wait_done(run_dir)
+    assert status.state == "COMPLETED", status.text
     got = [json.loads(p.read_text()) for p in reports.glob("*.json")]
     assert len(got) == plan.num_processes
     assert all(r["argv"] == hostile for r in got)
     assert {r["env"]["HPCPLACE_COMPONENT"] for r in got} == {c.name for c in plan.components}
     assert not canary.exists(), "a hostile value was executed"
-    # sbatch read --chdir back exactly (scontrol; slurmdbd stores `"` as a backquote)
     assert submit.slurm_cli.show_job(done.job_id)[0]["WorkDir"] == str(run_dir)
 
 
@@ -205,41 +255,33 @@ components:
   actor: {{command: {json.dumps(reporter)}}}
   agent: {{command: {json.dumps(reporter)}}}
 """)
-    hp = [sys.executable, "-m", "hpcplace.cli"]
-    env = slurm_cluster.env
-    dry = subprocess.run(hp + ["submit", str(config), "--dry-run", "-o", str(tmp_path / "dry")], env=env,
-                         capture_output=True, text=True)
+    dry = cli("submit", config, "--dry-run", "-o", tmp_path / "dry")
     assert dry.returncode == 0 and "#SBATCH hetjob" in dry.stdout and not (tmp_path / "dry").exists()
-    test_only = subprocess.run(hp + ["submit", str(config), "--test-only"], env=env, capture_output=True, text=True)
+    test_only = cli("submit", config, "--test-only")
     assert test_only.returncode == 0 and "to start at" in test_only.stdout, test_only.stderr
     run_dir = tmp_path / "run"
-    sub = subprocess.run(hp + ["submit", str(config), "-o", str(run_dir)], env=env, capture_output=True, text=True)
-    assert sub.returncode == 0, sub.stderr
-    job_id = json.loads((run_dir / "run.json").read_text())["job_id"]
-    again = subprocess.run(hp + ["submit", str(config), "-o", str(run_dir)], env=env, capture_output=True, text=True)
+    job_id = submit_cli(config, run_dir)
+    assert json.loads((run_dir / "run.json").read_text())["job_id"] == job_id
+    again = cli("submit", config, "-o", run_dir)
     assert again.returncode == 0 and "already submitted" in again.stderr
-    watch = subprocess.run(hp + ["status", str(run_dir), "--watch", "--interval", "0.3"], env=env,
-                           capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    watch = cli("status", run_dir, "--watch", "--interval", "0.3", timeout=JOB_TIMEOUT_S)
     assert watch.returncode == 0, watch.stderr
     assert "COMPLETED" in watch.stdout.splitlines()[-1] or "COMPLETED" in watch.stdout
     assert f"job {job_id}: COMPLETED" in watch.stdout and "het 1 cpu" in watch.stdout
-    logs = subprocess.run(hp + ["logs", str(run_dir), "--component", "agent", "--rank", "1", "--list"], env=env,
-                          capture_output=True, text=True)
+    logs = cli("logs", run_dir, "--component", "agent", "--rank", "1", "--list")
     assert logs.returncode == 0 and "agent rank 1 (het 1 node 0 (cpu-1), task 1)" in logs.stdout
     # cancel: a long job, cancelled while running; every component ends CANCELLED, /dev/shm cleaned
     for old in reports.glob("*.json"):
         old.unlink()
-    held = subprocess.run(hp + ["submit", str(config), "-o", str(tmp_path / "held")],
-                          env={**env, "HPCPLACE_TEST_HOLD": "120"}, capture_output=True, text=True)
-    assert held.returncode == 0, held.stderr
-    held_id = json.loads((tmp_path / "held" / "run.json").read_text())["job_id"]
+    held_id = submit_cli(config, tmp_path / "held", env={**slurm_cluster.env, "HPCPLACE_TEST_HOLD": "120"})
     deadline = time.monotonic() + 60
     while len(list(reports.glob("*.json"))) < 6 and time.monotonic() < deadline:  # every process started
         time.sleep(0.2)
-    cancel = subprocess.run(hp + ["cancel", str(tmp_path / "held")], env=env, capture_output=True, text=True)
+    cancel = cli("cancel", tmp_path / "held")
     assert cancel.returncode == 0, cancel.stderr
-    status = wait_done(held_id, 60)
-    assert all(c.state.startswith("CANCELLED") for c in status.components), submit.format_status(status)
+    status = wait_done(tmp_path / "held", 60)
+    assert status.code == 11 and status.components, status.text
+    assert all(" CANCELLED" in line for line in status.components), status.text
     deadline = time.monotonic() + 20
     while shm_dir(held_id).exists() and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -247,26 +289,30 @@ components:
 
 
 def test_slurm_refusal_names_node_group(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
-    plan = plan_yaml(tmp_path, """
+    refused = """
         name: refused
         cluster:
           node_groups:
-            - {label: big, partition: a800, nodes: 1, gpus_per_node: 8, gpu_type: h100}
+            - {label: big, partition: PARTITION, nodes: 1, gpus_per_node: 8, gpu_type: GPU}
             - {label: cpu, partition: cpu, nodes: 1}
           component_placement: {w: {node_group: big, placement: "0"}, v: {node_group: cpu, placement: "0"}}
         components: {w: {command: ["true"]}, v: {command: ["true"]}}
-        """)
-    with pytest.raises(SlurmError, match=r"node group 'big' \(het component 0, partition 'a800'\): needs 1 node"):
-        validate.validate(plan)
-    with pytest.raises(SlurmError, match=r"Requested node configuration is not available[\s\S]*node group 'big'"):
-        submit.submit(plan, tmp_path / "run")  # what sbatch says when validation is skipped
+        """
+    config = config_yaml(tmp_path, refused.replace("PARTITION", "a800").replace("GPU", "h100"))
+    checked = cli("validate", config)
+    assert checked.returncode != 0, checked
+    assert re.search(r"node group 'big' \(het component 0, partition 'a800'\): needs 1 node", checked.stderr), checked
+    validated = cli("submit", config, "-o", tmp_path / "run0")  # validation on: refused before sbatch
+    assert validated.returncode != 0 and "node group 'big'" in validated.stderr, validated
+    assert not (tmp_path / "run0" / "run.json").exists()
+    skipped = cli("submit", config, "-o", tmp_path / "run", "--no-validate")  # what sbatch says without it
+    assert skipped.returncode != 0, skipped
+    assert re.search(r"Requested node configuration is not available[\s\S]*node group 'big'", skipped.stderr), skipped
     assert not (tmp_path / "run" / "run.json").exists() and not (tmp_path / "run" / "submit.lock").exists()
-    from hpcplace.cluster import Cluster
-
-    groups = (replace(plan.cluster.node_groups[0], partition="nosuch", gpu_type="a800"), plan.cluster.node_groups[1])
-    missing = replace(plan, cluster=Cluster(groups))
-    with pytest.raises(SlurmError, match=r"invalid partition specified: nosuch[\s\S]*node group 'big'"):
-        submit.submit(missing, tmp_path / "run2")
+    missing = config_yaml(tmp_path, refused.replace("PARTITION", "nosuch").replace("GPU", "a800"), "missing.yaml")
+    skipped = cli("submit", missing, "-o", tmp_path / "run2", "--no-validate")
+    assert skipped.returncode != 0, skipped
+    assert re.search(r"invalid partition specified: nosuch[\s\S]*node group 'big'", skipped.stderr), skipped
 
 
 
@@ -274,13 +320,10 @@ def test_collocated_demo_runs_on_the_cluster(slurm_cluster: LiveCluster, tmp_pat
     """Issue 5's example, unchanged, through `hpcplace submit` from the repository root: actor and rollout
     take turns on the same GPUs of one node, weights cross /dev/shm, the rollout sees every version."""
     run_dir = tmp_path / "demo"
-    sub = subprocess.run([sys.executable, "-m", "hpcplace.cli", "submit", "configs/collocated-demo.yaml",
-                          "-o", str(run_dir)], cwd=REPO, env=slurm_cluster.env, capture_output=True, text=True)
-    assert sub.returncode == 0, sub.stderr
-    job_id = json.loads((run_dir / "run.json").read_text())["job_id"]
-    status = wait_done(job_id)
+    job_id = submit_cli("configs/collocated-demo.yaml", run_dir, cwd=REPO)
+    status = wait_done(run_dir)
     logs = "\n".join(p.read_text(errors="replace") for p in sorted((run_dir / "logs").glob("*")) if p.is_file())
-    assert status.state == "COMPLETED", submit.format_status(status) + "\n" + logs[-3000:]
+    assert status.state == "COMPLETED", status.text + "\n" + logs[-3000:]
     for rank in (0, 1):
         seen = [line for line in logs.splitlines() if line.startswith(f"rollout[{rank}] gen")]
         assert [line.split("weights v")[1].split()[0] for line in seen] == ["0", "1", "2", "3"], logs[-3000:]
@@ -305,7 +348,7 @@ def test_rlinf_interleaved_node_ranks_land_as_planned(slurm_cluster: LiveCluster
     """RLinf node groups over interleaved cluster node ranks (a800 = nodes 2,0 listed out of order,
     rtx4090 = node 1, cpu = node 3): each group is one het component holding exactly its nodes, and
     every task runs on the host of its planned cluster node rank with its planned GPUs."""
-    plan = plan_yaml(tmp_path, """
+    config = config_yaml(tmp_path, """
         cluster:
           num_nodes: 4
           component_placement:
@@ -324,13 +367,14 @@ def test_rlinf_interleaved_node_ranks_land_as_planned(slurm_cluster: LiveCluster
             rtx4090: {partition: rtx4090, gpus_per_node: 4, gpu_type: rtx4090}
             cpu: {partition: cpu, gpus_per_node: 0}
         """, name="rlinf-interleaved.yaml")
+    run = run_config(config, tmp_path)
+    plan, reports = run.plan, run.reports
     assert [(g.label, g.node_ranks) for g in plan.cluster.node_groups] == [
         ("a800", (0, 2)), ("rtx4090", (1,)), ("cpu", (3,))]
-    done, status, reports = run_plan(plan, tmp_path)
-    assert status.state == "COMPLETED", submit.format_status(status)
-    check_reports(plan, done.run_dir, reports, slurm_cluster.mode)
+    assert run.status.state == "COMPLETED", run.status.text
+    check_reports(plan, run.run_dir, reports, slurm_cluster.mode)
     # cluster node rank -> host: ranks 0 and 2 are the a800 component's two hosts, in that order
-    hosts = submit.read_hosts(done.run_dir)
+    hosts = submit.read_hosts(run.run_dir)
     host_of = {n.rank: hosts[(n.group_index, n.index_in_group)] for n in plan.cluster.nodes}
     assert [host_of[r].split("-")[0] for r in range(4)] == ["a800", "rtx4090", "a800", "cpu"]
     assert host_of[0] != host_of[2]
@@ -351,7 +395,7 @@ def test_rlinf_robot_group_with_uneven_hardware_lands_as_planned(slurm_cluster: 
     node 0 has none, so hardware ranks 0 and 1 are node 1's two arms. The group renders without a GRES
     (the fewest per node is 0), is allocated, and each env task runs on the host of group node 1 with
     its planned LOCAL_HARDWARE_RANKS; the probe on node 0 still runs there."""
-    plan = plan_yaml(tmp_path, """
+    config = config_yaml(tmp_path, """
         cluster:
           num_nodes: 3
           component_placement:
@@ -372,12 +416,13 @@ def test_rlinf_robot_group_with_uneven_hardware_lands_as_planned(slurm_cluster: 
             franka: {partition: a800, gpus_per_node: 0}
             gpu: {partition: rtx4090, gpus_per_node: 4, gpu_type: rtx4090}
         """, name="rlinf-uneven-robots.yaml")
+    run = run_config(config, tmp_path)
+    plan, reports = run.plan, run.reports
     assert plan.cluster.node_groups[0].hardware.per_node == (0, 2)  # type: ignore[union-attr]
     assert lower(plan).components[0].gres is None
-    done, status, reports = run_plan(plan, tmp_path)
-    assert status.state == "COMPLETED", submit.format_status(status)
-    check_reports(plan, done.run_dir, reports, slurm_cluster.mode)
-    hosts = submit.read_hosts(done.run_dir)
+    assert run.status.state == "COMPLETED", run.status.text
+    check_reports(plan, run.run_dir, reports, slurm_cluster.mode)
+    hosts = submit.read_hosts(run.run_dir)
     got = {(r["env"]["HPCPLACE_COMPONENT"], int(r["env"]["HPCPLACE_RANK"])): r
            for r in (json.loads(p.read_text()) for p in reports.glob("*.json"))}
     robot_host = hosts[(0, 1)]
