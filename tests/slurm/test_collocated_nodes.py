@@ -9,7 +9,6 @@ import os
 import pwd
 import re
 import signal
-import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -17,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace import submit
 from tests.colocate.colocate_invariants import check_invariants, read_events
-from tests.slurm.conftest import REPO, JobShm, LiveCluster, cluster_nodes, ensure_cluster, node_root, wait_done
+from tests.slurm.conftest import (REPO, JobShm, LiveCluster, cluster_nodes, ensure_cluster, node_root, shared_paths,
+                                  submit_cli, wait_done)
 
 pytestmark = pytest.mark.slurm
 
@@ -53,10 +52,7 @@ def submit_config(cluster: LiveCluster, tmp_path: Path, text: str, env: dict[str
     config = tmp_path / "config.yaml"
     config.write_text(text)
     run_dir = tmp_path / "run"
-    sub = subprocess.run([sys.executable, "-m", "hpcplace.cli", "submit", str(config), "-o", str(run_dir)],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert sub.returncode == 0, sub.stderr
-    return json.loads((run_dir / "run.json").read_text())["job_id"], run_dir
+    return submit_cli(config, run_dir, env=env, cwd=REPO), run_dir
 
 
 
@@ -96,6 +92,15 @@ def test_every_node_has_its_own_dev_shm_and_tmp(slurm_cluster: LiveCluster, tmp_
     roots = {node: node_root(node) for node in cluster_nodes()}
     assert all(roots.values()), roots
     assert len({os.stat(r / "dev/shm").st_dev for r in roots.values()}) == len(roots)  # one tmpfs each
+    # ... yet the checkout and the venv the tests run from are there on every node, at the same path,
+    # wherever they are (/tmp included: up.sh binds them into each node's own /tmp)
+    console = Path(sys.executable).parent / "hpcplace-run"
+    for node in cluster_nodes():
+        partition = node.rsplit("-", 1)[0]  # a800-1 -> a800 (scripts/slurm-cluster/up.sh)
+        seen = slurm_cluster.run("srun", "-p", partition, "-w", node, "-N1", "-t", "1", "bash", "-c",
+                                 'for p; do test -e "$p" || echo "missing $p"; done', "-",
+                                 *shared_paths(), str(console), str(REPO / "pyproject.toml"), timeout=60)
+        assert seen.returncode == 0 and seen.stdout == "", (node, seen.stdout, seen.stderr)
 
 
 TWO_BY_EIGHT_TP = """\
@@ -133,9 +138,9 @@ def test_collocated_demo_on_two_nodes(lab: LiveCluster, tmp_path: Path, layout: 
     text = (TWO_BY_TWO if layout == "2x2" else TWO_BY_EIGHT_TP).replace("CYCLES", str(cycles))
     events = tmp_path / "events.log"
     job_id, run_dir = submit_config(lab, tmp_path, text, job_env(lab, HPCPLACE_COLLOCATE_EVENTS=str(events)))
-    status = wait_done(job_id)
+    status = wait_done(run_dir)
     logs = all_logs(run_dir)
-    assert status.state == "COMPLETED", submit.format_status(status) + "\n" + logs[-4000:]
+    assert status.state == "COMPLETED", status.text + "\n" + logs[-4000:]
     plan = json.loads((run_dir / "plan.json").read_text())
     hosts = {int(g_j.split()[1]): g_j.split()[2] for g_j in (run_dir / "logs" / "nodes.txt").read_text().splitlines()}
     node_of = {(c["name"], p["rank"]): hosts[p["cluster_node_rank"]] for c in plan["components"] for p in c["processes"]}
@@ -204,7 +209,7 @@ def test_killed_actor_on_node_1_fails_the_job_naming_it(slurm_cluster: LiveClust
         time.sleep(0.2)
     os.kill(pid, signal.SIGKILL)
     started = time.monotonic()
-    status = wait_done(job_id, 120)
+    status = wait_done(run_dir, 120)
     took = time.monotonic() - started
     logs = all_logs(run_dir)
     assert status.state != "COMPLETED", logs[-3000:]
@@ -244,7 +249,7 @@ def test_squatted_node_local_directory_fails_the_job_at_once(slurm_cluster: Live
                                         job_env(slurm_cluster))
         assert job_id == job_guess
         started = time.monotonic()
-        status = wait_done(job_id, 120)
+        status = wait_done(run_dir, 120)
         assert time.monotonic() - started < 60
         logs = all_logs(run_dir)
         assert status.state != "COMPLETED", logs[-3000:]

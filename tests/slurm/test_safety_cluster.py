@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace import submit
-from tests.slurm.conftest import LiveCluster, plan_yaml
-from tests.slurm.test_cluster import wait_done
+from tests.slurm.conftest import LiveCluster, config_yaml, submit_cli, wait_done
 
 pytestmark = pytest.mark.slurm
 
@@ -25,7 +23,7 @@ def test_colon_in_a_command_is_an_argument_not_an_srun_separator(slurm_cluster: 
     # program of its own (`touch CANARY` with its own GPU request), outside the shim.
     command = ["sh", "-c", 'printf "%s\\n" "$@" > "$0.$RANK"; echo "$MASTER_PORT" > "$0.port.$RANK"', str(out / "args"),
                ":", "--het-group=1", "--gres=gpu:a800:1", "-n1", "touch", str(canary)]
-    plan = plan_yaml(tmp_path, f"""
+    config = config_yaml(tmp_path, f"""
         name: colon
         cluster:
           node_groups:
@@ -39,9 +37,9 @@ def test_colon_in_a_command_is_an_argument_not_an_srun_separator(slurm_cluster: 
           idle: {{command: ["true"]}}
         slurm: {{time: "5"}}
         """)
-    done = submit.submit(plan, tmp_path / "run")
-    status = wait_done(done.job_id)
-    assert status.state == "COMPLETED", submit.format_status(status)
+    submit_cli(config, tmp_path / "run")
+    status = wait_done(tmp_path / "run")
+    assert status.state == "COMPLETED", status.text
     for rank in (0, 1):
         words = (out / f"args.{rank}").read_text().splitlines()
         assert words == [":", "--het-group=1", "--gres=gpu:a800:1", "-n1", "touch", str(canary)]
@@ -70,7 +68,7 @@ def test_each_het_component_is_charged_what_the_plan_says(slurm_cluster: LiveClu
     _sacctmgr(cluster, "modify", "user", "root", "set", f"qos+={QOS}")
     # sbatch carries --account/--qos of component 0 over to component 1 (which sets none), and
     # --qos on to component 2 (which sets only an account)
-    plan = plan_yaml(tmp_path, f"""
+    config = config_yaml(tmp_path, f"""
         name: charges
         cluster:
           node_groups:
@@ -84,20 +82,20 @@ def test_each_het_component_is_charged_what_the_plan_says(slurm_cluster: LiveClu
         components: {{a: {{command: ["true"]}}, b: {{command: ["true"]}}, c: {{command: ["true"]}}}}
         slurm: {{time: "5"}}
         """)
-    done = submit.submit(plan, tmp_path / "run")
+    job_id = submit_cli(config, tmp_path / "run")
     charged = [g["charged"] for g in json.loads((tmp_path / "run" / "plan.json").read_text())["node_groups"]]
     assert [(c["account"], c["qos"]) for c in charged] == [
         (ACCOUNTS[0], QOS), (ACCOUNTS[0], QOS), (ACCOUNTS[1], QOS)]
-    status = wait_done(done.job_id)
-    assert status.state == "COMPLETED", submit.format_status(status)
+    status = wait_done(tmp_path / "run")
+    assert status.state == "COMPLETED", status.text
     got: dict[str, tuple[str, str]] = {}
     deadline = time.monotonic() + 60
     while len(got) < 3 and time.monotonic() < deadline:  # sacct can lag a finished job
-        res = cluster.run("sacct", "-j", done.job_id, "-X", "-n", "-P", "-o", "JobID,Account,QOS")
+        res = cluster.run("sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,Account,QOS")
         got = {line.split("|")[0]: tuple(line.split("|")[1:3]) for line in res.stdout.splitlines()  # type: ignore[misc]
-               if line.startswith(f"{done.job_id}+")}
+               if line.startswith(f"{job_id}+")}
         time.sleep(0.5)
-    assert got == {f"{done.job_id}+{i}": (c["account"], c["qos"]) for i, c in enumerate(charged)}
+    assert got == {f"{job_id}+{i}": (c["account"], c["qos"]) for i, c in enumerate(charged)}
     # and the reviewer sees the same in the script's header
     script = (tmp_path / "run" / "job.sbatch").read_text()
     assert f"charged to account {ACCOUNTS[0]} (inherited from node group cpu" in script

@@ -14,7 +14,7 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,18 +22,28 @@ import pytest
 from hpcplace import submit
 from hpcplace.plan import Plan
 from hpcplace.planner import plan_from_file
-from tests.slurm.conftest import REPO, LiveCluster, plan_yaml
-from tests.slurm.test_cluster import shm_dir, wait_done
+from tests.slurm.conftest import REPO, LiveCluster, cli, config_yaml, run_status, submit_cli, wait_done, with_command
+from tests.slurm.test_cluster import shm_dir
 
 pytestmark = pytest.mark.slurm
 
 TRAPPER = Path(__file__).with_name("trapper.py")
-HP = [sys.executable, "-m", "hpcplace.cli"]
 
 
-def with_trapper(plan: Plan, out: Path, fail: str = "") -> Plan:
-    command = (sys.executable, str(TRAPPER), str(out), str(plan.num_processes), *([fail] if fail else []))
-    return replace(plan, components=tuple(replace(c, command=command) for c in plan.components))
+@dataclass(frozen=True)
+class Job:
+    job_id: str
+    run_dir: Path
+    plan: Plan
+
+
+def submit_trapper(config: Path, tmp_path: Path, out: Path, fail: str = "", name: str = "run") -> Job:
+    """`config` with every component running trapper.py, submitted with `hpcplace submit`."""
+    processes = plan_from_file(config).num_processes  # trapper.py waits for every task of the job
+    command = (sys.executable, str(TRAPPER), str(out), str(processes), *([fail] if fail else []))
+    (tmp_path / f"{name}-config").mkdir()
+    job_id = submit_cli(with_command(config, tmp_path / f"{name}-config", command), tmp_path / name)
+    return Job(job_id, tmp_path / name, submit.load_plan(tmp_path / name / "plan.json"))
 
 
 def events(out: Path, attempt: int = 0) -> dict[tuple[str, int], dict[str, dict]]:
@@ -60,9 +70,8 @@ def wait_started(out: Path, plan: Plan, attempt: int = 0, timeout: float = 120) 
     raise AssertionError(f"only {len(list(out.glob(f'{attempt}.*.start')))} of {plan.num_processes} tasks started")
 
 
-def watch_code(env: dict[str, str], target: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(HP + ["status", target, "--watch", "--interval", "0.5"], env=env, capture_output=True,
-                          text=True, timeout=300)
+def watch_code(target: str | Path) -> subprocess.CompletedProcess[str]:
+    return cli("status", target, "--watch", "--interval", "0.5", timeout=300)
 
 
 def batch_log(run_dir: Path) -> str:
@@ -70,15 +79,14 @@ def batch_log(run_dir: Path) -> str:
 
 
 def test_failure_stops_the_others_with_sigterm(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
-    plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
     out = tmp_path / "out"
     out.mkdir()
-    plan = with_trapper(plan, out, fail="inference:1")
-    done = submit.submit(plan, tmp_path / "run")
-    status = wait_done(done.job_id)
+    done = submit_trapper(REPO / "configs" / "hetero-partitions.yaml", tmp_path, out, fail="inference:1")
+    plan = done.plan
+    status = wait_done(done.run_dir)
     log = batch_log(done.run_dir)
-    assert status.state == "FAILED", submit.format_status(status) + log
-    assert status.components[0].exit_code == "7:0", submit.format_status(status)  # the first failure's code
+    assert status.state == "FAILED", status.text + log
+    assert status.exit_codes[0] == "7:0", status.text  # the first failure's code
     got = events(out)
     others = {k for k in all_ranks(plan) if k[0] != "inference"}
     assert others and others <= set(got)
@@ -89,14 +97,14 @@ def test_failure_stops_the_others_with_sigterm(slurm_cluster: LiveCluster, tmp_p
     assert "SIGKILL after 2s" in log  # the cluster's KillWait
     assert "still running after" not in log  # nobody needed SIGKILL
     assert not shm_dir(done.job_id).exists()
-    watch = watch_code(slurm_cluster.env, str(done.run_dir))
+    watch = watch_code(done.run_dir)
     assert watch.returncode == 10, watch.stdout + watch.stderr
-    cancel = subprocess.run(HP + ["cancel", str(done.run_dir)], env=slurm_cluster.env, capture_output=True, text=True)
+    cancel = cli("cancel", done.run_dir)
     assert cancel.returncode == 0 and f"job {done.job_id} had already ended: FAILED" in cancel.stdout, cancel
 
 
-def _small(tmp_path: Path, slurm: str) -> Plan:
-    return plan_yaml(tmp_path, f"""
+def _small(tmp_path: Path, slurm: str, name: str = "config.yaml") -> Path:
+    return config_yaml(tmp_path, f"""
         name: stop-test
         cluster:
           node_groups:
@@ -107,7 +115,7 @@ def _small(tmp_path: Path, slurm: str) -> Plan:
             agent: {{node_group: cpu, placement: "0:0-1"}}
         components: {{actor: {{command: ["true"]}}, agent: {{command: ["true"]}}}}
         slurm: {slurm}
-        """)
+        """, name)
 
 
 def test_time_limit_warning_reaches_every_task(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
@@ -115,13 +123,13 @@ def test_time_limit_warning_reaches_every_task(slurm_cluster: LiveCluster, tmp_p
     limit; at the limit Slurm's SIGTERM reaches every task; status --watch exits 12 (TIMEOUT)."""
     out = tmp_path / "out"
     out.mkdir()
-    plan = with_trapper(_small(tmp_path, '{time: "1", signal_before_limit: "USR1@30"}'), out)
-    done = submit.submit(plan, tmp_path / "run")
+    done = submit_trapper(_small(tmp_path, '{time: "1", signal_before_limit: "USR1@30"}'), tmp_path, out)
+    plan = done.plan
     wait_started(out, plan)
-    watch = watch_code(slurm_cluster.env, str(done.run_dir))
-    status = submit.job_status(done.job_id)
+    watch = watch_code(done.run_dir)
+    status = run_status(done.run_dir)
     log = batch_log(done.run_dir)
-    assert status.state == "TIMEOUT", submit.format_status(status) + log
+    assert status.state == "TIMEOUT", status.text + log
     assert watch.returncode == 12, watch.stdout + watch.stderr
     got = events(out)
     assert set(got) == all_ranks(plan)
@@ -135,33 +143,31 @@ def test_time_limit_warning_reaches_every_task(slurm_cluster: LiveCluster, tmp_p
 
 
 def test_cancel_reaches_every_task_and_watch_codes(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
-    env = slurm_cluster.env
     out = tmp_path / "out"
     out.mkdir()
-    plan = with_trapper(_small(tmp_path, "{}"), out)
-    done = submit.submit(plan, tmp_path / "run")
+    done = submit_trapper(_small(tmp_path, "{}"), tmp_path, out)
+    plan = done.plan
     wait_started(out, plan)
-    cancel = subprocess.run(HP + ["cancel", str(done.run_dir)], env=env, capture_output=True, text=True)
+    cancel = cli("cancel", done.run_dir)
     assert cancel.returncode == 0 and f"cancelled job {done.job_id}" in cancel.stdout, cancel.stderr
-    assert watch_code(env, done.job_id).returncode == 11  # CANCELLED
+    assert watch_code(done.job_id).returncode == 11  # CANCELLED
     got = events(out)
     assert all("saved" in got[k] for k in all_ranks(plan)), got
-    again = subprocess.run(HP + ["cancel", done.job_id], env=env, capture_output=True, text=True)
+    again = cli("cancel", done.job_id)
     assert again.returncode == 0 and f"job {done.job_id} had already ended: CANCELLED" in again.stdout
     # COMPLETED: the same job with commands that just end
-    ok = submit.submit(_small(tmp_path, "{}"), tmp_path / "ok")
-    watch = watch_code(env, str(ok.run_dir))
+    submit_cli(_small(tmp_path, "{}", "ok.yaml"), tmp_path / "ok")
+    watch = watch_code(tmp_path / "ok")
     assert watch.returncode == 0, watch.stdout + watch.stderr
-    unknown = subprocess.run(HP + ["status", "987654"], env=env, capture_output=True, text=True)
+    unknown = cli("status", "987654")
     assert unknown.returncode == 3 and "Slurm knows no job 987654" in unknown.stderr, unknown
 
 
 def test_requeue_runs_clean_in_the_same_run_dir(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
-    env = slurm_cluster.env
     out = tmp_path / "out"
     out.mkdir()
-    plan = with_trapper(_small(tmp_path, "{requeue: true}"), out)
-    done = submit.submit(plan, tmp_path / "run")
+    done = submit_trapper(_small(tmp_path, "{requeue: true}"), tmp_path, out)
+    plan = done.plan
     wait_started(out, plan)
     res = slurm_cluster.run("scontrol", "requeue", done.job_id)
     assert res.returncode == 0, res.stderr
@@ -172,9 +178,9 @@ def test_requeue_runs_clean_in_the_same_run_dir(slurm_cluster: LiveCluster, tmp_
         if list(out.glob("1.*.start")):
             break
         time.sleep(1)
-    status = wait_done(done.job_id)
+    status = wait_done(done.run_dir)
     log = batch_log(done.run_dir)
-    assert status.state == "COMPLETED", submit.format_status(status) + log
+    assert status.state == "COMPLETED", status.text + log
     first, second = events(out, 0), events(out, 1)
     assert set(first) == set(second) == all_ranks(plan)  # the same plan, every rank again
     assert all("saved" in e for e in first.values()), first  # attempt 0 was stopped gracefully
@@ -185,10 +191,9 @@ def test_requeue_runs_clean_in_the_same_run_dir(slurm_cluster: LiveCluster, tmp_
     assert "attempt 1 of job" in log and "removing its node-local directories" in log
     assert log.count("attempt 0:") == 1 and log.count("attempt 1:") == 1  # both attempts in one batch log
     assert list((done.run_dir / "logs" / "attempt-0").glob("*.out")), "attempt 0's step logs were not kept"
-    shown = subprocess.run(HP + ["status", str(done.run_dir)], env=env, capture_output=True, text=True)
+    shown = cli("status", done.run_dir)
     assert shown.returncode == 0, shown.stderr
     assert "attempt 0: started" in shown.stdout and "exit=143" in shown.stdout
     assert "attempt 1: started" in shown.stdout and "exit=0" in shown.stdout
-    logs = subprocess.run(HP + ["logs", str(done.run_dir), "--attempt", "0", "--list"], env=env,
-                          capture_output=True, text=True)
+    logs = cli("logs", done.run_dir, "--attempt", "0", "--list")
     assert logs.returncode == 0 and "logs/attempt-0/" in logs.stdout, logs
