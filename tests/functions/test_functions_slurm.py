@@ -1,6 +1,8 @@
 """Python callables as components on the real test cluster (marker `slurm`): a 2-component het job
 (a800 GPU group + cpu group) returns every rank's value, computed on its planned host with its
-planned ranks and GPUs; a raising rank fails the job fast and is named with its traceback."""
+planned ranks and GPUs; a raising rank fails the job fast and is named with its traceback.
+The functions API is Python on purpose; the same kinds of job (an a800 + cpu het job, a failing rank
+stopping the rest) go through the `hpcplace` command line in tests/slurm/test_cluster.py."""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ import pytest
 
 from hpcplace import submit
 from hpcplace.functions import FunctionError, submit_functions
-from hpcplace.planner import plan_from_file
 from hpcplace.runtime import process_info
 from tests.slurm.conftest import REPO, LiveCluster, slurm_cluster  # noqa: F401 - the fixture
 
@@ -61,7 +62,7 @@ def test_every_rank_returns_its_value(slurm_cluster: LiveCluster, config: Path, 
     assert job.job_id is not None
     assert job.wait(timeout=TIMEOUT_S) == "COMPLETED"
     results = job.results()
-    plan = plan_from_file(config)
+    plan = submit.load_plan(job.run_dir / "plan.json")  # what the job ran
     hosts = submit.read_hosts(job.run_dir)
     for comp in plan.components:
         got = results[comp.name]

@@ -1,6 +1,7 @@
 """RLinf, AReaL and ROLL's attach path, as installed packages, under hpcplace's Ray launch mode on
-the real Slurm test cluster (marker `slurm`). The config is an unchanged RLinf config plus
-`slurm:` and `launch:`; the drivers (tests/ray/drivers) run the frameworks' own code and write
+the real Slurm test cluster (marker `slurm`), submitted with `hpcplace submit` as a user does. RLinf's
+config is the fixture unchanged (its `slurm:` block included), submitted with `--driver -- python ...`
+and validation on; AReaL's and ROLL's carry a `launch:` block with their driver; the drivers (tests/ray/drivers) run the frameworks' own code and write
 JSON reports that must agree with plan.json. GPUs: the test cluster has none, so the raylets get
 tests/ray/fake_gpu on PYTHONPATH (faking NVML only); the GPU tier runs without it."""
 
@@ -15,10 +16,9 @@ import pytest
 import yaml
 
 from hpcplace import submit
-from hpcplace.planner import plan_from_file
 from tests.ray.framework_checks import node_table, rlinf_mismatches
-from tests.ray.test_ray_slurm import _small_ray, assert_clean, wait_done  # noqa: F401 - fixture
-from tests.slurm.conftest import LiveCluster, slurm_cluster  # noqa: F401 - fixture
+from tests.ray.test_ray_slurm import _small_ray, assert_clean  # noqa: F401 - fixture
+from tests.slurm.conftest import LiveCluster, slurm_cluster, submit_cli, wait_done  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slurm
 
@@ -43,14 +43,15 @@ def launch_config(tmp_path: Path, name: str, driver: list[str], fixture: Path = 
     return path
 
 
-def run_job(tmp_path: Path, config: Path) -> tuple[Path, dict, dict]:
-    plan = plan_from_file(config)
+def run_job(tmp_path: Path, config: Path, *extra: str, overrides: tuple[str, ...] = ()) -> tuple[Path, dict, dict]:
+    """`hpcplace submit CONFIG [OVERRIDES] -o RUN EXTRA...` (validation on), until the job completed."""
     run_dir = tmp_path / "run"
-    done = submit.submit(plan, run_dir)
-    status = wait_done(done.job_id, 420)
+    # the job's working directory is tmp_path: RLinf's driver writes output/logs/ relative to it
+    job_id = submit_cli(config, run_dir, *extra, overrides=overrides, cwd=tmp_path)
+    status = wait_done(run_dir, 420)
     batch = "".join(p.read_text() for p in (run_dir / "logs").glob("*.out"))
-    assert status.state == "COMPLETED", batch[-6000:]
-    assert_clean(done.job_id)
+    assert status.state == "COMPLETED", status.text + batch[-6000:]
+    assert_clean(job_id)
     return run_dir, json.loads((run_dir / "plan.json").read_text()), submit.read_hosts(run_dir)
 
 
@@ -58,10 +59,13 @@ def run_rlinf(tmp_path: Path, fixture: Path) -> tuple[dict, dict, dict]:
     """RLinf's driver on `fixture`; its report must agree with plan.json in every field and every
     component's workers must spread over exactly the hosts the plan gave it."""
     _need("rlinf")
-    config = launch_config(tmp_path, "rlinf", [
-        sys.executable, str(DRIVERS / "rlinf_driver.py"), "--config-path", str(tmp_path), "--config-name", "rlinf"],
-        fixture)
-    run_dir, plan, hosts = run_job(tmp_path, config)
+    config = tmp_path / "rlinf.yaml"
+    config.write_bytes(fixture.read_bytes())  # unchanged: RLinf's driver reads this same file
+    # the raylets' fake NVML and a longer join timeout for this small machine: Hydra-style overrides
+    # after the config, as a user adds them (the file stays as RLinf reads it)
+    overrides = (f"+launch.env.PYTHONPATH={FAKE_GPU}", "+launch.join_timeout=180")
+    driver = [sys.executable, str(DRIVERS / "rlinf_driver.py"), "--config-path", str(tmp_path), "--config-name", "rlinf"]
+    run_dir, plan, hosts = run_job(tmp_path, config, "--driver", "--", *driver, overrides=overrides)
     report = json.loads((run_dir / "rlinf-report.json").read_text())
     assert report["stages"][-1] == "worker groups launched", report.get("traceback")
     assert rlinf_mismatches(report, plan, hosts) == []

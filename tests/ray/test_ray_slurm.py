@@ -1,12 +1,12 @@
 """The Ray launch mode on the real Slurm test cluster (marker `slurm`): a Ray cluster shaped by the
 plan (one raylet per node across every het component), a driver pinning one task per node; every
-value it reports must equal the plan, under ConstrainDevices=no and =yes. Plus the failure cases."""
+value it reports must equal the plan, under ConstrainDevices=no and =yes. Plus the failure cases.
+Every job is submitted as a user does: a config file and `hpcplace submit CONFIG -o RUN --driver -- CMD...`."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from hpcplace import submit
-from hpcplace.launch import LaunchSpec
-from hpcplace.planner import plan_from_file
-from tests.slurm.conftest import LiveCluster, cluster_nodes, ensure_cluster, hostile_values, node_root, wait_done
+from tests.slurm.conftest import (LiveCluster, cli, cluster_nodes, ensure_cluster, hostile_values, node_root,
+                                  submit_cli, wait_done)
 
 pytestmark = pytest.mark.slurm
 
@@ -37,14 +36,15 @@ cluster:
 """
 
 
-def ray_plan(tmp_path: Path, driver: list[str], env: dict[str, str] | None = None, join_timeout: float = 120,
-             config: str = CONFIG):
+def ray_submit(tmp_path: Path, driver: list[str], env: dict[str, str] | None = None, join_timeout: float = 120,
+               config: str = CONFIG) -> tuple[str, Path]:
+    """`hpcplace submit ray.yaml -o tmp_path/run --driver -- DRIVER...` (the config's `launch:` block
+    carries env and join_timeout); the job id and the run dir."""
     path = tmp_path / "ray.yaml"
-    path.write_text(config, encoding="utf-8")
-    from dataclasses import replace
-
-    plan = plan_from_file(path)
-    return replace(plan, launch=LaunchSpec("ray", tuple(driver), env or {}, join_timeout))
+    launch = {"env": env or {}, "join_timeout": join_timeout}
+    path.write_text(config + f"launch: {json.dumps(launch)}\n", encoding="utf-8")
+    run_dir = tmp_path / "run"
+    return submit_cli(path, run_dir, "--driver", "--", *driver), run_dir
 
 
 
@@ -105,10 +105,8 @@ def lab(request: pytest.FixtureRequest) -> LiveCluster:
 
 def test_ray_cluster_matches_the_plan(lab: LiveCluster, tmp_path: Path) -> None:
     out = tmp_path / "probe.json"
-    plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out)], {"HP_LAUNCH_VAR": "a'; echo $x \" :"})
-    done = submit.submit(plan, tmp_path / "run")
-    status = wait_done(done.job_id)
-    run_dir = tmp_path / "run"
+    job_id, run_dir = ray_submit(tmp_path, [sys.executable, str(PROBE), str(out)], {"HP_LAUNCH_VAR": "a'; echo $x \" :"})
+    status = wait_done(run_dir)
     batch = "".join(p.read_text() for p in (run_dir / "logs").glob("batch-*.out"))
     assert status.state == "COMPLETED", batch
     report = json.loads(out.read_text())
@@ -136,15 +134,14 @@ def test_ray_cluster_matches_the_plan(lab: LiveCluster, tmp_path: Path) -> None:
             assert 0 <= int(node["cuda_visible_devices"]) < gpus, where
         else:
             assert not node["cuda_visible_devices"], where
-    hp = [sys.executable, "-m", "hpcplace.cli"]
-    logs = subprocess.run(hp + ["logs", str(run_dir), "--list"], env=lab.env, capture_output=True, text=True)
+    logs = cli("logs", run_dir, "--list")
     assert logs.returncode == 0 and f"Ray node rank 2 (rtx, het 1 node 0, {hosts[(1, 0)]})" in logs.stdout, logs
     assert str(run_dir / "logs" / "driver.out") in logs.stdout
-    status_ = subprocess.run(hp + ["status", str(run_dir)], env=lab.env, capture_output=True, text=True)
+    status_ = cli("status", run_dir)
     assert f"Ray head: {head}:{port}" in status_.stdout and "all 4 node(s) joined" in status_.stdout, status_
     timings = json.loads((run_dir / "ray" / "bringup.json").read_text())
     assert timings["nodes"] == 4 and timings["all_joined"] >= timings["head_ready"]
-    assert_clean(done.job_id)
+    assert_clean(job_id)
 
 
 RLINF_ENV_CONFIGS = """
@@ -175,10 +172,9 @@ def test_rlinf_env_configs_reach_only_their_node(slurm_cluster: LiveCluster, tmp
     other = str(Path(sys.executable).with_name(f"python{sys.version_info.major}.{sys.version_info.minor}"))
     assert Path(other).exists() and other != sys.executable
     out = tmp_path / "probe.json"
-    plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out)],
+    job_id, run_dir = ray_submit(tmp_path, [sys.executable, str(PROBE), str(out)],
                     config=RLINF_ENV_CONFIGS.replace("{python}", json.dumps(other)))
-    done = submit.submit(plan, tmp_path / "run")
-    status = wait_done(done.job_id)
+    status = wait_done(run_dir)
     batch = "".join(p.read_text() for p in (tmp_path / "run" / "logs").glob("batch-*.out"))
     assert status.state == "COMPLETED", batch
     nodes = json.loads(out.read_text())["nodes"]
@@ -188,19 +184,18 @@ def test_rlinf_env_configs_reach_only_their_node(slurm_cluster: LiveCluster, tmp
         assert nodes[rank]["node_var"] is None and nodes[rank]["python"] != other, rank
     script = (tmp_path / "run" / "job.sbatch").read_text()
     assert f"env HP_NODE_VAR, python {other}" in script
-    assert_clean(done.job_id)
+    assert_clean(job_id)
 
 
 def test_driver_exit_code_is_the_jobs(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
     out = tmp_path / "probe.json"
-    plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out), "exit", "7"])
-    done = submit.submit(plan, tmp_path / "run")
-    status = wait_done(done.job_id)
+    job_id, run_dir = ray_submit(tmp_path, [sys.executable, str(PROBE), str(out), "exit", "7"])
+    status = wait_done(run_dir)
     batch = "".join(p.read_text() for p in (tmp_path / "run" / "logs").glob("batch-*.out"))
-    assert status.state == "FAILED" and status.components[0].exit_code == "7:0", (status, batch)
+    assert status.state == "FAILED" and status.exit_codes[0] == "7:0", (status, batch)
     assert "component 'driver'" in batch and "exited with code 7" in batch, batch
     assert out.exists()
-    assert_clean(done.job_id)
+    assert_clean(job_id)
 
 
 def wait_for_file(path: Path, timeout: float = 120) -> None:
@@ -212,21 +207,20 @@ def wait_for_file(path: Path, timeout: float = 120) -> None:
 
 def test_killed_raylet_fails_the_job_naming_the_node(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
     out = tmp_path / "probe.json"
-    plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out), "hold", "120"])
-    done = submit.submit(plan, tmp_path / "run")
+    job_id, run_dir = ray_submit(tmp_path, [sys.executable, str(PROBE), str(out), "hold", "120"])
     wait_for_file(out)
     assert out.exists(), "the driver never ran"
     hosts = submit.read_hosts(tmp_path / "run")
     victim = hosts[(1, 0)]  # rtx, cluster node rank 2
-    pids = [int(e) for e in os.listdir("/proc") if e.isdigit() and _is_raylet_of(int(e), done.job_id, 2)]
+    pids = [int(e) for e in os.listdir("/proc") if e.isdigit() and _is_raylet_of(int(e), job_id, 2)]
     assert pids, "no raylet of node rank 2 found"
     for pid in pids:
         os.kill(pid, 9)
-    status = wait_done(done.job_id, 90)
+    status = wait_done(run_dir, 90)
     batch = "".join(p.read_text() for p in (tmp_path / "run" / "logs").glob("batch-*.out"))
     assert status.state == "FAILED", batch
     assert f"Ray node rank 2 on {victim} (node group rtx" in batch, batch
-    assert_clean(done.job_id)
+    assert_clean(job_id)
 
 
 def _is_raylet_of(pid: int, job_id: str, rank: int) -> bool:
@@ -239,14 +233,14 @@ def _is_raylet_of(pid: int, job_id: str, rank: int) -> bool:
 
 def test_cancel_stops_every_raylet(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
     out = tmp_path / "probe.json"
-    plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out), "hold", "300"])
-    done = submit.submit(plan, tmp_path / "run")
+    job_id, run_dir = ray_submit(tmp_path, [sys.executable, str(PROBE), str(out), "hold", "300"])
     wait_for_file(out)
-    assert out.exists() and len(ray_processes(done.job_id)) >= 4
-    submit.cancel(done.job_id)
-    status = wait_done(done.job_id, 60)
-    assert all(c.state.startswith("CANCELLED") for c in status.components)
-    assert_clean(done.job_id, within=15)
+    assert out.exists() and len(ray_processes(job_id)) >= 4
+    cancel = cli("cancel", run_dir)
+    assert cancel.returncode == 0 and f"cancelled job {job_id}" in cancel.stdout, cancel
+    status = wait_done(run_dir, 60)
+    assert status.code == 11 and all(" CANCELLED" in line for line in status.components), status.text
+    assert_clean(job_id, within=15)
 
 
 def test_missing_node_fails_within_join_timeout(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
@@ -259,16 +253,15 @@ def test_missing_node_fails_within_join_timeout(slurm_cluster: LiveCluster, tmp_
     (hang / "sitecustomize.py").write_text("import time\ntime.sleep(3600)\n")
     config = CONFIG.replace("- {label: cpu, partition: cpu, nodes: 1}",
                             "- {label: cpu, partition: cpu, nodes: 1, env: {PYTHONPATH: %s}}" % json.dumps(str(hang)))
-    plan = ray_plan(tmp_path, [sys.executable, str(PROBE), str(out)], join_timeout=25, config=config)
-    done = submit.submit(plan, tmp_path / "run")
-    status = wait_done(done.job_id, 150)
+    job_id, run_dir = ray_submit(tmp_path, [sys.executable, str(PROBE), str(out)], join_timeout=25, config=config)
+    status = wait_done(run_dir, 150)
     batch = "".join(p.read_text() for p in (tmp_path / "run" / "logs").glob("batch-*.out"))
     hosts = submit.read_hosts(tmp_path / "run")
     assert status.state == "FAILED", batch
     assert not out.exists()
     assert "1 of 4 Ray node(s) did not join within" in batch, batch
     assert f"node rank 3 on {hosts[(2, 0)]} (node group cpu, het group 2 node 0)" in batch, batch
-    assert_clean(done.job_id)
+    assert_clean(job_id)
 
 
 def test_hostile_driver_argv_never_reaches_a_shell(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
@@ -277,15 +270,14 @@ def test_hostile_driver_argv_never_reaches_a_shell(slurm_cluster: LiveCluster, t
     out = tmp_path / "probe.json"
     args_file = tmp_path / "args.json"
     code = "import json,sys; json.dump(sys.argv[1:], open(sys.argv[1], 'w'))"
-    plan = ray_plan(tmp_path, [sys.executable, "-c", code, str(args_file), *values], {"HP_X": values[2]})
-    done = submit.submit(plan, tmp_path / "run")
-    status = wait_done(done.job_id)
+    job_id, run_dir = ray_submit(tmp_path, [sys.executable, "-c", code, str(args_file), *values], {"HP_X": values[2]})
+    status = wait_done(run_dir)
     assert status.state == "COMPLETED"
     assert json.loads(args_file.read_text()) == [str(args_file), *values]
     assert not canary.exists()
     script = (tmp_path / "run" / "job.sbatch").read_text()
     assert "--ray-driver --plan" in script and values[2] not in script.split("# ====")[-1].split("hp_start 1")[1]
-    assert_clean(done.job_id)
+    assert_clean(job_id)
 
 
 def test_time_limit_warning_reaches_the_driver_and_not_the_ray_nodes(slurm_cluster: LiveCluster,
@@ -301,13 +293,12 @@ def test_time_limit_warning_reaches_the_driver_and_not_the_ray_nodes(slurm_clust
     # the probe's exec (the mask survives exec) until the probe has its handler (after ray.init).
     block = ("import os, signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}); "
              "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
-    plan = ray_plan(tmp_path, [sys.executable, "-c", block, str(PROBE), str(out), "warn", "100"], config=config)
-    done = submit.submit(plan, tmp_path / "run")
+    job_id, run_dir = ray_submit(tmp_path, [sys.executable, "-c", block, str(PROBE), str(out), "warn", "100"], config=config)
     script = (tmp_path / "run" / "job.sbatch").read_text()
     assert script.count("#SBATCH --signal=") == 1 and "#SBATCH --signal=B:USR2@30" in script
-    status = wait_done(done.job_id, 200)
+    status = wait_done(run_dir, 200)
     batch = "".join(p.read_text() for p in (tmp_path / "run" / "logs").glob("batch-*.out"))
-    assert status.state == "TIMEOUT", submit.format_status(status) + batch
+    assert status.state == "TIMEOUT", status.text + batch
     before = json.loads(out.read_text())
     after = json.loads(Path(f"{out}.after").read_text())
     assert after["terms"], f"the driver never got the warning\n{batch}"
@@ -317,5 +308,5 @@ def test_time_limit_warning_reaches_the_driver_and_not_the_ray_nodes(slurm_clust
     assert {r: n["host"] for r, n in after["nodes"].items()} == {r: n["host"] for r, n in before["nodes"].items()}
     assert after["probed"] > warned
     step = (tmp_path / "run" / "ray" / "driver.step").read_text().strip()
-    assert f"time-limit warning: SIGTERM sent to the driver (step {done.job_id}+0.{step}) only" in batch, batch
-    assert_clean(done.job_id)
+    assert f"time-limit warning: SIGTERM sent to the driver (step {job_id}+0.{step}) only" in batch, batch
+    assert_clean(job_id)
