@@ -32,7 +32,8 @@ def run_local(tmp_path: Path, name: str, driver: list[str]) -> Path:
     env = dict(os.environ, HPCPLACE_RAY_ARGS="--object-store-memory=80000000")
     env.pop("CUDA_VISIBLE_DEVICES", None)
     cli = [str(Path(sys.executable).with_name("hpcplace")), "run", str(config), "--local", "--run-dir", str(run_dir)]
-    done = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    # in tmp_path: RLinf's driver writes output/logs/ relative to its working directory
+    done = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     return run_dir
 
