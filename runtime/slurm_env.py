@@ -3,7 +3,7 @@
 Everything else in the runtime gets Slurm facts from `SlurmSnapshot`, never from os.environ.
 `read_snapshot` takes any mapping (tests pass dicts recorded on a real cluster).
 
-Slurm 22.05 facts this encodes (see shared/slurm-lab-facts.md):
+Slurm 22.05 facts this encodes (measured on the test cluster, scripts/slurm-cluster/):
 - Het jobs set SLURM_HET_SIZE and per-component SLURM_*_HET_GROUP_<g> (older alias *_PACK_GROUP_<g>);
   there is NO SLURM_HET_JOB_ID / SLURM_HET_JOB_COMPONENT. A component's SLURM_JOB_ID is leader+g, so
   the job id every process shares is SLURM_JOB_ID_HET_GROUP_0 (the leader's).

@@ -1,5 +1,5 @@
 """Shared helpers for the runtime tests: plans written from configs, and Slurm environments recorded
-on the project's real Slurm 22.05 test cluster (shared/slurm-lab-facts.md, het job 120)."""
+on the project's real Slurm 22.05 test cluster (scripts/slurm-cluster/)."""
 
 from __future__ import annotations
 
