@@ -19,17 +19,27 @@ from dataclasses import dataclass
 # torch_memory_saver's preload hook library: torch_memory_saver_hook_mode_preload_cu<major>.abi3.so
 HOOK_STEM = "torch_memory_saver_hook_mode_preload"
 ALLOC_CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+NVIDIA_CONTROL = "/dev/nvidiactl"  # exists on every node with an NVIDIA driver and a visible GPU
 
 
 # --------------------------------------------------------------------------- torch (without importing it)
 
-def torch_cuda_version() -> str | None:
-    """`torch.version.cuda` ("13.0") read from torch/version.py without importing torch (the shim and the
-    preflight stay light). None when torch is absent or a CPU/ROCm build."""
-    spec = importlib.util.find_spec("torch")
+def package_dir(name: str) -> str | None:
+    """The directory of an installed top-level package, found without importing it (None: not installed)."""
+    spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         return None
-    path = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
+    return list(spec.submodule_search_locations)[0]
+
+
+def torch_cuda_version(torch_dir: str | None = None) -> str | None:
+    """`torch.version.cuda` ("13.0") read from torch/version.py without importing torch (the shim and the
+    preflight stay light). None when torch is absent or a CPU/ROCm build. `torch_dir`: another
+    interpreter's torch package (default: this one's)."""
+    torch_dir = torch_dir or package_dir("torch")
+    if torch_dir is None:
+        return None
+    path = os.path.join(torch_dir, "version.py")
     try:
         with open(path, encoding="utf-8") as fh:
             tree = ast.parse(fh.read(), path)
@@ -44,8 +54,8 @@ def torch_cuda_version() -> str | None:
     return None
 
 
-def torch_cuda_major() -> int | None:
-    version = _parse_version(torch_cuda_version() or "")
+def torch_cuda_major(torch_dir: str | None = None) -> int | None:
+    version = _parse_version(torch_cuda_version(torch_dir) or "")
     return None if version is None else version[0]
 
 

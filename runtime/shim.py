@@ -235,11 +235,11 @@ def _memory_saver_env(resolved: Resolved, env: dict[str, str], debug: bool) -> d
         return {}
     if env.get("HPCPLACE_MEMORY_SAVER", "1") == "0" or not os.path.exists("/dev/nvidiactl"):
         return {}
-    from hpcplace.runtime.memory import torch_memory_saver_env, torch_memory_saver_unavailable_reason
+    from hpcplace.runtime.preload import preload_env
 
-    changes = torch_memory_saver_env(env)
-    if not changes and debug:
-        _say(f"debug: torch_memory_saver not preloaded: {torch_memory_saver_unavailable_reason(env) or 'probe failed'}")
+    changes, why = preload_env(env, command=resolved.command)  # the program's Python may be another venv's
+    if debug:
+        _say(f"debug: {why}")
     return changes
 
 

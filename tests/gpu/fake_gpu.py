@@ -126,3 +126,76 @@ def fake_gpu_dir(root: Path, *, cuda: str | None = "13.0", torch_version: str = 
                  "devices": devices if devices is not None else [fake_device(0)]}
         (root / "fake_nvml.json").write_text(json.dumps(facts))
     return root
+
+
+MEMORY_SAVER = '''"""Fake torch_memory_saver 0.0.10 for tests without a GPU: its Python surface (one singleton, regions
+keyed by tag in _impl._mem_pools, pause/resume per tag or all) with the library's failure modes: a
+second pause or resume of a tag exits the process (its C++ exit(1)). Calls are recorded in CALLS."""
+import contextlib
+import os
+
+CALLS = []
+
+
+class _Impl:
+    def __init__(self):
+        self._mem_pools = {}
+        self.paused = set()
+
+
+class TorchMemorySaver:
+    def __init__(self):
+        self._impl = None
+
+    def _ensure(self):
+        if self._impl is None:
+            self._impl = _Impl()
+
+    @contextlib.contextmanager
+    def region(self, tag="default", enable_cpu_backup=False, **kwargs):
+        self._ensure()
+        self._impl._mem_pools.setdefault((tag, enable_cpu_backup, False, "", 0), object())
+        CALLS.append(("region", tag))
+        yield
+
+    @contextlib.contextmanager
+    def cuda_graph(self, graph, tag="default", enable_cpu_backup=False, **kwargs):
+        self._ensure()
+        CALLS.append(("cuda_graph", tag))
+        yield
+
+    def _tags(self, tag):
+        return [tag] if tag else sorted({k[0] for k in self._impl._mem_pools})
+
+    def pause(self, tag=None):
+        self._ensure()
+        CALLS.append(("pause", tag))
+        for t in self._tags(tag):
+            if t in self._impl.paused:
+                os._exit(1)
+            self._impl.paused.add(t)
+
+    def resume(self, tag=None):
+        self._ensure()
+        CALLS.append(("resume", tag))
+        if os.environ.get("FAKE_TMS_RESUME_EXIT") == "1":
+            os._exit(1)  # the library's answer to a failed cuMemCreate / cuMemMap
+        for t in self._tags(tag):
+            if t not in self._impl.paused:
+                os._exit(1)
+            self._impl.paused.discard(t)
+
+
+torch_memory_saver = TorchMemorySaver()
+'''
+
+
+def fake_memory_saver(root: Path, *, majors: tuple[int, ...] = (12, 13)) -> Path:
+    """A fake torch_memory_saver package under `root` (a site-packages-like dir) with hook files beside it
+    named like the wheel's (empty: never to be preloaded)."""
+    package = root / "torch_memory_saver"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text(MEMORY_SAVER)
+    for major in majors:
+        (root / f"torch_memory_saver_hook_mode_preload_cu{major}.abi3.so").write_bytes(b"")
+    return root
