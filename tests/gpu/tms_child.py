@@ -14,10 +14,15 @@ GIB = 1 << 30
 
 
 def used_bytes() -> int:
-    """Device memory in use over every GPU NVML sees (the test machine runs nothing else)."""
+    """Device memory in use on the GPU torch uses, found by its UUID (NVML indices ignore
+    CUDA_VISIBLE_DEVICES, and other GPUs may belong to other jobs or be closed to this one)."""
     torch.cuda.synchronize()
-    return sum(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used
-               for i in range(pynvml.nvmlDeviceGetCount()))
+    return pynvml.nvmlDeviceGetMemoryInfo(nvml_handle(torch.cuda.current_device())).used
+
+
+def nvml_handle(device: int):
+    uuid = str(torch.cuda.get_device_properties(device).uuid)
+    return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
 
 
 def main() -> None:
