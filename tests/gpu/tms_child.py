@@ -8,7 +8,7 @@ import time
 import pynvml
 import torch
 
-from hpcplace.runtime.memory import MemoryStateError, TorchMemorySaverBackend
+from hpcplace.runtime.memory import MemoryBackendError, MemoryStateError, TorchMemorySaverBackend
 
 GIB = 1 << 30
 
@@ -70,6 +70,18 @@ def main() -> None:
     resume_s = time.perf_counter() - t0
     used_resumed = used_bytes()
 
+    memory.pause("kv_cache")
+    try:
+        memory.empty("kv_cache", (16,), torch.uint8)
+        paused_region_refused = False
+    except MemoryStateError:
+        paused_region_refused = True
+    memory.resume("kv_cache")
+    try:
+        TorchMemorySaverBackend()
+        second_backend_refused = False
+    except MemoryBackendError:
+        second_backend_refused = True
     restored = bool(torch.equal(weights.cpu(), expected))
     graph.replay()
     graph_same = bool(torch.equal(y, before_graph))
@@ -82,7 +94,8 @@ def main() -> None:
         "used_resumed_gib": used_resumed / GIB, "freed_gib": (used_before - used_paused) / GIB,
         "pause_ms": pause_s * 1e3, "resume_ms": resume_s * 1e3, "restored": restored,
         "graph_replays_after_resume": graph_same, "graph_tracks_input": graph_tracks_input,
-        "double_pause_refused": double_pause_refused, "kv_cache_len": kv_cache.numel(),
+        "double_pause_refused": double_pause_refused, "paused_region_refused": paused_region_refused,
+        "second_backend_refused": second_backend_refused, "kv_cache_len": kv_cache.numel(),
     }), flush=True)
 
 
