@@ -21,6 +21,10 @@ TORCH_CUDA = '''def is_available():
 
 def device_count():
     return 1
+
+
+def get_device_name(device=None):
+    return "Fake NVIDIA GPU"
 '''
 
 PYNVML = '''"""Fake nvidia-ml-py for tests without a GPU: facts from the JSON file named in FAKE_NVML_JSON (or beside)."""
