@@ -19,11 +19,11 @@ PYTHON = "/usr/bin/python3"
 def test_dry_run_installs_offline_and_collects_the_gpu_tests(tmp_path: Path) -> None:
     if not list((REPO / ".whl").glob("hpcplace-*.whl")):
         pytest.skip("no wheelhouse .whl/ (scripts/gpu-wheelhouse.sh builds it; it needs PyPI)")
-    probe = subprocess.run([PYTHON, "-c", "import pip; import hpcplace"], capture_output=True, text=True) \
-        if os.path.exists(PYTHON) else None
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    probe = subprocess.run([PYTHON, "-c", "import pip; import hpcplace"], capture_output=True, text=True, env=env,
+                           cwd="/") if os.path.exists(PYTHON) else None
     if probe is None or "No module named 'pip'" in probe.stderr or probe.returncode == 0:
         pytest.skip(f"needs {PYTHON} with pip and without hpcplace")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     done = subprocess.run(["bash", str(REPO / "scripts" / "gpu-tier.sh"), str(tmp_path)],
                           env={**env, "HPCPLACE_GPU_TIER_DRY_RUN": "1", "PYTHON": PYTHON},
                           capture_output=True, text=True, timeout=120)
