@@ -33,7 +33,7 @@ from typing import BinaryIO
 
 from hpcplace.errors import HpcplaceError
 from hpcplace.plan import Plan, plan_to_json
-from hpcplace.runtime.devices import parse_device_list, query_nvml
+from hpcplace.runtime.devices import LOCAL_MAP, parse_device_list, query_nvml
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.plan_index import write_index
 from hpcplace.runtime.ranks import compute_process_env, environment_changes, merge_environment, plan_environment
@@ -124,6 +124,17 @@ def local_gpus(environ: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(str(i) for i in range(len(devices))) if devices else ()
 
 
+def memory_saver_env(env: Mapping[str, str], command: tuple[str, ...]) -> dict[str, str]:
+    """torch_memory_saver's preload for a process of an offloading collocation group, only where NVML sees
+    a GPU and torch_memory_saver is installed for the program's Python (never on a machine without GPU:
+    its LD_PRELOAD would stop every process there)."""
+    devices, _ = query_nvml()
+    if not devices or env.get("HPCPLACE_MEMORY_SAVER", "1") == "0":
+        return {}
+    from hpcplace.runtime.preload import preload_env
+    return preload_env(env, command=command)[0]
+
+
 def new_run_id(name: str, now: float | None = None) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     return f"{name}-local-{stamp}-{os.getpid()}"
@@ -162,6 +173,10 @@ def prepare(plan_text: str, plan_path: str, run_id: str, *, environ: Mapping[str
                 env = merge_environment(environ, changes)
             except ShimError as exc:
                 raise LocalRunError(exc.message, hint=exc.hint) from None
+            if comp.get("offload") and choice.mode == LOCAL_MAP:
+                extra = memory_saver_env(env, tuple(comp["command"]))  # as the shim does on a cluster
+                changes.update(extra)
+                env.update(extra)
             out.append(LocalProcess(comp["name"], process["rank"], tuple(comp["command"]), env, changes, choice.note))
     return out
 

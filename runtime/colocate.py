@@ -35,7 +35,9 @@ baton even where they share one /dev/shm:
   new space needed on a full /dev/shm, a reader never sees a torn record): generation, current phase index,
   `done` (ranks of the current generation that have offloaded), `left` (ranks closed or declared
   dead: skipped from then on), `requested` (next phase asked for by an owner), `failed` (a message
-  every waiter raises). Readers read it without the lock.
+  every waiter raises), `onloading` (ranks inside memory.resume(), with their generation: a rank that dies
+  there - torch_memory_saver exit(1)s on a failed resume - is reported as "failed to onload"). Readers read
+  it without the lock.
 
 A turn: wait until the current phase contains our component and we are not yet `done` in this
 generation -> onload (memory.resume, then the onload callback) -> body -> offload (callback, then
@@ -351,7 +353,7 @@ class Cycle:
         phase = self._next_phase(first - 1 if first else None, [])
         return {"protocol": PROTOCOL, "group": self.schedule.name, **self._schedule_json(),
                 "start": start, "generation": 0, "phase": phase, "done": [], "left": [], "dead": [],
-                "requested": None, "failed": None}
+                "requested": None, "failed": None, "onloading": {}}
 
     def _check_same_schedule(self, state: dict[str, Any], start: str | None) -> None:
         if state.get("protocol") != PROTOCOL:
@@ -416,6 +418,10 @@ class Cycle:
             if not dead:
                 return
             phase = list(self.schedule.phases[state["phase"]])
+            onloading = state.get("onloading", {})
+            dead = [(k, f"failed to onload in generation {onloading[k]}: it died inside memory resume "
+                        f"(torch_memory_saver exits the process when a resume fails, e.g. out of device memory); "
+                        f"{why}" if k in onloading else why) for k, why in dead]
             text = "; ".join(f"{k} ({why})" for k, why in dead)
             if self.on_owner_death == "error":
                 state["failed"] = (f"collocation group {self.schedule.name!r}: owner(s) of phase {phase} died "
@@ -483,9 +489,15 @@ class Cycle:
         self._turn_generation = generation
         self._event("onload_begin", generation)
         try:
-            if memory is not None:
-                for tag in [t for t in memory.tags if memory.state(t) == "paused"]:
-                    memory.resume(tag)
+            paused = [] if memory is None else [t for t in memory.tags if memory.state(t) == "paused"]
+            if paused:
+                # A failed resume is exit(1) inside torch_memory_saver: say so first, for the others.
+                self._set_onloading(generation)
+                try:
+                    for tag in paused:
+                        memory.resume(tag)
+                finally:
+                    self._set_onloading(None)
             if onload is not None:
                 onload()
             self._event("onload_end", generation)
@@ -493,6 +505,19 @@ class Cycle:
         finally:
             self._turn_generation = None
             self._offload_and_pass(generation, memory, offload)
+
+    def _set_onloading(self, generation: int | None) -> None:
+        """Record (or clear) in the group state that this rank is inside memory.resume(), so that if it
+        dies there the others report "failed to onload" instead of a bare death."""
+        with self._locked():
+            state = self._read_state()
+            assert state is not None
+            onloading = state.setdefault("onloading", {})
+            if generation is None:
+                onloading.pop(self.key, None)
+            else:
+                onloading[self.key] = generation
+            self._write_state(state)
 
     def _offload_and_pass(self, generation: int, memory: Any, offload: Callable[[], None] | None) -> None:
         self._event("offload_begin", generation)

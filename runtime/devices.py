@@ -21,6 +21,8 @@ PHYSICAL = "physical"  # exported ids are physical node indices (ConstrainDevice
 STEP_LOCAL = "step-local"  # Slurm remapped to 0..k-1 (ConstrainDevices=yes)
 LOCAL_MAP = "local-map"  # local backend: planned ids mapped onto this machine's GPUs
 VIRTUAL = "virtual"  # local backend without GPUs: planned ids exported, nothing behind them
+BY_UUID = "uuid"  # the task was given GPU-<uuid> / MIG-<uuid> ids (a site's prolog, a container runtime)
+GPU_MODES = (PHYSICAL, STEP_LOCAL, BY_UUID)  # modes where real GPUs are bound (NVML check, preload)
 
 
 class DeviceChoice(Frozen):
@@ -48,6 +50,10 @@ def _is_index(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+def _is_uuid(text: str) -> bool:
+    return text.startswith(("GPU-", "MIG-"))
+
+
 def choose_devices(planned: tuple[str, ...], seen: str | None, *,
                    local_gpus: tuple[str, ...] | None = None) -> DeviceChoice:
     """Decide CUDA_VISIBLE_DEVICES for a process with planned physical GPUs `planned`.
@@ -66,6 +72,14 @@ def choose_devices(planned: tuple[str, ...], seen: str | None, *,
     if not given:
         return DeviceChoice(visible=planned, planned=planned, seen=seen, mode=PHYSICAL,
                             note="Slurm set no CUDA_VISIBLE_DEVICES: exporting the planned physical ids")
+    if any(_is_uuid(g) for g in given):
+        if all(_is_uuid(g) for g in given) and len(given) == len(planned):
+            return DeviceChoice(visible=given, planned=planned, seen=seen, mode=BY_UUID,
+                                note=f"GPU UUIDs from the environment for physical {','.join(planned)}")
+        raise ShimError(
+            f"this task was given CUDA_VISIBLE_DEVICES={seen!r}, but the plan puts it on {len(planned)} GPU(s) "
+            f"(physical {','.join(planned)}): UUIDs must name exactly the planned GPUs, and not be mixed with indices",
+            hint="bind each task to its planned GPUs (--gpu-bind=map_gpu:...), or give one UUID per planned GPU")
     if set(planned) <= set(given):
         note = "physical ids from Slurm"
         if len(given) > len(planned):
@@ -161,19 +175,37 @@ def check_devices(choice: DeviceChoice, devices: tuple[NvmlDevice, ...], gpu_typ
     """(errors, warnings) comparing the choice with what NVML lets this task open."""
     errors: list[str] = []
     warnings: list[str] = []
-    if choice.mode not in (PHYSICAL, STEP_LOCAL):
+    if choice.mode not in GPU_MODES:
         return errors, warnings
     listed = ", ".join(f"{d.nvml_index}:{d.name}" for d in devices) or "none"
     chosen: list[NvmlDevice] = []
     if choice.mode == PHYSICAL:
         for p in choice.visible:
             if not _is_index(p):
-                continue  # UUIDs / MIG ids: NVML indices do not apply
-            if int(p) >= len(devices):
-                errors.append(f"GPU {p} is planned on {node}, but this task can open only {len(devices)} GPU(s) "
-                              f"({listed})")
+                continue
+            # CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID) and NVML count in the same order; hidden GPUs keep their index
+            match = ([d for d in devices if d.nvml_index == int(p)] or [d for d in devices if d.minor == int(p)])
+            if not match:
+                errors.append(f"GPU {p} is planned on {node}, but this task cannot open it (it can open "
+                              f"{len(devices)} GPU(s): {listed})")
             else:
-                chosen.append(devices[int(p)])
+                chosen.append(match[0])
+    elif choice.mode == BY_UUID:
+        for u in choice.visible:
+            if u.startswith("MIG-"):
+                warnings.append(f"{u} is a MIG instance: not verified against the plan")
+                continue
+            match = [d for d in devices if d.uuid.startswith(u)]  # CUDA accepts a unique UUID prefix
+            if not match:
+                errors.append(f"CUDA_VISIBLE_DEVICES names {u} on {node}, but this task cannot open a GPU with "
+                              f"that UUID ({listed})")
+                continue
+            chosen.append(match[0])
+        physical = sorted(d.nvml_index for d in chosen)
+        if len(chosen) == len(choice.planned) and physical != sorted(
+                int(p) for p in choice.planned if _is_index(p)):
+            warnings.append(f"the GPUs named by UUID have NVML indices {physical}, the plan says "
+                            f"{','.join(choice.planned)}")
     else:
         k = len(choice.visible)
         if len(devices) != k:

@@ -3,30 +3,31 @@ owns the devices, and get it back (same addresses) when the turn returns.
 
 One small interface, three backends:
 
-- `TorchMemorySaverBackend` (GPU): torch_memory_saver regions per tag ("weights", "kv_cache",
-  "cuda_graph"), optional CPU backup. Usable only where a GPU and libcuda exist and (hook mode
-  "preload") the process was started with its LD_PRELOAD, which the shim gets from
-  `torch_memory_saver_env()`; elsewhere it refuses with the reason.
+- `TorchMemorySaverBackend` (GPU): torch_memory_saver regions per tag (named `hpcplace.<tag>` in the
+  library, so SGLang's "weights"/"kv_cache" in the same process stay apart), optional CPU backup. One
+  per process, like the library's own singleton. Usable only where its preload hook is really mapped
+  into the process (the shim sets it: runtime/preload.py), the allocator settings do not bypass it and
+  the driver supports the torch build (runtime/gpu_checks.py); elsewhere it refuses with the reason.
 - `CpuBackend`: an honest stand-in for machines without GPUs. One anonymous mmap per tag; pause =
   optional backup into a memfd, then madvise(MADV_DONTNEED), so the pages really leave RSS; resume
   = restore the contents (or zero pages without backup, as a GPU region without backup would hold
-  garbage). Tensors keep their addresses across pause/resume, like torch_memory_saver's.
+  garbage). Tensors keep their addresses across pause/resume, like torch_memory_saver's. It never
+  takes a GPU model without an explicit opt-in (make_backend's cpu_fallback), and then warns.
 - `NoopBackend`: keeps everything resident; only the state machine.
 
 Every backend runs the same per-tag state machine in Python (resident <-> paused) and raises
-`MemoryStateError` on a double pause or resume: torch_memory_saver calls exit(1) on those.
+`MemoryStateError` on a double pause or resume, or an allocation in a paused tag: torch_memory_saver
+calls exit(1) on the former and hands out unmapped memory on the latter.
 
-torch and torch_memory_saver are imported lazily; `torch_memory_saver_env()` is stdlib only so the
-shim can call it on its hot path.
-"""
+torch and torch_memory_saver are imported lazily."""
 
 from __future__ import annotations
 
-import ast
-import ctypes
 import importlib.util
 import mmap
 import os
+import sys
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -49,127 +50,22 @@ class MemoryStateError(MemoryBackendError):
     """Double pause or double resume of a tag (torch_memory_saver would exit(1) the process)."""
 
 
-# --------------------------------------------------------------------------- detection (stdlib)
-
-def _libcuda_loadable() -> bool:
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    return True
-
-
-def _torch_cuda_major() -> int | None:
-    """The CUDA major version torch was built for, read from torch/version.py without importing
-    torch (the shim must stay light). None for CPU/ROCm builds or when torch is absent."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            tree = ast.parse(fh.read(), path)
-    except OSError:
-        return None
-    for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
-            node.target if isinstance(node, ast.AnnAssign) else None)
-        if isinstance(target, ast.Name) and target.id == "cuda" and node.value is not None:
-            value = ast.literal_eval(node.value) if isinstance(node.value, ast.Constant) else None
-            if isinstance(value, str) and value.split(".")[0].isdigit():
-                return int(value.split(".")[0])
-            return None
-    return None
-
+# --------------------------------------------------------------------------- the preload (stdlib)
 
 def torch_memory_saver_unavailable_reason(environ: Mapping[str, str]) -> str | None:
-    """Why torch_memory_saver's preload hook must NOT be set for a process with `environ`
-    (None = it can be). Its LD_PRELOAD makes every process fail to start where no libcuda exists."""
-    if environ.get("CUDA_VISIBLE_DEVICES", None) == "":
-        return "the process sees no GPU (CUDA_VISIBLE_DEVICES is empty)"
-    if not os.path.exists("/dev/nvidiactl"):
-        return "no NVIDIA GPU on this node (/dev/nvidiactl is missing)"
-    if not _libcuda_loadable():
-        return "libcuda.so.1 cannot be loaded on this node"
-    if "expandable_segments:True" in environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
-        return "PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True, which torch_memory_saver does not support"
-    if importlib.util.find_spec("torch_memory_saver") is None:
-        return "torch_memory_saver is not installed (pip install 'hpcplace[gpu]')"
-    found = _preload_library()
-    if found is None:
-        return "no torch_memory_saver preload library matches this torch's CUDA version"
-    if _cudart_dir(found[1], environ) is None:
-        return f"libcudart.so.{found[1]} (needed by the preload library) is neither installed nor in a pip nvidia package"
-    return None
+    """Why torch_memory_saver's preload hook must NOT be set for a process with `environ` (None: it can
+    be). Its LD_PRELOAD makes every process fail to start where no libcuda exists (runtime/preload.py)."""
+    from hpcplace.runtime.preload import unavailable_reason
+    return unavailable_reason(environ)
 
 
-def _site_dirs() -> list[str]:
-    spec = importlib.util.find_spec("torch_memory_saver")
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    package_dir = list(spec.submodule_search_locations)[0]
-    return [package_dir, os.path.dirname(package_dir)]
-
-
-def _preload_library() -> tuple[str, int] | None:
-    """(path of the hook library for torch's CUDA major, that major)."""
-    major = _torch_cuda_major()
-    for m in [major] if major is not None else [13, 12]:
-        for where in _site_dirs():
-            path = os.path.join(where, f"torch_memory_saver_hook_mode_preload_cu{m}.abi3.so")
-            if os.path.isfile(path):
-                return path, m
-    return None
-
-
-def _cudart_dir(major: int, environ: Mapping[str, str]) -> str | None:
-    """"" when the loader finds libcudart.so.<major> by itself, a directory to add to
-    LD_LIBRARY_PATH when only a pip wheel (nvidia/*/lib) has it, None when it is nowhere.
-    The hook library has no RPATH, so without this every preloaded process would fail to start."""
-    name = f"libcudart.so.{major}"
-    for d in environ.get("LD_LIBRARY_PATH", "").split(":"):
-        if d and os.path.isfile(os.path.join(d, name)):
-            return ""
-    try:
-        ctypes.CDLL(name)
-        return ""
-    except OSError:
-        pass
-    for where in _site_dirs()[1:]:
-        nvidia = os.path.join(where, "nvidia")
-        for sub in sorted(os.listdir(nvidia)) if os.path.isdir(nvidia) else []:
-            if os.path.isfile(os.path.join(nvidia, sub, "lib", name)):
-                return os.path.join(nvidia, sub, "lib")
-    return None
-
-
-def torch_memory_saver_env(environ: Mapping[str, str], *, probe: bool = True) -> dict[str, str]:
-    """The variables to add for a process that will use torch_memory_saver (hook mode "preload"):
-    LD_PRELOAD with its hook library prepended (and LD_LIBRARY_PATH when libcudart comes from a pip
-    wheel). Empty unless a GPU and libcuda are present. With `probe`, /bin/true is started with the
-    result first, so a preload that would stop every process from starting is never returned."""
-    if torch_memory_saver_unavailable_reason(environ) is not None:
-        return {}
-    found = _preload_library()
-    assert found is not None
-    lib, major = found
-    current = [p for p in environ.get("LD_PRELOAD", "").split(":") if p]
-    if any("torch_memory_saver" in p for p in current):
-        return {}
-    changes = {"LD_PRELOAD": ":".join([lib, *current])}
-    extra = _cudart_dir(major, environ)
-    if extra:
-        changes["LD_LIBRARY_PATH"] = ":".join(p for p in (extra, environ.get("LD_LIBRARY_PATH", "")) if p)
-    if probe:
-        import subprocess
-        true = "/bin/true" if os.path.exists("/bin/true") else "/usr/bin/true"
-        try:
-            ok = subprocess.run([true], env={**environ, **changes}, capture_output=True, timeout=30).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            ok = False
-        if not ok:
-            return {}
-    return changes
+def torch_memory_saver_env(environ: Mapping[str, str], *, probe: bool = True,
+                           command: tuple[str, ...] = ()) -> dict[str, str]:
+    """The variables to add for a process that will use torch_memory_saver: LD_PRELOAD with its hook
+    (for the torch of `command`'s interpreter) and LD_LIBRARY_PATH with torch's libcudart first.
+    Empty unless a GPU and libcuda are present (runtime/preload.py)."""
+    from hpcplace.runtime.preload import preload_env
+    return preload_env(environ, command=command, probe=probe)[0]
 
 
 # --------------------------------------------------------------------------- the state machine
@@ -189,9 +85,9 @@ class MemoryBackend:
         `nbytes` is the capacity the CPU backend reserves (ignored by the others)."""
         if tag in self._state:
             raise MemoryBackendError(f"memory tag {tag!r} already exists")
+        self._add(tag, nbytes, backup)
         self._state[tag] = RESIDENT
         self._backup[tag] = backup
-        self._add(tag, nbytes, backup)
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -204,6 +100,10 @@ class MemoryBackend:
         if tag not in self._state:
             raise MemoryBackendError(f"unknown memory tag {tag!r}", hint=f"known tags: {sorted(self._state)}")
         return tag
+
+    def _resident(self, tag: str, doing: str) -> None:
+        if self._state[self._known(tag)] == PAUSED:
+            raise MemoryStateError(f"cannot {doing} paused memory tag {tag!r}", hint="resume it first")
 
     def _select(self, tag: str | None) -> list[str]:
         return list(self._state) if tag is None else [self._known(tag)]
@@ -242,14 +142,13 @@ class MemoryBackend:
     # -- allocation
     def empty(self, tag: str, shape: tuple[int, ...], dtype: Any) -> Any:
         """A new tensor living in `tag`'s memory (a device tensor for GPU backends)."""
-        self._known(tag)
-        if self._state[tag] == PAUSED:
-            raise MemoryStateError(f"cannot allocate in paused memory tag {tag!r}")
+        self._resident(tag, "allocate in")
         return self._empty(tag, tuple(shape), dtype)
 
     def adopt(self, tag: str, module: Any, *, backup: bool = True) -> None:
         """Create tag `tag` and move every parameter and buffer of a torch module into it."""
         tensors = [t for t in list(module.parameters()) + list(module.buffers())]
+        self._check_devices(tag, tensors)
         self.add_tag(tag, nbytes=sum(_padded(t.numel() * t.element_size()) for t in tensors), backup=backup)
         for t in tensors:
             fresh = self.empty(tag, tuple(t.shape), t.dtype)
@@ -258,6 +157,8 @@ class MemoryBackend:
 
     def close(self) -> None:
         """Release everything the backend holds (tensors into it must no longer be used)."""
+
+    def _check_devices(self, tag: str, tensors: list[Any]) -> None: ...
 
     # -- hooks for subclasses
     def _add(self, tag: str, nbytes: int, backup: bool) -> None: ...
@@ -281,12 +182,16 @@ class NoopBackend(MemoryBackend):
 
 
 class CpuBackend(MemoryBackend):
-    """One anonymous private mmap per tag; pause really drops the pages (MADV_DONTNEED)."""
+    """One anonymous private mmap per tag; pause really drops the pages (MADV_DONTNEED).
+
+    Never takes GPU tensors silently: adopting a module with device tensors is refused unless the
+    backend was made with `allow_device_tensors=True` (make_backend's explicit cpu_fallback)."""
 
     name = "cpu"
 
-    def __init__(self) -> None:
+    def __init__(self, *, allow_device_tensors: bool = False) -> None:
         super().__init__()
+        self._allow_device_tensors = allow_device_tensors
         self._maps: dict[str, mmap.mmap] = {}
         self._used: dict[str, int] = {}
         self._memfd: dict[str, int] = {}
@@ -298,6 +203,19 @@ class CpuBackend(MemoryBackend):
         self._maps[tag] = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self._used[tag] = 0
 
+    def _check_devices(self, tag: str, tensors: list[Any]) -> None:
+        devices = sorted({str(t.device) for t in tensors if t.device.type != "cpu"})
+        if not devices:
+            return
+        if not self._allow_device_tensors:
+            raise MemoryBackendError(
+                f"cpu backend: refusing to adopt {tag!r}: its tensors are on {', '.join(devices)} and would "
+                f"silently leave the GPU for host memory",
+                hint="use the torch_memory_saver backend on GPUs (started through hpcplace-run), or opt in "
+                     "with make_backend('auto', cpu_fallback=True)")
+        warnings.warn(f"cpu backend: adopting {tag!r} moves its tensors from {', '.join(devices)} to host "
+                      f"memory (cpu_fallback)", RuntimeWarning, stacklevel=3)
+
     def capacity(self, tag: str) -> int:
         return len(self._maps[self._known(tag)])
 
@@ -307,8 +225,7 @@ class CpuBackend(MemoryBackend):
 
     def allocate_bytes(self, tag: str, nbytes: int) -> memoryview:
         """`nbytes` of the tag's region as a memoryview (for callers that do not use torch)."""
-        if self.state(tag) == PAUSED:
-            raise MemoryStateError(f"cannot allocate in paused memory tag {tag!r}")
+        self._resident(tag, "allocate in")
         start = self._reserve(tag, nbytes)
         return memoryview(self._maps[tag])[start:start + nbytes]
 
@@ -372,40 +289,87 @@ class CpuBackend(MemoryBackend):
         self._maps.clear()
 
 
+TAG_PREFIX = "hpcplace."  # torch_memory_saver's tags are per process: SGLang uses "weights", "kv_cache" too
+_ACTIVE: TorchMemorySaverBackend | None = None  # torch_memory_saver is one singleton per process: so is this
+
+
+def torch_memory_saver_problem(hook_mode: str = "preload") -> str | None:
+    """Why torch_memory_saver cannot release GPU memory in this process, or None. In the order a user
+    fixes them: not installed, driver too old for the torch build, hook not loaded or bypassed, no GPU."""
+    from hpcplace.runtime import gpu_checks
+
+    if importlib.util.find_spec("torch_memory_saver") is None:
+        return "torch_memory_saver is not installed (pip install torch_memory_saver)"
+    driver = gpu_checks.cuda_driver_problem()
+    if driver is not None:
+        return driver
+    hook = (gpu_checks.memory_saver_hook_problem() if hook_mode == "preload"
+            else gpu_checks.allocator_bypass_problem())
+    if hook is not None:
+        return hook
+    import torch
+    if torch.version.cuda is None:
+        return f"this torch ({torch.__version__}) is not a CUDA build: bring your site's CUDA torch"
+    if not torch.cuda.is_available():
+        return (f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA device "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+    return None
+
+
 class TorchMemorySaverBackend(MemoryBackend):
-    """torch_memory_saver on a GPU: tensors allocated inside `region(tag)` are paused/resumed per tag."""
+    """torch_memory_saver on a GPU: tensors allocated inside `region(tag)` are paused/resumed per tag.
+
+    One per process (the library keeps one allocation map per process); its tags are named
+    `hpcplace.<tag>` in the library, and a tag another library already uses there is refused."""
 
     name = "torch_memory_saver"
 
     def __init__(self, *, hook_mode: str = "preload") -> None:
+        global _ACTIVE
         super().__init__()
-        reason = torch_memory_saver_unavailable_reason(os.environ)
-        if reason is None and hook_mode == "preload" and "torch_memory_saver" not in os.environ.get("LD_PRELOAD", ""):
-            reason = "this process was not started with torch_memory_saver's LD_PRELOAD"
+        if _ACTIVE is not None:
+            raise MemoryBackendError(
+                "a torch_memory_saver backend already exists in this process: torch_memory_saver keeps one "
+                "allocation map per process, so two backends would pause each other's memory",
+                hint="share the first backend (hpcplace.runtime.memory.active_backend()) or close() it first")
+        reason = torch_memory_saver_problem(hook_mode)
         if reason is not None:
             raise MemoryBackendError(f"torch_memory_saver backend unavailable: {reason}",
-                                     hint="use the cpu or noop backend here (make_backend('auto') picks)")
-        import torch
-        if not torch.cuda.is_available():
-            raise MemoryBackendError("torch_memory_saver backend unavailable: torch sees no CUDA device",
-                                     hint="install a CUDA build of torch (pip install 'hpcplace[gpu]')")
+                                     hint="fix the cause above; to run on the CPU stand-in instead (the model "
+                                          "leaves the GPU), make_backend('auto', cpu_fallback=True)")
         from torch_memory_saver import torch_memory_saver
         if hook_mode != "preload":
             torch_memory_saver.hook_mode = hook_mode
         self._tms = torch_memory_saver
+        _ACTIVE = self
+
+    def _library_tag(self, tag: str) -> str:
+        return TAG_PREFIX + tag
+
+    def _add(self, tag: str, nbytes: int, backup: bool) -> None:
+        """Refuse a tag that torch_memory_saver already has allocations under from someone else."""
+        impl = getattr(self._tms, "_impl", None)
+        pools = getattr(impl, "_mem_pools", None) or {}
+        theirs = {key[0] for key in pools if isinstance(key, tuple) and key}
+        if self._library_tag(tag) in theirs:
+            raise MemoryBackendError(
+                f"torch_memory_saver tag {self._library_tag(tag)!r} is already in use by another user of "
+                f"torch_memory_saver in this process: pausing it would pause their memory too",
+                hint="use another tag name, or the other library's offload for this memory")
 
     @contextmanager
     def region(self, tag: str) -> Iterator[None]:
-        """Allocations made by torch inside this block belong to `tag`."""
-        self._known(tag)
-        with self._tms.region(tag=tag, enable_cpu_backup=self._backup[tag]):
+        """Allocations made by torch inside this block belong to `tag` (refused while it is paused:
+        torch_memory_saver would hand out unmapped memory)."""
+        self._resident(tag, "allocate in")
+        with self._tms.region(tag=self._library_tag(tag), enable_cpu_backup=self._backup[tag]):
             yield
 
     @contextmanager
     def cuda_graph(self, graph: Any, tag: str = "cuda_graph", **kwargs: Any) -> Iterator[None]:
         """Capture a CUDA graph whose memory pool belongs to `tag` (pausable)."""
-        self._known(tag)
-        with self._tms.cuda_graph(graph, tag=tag, enable_cpu_backup=self._backup[tag], **kwargs):
+        self._resident(tag, "capture a CUDA graph in")
+        with self._tms.cuda_graph(graph, tag=self._library_tag(tag), enable_cpu_backup=self._backup[tag], **kwargs):
             yield
 
     def _empty(self, tag: str, shape: tuple[int, ...], dtype: Any) -> Any:
@@ -423,19 +387,56 @@ class TorchMemorySaverBackend(MemoryBackend):
         torch.cuda.synchronize()
 
     def _pause(self, tag: str) -> None:
-        self._tms.pause(tag)
+        self._tms.pause(self._library_tag(tag))
 
     def _resume(self, tag: str) -> None:
-        self._tms.resume(tag)
+        self._tms.resume(self._library_tag(tag))
+
+    def close(self) -> None:
+        """Give up the per-process slot (refused while a tag is paused: its memory would stay unmapped)."""
+        global _ACTIVE
+        if self.any_paused:
+            raise MemoryStateError(f"torch_memory_saver backend: cannot close with paused tag(s) "
+                                   f"{[t for t in self.tags if self.state(t) == PAUSED]}", hint="resume them first")
+        if _ACTIVE is self:
+            _ACTIVE = None
 
 
-def make_backend(kind: str = "auto") -> MemoryBackend:
-    """"auto": torch_memory_saver where this process has it preloaded on a GPU, else the CPU backend."""
+def active_backend() -> TorchMemorySaverBackend | None:
+    """This process's torch_memory_saver backend, if one was made."""
+    return _ACTIVE
+
+
+def _gpu_process() -> bool:
+    """Whether this process is meant to run on a GPU: a visible NVIDIA device and a CUDA torch."""
+    from hpcplace.runtime import gpu_checks
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or not os.path.exists(gpu_checks.NVIDIA_CONTROL):
+        return False
+    import torch
+    return torch.version.cuda is not None
+
+
+def make_backend(kind: str = "auto", *, cpu_fallback: bool | None = None) -> MemoryBackend:
+    """"auto": torch_memory_saver in a GPU process (refused with the reason when it cannot release GPU
+    memory), the CPU backend where there is no GPU. `cpu_fallback=True` (or HPCPLACE_MEMORY_CPU_FALLBACK=1)
+    takes the CPU stand-in in a GPU process instead, with a warning: adopted models then leave the GPU."""
     if kind == "auto":
-        if (torch_memory_saver_unavailable_reason(os.environ) is None
-                and "torch_memory_saver" in os.environ.get("LD_PRELOAD", "")):
+        if not _gpu_process():
+            return CpuBackend()
+        if active_backend() is not None:
+            return active_backend()
+        try:
             return TorchMemorySaverBackend()
-        return CpuBackend()
+        except MemoryBackendError as exc:
+            if cpu_fallback is None:
+                cpu_fallback = os.environ.get("HPCPLACE_MEMORY_CPU_FALLBACK") == "1"
+            if not cpu_fallback:
+                raise
+            message = (f"hpcplace: {exc.message}; using the CPU stand-in as asked (cpu_fallback): adopted "
+                       f"models and their offloads move to host memory")
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+            print(message, file=sys.stderr, flush=True)
+            return CpuBackend(allow_device_tensors=True)
     factories = {"torch_memory_saver": TorchMemorySaverBackend, "cpu": CpuBackend, "noop": NoopBackend}
     if kind not in factories:
         raise MemoryBackendError(f"unknown memory backend {kind!r}", hint=f"one of: auto, {', '.join(factories)}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
-from hpcplace.runtime.devices import PHYSICAL, STEP_LOCAL, DeviceChoice, check_devices, query_nvml
+from hpcplace.runtime.devices import GPU_MODES, DeviceChoice, check_devices, query_nvml
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.frozen import Frozen
 from hpcplace.runtime.plan_index import PlanIndex
@@ -138,7 +138,7 @@ def resolve(options: Options, environ: Mapping[str, str], *, hostname: str | Non
 
 def verify_devices(resolved: Resolved, debug: bool) -> None:
     """NVML check before the program starts: errors stop the task, warnings are printed."""
-    if resolved.choice.mode not in (PHYSICAL, STEP_LOCAL):
+    if resolved.choice.mode not in GPU_MODES:
         return
     devices, why = query_nvml()
     if devices is None:
@@ -231,15 +231,15 @@ def _memory_saver_env(resolved: Resolved, env: dict[str, str], debug: bool) -> d
     """torch_memory_saver's preload for GPU processes of offloading components, only where a GPU and
     libcuda exist (its LD_PRELOAD elsewhere stops every process from starting). HPCPLACE_MEMORY_SAVER=0
     turns it off."""
-    if not resolved.offload or resolved.choice.mode not in (PHYSICAL, STEP_LOCAL):
+    if not resolved.offload or resolved.choice.mode not in GPU_MODES:
         return {}
     if env.get("HPCPLACE_MEMORY_SAVER", "1") == "0" or not os.path.exists("/dev/nvidiactl"):
         return {}
-    from hpcplace.runtime.memory import torch_memory_saver_env, torch_memory_saver_unavailable_reason
+    from hpcplace.runtime.preload import preload_env
 
-    changes = torch_memory_saver_env(env)
-    if not changes and debug:
-        _say(f"debug: torch_memory_saver not preloaded: {torch_memory_saver_unavailable_reason(env) or 'probe failed'}")
+    changes, why = preload_env(env, command=resolved.command)  # the program's Python may be another venv's
+    if debug:
+        _say(f"debug: {why}")
     return changes
 
 

@@ -1,19 +1,105 @@
 #!/usr/bin/env bash
-# GPU tier: torch_memory_saver + NVML on a real NVIDIA GPU. Installs the gpu extras when missing,
-# runs the gpu-marked tests (failing, not skipping, when no GPU is usable) and records the numbers.
-#   scripts/gpu-tier.sh [RESULTS_DIR]      (default: gpu-tier-results/)
-set -euo pipefail
+# GPU tier, offline, in one call on a lent GPU machine (no network, a preinstalled CUDA torch):
+#   scripts/gpu-tier.sh [OUT_DIR]        (default $OUT, else gpu-tier-results/)
+# Needs .whl/ from scripts/gpu-wheelhouse.sh (carried along). Installs it with --no-index --no-deps into
+# a target dir over the machine's own torch (never installs torch), prints the torch/CUDA/driver facts,
+# runs every `gpu`-marked test with HPCPLACE_REQUIRE_GPU=1, then measures offload/onload against a plain
+# copy (bench/bench_gpu_offload.py) and runs the collocated demo. Writes OUT_DIR/gpu-tier.json,
+# pytest.txt, offload.json, demo.txt. Exit code: the tests'.
+# HPCPLACE_GPU_TIER_DRY_RUN=1: no GPU needed: install for CPython 3.12 into the target dir, put a fake
+# CUDA torch first on PYTHONPATH, and only collect the gpu tests (pytest --collect-only).
+set -uo pipefail
 cd "$(dirname "$0")/.."
-out="${1:-gpu-tier-results}"
-mkdir -p "$out"
-if ! python3 -c 'import torch_memory_saver, pynvml, safetensors' 2>/dev/null; then
-  python3 -m pip install -e '.[gpu,test]'
+repo=$PWD
+out="${1:-${OUT:-gpu-tier-results}}"
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+python="${PYTHON:-python3}"
+dry="${HPCPLACE_GPU_TIER_DRY_RUN:-0}"
+site="${HPCPLACE_GPU_TIER_SITE:-$(mktemp -d /tmp/hpcplace-gpu-site.XXXXXX)}"
+
+trap 'rm -rf "$site.work"; [ -n "${HPCPLACE_GPU_TIER_SITE:-}" ] || rm -rf "$site"' EXIT
+say() { echo "gpu-tier: $*" | tee -a "$out/log.txt"; }
+
+ls .whl/*.whl >/dev/null 2>&1 || { say "no wheelhouse .whl/: run scripts/gpu-wheelhouse.sh and carry .whl"; exit 2; }
+pipflags=(--no-index --no-deps --target "$site" --quiet --disable-pip-version-check)
+if [ "$dry" = 1 ]; then
+  pipflags+=(--ignore-requires-python --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
+             --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
 fi
-nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
-python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' \
-  | tee "$out/torch.txt"
-HPCPLACE_REQUIRE_GPU=1 HPCPLACE_GPU_TIER_OUT="$out/memory_saver.json" \
-  python3 -m pytest -m gpu tests/gpu -v -rs -s 2>&1 | tee "$out/pytest.txt"
+if ! "$python" -m pip install "${pipflags[@]}" .whl/*.whl 2>&1 | tee -a "$out/log.txt"; then
+  say "offline install from .whl/ failed"; exit 2
+fi
+# hpcplace from this checkout (the wheel may predate it): the package layout of pyproject, as links.
+rm -rf "$site/hpcplace" && mkdir "$site/hpcplace"
+for f in hpcplace/*; do ln -s "$repo/$f" "$site/hpcplace/"; done
+ln -s "$repo/runtime" "$site/hpcplace/runtime" && ln -s "$repo/templates" "$site/hpcplace/templates"
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+# Run from a copy of the tests and data: from the checkout itself, its hpcplace/ (without runtime/, which
+# pyproject maps in) would shadow the installed layout.
+work="$site.work" && rm -rf "$work" && mkdir -p "$work"
+cp -r tests configs examples bench pyproject.toml "$work"/ && cd "$work"
+if [ "$dry" = 1 ]; then
+  fake="$work/fake-cuda"
+  "$python" -c 'import sys; from pathlib import Path; from tests.gpu.fake_gpu import fake_gpu_dir; fake_gpu_dir(Path(sys.argv[1]))' "$fake"
+  export PYTHONPATH="$fake:$PYTHONPATH"
+fi
+
+"$python" - > "$out/facts.json" <<'PY'
+import json, os, sys
+from hpcplace.runtime import gpu_checks
+facts = {"python": sys.version.split()[0], "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
+try:
+    import torch
+    facts.update(torch=torch.__version__, torch_cuda=torch.version.cuda, cuda_available=torch.cuda.is_available())
+    if facts["cuda_available"]:
+        facts["gpu"] = torch.cuda.get_device_name(0)
+except Exception as exc:  # report, never stop: the tests say what fails
+    facts["torch_error"] = repr(exc)
+d = gpu_checks.driver_info()
+facts["driver"] = d and {"version": d.version, "cuda": d.cuda_text}
+facts["driver_problem"] = gpu_checks.cuda_driver_problem()
+print(json.dumps(facts, indent=1))
+PY
+cat "$out/facts.json"
+
+files=$(grep -rlE "pytestmark = pytest.mark.gpu|@pytest.mark.gpu" tests --include='test_*.py' | sort)
+say "gpu-marked test files: $(echo $files)"
+if [ "$dry" = 1 ]; then
+  # (hypothesis' cp312 wheel has compiled parts that a 3.11 dry run cannot import; no gpu test uses it)
+  "$python" -m pytest --collect-only -q -m gpu -p no:cacheprovider -p no:hypothesispytest $files 2>&1 | tee "$out/pytest.txt"
+  exit "${PIPESTATUS[0]}"
+fi
+HPCPLACE_REQUIRE_GPU=1 HPCPLACE_GPU_TIER_OUT="$out/memory_saver.json" timeout 300 \
+  "$python" -m pytest -m gpu -v -rs -p no:cacheprovider $files 2>&1 | tee "$out/pytest.txt"
 status=${PIPESTATUS[0]}
-echo "results in $out/ (memory_saver.json: freed GiB, pause/resume ms, graph replay)"
+
+# The measurement, in a process started with the preload (as hpcplace-run would set it).
+mapfile -t pre < <("$python" -c 'import os; from hpcplace.runtime.preload import preload_env
+c, why = preload_env(os.environ, command=[os.sys.executable]); print(c.get("LD_PRELOAD", "")); print(c.get("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", ""))); print(why)')
+say "${pre[2]:-no preload}"
+LD_PRELOAD="${pre[0]:-}" LD_LIBRARY_PATH="${pre[1]:-}" timeout 180 \
+  "$python" bench/bench_gpu_offload.py --gib 4 --cycles 5 --json "$out/offload.json" > "$out/offload.txt" 2>&1
+bench=$?
+tail -5 "$out/offload.txt"
+timeout 120 "$python" -c 'import sys; from hpcplace.cli import main; sys.exit(main())' \
+  run configs/collocated-demo.yaml --local > "$out/demo.txt" 2>&1
+demo=$?
+tail -5 "$out/demo.txt"
+
+"$python" - "$out" "$status" "$bench" "$demo" > "$out/gpu-tier.json" <<'PY'
+import json, os, sys
+out, status, bench, demo = sys.argv[1], *map(int, sys.argv[2:])
+def load(name):
+    try:
+        with open(os.path.join(out, name)) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+lines = open(os.path.join(out, "pytest.txt"), errors="replace").read().splitlines()
+summary = [l for l in lines if l.startswith(("PASSED", "FAILED", "SKIPPED", "ERROR", "=", "XFAIL"))][-40:]
+print(json.dumps({"tests_exit": status, "pytest_summary": summary, "facts": load("facts.json"),
+                  "memory_saver_test": load("memory_saver.json"), "offload_exit": bench,
+                  "offload": load("offload.json"), "demo_exit": demo}, indent=1))
+PY
+say "results in $out (gpu-tier.json); tests exit $status, offload bench exit $bench, demo exit $demo"
 exit "$status"

@@ -2,10 +2,19 @@
 Argument: one JSON object (see tests/colocate/test_colocate.py). Prints one JSON result line."""
 
 import json
+import os
 import sys
 import time
 
 from hpcplace.runtime.colocate import CollocationError, Cycle, GroupSchedule
+from hpcplace.runtime.memory import NoopBackend
+
+
+class DiesInResume(NoopBackend):
+    """What torch_memory_saver does when a resume fails (cuMemCreate out of memory): exit(1)."""
+
+    def _resume(self, tag: str) -> None:
+        os._exit(1)
 
 
 def main() -> None:
@@ -15,10 +24,15 @@ def main() -> None:
                              {c: tuple(d) for c, d in a["devices"].items()})
     cycle = Cycle(a["job"], schedule, component=a["component"], rank=a["rank"], start=a.get("start"),
                   on_owner_death=a.get("policy", "error"), event_log=a.get("events"))
+    memory = None
+    if a.get("die_in_resume"):
+        memory = DiesInResume()
+        memory.add_tag("weights")
+        memory.pause()
     turns = 0
     try:
         for _ in range(a["turns"]):
-            with cycle.turn(a["component"]):
+            with cycle.turn(a["component"], memory=memory):
                 if a.get("hang_marker"):
                     with open(a["hang_marker"], "w") as fh:
                         fh.write("in turn")

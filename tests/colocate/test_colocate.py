@@ -110,6 +110,18 @@ def test_killed_owner_takeover_policy_passes_the_turn_within_one_second(job: str
     assert (result["t_end"] - t_kill) / 1e9 < 1.0
 
 
+def test_rank_dying_inside_resume_is_reported_as_failed_to_onload(job: str) -> None:
+    """torch_memory_saver exit(1)s on a failed resume; the group hears "failed to onload", naming the rank."""
+    shape = {"phases": [["rollout"], ["actor"]], "members": {"rollout": [0], "actor": [0]},
+             "devices": {"rollout": ["0"], "actor": ["0"]}}
+    rollout = spawn(job, "rollout", 0, turns=2, **shape)
+    actor = spawn(job, "actor", 0, turns=1, die_in_resume=True, **shape)
+    assert actor.wait(timeout=20) == 1
+    rc, result = finish(rollout)
+    assert rc == 3 and result["turns"] == 1
+    assert "actor:0 (failed to onload in generation 1: it died inside memory resume" in result["error"]
+
+
 def _threads(job: str, schedule: GroupSchedule, plan: dict[tuple[str, int], list], **kwargs) -> list[str]:
     """Run each (component, rank) in a thread with its own Cycle; each plan entry is a list of
     callables run inside successive turns. Returns the order of turns taken."""

@@ -121,13 +121,6 @@ def test_preload_is_never_offered_to_a_gpu_less_process() -> None:
         make_backend("gpu")
 
 
-def test_cudart_from_ld_library_path_or_nowhere(tmp_path) -> None:
-    from hpcplace.runtime import memory
-    (tmp_path / "libcudart.so.99").write_bytes(b"")
-    assert memory._cudart_dir(99, {"LD_LIBRARY_PATH": f"/nonexistent:{tmp_path}"}) == ""
-    assert memory._cudart_dir(99, {}) is None  # then the preload is refused: it would break every process
-
-
 def test_cpu_backend_without_torch_tensors_backs_up_allocated_bytes() -> None:
     memory = CpuBackend()
     memory.add_tag("state", nbytes=3 * 4096, backup=True)

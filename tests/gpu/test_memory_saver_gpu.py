@@ -56,3 +56,7 @@ def test_captured_cuda_graph_replays_after_pause_and_resume(measured: dict) -> N
 
 def test_double_pause_is_refused_before_reaching_torch_memory_saver(measured: dict) -> None:
     assert measured["double_pause_refused"]
+
+
+def test_paused_region_and_second_backend_are_refused(measured: dict) -> None:
+    assert measured["paused_region_refused"] and measured["second_backend_refused"]

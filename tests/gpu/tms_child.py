@@ -8,16 +8,21 @@ import time
 import pynvml
 import torch
 
-from hpcplace.runtime.memory import MemoryStateError, TorchMemorySaverBackend
+from hpcplace.runtime.memory import MemoryBackendError, MemoryStateError, TorchMemorySaverBackend
 
 GIB = 1 << 30
 
 
 def used_bytes() -> int:
-    """Device memory in use over every GPU NVML sees (the test machine runs nothing else)."""
+    """Device memory in use on the GPU torch uses, found by its UUID (NVML indices ignore
+    CUDA_VISIBLE_DEVICES, and other GPUs may belong to other jobs or be closed to this one)."""
     torch.cuda.synchronize()
-    return sum(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used
-               for i in range(pynvml.nvmlDeviceGetCount()))
+    return pynvml.nvmlDeviceGetMemoryInfo(nvml_handle(torch.cuda.current_device())).used
+
+
+def nvml_handle(device: int):
+    uuid = str(torch.cuda.get_device_properties(device).uuid)
+    return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
 
 
 def main() -> None:
@@ -65,6 +70,18 @@ def main() -> None:
     resume_s = time.perf_counter() - t0
     used_resumed = used_bytes()
 
+    memory.pause("kv_cache")
+    try:
+        memory.empty("kv_cache", (16,), torch.uint8)
+        paused_region_refused = False
+    except MemoryStateError:
+        paused_region_refused = True
+    memory.resume("kv_cache")
+    try:
+        TorchMemorySaverBackend()
+        second_backend_refused = False
+    except MemoryBackendError:
+        second_backend_refused = True
     restored = bool(torch.equal(weights.cpu(), expected))
     graph.replay()
     graph_same = bool(torch.equal(y, before_graph))
@@ -77,7 +94,8 @@ def main() -> None:
         "used_resumed_gib": used_resumed / GIB, "freed_gib": (used_before - used_paused) / GIB,
         "pause_ms": pause_s * 1e3, "resume_ms": resume_s * 1e3, "restored": restored,
         "graph_replays_after_resume": graph_same, "graph_tracks_input": graph_tracks_input,
-        "double_pause_refused": double_pause_refused, "kv_cache_len": kv_cache.numel(),
+        "double_pause_refused": double_pause_refused, "paused_region_refused": paused_region_refused,
+        "second_backend_refused": second_backend_refused, "kv_cache_len": kv_cache.numel(),
     }), flush=True)
 
 

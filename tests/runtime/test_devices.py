@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.runtime.devices import (LOCAL_MAP, NONE, PHYSICAL, STEP_LOCAL, VIRTUAL, NvmlDevice, check_devices,
+from hpcplace.runtime.devices import (BY_UUID, LOCAL_MAP, NONE, PHYSICAL, STEP_LOCAL, VIRTUAL, NvmlDevice, check_devices,
                                       choose_devices, device_environment, query_nvml)
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.shim import Options, resolve
@@ -122,7 +122,33 @@ def gpus(n: int, name: str = "NVIDIA A800-SXM4-80GB", minors: list[int] | None =
 def test_nvml_physical_ok_and_missing_gpu() -> None:
     assert check_devices(choose_devices(("2", "3"), "0,1,2,3"), gpus(8), "a800", "a800-1") == ([], [])
     errors, _ = check_devices(choose_devices(("6",), "6"), gpus(4), "a800", "a800-1")
-    assert errors and "GPU 6" in errors[0] and "only 4" in errors[0]
+    assert errors and "GPU 6" in errors[0] and "cannot open it" in errors[0]
+
+
+def test_nvml_physical_matches_the_nvml_index_not_the_position() -> None:
+    """ConstrainDevices hides GPUs 0-5 from NVML: the two openable ones are NVML 6 and 7, not positions 0, 1."""
+    hidden = tuple(d for d in gpus(8) if d.nvml_index >= 6)
+    assert check_devices(choose_devices(("6", "7"), "6,7"), hidden, "a800", "n") == ([], [])
+    errors, _ = check_devices(choose_devices(("0",), "0"), hidden, "a800", "n")
+    assert errors and "GPU 0 is planned" in errors[0]
+    by_minor = (NvmlDevice(nvml_index=0, minor=3, name="NVIDIA A800", uuid="GPU-a"),)  # index unknown: minor
+    assert check_devices(choose_devices(("3",), "3"), by_minor, "a800", "n") == ([], [])
+
+
+def test_gpu_and_mig_uuids_are_accepted_and_verified() -> None:
+    choice = choose_devices(("2",), "GPU-2")
+    assert choice.mode == BY_UUID and choice.value == "GPU-2"
+    assert device_environment(choice)["CUDA_VISIBLE_DEVICES"] == "GPU-2"
+    assert check_devices(choice, gpus(4), "a800", "n") == ([], [])
+    _, warnings = check_devices(choose_devices(("0",), "GPU-2"), gpus(4), "a800", "n")
+    assert warnings and "NVML indices [2]" in warnings[0]
+    errors, _ = check_devices(choose_devices(("0",), "GPU-9"), gpus(4), "a800", "n")
+    assert errors and "GPU-9" in errors[0]
+    mig = choose_devices(("0",), "MIG-4b5c6d")
+    assert mig.mode == BY_UUID and "not verified" in check_devices(mig, gpus(1), "a800", "n")[1][0]
+    for seen in ("GPU-1,GPU-2", "GPU-1,3"):
+        with pytest.raises(ShimError, match="UUIDs must name exactly the planned GPUs"):
+            choose_devices(("1",) if seen == "GPU-1,GPU-2" else ("1", "3"), seen)
 
 
 def test_nvml_step_local_checks_what_the_task_can_open() -> None:

@@ -20,13 +20,14 @@ DEVICES, REASON = query_nvml()
 
 
 @pytest.fixture
-def gpu_count() -> int:
+def device():
+    """A GPU this task can open, by NVML (the first; NVML indices ignore CUDA_VISIBLE_DEVICES)."""
     if DEVICES is None or not DEVICES:
         reason = REASON or "NVML sees no GPU"
         if os.environ.get("HPCPLACE_REQUIRE_GPU") == "1":
             pytest.fail(f"GPU tier required but unavailable: {reason}")
         pytest.skip(f"GPU tier skipped: {reason}")
-    return len(DEVICES)
+    return DEVICES[0]
 
 
 def shim(plan: Path, cuda: str | None) -> subprocess.CompletedProcess[str]:
@@ -56,16 +57,25 @@ components:
 """
 
 
-def test_planned_gpu_that_exists_passes(tmp_path: Path, gpu_count: int) -> None:
-    plan = write_plan(tmp_path, config(gpu_count, gpu_count - 1))
-    done = shim(plan, None)
+def test_planned_gpu_that_exists_passes(tmp_path: Path, device) -> None:
+    index = device.nvml_index
+    plan = write_plan(tmp_path, config(index + 1, index))
+    done = shim(plan, str(index))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == str(gpu_count - 1)
-    assert "GPUs not verified" not in done.stderr
+    assert done.stdout.strip() == str(index)
+    assert "GPUs not verified" not in done.stderr and "warning" not in done.stderr
 
 
-def test_planned_gpu_missing_on_the_node_stops_the_task(tmp_path: Path, gpu_count: int) -> None:
-    plan = write_plan(tmp_path, config(gpu_count + 2, gpu_count + 1))
+def test_planned_gpu_given_by_uuid_passes(tmp_path: Path, device) -> None:
+    plan = write_plan(tmp_path, config(device.nvml_index + 1, device.nvml_index))
+    done = shim(plan, device.uuid)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == device.uuid and "warning" not in done.stderr
+
+
+def test_planned_gpu_missing_on_the_node_stops_the_task(tmp_path: Path, device) -> None:
+    missing = max(d.nvml_index for d in DEVICES) + 2
+    plan = write_plan(tmp_path, config(missing + 1, missing))
     done = shim(plan, None)
     assert done.returncode == 2
-    assert f"GPU {gpu_count + 1} is planned" in done.stderr and done.stdout == ""
+    assert f"GPU {missing} is planned" in done.stderr and done.stdout == ""

@@ -1,0 +1,148 @@
+"""Offload/onload on a real GPU with torch_memory_saver, next to a plain device<->host copy of the same bytes.
+
+    python bench/bench_gpu_offload.py [--gib 4] [--cycles 5] [--json OUT.json] [--device cuda|cpu]
+
+Run in a process started with torch_memory_saver's preload (scripts/gpu-tier.sh does it). Per cycle: bytes
+freed on the GPU torch uses (NVML, by that device's UUID), offload (pause with CPU backup) and onload (resume)
+seconds and GB/s, and a fingerprint of the weights (equal across cycles = the contents came back). The
+baseline is a plain copy of the same bytes GPU -> pinned host -> GPU. `ratio` = copy seconds /
+(offload + onload seconds): the goal is >= 0.8. `--device cpu` runs the same loop on the CPU backend
+(RSS instead of NVML, pageable copies): a smoke test of this script on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+GIB = 1 << 30
+
+
+def fingerprint(tensors: list[Any]) -> str:
+    """Cheap and content-sensitive: the int64 sum of every 32-bit word, and the bytes of both ends."""
+    import torch
+    digest = hashlib.sha256()
+    for t in tensors:
+        words = t.view(torch.int32)
+        digest.update(str(int(words.sum(dtype=torch.int64))).encode())
+        digest.update(words[:4096].cpu().numpy().tobytes() + words[-4096:].cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+class Meter:
+    """Memory in use where the weights live: NVML on the device torch uses, else this process's RSS."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.handle = None
+        if device == "cuda":
+            import pynvml
+            import torch
+            pynvml.nvmlInit()
+            uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+            self.handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+
+    def used(self) -> int:
+        import torch
+        if self.handle is not None:
+            import pynvml
+            torch.cuda.synchronize()
+            return int(pynvml.nvmlDeviceGetMemoryInfo(self.handle).used)
+        with open("/proc/self/smaps_rollup") as fh:
+            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("Rss:"))
+
+
+def sync(device: str) -> None:
+    import torch
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def plain_copy_s(nbytes: int, device: str, repeats: int = 3) -> float:
+    """Best of `repeats`: device -> host -> device of `nbytes` (pinned host memory on CUDA)."""
+    import torch
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    src.fill_(7)
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=(device == "cuda"))
+    best = float("inf")
+    for _ in range(repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        host.copy_(src, non_blocking=True)
+        sync(device)
+        src.copy_(host, non_blocking=True)
+        sync(device)
+        best = min(best, time.perf_counter() - t0)
+    del src, host
+    return best
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gib", type=float, default=4.0, help="GiB of weights to offload (default 4)")
+    parser.add_argument("--cycles", type=int, default=5)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--json", help="write the results here too")
+    args = parser.parse_args(argv)
+    import torch
+
+    from hpcplace.runtime.memory import CpuBackend, TorchMemorySaverBackend
+    from hpcplace.runtime import gpu_checks
+
+    nbytes = int(args.gib * GIB) // 4 * 4
+    memory = TorchMemorySaverBackend() if args.device == "cuda" else CpuBackend()
+    memory.add_tag("weights", nbytes=nbytes, backup=True)
+    chunk = 256 << 20  # like a model: many tensors, not one
+    weights = [memory.empty("weights", (min(chunk, nbytes - off) // 4,), torch.float32)
+               for off in range(0, nbytes, chunk)]
+    generator = torch.Generator(device=args.device).manual_seed(0)
+    for w in weights:
+        w.uniform_(generator=generator)
+    meter = Meter(args.device)
+    first = fingerprint(weights)
+    cycles = []
+    for i in range(args.cycles):
+        sync(args.device)
+        before = meter.used()
+        t0 = time.perf_counter()
+        memory.pause("weights")
+        sync(args.device)
+        offload_s = time.perf_counter() - t0
+        paused = meter.used()
+        t0 = time.perf_counter()
+        memory.resume("weights")
+        sync(args.device)
+        onload_s = time.perf_counter() - t0
+        cycles.append({"cycle": i, "freed_bytes": before - paused, "offload_s": offload_s, "onload_s": onload_s,
+                       "offload_gbps": nbytes / offload_s / 1e9, "onload_gbps": nbytes / onload_s / 1e9,
+                       "fingerprint": fingerprint(weights)})
+    copy_s = plain_copy_s(nbytes, args.device)
+    cycle_s = statistics.median(c["offload_s"] + c["onload_s"] for c in cycles)
+    result = {
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+        "driver": (lambda d: d and {"version": d.version, "cuda": d.cuda_text})(gpu_checks.driver_info()),
+        "backend": memory.name, "bytes": nbytes, "cycles": cycles,
+        "fingerprint_before": first, "fingerprints_equal": all(c["fingerprint"] == first for c in cycles),
+        "min_freed_fraction": min(c["freed_bytes"] for c in cycles) / nbytes,
+        "offload_onload_s_median": cycle_s, "plain_copy_s": copy_s, "plain_copy_gbps": 2 * nbytes / copy_s / 1e9,
+        "ratio": copy_s / cycle_s, "goal_ratio": 0.8,
+    }
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as fh:
+            fh.write(text + "\n")
+    del weights
+    memory.close()
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
+    sys.exit(0)
