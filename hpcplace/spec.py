@@ -322,7 +322,8 @@ def parse_native(doc: YamlDocument) -> ExperimentSpec:
     groups = tuple(native_node_group(g) for g in groups_view.elements())
     notes = [f"node group {g.label!r} ({g.location}) gives no partition: it asks Slurm for partition "
              f"{g.partition!r}, its label; add `partition:` if the cluster names it otherwise"
-             for g, v in zip(groups, groups_view.elements()) if v.get("partition") is None]
+             for g, v in zip(groups, groups_view.elements()) if v.get("partition") is None
+             or v.require("partition").value is None]
     cluster = build_cluster(groups, groups_view)
     placements = placement_entries(cluster_view.require("component_placement"))
     components: dict[str, ComponentSpec] = {}

@@ -4,7 +4,6 @@ without a partition, hints that name the right thing, and the plan summary / SVG
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
@@ -108,6 +107,8 @@ def test_group_without_partition_is_said_in_plan_and_header(yml: Yaml, capsys: p
     assert f"#   {expected}" in header
     given = plan_from_file(yml.write(NO_PARTITION.replace("label: a800,", "label: a800, partition: gpu,")))
     assert given.warnings == ()
+    null = plan_from_file(yml.write(NO_PARTITION.replace("label: a800,", "label: a800, partition: null,")))
+    assert len(null.warnings) == 1 and "gives no partition" in null.warnings[0]
 
 
 # ------------------------------------------------------------------------------------------------
