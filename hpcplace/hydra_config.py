@@ -77,8 +77,10 @@ def compose(doc: YamlDocument, overrides: Sequence[str]) -> tuple[YamlDocument, 
     except SpecError:
         raise
     except Exception as exc:  # Hydra/OmegaConf errors: missing defaults file, duplicate package, bad override
-        raise SpecError(f"Hydra cannot compose this config: {_first_line(exc)}", location=_defaults_location(doc),
-                        hint=_compose_hint(exc)) from None
+        missing = _missing_default(doc, exc)
+        raise SpecError(f"Hydra cannot compose this config: {_first_line(exc)}",
+                        location=missing[0] if missing else _defaults_location(doc),
+                        hint=missing[1] if missing else _compose_hint(exc)) from None
     finally:
         config_loader_impl.create_defaults_list = original  # type: ignore[assignment]
         GlobalHydra.instance().clear()
@@ -173,6 +175,41 @@ def _check_searchpath_env(doc: YamlDocument) -> None:
 
 def _defaults_location(doc: YamlDocument) -> SourceLocation:
     return doc.location(("defaults", KEY)) if ("defaults", KEY) in doc.marks else doc.location(())
+
+
+_MISSING = re.compile(r"Could not (?:find|load) '([^']+)'")
+
+
+def _missing_default(doc: YamlDocument, exc: BaseException) -> tuple[SourceLocation, str] | None:
+    """A defaults entry naming a file that does not exist: the entry's location (the primary file's
+    entry when it is there, else the defaults list) and the options the config group has."""
+    m = _MISSING.search(str(exc))
+    if not m:
+        return None
+    group, _, option = m.group(1).strip("/").rpartition("/")
+    location = _defaults_location(doc)
+    entries = doc.data.get("defaults") if isinstance(doc.data, dict) else None
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
+        if isinstance(entry, str) and entry.split()[-1].split("@")[0].strip("/") == m.group(1).strip("/"):
+            location = doc.location(("defaults", i))
+        elif isinstance(entry, dict) and len(entry) == 1:
+            (key, value), = entry.items()
+            if str(key).split()[-1].split("@")[0].strip("/") == group and str(value) == option:
+                location = doc.location(("defaults", i, key))
+    bases = [Path(doc.path).resolve().parent] + [p for p in _searchpath_dirs(doc) if p is not None]
+    dirs = [b / group for b in bases if group and (b / group).is_dir()]
+    options = sorted({f.stem for d in dirs for f in d.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()})
+    if not group:
+        hint = f"no config {option!r} in the config's folder or a hydra.searchpath entry"
+    elif options:
+        hint = (f"config group {group!r} has no option {option!r}; its options are: {', '.join(options)} "
+                f"(the .yaml files in {', '.join(str(d) for d in dirs)})")
+    elif dirs:
+        hint = f"config group {group!r} ({', '.join(str(d) for d in dirs)}) holds no .yaml files"
+    else:
+        hint = (f"there is no config group folder {group!r} in the config's folder or a hydra.searchpath "
+                f"entry ({', '.join(str(b) for b in bases)})")
+    return location, hint
 
 
 def _first_line(exc: BaseException) -> str:

@@ -16,7 +16,7 @@ from hpcplace.errors import PlanError, SpecError
 from hpcplace.placement import Placement, ResourceSpace, place, resource_space
 from hpcplace.plan import CollocationGroup, ComponentPlan, Plan, WeightSync
 from hpcplace.process_table import Processes, node_processes
-from hpcplace.rank_syntax import RankMapPart, RankSyntaxError, SpreadLists, compress_ranks, parse_rank_map
+from hpcplace.rank_syntax import RankMapPart, RankSyntaxError, SpreadLists, compress_ranks, parse_rank_map, plural
 from hpcplace.spec import MULTI_AGENT, ExperimentSpec, PlacementEntry
 
 
@@ -34,7 +34,7 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
     spaces: dict[tuple[str, ...] | None, ResourceSpace] = {}
     for entry in spec.placements:
         space = _space(spec, entry, spaces)
-        lists = _resource_lists(entry, space, spec.source_format == "rlinf")
+        lists = _resource_lists(entry, space, spec.source_format == "rlinf", spec.cluster)
         for name in entry.components:
             expanded[name] = _Expanded(entry, space, lists)
             order.append(name)
@@ -103,7 +103,37 @@ def _space(spec: ExperimentSpec, entry: PlacementEntry,
     return cache[key]
 
 
-def _resource_lists(entry: PlacementEntry, space: ResourceSpace, rlinf: bool) -> Sequence[Sequence[int]]:
+def space_text(cluster: Cluster, space: ResourceSpace) -> str:
+    """What a placement string counts, for an out-of-range hint: "node group 'a800' has 16 GPUs
+    (2 nodes x 8): ranks 0-15"."""
+    per_group: dict[str, dict[int, int]] = {}
+    for node in space.node_of:
+        counts = per_group.setdefault(cluster.nodes[node].group_label, {})
+        counts[node] = counts.get(node, 0) + 1
+    kinds = sorted(set(space.type_of)) if space.kind == "hardware" else []
+    noun = {"gpu": "GPU", "node": "node"}.get(space.kind) or "/".join(kinds) or "device"
+
+    def shape(counts: dict[int, int]) -> str:
+        n = len(counts)
+        if space.kind == "node":
+            return plural(n, "node")
+        per = sorted(set(counts.values()))
+        return f"{plural(n, 'node')} x {per[0]}" if len(per) == 1 else \
+            f"{plural(n, 'node')}: {', '.join(str(c) for c in counts.values())}"
+
+    total = plural(space.size, noun)
+    if len(per_group) == 1:
+        (label, counts), = per_group.items()
+        who = f"node group {label!r} has {total}" + ("" if space.kind == "node" else f" ({shape(counts)})")
+    else:
+        who = (f"node groups {', '.join(repr(g) for g in per_group)} have {total} ("
+               + ", ".join(f"{g}: {shape(c)}" for g, c in per_group.items()) + ")")
+    ranks = compress_ranks(range(space.size))
+    return f"{who}: {'rank' if space.size == 1 else 'ranks'} {ranks}; count from 0 within the selected node group(s)"
+
+
+def _resource_lists(entry: PlacementEntry, space: ResourceSpace, rlinf: bool,
+                    cluster: Cluster) -> Sequence[Sequence[int]]:
     if entry.resource_lists is not None:
         limits.processes(len(entry.resource_lists), entry.location,
                          f"number of processes of {', '.join(entry.components)}")
@@ -112,7 +142,7 @@ def _resource_lists(entry: PlacementEntry, space: ResourceSpace, rlinf: bool) ->
     where = f" ({', '.join(entry.node_group)})" if entry.node_group else ""
     try:
         parts = parse_rank_map(entry.rank_map, space.rank_span or space.size, resource_name=space.resource_name,
-                               any_first_process=rlinf)
+                               any_first_process=rlinf, scope=None if space.rank_span else space_text(cluster, space))
     except RankSyntaxError as exc:
         raise PlanError(f"placement {entry.rank_map!r} of {', '.join(entry.components)}{where}: {exc.message}",
                         hint=exc.hint, location=entry.location_at(exc.offset)) from None
@@ -404,7 +434,14 @@ def _add(into: dict[int, set[tuple[str, int]]],
 
 
 def _warnings(spec: ExperimentSpec, components: Sequence[ComponentPlan]) -> tuple[str, ...]:
-    used_nodes = {v.cluster_node_rank for c in components for v in node_processes(c.processes)}
+    used_gpus: dict[int, set[int]] = {}
+    for c in components:
+        for v in node_processes(c.processes):
+            held = used_gpus.setdefault(v.cluster_node_rank, set())
+            for slot in v.slots:
+                if slot.isolate_accelerator:
+                    held.update(slot.local_hardware_ranks)
+    used_nodes = set(used_gpus)
     out = []
     for group in spec.cluster.node_groups:
         idle = [n.rank for n in spec.cluster.nodes if n.group_label == group.label and n.rank not in used_nodes]
@@ -412,6 +449,14 @@ def _warnings(spec: ExperimentSpec, components: Sequence[ComponentPlan]) -> tupl
             out.append(f"node group {group.label!r} runs no process; it is still allocated")
         elif idle:
             out.append(f"node group {group.label!r}: nodes {idle} run no process; they are still allocated")
+        mostly_idle = {n.rank: n.gpus - len(used_gpus[n.rank]) for n in spec.cluster.nodes
+                       if n.group_label == group.label and n.rank in used_nodes and n.gpus
+                       and 2 * (n.gpus - len(used_gpus[n.rank])) > n.gpus}
+        if mostly_idle:
+            out.append(f"node group {group.label!r}: most GPUs of "
+                       + ", ".join(f"node {r} ({idle} of {n_gpus})" for r, idle in mostly_idle.items()
+                                   for n_gpus in [spec.cluster.nodes[r].gpus])
+                       + " run no process; the job holds every GPU of its nodes (they show as idle in the map)")
         hw = group.hardware
         if hw is not None and len(set(hw.per_node)) > 1:
             fewest = min(hw.per_node)

@@ -46,8 +46,11 @@ _DIGITS = re.compile(r"^[0-9]+$")
 _SYNTAX_HINT = "write `a`, `a-b` or `all` for resources, optionally `:c-d` for processes, e.g. `0-3:0-7,4-7`"
 
 
-def parse_range(text: str, *, total: int | None, offset: int, what: str) -> tuple[int, int]:
-    """Parse `a`, `a-b` or `all` (case-insensitive; `all` needs `total`)."""
+def parse_range(text: str, *, total: int | None, offset: int, what: str, noun: str = "resources",
+                scope: str | None = None) -> tuple[int, int]:
+    """Parse `a`, `a-b` or `all` (case-insensitive; `all` needs `total`). `scope` says what `total`
+    counts (e.g. "node group 'a800' has 16 GPUs (2 nodes x 8): ranks 0-15"), the hint of an
+    out-of-range error."""
     token = text.strip()
     lead = offset + (len(text) - len(text.lstrip()))
     if token.lower() == "all":
@@ -69,15 +72,15 @@ def parse_range(text: str, *, total: int | None, offset: int, what: str) -> tupl
         raise RankSyntaxError(f"{what} {token!r}: start {start} is greater than end {end}", offset=lead,
                               hint=f"write it ascending: `{end}-{start}`")
     if total is not None and end >= total:
-        available = f"only {total} resources (0-{total - 1})" if total else "no resources"
+        available = f"only {total} {noun} ({compress_ranks(range(total))})" if total else f"no {noun}"
         raise RankSyntaxError(
             f"{what} {token!r} is out of range: {available} here",
-            offset=lead, hint="count resources from 0 within the selected node group(s)")
+            offset=lead, hint=scope or "count resources from 0 within the selected node group(s)")
     return start, end
 
 
 def parse_rank_map(text: str, total_resources: int, *, resource_name: str = "resource",
-                   any_first_process: bool = False) -> tuple[RankMapPart, ...]:
+                   any_first_process: bool = False, scope: str | None = None) -> tuple[RankMapPart, ...]:
     """Parse and validate a whole placement string (every RLinf rule, plus process ranks from 0).
     `any_first_process`: as RLinf, the first part's process ranks may start anywhere (`0-1:4-5`);
     only their order matters, so they are renumbered from 0."""
@@ -94,7 +97,7 @@ def parse_rank_map(text: str, total_resources: int, *, resource_name: str = "res
             raise RankSyntaxError(f"invalid placement part {raw.strip()!r}: more than one ':'",
                                   offset=part_offset, hint=_SYNTAX_HINT)
         res_start, res_end = parse_range(pieces[0], total=total_resources, offset=part_offset,
-                                         what=f"{resource_name} ranks")
+                                         what=f"{resource_name} ranks", scope=scope)
         if parts and res_start <= parts[-1].resource_end:
             raise RankSyntaxError(
                 f"{resource_name} ranks {pieces[0].strip()!r} overlap or precede the previous part "
@@ -225,3 +228,8 @@ def compress_ranks(ranks: Iterable[int]) -> str:
     if start is not None:
         parts.append(f"{start}-{prev}" if start != prev else str(start))
     return ",".join(parts)
+
+
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """`1 node`, `2 nodes`, `3 processes` (summaries and hints)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {many or noun + 's'}"

@@ -320,6 +320,10 @@ def parse_native(doc: YamlDocument) -> ExperimentSpec:
     cluster_view.check_keys({"node_groups", "component_placement"})
     groups_view = cluster_view.require("node_groups", "a list of node groups (Slurm partitions)")
     groups = tuple(native_node_group(g) for g in groups_view.elements())
+    notes = [f"node group {g.label!r} ({g.location}) gives no partition: it asks Slurm for partition "
+             f"{g.partition!r}, its label; add `partition:` if the cluster names it otherwise"
+             for g, v in zip(groups, groups_view.elements()) if v.get("partition") is None
+             or v.require("partition").value is None]
     cluster = build_cluster(groups, groups_view)
     placements = placement_entries(cluster_view.require("component_placement"))
     components: dict[str, ComponentSpec] = {}
@@ -333,8 +337,13 @@ def parse_native(doc: YamlDocument) -> ExperimentSpec:
             components[key] = component_settings(child, key)
     mp = any(c.tensor_parallel_size or c.pipeline_parallel_size for c in components.values()
              if c.name in ("actor", "rollout"))
-    return ExperimentSpec(name, cluster, placements, components, doc.path, "native",
-                          slurm_options(root.get("slurm")), mp)
+    slurm = root.get("slurm")
+    if slurm is not None and isinstance(slurm.value, dict) and "nodes" in slurm.value:
+        raise slurm.require("nodes").key_error(
+            "slurm.nodes pins the node count of a ROLL config; a native config gives each node group its own",
+            hint="set `nodes:` in cluster.node_groups (one count per group)")
+    return ExperimentSpec(name, cluster, placements, components, doc.path, "native", slurm_options(slurm), mp,
+                          notes=tuple(notes))
 
 
 def build_cluster(groups: tuple[NodeGroup, ...], view: View) -> Cluster:

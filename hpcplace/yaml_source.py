@@ -6,9 +6,10 @@ Errors about configuration must point at file:line:col, so parsers read the docu
 
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,6 +212,12 @@ _MISSING = object()
 _INTERPOLATION = re.compile(r"^\$\{\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)\s*\}$")
 
 
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """`; did you mean 'device_mapping'?` for a near miss among `known`, else ``."""
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 class View:
     """A value inside a YamlDocument plus its path, with typed accessors that fail with locations."""
 
@@ -286,7 +293,7 @@ class View:
         for key in self.mapping():
             if key not in allowed:
                 raise View(self.doc, self.path + (key,), None).key_error(
-                    f"unknown key {key!r} in `{self.dotted() or 'top level'}`",
+                    f"unknown key {key!r} in `{self.dotted() or 'top level'}`" + did_you_mean(str(key), allowed),
                     hint="allowed keys: " + ", ".join(sorted(allowed)))
 
     # typed values -----------------------------------------------------------------------------

@@ -61,6 +61,22 @@ def check_renders(plan) -> None:  # type: ignore[no-untyped-def]
     render_script(plan, "/nonexistent/hpcplace-plan-check")
 
 
+def write_svg(path: Path, text: str) -> None:
+    """--svg FILE: a missing folder or a folder as FILE is a usage error, not a traceback."""
+    from hpcplace.errors import SpecError
+
+    if path.is_dir():
+        raise SpecError(f"--svg {path}: is a directory", hint="give a file name, e.g. --svg plan.svg")
+    if not path.parent.is_dir():
+        raise SpecError(f"--svg {path}: the folder {path.parent} does not exist",
+                        hint=f"create it first (mkdir -p {path.parent}) or write the SVG elsewhere")
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"--svg {path}: cannot write it ({exc.strerror or exc})",
+                        hint="give a writable file path") from None
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("plan", help="expand a config into the exact per-process plan")
     add_config_arguments(parser)
@@ -78,7 +94,11 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args))
     check_renders(plan)
     if args.svg:
-        Path(args.svg).write_text(svg(plan, max_nodes=args.max_nodes), encoding="utf-8")
+        write_svg(Path(args.svg), svg(plan, max_nodes=args.max_nodes))
+        total = len(plan.cluster.nodes)
+        shown = min(total, max(args.max_nodes, 0))
+        print(f"hpcplace: wrote the device map to {args.svg} ({shown} of {total} nodes"
+              + (", --max-nodes for more)" if shown < total else ")"), file=sys.stderr)
     if args.json:
         out = getattr(sys.stdout, "buffer", None)  # bytes: no text-layer encoding of ~0.5 GB at scale
         sys.stdout.flush()

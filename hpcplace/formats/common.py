@@ -63,10 +63,17 @@ def slurm_facts(view: View | None, label: str | None = None, base: SlurmFacts | 
 SLURM_BLOCK_KEYS = SLURM_GROUP_KEYS | SLURM_JOB_OPTIONS | {"node_groups", "cpu_partition", "cpu_nodes"}
 
 
-def slurm_job_options(view: View | None) -> dict[str, str]:
+def slurm_job_options(view: View | None, extra: frozenset[str] = frozenset()) -> dict[str, str]:
+    """The job-level options of a foreign format's `slurm:` block, after checking its keys: the
+    shared ones plus `extra` (the format's own, e.g. ROLL's `nodes`)."""
     if view is None:
         return {}
-    view.check_keys(SLURM_BLOCK_KEYS)
+    nodes = view.get("nodes")
+    if nodes is not None and "nodes" not in extra:
+        raise nodes.key_error("slurm.nodes pins the node count of a ROLL config (derived there from the "
+                              "device mappings); this format states its node count itself",
+                              hint="set cluster.num_nodes (RLinf) or cluster.n_nodes (AReaL) instead")
+    view.check_keys(SLURM_BLOCK_KEYS | extra)
     sub = {k: v for k, v in view.mapping().items() if k in SLURM_JOB_OPTIONS}
     return slurm_options(View(view.doc, view.path, sub))
 

@@ -32,7 +32,9 @@ def _node_ranks(view: View, num_nodes: int) -> list[int]:
     for piece in text.split(","):
         if piece.strip():
             try:
-                a, b = parse_range(piece, total=num_nodes, offset=offset, what="node ranks")
+                a, b = parse_range(piece, total=num_nodes, offset=offset, what="node ranks", noun="nodes",
+                                   scope=f"cluster.num_nodes is {num_nodes}: node ranks count from 0 to "
+                                         f"{num_nodes - 1}; raise cluster.num_nodes or lower the ranks")
             except RankSyntaxError as exc:
                 raise view.error(exc.message, hint=exc.hint, offset=exc.offset) from None
             ranks.update(range(a, b + 1))
@@ -41,7 +43,9 @@ def _node_ranks(view: View, num_nodes: int) -> list[int]:
         raise view.error("node_ranks is empty", hint="give the group's node ranks, e.g. `0-1`, `0,2` or `all`")
     for r in ranks:
         if r >= num_nodes:
-            raise view.error(f"node rank {r} is out of range: cluster.num_nodes is {num_nodes}")
+            raise view.error(f"node rank {r} is out of range: cluster.num_nodes is {num_nodes}",
+                             hint=f"node ranks count from 0 to {num_nodes - 1}; raise cluster.num_nodes or lower "
+                                  "the ranks")
     return sorted(ranks)
 
 

@@ -13,7 +13,7 @@ from hpcplace.cluster import NodeGroup
 from hpcplace.formats.common import hpcplace_block, slurm_facts, slurm_job_options
 from hpcplace.plan import SpanningWorkers
 from hpcplace.spec import ExperimentSpec, PlacementEntry, build_cluster, check_name
-from hpcplace.yaml_source import View, YamlDocument
+from hpcplace.yaml_source import View, YamlDocument, did_you_mean
 
 MAX_GPUS = 1 << 20
 _TOKEN = re.compile(r"\s*(list|range|\d+|[()\[\],+])")
@@ -131,16 +131,34 @@ def parse_device_mapping(view: View) -> list[int]:
 
 def _workers(root: View) -> list[tuple[str, View]]:
     out: list[tuple[str, View]] = []
+    _check_near_misses(root, ("num_gpus_per_node",), "the top level")
     for key, child in root.items():
         if key in ("slurm", "hpcplace", "format", "launch") or not isinstance(child.value, dict):
             continue
+        _check_near_misses(child, _WORKER_KEYS + _ENV_MANAGER_KEYS, f"worker {key!r}")
         if any(k in child.value for k in _WORKER_KEYS) or _is_env_manager(str(key), child):
             out.append((str(key), child))
             continue
         for inner_key, inner in child.items():
             if isinstance(inner.value, dict) and any(k in inner.value for k in _WORKER_KEYS):
                 out.append((str(inner_key), inner))
+    for name, worker in out:
+        _check_near_misses(worker, _WORKER_KEYS + _ENV_MANAGER_KEYS, f"worker {name!r}")
+        args = worker.get("strategy_args")
+        if args is not None and isinstance(args.value, dict):
+            _check_near_misses(args, ("strategy_name", "strategy_config"), f"{name}.strategy_args")
     return out
+
+
+def _check_near_misses(section: View, keys: tuple[str, ...], where: str) -> None:
+    """ROLL sections hold many keys hpcplace does not read, so they are not checked against a list;
+    a key that is a near miss of one placement reads (`device_maping`) is refused: ROLL would refuse
+    it too, and here it would silently drop the worker's GPUs."""
+    for key in section.mapping():
+        if str(key) not in keys and (suggestion := did_you_mean(str(key), keys)):
+            raise View(section.doc, section.path + (key,), None).key_error(
+                f"unknown key {key!r} in {where}{suggestion}",
+                hint="the keys hpcplace reads here: " + ", ".join(keys))
 
 
 def _is_env_manager(key: str, section: View) -> bool:
@@ -229,8 +247,7 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
             gpu_workers.append((name, dm, *spanning))
     if not gpu_workers and not cpu_workers:
         raise root.error("no ROLL workers found (mappings with device_mapping or world_size)")
-    total = max((max(g for lst in lists for g in lst) for _, _, lists, _ in gpu_workers), default=-1) + 1
-    num_nodes = max(1, -(-total // gpn))
+    num_nodes = _gpu_nodes(gpu_workers, gpn, slurm_view, notes)
     groups = [NodeGroup(label="gpu", partition=facts.partition, num_nodes=num_nodes, gpus_per_node=(gpn,) * num_nodes,
                         gpu_type=facts.gpu_type, cpus_per_node=facts.cpus_per_node,
                         mem_per_node_mb=facts.mem_per_node_mb, constraint=facts.constraint, account=facts.account,
@@ -256,8 +273,40 @@ def parse_roll(doc: YamlDocument) -> ExperimentSpec:
             entries.append(PlacementEntry((name,), ("node",), f"0:0-{world - 1}", None, wv.location()))
     placed = {n for e in entries for n in e.components}
     name, components = hpcplace_block(root, placed, doc.path)
-    return ExperimentSpec(name, cluster, tuple(entries), components, doc.path, "roll", slurm_job_options(slurm_view),
+    return ExperimentSpec(name, cluster, tuple(entries), components, doc.path, "roll",
+                          slurm_job_options(slurm_view, frozenset({"nodes"})),
                           notes=tuple(notes))
+
+
+def _gpu_nodes(gpu_workers: list[tuple[str, View, list[list[int]], SpanningWorkers | None]], gpn: int,
+               slurm_view: View | None, notes: list[str]) -> int:
+    """The GPU nodes: as ROLL, enough for the highest GPU id of any device_mapping (GPU g is on node
+    g // gpus_per_node). `slurm.nodes` pins the count: a mapping that needs more is refused (fewer
+    leaves nodes idle, which the plan warns about). Unpinned, a mapping that alone adds nodes is
+    reported: a too-wide mapping would otherwise silently grow the job."""
+    need = {name: max(g for lst in lists for g in lst) // gpn + 1 for name, _, lists, _ in gpu_workers}
+    num_nodes = max(need.values(), default=1)
+    pinned = slurm_view.get("nodes") if slurm_view is not None else None
+    widest = max(gpu_workers, key=lambda w: need[w[0]], default=None)
+    if pinned is not None and pinned.value is not None:
+        nodes = limits.nodes(pinned.int(minimum=1), pinned.location(), "slurm.nodes")
+        if widest is not None and num_nodes > nodes:
+            name, dm, lists, _ = widest
+            top = max(g for lst in lists for g in lst)
+            raise dm.error(f"worker {name!r}: device_mapping reaches GPU {top}, which needs {num_nodes} nodes of "
+                           f"{gpn} GPUs, but slurm.nodes ({pinned.location()}) pins the job to {nodes}",
+                           hint=f"with {nodes} nodes the GPU ids are 0-{nodes * gpn - 1}: narrow the mapping "
+                                f"(e.g. list(range(0,{nodes * gpn}))), or raise slurm.nodes")
+        return nodes
+    others = [n for w, n in need.items() if widest is None or w != widest[0]]
+    if widest is not None and others and num_nodes > max(others):
+        name, dm, lists, _ = widest
+        top = max(g for lst in lists for g in lst)
+        notes.append(f"worker {name!r}: device_mapping ({dm.location()}) reaches GPU {top}, so the job takes "
+                     f"{num_nodes} nodes of {gpn} GPUs where the other workers need {max(others)}; if that is "
+                     f"wider than intended, fix the mapping, or pin the node count with slurm.nodes: "
+                     f"{max(others)} (a mapping that needs more is then refused)")
+    return num_nodes
 
 
 def _spanning(name: str, worker: View, dm: View, workers: list[list[int]], gpn: int,

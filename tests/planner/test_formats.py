@@ -116,7 +116,7 @@ def test_unknown_top_level_key(yml: Yaml) -> None:
     path = yml.write(native("actor: 0", "clsuter: {}\n"))
     err = yml.error(path)
     assert str(err).startswith(line_of(yml.where(path, "clsuter")))
-    assert err.message == "unknown key 'clsuter' in `top level`"
+    assert err.message == "unknown key 'clsuter' in `top level`; did you mean 'cluster'?"
     assert err.hint == "allowed keys: cluster, components, format, launch, name, slurm"
 
 
@@ -124,7 +124,7 @@ def test_unknown_component_setting(yml: Yaml) -> None:
     path = yml.write(native("actor: 0", "components:\n  actor: {comand: [x]}\n"))
     err = yml.error(path)
     assert str(err).startswith(line_of(yml.where(path, "comand")))
-    assert err.message == "unknown key 'comand' in `components.actor`"
+    assert err.message == "unknown key 'comand' in `components.actor`; did you mean 'command'?"
 
 
 def test_component_placed_twice(yml: Yaml) -> None:
@@ -308,7 +308,12 @@ def test_rlinf_cluster_facts(yml: Yaml) -> None:
 
 def test_rlinf_example_config() -> None:
     plan = plan_from_file(CONFIGS / "rlinf-heterogeneous.yaml")
-    assert {c.name: c.world_size for c in plan.components} == {"actor": 9, "rollout": 9, "env": 8, "agent": 512}
+    assert {c.name: c.world_size for c in plan.components} == {"actor": 16, "rollout": 4, "env": 8, "agent": 16}
+    # sized for the test cluster: no node runs more one-CPU processes than it has CPUs
+    for node in plan.cluster.nodes:
+        group = plan.cluster.node_groups[node.group_index]
+        on_node = sum(1 for c in plan.components for p in c.processes if p.cluster_node_rank == node.rank)
+        assert group.cpus_per_node is not None and on_node <= group.cpus_per_node, node
 
 
 def test_rlinf_missing_gpus_per_node(yml: Yaml) -> None:

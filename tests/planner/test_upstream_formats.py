@@ -261,7 +261,10 @@ def test_hydra_error_locations(shared: None, tmp_path: Path) -> None:
     with pytest.raises(HpcplaceError) as info:
         load_spec(HYDRA / "missing_default.yaml")
     assert "Could not load 'model/does_not_exist'" in info.value.message
-    assert str(info.value).startswith(f"{HYDRA / 'missing_default.yaml'}:1:1")
+    # the entry itself (line 2, after `- `), and the options the config group has
+    assert str(info.value).startswith(f"{HYDRA / 'missing_default.yaml'}:2:5")
+    assert info.value.hint == (f"config group 'model' has no option 'does_not_exist'; its options are: large, small "
+                               f"(the .yaml files in {HYDRA.resolve() / 'model'})")
     with pytest.raises(HpcplaceError) as info:
         load_spec(HYDRA / "twice.yaml")
     assert "component 'actor' is placed twice (first at " in info.value.message
