@@ -25,6 +25,13 @@ class Hardware:
 
     type: str
     per_node: tuple[int, ...]
+    # The site's GRES name for it when that is not the type (RLinf's `type: Franka` on a site whose
+    # gres.conf says `robot`); None: the type is the GRES name.
+    gres: str | None = None
+
+    @property
+    def gres_name(self) -> str:
+        return self.gres or self.type
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from itertools import accumulate, repeat
 from operator import add
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
-from hpcplace.cluster import Charge, Cluster, Node, NodeGroup, charges
+from hpcplace.cluster import Charge, Cluster, Hardware, Node, NodeGroup, charges
 from hpcplace.errors import SourceLocation
 from hpcplace.launch import STEPS, LaunchSpec
 from hpcplace.placement import Placement
@@ -140,13 +140,19 @@ def _group_json(group: NodeGroup, het_group: int, first_node_rank: int) -> dict[
         "gpus_per_node": list(group.gpus_per_node), "gpu_type": group.gpu_type,
         "cpus_per_node": group.cpus_per_node, "mem_per_node_mb": group.mem_per_node_mb,
         "constraint": group.constraint, "account": group.account, "qos": group.qos,
-        "hardware": ({"type": group.hardware.type, "per_node": list(group.hardware.per_node)}
-                     if group.hardware else None),
+        "hardware": (_hardware_json(group.hardware) if group.hardware else None),
         "resource_kind": group.resource_kind, "env": dict(sorted(group.env.items())),
         # RLinf env_configs, one entry per node of the group; present only when set
         **({"node_env": [dict(sorted(e.items())) for e in group.node_env]} if group.node_env else {}),
         **({"python_interpreter": list(group.python_interpreter)} if group.python_interpreter else {}),
     }
+
+
+def _hardware_json(hardware: Hardware) -> dict[str, object]:
+    out: dict[str, object] = {"type": hardware.type, "per_node": list(hardware.per_node)}
+    if hardware.gres is not None:  # present only when the site's GRES name differs from the type
+        out["gres"] = hardware.gres
+    return out
 
 
 def _charge_json(charge: Charge) -> dict[str, object]:

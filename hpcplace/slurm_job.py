@@ -394,7 +394,7 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
     if group.hardware is not None:
         count = hardware_gres_count(group)
         if count:
-            gres_parts.append(f"{group.hardware.type}:{count}")
+            gres_parts.append(f"{group.hardware.gres_name}:{count}")
     gres = ",".join(gres_parts) or None
     args = [f"--job-name={job_name}"] + ([f"--partition={group.partition}"] if group.partition else []) \
         + [f"--nodes={group.num_nodes}"]

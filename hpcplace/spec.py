@@ -289,10 +289,12 @@ def native_node_group(view: View) -> NodeGroup:
     hardware = None
     if view.get("hardware") is not None:
         hw = view.require("hardware")
-        hw.check_keys({"type", "count"})
+        hw.check_keys({"type", "count", "gres"})
+        gres = hw.get("gres")
         hardware = Hardware(check_name(hw.require("type"), hw.require("type").str(), "hardware type"),
                             per_node_counts(hw.require("count", "per node"), num_nodes, "hardware.count",
-                                            limits.MAX_HARDWARE_PER_NODE))
+                                            limits.MAX_HARDWARE_PER_NODE),
+                            None if gres is None or gres.value is None else check_name(gres, gres.str(), "GRES name"))
 
     def opt_str(key: str) -> str | None:
         child = view.get(key)

@@ -452,7 +452,7 @@ def load_plan(path: Path) -> Plan:
             node_ranks=tuple(g["node_ranks"]) if "node_ranks" in g else None,
             gpus_per_node=tuple(g["gpus_per_node"]), gpu_type=g["gpu_type"], cpus_per_node=g["cpus_per_node"],
             mem_per_node_mb=g["mem_per_node_mb"], constraint=g["constraint"], account=g["account"], qos=g["qos"],
-            hardware=Hardware(hw["type"], tuple(hw["per_node"])) if hw else None,
+            hardware=Hardware(hw["type"], tuple(hw["per_node"]), hw.get("gres")) if hw else None,
             ignore_hardware=g["resource_kind"] == "node" and hw is not None, env=dict(g["env"]),
             node_env=tuple(dict(e) for e in g.get("node_env") or ()),
             python_interpreter=tuple(g.get("python_interpreter") or ())))

@@ -11,7 +11,7 @@ from hpcplace.spec import (
 from hpcplace.yaml_source import View
 
 SLURM_GROUP_KEYS = {"partition", "gpus_per_node", "gpu_type", "cpus_per_node", "mem_per_node", "constraint",
-                    "account", "qos"}
+                    "account", "qos", "hardware_gres"}
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class SlurmFacts:
     constraint: str | None
     account: str | None
     qos: str | None
+    hardware_gres: str | None = None  # the site's GRES name for the group's hardware (default: its type)
 
 
 def slurm_facts(view: View | None, label: str | None = None, base: SlurmFacts | None = None) -> SlurmFacts:
@@ -57,7 +58,7 @@ def slurm_facts(view: View | None, label: str | None = None, base: SlurmFacts | 
 
     return SlurmFacts(opt("partition", "str"), opt("gpus_per_node", "int"), opt("gpu_type", "str"),  # type: ignore[arg-type]
                       opt("cpus_per_node", "int"), opt("mem_per_node", "mem"), opt("constraint", "str"),  # type: ignore[arg-type]
-                      opt("account", "str"), opt("qos", "str"))  # type: ignore[arg-type]
+                      opt("account", "str"), opt("qos", "str"), opt("hardware_gres", "str"))  # type: ignore[arg-type]
 
 
 SLURM_BLOCK_KEYS = SLURM_GROUP_KEYS | SLURM_JOB_OPTIONS | {"node_groups", "cpu_partition", "cpu_nodes"}

@@ -278,6 +278,11 @@ def _group(label: str, ranks: list[int], facts, view: View, hardware: Hardware |
                                   f"`slurm: {{node_groups: {{{label}: {{gpus_per_node: 8}}}}}}` "
                                   "(or --set slurm.gpus_per_node=8)")
     partition = facts.partition  # None: Slurm's default partition
+    if facts.hardware_gres is not None:
+        if hardware is None:
+            raise view.error(f"slurm.node_groups.{label}.hardware_gres is set but node group {label!r} declares no "
+                             "hardware", hint="hardware_gres names the Slurm GRES of a group's `hardware.type`")
+        hardware = replace(hardware, gres=facts.hardware_gres)
     n = len(ranks)
     return NodeGroup(label=label, partition=partition, num_nodes=n, node_ranks=tuple(ranks), gpus_per_node=(gpus,) * n,
                      gpu_type=facts.gpu_type, cpus_per_node=facts.cpus_per_node,

@@ -102,3 +102,28 @@ def test_rlinf_agrees_on_the_uneven_robot_group() -> None:
     assert [rlinf.get_node_info(r).get_hw_resource_count("Franka") for r in range(4)] == [0, 2, 0, 1]
     report = placement_report(cfg, rlinf)
     assert rlinf_mismatches(report, plan) == []
+
+
+HETEROGENEOUS = Path(__file__).resolve().parents[2] / "configs" / "rlinf-heterogeneous.yaml"
+
+
+def test_site_gres_name_for_rlinf_hardware_type(tmp_path: Path) -> None:
+    """RLinf names robot arms by their class (`type: Franka`); the site's gres.conf may call them
+    `robot`: `slurm.node_groups.<label>.hardware_gres` renders that GRES and survives plan.json."""
+    from hpcplace.submit import load_plan
+
+    plan = plan_from_file(HETEROGENEOUS)
+    robot = next(g for g in plan.cluster.node_groups if g.label == "robot")
+    assert robot.hardware is not None and (robot.hardware.type, robot.hardware.gres) == ("Franka", "robot")
+    assert "--gres=robot:4" in lower(plan).components[-1].sbatch_args
+    path = tmp_path / "plan.json"
+    path.write_text(plan_to_json(plan), encoding="utf-8")
+    assert [c.gres for c in lower(load_plan(path)).components] == [c.gres for c in lower(plan).components]
+    without = plan_from_file(HETEROGENEOUS, overrides=["~slurm.node_groups.robot.hardware_gres"])
+    assert "--gres=Franka:4" in lower(without).components[-1].sbatch_args
+
+
+def test_hardware_gres_on_a_group_without_hardware_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(HETEROGENEOUS), "--set", "slurm.node_groups.cpu.hardware_gres=robot"]) == 2
+    err = capsys.readouterr().err
+    assert "hardware_gres is set but node group 'cpu' declares no hardware" in err and "rlinf-heterogeneous.yaml:" in err
