@@ -165,11 +165,11 @@ def _remove_created(root: Path, created: Path | None) -> None:
     if created is None:
         return
     shutil.rmtree(root, ignore_errors=True)
-    for parent in (root, *root.parents):
+    for parent in root.parents:
         if not parent.is_relative_to(created):
             break
         try:
-            parent.rmdir()
+            parent.rmdir()  # only while empty: something else may have been put there meanwhile
         except OSError:
             break
 
