@@ -46,7 +46,9 @@ def test_plan_summary_for_every_config(capsys: pytest.CaptureFixture[str], confi
     assert code == 0, err
     if commandless_components(plan_from_file(config)):  # a framework config without its driver: one warning line
         assert err.startswith("hpcplace: warning: nothing to run: ") and err.count("\n") == 1, err
-        assert "render and submit refuse this plan; HINT:" in err and "--driver -- python main.py" in err
+        assert "render and submit refuse this plan; HINT:" in err and "launch: {mode: ray, driver: [" in err
+        fix = "components.<name>.command" if "(native)" in err else "--driver -- python main.py"
+        assert fix in err
     else:
         assert err == ""
     assert out.startswith("plan '")
