@@ -8,6 +8,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from hpcplace import __version__
 from hpcplace.errors import HpcplaceError
 
 # Modules that define `register(subparsers)`; each sets `func(args) -> int` on its parser.
@@ -18,19 +19,66 @@ COMMAND_MODULES = (
 )
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Examples (epilogs) keep their lines; every option with a default shows it, unless its help
+    already says what the default is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if ("default" in text or action.default in (None, False, [], argparse.SUPPRESS)
+                or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+# One example block per subcommand (its --help epilog).
+EXAMPLES = {
+    "plan": """examples:
+  hpcplace plan configs/hetero-partitions.yaml                # the readable plan
+  hpcplace plan rlinf.yaml cluster.num_nodes=4 --json > plan.json
+  hpcplace plan rlinf.yaml --svg map.svg --driver -- python main.py --config-name x""",
+    "run": """examples:
+  hpcplace run configs/collocated-demo.yaml --local -o runs/try1
+  hpcplace run rlinf.yaml --local --driver -- python main.py --config-name x   # Ray mode, one machine""",
+    "render": """examples:
+  hpcplace render configs/hetero-partitions.yaml -o runs/review   # then read runs/review/job.sbatch
+  hpcplace render rlinf.yaml --driver -- python main.py --config-name x""",
+    "submit": """examples:
+  hpcplace submit configs/hetero-partitions.yaml                  # run dir printed after the job id
+  hpcplace submit rlinf.yaml -o /shared/runs/r1 --driver -- python main.py --config-name x
+  hpcplace submit config.yaml --dry-run                           # the script and sbatch command only""",
+    "validate": """examples:
+  hpcplace validate configs/hetero-partitions.yaml
+  hpcplace validate rlinf.yaml --driver -- python main.py""",
+    "status": """examples:
+  hpcplace status runs/hetero-20250101-120000       # a run directory written by submit
+  hpcplace status 1234 --watch                      # a Slurm job id; exit code = how it ended""",
+    "cancel": """examples:
+  hpcplace cancel runs/hetero-20250101-120000
+  hpcplace cancel 1234""",
+    "logs": """examples:
+  hpcplace logs runs/hetero-20250101-120000 --component actor --rank 0 --tail 50
+  hpcplace logs runs/hetero-20250101-120000 --list""",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="hpcplace",
+        prog="hpcplace", formatter_class=HelpFormatter,
         description="Exact process placement for RL post-training on heterogeneous Slurm clusters.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
+    for name, sub in subparsers.choices.items():
+        sub.formatter_class = HelpFormatter
+        sub.epilog = EXAMPLES.get(name, sub.epilog)
     return parser
 
 
 # Commands that take `--driver -- CMD...` (the ray launch mode's driver; see hpcplace.launch).
-DRIVER_COMMANDS = ("submit", "render", "run", "validate")
+DRIVER_COMMANDS = ("plan", "submit", "render", "run", "validate")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

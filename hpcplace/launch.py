@@ -12,12 +12,17 @@ and the driver runs once on the head. The frameworks never read this block.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from hpcplace.errors import SpecError
 from hpcplace.yaml_source import View, yaml_words
+
+if TYPE_CHECKING:
+    from hpcplace.plan import Plan
 
 MODES = ("steps", "ray")
 KEYS = frozenset({"mode", "driver", "env", "join_timeout"})
@@ -149,3 +154,67 @@ def launch_from_json(data: object) -> LaunchSpec:
     return LaunchSpec(str(data.get("mode", "steps")), tuple(str(a) for a in data.get("driver") or ()),
                       {str(k): str(v) for k, v in (data.get("env") or {}).items()},
                       float(data.get("join_timeout", DEFAULT_JOIN_TIMEOUT)))
+
+
+# ------------------------------------------------------------------------------------------------
+# "No driver, no job": a plan whose processes have nothing to run is refused before it is rendered
+
+FRAMEWORK_FORMATS = ("rlinf", "roll", "areal")  # configs whose components are started by a driver
+BARE_PYTHON_RE = re.compile(r"python(\d+(\.\d+)?)?")
+
+
+class NothingToRunError(SpecError):
+    """The steps mode would start processes that have no command (a framework config without its driver)."""
+
+
+def commandless_components(plan: Plan, components: Sequence[str] = ()) -> tuple[str, ...]:
+    """Names of the (chosen) components the steps mode could not start: they have no command."""
+    if plan.launch.is_ray:
+        return ()
+    return tuple(c.name for c in plan.components if not c.command and (not components or c.name in components))
+
+
+def nothing_to_run_hint(plan: Plan) -> str:
+    """How to give the job something to run, in the terms of the config's own format."""
+    if plan.source_format in FRAMEWORK_FORMATS:
+        return ("run it in the Ray launch mode with the framework's driver: `launch: {mode: ray, driver: [python, "
+                "main.py, ...]}` in the config, or `--driver -- python main.py ...` on the command line (or give each "
+                "component a command in `hpcplace: {components: {<name>: {command: [...]}}}`)")
+    return ("give each component a command (`components.<name>.command: [python, train.py]`), or start the job "
+            "from one driver in the Ray launch mode: `launch: {mode: ray, driver: [...]}` or `--driver -- CMD ...`")
+
+
+def nothing_to_run(plan: Plan, components: Sequence[str] = ()) -> NothingToRunError | None:
+    """The one check render, submit and `run --local` make (and `plan` warns about): None when every
+    process has something to run (a command, or the Ray mode's driver)."""
+    if plan.launch.is_ray:
+        if plan.launch.driver:
+            return None
+        return NothingToRunError("the Ray launch mode has no driver to run", hint=nothing_to_run_hint(plan))
+    missing = commandless_components(plan, components)
+    if not missing:
+        return None
+    names = ", ".join(repr(n) for n in missing)
+    if len(missing) == len(plan.components):
+        what = f"no component of {plan.source} ({plan.source_format}) has a command ({names})"
+    else:
+        what = f"component(s) {names} of {plan.source} ({plan.source_format}) have no command"
+    return NothingToRunError(f"nothing to run: {what}, and there is no Ray driver", hint=nothing_to_run_hint(plan))
+
+
+def check_runnable(plan: Plan, components: Sequence[str] = ()) -> None:
+    """Raise NothingToRunError unless every (chosen) process has something to run."""
+    error = nothing_to_run(plan, components)
+    if error is not None:
+        raise error
+
+
+def resolve_driver_interpreter(launch: LaunchSpec, which: Callable[[str], str | None],
+                               executable: str) -> LaunchSpec:
+    """A driver started as a bare `python`/`python3`/`pythonX.Y` gets the absolute interpreter of the
+    submitting environment (what `which` finds on PATH, else `executable`): the node must run the Python
+    the driver was tried with, not whatever `python` its PATH finds. Any other program stays as given."""
+    if not launch.is_ray or not launch.driver or not BARE_PYTHON_RE.fullmatch(launch.driver[0]):
+        return launch
+    found = which(launch.driver[0]) or executable
+    return replace(launch, driver=(os.path.abspath(found), *launch.driver[1:]))

@@ -154,9 +154,6 @@ def prepare(plan_text: str, plan_path: str, run_id: str, *, environ: Mapping[str
     for ci, comp in enumerate(doc["components"]):
         if components and comp["name"] not in components:
             continue
-        if not comp["command"]:
-            raise LocalRunError(f"component {comp['name']!r} has no command",
-                                hint="give it `command:` in the config's components section")
         comp_header = {k: v for k, v in comp.items() if k != "processes"}
         rank0 = comp["processes"][0]
         for process in comp["processes"]:
@@ -198,9 +195,12 @@ def run_plan_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = Non
                      dry_run: bool = False, grace_s: float = DEFAULT_GRACE_S,
                      environ: Mapping[str, str] | None = None) -> int:
     """Render plan.json (+ index) into the run dir, start every process, return the exit code."""
+    from hpcplace.launch import check_runnable
+    from hpcplace.render import make_run_dir
     from hpcplace.slurm_job import check_spanning_workers
 
     check_spanning_workers(plan)  # a worker wider than a node is one Ray worker, not separate processes
+    check_runnable(plan, components)  # a component without a command (and no Ray driver): nothing to start
     environ = dict(os.environ if environ is None else environ)
     run_id = new_run_id(plan.name)
     directory = Path(run_dir) if run_dir is not None else Path("runs") / run_id
@@ -211,7 +211,7 @@ def run_plan_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = Non
     if dry_run:
         sys.stdout.write(dry_run_text(processes))
         return 0
-    directory.mkdir(parents=True, exist_ok=True)
+    make_run_dir(directory)
     plan_path.write_text(text, encoding="utf-8")
     try:
         write_index(plan_path)

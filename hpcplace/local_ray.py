@@ -70,8 +70,10 @@ def run_ray_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None
     from hpcplace.runtime.ray_driver import driver_env
 
     base = dict(os.environ if environ is None else environ)
+    from hpcplace.render import make_run_dir
+
     directory = Path(run_dir) if run_dir is not None else Path("runs") / new_run_id(plan.name)
-    directory.mkdir(parents=True, exist_ok=True)
+    make_run_dir(directory)
     plan_path = directory.resolve() / "plan.json"
     plan_path.write_text(plan_to_json(plan), encoding="utf-8")
     write_index(plan_path)

@@ -11,10 +11,12 @@ hpcplace.runtime.ray_node (every node) and hpcplace.runtime.ray_driver (the head
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
 from hpcplace.errors import SpecError
+from hpcplace.launch import BARE_PYTHON_RE
 from hpcplace.plan import Plan
 from hpcplace.rank_syntax import compress_ranks
 from hpcplace.runtime.ray_node import framework_node_env
@@ -127,6 +129,9 @@ def ray_summary(plan: Plan) -> list[str]:
                      + (f", env {', '.join(sorted(set(n.env) - set(framework)))}" if set(n.env) - set(framework) else "")
                      + (f", python {n.python}" if n.python else ""))
     lines.append(f"driver (on the head, argv from plan.json launch.driver): {' '.join(launch.driver)}")
+    if launch.driver and os.path.isabs(launch.driver[0]) and BARE_PYTHON_RE.fullmatch(os.path.basename(launch.driver[0])):
+        lines.append(f"driver interpreter: {launch.driver[0]} (a bare `python` driver is rendered as the submitting "
+                     "environment's interpreter, so the head runs the Python the job was submitted with)")
     if launch.env:
         lines.append("launch.env: " + ", ".join(sorted(launch.env)))
     return lines

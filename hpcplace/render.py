@@ -247,18 +247,19 @@ def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
                   every_node=all_nodes_srun_args(job, "hpcplace-shm"),
                   clean_nodes=all_nodes_srun_args(job, "hpcplace-clean"), node_lists=node_lists,
                   clear_leaked=tuple(a for v in LEAKED_GPU_VARIABLES for a in ("-u", v)))
+    started = ["", f"launcher (starts hpcplace's shim in every task): {shlex.join(launcher)}"]
     try:
         if plan.launch.is_ray:
             from hpcplace import ray_cluster
 
             return env.get_template(RAY_TEMPLATE).render(
-                **common, summary=placement_summary(plan, job) + ["", *ray_cluster.ray_summary(plan)],
+                **common, summary=placement_summary(plan, job) + started + ["", *ray_cluster.ray_summary(plan)],
                 steps=("ray", "driver"), ray_lines=ray_cluster.ray_summary(plan),
                 ray_segments=ray_cluster.ray_step_segments(job, plan),
                 driver_args=ray_cluster.driver_step_args(job, plan), node_ranks=ray_cluster.node_ranks_text(plan),
                 driver_het=f"+{ray_cluster.head_node(plan).het_group}" if job.is_het else "")
         return env.get_template(TEMPLATE).render(
-            **common, summary=placement_summary(plan, job), steps=step_views(plan, job))
+            **common, summary=placement_summary(plan, job) + started, steps=step_views(plan, job))
     except jinja2.TemplateError as exc:
         raise SpecError(f"template error: {exc}", hint="check the site template directory") from None
 
@@ -283,10 +284,36 @@ def render_run(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequenc
     """Write run_dir/job.sbatch, run_dir/plan.json (+ plan.json.idx for the shim) and run_dir/logs/."""
     root = Path(os.path.abspath(run_dir))
     script = render_script(plan, str(root), launcher=launcher, template_dir=template_dir)
-    (root / "logs").mkdir(parents=True, exist_ok=True)
-    write_plan_files(plan, root / PLAN_NAME)
-    _write(root / SCRIPT_NAME, script, mode=0o755)
+    make_run_dir(root)
+    make_run_dir(root / "logs")
+    try:
+        write_plan_files(plan, root / PLAN_NAME)
+        _write(root / SCRIPT_NAME, script, mode=0o755)
+    except OSError as exc:
+        raise OutputPathError(f"cannot write into the run directory {root}: {exc.strerror or exc}",
+                              hint="choose another directory with -o DIR") from None
     return RenderedRun(root, root / SCRIPT_NAME, root / PLAN_NAME, sha256_text(script))
+
+
+class OutputPathError(SpecError):
+    """The run directory cannot be created or written (a file in the way, no permission)."""
+
+
+def make_run_dir(path: str | os.PathLike[str]) -> Path:
+    """mkdir -p that names the path and the reason instead of a traceback, and checks it is writable."""
+    root = Path(os.path.abspath(path))
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise OutputPathError(f"cannot create the run directory {root}: a file is in the way",
+                              hint="choose another directory with -o DIR") from None
+    except OSError as exc:
+        raise OutputPathError(f"cannot create the run directory {root}: {exc.strerror or exc}",
+                              hint="choose another directory with -o DIR (one you can write)") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise OutputPathError(f"the run directory {root} is not writable",
+                              hint="choose another directory with -o DIR (one you can write)")
+    return root
 
 
 def write_plan_files(plan: Plan, path: Path) -> None:

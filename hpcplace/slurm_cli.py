@@ -33,8 +33,32 @@ class CommandResult:
         return (self.stderr.strip() or self.stdout.strip() or f"exit status {self.returncode}")
 
 
+# What Slurm's commands print when no controller answers from this host (no slurm.conf and no DNS SRV
+# record for configless Slurm; the controller down or unreachable).
+NO_CONTROLLER = re.compile(r"resolve_ctls_from_dns_srv|Could not establish a configuration source|"
+                           r"fetch_config: DNS SRV lookup failed|Unable to contact slurm controller|"
+                           r"Unable to establish control machine address", re.IGNORECASE)
+
+
+class NoControllerError(SlurmError):
+    """No Slurm controller answers from this host: no command can work, whichever was asked."""
+
+
+def no_controller(result: CommandResult) -> NoControllerError | None:
+    """The one-line explanation (Slurm's own text once, indented) when `result` says no controller answers."""
+    if result.returncode == 0 or not NO_CONTROLLER.search(result.stderr + result.stdout):
+        return None
+    raw = list(dict.fromkeys(line.strip() for line in (result.stderr or result.stdout).splitlines() if line.strip()))
+    return NoControllerError(
+        f"no Slurm controller answers from this host (`{' '.join(result.argv[:3])}` failed)"
+        + "".join(f"\n    {line}" for line in raw[:8]),
+        hint="check that SLURM_CONF (or /etc/slurm/slurm.conf) names the cluster's controller and that "
+             "`scontrol ping` answers; run hpcplace on a login node of the cluster")
+
+
 def run(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S, cwd: str | None = None) -> CommandResult:
-    """Run one Slurm command; never raises for a non-zero status (callers decide)."""
+    """Run one Slurm command; never raises for a non-zero status (callers decide), except when no
+    controller answers at all (NoControllerError: nothing a caller could do differs)."""
     argv = tuple(argv)
     if shutil.which(argv[0]) is None:
         raise SlurmError(f"`{argv[0]}` was not found on PATH",
@@ -48,7 +72,11 @@ def run(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S, cwd: str | N
                          hint="the Slurm controller may be overloaded or down; try again later") from None
     except OSError as exc:
         raise SlurmError(f"cannot run `{argv[0]}`: {exc.strerror}") from None
-    return CommandResult(argv, done.returncode, done.stdout, done.stderr)
+    result = CommandResult(argv, done.returncode, done.stdout, done.stderr)
+    error = no_controller(result)
+    if error is not None:
+        raise error
+    return result
 
 
 # ------------------------------------------------------------------------------------------------

@@ -234,7 +234,7 @@ def _alias_int(view: View, keys: tuple[str, ...]) -> int | None:
 
 # The job-level `slurm:` keys every format accepts (lowered in hpcplace.slurm_job).
 SLURM_JOB_OPTIONS = frozenset({"time", "job_name", "mail_user", "mail_type", "exclusive", "output_dir",
-                               "extra_sbatch_args", "signal_before_limit", "kill_wait", "requeue"})
+                               "extra_sbatch_args", "signal_before_limit", "kill_wait", "requeue", "shared_paths"})
 
 
 def slurm_options(view: View | None) -> dict[str, str]:
@@ -243,6 +243,9 @@ def slurm_options(view: View | None) -> dict[str, str]:
     view.check_keys(SLURM_JOB_OPTIONS)
     out: dict[str, str] = {}
     for key, child in view.items():
+        if key == "shared_paths":
+            out[key] = shlex.join(_shared_paths(child))
+            continue
         if isinstance(child.value, list):
             if any(isinstance(v, (list, dict)) for v in child.value):
                 raise child.error("expected a list of strings")
@@ -253,6 +256,25 @@ def slurm_options(view: View | None) -> dict[str, str]:
             raise child.error("expected a string")
         check_slurm_option(key, out[key], child.location())
     return out
+
+
+def _shared_paths(view: View) -> list[str]:
+    """`slurm.shared_paths: [/home, /gpfs]`: the prefixes every compute node mounts (hpcplace warns
+    when the launcher, interpreter, working or run directory lies outside them)."""
+    hint = "e.g. shared_paths: [/home, /gpfs] (absolute directories every compute node mounts)"
+    if not isinstance(view.value, list) or not view.value:
+        raise view.error(f"slurm.shared_paths must be a list of absolute paths, got {view.value!r}", hint=hint)
+    out = []
+    for item in view.value:
+        if not isinstance(item, str) or not item.startswith("/") or "\0" in item:
+            raise view.error(f"slurm.shared_paths: {item!r} is not an absolute path", hint=hint)
+        out.append(item)
+    return out
+
+
+def shared_paths(slurm: dict[str, str]) -> tuple[str, ...]:
+    """The plan's `slurm.shared_paths` (stored shell-joined, like every slurm option)."""
+    return tuple(shlex.split(slurm.get("shared_paths", "")))
 
 
 def check_slurm_option(key: str, value: str, location: SourceLocation | None) -> None:

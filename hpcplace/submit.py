@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import tempfile
 import time
@@ -22,12 +23,12 @@ from datetime import datetime
 from pathlib import Path
 
 from hpcplace import slurm_cli
-from hpcplace.errors import SlurmError
+from hpcplace.errors import SlurmError, SpecError
 from hpcplace.cluster import Cluster, Hardware, NodeGroup
 from hpcplace.launch import launch_from_json
 from hpcplace.placement import Placement
 from hpcplace.plan import SCHEMA, ComponentPlan, Plan, SpanningWorkers
-from hpcplace.render import DEFAULT_LAUNCHER, SCRIPT_NAME, render_run, render_script
+from hpcplace.render import DEFAULT_LAUNCHER, SCRIPT_NAME, make_run_dir, render_run, render_script
 from hpcplace.slurm_job import SlurmJob, lower, slug
 
 RUN_RECORD = "run.json"
@@ -42,6 +43,10 @@ class Submission:
     job_id: str
     script_sha256: str
     already_submitted: bool = False
+
+
+class UnknownJobError(SpecError):
+    """The run directory or job id given does not exist: bad input (exit 2), not a Slurm failure."""
 
 
 def default_run_dir(plan: Plan, base: str | os.PathLike[str], now: datetime) -> Path:
@@ -104,7 +109,8 @@ def submit(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[st
         if adopted is not None:
             say(f"found job {adopted.job_id} submitted from {root} by an interrupted attempt; recorded it")
             return adopted
-    root.mkdir(parents=True, exist_ok=True)
+    created = _first_missing(root)  # what this submit creates, removed again if Slurm never takes the job
+    make_run_dir(root)
     try:
         fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
@@ -115,6 +121,7 @@ def submit(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[st
     except BaseException:
         os.close(fd)
         lock.unlink(missing_ok=True)
+        _remove_created(root, created)
         raise
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
@@ -127,9 +134,11 @@ def submit(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[st
             raise SlurmError(exc.message, hint=f"run the same submit with -o {root}: it looks for the job "
                                                "before submitting again") from None
         lock.unlink(missing_ok=True)
+        _remove_created(root, created)
         raise
     if result.returncode != 0:
         lock.unlink(missing_ok=True)
+        _remove_created(root, created)
         raise _sbatch_error(plan, result.message)
     job_id = slurm_cli.parse_job_id(result.stdout)
     _write_json(root / RUN_RECORD, {
@@ -138,6 +147,31 @@ def submit(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[st
         "name": plan.name, "source": plan.source, "het_components": [g.label for g in plan.cluster.node_groups]})
     lock.unlink(missing_ok=True)
     return Submission(root, job_id, rendered.script_sha256)
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost directory of `path` that does not exist yet (None: it all exists)."""
+    missing = None
+    for candidate in (path, *path.parents):
+        if candidate.exists() or candidate.is_symlink():
+            break
+        missing = candidate
+    return missing
+
+
+def _remove_created(root: Path, created: Path | None) -> None:
+    """Undo what a failed submit made: the run directory and the parents it created, never a directory
+    that existed before it."""
+    if created is None:
+        return
+    shutil.rmtree(root, ignore_errors=True)
+    for parent in root.parents:
+        if not parent.is_relative_to(created):
+            break
+        try:
+            parent.rmdir()  # only while empty: something else may have been put there meanwhile
+        except OSError:
+            break
 
 
 def _recover_interrupted(root: Path, lock: Path, timeout: float) -> Submission | None:
@@ -251,16 +285,25 @@ def resolve_job(target: str) -> tuple[str, Path | None]:
     """`RUN` (a run directory with run.json) or a job id -> (leader job id, run dir or None)."""
     path = Path(target)
     if path.is_dir():
-        record = read_record(path)
-        if not record or not record.get("job_id"):
-            lock = " (a submission was interrupted: run submit again with -o)" if (path / LOCK_NAME).exists() else ""
-            raise SlurmError(f"{target} has no submitted job recorded{lock}",
-                             hint="submit it with `hpcplace submit CONFIG -o DIR`")
-        return str(record["job_id"]), path.absolute()
+        return recorded_job(path), path.absolute()
     m = re.fullmatch(r"(\d+)(\+\d+)?", target.strip())
     if not m:
-        raise SlurmError(f"{target!r} is neither a run directory nor a job id")
+        what = "no such run directory" if not path.exists() else "not a directory"
+        raise UnknownJobError(f"{target!r} is neither a run directory nor a job id ({what})",
+                              hint="give the run directory `hpcplace submit` wrote (it holds run.json), or a "
+                                   "Slurm job id such as 1234")
     return m.group(1), None
+
+
+def recorded_job(run_dir: Path) -> str:
+    """The job id run.json records; a run directory that never reached Slurm is said so (exit 2)."""
+    record = read_record(run_dir)
+    if not record or not record.get("job_id"):
+        lock = " (a submission was interrupted: run submit again with -o)" if (run_dir / LOCK_NAME).exists() else ""
+        raise UnknownJobError(f"{run_dir} was never submitted to Slurm: no job id in {RUN_RECORD}{lock}",
+                              hint="submit it with `hpcplace submit CONFIG -o DIR` (a `render` or `run --local` "
+                                   "directory has no job)")
+    return str(record["job_id"])
 
 
 def job_status(job_id: str, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> JobStatus:
@@ -349,8 +392,8 @@ def status_exit_code(status: JobStatus) -> int:
     return STATE_EXIT_CODES.get(status.state, OTHER_END_EXIT_CODE) or OTHER_END_EXIT_CODE
 
 
-def unknown_job(job_id: str) -> SlurmError:
-    return SlurmError(f"Slurm knows no job {job_id}",
+def unknown_job(job_id: str) -> UnknownJobError:
+    return UnknownJobError(f"Slurm knows no job {job_id}",
                       hint="check the id (`squeue --me`, `sacct -X`); a job that ended long ago is forgotten "
                            "by the controller and, without accounting (slurmdbd), by Slurm altogether")
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from hpcplace import slurm_cli
 from hpcplace.errors import SlurmError
+from hpcplace.launch import commandless_components, nothing_to_run_hint
 from hpcplace.plan import Plan
 from hpcplace.slurm_job import SlurmJob, lower
 
@@ -148,10 +149,12 @@ def check(plan: Plan, facts: ClusterFacts, job: SlurmJob | None = None) -> Repor
     problems: list[str] = []
     warnings: list[str] = []
     checked: list[str] = []
-    if not plan.launch.is_ray:  # the Ray mode runs the driver; components need no command of their own
-        for comp in plan.components:
-            if not comp.command:
-                problems.append(f"component {comp.name!r} has no command to run")
+    # Steps mode: every component runs its own command. Ray mode: the driver starts the components.
+    problems += [f"component {name!r} has no command to run" for name in commandless_components(plan)]
+    if plan.launch.is_ray and not plan.launch.driver:
+        problems.append("the Ray launch mode has no driver to run")
+    if problems:
+        problems.append(f"to fix: {nothing_to_run_hint(plan)}")
     needs = _node_needs(job)
     time_limit = time_minutes(plan.slurm.get("time"))
     for hc, group in zip(job.components, plan.cluster.node_groups):

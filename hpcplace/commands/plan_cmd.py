@@ -83,16 +83,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--json", action="store_true", help="print the versioned plan JSON")
     parser.add_argument("--svg", metavar="FILE", help="also write the device map as SVG")
     parser.add_argument("--max-nodes", type=int, default=64, help="nodes shown in the map (default 64)")
+    add_driver_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from hpcplace.gpumap import summary, svg
+    from hpcplace.launch import nothing_to_run
     from hpcplace.plan import write_plan_json
-    from hpcplace.planner import plan_from_file
 
-    plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args))
+    plan = plan_with_launch(args)
     check_renders(plan)
+    nothing = nothing_to_run(plan)
+    if nothing is not None:  # render and submit refuse it; the plan itself is still worth seeing
+        print(f"hpcplace: warning: {nothing.message}: render and submit refuse this plan; HINT: {nothing.hint}",
+              file=sys.stderr)
     if args.svg:
         write_svg(Path(args.svg), svg(plan, max_nodes=args.max_nodes))
         total = len(plan.cluster.nodes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hpcplace.commands.plan_cmd import add_config_arguments, add_driver_argument, plan_with_launch
-from hpcplace.errors import HpcplaceError
+from hpcplace.errors import HpcplaceError, SpecError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -16,8 +16,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     "Ctrl-C stops everything.")
     add_config_arguments(parser)
     parser.add_argument("--local", action="store_true", help="run on this machine without Slurm (required for now)")
-    parser.add_argument("--run-dir", metavar="DIR", help="where plan.json and its index go "
-                                                          "(default: runs/<name>-local-<timestamp>-<pid>)")
+    parser.add_argument("-o", "--run-dir", dest="run_dir", metavar="DIR",
+                        help="run directory: where plan.json and its index go "
+                             "(default: runs/<name>-local-<timestamp>-<pid>)")
     parser.add_argument("--component", dest="components", action="append", default=[], metavar="NAME",
                         help="run only this component (repeatable); ranks and world sizes stay as planned")
     parser.add_argument("--dry-run", action="store_true", help="print each process's command and environment")
@@ -29,8 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def run(args: argparse.Namespace) -> int:
     if not args.local:
-        raise HpcplaceError("`hpcplace run` needs --local (the Slurm path is `hpcplace submit`)",
-                            hint="try the experiment here first: hpcplace run CONFIG --local")
+        raise SpecError("`hpcplace run` needs --local (the Slurm path is `hpcplace submit`)",
+                        hint="try the experiment here first: hpcplace run CONFIG --local")
     from hpcplace.local_backend import run_plan_locally
 
     plan = plan_with_launch(args)

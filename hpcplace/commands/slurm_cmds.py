@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import shutil
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -12,21 +14,36 @@ from hpcplace.commands.plan_cmd import add_config_arguments, add_driver_argument
 from hpcplace.errors import SlurmError, SpecError
 
 
+def _launcher_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--launcher", metavar="CMD",
+                        help="how tasks start the shim on the nodes (default: the hpcplace-run next to this "
+                             "Python, else \"<this Python> -m hpcplace.runtime\", as absolute paths; a bare "
+                             "program name is looked up on PATH now, e.g. \"/opt/venv/bin/python -m hpcplace.runtime\")")
+    parser.add_argument("--workdir", metavar="DIR", default=".",
+                        help="directory the components' commands (and a relative Ray driver) run in, on every node "
+                             "(default: the current directory, as with `hpcplace run --local`)")
+
+
 def _template_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--template-dir", metavar="DIR",
                         help="site templates: a job.sbatch.j2 that extends \"hpcplace/job.sbatch.j2\"")
-    parser.add_argument("--launcher", default="hpcplace-run", metavar="CMD",
-                        help="how tasks start the shim on the nodes (default: hpcplace-run; "
-                             "e.g. \"/opt/venv/bin/python -m hpcplace.runtime\")")
-    parser.add_argument("--workdir", metavar="DIR", default=".",
-                        help="directory the components' commands run in (default: the current directory, as "
-                             "with `hpcplace run --local`)")
+    _launcher_args(parser)
+
+
+def add_run_dir_argument(parser: argparse.ArgumentParser, default: str) -> None:
+    """`-o DIR` (alias `--run-dir`): the run directory, the same on render, submit and run."""
+    parser.add_argument("-o", "--run-dir", "--output", dest="run_dir", metavar="DIR", help=f"run directory (default: {default})")
+
+
+RUN_DIR_DEFAULT = "<slurm.output_dir or runs>/<name>-<timestamp>"
+TARGET_HELP = ("a run directory written by `hpcplace submit` (it holds run.json with the job id), or a Slurm job "
+               "id such as 1234")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser("render", help="write DIR/job.sbatch and DIR/plan.json without submitting")
     add_config_arguments(p)
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="run directory to write")
+    add_run_dir_argument(p, RUN_DIR_DEFAULT)
     p.add_argument("--force", action="store_true",
                    help="write even over a run directory that was already submitted (its queued or running "
                         "job would read the new plan.json)")
@@ -36,9 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     p = subparsers.add_parser("submit", help="render into a run directory and sbatch it")
     add_config_arguments(p)
-    p.add_argument("-o", "--run-dir", metavar="DIR",
-                   help="run directory (default: <slurm.output_dir or runs>/<name>-<timestamp>); "
-                        "submitting the same directory again never submits twice")
+    add_run_dir_argument(p, RUN_DIR_DEFAULT + "; submitting the same directory again never submits twice")
     p.add_argument("--dry-run", action="store_true", help="print the exact sbatch command and script only")
     p.add_argument("--test-only", action="store_true", help="ask Slurm whether and when it could run (sbatch --test-only)")
     p.add_argument("--no-validate", action="store_true", help="skip the check against the live cluster")
@@ -49,11 +64,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     p = subparsers.add_parser("validate", help="check the job against the live cluster (sinfo/scontrol)")
     add_config_arguments(p)
+    _launcher_args(p)
     add_driver_argument(p)
     p.set_defaults(func=run_validate)
 
     p = subparsers.add_parser("status", help="state of each het component (and step) of a run or job")
-    p.add_argument("target", metavar="RUN|JOBID")
+    p.add_argument("target", metavar="RUN|JOBID", help=TARGET_HELP)
     p.add_argument("--watch", action="store_true",
                    help="refresh until the job is done; exit 0 only if every component COMPLETED "
                         "(10 FAILED, 11 CANCELLED, 12 TIMEOUT, 13 other)")
@@ -61,11 +77,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(func=run_status)
 
     p = subparsers.add_parser("cancel", help="cancel a run's job (every het component)")
-    p.add_argument("target", metavar="RUN|JOBID")
+    p.add_argument("target", metavar="RUN|JOBID", help=TARGET_HELP)
     p.set_defaults(func=run_cancel)
 
     p = subparsers.add_parser("logs", help="per-component, per-rank logs of a run")
-    p.add_argument("run", metavar="RUN")
+    p.add_argument("run", metavar="RUN", help="a run directory written by `hpcplace submit`")
     p.add_argument("--component", help="only this component")
     p.add_argument("--rank", type=int, help="only this rank (of --component, or of every component)")
     p.add_argument("--list", action="store_true", help="print where each rank's log is, not its content")
@@ -75,34 +91,109 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(func=run_logs)
 
 
+def default_launcher(executable: str = sys.executable) -> tuple[str, ...]:
+    """The shim of the environment hpcplace runs in, as absolute paths (never a name the node's PATH
+    resolves): the `hpcplace-run` next to this Python (the venv's bin), else `<python> -m hpcplace.runtime`.
+    The path is not resolved through symlinks: a venv's python is a link, and the venv is its path."""
+    python = os.path.abspath(executable)
+    script = os.path.join(os.path.dirname(python), "hpcplace-run")
+    if os.path.isfile(script) and os.access(script, os.X_OK):
+        return (script,)
+    return (python, "-m", "hpcplace.runtime")
+
+
 def _launcher(args: argparse.Namespace) -> tuple[str, ...]:
+    """The launcher argv (absolute program) plus `--chdir WORKDIR`."""
     from hpcplace.safe_words import check_srun_argv
 
-    try:
-        words = tuple(shlex.split(args.launcher))
-    except ValueError as exc:
-        raise SpecError(f"cannot split --launcher {args.launcher!r}: {exc}") from None
-    if not words:
-        raise SpecError("--launcher is empty")
-    check_srun_argv(words, f"--launcher {args.launcher!r}")
+    if args.launcher is None:
+        words = default_launcher()
+    else:
+        try:
+            words = tuple(shlex.split(args.launcher))
+        except ValueError as exc:
+            raise SpecError(f"cannot split --launcher {args.launcher!r}: {exc}") from None
+        if not words:
+            raise SpecError("--launcher is empty")
+        check_srun_argv(words, f"--launcher {args.launcher!r}")
+        words = (_absolute_program(words[0]), *words[1:])
     workdir = Path(args.workdir).resolve()
     if not workdir.is_dir():
         raise SpecError(f"--workdir {args.workdir!r} is not a directory")
     return (*words, "--chdir", str(workdir))
 
 
+def _absolute_program(program: str) -> str:
+    """A bare name is looked up on PATH here, at submit time (the nodes' PATH may differ); a relative
+    path is made absolute."""
+    if "/" in program:
+        return os.path.abspath(program)
+    found = shutil.which(program)
+    if found is None:
+        raise SpecError(f"--launcher program {program!r} was not found on PATH",
+                        hint="give its absolute path, e.g. --launcher \"/opt/venv/bin/hpcplace-run\"")
+    return os.path.abspath(found)
+
+
 def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    return plan_with_launch(args)
+    """The plan with `--driver` applied and a bare `python` driver made the submitting environment's."""
+    from dataclasses import replace
+
+    from hpcplace.launch import resolve_driver_interpreter
+
+    plan = plan_with_launch(args)
+    launch = resolve_driver_interpreter(plan.launch, shutil.which, sys.executable)
+    return plan if launch == plan.launch else replace(plan, launch=launch)
+
+
+def _runnable_plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """`_plan`, refused when its processes would have nothing to run ("no driver, no job")."""
+    from hpcplace.launch import check_runnable
+
+    plan = _plan(args)
+    check_runnable(plan)
+    return plan
+
+
+def _run_dir(args: argparse.Namespace, plan) -> Path:  # type: ignore[no-untyped-def]
+    from hpcplace import submit
+
+    if args.run_dir:
+        return Path(args.run_dir).absolute()
+    return submit.default_run_dir(plan, plan.slurm.get("output_dir") or "runs", datetime.now())
+
+
+def _warn_unshared(plan, launcher: tuple[str, ...], run_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    """Warn (stderr) about every path the job needs on the nodes that lies on this host alone."""
+    from hpcplace.shared_fs import CheckedPath, path_warnings, read_mounts
+    from hpcplace.spec import shared_paths
+
+    workdir = launcher[launcher.index("--chdir") + 1]
+    paths = [CheckedPath("the launcher", os.path.realpath(launcher[0]),
+                         "install hpcplace in an environment on shared storage, or pass --launcher with one the "
+                         "nodes have"),
+             CheckedPath("the working directory", os.path.realpath(workdir),
+                         "run hpcplace from (or pass --workdir) a directory on shared storage"),
+             CheckedPath("the run directory", os.path.realpath(run_dir),
+                         "pass -o DIR (or set slurm.output_dir) on shared storage")]
+    driver = plan.launch.driver if plan.launch.is_ray else ()
+    if driver and os.path.isabs(driver[0]):
+        paths.append(CheckedPath("the Ray driver's program", os.path.realpath(driver[0]),
+                                 "create the environment on shared storage, or start the driver with a program "
+                                 "the nodes have"))
+    for line in path_warnings(paths, read_mounts(), shared_paths(plan.slurm)):
+        print(f"hpcplace: warning: {line}", file=sys.stderr)
 
 
 def run_render(args: argparse.Namespace) -> int:
     from hpcplace.render import render_run
 
-    plan = _plan(args)
+    plan = _runnable_plan(args)
     launcher = _launcher(args)
+    run_dir = _run_dir(args, plan)
     if not args.force:
-        _refuse_submitted(Path(args.output))
-    rendered = render_run(plan, args.output, launcher=launcher, template_dir=args.template_dir)
+        _refuse_submitted(run_dir)
+    rendered = render_run(plan, run_dir, launcher=launcher, template_dir=args.template_dir)
     print(f"wrote {rendered.script} (sha256 {rendered.script_sha256[:16]}) and {rendered.plan_json}")
     return 0
 
@@ -111,6 +202,8 @@ def _refuse_submitted(run_dir: Path) -> None:
     """`render -o` over a submitted run directory would replace the plan.json its job reads."""
     from hpcplace import submit
 
+    if not run_dir.is_dir():
+        return
     record = submit.read_record(run_dir.absolute()) or {}
     if record.get("job_id"):
         raise SlurmError(f"{run_dir} was submitted as job {record['job_id']}: rendering over it would replace the "
@@ -123,10 +216,10 @@ def _refuse_submitted(run_dir: Path) -> None:
 def run_submit(args: argparse.Namespace) -> int:
     from hpcplace import submit, validate
 
-    plan = _plan(args)
+    plan = _runnable_plan(args)
     launcher = _launcher(args)
-    base = plan.slurm.get("output_dir") or "runs"
-    run_dir = Path(args.run_dir) if args.run_dir else submit.default_run_dir(plan, base, datetime.now())
+    run_dir = _run_dir(args, plan)
+    _warn_unshared(plan, launcher, run_dir)
     if args.dry_run:
         sys.stdout.write(submit.dry_run_text(plan, run_dir, launcher=launcher, template_dir=args.template_dir))
         return 0
@@ -146,7 +239,9 @@ def run_submit(args: argparse.Namespace) -> int:
 def run_validate(args: argparse.Namespace) -> int:
     from hpcplace import validate
 
-    report = validate.validate(_plan(args))
+    plan = _plan(args)
+    _warn_unshared(plan, _launcher(args), Path(plan.slurm.get("output_dir") or "runs").absolute())
+    report = validate.validate(plan)
     for line in report.checked:
         print(f"ok: {line}")
     for w in report.warnings:
@@ -256,8 +351,20 @@ def run_logs(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.run)
     plan_path = run_dir / "plan.json"
+    if not run_dir.is_dir():
+        raise submit.UnknownJobError(f"no run directory {str(run_dir)!r}", hint="give a run directory written by "
+                                     "`hpcplace submit` (its path is printed after the job id)")
     if not plan_path.exists():
-        raise SlurmError(f"{run_dir} is not a run directory (no plan.json)")
+        raise submit.UnknownJobError(f"{run_dir} is not a run directory (no plan.json)",
+                                     hint="give a run directory written by `hpcplace submit`")
+    job_id = submit.recorded_job(run_dir)
+    if args.attempt is None and not (run_dir / "logs" / "nodes.txt").exists():
+        if not args.list:
+            for batch in sorted((run_dir / "logs").glob("batch-*.out")):
+                _show(f"batch script ({batch})", batch, args.tail)
+        print(f"job {job_id} has not started its tasks yet (no logs/nodes.txt): no rank has a log yet; "
+              f"`hpcplace status {run_dir}` says where it waits")
+        return 0
     plan = submit.load_plan(plan_path)
     if plan.launch.is_ray:
         return _ray_logs(args, run_dir, plan)

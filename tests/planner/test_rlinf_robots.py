@@ -39,7 +39,7 @@ def test_uneven_robot_group_lowers_and_renders(tmp_path: Path, capsys: pytest.Ca
     job = lower(plan_from_file(FIXTURE))
     assert [c.gres for c in job.components] == ["gpu:a800:8", None]
     assert not any(a.startswith("--gres") for a in job.components[1].sbatch_args)
-    assert main(["render", str(FIXTURE), "-o", str(tmp_path / "run")]) == 0
+    assert main(["render", str(FIXTURE), "-o", str(tmp_path / "run"), "--driver", "--", "python", "main.py"]) == 0
     text = (tmp_path / "run" / "job.sbatch").read_text()
     assert "1: franka -> partition robot, 3 node(s) (cluster node ranks 1-3), GRES none" in text
     assert main(["plan", str(FIXTURE)]) == 0  # `plan` checks what render would refuse

@@ -291,7 +291,8 @@ def test_cli_overrides_after_config_and_header(shared: None, capsys: pytest.Capt
     assert main(["plan", str(HYDRA / "main.yaml"), "cluster.num_nodes=3"]) == 0
     out = capsys.readouterr().out
     assert "composed: override cluster.num_nodes=3" in out and "nodes=3" in out
-    assert main(["render", str(FIXTURES / "areal_moe.yaml"), "-o", str(tmp_path / "run")]) == 0
+    assert main(["render", str(FIXTURES / "areal_moe.yaml"), "-o", str(tmp_path / "run"),
+                 "--driver", "--", "python", "main.py"]) == 0
     script = (tmp_path / "run" / "job.sbatch").read_text()
     assert "--partition" not in script and "(none given: Slurm default)" in script
     assert main(["plan", str(HYDRA / "main.yaml"), "not-an-override"]) == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -81,13 +82,19 @@ def test_cli_render_with_driver(tmp_path: Path, capsys: pytest.CaptureFixture[st
                    "--driver", "--", *DRIVER])
     assert rc == 0, capsys.readouterr().err
     plan = load_plan(out / "plan.json")
-    assert plan.launch.is_ray and plan.launch.driver == tuple(DRIVER)
+    # a bare `python` becomes the submitting environment's interpreter (the one PATH finds here)
+    python = os.path.abspath(shutil.which(DRIVER[0]) or sys.executable)
+    assert plan.launch.is_ray and plan.launch.driver == (python, *DRIVER[1:])
     script = (out / "job.sbatch").read_text()
     assert "--ray-node --plan" in script and "--ray-driver --plan" in script
+    assert f"# driver interpreter: {python} (a bare `python` driver is rendered" in script
     assert subprocess.run(["bash", "-n", str(out / "job.sbatch")]).returncode == 0
+    # `plan` takes --driver too: the Ray mode has something to run, so no "nothing to run" warning
+    assert cli_main(["plan", str(REPO / "configs" / "rlinf-heterogeneous.yaml"), "--driver", "--", "x"]) == 0
+    assert capsys.readouterr().err == ""
     with pytest.raises(SystemExit) as exit_:
-        cli_main(["plan", str(REPO / "configs" / "rlinf-heterogeneous.yaml"), "--driver", "--", "x"])
-    assert exit_.value.code == 2 and "--driver is an option of: submit, render, run" in capsys.readouterr().err
+        cli_main(["status", "1", "--driver", "--", "x"])
+    assert exit_.value.code == 2 and "--driver is an option of: plan, submit, render, run" in capsys.readouterr().err
 
 
 def test_ray_nodes_follow_the_plan() -> None:

@@ -162,7 +162,7 @@ def test_needs_local_and_known_components(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(CONFIG)
     done = subprocess.run(hpcplace("run", str(path)), env=base_env(), capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1 and "--local" in done.stderr
+    assert done.returncode == 2 and "--local" in done.stderr  # a usage error
     done = run_local(tmp_path, CONFIG, "--component", "critic")
     assert done.returncode == 2 and "unknown component(s) critic" in done.stderr
 

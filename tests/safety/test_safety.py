@@ -35,6 +35,7 @@ cluster:
 components:
   actor: {command: [python3, -c, "print(1)"], env: {MY_FLAG: "1"}}
 """
+RUNNABLE = NATIVE + '  agent: {command: ["true"]}\n'  # every component has a command: render accepts it
 
 
 def write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
@@ -241,7 +242,7 @@ def test_command_with_colon_never_reaches_srun_argv(tmp_path: Path) -> None:
 @pytest.mark.parametrize("launcher", [": x", "hpcplace-run : --het-group=1 touch x", "--het-group=1 x", "-v"])
 def test_launcher_that_srun_would_split_or_misread_is_refused(tmp_path: Path, launcher: str,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    path = write(tmp_path, NATIVE)
+    path = write(tmp_path, RUNNABLE)
     assert cli_main(["render", str(path), "-o", str(tmp_path / "run"), f"--launcher={launcher}"]) == 2
     assert "launcher" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
@@ -257,12 +258,12 @@ def test_check_srun_argv_for_other_callers() -> None:
 # ---- render -o over a submitted run --------------------------------------------------------------
 
 def test_render_refuses_a_submitted_run_dir_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write(tmp_path, NATIVE)
+    path = write(tmp_path, RUNNABLE)
     run = tmp_path / "run"
     assert cli_main(["render", str(path), "-o", str(run)]) == 0
     (run / "run.json").write_text(json.dumps({"job_id": "42"}))
     before = (run / "plan.json").read_text()
-    write(tmp_path, NATIVE.replace('"0:0-1"', '"0:0-2"'))
+    write(tmp_path, RUNNABLE.replace('"0:0-1"', '"0:0-2"'))
     assert cli_main(["render", str(path), "-o", str(run)]) == 3
     assert "submitted as job 42" in capsys.readouterr().err
     assert (run / "plan.json").read_text() == before

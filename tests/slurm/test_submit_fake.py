@@ -235,15 +235,15 @@ def test_submitit_watcher_reads_het_components() -> None:
 def test_cancel_and_resolve(tmp_path: Path, fake_slurm: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    with pytest.raises(SlurmError, match="no submitted job recorded"):
+    with pytest.raises(submit.UnknownJobError, match="was never submitted to Slurm: no job id in run.json"):
         submit.resolve_job(str(run_dir))
     (run_dir / "run.json").write_text(json.dumps({"job_id": "55"}))
     assert submit.resolve_job(str(run_dir)) == ("55", run_dir.absolute())
     assert submit.resolve_job("77+1") == ("77", None)
-    with pytest.raises(SlurmError, match="neither a run directory nor a job id"):
+    with pytest.raises(submit.UnknownJobError, match="neither a run directory nor a job id"):
         submit.resolve_job("nope")
     (fake_slurm / "sacct.out").write_text("")
-    with pytest.raises(SlurmError, match="Slurm knows no job 55"):  # neither scontrol nor sacct
+    with pytest.raises(submit.UnknownJobError, match="Slurm knows no job 55"):  # neither scontrol nor sacct
         submit.cancel("55")
     (fake_slurm / "scontrol-job.out").write_text((DATA / "scontrol-show-job-running.txt").read_text())
     assert "cancelled job 55" in submit.cancel("55")
@@ -280,7 +280,7 @@ def test_cli_status_codes_and_unknown_job(fake_slurm: Path, tmp_path: Path, caps
     assert main(["status", "12"]) == 0
     (fake_slurm / "scontrol-job.out").unlink()
     capsys.readouterr()
-    assert main(["status", "999"]) == 3
+    assert main(["status", "999"]) == 2  # a job id that does not exist is bad input, not a Slurm failure
     err = capsys.readouterr().err
     assert "Slurm knows no job 999" in err and "HINT" in err.upper() and "Traceback" not in err
 

@@ -1,0 +1,41 @@
+"""`hpcplace submit CONFIG --driver -- python DRIVER` on the real Slurm test cluster (marker `slurm`): the
+bare `python` is rendered as the submitting environment's interpreter and the launcher as an absolute
+path, and the job runs with them (the nodes' PATH is never asked)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.ray.test_ray_slurm import CONFIG, PROBE, RAY_ARGS
+from tests.slurm.conftest import LiveCluster, wait_done
+
+pytestmark = pytest.mark.slurm
+
+
+def test_cli_bare_python_driver_runs_with_the_submitting_interpreter(slurm_cluster: LiveCluster,
+                                                                     tmp_path: Path) -> None:
+    config = tmp_path / "ray.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    out, run_dir = tmp_path / "probe.json", tmp_path / "run"
+    env = {**slurm_cluster.env, "HPCPLACE_RAY_ARGS": RAY_ARGS}
+    python = os.path.abspath(shutil.which("python", path=env.get("PATH")) or sys.executable)
+    sub = subprocess.run([sys.executable, "-m", "hpcplace.cli", "submit", str(config), "-o", str(run_dir),
+                          "--driver", "--", "python", str(PROBE), str(out)],
+                         env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert sub.returncode == 0, sub.stderr
+    script = (run_dir / "job.sbatch").read_text()
+    assert f"# driver interpreter: {python} " in script
+    assert f"launcher (starts hpcplace's shim in every task): {Path(sys.executable).parent}/hpcplace-run " in script
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["launch"]["driver"][0] == python
+    job_id = json.loads((run_dir / "run.json").read_text())["job_id"]
+    status = wait_done(job_id)
+    assert status.state == "COMPLETED", (status, [p.read_text() for p in (run_dir / "logs").glob("*.out")][:3])
+    assert len(json.loads(out.read_text())["nodes"]) == 4
