@@ -361,16 +361,35 @@ def _say(text: str) -> None:
     sys.stdout.flush()
 
 
+def parse_args(argv: Sequence[str]) -> tuple[str | None, str | None]:
+    """(plan path, working directory) from `--plan PATH` and the launcher's `--chdir DIR` (the preflight
+    runs with the job script's launcher words; other options are ignored)."""
+    values: dict[str, str] = {}
+    args = list(argv)
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        name, eq, value = arg.partition("=")
+        if name in ("--plan", "--chdir"):
+            if eq:
+                values[name] = value
+            elif i + 1 < len(args):
+                values[name] = args[i + 1]
+    return values.get("--plan"), values.get("--chdir")
+
+
+def chdir_problem(path: str | None) -> str | None:
+    if path and not os.path.isdir(path):
+        return (f"the working directory {path!r} (where the programs run) does not exist on this node: it must be "
+                "on a filesystem every node sees (or pass --workdir)")
+    return None
+
+
 def main(argv: Sequence[str]) -> int:
     from hpcplace.runtime.plan_index import PlanIndex
     from hpcplace.runtime.slurm_env import locate_node, read_snapshot
 
-    plan_path = None
-    args = list(argv)
-    if len(args) == 2 and args[0] == "--plan":
-        plan_path = args[1]
-    elif len(args) == 1 and args[0].startswith("--plan="):
-        plan_path = args[0].split("=", 1)[1]
+    plan_path, chdir = parse_args(argv)
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     if not plan_path:
         _say(f"{node}: FAILED: usage: hpcplace-run --preflight --plan PLAN.json")
@@ -386,6 +405,7 @@ def main(argv: Sequence[str]) -> int:
             g, j = locate_node(snapshot, range(len(index.plan["node_groups"])))
             plan = node_plan(index, g, j, node, os.environ)
         problems, notes = check_node(plan, node, os.environ, timeout)
+        problems += [p for p in [chdir_problem(chdir)] if p]
     except ShimError as exc:
         problems, notes = [exc.message + (f" ({exc.hint})" if exc.hint else "")], []
     for problem in problems:

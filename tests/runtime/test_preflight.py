@@ -80,6 +80,14 @@ def test_programs() -> None:
                             timeout=5) == "x: failed (exit 1): ModuleNotFoundError: No module named 'ray'"
 
 
+def test_arguments_and_working_directory(tmp_path: Path) -> None:
+    assert pf.parse_args(["--chdir", "/w", "--plan", "/r/plan.json"]) == ("/r/plan.json", "/w")
+    assert pf.parse_args(["--plan=/p", "--chdir=/w x"]) == ("/p", "/w x")
+    assert pf.parse_args(["--chdir", "/w"]) == (None, "/w")
+    assert pf.chdir_problem(str(tmp_path)) is None and pf.chdir_problem(None) is None
+    assert "'/nonexistent/w' (where the programs run) does not exist on this node" in (pf.chdir_problem("/nonexistent/w") or "")
+
+
 def test_child_timeout_is_enforced() -> None:
     rc, _ = pf.run_child([sys.executable, "-c", "import time; time.sleep(30)"], os.environ, timeout=0.5)
     assert rc is None
@@ -142,7 +150,7 @@ def run_task(tmp_path: Path, env: dict[str, str], capsys: pytest.CaptureFixture[
     os.environ.clear()
     os.environ.update(env)
     try:
-        rc = main(["--preflight", "--plan", str(tmp_path / "run" / "plan.json")])
+        rc = main(["--chdir", str(tmp_path), "--preflight", "--plan", str(tmp_path / "run" / "plan.json")])
     finally:
         os.environ.clear()
         os.environ.update(old)

@@ -207,6 +207,14 @@ hp_begin() {
     local g var f prev
     cd -- "$hp_run_dir" || { hp_log "cannot enter the run directory $hp_run_dir"; exit 1; }
     mkdir -p logs
+    if ((hp_attempt > 0)); then
+        prev="logs/attempt-$((hp_attempt - 1))"
+        hp_log "attempt $hp_attempt of job $SLURM_JOB_ID (requeued): previous logs moved to $prev; removing its node-local directories"
+        mkdir -p "$prev"
+        for f in logs/*; do
+            [[ -f $f && $f != logs/batch-* ]] && mv -f -- "$f" "$prev/"
+        done
+    fi
     if (($1 > 0)); then
         for ((g = 0; g < $1; g++)); do
             var=SLURM_JOB_NODELIST_HET_GROUP_$g
@@ -215,14 +223,6 @@ hp_begin() {
     else
         scontrol show hostnames "$SLURM_JOB_NODELIST" | awk '{ print 0, NR - 1, $0 }'
     fi >logs/nodes.txt
-    if ((hp_attempt > 0)); then
-        prev="logs/attempt-$((hp_attempt - 1))"
-        hp_log "attempt $hp_attempt of job $SLURM_JOB_ID (requeued): previous logs moved to $prev; removing its node-local directories"
-        mkdir -p "$prev"
-        for f in logs/*; do
-            [[ -f $f && $f != logs/batch-* && $f != logs/nodes.txt ]] && mv -f -- "$f" "$prev/"
-        done
-    fi
 }
 
 # hp_preflight_report SRUN_EXIT: after the preflight step (`hpcplace-run --preflight`, one task per
