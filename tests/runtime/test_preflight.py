@@ -37,9 +37,12 @@ def test_fewer_gpus_than_planned() -> None:
     assert "the node shows 0 GPU(s) (/dev/nvidia{none})" in problem
 
 
-def test_more_gpus_than_planned_is_a_wrong_cluster_description() -> None:
-    (problem,) = pf.gpu_problems(facts(range(8)), 4, [0, 1], WHERE)
-    assert "the node shows 8 GPU(s)" in problem and "expects 4" in problem
+def test_more_gpus_than_planned_is_only_a_warning() -> None:
+    """The collocated demo plans 2 GPUs on the test cluster's 8-GPU nodes: the job uses the planned ones."""
+    assert pf.gpu_problems(facts(range(8), slurm="0,1"), 2, [0, 1], WHERE) == []
+    assert pf.gpu_warnings(facts(range(8)), 2) == ["the node shows 8 GPU(s), the plan counts 2 (gpus_per_node): "
+                                                   "the others stay unused"]
+    assert pf.gpu_warnings(facts(range(8), [0, 1]), 2) == []  # ConstrainDevices=yes: the job sees its 2
 
 
 def test_constrained_job_that_cannot_open_its_planned_gpus() -> None:
@@ -175,6 +178,10 @@ def test_task_passes_on_a_good_node(tmp_path: Path, rendered: Path, capsys: pyte
     rc, out = run_task(tmp_path, slurm_env("a800-1", rendered, CUDA_VISIBLE_DEVICES="0,1,2,3"), capsys)
     assert rc == 0, out
     assert out.startswith("hpcplace-preflight: a800-1: ok: 4 GPU(s), /dev/shm ") and out.count("\n") == 1
+    (rendered / "a800-1" / "nvidia4").write_text("")
+    rc, out = run_task(tmp_path, slurm_env("a800-1", rendered, CUDA_VISIBLE_DEVICES="0,1,2,3"), capsys)
+    assert rc == 0 and out.endswith("hpcplace-preflight: a800-1: warning: the node shows 5 GPU(s), the plan counts 4 "
+                                    "(gpus_per_node): the others stay unused\n"), out
 
 
 def test_task_names_every_problem_of_its_node(tmp_path: Path, rendered: Path, capsys: pytest.CaptureFixture[str]) -> None:
