@@ -102,8 +102,8 @@ def _group(problem: Problem, label: str) -> Group:
 
 
 def _allowed(members: Sequence[Component], group: Group, n: int) -> bool:
-    """Counts the planner can place: multiples of the members' unit, in their `counts` lists, and
-    node-shaped (a divisor of a node's resources, or whole nodes) when nodes are alike."""
+    """Counts the planner can place: multiples of the members' unit (which must divide a node's
+    resources when nodes are alike), in their `counts` lists."""
     if n < 1 or n > group.capacity:
         return False
     unit = math.lcm(*(m.unit for m in members))
@@ -112,9 +112,7 @@ def _allowed(members: Sequence[Component], group: Group, n: int) -> bool:
     if any(m.profile.counts is not None and n not in m.profile.counts for m in members):
         return False
     r = group.per_node
-    if r is not None and group.kind != "node":
-        return (n <= r and r % n == 0) or (n > r and n % r == 0)
-    return True
+    return r is None or group.kind == "node" or r % unit == 0  # a process never spans two nodes
 
 
 def stage_seconds(members: Sequence[Component], group: Group, n: int) -> float | None:
@@ -146,23 +144,18 @@ def iteration_seconds(stage_s: Sequence[float], transfer_s: Sequence[float], bat
 
 
 def _layout(problem: Problem, stages: Sequence[tuple[tuple[str, ...], str, int]]) -> list[int] | None:
-    """First resource rank of each stage: per group the largest stages first (whole nodes, then node
-    slices in descending size), so slices stay inside nodes and aligned to their unit."""
+    """First resource rank of each stage: per group the stages with the largest unit first (then the
+    largest count), so every stage starts aligned to its unit and no process spans two nodes."""
     units = {c.name: c.unit for c in problem.chain}
     starts = [0] * len(stages)
     for group in problem.groups:
-        mine = sorted((i for i, s in enumerate(stages) if s[1] == group.label), key=lambda i: (-stages[i][2], i))
+        unit_of = {i: math.lcm(*(units[m] for m in s[0])) for i, s in enumerate(stages) if s[1] == group.label}
         offset = 0
-        for i in mine:
-            n = stages[i][2]
-            unit = math.lcm(*(units[m] for m in stages[i][0]))
-            r = group.per_node
-            if offset % unit:
-                return None
-            if r is not None and group.kind != "node" and n <= r and offset // r != (offset + n - 1) // r:
+        for i in sorted(unit_of, key=lambda i: (-unit_of[i], -stages[i][2], i)):
+            if offset % unit_of[i]:
                 return None
             starts[i] = offset
-            offset += n
+            offset += stages[i][2]
         if offset > group.capacity:
             return None
     return starts
