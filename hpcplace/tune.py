@@ -17,6 +17,7 @@ structure's best counts by branch and bound (exact: the bound never overestimate
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -267,40 +268,92 @@ def best_counts(problem: Problem, shape: Sequence[tuple[tuple[str, ...], str]], 
     limit = [bound]
     counts = [0] * k
 
-    def optimistic(i: int, left: dict[str, int]) -> tuple[float, float, int]:
-        """Sum, max of the fastest seconds the stages from i on could get, and their fewest GPUs."""
-        total, top, fewest = 0.0, 0.0, 0
+    later = [sorted({labels[j] for j in range(i, k)}) for i in range(k + 1)]
+    ahead = {(i, g): [j for j in range(i, k) if labels[j] == g] for i in range(k) for g in later[i]}
+    last_in_group = [all(labels[j] != labels[i] for j in range(i + 1, k)) for i in range(k)]
+    negs = [[-x for x in ss] for _, ss in options]
+    levels = {key: sorted({x for j in js for x in options[j][1]}) for key, js in ahead.items()}
+    memo: dict[tuple[int, str, int], float] = {}
+    at_most = []  # stage -> capacity left -> position of the largest count that fits (-1: none)
+    for ns, _ in options:
+        row, pos = [], -1
+        for cap in range(groups[labels[len(at_most)]].capacity + 1):
+            while pos + 1 < len(ns) and ns[pos + 1] <= cap:
+                pos += 1
+            row.append(pos)
+        at_most.append(row)
+    first_gpus = [options[j][0][0] if is_gpu[j] else 0 for j in range(k)]
+
+    def fewest_at(j: int, tau: float) -> int | None:
+        """The fewest resources stage j needs to take at most tau seconds."""
+        pos = bisect.bisect_left(negs[j], -tau)
+        return options[j][0][pos] if pos < len(negs[j]) else None
+
+    def needed(i: int, g: str, cap: int) -> float:
+        """The smallest max-seconds the stages from i on in group g can reach within cap (a bound)."""
+        key = (i, g, cap)
+        if key not in memo:
+            js, taus = ahead[(i, g)], levels[(i, g)]
+            lo, hi = 0, len(taus)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                need = [fewest_at(j, taus[mid]) for j in js]
+                if all(n is not None for n in need) and sum(need) <= cap:  # type: ignore[arg-type]
+                    hi = mid
+                else:
+                    lo = mid + 1
+            memo[key] = taus[lo] if lo < len(taus) else math.inf
+        return memo[key]
+
+    def bound(i: int, left: dict[str, int], s_sum: float, s_max: float, gpus: int) -> float:
+        """A lower bound of the score of any completion of counts[:i] (exact when i == k)."""
+        total, top, fewest = 0.0, s_max, gpus
         for j in range(i, k):
-            ns, ss = options[j]
-            cap = left[labels[j]]
-            pos = _last_at_most(ns, cap)
+            pos = at_most[j][left[labels[j]]]
             if pos < 0:
-                return math.inf, math.inf, 0
-            total += ss[pos]
-            top = max(top, ss[pos])
-            fewest += ns[0] if is_gpu[j] else 0
-        return total, top, fewest
+                return math.inf
+            total += options[j][1][pos]
+            fewest += first_gpus[j]
+        for g in later[i]:
+            top = max(top, needed(i, g, left[g]))
+        t = (s_sum + total + fixed_sum + (B - 1) * max(top, fixed_max)) / B
+        return t * fewest / 3600.0 if gpu_hours else t
 
     def dfs(i: int, left: dict[str, int], s_sum: float, s_max: float, gpus: int) -> None:
-        rest_sum, rest_max, rest_gpus = optimistic(i, left)
-        t = (s_sum + rest_sum + fixed_sum + (B - 1) * max(s_max, rest_max, fixed_max)) / B
-        lb = t * (gpus + rest_gpus) / 3600.0 if gpu_hours else t
-        if lb >= limit[0]:
-            return
         if i == k:
             if _layout(problem, [(shape[j][0], labels[j], counts[j]) for j in range(k)]) is None:
                 return
-            limit[0] = lb
-            best.append((lb, tuple(counts)))
+            score = bound(k, left, s_sum, s_max, gpus)
+            if score < limit[0]:
+                limit[0] = score
+                best.append((score, tuple(counts)))
             return
         ns, ss = options[i]
         label = labels[i]
-        top = _last_at_most(ns, left[label])
-        for pos in range(top, -1, -1):
+        hi, lo = at_most[i][left[label]], 0
+        if B > 1 and limit[0] < math.inf:
+            # every stage's seconds must stay below the max that could still beat the limit
+            fewest = gpus + sum(first_gpus[i:])
+            t_limit = limit[0] * 3600.0 / fewest if gpu_hours and fewest else limit[0]
+            m_limit = (t_limit * B - s_sum - fixed_sum) / (B - 1) if not (gpu_hours and not fewest) else math.inf
+            lo = bisect.bisect_left(negs[i], -m_limit)
+            rest = 0
+            for j in ahead[(i, label)][1:]:
+                need = fewest_at(j, m_limit)
+                if need is None:
+                    return
+                rest += need
+            hi = at_most[i][left[label] - rest] if left[label] >= rest else -1
+        for pos in range(hi, lo - 1, -1):
             counts[i] = ns[pos]
             left[label] -= ns[pos]
-            dfs(i + 1, left, s_sum + ss[pos], max(s_max, ss[pos]), gpus + (ns[pos] if is_gpu[i] else 0))
+            args = (s_sum + ss[pos], max(s_max, ss[pos]), gpus + (ns[pos] if is_gpu[i] else 0))
+            lb = bound(i + 1, left, *args)
+            if lb < limit[0]:
+                dfs(i + 1, left, *args)
             left[label] += ns[pos]
+            if lb >= limit[0] and last_in_group[i] and not gpu_hours:
+                break  # fewer resources here only make this stage slower: no better completion below
 
     dfs(0, {g.label: g.capacity for g in problem.groups}, 0.0, 0.0, 0)
     if not best:
