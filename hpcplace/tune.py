@@ -336,6 +336,12 @@ def best_counts(problem: Problem, shape: Sequence[tuple[tuple[str, ...], str]], 
             fewest = gpus + sum(first_gpus[i:])
             t_limit = limit[0] * 3600.0 / fewest if gpu_hours and fewest else limit[0]
             m_limit = (t_limit * B - s_sum - fixed_sum) / (B - 1) if not (gpu_hours and not fewest) else math.inf
+            for _ in range(2 if gpu_hours and fewest else 0):  # fewer GPUs than the max allows: tighter
+                more = [fewest_at(j, m_limit) if is_gpu[j] else 0 for j in range(i, k)]
+                if any(n is None for n in more):
+                    return
+                fewest = max(fewest, gpus + sum(more))  # type: ignore[arg-type]
+                m_limit = (limit[0] * 3600.0 / fewest * B - s_sum - fixed_sum) / (B - 1)
             lo = bisect.bisect_left(negs[i], -m_limit)
             rest = 0
             for j in ahead[(i, label)][1:]:
