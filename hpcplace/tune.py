@@ -350,7 +350,9 @@ def best_counts(problem: Problem, shape: Sequence[tuple[tuple[str, ...], str]], 
                     return
                 rest += need
             hi = at_most[i][left[label] - rest] if left[label] >= rest else -1
-        for pos in range(hi, lo - 1, -1):
+        # time: the most resources first (the fastest completions set a tight limit early); GPU-hours: the
+        # fewest first (per-GPU efficiency falls with scale, so small counts are where the optimum lies)
+        for pos in (range(lo, hi + 1) if gpu_hours else range(hi, lo - 1, -1)):
             counts[i] = ns[pos]
             left[label] -= ns[pos]
             args = (s_sum + ss[pos], max(s_max, ss[pos]), gpus + (ns[pos] if is_gpu[i] else 0))
