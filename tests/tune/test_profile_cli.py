@@ -60,7 +60,7 @@ def test_tune_writes_the_winner_in_the_native_format(tmp_path: Path, capsys: pyt
     config = tmp_path / "hetero.yaml"
     shutil.copy(REPO / "configs" / "hetero-partitions.yaml", config)
     best = tmp_path / "best.yaml"
-    rc = main(["tune", str(config), "--profile", str(REPO / "configs" / "tune-profile.yaml"), "--top", "3",
+    rc = main(["tune", str(config), "--profile", str(REPO / "configs" / "profiles" / "hetero-partitions.yaml"), "--top", "3",
                "-o", str(best)])
     out = capsys.readouterr().out
     assert rc == 0, out
