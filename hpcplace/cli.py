@@ -60,6 +60,12 @@ EXAMPLES = {
     "logs": """examples:
   hpcplace logs runs/hetero-20250101-120000 --component actor --rank 0 --tail 50
   hpcplace logs runs/hetero-20250101-120000 --list""",
+    "tune": """examples:
+  hpcplace tune configs/hetero-partitions.yaml --profile configs/profiles/hetero-partitions.yaml --top 3
+  hpcplace tune rlinf.yaml --profile costs.yaml --objective gpu-hours -o best.yaml   # then: hpcplace plan best.yaml
+  hpcplace tune rlinf.yaml --profile costs.yaml --submit-top 2 --driver -- python main.py   # each as `submit` would""",
+    "compare": """examples:
+  hpcplace compare runs/rlinf-tune1-* runs/rlinf-tune2-*   # measured `hpcplace-metric iteration_s=` vs predicted""",
 }
 
 
@@ -79,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Commands that take `--driver -- CMD...` (the ray launch mode's driver; see hpcplace.launch).
-DRIVER_COMMANDS = ("plan", "submit", "render", "run", "validate")
+DRIVER_COMMANDS = ("plan", "submit", "render", "run", "validate", "tune")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

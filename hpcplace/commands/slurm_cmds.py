@@ -214,7 +214,7 @@ def _refuse_submitted(run_dir: Path) -> None:
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    from hpcplace import submit, validate
+    from hpcplace import submit
 
     plan = _runnable_plan(args)
     launcher = _launcher(args)
@@ -224,16 +224,35 @@ def run_submit(args: argparse.Namespace) -> int:
         sys.stdout.write(submit.dry_run_text(plan, run_dir, launcher=launcher, template_dir=args.template_dir))
         return 0
     if not args.no_validate:
-        report = validate.validate(plan)
-        for w in report.warnings:
-            print(f"hpcplace: warning: {w}", file=sys.stderr)
+        _validate_warn(plan)
     if args.test_only:
         print(submit.test_only(plan, launcher=launcher, template_dir=args.template_dir, timeout=args.timeout))
         return 0
-    done = submit.submit(plan, run_dir, launcher=launcher, template_dir=args.template_dir, timeout=args.timeout,
-                         say=lambda s: print(f"hpcplace: {s}", file=sys.stderr))
+    done = _sbatch(plan, args, launcher, run_dir)
     print(f"job {done.job_id} ({done.run_dir})")
     return 0
+
+
+def _validate_warn(plan) -> None:  # type: ignore[no-untyped-def]
+    from hpcplace import validate
+
+    for w in validate.validate(plan).warnings:
+        print(f"hpcplace: warning: {w}", file=sys.stderr)
+
+
+def _sbatch(plan, args: argparse.Namespace, launcher: tuple[str, ...], run_dir: Path):  # type: ignore[no-untyped-def]
+    from hpcplace import submit
+
+    return submit.submit(plan, run_dir, launcher=launcher, template_dir=args.template_dir, timeout=args.timeout,
+                         say=lambda s: print(f"hpcplace: {s}", file=sys.stderr))
+
+
+def submit_checked(plan, args: argparse.Namespace, launcher: tuple[str, ...], run_dir: Path):  # type: ignore[no-untyped-def]
+    """What `hpcplace submit` does after planning, for other commands that submit (`tune --submit-top`):
+    warn about paths the nodes cannot see, check the live cluster, sbatch once per run directory."""
+    _warn_unshared(plan, launcher, run_dir)
+    _validate_warn(plan)
+    return _sbatch(plan, args, launcher, run_dir)
 
 
 def run_validate(args: argparse.Namespace) -> int:

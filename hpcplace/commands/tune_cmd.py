@@ -17,7 +17,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from hpcplace.commands.plan_cmd import add_config_arguments, config_overrides
+from hpcplace.commands.plan_cmd import add_config_arguments, add_driver_argument, config_overrides
 from hpcplace.errors import HpcplaceError, SpecError
 
 TUNE_RECORD = "tune.json"
@@ -40,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                                                      "(default: slurm.output_dir or runs)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each Slurm command")
     _template_args(p)
+    add_driver_argument(p)
     p.set_defaults(func=run_tune)
 
     p = subparsers.add_parser("compare", help="measured iteration times of runs next to their predictions")
@@ -119,7 +120,7 @@ def run_tune(args: argparse.Namespace) -> int:
         Path(args.output).write_text(accepted[0][1], encoding="utf-8")
         print(f"wrote {args.output}: `hpcplace plan {args.output}` is the next command")
     if args.submit_top:
-        _submit_top(args, spec.name, accepted[:args.submit_top], overrides)
+        _submit_top(args, spec.name, accepted[:args.submit_top])
     return 0
 
 
@@ -128,33 +129,30 @@ def _variant_slug(cand) -> str:  # type: ignore[no-untyped-def]
     return re.sub(r"[^A-Za-z0-9_.+-]", "-", text)[:120]
 
 
-def _submit_top(args: argparse.Namespace, name: str, chosen: list, overrides: list[str]) -> None:  # type: ignore[type-arg]
-    from hpcplace import submit, validate
-    from hpcplace.commands.slurm_cmds import _launcher
-    from hpcplace.planner import plan_from_file
+def _submit_top(args: argparse.Namespace, name: str, chosen: list) -> None:  # type: ignore[type-arg]
+    """Each variant through `hpcplace submit`'s own path: --driver applied, a bare `python` made absolute,
+    refused with nothing to run, unshared paths warned about, the live cluster checked."""
+    from hpcplace.commands.slurm_cmds import _launcher, _runnable_plan, submit_checked
 
     launcher = _launcher(args)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     source = Path(args.config)
     for i, (cand, variant) in enumerate(chosen, 1):
-        base = Path(args.runs_dir) if args.runs_dir else None
         config = source.with_name(f"{source.stem}.tune-{i}{source.suffix}")
         config.write_text(variant, encoding="utf-8")  # next to the input: Hydra's relative defaults resolve
-        plan = plan_from_file(config, format=args.format, overrides=overrides)
-        root = base or Path(plan.slurm.get("output_dir") or "runs")
+        try:
+            plan = _runnable_plan(argparse.Namespace(**{**vars(args), "config": str(config)}))
+        finally:
+            config.unlink()
+        root = Path(args.runs_dir) if args.runs_dir else Path(plan.slurm.get("output_dir") or "runs")
         run_dir = (root / f"{name}-tune{i}-{_variant_slug(cand)}-{stamp}").absolute()
-        run_dir.mkdir(parents=True, exist_ok=True)
+        done = submit_checked(plan, args, launcher, run_dir)
         (run_dir / "config.yaml").write_text(variant, encoding="utf-8")
-        config.unlink()
         (run_dir / TUNE_RECORD).write_text(json.dumps({
             "rank": i, "variant": cand.describe(), "predicted_iteration_s": cand.time_s,
             "predicted_gpu_hours": cand.gpu_hours, "gpus": cand.gpus, "objective": args.objective,
             "profile": str(Path(args.profile).absolute()), "config": str(source.absolute())},
             indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        for w in validate.validate(plan).warnings:
-            print(f"hpcplace: warning: {w}", file=sys.stderr)
-        done = submit.submit(plan, run_dir, launcher=launcher, template_dir=args.template_dir,
-                             timeout=args.timeout, say=lambda s: print(f"hpcplace: {s}", file=sys.stderr))
         print(f"submitted #{i} as job {done.job_id} ({done.run_dir})")
 
 

@@ -160,7 +160,7 @@ def test_cancel_reaches_every_task_and_watch_codes(slurm_cluster: LiveCluster, t
     watch = watch_code(tmp_path / "ok")
     assert watch.returncode == 0, watch.stdout + watch.stderr
     unknown = cli("status", "987654")
-    assert unknown.returncode == 3 and "Slurm knows no job 987654" in unknown.stderr, unknown
+    assert unknown.returncode == 2 and "Slurm knows no job 987654" in unknown.stderr, unknown
 
 
 def test_requeue_runs_clean_in_the_same_run_dir(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
