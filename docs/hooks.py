@@ -92,7 +92,7 @@ def het_job_svg(config: Path) -> str:
     job = lower(plan)
     col_w, gap, left, top, row_h = 210, 12, 150, 96, 46
     width = left + len(job.components) * (col_w + gap) + 10
-    height = top + (len(job.steps) + 1) * (row_h + 8) + 40
+    height = top + (len(job.steps) + 1) * (row_h + 8) + 56
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" '
            'font-size="11">',
            f'<text x="10" y="20" font-size="14">{escape(plan.name)}: one het job, {len(job.components)} het '
@@ -122,8 +122,10 @@ def het_job_svg(config: Path) -> str:
                        f'<text x="{x + 6}" y="{y + 34}" fill="white">{escape(bind)}, ranks {seg.ranks[0]}-'
                        f'{seg.ranks[-1]}</text>')
     y = top + (len(job.steps) + 1) * (row_h + 8) + 20
-    out.append(f'<text x="10" y="{y}">every step: srun --overlap, one segment per het component it spans, '
-               'each task started through the shim (hpcplace-run)</text>')
+    out.append(f'<text x="10" y="{y}">before the steps: one preflight task per node (hpcplace-run --preflight); '
+               'every step: srun --overlap,</text>'
+               f'<text x="10" y="{y + 16}">one segment per het component it spans, each task started through the '
+               'shim (hpcplace-run)</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 

@@ -25,10 +25,12 @@ from hpcplace.process_table import node_processes
 from hpcplace.rank_syntax import compress_ranks
 from hpcplace.safe_words import check_srun_argv
 from hpcplace.slurm_job import (
-    LEAKED_GPU_VARIABLES, Segment, SlurmJob, Step, all_nodes_srun_args, lower, segment_srun_args,
+    LEAKED_GPU_VARIABLES, Segment, SlurmJob, Step, all_nodes_srun_args, lower, preflight_srun_args, segment_srun_args,
 )
 
 TEMPLATE = "job.sbatch.j2"
+LIBRARY_TEMPLATE = "hpcplace-lib.sh.j2"  # the bash functions job.sbatch sources (the same for every job)
+LIBRARY_NAME = "hpcplace-lib.sh"
 RAY_TEMPLATE = "ray_job.sbatch.j2"  # the Ray launch mode (extends job.sbatch.j2)
 BUILTIN_PREFIX = "hpcplace"  # a site template extends "hpcplace/job.sbatch.j2"
 SCRIPT_NAME = "job.sbatch"
@@ -230,10 +232,20 @@ def step_views(plan: Plan, job: SlurmJob) -> list[StepView]:
     return out
 
 
+def render_library(template_dir: str | os.PathLike[str] | None = None) -> str:
+    """hpcplace-lib.sh: the bash functions every job script sources (no job values: one text, one
+    sha256 per hpcplace version and site template dir)."""
+    try:
+        return template_environment(template_dir).get_template(LIBRARY_TEMPLATE).render()
+    except jinja2.TemplateError as exc:
+        raise SpecError(f"template error: {exc}", hint="check the site template directory") from None
+
+
 def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
                   launcher: Sequence[str] = DEFAULT_LAUNCHER,
                   template_dir: str | os.PathLike[str] | None = None) -> str:
-    """The batch script text for `plan`, to live in (and run from) the absolute `run_dir`."""
+    """The batch script text for `plan`, to live in (and run from) the absolute `run_dir`, beside
+    the library `render_library` gives (the script names and checks its sha256)."""
     if not os.path.isabs(run_dir):
         raise SpecError(f"run directory {run_dir!r} must be an absolute path")
     if not launcher:
@@ -241,11 +253,11 @@ def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
     check_srun_argv(tuple(launcher), "the launcher command")
     job = job or lower(plan)
     env = template_environment(template_dir)
-    node_lists = [(c.het_group, f"SLURM_JOB_NODELIST_HET_GROUP_{c.het_group}" if job.is_het
-                   else "SLURM_JOB_NODELIST") for c in job.components]
     common = dict(job=job, plan=plan, run_dir=run_dir, plan_file=PLAN_NAME, launcher=tuple(launcher),
                   every_node=all_nodes_srun_args(job, "hpcplace-shm"),
-                  clean_nodes=all_nodes_srun_args(job, "hpcplace-clean"), node_lists=node_lists,
+                  clean_nodes=all_nodes_srun_args(job, "hpcplace-clean"),
+                  preflight_nodes=preflight_srun_args(job), library_name=LIBRARY_NAME,
+                  library_sha256=sha256_text(render_library(template_dir)),
                   clear_leaked=tuple(a for v in LEAKED_GPU_VARIABLES for a in ("-u", v)))
     started = ["", f"launcher (starts hpcplace's shim in every task): {shlex.join(launcher)}"]
     try:
@@ -273,6 +285,7 @@ class RenderedRun:
     script: Path
     plan_json: Path
     script_sha256: str
+    library: Path
 
 
 def sha256_text(text: str) -> str:
@@ -281,18 +294,21 @@ def sha256_text(text: str) -> str:
 
 def render_run(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[str] = DEFAULT_LAUNCHER,
                template_dir: str | os.PathLike[str] | None = None) -> RenderedRun:
-    """Write run_dir/job.sbatch, run_dir/plan.json (+ plan.json.idx for the shim) and run_dir/logs/."""
+    """Write run_dir/job.sbatch, run_dir/hpcplace-lib.sh (the functions it sources), run_dir/plan.json
+    (+ plan.json.idx for the shim) and run_dir/logs/."""
     root = Path(os.path.abspath(run_dir))
     script = render_script(plan, str(root), launcher=launcher, template_dir=template_dir)
+    library = render_library(template_dir)
     make_run_dir(root)
     make_run_dir(root / "logs")
     try:
         write_plan_files(plan, root / PLAN_NAME)
+        _write(root / LIBRARY_NAME, library)
         _write(root / SCRIPT_NAME, script, mode=0o755)
     except OSError as exc:
         raise OutputPathError(f"cannot write into the run directory {root}: {exc.strerror or exc}",
                               hint="choose another directory with -o DIR") from None
-    return RenderedRun(root, root / SCRIPT_NAME, root / PLAN_NAME, sha256_text(script))
+    return RenderedRun(root, root / SCRIPT_NAME, root / PLAN_NAME, sha256_text(script), root / LIBRARY_NAME)
 
 
 class OutputPathError(SpecError):

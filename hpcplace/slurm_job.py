@@ -101,6 +101,7 @@ class SlurmJob:
     kill_wait_s: int | None = None  # SIGTERM -> SIGKILL grace for steps; None = Slurm's KillWait
     requeue: bool = False
     limit_signal: str | None = None  # `SIG@SECONDS` of --signal (the time-limit warning), None = off
+    preflight: bool = True  # slurm.preflight: one check task per node before any program (runtime/preflight.py)
 
     @property
     def is_het(self) -> bool:
@@ -218,7 +219,7 @@ def lower(plan: Plan) -> SlurmJob:
     for comp, name in zip(plan.components, names):
         steps.extend(_component_steps(plan, comp, name))
     return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes,
-                    kill_wait(options.get("kill_wait")), requeue, warning)
+                    kill_wait(options.get("kill_wait")), requeue, warning, _flag(options, "preflight", True))
 
 
 def check_spanning_workers(plan: Plan) -> None:
@@ -306,7 +307,7 @@ def job_option_problem(key: str, value: str) -> SpecError | None:
             limit_signal(value)
         elif key == "kill_wait":
             kill_wait(value)
-        elif key == "requeue":
+        elif key in ("requeue", "preflight"):
             _flag({key: value}, key, False)
     except SpecError as exc:
         return exc
@@ -502,6 +503,17 @@ def all_nodes_srun_args(job: SlurmJob, name: str) -> tuple[tuple[str, ...], ...]
         args += [f"--nodes={comp.num_nodes}", f"--ntasks={comp.num_nodes}", "--ntasks-per-node=1",
                  "--cpus-per-task=1", "--mem=0", "--overlap", f"--job-name={name}"]
         out.append(tuple(args))
+    return tuple(out)
+
+
+def preflight_srun_args(job: SlurmJob) -> tuple[tuple[str, ...], ...]:
+    """Per het component, srun options for the preflight: one task on every node holding the node's
+    GRES (so it sees the GPUs the job's steps get), its output in logs/preflight.<node>.out (where
+    slurmstepd also writes why it could not start the launcher)."""
+    out = []
+    for comp, args in zip(job.components, all_nodes_srun_args(job, "hpcplace-preflight")):
+        gres = (f"--gres={comp.gres}",) if comp.gres else ()
+        out.append((*args, *gres, "--output=logs/preflight.%N.out"))
     return tuple(out)
 
 

@@ -234,7 +234,8 @@ def _alias_int(view: View, keys: tuple[str, ...]) -> int | None:
 
 # The job-level `slurm:` keys every format accepts (lowered in hpcplace.slurm_job).
 SLURM_JOB_OPTIONS = frozenset({"time", "job_name", "mail_user", "mail_type", "exclusive", "output_dir",
-                               "extra_sbatch_args", "signal_before_limit", "kill_wait", "requeue", "shared_paths"})
+                               "extra_sbatch_args", "signal_before_limit", "kill_wait", "requeue", "shared_paths",
+                               "preflight", "shm_per_node"})
 
 
 def slurm_options(view: View | None) -> dict[str, str]:
@@ -250,6 +251,8 @@ def slurm_options(view: View | None) -> dict[str, str]:
             if any(isinstance(v, (list, dict)) for v in child.value):
                 raise child.error("expected a list of strings")
             out[key] = shlex.join(str(v) for v in child.value)
+        elif key == "shm_per_node":  # /dev/shm the job needs free per node (the preflight checks it): MB
+            out[key] = str(parse_memory_mb(child))
         elif isinstance(child.value, (str, int, bool)):
             out[key] = str(child.value).lower() if isinstance(child.value, bool) else str(child.value)
         else:
@@ -285,7 +288,7 @@ def check_slurm_option(key: str, value: str, location: SourceLocation | None) ->
     if key == "time" and not sbatch_time_ok(value):
         raise SpecError(f"slurm.time {value!r} is not a Slurm time limit", location=location,
                         hint="write e.g. 30, 4:00:00 or 2-00:00:00")
-    if key in ("signal_before_limit", "kill_wait", "requeue"):
+    if key in ("signal_before_limit", "kill_wait", "requeue", "preflight"):
         from hpcplace.slurm_job import job_option_problem
 
         error = job_option_problem(key, value)

@@ -28,7 +28,9 @@ from hpcplace.cluster import Cluster, Hardware, NodeGroup
 from hpcplace.launch import launch_from_json
 from hpcplace.placement import Placement
 from hpcplace.plan import SCHEMA, ComponentPlan, Plan, SpanningWorkers
-from hpcplace.render import DEFAULT_LAUNCHER, SCRIPT_NAME, make_run_dir, render_run, render_script
+from hpcplace.render import (
+    DEFAULT_LAUNCHER, LIBRARY_NAME, SCRIPT_NAME, make_run_dir, render_library, render_run, render_script, sha256_text,
+)
 from hpcplace.slurm_job import SlurmJob, lower, slug
 
 RUN_RECORD = "run.json"
@@ -210,12 +212,14 @@ def _alive(pid: int) -> bool:
 
 def dry_run_text(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[str] = DEFAULT_LAUNCHER,
                  template_dir: str | None = None) -> str:
-    """The exact sbatch command and script, without writing or submitting anything."""
+    """The exact sbatch command, script and the library it sources, without writing or submitting anything."""
     root = Path(os.path.abspath(run_dir))
     script = render_script(plan, str(root), launcher=launcher, template_dir=template_dir)
+    library = render_library(template_dir)
     argv = slurm_cli.sbatch_argv(str(root / SCRIPT_NAME))
-    return (f"# would write {root}/{{{SCRIPT_NAME},plan.json,plan.json.idx,logs/}} and run (in {root}):\n"
-            f"# {shlex.join(argv)}\n{script}")
+    return (f"# would write {root}/{{{SCRIPT_NAME},{LIBRARY_NAME},plan.json,plan.json.idx,logs/}} and run (in {root}):\n"
+            f"# {shlex.join(argv)}\n{script}"
+            f"# ==== {root / LIBRARY_NAME} (sourced by {SCRIPT_NAME}; sha256 {sha256_text(library)}) ====\n{library}")
 
 
 def test_only(plan: Plan, *, launcher: Sequence[str] = DEFAULT_LAUNCHER, template_dir: str | None = None,

@@ -1,6 +1,7 @@
 """`hpcplace-run`: the in-job shim every task of an hpcplace step starts through.
 
     hpcplace-run --plan plan.json --component NAME [--print-env] [--no-verify] [--verbose] [-- CMD ARGS...]
+    hpcplace-run --preflight --plan plan.json     (the job script's per-node check: runtime/preflight.py)
 
 It reads the Slurm environment once (`slurm_env.read_snapshot`), finds its own process in the
 plan through the index beside plan.json (node name -> het group g and node j, SLURM_LOCALID ->
@@ -169,8 +170,9 @@ def _explain(resolved: Resolved) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     head = args[:args.index("--")] if "--" in args else args
-    for flag, module in (("--ray-node", "ray_node"), ("--ray-driver", "ray_driver")):
-        if flag in head:  # the Ray launch mode's two in-job roles (runtime/ray_node.py, ray_driver.py)
+    for flag, module in (("--ray-node", "ray_node"), ("--ray-driver", "ray_driver"), ("--preflight", "preflight")):
+        if flag in head:  # the Ray launch mode's two in-job roles (runtime/ray_node.py, ray_driver.py), and
+            # the per-node check the job script runs before any program (runtime/preflight.py)
             import importlib
 
             rest = list(args)

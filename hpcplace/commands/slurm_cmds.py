@@ -278,6 +278,10 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"  attempts ({len(attempts)}, one per start; a requeued job starts again):")
         print("\n".join(submit.format_attempts(attempts)))
     if run_dir is not None:
+        preflight = run_dir / "logs" / "preflight.txt"  # written by the job when a node failed its preflight
+        if preflight.exists():
+            print("  preflight failed (no program was started):")
+            print("\n".join(f"    {line}" for line in preflight.read_text(encoding="utf-8").splitlines()))
         for line in _ray_status(run_dir):
             print(line)
     return submit.status_exit_code(status)

@@ -285,9 +285,12 @@ def test_svg_option_says_what_it_wrote(yml: Yaml, capsys: pytest.CaptureFixture[
     path = yml.write(MIXED)
     target = yml.tmp_path / "map.svg"
     assert main(["plan", str(path), "--svg", str(target)]) == 0
-    assert capsys.readouterr().err == f"hpcplace: wrote the device map to {target} (3 of 3 nodes)\n"
+    said = capsys.readouterr().err.splitlines()
+    assert said[-1] == f"hpcplace: wrote the device map to {target} (3 of 3 nodes)"
+    assert all(line.startswith("hpcplace: warning: ") for line in said[:-1])  # the config has no commands
     assert main(["plan", str(path), "--svg", str(target), "--max-nodes", "1"]) == 0
-    assert capsys.readouterr().err == f"hpcplace: wrote the device map to {target} (1 of 3 nodes, --max-nodes for more)\n"
+    said = capsys.readouterr().err.splitlines()
+    assert said[-1] == f"hpcplace: wrote the device map to {target} (1 of 3 nodes, --max-nodes for more)"
 
 
 @pytest.mark.parametrize("where, message", [
@@ -301,7 +304,7 @@ def test_svg_into_a_bad_path_is_a_usage_error(yml: Yaml, capsys: pytest.CaptureF
     assert main(["plan", str(path), "--svg", str(target)]) == 2
     err = capsys.readouterr().err
     assert message.format(tmp=yml.tmp_path) in err and "Traceback" not in err
-    assert err.startswith(f"hpcplace: error: --svg {target}")
+    assert f"\nhpcplace: error: --svg {target}" in "\n" + err
 
 
 def test_native_spec_is_unchanged_by_the_warning(yml: Yaml) -> None:

@@ -287,6 +287,8 @@ def ensure_cluster(mode: str) -> LiveCluster:
     env = dict(os.environ)
     env["SLURM_CONF"] = str(CLUSTER_DIR / "etc" / "slurm.conf")
     os.environ["SLURM_CONF"] = env["SLURM_CONF"]
+    # The jobs' preflight finds each node's fake GPUs here (runtime/preflight.py; sbatch passes it on).
+    env["HPCPLACE_GPU_DEVICE_DIR"] = os.environ["HPCPLACE_GPU_DEVICE_DIR"] = str(CLUSTER_DIR / "dev" / "{node}")
     return LiveCluster(env, mode)
 
 

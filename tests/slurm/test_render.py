@@ -12,7 +12,7 @@ import pytest
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan import plan_to_json
 from hpcplace.planner import plan_from_file
-from hpcplace.render import render_run, render_script
+from hpcplace.render import LIBRARY_NAME, render_library, render_run, render_script, sha256_text
 from hpcplace.slurm_job import lower
 from tests.golden import check_golden
 from tests.slurm.conftest import REPO
@@ -48,8 +48,12 @@ def test_examples_exist() -> None:
     assert len(EXAMPLES) >= 5
 
 
+def test_golden_library() -> None:
+    check_golden(REPO / "tests" / "golden" / "lib" / LIBRARY_NAME, render_library())
+
+
 def test_bash_accepts_every_example(rendered: dict[str, str], tmp_path: Path) -> None:
-    for name, text in rendered.items():
+    for name, text in {**rendered, "library": render_library()}.items():
         path = tmp_path / f"{name}.sbatch"
         path.write_text(text)
         res = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
@@ -76,7 +80,9 @@ def test_deterministic_and_run_dir(tmp_path: Path) -> None:
     again = render_run(plan, tmp_path / "a")
     assert first.script.read_bytes() == again.script.read_bytes()
     assert first.script_sha256 == again.script_sha256
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["job.sbatch", "logs", "plan.json", "plan.json.idx"]
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [LIBRARY_NAME, "job.sbatch", "logs", "plan.json",
+                                                                  "plan.json.idx"]
+    assert first.library.read_text() == render_library()
     assert first.plan_json.read_text() == plan_to_json(plan)
     assert first.script.stat().st_mode & 0o111
     text = first.script.read_text()
@@ -165,3 +171,49 @@ def test_big_plan_renders_compactly() -> None:
     assert all(len(s.segments) <= 3 for s in job.steps)
     text = render_script(plan, "/r", job=job)
     assert len(text) < 40_000
+
+
+def test_script_reads_top_down_and_names_its_library() -> None:
+    """Header, #SBATCH, then the steps: the functions live in hpcplace-lib.sh, whose sha256 the header
+    names and the script checks before sourcing it."""
+    plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
+    lines = render_script(plan, "/r").splitlines()
+    sha = sha256_text(render_library())
+    assert f"# library: hpcplace-lib.sh sha256 {sha}" in lines[:30]
+    first_step = next(i for i, line in enumerate(lines) if line.lstrip().startswith("srun "))
+    assert first_step < 90, lines[first_step]
+    assert not any(re.match(r"^hp_[a-z_]+\(\) \{", line) for line in lines)  # no function defined here
+    assert f'hp_lib="$hp_run_dir/"hpcplace-lib.sh hp_lib_sha256={sha}' in lines
+
+
+def _run_library_check(run_dir: Path) -> subprocess.CompletedProcess[str]:
+    """The script's lines up to sourcing the library, run in bash (no Slurm needed for them)."""
+    text = (run_dir / "job.sbatch").read_text()
+    head = text[:text.index('source "$hp_lib"')] + 'source "$hp_lib"\necho sourced\n'
+    return subprocess.run(["bash", "-c", head], env={"SLURM_JOB_ID": "1", "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True)
+
+
+def test_script_refuses_a_changed_library(tmp_path: Path) -> None:
+    plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
+    rendered = render_run(plan, tmp_path / "run", launcher=("/x/hpcplace-run",))
+    ok = _run_library_check(tmp_path / "run")
+    assert ok.stdout == "sourced\n", ok.stderr
+    with open(rendered.library, "a") as f:
+        f.write("echo injected\n")
+    bad = _run_library_check(tmp_path / "run")
+    assert bad.returncode == 1 and "sourced" not in bad.stdout
+    assert f"{rendered.library} is not the library this script was rendered with" in bad.stderr
+
+
+def test_preflight_step_and_its_switch() -> None:
+    plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
+    text = render_script(plan, "/r")
+    assert text.count('"${hp_launcher[@]}" --preflight --plan "$hp_plan"') == 4  # one segment per het component
+    assert "--job-name=hpcplace-preflight --gres=gpu:rtx4090:4 --output=logs/preflight.%N.out" in text
+    assert text.index("--preflight") < text.index("--component actor")
+    assert "hp_preflight_report $? || exit 1" in text
+    from dataclasses import replace
+
+    off = render_script(replace(plan, slurm={**plan.slurm, "preflight": "false"}), "/r")
+    assert "--preflight" not in off and "hp_preflight_report" not in off

@@ -49,7 +49,8 @@ def run_script(run_dir: Path, tmp_path: Path, **env: str) -> tuple[subprocess.Co
 
 
 def _steps(calls: list[dict]) -> list[dict]:
-    return [c for c in calls if "--job-name=hpcplace-shm" not in c["argv"]]
+    return [c for c in calls if "--job-name=hpcplace-shm" not in c["argv"]
+            and "--job-name=hpcplace-preflight" not in c["argv"]]
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +76,7 @@ def test_success_runs_every_step_with_exact_arguments(hetero: Plan, tmp_path: Pa
         # the command travels in plan.json, never on srun's argv (srun splits its argv at a bare ':')
         assert "--" not in argv and argv[-2:] == ["--component", step.component]
     assert "guard started" in events and "USR1 hpcplace-shm" in events  # the /dev/shm guard was stopped
+    assert "preflight" in events and "hpcplace: preflight passed on 5 node(s) in" in res.stderr, res.stderr[:600]
     nodes = (rendered.run_dir / "logs" / "nodes.txt").read_text().split("\n")
     assert nodes[:3] == ["0 0 node-a", "0 1 node-b", "1 0 node-c"]
 
@@ -117,6 +119,36 @@ def test_stubborn_step_gets_sigkill_after_the_grace(hetero: Plan, tmp_path: Path
     assert "srun-TERM rollout" in events and "srun-TERM actor" not in events
     attempts = [json.loads(line) for line in (rendered.run_dir / "attempts.jsonl").read_text().splitlines()]
     assert [(a["attempt"], a["event"], a.get("exit_code")) for a in attempts] == [(0, "start", None), (0, "end", 7)]
+
+
+def test_failed_preflight_stops_the_job_before_any_step(hetero: Plan, tmp_path: Path) -> None:
+    """One line per failing node and cause, in the batch log and logs/preflight.txt; no step starts."""
+    rendered = render_run(hetero, tmp_path / "run", launcher=("/tmp/v/bin/hpcplace-run",))
+    execve = "slurmstepd: error: execve(): /tmp/v/bin/hpcplace-run: No such file or directory"
+    res, calls, events = run_script(rendered.run_dir, tmp_path, FAKE_PREFLIGHT=";".join([
+        f"node-a={execve}", "node-b=hpcplace-preflight: node-b: ok: 8 GPU(s)",
+        "node-c=hpcplace-preflight: node-c: FAILED: the node shows 3 GPU(s) (/dev/nvidia{0,1,2}), but the plan expects 4",
+        "node-d=Segmentation fault"]))
+    assert res.returncode == 1, res.stderr
+    assert _steps(calls) == [] and "USR1 hpcplace-shm" in events
+    lines = (rendered.run_dir / "logs" / "preflight.txt").read_text().splitlines()
+    assert lines == [
+        "node-a: FAILED: cannot start the launcher /tmp/v/bin/hpcplace-run on this node: No such file or directory (it, "
+        "or the interpreter on its #! line, is not on this node: a venv on a node-local or private path such as /tmp? "
+        "Install hpcplace where every node sees it)",
+        "node-c: FAILED: the node shows 3 GPU(s) (/dev/nvidia{0,1,2}), but the plan expects 4",
+        "node-d: FAILED: the preflight did not report (srun exit 2): Segmentation fault",
+        "node-e: FAILED: no preflight output from this node (srun exit 2; see logs/preflight.srun.err)"]
+    assert "no program was started" in res.stderr
+    for line in lines:
+        assert f"hpcplace:   preflight: {line}\n" in res.stderr
+
+
+def test_preflight_off(hetero: Plan, tmp_path: Path) -> None:
+    rendered = render_run(replace(hetero, slurm={**hetero.slurm, "preflight": "false"}), tmp_path / "run")
+    res, calls, events = run_script(rendered.run_dir, tmp_path, FAKE_PREFLIGHT="node-a=x")
+    assert res.returncode == 0, res.stderr
+    assert "preflight" not in events and "preflight" not in res.stderr
 
 
 def test_cpu_only_and_every_step_clear_leaked_variables(tmp_path: Path) -> None:

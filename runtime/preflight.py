@@ -1,0 +1,429 @@
+"""`hpcplace-run --preflight --plan plan.json`: one task per node, before any user program starts.
+
+The batch script runs it as one srun step over every node of every het component (the launcher
+itself, so a venv the node cannot see fails right there with slurmstepd's `execve(): ...`, which the
+script turns into a line naming the node). On its node it checks, against the plan:
+
+- the programs of the node's components (and in the Ray mode the raylet's interpreter and, on the
+  head, the driver) can be started; a Python of a collocated component imports hpcplace.runtime;
+- the GPUs the node shows equal the plan's count for the node, and the ones the plan uses on it can
+  be opened (ConstrainDevices=yes hides the others: opening them fails with EPERM);
+- for GPU nodes, the driver supports torch's CUDA build, and torch_memory_saver's hook loads where a
+  component offloads (runtime/gpu_checks.py, run in a child process: NVML or CUDA may hang);
+- /dev/shm is writable with `slurm.shm_per_node` free (when the plan gives that figure);
+- in the Ray mode, `import ray` works in the raylet's interpreter.
+
+It prints `hpcplace-preflight: <node>: ok: ...` or one `hpcplace-preflight: <node>: FAILED: <cause>`
+line per problem and exits 1 on any. The checks are pure functions of facts (tested on their own);
+gathering the facts is the only I/O. Everything that imports more than the standard library runs in a
+child interpreter with a timeout (HPCPLACE_PREFLIGHT_TIMEOUT, default 60 s), so a hung import cannot
+hang the job.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from hpcplace.runtime.errors import ShimError
+from hpcplace.runtime.frozen import Frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+PROG = "hpcplace-preflight"
+DEVICE_DIR_VARIABLE = "HPCPLACE_GPU_DEVICE_DIR"  # where the node's nvidia<N> files are; `{node}`: node name
+TIMEOUT_VARIABLE = "HPCPLACE_PREFLIGHT_TIMEOUT"
+DEFAULT_TIMEOUT_S = 60.0
+SHM = "/dev/shm"
+
+
+# ----------------------------------------------------------------------------------------------
+# facts -> problems (pure)
+# ----------------------------------------------------------------------------------------------
+
+class GpuFacts(Frozen):
+    """What the node shows: the minors of its nvidia<N> device files, the ones this task can open
+    (ConstrainDevices=yes: only the job's), and CUDA_VISIBLE_DEVICES as Slurm set it for this step."""
+
+    device_dir: str
+    present: tuple  # tuple[int, ...]
+    openable: tuple  # tuple[int, ...]
+    slurm_visible: str | None
+
+
+def _ids(values: Sequence[int]) -> str:
+    return ",".join(str(v) for v in values) or "none"
+
+
+def gpu_problems(facts: GpuFacts, expected: int, used: Sequence[int], where: str) -> list[str]:
+    """The node's GPUs against the plan: `expected` GPUs (the node group's gpus_per_node for this
+    node), of which the plan's processes use `used` (physical indices)."""
+    if not expected and not used:
+        return []
+    problems = []
+    constrained = len(facts.openable) < len(facts.present)  # ConstrainDevices=yes hides the others
+    shown = facts.openable if constrained else facts.present
+    if len(shown) < expected:
+        what = (f"this job can open {len(shown)} of its {len(facts.present)} GPU device(s) ({_ids(shown)}; "
+                "ConstrainDevices=yes)" if constrained else
+                f"the node shows {len(shown)} GPU(s) ({facts.device_dir}/nvidia{{{_ids(shown)}}})")
+        problems.append(f"{what}, but the plan expects {expected} on {where}: the cluster's gpus_per_node "
+                        "is wrong for this node, or a GPU is missing (nvidia-smi on the node)")
+    missing = sorted(set(used) - set(facts.openable))
+    if missing and len(shown) >= expected:
+        problems.append(f"the plan uses GPU(s) {_ids(missing)} on {where}, but this job cannot open "
+                        f"{facts.device_dir}/nvidia{{{_ids(missing)}}} (can open: {_ids(facts.openable)}): "
+                        "Slurm gave the job other GPUs than planned")
+    seen = [v for v in (facts.slurm_visible or "").split(",") if v.strip()]
+    if facts.slurm_visible is not None and len(seen) != expected:
+        problems.append(f"Slurm gave this node's preflight step CUDA_VISIBLE_DEVICES={facts.slurm_visible!r} "
+                        f"({len(seen)} GPU(s)), but the plan expects {expected} on {where}: check the job's "
+                        "--gres and gres.conf")
+    return problems
+
+
+def gpu_warnings(facts: GpuFacts, expected: int) -> list[str]:
+    """More GPUs than the plan counts is no failure (the job uses the planned ones; the demo plans 2 GPUs
+    on 8-GPU nodes), but worth a line: the cluster description may be short of what the node has."""
+    constrained = len(facts.openable) < len(facts.present)
+    shown = facts.openable if constrained else facts.present
+    if expected and len(shown) > expected:
+        return [f"the node shows {len(shown)} GPU(s), the plan counts {expected} (gpus_per_node): the others stay unused"]
+    return []
+
+
+def shm_problems(path: str, write_error: str | None, free_bytes: int | None, needed_bytes: int | None) -> list[str]:
+    """/dev/shm must be writable and, when the plan says how much the job needs per node, have it free."""
+    if write_error is not None:
+        return [f"{path} is not writable ({write_error}): the weight store and the node-local "
+                "directory live there"]
+    if needed_bytes and free_bytes is not None and free_bytes < needed_bytes:
+        return [f"{path} has {human(free_bytes)} free, the plan needs {human(needed_bytes)} per node "
+                "(slurm.shm_per_node): free it (stale files of earlier jobs?) or ask for nodes with more "
+                "memory for /dev/shm"]
+    return []
+
+
+def human(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{n} B"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def is_python(program: str) -> bool:
+    """`python`, `python3`, `python3.11`, `/venv/bin/python3`: a program the preflight can ask to import."""
+    name = os.path.basename(program)
+    return name.startswith("python") and all(c.isdigit() or c == "." for c in name[6:])
+
+
+class ProgramCheck(Frozen):
+    """One program to start on the node: `what` names it (component, driver, raylet)."""
+
+    what: str
+    program: str  # as the plan gives it
+    resolved: str | None  # the executable found on PATH, None: not found
+    needs_runtime: bool  # a collocated component: its Python must import hpcplace.runtime
+
+
+def resolve_program(program: str, path: str) -> str | None:
+    """The executable `program` names (PATH search like the shim's exec), None when there is none."""
+    candidates = [program] if "/" in program else [os.path.join(d or ".", program) for d in path.split(os.pathsep)]
+    for c in candidates:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def program_problem(check: ProgramCheck) -> str | None:
+    if check.resolved is None:
+        where = "does not exist on this node" if "/" in check.program else "is not on PATH on this node"
+        return (f"{check.what}: {check.program!r} {where}: install it where every node sees it (a shared "
+                "filesystem, not a node-local or private path such as /tmp)")
+    return None
+
+
+def child_problem(what: str, result: tuple[int | None, str], *, timeout: float) -> str | None:
+    """A child interpreter's (exit code or None for a timeout, output) -> a problem line or None."""
+    rc, out = result
+    if rc is None:
+        return f"{what}: did not finish within {timeout:g} s ({TIMEOUT_VARIABLE} sets the limit)"
+    if rc != 0:
+        lines = [line for line in out.strip().splitlines() if line.strip()]
+        return f"{what}: failed (exit {rc}): {lines[-1].strip() if lines else 'no output'}"
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# gathering facts (I/O)
+# ----------------------------------------------------------------------------------------------
+
+def gpu_facts(node: str, environ: Mapping[str, str]) -> GpuFacts:
+    """The node's nvidia<N> device files and which of them this task may open: a device file opens
+    (or fails with ENXIO/ENODEV: no driver behind it) when the job's device cgroup allows it, and fails
+    with EPERM when it does not (ConstrainDevices=yes)."""
+    import errno
+
+    device_dir = environ.get(DEVICE_DIR_VARIABLE, "/dev").replace("{node}", node)
+    try:
+        names = os.listdir(device_dir)
+    except OSError:
+        names = []
+    present = sorted(int(n[6:]) for n in names if n.startswith("nvidia") and n[6:].isdigit())
+    openable = []
+    for minor in present:
+        try:
+            os.close(os.open(os.path.join(device_dir, f"nvidia{minor}"), os.O_RDWR | os.O_CLOEXEC))
+            openable.append(minor)
+        except OSError as exc:
+            if exc.errno in (errno.ENXIO, errno.ENODEV):
+                openable.append(minor)
+    return GpuFacts(device_dir=device_dir, present=tuple(present), openable=tuple(openable),
+                    slurm_visible=environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def shm_facts(path: str = SHM) -> tuple[str | None, int | None]:
+    """(why a file cannot be created in `path` or None, free bytes or None)."""
+    import tempfile
+
+    try:
+        fd, name = tempfile.mkstemp(prefix=".hpcplace-preflight-", dir=path)
+        os.close(fd)
+        os.unlink(name)
+        error = None
+    except OSError as exc:
+        error = exc.strerror or str(exc)
+    try:
+        st = os.statvfs(path)
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        free = None
+    return error, free
+
+
+def run_child(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int | None, str]:
+    """(exit code, output) of a child; (None, output) when it ran past `timeout` (then killed)."""
+    import subprocess
+
+    try:
+        res = subprocess.run(list(argv), env=dict(env), capture_output=True, text=True, timeout=timeout,
+                             stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:
+        return None, ""
+    except OSError as exc:
+        return 127, f"cannot start {argv[0]}: {exc.strerror}"
+    return res.returncode, res.stdout + res.stderr
+
+
+_GPU_CHECKS = ("from hpcplace.runtime.gpu_checks import cuda_driver_problem, memory_saver_hook_problem\n"
+               "import sys\n"
+               "p = cuda_driver_problem() if sys.argv[1] == 'driver' else memory_saver_hook_problem()\n"
+               "print(p or '')\n"
+               "sys.exit(1 if p else 0)\n")
+
+
+def gpu_runtime_problems(python: str, env: Mapping[str, str], offload: bool, timeout: float) -> list[str]:
+    """The GPU checks of runtime/gpu_checks.py (helper `gpu`'s module), each in a child of `python`:
+    the NVIDIA driver supports torch's CUDA build; where a component offloads, torch_memory_saver's
+    preload hook really loads (with the environment the shim would give the process)."""
+    problems = []
+    out = run_child([python, "-c", _GPU_CHECKS, "driver"], env, timeout)
+    problem = child_problem("the NVIDIA driver and torch's CUDA", out, timeout=timeout)
+    if problem:
+        problems.append(problem)
+    if offload and env.get("HPCPLACE_MEMORY_SAVER", "1") != "0" and os.path.exists("/dev/nvidiactl"):
+        from hpcplace.runtime.memory import torch_memory_saver_env, torch_memory_saver_unavailable_reason
+
+        changes = torch_memory_saver_env(env)
+        if not changes:
+            why = torch_memory_saver_unavailable_reason(env) or "its preload library stops processes from starting"
+            problems.append(f"an offloading component runs here, but torch_memory_saver cannot be preloaded: {why}")
+        else:
+            out = run_child([python, "-c", _GPU_CHECKS, "hook"], {**env, **changes}, timeout)
+            problem = child_problem("torch_memory_saver's hook", out, timeout=timeout)
+            if problem:
+                problems.append(problem)
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# the task
+# ----------------------------------------------------------------------------------------------
+
+class NodePlan(Frozen):
+    """What the plan puts on this node."""
+
+    where: str  # "a800-1 (node group a800, het group 0 node 0)"
+    expected_gpus: int
+    used_gpus: tuple  # tuple[int, ...]
+    programs: tuple  # tuple[ProgramCheck, ...] (resolved later)
+    offload: bool  # an offloading component has GPU processes here
+    ray_python: str | None  # Ray mode: the raylet's interpreter
+    shm_needed: int | None  # bytes
+
+
+def node_plan(index, g: int, j: int, node: str, environ: Mapping[str, str]) -> NodePlan:  # type: ignore[no-untyped-def]
+    """This node's share of the plan, read through the plan index (no full parse)."""
+    header = index.plan
+    group = header["node_groups"][g]
+    expected = int(group["gpus_per_node"][j]) if group.get("gpus_per_node") else 0
+    used: set[int] = set()
+    programs: list[ProgramCheck] = []
+    offload = False
+    path = environ.get("PATH") or os.defpath
+    launch = header.get("launch") or {}
+    ray = launch.get("mode") == "ray"
+    for ci, comp in enumerate(index.components):
+        n = index.processes_on(ci, g, j) if g in index.het_groups(ci) else 0
+        gpus: set[int] = set()
+        for k in range(n):
+            proc = index.process_at(ci, g, j, k) or {}
+            gpus.update(int(v) for v in proc.get("visible_accelerators") or () if str(v).isdigit())
+        used |= gpus
+        offload = offload or bool(n and gpus and comp.get("offload"))
+        command = comp.get("command") or ()
+        if n and command and not ray:
+            program = str(command[0])
+            programs.append(ProgramCheck(what=f"component {comp['name']!r}", program=program,
+                                         resolved=resolve_program(program, path),
+                                         needs_runtime=bool(comp.get("collocation_group"))))
+    ray_python = None
+    if ray:
+        from hpcplace.runtime.ray_node import node_facts
+
+        facts = node_facts(header, g, j)
+        ray_python = facts.get("python") or sys.executable
+        if ray_python != sys.executable:
+            programs.append(ProgramCheck(what="the raylet's interpreter (python_interpreter_path)", program=ray_python,
+                                         resolved=resolve_program(ray_python, path), needs_runtime=False))
+        driver = launch.get("driver") or ()
+        if facts["rank"] == 0 and driver:
+            program = str(driver[0])
+            programs.append(ProgramCheck(what="the Ray driver", program=program,
+                                         resolved=resolve_program(program, path), needs_runtime=False))
+    mb = (header.get("slurm") or {}).get("shm_per_node")
+    shm = int(mb) * 1024 * 1024 if str(mb or "").isdigit() else None
+    where = f"{node} (node group {group['label']}, het group {g} node {j})"
+    return NodePlan(where=where, expected_gpus=expected, used_gpus=tuple(sorted(used)), programs=tuple(programs),
+                    offload=offload, ray_python=ray_python, shm_needed=shm)
+
+
+def check_node(plan: NodePlan, node: str, environ: Mapping[str, str], timeout: float) -> tuple[list[str], list[str]]:
+    """(problems, notes) for this node: the pure checks on gathered facts, plus the child checks."""
+    import threading
+
+    problems: list[str] = []
+    notes: list[str] = []
+    gpu = gpu_facts(node, environ)
+    problems += gpu_problems(gpu, plan.expected_gpus, plan.used_gpus, plan.where)
+    if plan.expected_gpus:
+        notes.append(f"{len(gpu.openable)} GPU(s)")
+        notes += [f"warning: {w}" for w in gpu_warnings(gpu, plan.expected_gpus)]
+    write_error, free = shm_facts()
+    problems += shm_problems(SHM, write_error, free, plan.shm_needed)
+    if free is not None:
+        notes.append(f"{SHM} {human(free)} free")
+    # Child interpreters run in parallel: a cold `import ray` on a shared filesystem is the slow one.
+    jobs: list[tuple[str, list[str], dict[str, str], bool]] = []  # (what, argv, env, fatal)
+    pythons = []
+    for check in plan.programs:
+        problem = program_problem(check)
+        if problem:
+            problems.append(problem)
+        elif is_python(check.program) and check.resolved and os.path.realpath(check.resolved) != os.path.realpath(
+                sys.executable) and check.resolved not in pythons:
+            pythons.append(check.resolved)
+            jobs.append((f"{check.what}: {check.program} -c 'import hpcplace.runtime'",
+                         [check.resolved, "-c", "import hpcplace.runtime"], dict(environ), check.needs_runtime))
+    if plan.ray_python is not None:
+        jobs.append((f"Ray: {plan.ray_python} -c 'import ray' (the raylet's `ray start`)",
+                     [plan.ray_python, "-c", "import ray"], dict(environ), True))
+    results: list[tuple[int | None, str] | None] = [None] * len(jobs)
+
+    def run(i: int) -> None:
+        results[i] = run_child(jobs[i][1], jobs[i][2], timeout)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(jobs))]
+    gpu_runtime: list[str] = []
+    if plan.expected_gpus:
+        def gpu_checks() -> None:
+            gpu_runtime.extend(gpu_runtime_problems(sys.executable, environ, plan.offload, timeout))
+        threads.append(threading.Thread(target=gpu_checks, daemon=True))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(2 * timeout + 5)
+    for (what, _argv, _env, fatal), result in zip(jobs, results):
+        problem = child_problem(what, result or (None, ""), timeout=timeout)
+        if problem and fatal:
+            problems.append(problem)
+        elif problem:
+            notes.append(f"warning: {problem} (fine unless the program imports hpcplace.runtime)")
+    problems += gpu_runtime
+    return problems, notes
+
+
+def _say(text: str) -> None:
+    sys.stdout.write(f"{PROG}: {text}\n")
+    sys.stdout.flush()
+
+
+def parse_args(argv: Sequence[str]) -> tuple[str | None, str | None]:
+    """(plan path, working directory) from `--plan PATH` and the launcher's `--chdir DIR` (the preflight
+    runs with the job script's launcher words; other options are ignored)."""
+    values: dict[str, str] = {}
+    args = list(argv)
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        name, eq, value = arg.partition("=")
+        if name in ("--plan", "--chdir"):
+            if eq:
+                values[name] = value
+            elif i + 1 < len(args):
+                values[name] = args[i + 1]
+    return values.get("--plan"), values.get("--chdir")
+
+
+def chdir_problem(path: str | None) -> str | None:
+    if path and not os.path.isdir(path):
+        return (f"the working directory {path!r} (where the programs run) does not exist on this node: it must be "
+                "on a filesystem every node sees (or pass --workdir)")
+    return None
+
+
+def main(argv: Sequence[str]) -> int:
+    from hpcplace.runtime.plan_index import PlanIndex
+    from hpcplace.runtime.slurm_env import locate_node, read_snapshot
+
+    plan_path, chdir = parse_args(argv)
+    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    if not plan_path:
+        _say(f"{node}: FAILED: usage: hpcplace-run --preflight --plan PLAN.json")
+        return 2
+    try:
+        timeout = float(os.environ.get(TIMEOUT_VARIABLE) or DEFAULT_TIMEOUT_S)
+    except ValueError:
+        timeout = DEFAULT_TIMEOUT_S
+    try:
+        snapshot = read_snapshot(os.environ)
+        node = snapshot.node_name
+        with PlanIndex(plan_path) as index:
+            g, j = locate_node(snapshot, range(len(index.plan["node_groups"])))
+            plan = node_plan(index, g, j, node, os.environ)
+        problems, notes = check_node(plan, node, os.environ, timeout)
+        problems += [p for p in [chdir_problem(chdir)] if p]
+    except ShimError as exc:
+        problems, notes = [exc.message + (f" ({exc.hint})" if exc.hint else "")], []
+    for problem in problems:
+        _say(f"{node}: FAILED: {problem}")
+    if not problems:
+        _say(f"{node}: ok: {', '.join(n for n in notes if not n.startswith('warning: ')) or 'nothing to check'}")
+    for note in notes:
+        if note.startswith("warning: "):
+            _say(f"{node}: {note}")
+    return 1 if problems else 0

@@ -1,0 +1,298 @@
+# hpcplace-lib.sh: the functions of an hpcplace job script (sourced by job.sbatch, never run alone).
+# Expects from job.sbatch: hp_run_dir hp_plan hp_shm hp_kill_wait hp_attempt hp_warning.
+
+hp_log() { printf 'hpcplace: %s\n' "$*" >&2; }
+
+declare -A hp_pid_step=()  # running srun pid -> step index
+hp_any_running() { [[ -n ${hp_pid_step[*]-} ]]; }
+hp_step_desc=() hp_step_comp=() hp_step_ranks=() hp_step_err=()
+
+# hp_start INDEX COMPONENT DESCRIPTION RANKS ERRFILE COMMAND...: start one step in the background.
+hp_start() {
+    hp_step_comp[$1]=$2 hp_step_desc[$1]=$3 hp_step_ranks[$1]=$4 hp_step_err[$1]=$5
+    local i=$1 err=$5
+    shift 5
+    "$@" 2>"$err" &
+    hp_pid_step[$!]=$i
+}
+
+# hp_rank_at RANKS INDEX: the INDEX-th entry (0-based) of a compressed rank list like 0-3,8,10-11.
+hp_rank_at() {
+    local IFS=, part lo hi i=$2
+    for part in $1; do
+        lo=${part%-*} hi=${part#*-}
+        if ((i <= hi - lo)); then echo $((lo + i)); return 0; fi
+        i=$((i - (hi - lo + 1)))
+    done
+    echo '?'
+}
+
+# hp_report_failure INDEX RC: name the component, its ranks, and the ranks srun says failed; sets
+# hp_rc to the first task exit code srun reports (srun itself returns the largest, e.g. 143).
+hp_report_failure() {
+    local i=$1 rc=$2 line part lo hi t ranks n
+    hp_rc=$rc
+    hp_log "FAILED: component '${hp_step_comp[$i]}' (${hp_step_desc[$i]}; ranks ${hp_step_ranks[$i]}) exited with code $rc"
+    [[ -r ${hp_step_err[$i]} ]] || return 0
+    local first=
+    while IFS= read -r line; do
+        printf '%s\n' "$line" >&2
+        [[ $line =~ ^srun:\ error:\ ([^:]+):\ tasks?\ ([0-9,-]+):\ (.*)$ ]] || continue
+        # keep the matches: the next test overwrites BASH_REMATCH (and empties it when it fails)
+        local host=${BASH_REMATCH[1]} tasks=${BASH_REMATCH[2]} what=${BASH_REMATCH[3]}
+        if [[ -z $first && $what =~ ^Exited\ with\ exit\ code\ ([0-9]+)$ ]]; then
+            first=${BASH_REMATCH[1]}
+            hp_rc=$first
+        fi
+        ranks=() n=0
+        local IFS=,
+        for part in $tasks; do
+            lo=${part%-*} hi=${part#*-}
+            for ((t = lo; t <= hi; t++)); do
+                ((n++ < 16)) && ranks+=("$(hp_rank_at "${hp_step_ranks[$i]}" "$t")")
+            done
+        done
+        ((n > 16)) && ranks+=("... ($n tasks)")
+        if ((n == 1)); then part="rank ${ranks[0]}"; else part="ranks ${ranks[*]}"; fi
+        unset IFS
+        hp_log "  component '${hp_step_comp[$i]}' $part on $host: $what"
+    done <"${hp_step_err[$i]}"
+}
+
+# The grace between SIGTERM and SIGKILL: slurm.kill_wait, else the cluster's KillWait (what Slurm
+# itself gives tasks at cancel, time limit and preemption).
+if [[ -z $hp_kill_wait ]]; then
+    hp_kill_wait=$(scontrol show config 2>/dev/null | awk '$1 == "KillWait" { print $3 + 0; exit }')
+    [[ $hp_kill_wait =~ ^[0-9]+$ ]] || hp_kill_wait=30
+fi
+
+# hp_running_names: the components of the steps still running, comma-separated.
+hp_running_names() {
+    local pid out=
+    for pid in "${!hp_pid_step[@]}"; do out+="'${hp_step_comp[${hp_pid_step[$pid]}]}', "; done
+    printf '%s' "${out%, }"
+}
+
+# hp_wait_steps SECONDS: reap steps as they end (logging how each ended); true when none is left.
+hp_wait_steps() {
+    local pid n i rc
+    for ((n = 0; n <= $1 * 10; n++)); do
+        for pid in "${!hp_pid_step[@]}"; do
+            kill -0 "$pid" 2>/dev/null && continue
+            wait "$pid"
+            rc=$?
+            i=${hp_pid_step[$pid]}
+            unset "hp_pid_step[$pid]"
+            hp_log "  component '${hp_step_comp[$i]}' (${hp_step_desc[$i]}) stopped (srun exit $rc)"
+        done
+        hp_any_running || return 0
+        ((n < $1 * 10)) && sleep 0.1
+    done
+    return 1
+}
+
+# hp_time_left: seconds until the time limit (squeue %L: [D-][H:]M:S), empty when unknown/unlimited.
+hp_time_left() {
+    local left d=0 h=0 m=0 sec=0
+    left=$(squeue -h -j "$SLURM_JOB_ID" -o %L 2>/dev/null | head -n1)
+    [[ $left =~ ^(([0-9]+)-)?(([0-9]+):)?([0-9]+):([0-9]+)$ ]] || return 0
+    d=${BASH_REMATCH[2]:-0} h=${BASH_REMATCH[4]:-0} m=${BASH_REMATCH[5]} sec=${BASH_REMATCH[6]}
+    echo $(((10#$d * 24 + 10#$h) * 3600 + 10#$m * 60 + 10#$sec))
+}
+
+# hp_explain_warning RC: a step killed by SIGTERM while the time-limit warning is due was killed by the
+# warning itself (the program does not trap it): say so, so nobody hunts for a crash.
+hp_explain_warning() {
+    local left
+    [[ $hp_warning == TERM@* ]] && (($1 == 143)) || return 0
+    left=$(hp_time_left)
+    [[ -n $left ]] && ((left <= ${hp_warning#TERM@} + 60)) || return 0
+    hp_log "  this SIGTERM was Slurm's time-limit warning (slurm.signal_before_limit $hp_warning; ${left}s left): the program does not trap it (README \"Stopping gracefully\")"
+}
+
+# The single place that stops steps (fail fast, cancel, time limit, preemption, requeue): SIGTERM to
+# every task of every running step of every het component (`scancel --signal=TERM JOBID` signals
+# the steps, not this script), then after hp_kill_wait s SIGKILL: SIGTERM to srun (srun cancels its
+# step, killing the tasks), and SIGKILL to an srun that still hangs on. When Slurm itself already
+# sent SIGTERM to every task (cancel, time limit), hp_slurm_stopping=1 and only the wait remains.
+hp_slurm_stopping=
+hp_stop_steps() {
+    touch -- "$hp_stop_marker" 2>/dev/null  # from now on every signal stops the guards (see hp_guard_script)
+    hp_any_running || return 0
+    if [[ -z $hp_slurm_stopping ]]; then
+        hp_log "stopping the other components with SIGTERM to every task ($(hp_running_names)); SIGKILL after ${hp_kill_wait}s"
+        if ! scancel --signal=TERM "$SLURM_JOB_ID"; then
+            hp_log "scancel failed: SIGKILL to the steps now"
+            hp_kill_wait=0
+        fi
+    else
+        hp_log "Slurm sent SIGTERM to every task; waiting up to ${hp_kill_wait}s for $(hp_running_names)"
+    fi
+    hp_wait_steps "$hp_kill_wait" && return 0
+    hp_log "still running after ${hp_kill_wait}s: $(hp_running_names); SIGKILL"
+    kill -TERM "${!hp_pid_step[@]}" 2>/dev/null
+    hp_wait_steps 5 && return 0
+    kill -KILL "${!hp_pid_step[@]}" 2>/dev/null
+    hp_pid_step=()
+}
+
+# The node-local directory: one guard task per node (every het component) creates the job's
+# directory and this node's node-<SLURMD_NODENAME> in it (0700), checks both are the job's own (a
+# directory another user made first, or a symlink, fails at once naming path and owner; /dev/shm is
+# sticky, so a checked directory of ours cannot be swapped later), and when stopped removes its node's
+# directory, then the job's whole once no other node's is left (nodes sharing one /dev/shm): also what
+# a step left beside it (the Ray mode's ray-n<rank> temp dirs) if that step was stopped first. Stopped
+# by hp_cleanup with SIGUSR1 (srun forwards it; SIGTERM would make srun SIGKILL its tasks), or by
+# Slurm's SIGTERM at cancel / time limit / job end. Slurm's time-limit warning (slurm.signal_before_limit)
+# reaches the guard too, while the programs run on for its seconds: the guard ignores its signal then
+# (the warning's time window, and no stop marker from this script in the run directory).
+hp_guard_pid=
+hp_stop_marker="$hp_run_dir/.stopping-$SLURM_JOB_ID-$hp_attempt"
+hp_guard_script="$(declare -f hp_time_left)"'
+umask 077
+job=$0 node=$0/node-${SLURMD_NODENAME//[^A-Za-z0-9._-]/_} warning=$1 grace=$2 marker=$3
+on_signal() {  # $1: the signal; the time-limit warning is not the end of the job
+    local left
+    if [[ $1 == "${warning%@*}" && ! -e $marker ]]; then
+        left=$(hp_time_left)
+        [[ -n $left ]] && ((left > grace + 5 && left <= ${warning#*@} + 60)) && return
+    fi
+    trap "" USR1 USR2 TERM INT HUP  # a 2nd signal must not cut the EXIT trap short
+    exit 0
+}
+for d in "$job" "$node"; do
+    mkdir -- "$d" 2>/dev/null
+    if [[ -L $d || ! -d $d || ! -O $d || $(stat -c %a -- "$d") != 700 ]]; then
+        echo "hpcplace: refusing the node-local directory $d on $SLURMD_NODENAME: $(stat -c "%F owned by %U (uid %u), mode %a" -- "$d" 2>&1) -- not this job'"'"'s own (another user created it first?)" >&2
+        exit 1
+    fi
+done
+trap "rm -rf -- \"\$node\"; compgen -G \"\$job/node-*\" >/dev/null || rm -rf -- \"\$job\"" EXIT
+for sig in USR1 USR2 TERM INT HUP; do trap "on_signal $sig" "$sig"; done
+while :; do sleep 3600 & wait $!; kill $! 2>/dev/null; done
+'
+hp_guard=(bash -c "$hp_guard_script" "$hp_shm" "$hp_warning" "$hp_kill_wait" "$hp_stop_marker")
+
+# hp_record EVENT [EXIT_CODE]: one line per attempt event in attempts.jsonl (read by `hpcplace
+# status`), so the run directory keeps a record of every attempt of a requeued job.
+hp_record() {
+    printf '{"attempt": %d, "event": "%s", "job_id": "%s", "host": "%s", "time": "%s"%s}\n' "$hp_attempt" "$1" \
+        "$SLURM_JOB_ID" "${SLURMD_NODENAME:-}" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${2:+, \"exit_code\": $2}" \
+        >>"$hp_run_dir/attempts.jsonl" 2>/dev/null
+}
+
+hp_cleanup() {
+    local rc=$?
+    trap - EXIT TERM INT HUP
+    hp_stop_steps
+    if [[ -n $hp_guard_pid ]]; then
+        kill -USR1 "$hp_guard_pid" 2>/dev/null
+        local n
+        for ((n = 0; n < (hp_kill_wait > 5 ? hp_kill_wait : 5) * 10; n++)); do
+            kill -0 "$hp_guard_pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$hp_guard_pid" 2>/dev/null
+        wait "$hp_guard_pid" 2>/dev/null
+    fi
+    rm -f -- "$hp_stop_marker"
+    hp_record end "$rc"
+    exit "$rc"
+}
+
+# hp_begin HET_COMPONENTS: enter the run directory; logs/nodes.txt says which host is node j of het
+# component g (read by `hpcplace logs` and the preflight report; 0: not a het job); a requeued attempt
+# (1, 2 ...) moves the earlier attempt's logs to logs/attempt-N/ (job.sbatch removes its node-local dirs).
+hp_begin() {
+    local g var f prev
+    cd -- "$hp_run_dir" || { hp_log "cannot enter the run directory $hp_run_dir"; exit 1; }
+    mkdir -p logs
+    if ((hp_attempt > 0)); then
+        prev="logs/attempt-$((hp_attempt - 1))"
+        hp_log "attempt $hp_attempt of job $SLURM_JOB_ID (requeued): previous logs moved to $prev; removing its node-local directories"
+        mkdir -p "$prev"
+        for f in logs/*; do
+            [[ -f $f && $f != logs/batch-* ]] && mv -f -- "$f" "$prev/"
+        done
+    fi
+    if (($1 > 0)); then
+        for ((g = 0; g < $1; g++)); do
+            var=SLURM_JOB_NODELIST_HET_GROUP_$g
+            scontrol show hostnames "${!var}" | awk -v g="$g" '{ print g, NR - 1, $0 }'
+        done
+    else
+        scontrol show hostnames "$SLURM_JOB_NODELIST" | awk '{ print 0, NR - 1, $0 }'
+    fi >logs/nodes.txt
+}
+
+# hp_preflight_report SRUN_EXIT: after the preflight step (`hpcplace-run --preflight`, one task per
+# node), one line per failing node and cause into the batch log and logs/preflight.txt (`hpcplace
+# status` shows it), from each node's logs/preflight.<host>.out: the preflight's own FAILED lines, or
+# slurmstepd's `execve(): ...` when the node could not start the launcher at all. False if any failed.
+hp_preflight_report() {
+    local rc=$1 g j host f line found n=0 failed=0 lines=()
+    rm -f logs/preflight.txt
+    while read -r g j host; do
+        n=$((n + 1))
+        f=logs/preflight.$host.out
+        if [[ ! -s $f ]]; then
+            ((rc == 0)) || { lines+=("$host: FAILED: no preflight output from this node (srun exit $rc; see logs/preflight.srun.err)"); failed=$((failed + 1)); }
+            continue
+        fi
+        grep -q "^hpcplace-preflight: $host: ok" "$f" && continue
+        found=
+        while IFS= read -r line; do
+            if [[ $line == "hpcplace-preflight: $host: FAILED: "* ]]; then
+                lines+=("${line#hpcplace-preflight: }") found=1 failed=$((failed + 1))
+            elif [[ -z $found && $line =~ execve\(\):\ (.*):\ ([^:]+)$ ]]; then
+                line="$host: FAILED: cannot start the launcher ${BASH_REMATCH[1]} on this node: ${BASH_REMATCH[2]}"
+                [[ ${BASH_REMATCH[2]} == "No such file or directory" ]] &&
+                    line+=" (it, or the interpreter on its #! line, is not on this node: a venv on a node-local or private path such as /tmp? Install hpcplace where every node sees it)"
+                lines+=("$line") found=1 failed=$((failed + 1))
+            fi
+        done <"$f"
+        [[ -n $found ]] || { lines+=("$host: FAILED: the preflight did not report (srun exit $rc): $(tail -n 1 -- "$f")"); failed=$((failed + 1)); }
+    done <logs/nodes.txt
+    if ((failed == 0 && rc != 0)); then
+        failed=1 lines+=("preflight step failed (srun exit $rc): $(tail -n 2 logs/preflight.srun.err 2>/dev/null | tr '\n' ' ')")
+    fi
+    if ((failed == 0)); then
+        hp_log "preflight passed on $n node(s) in $(hp_since "$hp_preflight_start") s"
+        return 0
+    fi
+    printf '%s\n' "${lines[@]}" >logs/preflight.txt
+    hp_log "preflight FAILED after $(hp_since "$hp_preflight_start") s; no program was started:"
+    for line in "${lines[@]}"; do hp_log "  preflight: $line"; done
+    return 1
+}
+
+# hp_since EPOCHREALTIME: seconds since then, 0.1 s resolution.
+hp_since() {
+    local now=${EPOCHREALTIME/[.,]/} then=${1/[.,]/}
+    local ds=$(((now - then) / 100000))
+    echo "$((ds / 10)).$((ds % 10))"
+}
+
+# ---- the Ray launch mode ------------------------------------------------------------------------
+# The time-limit warning (slurm.signal_before_limit): Slurm sends SIGUSR2 to the batch script only
+# (--signal=B:USR2@SECONDS), never to the steps, so no Ray process is touched; it goes on as the
+# configured signal to the driver step alone (`scancel --signal`: every process of that step, as
+# Slurm would), as soon as the driver runs (ray_driver.py writes its step id to ray/driver.step).
+# hp_driver_het (set by job.sbatch): +OFFSET of the driver's het component (empty: not a het job).
+hp_warn_due=
+hp_deliver_warning() {
+    [[ -n $hp_warn_due && -n $hp_warning && -r ray/driver.step ]] || return 0
+    local step rc
+    step=$(<ray/driver.step)
+    hp_warn_due=
+    if [[ ! $step =~ ^[0-9]+$ ]]; then
+        hp_log "time-limit warning: ray/driver.step holds no step id ('$step'): not delivered"
+        return 0
+    fi
+    step=$SLURM_JOB_ID$hp_driver_het.$step
+    # Slurm 22.05's scancel may print "Invalid job id" for a het job's step (the other components
+    # lack it) although the step was signalled: its exit code is logged, not trusted.
+    scancel --signal="${hp_warning%@*}" "$step"
+    rc=$?
+    hp_log "time-limit warning: SIG${hp_warning%@*} sent to the driver (step $step) only (scancel exit $rc); the Ray cluster runs on until the job ends"
+}

@@ -1,0 +1,201 @@
+"""The preflight's checks as pure functions of facts, its fact gathering on this machine, and the
+whole task against a rendered plan with a synthetic Slurm environment."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcplace.runtime import preflight as pf
+from hpcplace.runtime.preflight import GpuFacts, ProgramCheck
+
+WHERE = "a800-1 (node group a800, het group 0 node 0)"
+
+
+def facts(present: range | list[int], openable: range | list[int] | None = None, slurm: str | None = None) -> GpuFacts:
+    present = list(present)
+    return GpuFacts(device_dir="/dev", present=tuple(present),
+                    openable=tuple(present if openable is None else openable), slurm_visible=slurm)
+
+
+def test_gpus_equal_to_the_plan_pass_in_both_constrain_modes() -> None:
+    assert pf.gpu_problems(facts(range(8), slurm="0,1,2,3,4,5,6,7"), 8, range(8), WHERE) == []
+    # ConstrainDevices=yes on a node the job holds half of: the job's 4 open, the other 4 give EPERM
+    assert pf.gpu_problems(facts(range(8), [0, 1, 2, 3], slurm="0,1,2,3"), 4, [0, 1, 2, 3], WHERE) == []
+    assert pf.gpu_problems(facts([]), 0, [], WHERE) == []
+
+
+def test_fewer_gpus_than_planned() -> None:
+    (problem,) = pf.gpu_problems(facts(range(7)), 8, range(8), WHERE)
+    assert problem.startswith("the node shows 7 GPU(s) (/dev/nvidia{0,1,2,3,4,5,6}), but the plan expects 8 on " + WHERE)
+    assert "gpus_per_node" in problem
+    (problem,) = pf.gpu_problems(facts([]), 4, [0], WHERE)
+    assert "the node shows 0 GPU(s) (/dev/nvidia{none})" in problem
+
+
+def test_more_gpus_than_planned_is_only_a_warning() -> None:
+    """The collocated demo plans 2 GPUs on the test cluster's 8-GPU nodes: the job uses the planned ones."""
+    assert pf.gpu_problems(facts(range(8), slurm="0,1"), 2, [0, 1], WHERE) == []
+    assert pf.gpu_warnings(facts(range(8)), 2) == ["the node shows 8 GPU(s), the plan counts 2 (gpus_per_node): "
+                                                   "the others stay unused"]
+    assert pf.gpu_warnings(facts(range(8), [0, 1]), 2) == []  # ConstrainDevices=yes: the job sees its 2
+
+
+def test_constrained_job_that_cannot_open_its_planned_gpus() -> None:
+    # ConstrainDevices=yes: the job got GPUs 4-7, the plan uses 0-1
+    (problem,) = pf.gpu_problems(facts(range(8), [4, 5, 6, 7]), 4, [0, 1], WHERE)
+    assert problem.startswith("the plan uses GPU(s) 0,1 on " + WHERE + ", but this job cannot open /dev/nvidia{0,1}")
+    (problem,) = pf.gpu_problems(facts(range(8), [4, 5]), 4, [0], WHERE)
+    assert problem.startswith("this job can open 2 of its 8 GPU device(s) (4,5; ConstrainDevices=yes), but the plan expects 4")
+
+
+def test_slurm_visible_count_must_match() -> None:
+    (problem,) = pf.gpu_problems(facts(range(8), slurm="0,1"), 8, range(8), WHERE)
+    assert "CUDA_VISIBLE_DEVICES='0,1' (2 GPU(s)), but the plan expects 8" in problem
+
+
+def test_shm_problems() -> None:
+    gib = 1024 ** 3
+    assert pf.shm_problems("/dev/shm", None, 2 * gib, 1 * gib) == []
+    assert pf.shm_problems("/dev/shm", None, 2 * gib, None) == []
+    (problem,) = pf.shm_problems("/dev/shm", None, 2 * gib, 3 * gib)
+    assert problem.startswith("/dev/shm has 2.0 GiB free, the plan needs 3.0 GiB per node (slurm.shm_per_node)")
+    (problem,) = pf.shm_problems("/dev/shm", "Read-only file system", 2 * gib, None)
+    assert problem.startswith("/dev/shm is not writable (Read-only file system)")
+
+
+def test_programs() -> None:
+    assert pf.is_python("python") and pf.is_python("/v/bin/python3.11") and not pf.is_python("pythonic")
+    assert pf.resolve_program("sh", "/nonexistent:/bin:/usr/bin") in ("/bin/sh", "/usr/bin/sh")
+    assert pf.resolve_program("no-such-program-hp", "/bin") is None
+    missing = ProgramCheck(what="component 'actor'", program="/tmp/venv/bin/python", resolved=None, needs_runtime=False)
+    assert pf.program_problem(missing) == ("component 'actor': '/tmp/venv/bin/python' does not exist on this node: "
+                                           "install it where every node sees it (a shared filesystem, not a node-local "
+                                           "or private path such as /tmp)")
+    assert "is not on PATH" in (pf.program_problem(missing.replace(program="python9")) or "")
+    assert pf.child_problem("x", (0, "fine"), timeout=5) is None
+    assert pf.child_problem("x", (None, ""), timeout=5) == "x: did not finish within 5 s (HPCPLACE_PREFLIGHT_TIMEOUT sets the limit)"
+    assert pf.child_problem("x", (1, "Traceback\n  ...\nModuleNotFoundError: No module named 'ray'\n"),
+                            timeout=5) == "x: failed (exit 1): ModuleNotFoundError: No module named 'ray'"
+
+
+def test_arguments_and_working_directory(tmp_path: Path) -> None:
+    assert pf.parse_args(["--chdir", "/w", "--plan", "/r/plan.json"]) == ("/r/plan.json", "/w")
+    assert pf.parse_args(["--plan=/p", "--chdir=/w x"]) == ("/p", "/w x")
+    assert pf.parse_args(["--chdir", "/w"]) == (None, "/w")
+    assert pf.chdir_problem(str(tmp_path)) is None and pf.chdir_problem(None) is None
+    assert "'/nonexistent/w' (where the programs run) does not exist on this node" in (pf.chdir_problem("/nonexistent/w") or "")
+
+
+def test_child_timeout_is_enforced() -> None:
+    rc, _ = pf.run_child([sys.executable, "-c", "import time; time.sleep(30)"], os.environ, timeout=0.5)
+    assert rc is None
+    assert pf.run_child(["/nonexistent/python"], os.environ, timeout=5)[0] == 127
+
+
+def test_gpu_facts_reads_device_files(tmp_path: Path) -> None:
+    """Regular files stand in for device files here: they open, so they count as the job's."""
+    node = tmp_path / "a800-1"
+    node.mkdir()
+    for k in (0, 1, 3):
+        (node / f"nvidia{k}").write_text("")
+    (node / "nvidiactl").write_text("")
+    (node / "nvidia2").mkdir()  # cannot be opened read-write (EISDIR): not this job's
+    got = pf.gpu_facts("a800-1", {"HPCPLACE_GPU_DEVICE_DIR": str(tmp_path / "{node}"), "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert got.present == (0, 1, 2, 3) and got.openable == (0, 1, 3) and got.slurm_visible == "0,1"
+    assert pf.gpu_facts("x", {"HPCPLACE_GPU_DEVICE_DIR": str(tmp_path / "none")}).present == ()
+
+
+def test_shm_facts(tmp_path: Path) -> None:
+    error, free = pf.shm_facts(str(tmp_path))
+    assert error is None and free and free > 0
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    if os.geteuid() != 0:  # root writes anyway
+        assert pf.shm_facts(str(ro))[0] == "Permission denied"
+    assert pf.shm_facts(str(tmp_path / "missing"))[0] == "No such file or directory"
+
+
+# ---- the whole task, on a rendered plan --------------------------------------------------------
+
+CONFIG = """
+name: pf
+cluster:
+  node_groups:
+    - {label: a800, partition: a800, nodes: 1, gpus_per_node: 4, gpu_type: a800}
+    - {label: cpu, partition: cpu, nodes: 1}
+  component_placement:
+    actor: {node_group: a800, placement: "0-3"}
+    agent: {node_group: cpu, placement: "0:0-1"}
+components:
+  actor: {command: [%(python)s, -c, pass]}
+  agent: {command: [/nonexistent/venv/bin/python, -c, pass]}
+slurm: {shm_per_node: 1M}
+"""
+
+
+def slurm_env(node: str, devices: Path, **extra: str) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", ""), "SLURM_JOB_ID": "42", "SLURM_HET_SIZE": "2",
+            "SLURM_JOB_NODELIST_HET_GROUP_0": "a800-1", "SLURM_JOB_NODELIST_HET_GROUP_1": "cpu-1",
+            "SLURM_JOB_ID_HET_GROUP_0": "42", "SLURM_JOB_ID_HET_GROUP_1": "43", "SLURM_PROCID": "0",
+            "SLURM_LOCALID": "0", "SLURMD_NODENAME": node, "HPCPLACE_GPU_DEVICE_DIR": str(devices / "{node}"), **extra}
+
+
+def run_task(tmp_path: Path, env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    from hpcplace.runtime.shim import main
+
+    old = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        rc = main(["--chdir", str(tmp_path), "--preflight", "--plan", str(tmp_path / "run" / "plan.json")])
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    return rc, capsys.readouterr().out
+
+
+@pytest.fixture
+def rendered(tmp_path: Path) -> Path:
+    from hpcplace.render import render_run
+    from tests.slurm.conftest import plan_yaml
+
+    plan = plan_yaml(tmp_path, CONFIG % {"python": sys.executable})
+    render_run(plan, tmp_path / "run")
+    devices = tmp_path / "dev" / "a800-1"
+    devices.mkdir(parents=True)
+    for k in range(4):
+        (devices / f"nvidia{k}").write_text("")
+    return tmp_path / "dev"
+
+
+def test_task_passes_on_a_good_node(tmp_path: Path, rendered: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out = run_task(tmp_path, slurm_env("a800-1", rendered, CUDA_VISIBLE_DEVICES="0,1,2,3"), capsys)
+    assert rc == 0, out
+    assert out.startswith("hpcplace-preflight: a800-1: ok: 4 GPU(s), /dev/shm ") and out.count("\n") == 1
+    (rendered / "a800-1" / "nvidia4").write_text("")
+    rc, out = run_task(tmp_path, slurm_env("a800-1", rendered, CUDA_VISIBLE_DEVICES="0,1,2,3"), capsys)
+    assert rc == 0 and out.endswith("hpcplace-preflight: a800-1: warning: the node shows 5 GPU(s), the plan counts 4 "
+                                    "(gpus_per_node): the others stay unused\n"), out
+
+
+def test_task_names_every_problem_of_its_node(tmp_path: Path, rendered: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (rendered / "a800-1" / "nvidia3").unlink()
+    rc, out = run_task(tmp_path, slurm_env("a800-1", rendered), capsys)
+    assert rc == 1
+    assert "hpcplace-preflight: a800-1: FAILED: the node shows 3 GPU(s)" in out, out
+    rc, out = run_task(tmp_path, slurm_env("cpu-1", rendered), capsys)
+    assert rc == 1
+    assert out == ("hpcplace-preflight: cpu-1: FAILED: component 'agent': '/nonexistent/venv/bin/python' does not "
+                   "exist on this node: install it where every node sees it (a shared filesystem, not a node-local or "
+                   "private path such as /tmp)\n")
+
+
+def test_task_outside_the_plan_fails_clearly(tmp_path: Path, rendered: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out = run_task(tmp_path, slurm_env("elsewhere", rendered), capsys)
+    assert rc == 1 and out.startswith("hpcplace-preflight: elsewhere: FAILED: node 'elsewhere' is not in the node lists")
