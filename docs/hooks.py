@@ -90,7 +90,7 @@ def het_job_svg(config: Path) -> str:
 
     plan = plan_from_file(str(config.relative_to(ROOT)))
     job = lower(plan)
-    col_w, gap, left, top, row_h = 210, 12, 150, 96, 46
+    col_w, gap, left, top, row_h = 250, 12, 150, 96, 46
     width = left + len(job.components) * (col_w + gap) + 10
     height = top + (len(job.steps) + 1) * (row_h + 8) + 56
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" '

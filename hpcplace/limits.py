@@ -1,4 +1,4 @@
-"""Upper limits on what a config may ask for, in one place (README "Safety and limits").
+"""Upper limits on what a config may ask for, in one place (docs/safety.md, "Safety and limits").
 
 Every input format calls these where it reads a count, before anything is built from it, so a typo
 such as `num_nodes: 1e9` is a clear error naming the cap instead of minutes of work and gigabytes of
@@ -20,7 +20,7 @@ MAX_DEVICE_ID = MAX_NODES * MAX_GPUS_PER_NODE - 1  # ROLL's global GPU ids
 MAX_PROCESSES = 4_194_304  # processes of one component, and of the whole plan (16,384 nodes x 8 GPUs is ~1.3M: planned in seconds)
 MAX_COMPONENTS = 1024
 
-# name -> (cap, what it counts): the table the README shows and errors quote.
+# name -> (cap, what it counts): the table docs/safety.md shows and errors quote.
 CAPS: dict[str, tuple[int, str]] = {
     "config file size (bytes)": (MAX_CONFIG_BYTES, "bytes of one config file"),
     "YAML values after alias expansion": (MAX_YAML_VALUES, "values in one document, aliases expanded"),
@@ -43,7 +43,7 @@ def check_cap(value: int, cap: int, what: str, location: SourceLocation | None =
     """`value` if it is at most `cap`, else a LimitError naming the cap."""
     if value > cap:
         raise LimitError(f"{what} is {value}; hpcplace supports at most {cap}", location=location,
-                         hint="check for a typo; the caps are listed in the README section \"Safety and limits\"")
+                         hint="check for a typo; the caps are listed in docs/safety.md (\"Safety and limits\")")
     return value
 
 

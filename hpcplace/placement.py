@@ -80,7 +80,7 @@ def parse_group_labels(value: str | Sequence[str] | None) -> tuple[str, ...] | N
 
 def resource_space(cluster: Cluster, labels: Sequence[str] | None, *, count_nodes: bool = False,
                    rlinf_span: bool = False) -> ResourceSpace:
-    """Build the resource space for a node_group selection (see README for the rules).
+    """Build the resource space for a node_group selection (see docs/concepts.md for the rules).
 
     No selection means every node group, counting GPUs only (RLinf's default group counts
     accelerators; robot arms and CPU nodes are addressed through their own group labels).

@@ -2,7 +2,7 @@
 
 plan.json keeps every process record on its own line (`{"rank": N, ...}`) so the in-job shim can
 read exactly one line through the byte-offset index written beside it, instead of parsing the
-whole file (see README, "plan.json schema").
+whole file (see docs/plan-json.md).
 """
 
 from __future__ import annotations

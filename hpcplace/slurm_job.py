@@ -8,7 +8,7 @@ the same task count and, per local task id, the same GPUs (`--gpu-bind=map_gpu|m
 cannot put two segments of one het group in one srun ("Duplicate het groups in single srun not
 supported"), so a component whose nodes differ in layout inside one group gets one more step per
 extra layout. Every step is `--overlap` with explicit `--mem`, so collocated components (and
-components sharing a node) run concurrently. See README "Slurm lowering".
+components sharing a node) run concurrently. See docs/slurm-job.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The typed experiment spec every input format is converted into, and the native format parser.
 
-Native format (see configs/ and README):
+Native format (see configs/ and docs/formats/native.md):
 
     name: demo
     cluster:

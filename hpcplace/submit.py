@@ -380,7 +380,7 @@ def watch(job_id: str, *, labels: Sequence[str] = (), interval: float = 1.0, max
     return status
 
 
-# `hpcplace status` exit codes (README "Exit codes"); 1-3 are hpcplace's own errors.
+# `hpcplace status` exit codes (docs/slurm-job.md, "Exit codes"); 1-3 are hpcplace's own errors.
 STATE_EXIT_CODES = {"COMPLETED": 0, "FAILED": 10, "OUT_OF_MEMORY": 10, "NODE_FAIL": 10, "BOOT_FAIL": 10,
                     "DEADLINE": 10, "CANCELLED": 11, "TIMEOUT": 12}
 OTHER_END_EXIT_CODE = 13  # PREEMPTED (not requeued), REVOKED, ...

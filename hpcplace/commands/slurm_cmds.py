@@ -262,7 +262,7 @@ def _labels(run_dir: Path | None) -> list[str]:
 
 def run_status(args: argparse.Namespace) -> int:
     """Exit code: 0 when every het component COMPLETED (or, without --watch, the job has not ended
-    yet); 10 FAILED, 11 CANCELLED, 12 TIMEOUT, 13 another end (README "Exit codes")."""
+    yet); 10 FAILED, 11 CANCELLED, 12 TIMEOUT, 13 another end (docs/slurm-job.md, "Exit codes")."""
     from hpcplace import submit
 
     job_id, run_dir = submit.resolve_job(args.target)
