@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcplace.errors import SourceLocation, SpecError
+from hpcplace.interpolation import register_resolvers
 from hpcplace.yaml_source import KEY, PathKey, ScalarMark, YamlDocument, load_yaml_file
 
 # Hydra command-line overrides: `key=value`, `+key=value`, `++key=value`, `~key`, `group/opt@pkg=x`.
@@ -108,35 +109,6 @@ def compose(doc: YamlDocument, overrides: Sequence[str]) -> tuple[YamlDocument, 
     for text in overrides:
         mark_override(text, marks)
     return YamlDocument(doc.path, data, marks), tuple(files)
-
-
-def register_resolvers() -> None:
-    """The resolvers the frameworks register and placement values use (RLinf's omega_resolver)."""
-    from omegaconf import OmegaConf
-
-    for name, fn in (("multiply", lambda x, y: x * y), ("int_div", lambda x, y: x // y),
-                     ("subtract", lambda x, y: x - y), ("not", lambda x: not bool(x))):
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, fn)
-
-
-_LAST_CFG: list[Any] = []  # (document, its OmegaConf view): several values of one document resolve in a row
-
-
-def resolve_value(doc: YamlDocument, path: PathKey) -> Any:
-    """Resolve the interpolation at `path` with OmegaConf (only called for values placement reads)."""
-    from omegaconf import OmegaConf
-
-    register_resolvers()
-    if _LAST_CFG and _LAST_CFG[0] is doc:
-        cfg = _LAST_CFG[1]
-    else:
-        cfg = OmegaConf.create(doc.data if isinstance(doc.data, dict) else {})
-        _LAST_CFG[:] = [doc, cfg]
-    node: Any = cfg
-    for key in path[:-1]:
-        node = node[key]
-    return node[path[-1]]
 
 
 def _file_dir(entry: str) -> Path | None:

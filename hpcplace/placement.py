@@ -6,13 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from hpcplace.cluster import RESERVED_CLUSTER_LABEL, RESERVED_NODE_LABEL, Cluster, Node, NodeGroup, ResourceKind
 from hpcplace.errors import PlanError
-
-if TYPE_CHECKING:
-    from hpcplace.process_table import Processes
 
 NO_ACCELERATOR = "none"
 
@@ -141,18 +137,5 @@ def resource_space(cluster: Cluster, labels: Sequence[str] | None, *, count_node
         and len({g.resource_kind for g in groups}) > 1
     span = sum(sum(g.resources_per_node()) for g in groups) if mixed else None
     return ResourceSpace(canonical, kind, tuple(node_of), tuple(local_of), tuple(type_of), tuple(kind_of), span)
-
-
-def place(cluster: Cluster, space: ResourceSpace, resource_lists: Sequence[Sequence[int]],
-          *, isolate_accelerator: bool = True, what: str = "component") -> Processes:
-    """Turn per-process resource-rank lists (process rank = list index) into Placements.
-
-    Validates RLinf's per-process rules: ranks in range and unique, all on one node, one type.
-    Local ranks are counted per node in rank order, so node groups may be listed in any order.
-    The result is a compact `hpcplace.process_table.Processes` (a Sequence of Placements).
-    """
-    from hpcplace.process_table import build_processes
-
-    return build_processes(cluster, space, resource_lists, isolate_accelerator=isolate_accelerator, what=what)
 
 

@@ -20,48 +20,13 @@ from hpcplace.cluster import Charge, Cluster, Hardware, Node, NodeGroup, charges
 from hpcplace.errors import SourceLocation
 from hpcplace.launch import STEPS, LaunchSpec
 from hpcplace.placement import Placement
+from hpcplace.spec import SpanningWorkers
 
 if TYPE_CHECKING:
     from hpcplace.process_table import Slot
 
 SCHEMA = "hpcplace.plan/1"
 PROCESS_FIELDS = tuple(Placement.__dataclass_fields__)
-
-
-@dataclass(frozen=True)
-class SpanningWorkers:
-    """Framework workers wider than one node (ROLL: a vLLM worker with tp*pp GPUs over several nodes).
-
-    Such a worker is planned as one process per node it spans, each holding that node's GPUs of
-    the worker; `workers[w]` lists worker w's process ranks, the first being the node that hosts the
-    worker itself (ROLL: the node of its first GPU). Only the Ray launch mode can run them (the
-    framework spreads the worker over nodes through Ray); a job step runs each process alone."""
-
-    workers: tuple[tuple[int, ...], ...]
-    gpus_per_worker: int
-    framework: str = "ROLL"
-    location: SourceLocation | None = field(default=None, compare=False)
-
-    def to_json(self) -> dict[str, object]:
-        return {"framework": self.framework, "gpus_per_worker": self.gpus_per_worker,
-                "processes": [list(w) for w in self.workers]}
-
-    @classmethod
-    def from_json(cls, data: dict) -> SpanningWorkers:  # type: ignore[type-arg]
-        return cls(tuple(tuple(int(r) for r in w) for w in data["processes"]), int(data["gpus_per_worker"]),
-                   str(data.get("framework", "ROLL")))
-
-    def describe(self, processes: Sequence[Placement], limit: int = 8) -> list[str]:
-        """Readable lines: how the processes form workers, and the nodes each worker spans."""
-        lines = [f"{len(processes)} processes form {len(self.workers)} {self.framework} worker(s) of "
-                 f"{self.gpus_per_worker} GPUs (one process per node a worker spans; Ray launch mode only)"]
-        for w, ranks in enumerate(self.workers[:limit]):
-            nodes = ", ".join(f"node {processes[r].cluster_node_rank} GPUs "
-                              f"{','.join(processes[r].visible_accelerators)}" for r in ranks)
-            lines.append(f"worker {w} = ranks {','.join(map(str, ranks))}: {nodes}")
-        if len(self.workers) > limit:
-            lines.append(f"... {len(self.workers) - limit} more")
-        return lines
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from pathlib import Path
 from hpcplace import limits
 from hpcplace.cluster import Cluster
 from hpcplace.errors import PlanError, SpecError
-from hpcplace.placement import Placement, ResourceSpace, place, resource_space
+from hpcplace.placement import Placement, ResourceSpace, resource_space
 from hpcplace.plan import CollocationGroup, ComponentPlan, Plan, WeightSync
-from hpcplace.process_table import Processes, node_processes
+from hpcplace.process_table import Processes, node_processes, place
 from hpcplace.rank_syntax import RankMapPart, RankSyntaxError, SpreadLists, compress_ranks, parse_rank_map, plural
 from hpcplace.spec import MULTI_AGENT, ExperimentSpec, PlacementEntry
 

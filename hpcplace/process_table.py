@@ -208,7 +208,7 @@ class LocalRankError(ValueError):
 def build_processes(cluster: Cluster, space: ResourceSpace, resource_lists: Sequence[Sequence[int]],
                     *, isolate_accelerator: bool = True, what: str = "component") -> Processes:
     """Per-process resource-rank lists (process rank = list index) -> Processes, validating RLinf's
-    per-process rules (see `placement.place`). One pass; a process on one resource costs a few
+    per-process rules (see `place`). One pass; a process on one resource costs a few
     list lookups, the common case at scale."""
     nodes = cluster.nodes
     node_of, local_of, type_of, kind_of = space.node_of, space.local_of, space.type_of, space.kind_of
@@ -356,3 +356,14 @@ def _all(cache: dict[int, tuple[str, ...]], node_rank: int, gpus: int) -> tuple[
     if got is None:
         got = cache[node_rank] = tuple(str(i) for i in range(gpus))
     return got
+
+
+def place(cluster: Cluster, space: ResourceSpace, resource_lists: Sequence[Sequence[int]],
+          *, isolate_accelerator: bool = True, what: str = "component") -> Processes:
+    """Turn per-process resource-rank lists (process rank = list index) into Placements.
+
+    Validates RLinf's per-process rules: ranks in range and unique, all on one node, one type.
+    Local ranks are counted per node in rank order, so node groups may be listed in any order.
+    The result is a compact `Processes` (a Sequence of Placements).
+    """
+    return build_processes(cluster, space, resource_lists, isolate_accelerator=isolate_accelerator, what=what)

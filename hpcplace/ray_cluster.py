@@ -20,7 +20,6 @@ from hpcplace.launch import BARE_PYTHON_RE
 from hpcplace.plan import Plan
 from hpcplace.rank_syntax import compress_ranks
 from hpcplace.runtime.ray_node import framework_node_env
-from hpcplace.slurm_job import SlurmJob
 
 RAY_STEP = "ray"
 DRIVER_STEP = "driver"
@@ -81,35 +80,11 @@ def ray_nodes(plan: Plan) -> tuple[RayNode, ...]:
     return tuple(sorted(nodes, key=lambda n: n.rank))
 
 
-def ray_step_segments(job: SlurmJob, plan: Plan) -> tuple[tuple[str, ...], ...]:
-    """srun options of the raylet step, one segment per het component: one task per node, all the
-    node's GPUs (so the raylet sees exactly the node's planned GPUs), all its memory, --overlap."""
-    out = []
-    for comp, group in zip(job.components, plan.cluster.node_groups):
-        args = [f"--het-group={comp.het_group}"] if job.is_het else []
-        args += [f"--nodes={comp.num_nodes}", f"--ntasks={comp.num_nodes}", "--ntasks-per-node=1", "--mem=0"]
-        gpus = group.gpus_per_node[0] if group.gpus_per_node else 0
-        if gpus:
-            args.append(f"--gres=gpu:{group.gpu_type}:{gpus}" if group.gpu_type else f"--gres=gpu:{gpus}")
-        args += ["--overlap", "--kill-on-bad-exit=1", f"--job-name={RAY_STEP}", f"--output=logs/{RAY_STEP}.%N.out"]
-        out.append(tuple(args))
-    return tuple(out)
-
-
 def head_node(plan: Plan) -> RayNode:
     """The Ray head: the node of cluster node rank 0. The RLinf format orders het components by each
     group's lowest node rank, so that is het component 0's first node (the batch host); a Cluster
     built otherwise may put it elsewhere, and the driver step follows it."""
     return ray_nodes(plan)[0]
-
-
-def driver_step_args(job: SlurmJob, plan: Plan) -> tuple[str, ...]:
-    """srun options of the driver: one task on the head (the node of cluster node rank 0)."""
-    head = head_node(plan)
-    args = [f"--het-group={head.het_group}"] if job.is_het else []
-    args += ["--nodes=1", f"--relative={head.index}", "--ntasks=1", "--mem=0", "--overlap", f"--job-name={DRIVER_STEP}",
-             f"--output=logs/{DRIVER_STEP}.out"]
-    return tuple(args)
 
 
 def ray_summary(plan: Plan) -> list[str]:

@@ -25,7 +25,8 @@ from hpcplace.process_table import node_processes
 from hpcplace.rank_syntax import compress_ranks
 from hpcplace.safe_words import check_srun_argv
 from hpcplace.slurm_job import (
-    LEAKED_GPU_VARIABLES, Segment, SlurmJob, Step, all_nodes_srun_args, lower, preflight_srun_args, segment_srun_args,
+    LEAKED_GPU_VARIABLES, Segment, SlurmJob, Step, all_nodes_srun_args, driver_step_args, lower, preflight_srun_args,
+    ray_step_segments, segment_srun_args,
 )
 
 TEMPLATE = "job.sbatch.j2"
@@ -267,8 +268,8 @@ def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
             return env.get_template(RAY_TEMPLATE).render(
                 **common, summary=placement_summary(plan, job) + started + ["", *ray_cluster.ray_summary(plan)],
                 steps=("ray", "driver"), ray_lines=ray_cluster.ray_summary(plan),
-                ray_segments=ray_cluster.ray_step_segments(job, plan),
-                driver_args=ray_cluster.driver_step_args(job, plan), node_ranks=ray_cluster.node_ranks_text(plan),
+                ray_segments=ray_step_segments(job, plan),
+                driver_args=driver_step_args(job, plan), node_ranks=ray_cluster.node_ranks_text(plan),
                 driver_het=f"+{ray_cluster.head_node(plan).het_group}" if job.is_het else "")
         return env.get_template(TEMPLATE).render(
             **common, summary=placement_summary(plan, job) + started, steps=step_views(plan, job))

@@ -23,7 +23,9 @@ from hpcplace.cluster import Charge, NodeGroup, charges
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan import ComponentPlan, Plan
 from hpcplace.process_table import LocalRankError, NodeProcesses, Slot, node_processes
-from hpcplace.spec import SLURM_JOB_OPTIONS
+from hpcplace.ray_cluster import DRIVER_STEP, RAY_STEP, head_node
+from hpcplace.slurm_options import (DEFAULT_LIMIT_SIGNAL, SLURM_JOB_OPTIONS, extra_args, flag, kill_wait, limit_signal,
+                                    sbatch_time_ok, time_limit_seconds)
 
 # Variables the batch step leaks into every step; `srun --export` cannot clear them (lab facts).
 LEAKED_GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURM_JOB_GPUS")
@@ -156,13 +158,6 @@ def consecutive_runs(items: Sequence[tuple[int, object]]) -> list[tuple[int, int
     return runs
 
 
-def sbatch_time_ok(value: str) -> bool:
-    """Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or UNLIMITED/INFINITE."""
-    if value.upper() in ("UNLIMITED", "INFINITE"):
-        return True
-    return re.fullmatch(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})", value) is not None
-
-
 # ------------------------------------------------------------------------------------------------
 # lowering
 
@@ -174,7 +169,7 @@ def lower(plan: Plan) -> SlurmJob:
         raise SpecError(f"unknown slurm option(s) {unknown}", hint=f"known: {', '.join(sorted(SLURM_JOB_OPTIONS))}")
     job_name = slug(options.get("job_name") or plan.name, "hpcplace")
     exclusive = options.get("exclusive", "true").lower() not in ("false", "no", "0")
-    extra = _extra_args(options.get("extra_sbatch_args", ""))
+    extra = extra_args(options.get("extra_sbatch_args", ""))
     time_args: tuple[str, ...] = ()
     if options.get("time"):
         if not sbatch_time_ok(options["time"]):
@@ -189,7 +184,7 @@ def lower(plan: Plan) -> SlurmJob:
                             f"slurm.time {options['time']!r}", hint="warn fewer seconds before the limit, or "
                                                                   "turn the warning off with false")
         warning = f"{warning.split('@')[0]}@{max(1, limit_s // 2)}"  # the default, halved for a short job
-    requeue = _flag(options, "requeue", False)
+    requeue = flag(options, "requeue", False)
     # Steps mode: the warning goes to every task of every step. Ray mode: to the batch script only
     # (`B:`, component 0 runs it), which passes the user's signal on to the driver step alone; Slurm
     # would signal every process of the Ray step (raylets, Ray workers), stopping the cluster.
@@ -219,7 +214,7 @@ def lower(plan: Plan) -> SlurmJob:
     for comp, name in zip(plan.components, names):
         steps.extend(_component_steps(plan, comp, name))
     return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes,
-                    kill_wait(options.get("kill_wait")), requeue, warning, _flag(options, "preflight", True))
+                    kill_wait(options.get("kill_wait")), requeue, warning, flag(options, "preflight", True))
 
 
 def check_spanning_workers(plan: Plan) -> None:
@@ -243,106 +238,7 @@ def check_spanning_workers(plan: Plan) -> None:
                  "tensor_parallel_size*pipeline_parallel_size within one node's GPUs")
 
 
-DEFAULT_LIMIT_SIGNAL = "TERM@120"
 RAY_WARNING_SIGNAL = "USR2"  # Ray mode: what Slurm sends the batch script; it sends the user's signal on
-_SIGNAL_NAMES = ("HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "PIPE", "ALRM", "TERM", "CONT", "STOP",
-                 "TSTP", "TTIN", "TTOU", "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "PWR", "SYS")
-
-
-def limit_signal(value: str) -> str | None:
-    """slurm.signal_before_limit -> `SIG@SECONDS` for `--signal` (no `B:`: every task of every step
-    gets it, not the batch script; the Ray mode renders `B:USR2` instead and the script passes SIG on
-    to the driver), or None when turned off. Accepts `120` (SIGTERM), `USR1@300`,
-    `SIGUSR1@300`, `false`/`0`/`none`."""
-    text = str(value).strip()
-    if text.lower() in ("false", "no", "none", "off", "0"):
-        return None
-    sig, _, seconds = text.rpartition("@")
-    sig = (sig or "TERM").upper().removeprefix("SIG")
-    hint = "write SECONDS (SIGTERM that long before the limit), SIGNAL@SECONDS like USR1@300, or false"
-    if not seconds.isdigit() or not 1 <= int(seconds) <= 65535:
-        raise SpecError(f"slurm.signal_before_limit {value!r}: {seconds!r} is not a number of seconds "
-                        "from 1 to 65535", hint=hint)
-    if sig not in _SIGNAL_NAMES and not (sig.isdigit() and 1 <= int(sig) <= 64):
-        raise SpecError(f"slurm.signal_before_limit {value!r}: {sig!r} is not a signal",
-                        hint=f"{hint}; signals: {', '.join(_SIGNAL_NAMES)}")
-    if sig in ("KILL", "STOP", "9", "19"):
-        raise SpecError(f"slurm.signal_before_limit {value!r}: SIG{sig} cannot be caught, so it warns no one",
-                        hint=hint)
-    return f"{sig}@{int(seconds)}"
-
-
-def time_limit_seconds(value: str) -> int | None:
-    """A Slurm time limit in seconds (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S); None when unset/unlimited."""
-    if not value or value.upper() in ("UNLIMITED", "INFINITE") or not sbatch_time_ok(value):
-        return None
-    days, _, rest = value.rpartition("-")
-    parts = [int(x) for x in rest.split(":")]
-    if days:
-        h, m, sec = (parts + [0, 0])[:3]
-        return ((int(days) * 24 + h) * 60 + m) * 60 + sec
-    if len(parts) == 1:
-        return parts[0] * 60
-    if len(parts) == 2:
-        return parts[0] * 60 + parts[1]
-    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
-
-
-def kill_wait(value: str | None) -> int | None:
-    """slurm.kill_wait: seconds between SIGTERM and SIGKILL when the job stops its steps."""
-    if value is None or str(value).strip() == "":
-        return None
-    text = str(value).strip()
-    if not text.isdigit() or int(text) > 3600:
-        raise SpecError(f"slurm.kill_wait {value!r} is not a number of seconds from 0 to 3600",
-                        hint="leave it out to use the cluster's KillWait (scontrol show config)")
-    return int(text)
-
-
-def job_option_problem(key: str, value: str) -> SpecError | None:
-    """The error lowering would raise for one stop option (signal_before_limit, kill_wait,
-    requeue), so planning can report it with the config location; None when it is fine."""
-    try:
-        if key == "signal_before_limit":
-            limit_signal(value)
-        elif key == "kill_wait":
-            kill_wait(value)
-        elif key in ("requeue", "preflight"):
-            _flag({key: value}, key, False)
-    except SpecError as exc:
-        return exc
-    return None
-
-
-def _flag(options: dict[str, str], key: str, default: bool) -> bool:
-    text = options.get(key)
-    if text is None:
-        return default
-    if text.lower() in ("true", "yes", "1"):
-        return True
-    if text.lower() in ("false", "no", "0"):
-        return False
-    raise SpecError(f"slurm.{key} {text!r} is not true or false", hint=f"write {key}: true or {key}: false")
-
-
-def extra_args_problem(text: str) -> str | None:
-    """Why `slurm.extra_sbatch_args` cannot go into #SBATCH lines (None: it can)."""
-    try:
-        args = shlex.split(text) if text else []
-    except ValueError as exc:
-        return f"cannot split {text!r}: {exc}"
-    for a in args:
-        if not a.startswith("--") or "\n" in a:
-            return f"{a!r} is not a long sbatch option"
-    return None
-
-
-def _extra_args(text: str) -> tuple[str, ...]:
-    problem = extra_args_problem(text)
-    if problem:
-        raise SpecError(f"slurm.extra_sbatch_args: {problem}",
-                        hint="write options as --name=value, e.g. [--reservation=rl]")
-    return tuple(shlex.split(text)) if text else ()
 
 
 def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:
@@ -520,3 +416,31 @@ def preflight_srun_args(job: SlurmJob) -> tuple[tuple[str, ...], ...]:
 def log_pattern(step_name: str) -> str:
     """Per-task log file (relative to the run dir): one file per node and task id."""
     return f"logs/{step_name}.%N.%t.out"
+
+
+# ------------------------------------------------------------------------------------------------
+# the Ray launch mode's two steps (the cluster's shape: hpcplace.ray_cluster)
+
+
+def ray_step_segments(job: SlurmJob, plan: Plan) -> tuple[tuple[str, ...], ...]:
+    """srun options of the raylet step, one segment per het component: one task per node, all the
+    node's GPUs (so the raylet sees exactly the node's planned GPUs), all its memory, --overlap."""
+    out = []
+    for comp, group in zip(job.components, plan.cluster.node_groups):
+        args = [f"--het-group={comp.het_group}"] if job.is_het else []
+        args += [f"--nodes={comp.num_nodes}", f"--ntasks={comp.num_nodes}", "--ntasks-per-node=1", "--mem=0"]
+        gpus = group.gpus_per_node[0] if group.gpus_per_node else 0
+        if gpus:
+            args.append(f"--gres=gpu:{group.gpu_type}:{gpus}" if group.gpu_type else f"--gres=gpu:{gpus}")
+        args += ["--overlap", "--kill-on-bad-exit=1", f"--job-name={RAY_STEP}", f"--output=logs/{RAY_STEP}.%N.out"]
+        out.append(tuple(args))
+    return tuple(out)
+
+
+def driver_step_args(job: SlurmJob, plan: Plan) -> tuple[str, ...]:
+    """srun options of the driver: one task on the head (the node of cluster node rank 0)."""
+    head = head_node(plan)
+    args = [f"--het-group={head.het_group}"] if job.is_het else []
+    args += ["--nodes=1", f"--relative={head.index}", "--ntasks=1", "--mem=0", "--overlap", f"--job-name={DRIVER_STEP}",
+             f"--output=logs/{DRIVER_STEP}.out"]
+    return tuple(args)

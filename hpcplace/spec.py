@@ -16,15 +16,56 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hpcplace import limits
 from hpcplace.cluster import Cluster, Hardware, NodeGroup
 from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.launch import STEPS, LaunchSpec
-from hpcplace.plan import SpanningWorkers
 from hpcplace.safe_words import argv_problem, check_sbatch_text
+from hpcplace.slurm_options import SLURM_JOB_OPTIONS, extra_args_problem, job_option_problem, sbatch_time_ok
 from hpcplace.yaml_source import View, YamlDocument, yaml_words
+
+if TYPE_CHECKING:
+    from hpcplace.placement import Placement
+
+
+@dataclass(frozen=True)
+class SpanningWorkers:
+    """Framework workers wider than one node (ROLL: a vLLM worker with tp*pp GPUs over several nodes).
+
+    Such a worker is planned as one process per node it spans, each holding that node's GPUs of
+    the worker; `workers[w]` lists worker w's process ranks, the first being the node that hosts the
+    worker itself (ROLL: the node of its first GPU). Only the Ray launch mode can run them (the
+    framework spreads the worker over nodes through Ray); a job step runs each process alone."""
+
+    workers: tuple[tuple[int, ...], ...]
+    gpus_per_worker: int
+    framework: str = "ROLL"
+    location: SourceLocation | None = field(default=None, compare=False)
+
+    def to_json(self) -> dict[str, object]:
+        return {"framework": self.framework, "gpus_per_worker": self.gpus_per_worker,
+                "processes": [list(w) for w in self.workers]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> SpanningWorkers:  # type: ignore[type-arg]
+        return cls(tuple(tuple(int(r) for r in w) for w in data["processes"]), int(data["gpus_per_worker"]),
+                   str(data.get("framework", "ROLL")))
+
+    def describe(self, processes: Sequence[Placement], limit: int = 8) -> list[str]:
+        """Readable lines: how the processes form workers, and the nodes each worker spans."""
+        lines = [f"{len(processes)} processes form {len(self.workers)} {self.framework} worker(s) of "
+                 f"{self.gpus_per_worker} GPUs (one process per node a worker spans; Ray launch mode only)"]
+        for w, ranks in enumerate(self.workers[:limit]):
+            nodes = ", ".join(f"node {processes[r].cluster_node_rank} GPUs "
+                              f"{','.join(processes[r].visible_accelerators)}" for r in ranks)
+            lines.append(f"worker {w} = ranks {','.join(map(str, ranks))}: {nodes}")
+        if len(self.workers) > limit:
+            lines.append(f"... {len(self.workers) - limit} more")
+        return lines
 
 
 @dataclass(frozen=True)
@@ -232,10 +273,6 @@ def _alias_int(view: View, keys: tuple[str, ...]) -> int | None:
     return view.require(present[0]).int(minimum=1) if present else None
 
 
-# The job-level `slurm:` keys every format accepts (lowered in hpcplace.slurm_job).
-SLURM_JOB_OPTIONS = frozenset({"time", "job_name", "mail_user", "mail_type", "exclusive", "output_dir",
-                               "extra_sbatch_args", "signal_before_limit", "kill_wait", "requeue", "shared_paths",
-                               "preflight", "shm_per_node"})
 
 
 def slurm_options(view: View | None) -> dict[str, str]:
@@ -282,15 +319,11 @@ def shared_paths(slurm: dict[str, str]) -> tuple[str, ...]:
 
 def check_slurm_option(key: str, value: str, location: SourceLocation | None) -> None:
     """What lowering and rendering would refuse, refused at plan time with the config location."""
-    from hpcplace.slurm_job import extra_args_problem, sbatch_time_ok
-
     check_sbatch_text(value, f"slurm.{key}", location=location)
     if key == "time" and not sbatch_time_ok(value):
         raise SpecError(f"slurm.time {value!r} is not a Slurm time limit", location=location,
                         hint="write e.g. 30, 4:00:00 or 2-00:00:00")
     if key in ("signal_before_limit", "kill_wait", "requeue", "preflight"):
-        from hpcplace.slurm_job import job_option_problem
-
         error = job_option_problem(key, value)
         if error is not None:
             raise SpecError(error.message, location=location, hint=error.hint)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from hpcplace.cluster import Cluster
 from hpcplace.errors import PlanError
-from hpcplace.placement import Placement, ResourceSpace, parse_group_labels, place, resource_space
+from hpcplace.placement import Placement, ResourceSpace, parse_group_labels, resource_space
+from hpcplace.process_table import place
 
 
 @dataclass(frozen=True)

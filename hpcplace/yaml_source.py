@@ -258,7 +258,7 @@ class View:
 
     def _omegaconf(self) -> Any:
         """Any other interpolation (`${subtract:a,b}`, `${oc.env:X}`, `x-${y}`), resolved by OmegaConf."""
-        from hpcplace.hydra_config import resolve_value
+        from hpcplace.interpolation import resolve_value
 
         try:
             return resolve_value(self.doc, self.path)

@@ -11,8 +11,7 @@ import re
 from hpcplace import limits
 from hpcplace.cluster import NodeGroup
 from hpcplace.formats.common import hpcplace_block, slurm_facts, slurm_job_options
-from hpcplace.plan import SpanningWorkers
-from hpcplace.spec import ExperimentSpec, PlacementEntry, build_cluster, check_name
+from hpcplace.spec import ExperimentSpec, PlacementEntry, SpanningWorkers, build_cluster, check_name
 from hpcplace.yaml_source import View, YamlDocument, did_you_mean
 
 MAX_GPUS = 1 << 20

@@ -18,9 +18,9 @@ from hpcplace.errors import SpecError
 from hpcplace.launch import LaunchSpec, split_driver_argv
 from hpcplace.plan import plan_to_json
 from hpcplace.planner import plan_from_file
-from hpcplace.ray_cluster import ray_nodes, ray_step_segments
+from hpcplace.ray_cluster import ray_nodes
 from hpcplace.render import render_run, render_script
-from hpcplace.slurm_job import lower
+from hpcplace.slurm_job import lower, ray_step_segments
 from hpcplace.submit import load_plan
 from tests.golden import check_golden
 from tests.slurm.conftest import hostile_values
@@ -121,7 +121,8 @@ def test_interleaved_node_ranks_in_the_ray_lowering_and_header() -> None:
     (its raylet's RLINF_NODE_RANK and label), the header lists hosts by node rank, the driver runs on
     rank 0; a Cluster whose rank 0 is not het component 0's first node moves the driver step there."""
     from hpcplace.cluster import Cluster
-    from hpcplace.ray_cluster import driver_step_args, head_node
+    from hpcplace.ray_cluster import head_node
+    from hpcplace.slurm_job import driver_step_args
 
     plan = plan_from_file(REPO / "tests" / "fixtures" / "rlinf-ray-interleaved.yaml")
     plan = replace(plan, launch=LaunchSpec("ray", ("x",)))
