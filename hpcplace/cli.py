@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "hpcplace.commands.plan_cmd",
     "hpcplace.commands.run_cmd",
     "hpcplace.commands.slurm_cmds",
+    "hpcplace.commands.tune_cmd",
 )
 
 

@@ -1,0 +1,203 @@
+"""`hpcplace tune CONFIG --profile P.yaml`: search placements from measured costs; `hpcplace compare
+RUN...`: measured iteration times of submitted variants next to their predictions.
+
+A driver reports a measurement by printing a line containing `hpcplace-metric` followed by
+`key=value` words, e.g. `hpcplace-metric iteration_s=12.3`; `compare` reads every such line of a
+run's logs and reports the median of `iteration_s`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+from hpcplace.commands.plan_cmd import add_config_arguments, config_overrides
+from hpcplace.errors import HpcplaceError, SpecError
+
+TUNE_RECORD = "tune.json"
+METRIC_RE = re.compile(r"hpcplace-metric((?:\s+[A-Za-z_][A-Za-z0-9_.]*=\S+)+)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from hpcplace.commands.slurm_cmds import _template_args
+    from hpcplace.tune import OBJECTIVES
+
+    p = subparsers.add_parser("tune", help="search placements over the config's node groups from measured costs")
+    add_config_arguments(p)
+    p.add_argument("--profile", required=True, metavar="P.yaml", help="measured costs (README: Tuning placements)")
+    p.add_argument("--top", type=int, default=5, metavar="K", help="placements to show (default 5)")
+    p.add_argument("--objective", choices=OBJECTIVES, default="time",
+                   help="minimise predicted seconds per iteration (default) or GPU-hours per iteration")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the winner in the input's own format")
+    p.add_argument("--submit-top", type=int, metavar="K", help="submit the K best as separate jobs")
+    p.add_argument("--runs-dir", metavar="DIR", help="where --submit-top's run directories go "
+                                                     "(default: slurm.output_dir or runs)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each Slurm command")
+    _template_args(p)
+    p.set_defaults(func=run_tune)
+
+    p = subparsers.add_parser("compare", help="measured iteration times of runs next to their predictions")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run directories (from tune --submit-top)")
+    p.set_defaults(func=run_compare)
+
+
+class _Progress:
+    """One stderr line, updated, once a search has run for more than a second."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.shown = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.start > 1.0 and (now - self.shown > 0.2 or done == total):
+            self.shown = now
+            print(f"\rhpcplace: searched {done}/{total} structures ({now - self.start:.1f} s)",
+                  end="\n" if done == total else "", file=sys.stderr, flush=True)
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from hpcplace.formats import load_spec
+    from hpcplace.planner import plan_from_spec
+    from hpcplace.tune import baselines, explain, search
+    from hpcplace.tune_config import build_setup, plan_text, rewrite
+    from hpcplace.tune_profile import parse_profile
+
+    if args.top < 1 or (args.submit_top is not None and args.submit_top < 1):
+        raise SpecError("--top and --submit-top take a positive number")
+    overrides = config_overrides(args)
+    spec = load_spec(args.config, format=args.format, overrides=overrides)
+    setup = build_setup(spec, plan_from_spec(spec), parse_profile(args.profile), args.objective)
+    problem = setup.problem
+    want = max(args.top, args.submit_top or 0)
+    found = search(problem, top=want + 3, progress=_Progress())  # spares for proposals the planner refuses
+    text = Path(args.config).read_text(encoding="utf-8")
+    accepted = []
+    refused: list[str] = []
+    for cand in found:
+        variant = rewrite(text, args.config, setup, cand)
+        try:
+            plan_text(variant, args.config, format=args.format, overrides=overrides)
+        except HpcplaceError as exc:  # the search's rules missed one of the planner's: never proposed
+            refused.append(f"{cand.describe()}: {exc.message}")
+            continue
+        accepted.append((cand, variant))
+        if len(accepted) == want:
+            break
+    if not accepted:
+        raise SpecError("no placement of the profiled components fits the config's node groups"
+                        + (f" (the planner refused: {refused[0]})" if refused else ""),
+                        hint="check the profile's types against the node groups' labels and GPU types, "
+                             "memory_gb, counts and model_parallel")
+    bases = baselines(problem)
+    unit = "GPU-h/iter" if args.objective == "gpu-hours" else "s/iter"
+    print(f"tune {spec.name}: {len(problem.chain)} components over {len(problem.groups)} node groups, "
+          f"{problem.batches} batch(es) per iteration; objective {args.objective} ({unit})")
+    for i, (cand, _) in enumerate(accepted[:args.top], 1):
+        print(f"#{i}  {cand.time_s:10.3f} s/iter  {cand.gpu_hours:8.4f} GPU-h/iter  {cand.gpus:5d} GPUs  "
+              f"{cand.describe()}")
+        print(f"     why: {explain(problem, cand, bases)}")
+        for w in cand.warnings:
+            print(f"     warning: {w}")
+    for base in bases:
+        if base.candidate is None:
+            print(f"baseline {base.name}: not placeable")
+        else:
+            b = base.candidate
+            margin = b.score(args.objective) / accepted[0][0].score(args.objective)
+            print(f"baseline {base.name}: {b.time_s:.3f} s/iter, {b.gpu_hours:.4f} GPU-h/iter "
+                  f"({b.describe()}); the best is {margin:.2f}x better")
+    if refused:
+        print(f"({len(refused)} proposal(s) the planner refused were skipped; first: {refused[0]})")
+    if args.output:
+        Path(args.output).write_text(accepted[0][1], encoding="utf-8")
+        print(f"wrote {args.output}: `hpcplace plan {args.output}` is the next command")
+    if args.submit_top:
+        _submit_top(args, spec.name, accepted[:args.submit_top], overrides)
+    return 0
+
+
+def _variant_slug(cand) -> str:  # type: ignore[no-untyped-def]
+    text = "_".join(f"{'+'.join(s.members)}-{s.group}{s.count}" for s in cand.stages)
+    return re.sub(r"[^A-Za-z0-9_.+-]", "-", text)[:120]
+
+
+def _submit_top(args: argparse.Namespace, name: str, chosen: list, overrides: list[str]) -> None:  # type: ignore[type-arg]
+    from hpcplace import submit, validate
+    from hpcplace.commands.slurm_cmds import _launcher
+    from hpcplace.planner import plan_from_file
+
+    launcher = _launcher(args)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    source = Path(args.config)
+    for i, (cand, variant) in enumerate(chosen, 1):
+        base = Path(args.runs_dir) if args.runs_dir else None
+        config = source.with_name(f"{source.stem}.tune-{i}{source.suffix}")
+        config.write_text(variant, encoding="utf-8")  # next to the input: Hydra's relative defaults resolve
+        plan = plan_from_file(config, format=args.format, overrides=overrides)
+        root = base or Path(plan.slurm.get("output_dir") or "runs")
+        run_dir = (root / f"{name}-tune{i}-{_variant_slug(cand)}-{stamp}").absolute()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(variant, encoding="utf-8")
+        config.unlink()
+        (run_dir / TUNE_RECORD).write_text(json.dumps({
+            "rank": i, "variant": cand.describe(), "predicted_iteration_s": cand.time_s,
+            "predicted_gpu_hours": cand.gpu_hours, "gpus": cand.gpus, "objective": args.objective,
+            "profile": str(Path(args.profile).absolute()), "config": str(source.absolute())},
+            indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        for w in validate.validate(plan).warnings:
+            print(f"hpcplace: warning: {w}", file=sys.stderr)
+        done = submit.submit(plan, run_dir, launcher=launcher, template_dir=args.template_dir,
+                             timeout=args.timeout, say=lambda s: print(f"hpcplace: {s}", file=sys.stderr))
+        print(f"submitted #{i} as job {done.job_id} ({done.run_dir})")
+
+
+def read_metrics(run_dir: Path) -> list[float]:
+    """Every `iteration_s` a driver printed in the run's logs."""
+    values = []
+    logs = run_dir / "logs"
+    for path in sorted(logs.rglob("*")) if logs.is_dir() else []:
+        if not path.is_file():
+            continue
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            m = METRIC_RE.search(line)
+            if not m:
+                continue
+            for word in m.group(1).split():
+                key, _, value = word.partition("=")
+                if key == "iteration_s":
+                    try:
+                        values.append(float(value))
+                    except ValueError:
+                        pass
+    return values
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    rows = []
+    for run in args.runs:
+        run_dir = Path(run)
+        if not run_dir.is_dir():
+            raise SpecError(f"{run} is not a run directory", hint="pass the directories tune --submit-top printed")
+        record = {}
+        if (run_dir / TUNE_RECORD).exists():
+            try:
+                record = json.loads((run_dir / TUNE_RECORD).read_text(encoding="utf-8"))
+            except ValueError as exc:
+                raise SpecError(f"{run_dir / TUNE_RECORD} is unreadable: {exc}") from None
+        values = read_metrics(run_dir)
+        measured = statistics.median(values) if values else None
+        predicted = record.get("predicted_iteration_s")
+        rows.append((run_dir.name, record.get("variant", "?"), predicted, measured, len(values)))
+    print(f"{'run':<40} {'predicted s':>12} {'measured s':>11} {'samples':>7} {'meas/pred':>9}  variant")
+    for name, variant, predicted, measured, n in rows:
+        ratio = f"{measured / predicted:9.2f}" if measured is not None and predicted else f"{'-':>9}"
+        print(f"{name[:40]:<40} {predicted if predicted is not None else float('nan'):12.3f} "
+              f"{measured if measured is not None else float('nan'):11.3f} {n:7d} {ratio}  {variant}")
+    return 0
