@@ -280,6 +280,11 @@ def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
 # ------------------------------------------------------------------------------------------------
 # writing a run directory (the only I/O here)
 
+def check_renders(plan: Plan) -> None:
+    """What `hpcplace plan` (and tune) check: the plan lowers and renders, in memory (no files)."""
+    render_script(plan, "/nonexistent/hpcplace-plan-check")
+
+
 @dataclass(frozen=True)
 class RenderedRun:
     run_dir: Path

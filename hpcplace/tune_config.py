@@ -168,7 +168,7 @@ def rewrite(text: str, path: str, setup: Setup, cand: Candidate) -> str:
 def plan_text(text: str, like: str, *, format: str | None, overrides: Sequence[str]) -> Plan:
     """Plan a rewritten config as `hpcplace plan` would (written next to the input, for Hydra's
     relative `defaults:`; removed afterwards)."""
-    from hpcplace.commands.plan_cmd import check_renders
+    from hpcplace.render import check_renders
     from hpcplace.planner import plan_from_file
 
     folder = Path(like).resolve().parent

@@ -54,13 +54,6 @@ def plan_with_launch(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return plan if launch == plan.launch else replace(plan, launch=launch)
 
 
-def check_renders(plan) -> None:  # type: ignore[no-untyped-def]
-    """`plan` refuses what `render` would: lower and render the job in memory (no files)."""
-    from hpcplace.render import render_script
-
-    render_script(plan, "/nonexistent/hpcplace-plan-check")
-
-
 def write_svg(path: Path, text: str) -> None:
     """--svg FILE: a missing folder or a folder as FILE is a usage error, not a traceback."""
     from hpcplace.errors import SpecError
@@ -91,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from hpcplace.gpumap import summary, svg
     from hpcplace.launch import nothing_to_run
     from hpcplace.plan import write_plan_json
+    from hpcplace.render import check_renders
 
     plan = plan_with_launch(args)
     check_renders(plan)
