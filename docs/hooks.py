@@ -60,8 +60,8 @@ def shipped_configs() -> list[Path]:
 
 
 def config_svg(path: Path) -> str:
-    from hpcplace.gpumap import svg
-    from hpcplace.planner import plan_from_file
+    from hpcplace.plan.gpumap import svg
+    from hpcplace.plan.planner import plan_from_file
 
     return svg(plan_from_file(str(path.relative_to(ROOT))))
 
@@ -85,8 +85,8 @@ def device_maps_page(paths: list[Path]) -> str:
 def het_job_svg(config: Path) -> str:
     """Columns: the het components (one per node group); rows: the job steps. A step's segments are drawn
     under the het components they run in, with their tasks per node and GPU binding."""
-    from hpcplace.planner import plan_from_file
-    from hpcplace.slurm_job import lower
+    from hpcplace.plan.planner import plan_from_file
+    from hpcplace.slurm.slurm_job import lower
 
     plan = plan_from_file(str(config.relative_to(ROOT)))
     job = lower(plan)

@@ -1,3 +1,10 @@
-"""hpcplace: exact process placement for RL post-training on heterogeneous Slurm clusters."""
+"""hpcplace: exact process placement for RL post-training on heterogeneous Slurm clusters.
+
+Stage packages (docs/architecture.md): config -> plan -> ray -> slurm -> local -> tune, the CLI and the Python
+functions API on top; hpcplace.runtime is the in-job side."""
+
+from hpcplace import _moved
 
 __version__ = "0.1.0"
+
+_moved.install()  # the module names from before the stage packages stay importable

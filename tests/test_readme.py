@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from hpcplace.cli import build_parser
-from hpcplace.gpumap import svg
-from hpcplace.planner import plan_from_file
+from hpcplace.plan.gpumap import svg
+from hpcplace.plan.planner import plan_from_file
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
