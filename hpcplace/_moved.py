@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
-import sys
 from types import ModuleType
 
 STAGES = {
@@ -35,16 +34,14 @@ def new_name(fullname: str) -> str | None:
     return None
 
 
-class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds an old name and hands out the module of the new one (imported under its own name)."""
+class _Alias(importlib.abc.Loader):
+    """Loads an old name as the module of the new one (imported under its own name)."""
 
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
-        new = new_name(fullname)
-        return importlib.machinery.ModuleSpec(fullname, self) if new else None
+    def __init__(self) -> None:
+        self._specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         module = importlib.import_module(new_name(spec.name) or spec.name)
-        self._specs = getattr(self, "_specs", {})
         self._specs[spec.name] = module.__spec__
         return module
 
@@ -52,6 +49,9 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__spec__ = self._specs.pop(module.__spec__.name, module.__spec__)  # the module keeps its own spec
 
 
-def install() -> None:
-    if not any(isinstance(f, _Alias) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Alias())
+_LOADER = _Alias()
+
+
+def find_spec(fullname: str) -> importlib.machinery.ModuleSpec | None:
+    """The spec that makes an old name the new module (None for every other name)."""
+    return importlib.machinery.ModuleSpec(fullname, _LOADER) if new_name(fullname) else None
