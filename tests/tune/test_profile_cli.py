@@ -12,8 +12,8 @@ import pytest
 from hpcplace.cli import main
 from hpcplace.commands.tune_cmd import TUNE_RECORD, read_metrics
 from hpcplace.errors import SpecError
-from hpcplace.plan.planner import plan_from_file
-from hpcplace.tune.tune_profile import Curve, parse_profile
+from hpcplace.planner import plan_from_file
+from hpcplace.tune_profile import Curve, parse_profile
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -60,7 +60,7 @@ def test_tune_writes_the_winner_in_the_native_format(tmp_path: Path, capsys: pyt
     config = tmp_path / "hetero.yaml"
     shutil.copy(REPO / "configs" / "hetero-partitions.yaml", config)
     best = tmp_path / "best.yaml"
-    rc = main(["tune", str(config), "--profile", str(REPO / "configs" / "tune" / "tune-profile.yaml"), "--top", "3",
+    rc = main(["tune", str(config), "--profile", str(REPO / "configs" / "profiles" / "hetero-partitions.yaml"), "--top", "3",
                "-o", str(best)])
     out = capsys.readouterr().out
     assert rc == 0, out
