@@ -60,6 +60,12 @@ EXAMPLES = {
     "logs": """examples:
   hpcplace logs runs/hetero-20250101-120000 --component actor --rank 0 --tail 50
   hpcplace logs runs/hetero-20250101-120000 --list""",
+    "tune": """examples:
+  hpcplace tune configs/hetero-partitions.yaml --profile configs/profiles/hetero-partitions.yaml --top 3
+  hpcplace tune rlinf.yaml --profile costs.yaml --objective gpu-hours -o best.yaml   # then: hpcplace plan best.yaml
+  hpcplace tune configs/hetero-partitions.yaml --profile configs/profiles/hetero-partitions.yaml --submit-top 2""",
+    "compare": """examples:
+  hpcplace compare runs/hetero-tune1-* runs/hetero-tune2-*       # measured iteration_s next to the prediction""",
 }
 
 

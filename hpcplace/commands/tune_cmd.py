@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     p = subparsers.add_parser("tune", help="search placements over the config's node groups from measured costs")
     add_config_arguments(p)
-    p.add_argument("--profile", required=True, metavar="P.yaml", help="measured costs (README: Tuning placements)")
+    p.add_argument("--profile", required=True, metavar="P.yaml", help="measured costs (format: docs/tune.md)")
     p.add_argument("--top", type=int, default=5, metavar="K", help="placements to show (default 5)")
     p.add_argument("--objective", choices=OBJECTIVES, default="time",
                    help="minimise predicted seconds per iteration (default) or GPU-hours per iteration")
