@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hpcplace.planner import plan_from_spec  # noqa: E402
-from hpcplace.yaml_source import load_yaml_text  # noqa: E402
+from hpcplace.plan.planner import plan_from_spec  # noqa: E402
+from hpcplace.config.yaml_source import load_yaml_text  # noqa: E402
 
 
 def big_spec_yaml(nodes: int) -> str:
@@ -157,7 +157,7 @@ def in_process() -> None:
 
 
 def load_spec_text(text: str):  # type: ignore[no-untyped-def]
-    from hpcplace.spec import parse_native
+    from hpcplace.config.spec import parse_native
 
     return parse_native(load_yaml_text(text, "<bench>"))
 

@@ -28,9 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hpcplace import submit  # noqa: E402
-from hpcplace.plan import Plan  # noqa: E402
-from hpcplace.planner import plan_from_file  # noqa: E402
+from hpcplace.slurm import submit  # noqa: E402
+from hpcplace.plan.plan import Plan  # noqa: E402
+from hpcplace.plan.planner import plan_from_file  # noqa: E402
 
 SMALL = """name: preflight-bench
 cluster:

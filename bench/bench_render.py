@@ -35,9 +35,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_planner import big_spec_yaml, cli_table, load_spec_text  # noqa: E402
 
-from hpcplace.planner import plan_from_spec  # noqa: E402
-from hpcplace.render import render_run, render_script  # noqa: E402
-from hpcplace.slurm_job import lower  # noqa: E402
+from hpcplace.plan.planner import plan_from_spec  # noqa: E402
+from hpcplace.slurm.render import render_run, render_script  # noqa: E402
+from hpcplace.slurm.slurm_job import lower  # noqa: E402
 
 
 def bench_render(nodes: int = 1024, repeat: int = 5) -> None:

@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from hpcplace.plan import plan_to_json
-from hpcplace.planner import plan_from_file
+from hpcplace.plan.plan import plan_to_json
+from hpcplace.plan.planner import plan_from_file
 from hpcplace.runtime.plan_index import write_index
 from hpcplace.runtime.shim import Options, resolve
 

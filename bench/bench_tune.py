@@ -3,7 +3,7 @@ CPU nodes), 5 components whose profile lets most of them run on several partitio
 
     python bench/bench_tune.py [--repeat 3] [--objective time|gpu-hours]
 
-Reports the pure search (hpcplace.tune.search, top 5) and the whole command as a user runs it in-process
+Reports the pure search (hpcplace.tune.tune.search, top 5) and the whole command as a user runs it in-process
 (`hpcplace tune CONFIG --profile P --top 5`: parse, search, rewrite and plan every proposal, baselines).
 """
 
@@ -21,11 +21,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hpcplace.cli import main  # noqa: E402
-from hpcplace.formats import load_spec  # noqa: E402
-from hpcplace.planner import plan_from_spec  # noqa: E402
-from hpcplace.tune import search  # noqa: E402
-from hpcplace.tune_config import build_setup  # noqa: E402
-from hpcplace.tune_profile import parse_profile  # noqa: E402
+from hpcplace.config.formats import load_spec  # noqa: E402
+from hpcplace.plan.planner import plan_from_spec  # noqa: E402
+from hpcplace.tune.tune import search  # noqa: E402
+from hpcplace.tune.tune_config import build_setup  # noqa: E402
+from hpcplace.tune.tune_profile import parse_profile  # noqa: E402
 
 CONFIG = """\
 name: bench-tune

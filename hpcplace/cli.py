@@ -84,12 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Commands that take `--driver -- CMD...` (the ray launch mode's driver; see hpcplace.launch).
+# Commands that take `--driver -- CMD...` (the ray launch mode's driver; see hpcplace.config.launch).
 DRIVER_COMMANDS = ("plan", "submit", "render", "run", "validate", "tune")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from hpcplace.launch import split_driver_argv
+    from hpcplace.config.launch import split_driver_argv
 
     parser = build_parser()
     try:

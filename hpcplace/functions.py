@@ -6,7 +6,7 @@
 Login side: each callable and its arguments are pickled with submitit's `DelayedSubmission`
 (cloudpickle) into RUN/functions/<component>.pkl, and the component's command in the plan becomes
 `python -m hpcplace.runtime.call RUN/functions/<component>.pkl RUN/results`; the plan then goes
-through the ordinary paths (`hpcplace.submit.submit`, or the local backend), so every rank starts
+through the ordinary paths (`hpcplace.slurm.submit.submit`, or the local backend), so every rank starts
 through the shim with its planned node, devices and RANK/WORLD_SIZE/... environment. In the job,
 `hpcplace.runtime.call` writes each rank's return value (or the formatted traceback) to
 RUN/results/<component>.<rank>.pkl; a raising rank exits non-zero, which fails the job fast.
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from hpcplace.errors import HpcplaceError
-from hpcplace.plan import Plan
-from hpcplace.slurm_job import unique_slugs
+from hpcplace.plan.plan import Plan
+from hpcplace.slurm.slurm_job import unique_slugs
 
 FUNCTIONS_DIR = "functions"
 RESULTS_DIR = "results"
@@ -66,7 +66,7 @@ class FunctionJob:
         """COMPLETED, FAILED, RUNNING, PENDING ... (Slurm's word for the whole het job)."""
         if self.local:
             return "COMPLETED" if self.exit_code == 0 else "FAILED"
-        from hpcplace.submit import job_status
+        from hpcplace.slurm.submit import job_status
 
         status = job_status(str(self.job_id))
         return "UNKNOWN" if status.source == "none" else status.state
@@ -74,16 +74,16 @@ class FunctionJob:
     def done(self) -> bool:
         if self.local:
             return True
-        from hpcplace.submit import job_status
+        from hpcplace.slurm.submit import job_status
 
         status = job_status(str(self.job_id))
         return status.source == "none" or status.done
 
     def wait(self, timeout: float | None = None, *, interval: float = 0.5) -> str:
-        """Poll Slurm (hpcplace.submit.job_status) until every het component is done; the final state."""
+        """Poll Slurm (hpcplace.slurm.submit.job_status) until every het component is done; the final state."""
         if self.local:
             return self.state()
-        from hpcplace.submit import job_status
+        from hpcplace.slurm.submit import job_status
 
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -124,7 +124,7 @@ class FunctionJob:
 
     def cancel(self) -> None:
         if not self.local:
-            from hpcplace.submit import cancel
+            from hpcplace.slurm.submit import cancel
 
             cancel(str(self.job_id))
 
@@ -157,7 +157,7 @@ def _read_record(path: Path) -> dict[str, Any] | None:
 def _load_plan(config: str | os.PathLike[str] | Plan, overrides: Sequence[str]) -> Plan:
     if isinstance(config, Plan):
         return config
-    from hpcplace.planner import plan_from_file
+    from hpcplace.plan.planner import plan_from_file
 
     return plan_from_file(config, overrides=overrides)
 
@@ -242,14 +242,14 @@ def submit_functions(config: str | os.PathLike[str] | Plan, functions: Mapping[s
         if workdir is not None or launcher is not None:
             raise FunctionError("workdir and launcher apply to Slurm runs only",
                                 hint="a local run uses this interpreter in the current directory")
-        from hpcplace.local_backend import new_run_id, run_plan_locally
+        from hpcplace.local.local_backend import new_run_id, run_plan_locally
 
         root = Path(run_dir) if run_dir is not None else Path("runs") / new_run_id(plan.name)
         plan, comps = function_plan(plan, functions, root)
         write_functions(root, functions, comps, args=args, kwargs=kwargs)
         code = run_plan_locally(plan, run_dir=root)
         return FunctionJob(Path(os.path.abspath(root)), None, comps, code)
-    from hpcplace import submit as slurm_submit
+    from hpcplace.slurm import submit as slurm_submit
 
     base = plan.slurm.get("output_dir") or "runs"
     root = Path(run_dir) if run_dir is not None else slurm_submit.default_run_dir(plan, base, datetime.now())
@@ -259,7 +259,7 @@ def submit_functions(config: str | os.PathLike[str] | Plan, functions: Mapping[s
     words = tuple(launcher) if launcher is not None else (sys.executable, "-m", "hpcplace.runtime")
     plan, comps = function_plan(plan, functions, root)
     if validate:
-        from hpcplace.validate import validate as check_cluster
+        from hpcplace.slurm.validate import validate as check_cluster
 
         check_cluster(plan)
     write_functions(root, functions, comps, args=args, kwargs=kwargs)

@@ -14,7 +14,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 venv="$(cd "$venv" && pwd)"  # absolute: the test cluster shares it with its nodes
 # torch is pinned to the local CPU build (never a CUDA download).
-"$venv/bin/pip" install --quiet --disable-pip-version-check -e ".[test,torch,ray,frameworks]"
+"$venv/bin/pip" install --quiet --disable-pip-version-check -e ".[test,torch,ray,frameworks,docs]"
 # The RL frameworks the Ray launch-mode tests run (their wheels pin GPU stacks: --no-deps; what their
 # code imports comes from the `frameworks` extra above); tests also check hpcplace against their parsers.
 "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r tests/requirements-frameworks.txt
@@ -37,6 +37,8 @@ export HPCPLACE_REQUIRE_SLURM="${CI:-false}"
 # the cluster with these (and itself adds the checkout and the running venv).
 export HPCPLACE_SLURM_SHARED="$root_dir:$venv${HPCPLACE_SLURM_SHARED:+:$HPCPLACE_SLURM_SHARED}"
 status=0
+# The docs site, strict (a broken link, a missing page or a failing generated part fails CI).
+scripts/build-docs.sh || status=$?
 # A test stuck for 5 minutes prints every thread's stack (then goes on), so a hang is diagnosable.
 python -m pytest -q -o faulthandler_timeout=300 "$@" || status=$?
 if [ "$slurm_ok" = 1 ]; then

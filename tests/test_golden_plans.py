@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.plan import SCHEMA, plan_to_json
-from hpcplace.planner import plan_from_file
+from hpcplace.plan.plan import SCHEMA, plan_to_json
+from hpcplace.plan.planner import plan_from_file
 from tests.golden import check_golden
 
 ROOT = Path(__file__).resolve().parents[1]

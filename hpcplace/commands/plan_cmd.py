@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hpcplace.formats import FORMATS
+from hpcplace.config.formats import FORMATS
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +23,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 def config_overrides(args: argparse.Namespace) -> list[str]:
     """--set values, then the Hydra-style overrides written after the config."""
     from hpcplace.errors import SpecError
-    from hpcplace.hydra_config import HYDRA_OVERRIDE
+    from hpcplace.config.hydra_config import HYDRA_OVERRIDE
 
     extra = list(getattr(args, "hydra_overrides", []) or [])
     for text in extra:
@@ -46,19 +46,12 @@ def plan_with_launch(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """Plan the config, with `--driver -- CMD...` (if given) applied to its launch block."""
     from dataclasses import replace
 
-    from hpcplace.launch import with_driver
-    from hpcplace.planner import plan_from_file
+    from hpcplace.config.launch import with_driver
+    from hpcplace.plan.planner import plan_from_file
 
     plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args))
     launch = with_driver(plan.launch, getattr(args, "driver", None))
     return plan if launch == plan.launch else replace(plan, launch=launch)
-
-
-def check_renders(plan) -> None:  # type: ignore[no-untyped-def]
-    """`plan` refuses what `render` would: lower and render the job in memory (no files)."""
-    from hpcplace.render import render_script
-
-    render_script(plan, "/nonexistent/hpcplace-plan-check")
 
 
 def write_svg(path: Path, text: str) -> None:
@@ -88,9 +81,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcplace.gpumap import summary, svg
-    from hpcplace.launch import nothing_to_run
-    from hpcplace.plan import write_plan_json
+    from hpcplace.plan.gpumap import summary, svg
+    from hpcplace.config.launch import nothing_to_run
+    from hpcplace.plan.plan import write_plan_json
+    from hpcplace.slurm.render import check_renders
 
     plan = plan_with_launch(args)
     check_renders(plan)

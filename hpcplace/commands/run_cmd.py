@@ -32,11 +32,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.local:
         raise SpecError("`hpcplace run` needs --local (the Slurm path is `hpcplace submit`)",
                         hint="try the experiment here first: hpcplace run CONFIG --local")
-    from hpcplace.local_backend import run_plan_locally
+    from hpcplace.local.local_backend import run_plan_locally
 
     plan = plan_with_launch(args)
     if plan.launch.is_ray:
-        from hpcplace.local_ray import run_ray_locally
+        from hpcplace.local.local_ray import run_ray_locally
 
         if args.components or args.dry_run:
             raise HpcplaceError("--component and --dry-run do not apply to the Ray launch mode",

@@ -104,7 +104,7 @@ def default_launcher(executable: str = sys.executable) -> tuple[str, ...]:
 
 def _launcher(args: argparse.Namespace) -> tuple[str, ...]:
     """The launcher argv (absolute program) plus `--chdir WORKDIR`."""
-    from hpcplace.safe_words import check_srun_argv
+    from hpcplace.config.safe_words import check_srun_argv
 
     if args.launcher is None:
         words = default_launcher()
@@ -139,7 +139,7 @@ def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The plan with `--driver` applied and a bare `python` driver made the submitting environment's."""
     from dataclasses import replace
 
-    from hpcplace.launch import resolve_driver_interpreter
+    from hpcplace.config.launch import resolve_driver_interpreter
 
     plan = plan_with_launch(args)
     launch = resolve_driver_interpreter(plan.launch, shutil.which, sys.executable)
@@ -148,7 +148,7 @@ def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def _runnable_plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """`_plan`, refused when its processes would have nothing to run ("no driver, no job")."""
-    from hpcplace.launch import check_runnable
+    from hpcplace.config.launch import check_runnable
 
     plan = _plan(args)
     check_runnable(plan)
@@ -156,7 +156,7 @@ def _runnable_plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _run_dir(args: argparse.Namespace, plan) -> Path:  # type: ignore[no-untyped-def]
-    from hpcplace import submit
+    from hpcplace.slurm import submit
 
     if args.run_dir:
         return Path(args.run_dir).absolute()
@@ -165,8 +165,8 @@ def _run_dir(args: argparse.Namespace, plan) -> Path:  # type: ignore[no-untyped
 
 def _warn_unshared(plan, launcher: tuple[str, ...], run_dir: Path) -> None:  # type: ignore[no-untyped-def]
     """Warn (stderr) about every path the job needs on the nodes that lies on this host alone."""
-    from hpcplace.shared_fs import CheckedPath, path_warnings, read_mounts
-    from hpcplace.spec import shared_paths
+    from hpcplace.slurm.shared_fs import CheckedPath, path_warnings, read_mounts
+    from hpcplace.config.spec import shared_paths
 
     workdir = launcher[launcher.index("--chdir") + 1]
     paths = [CheckedPath("the launcher", os.path.realpath(launcher[0]),
@@ -186,7 +186,7 @@ def _warn_unshared(plan, launcher: tuple[str, ...], run_dir: Path) -> None:  # t
 
 
 def run_render(args: argparse.Namespace) -> int:
-    from hpcplace.render import render_run
+    from hpcplace.slurm.render import render_run
 
     plan = _runnable_plan(args)
     launcher = _launcher(args)
@@ -200,7 +200,7 @@ def run_render(args: argparse.Namespace) -> int:
 
 def _refuse_submitted(run_dir: Path) -> None:
     """`render -o` over a submitted run directory would replace the plan.json its job reads."""
-    from hpcplace import submit
+    from hpcplace.slurm import submit
 
     if not run_dir.is_dir():
         return
@@ -214,7 +214,7 @@ def _refuse_submitted(run_dir: Path) -> None:
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    from hpcplace import submit
+    from hpcplace.slurm import submit
 
     plan = _runnable_plan(args)
     launcher = _launcher(args)
@@ -234,14 +234,14 @@ def run_submit(args: argparse.Namespace) -> int:
 
 
 def _validate_warn(plan) -> None:  # type: ignore[no-untyped-def]
-    from hpcplace import validate
+    from hpcplace.slurm import validate
 
     for w in validate.validate(plan).warnings:
         print(f"hpcplace: warning: {w}", file=sys.stderr)
 
 
 def _sbatch(plan, args: argparse.Namespace, launcher: tuple[str, ...], run_dir: Path):  # type: ignore[no-untyped-def]
-    from hpcplace import submit
+    from hpcplace.slurm import submit
 
     return submit.submit(plan, run_dir, launcher=launcher, template_dir=args.template_dir, timeout=args.timeout,
                          say=lambda s: print(f"hpcplace: {s}", file=sys.stderr))
@@ -256,7 +256,7 @@ def submit_checked(plan, args: argparse.Namespace, launcher: tuple[str, ...], ru
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from hpcplace import validate
+    from hpcplace.slurm import validate
 
     plan = _plan(args)
     _warn_unshared(plan, _launcher(args), Path(plan.slurm.get("output_dir") or "runs").absolute())
@@ -270,7 +270,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def _labels(run_dir: Path | None) -> list[str]:
-    from hpcplace import submit
+    from hpcplace.slurm import submit
 
     if run_dir is None:
         return []
@@ -281,8 +281,8 @@ def _labels(run_dir: Path | None) -> list[str]:
 
 def run_status(args: argparse.Namespace) -> int:
     """Exit code: 0 when every het component COMPLETED (or, without --watch, the job has not ended
-    yet); 10 FAILED, 11 CANCELLED, 12 TIMEOUT, 13 another end (README "Exit codes")."""
-    from hpcplace import submit
+    yet); 10 FAILED, 11 CANCELLED, 12 TIMEOUT, 13 another end (docs/slurm-job.md, "Exit codes")."""
+    from hpcplace.slurm import submit
 
     job_id, run_dir = submit.resolve_job(args.target)
     labels = _labels(run_dir)
@@ -307,7 +307,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_cancel(args: argparse.Namespace) -> int:
-    from hpcplace import submit
+    from hpcplace.slurm import submit
 
     job_id, _ = submit.resolve_job(args.target)
     print(submit.cancel(job_id))
@@ -340,8 +340,8 @@ def _ray_status(run_dir: Path) -> list[str]:
 def _ray_logs(args: argparse.Namespace, run_dir: Path, plan) -> int:  # type: ignore[no-untyped-def]
     """Ray mode logs: the driver (`--component driver`) and each node's raylet (`--component ray
     [--rank NODE_RANK]`), from logs/driver.out and logs/ray.<host>.out."""
-    from hpcplace import submit
-    from hpcplace.ray_cluster import ray_nodes
+    from hpcplace.slurm import submit
+    from hpcplace.ray.ray_cluster import ray_nodes
 
     if args.component not in (None, "driver", "ray"):
         raise SpecError(f"the Ray launch mode has no component {args.component!r} to show",
@@ -369,8 +369,8 @@ def _ray_logs(args: argparse.Namespace, run_dir: Path, plan) -> int:  # type: ig
 
 
 def run_logs(args: argparse.Namespace) -> int:
-    from hpcplace import submit
-    from hpcplace.slurm_job import lower
+    from hpcplace.slurm import submit
+    from hpcplace.slurm.slurm_job import lower
 
     run_dir = Path(args.run)
     plan_path = run_dir / "plan.json"

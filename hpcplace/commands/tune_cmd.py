@@ -26,11 +26,11 @@ METRIC_RE = re.compile(r"hpcplace-metric((?:\s+[A-Za-z_][A-Za-z0-9_.]*=\S+)+)")
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from hpcplace.commands.slurm_cmds import _template_args
-    from hpcplace.tune import OBJECTIVES
+    from hpcplace.tune.tune import OBJECTIVES
 
     p = subparsers.add_parser("tune", help="search placements over the config's node groups from measured costs")
     add_config_arguments(p)
-    p.add_argument("--profile", required=True, metavar="P.yaml", help="measured costs (README: Tuning placements)")
+    p.add_argument("--profile", required=True, metavar="P.yaml", help="measured costs (format: docs/tune.md)")
     p.add_argument("--top", type=int, default=5, metavar="K", help="placements to show (default 5)")
     p.add_argument("--objective", choices=OBJECTIVES, default="time",
                    help="minimise predicted seconds per iteration (default) or GPU-hours per iteration")
@@ -64,11 +64,11 @@ class _Progress:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from hpcplace.formats import load_spec
-    from hpcplace.planner import plan_from_spec
-    from hpcplace.tune import baselines, explain, search
-    from hpcplace.tune_config import build_setup, plan_text, rewrite
-    from hpcplace.tune_profile import parse_profile
+    from hpcplace.config.formats import load_spec
+    from hpcplace.plan.planner import plan_from_spec
+    from hpcplace.tune.tune import baselines, explain, search
+    from hpcplace.tune.tune_config import build_setup, plan_text, rewrite
+    from hpcplace.tune.tune_profile import parse_profile
 
     if args.top < 1 or (args.submit_top is not None and args.submit_top < 1):
         raise SpecError("--top and --submit-top take a positive number")

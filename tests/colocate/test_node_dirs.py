@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.planner import plan_from_file
-from hpcplace.plan import plan_to_json
+from hpcplace.plan.planner import plan_from_file
+from hpcplace.plan.plan import plan_to_json
 from hpcplace.runtime import shm_dir
 from hpcplace.runtime.colocate import Cycle, GroupSchedule
 

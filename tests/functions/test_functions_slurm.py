@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace import submit
+from hpcplace.slurm import submit
 from hpcplace.functions import FunctionError, submit_functions
 from hpcplace.runtime import process_info
 from tests.slurm.conftest import REPO, LiveCluster, slurm_cluster  # noqa: F401 - the fixture

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.cluster import Cluster, Hardware, NodeGroup
+from hpcplace.config.cluster import Cluster, Hardware, NodeGroup
 from hpcplace.errors import HpcplaceError
-from hpcplace.formats import load_spec
-from hpcplace.plan import Plan
-from hpcplace.planner import plan_from_spec
-from hpcplace.spec import ComponentSpec, ExperimentSpec, PlacementEntry
+from hpcplace.config.formats import load_spec
+from hpcplace.plan.plan import Plan
+from hpcplace.plan.planner import plan_from_spec
+from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry
 
 
 def group(label: str, gpus: int | Sequence[int] = 8, *, nodes: int | None = None, gpu_type: str | None = None,

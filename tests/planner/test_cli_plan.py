@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hpcplace.cli import main
-from hpcplace.plan import PROCESS_FIELDS, SCHEMA
+from hpcplace.plan.plan import PROCESS_FIELDS, SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -39,8 +39,8 @@ def test_there_are_example_configs() -> None:
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_plan_summary_for_every_config(capsys: pytest.CaptureFixture[str], config: Path) -> None:
-    from hpcplace.launch import commandless_components
-    from hpcplace.planner import plan_from_file
+    from hpcplace.config.launch import commandless_components
+    from hpcplace.plan.planner import plan_from_file
 
     code, out, err = run_cli(capsys, str(config))
     assert code == 0, err

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpcplace.plan import CollocationGroup
-from hpcplace.planner import plan_from_file
+from hpcplace.plan.plan import CollocationGroup
+from hpcplace.plan.planner import plan_from_file
 from tests.planner.conftest import cluster, group, plan_of
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

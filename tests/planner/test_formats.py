@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from hpcplace.errors import HpcplaceError, SpecError
-from hpcplace.formats import detect_format, load_spec
-from hpcplace.planner import plan_from_file, plan_from_spec
+from hpcplace.config.formats import detect_format, load_spec
+from hpcplace.plan.planner import plan_from_file, plan_from_spec
 from tests.planner.conftest import Yaml, gpus_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -335,7 +335,7 @@ def test_rlinf_missing_gpus_per_node(yml: Yaml) -> None:
 
 
 def test_rlinf_missing_partition_means_slurm_default(yml: Yaml) -> None:
-    from hpcplace.slurm_job import lower
+    from hpcplace.slurm.slurm_job import lower
 
     path = yml.write("cluster: {num_nodes: 1, component_placement: {actor: all}}\nslurm: {gpus_per_node: 8}\n")
     plan = plan_from_file(path)

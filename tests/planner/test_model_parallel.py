@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from hpcplace.errors import PlanError, SpecError
-from hpcplace.plan import Plan
-from hpcplace.planner import plan_from_file
+from hpcplace.plan.plan import Plan
+from hpcplace.plan.planner import plan_from_file
 from tests.planner.conftest import cluster, group, plan_of
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

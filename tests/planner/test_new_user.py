@@ -8,10 +8,10 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from hpcplace.cli import main
-from hpcplace.formats import load_spec
-from hpcplace.gpumap import summary, svg
-from hpcplace.planner import plan_from_file, plan_from_spec
-from hpcplace.render import render_script
+from hpcplace.config.formats import load_spec
+from hpcplace.plan.gpumap import summary, svg
+from hpcplace.plan.planner import plan_from_file, plan_from_spec
+from hpcplace.slurm.render import render_script
 from tests.planner.conftest import Yaml
 from tests.planner.test_formats import assert_error_at
 

@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from hpcplace.cluster import Cluster, NodeGroup
+from hpcplace.config.cluster import Cluster, NodeGroup
 from hpcplace.errors import HpcplaceError, SpecError
-from hpcplace.plan import plan_header
-from hpcplace.planner import plan_from_file
-from hpcplace.slurm_job import lower
+from hpcplace.plan.plan import plan_header
+from hpcplace.plan.planner import plan_from_file
+from hpcplace.slurm.slurm_job import lower
 from tests.planner.conftest import Yaml
 
 INTERLEAVED = """
@@ -81,8 +81,8 @@ def test_het_components_hold_exactly_their_groups_nodes(yml: Yaml) -> None:
 
 def test_plan_json_round_trips_interleaved_ranks(yml: Yaml, tmp_path) -> None:
     """status/logs read plan.json back: the cluster they rebuild has the planned node ranks."""
-    from hpcplace.plan import plan_to_json
-    from hpcplace.submit import load_plan
+    from hpcplace.plan.plan import plan_to_json
+    from hpcplace.slurm.submit import load_plan
 
     plan = plan_from_file(yml.write(INTERLEAVED))
     path = tmp_path / "plan.json"

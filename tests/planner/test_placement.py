@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hpcplace.errors import PlanError
-from hpcplace.placement import Placement, ResourceSpace, parse_group_labels, place, resource_space
+from hpcplace.plan.placement import Placement, ResourceSpace, parse_group_labels, resource_space
+from hpcplace.plan.process_table import place
 from tests.planner.conftest import cluster, gpus_of, group, plan_of
 
 RLINF_FIELDS = ("rank", "cluster_node_rank", "placement_node_rank", "local_accelerator_rank", "accelerator_type",

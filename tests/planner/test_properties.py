@@ -11,11 +11,11 @@ from dataclasses import dataclass, replace
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from hpcplace.cluster import Cluster, Hardware, NodeGroup
+from hpcplace.config.cluster import Cluster, Hardware, NodeGroup
 from hpcplace.errors import HpcplaceError
-from hpcplace.planner import plan_from_spec
-from hpcplace.spec import ExperimentSpec, PlacementEntry
-from hpcplace.strategies import Packed
+from hpcplace.plan.planner import plan_from_spec
+from hpcplace.config.spec import ExperimentSpec, PlacementEntry
+from hpcplace.plan.strategies import Packed
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ALPHABET = "0123456789-:, aAlL"

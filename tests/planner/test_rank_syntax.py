@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from hpcplace.errors import PlanError
-from hpcplace.rank_syntax import RankMapPart, RankSyntaxError, expand_rank_map, parse_rank_map, parse_range
+from hpcplace.config.rank_syntax import (
+    RankMapPart, RankSyntaxError, expand_rank_map, parse_rank_map, parse_range,
+)
 
 
 def expand(text: str, total: int = 16) -> list[list[int]]:

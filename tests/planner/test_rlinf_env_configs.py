@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from hpcplace.errors import SpecError
-from hpcplace.local_ray import local_raylet_facts
-from hpcplace.plan import plan_to_json
-from hpcplace.planner import plan_from_file
-from hpcplace.ray_cluster import ray_nodes, ray_summary
+from hpcplace.local.local_ray import local_raylet_facts
+from hpcplace.plan.plan import plan_to_json
+from hpcplace.plan.planner import plan_from_file
+from hpcplace.ray.ray_cluster import ray_nodes, ray_summary
 from hpcplace.runtime.ranks import plan_environment
 from hpcplace.runtime.ray_node import node_facts, ray_start_argv, raylet_env
-from hpcplace.submit import load_plan
+from hpcplace.slurm.submit import load_plan
 from tests.planner.conftest import Yaml
 
 CONFIG = """\

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from hpcplace.errors import HpcplaceError
-from hpcplace.plan import plan_to_json
-from hpcplace.planner import plan_from_file
+from hpcplace.plan.plan import plan_to_json
+from hpcplace.plan.planner import plan_from_file
 from tests.planner.test_properties import mutated, valid_looking
 from tests.ray.framework_checks import node_table, rlinf_mismatches
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from hpcplace.cli import main
-from hpcplace.plan import plan_to_json
-from hpcplace.planner import plan_from_file, plan_from_spec
-from hpcplace.formats import load_spec
-from hpcplace.slurm_job import lower
+from hpcplace.plan.plan import plan_to_json
+from hpcplace.plan.planner import plan_from_file, plan_from_spec
+from hpcplace.config.formats import load_spec
+from hpcplace.slurm.slurm_job import lower
 from tests.planner.conftest import Yaml, cluster, group, plan_of
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "rlinf_robots_uneven.yaml"
@@ -110,7 +110,7 @@ HETEROGENEOUS = Path(__file__).resolve().parents[2] / "configs" / "rlinf-heterog
 def test_site_gres_name_for_rlinf_hardware_type(tmp_path: Path) -> None:
     """RLinf names robot arms by their class (`type: Franka`); the site's gres.conf may call them
     `robot`: `slurm.node_groups.<label>.hardware_gres` renders that GRES and survives plan.json."""
-    from hpcplace.submit import load_plan
+    from hpcplace.slurm.submit import load_plan
 
     plan = plan_from_file(HETEROGENEOUS)
     robot = next(g for g in plan.cluster.node_groups if g.label == "robot")

@@ -18,16 +18,16 @@ import pytest
 from dataclasses import replace
 
 from hpcplace.cli import main
-from hpcplace.launch import LaunchSpec
+from hpcplace.config.launch import LaunchSpec
 from hpcplace.errors import HpcplaceError, SpecError
-from hpcplace.formats import load_spec
-from hpcplace.plan import plan_to_json
-from hpcplace.planner import plan_from_file, plan_from_spec
-from hpcplace.ray_cluster import ray_nodes, ray_summary
-from hpcplace.render import render_run
+from hpcplace.config.formats import load_spec
+from hpcplace.plan.plan import plan_to_json
+from hpcplace.plan.planner import plan_from_file, plan_from_spec
+from hpcplace.ray.ray_cluster import ray_nodes, ray_summary
+from hpcplace.slurm.render import render_run
 from hpcplace.runtime.ray_node import node_facts
-from hpcplace.slurm_job import lower
-from hpcplace.submit import load_plan
+from hpcplace.slurm.slurm_job import lower
+from hpcplace.slurm.submit import load_plan
 from tests.planner.conftest import Yaml
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "roll_vllm_span.yaml"

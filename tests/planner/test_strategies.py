@@ -7,8 +7,8 @@ import itertools
 import pytest
 
 from hpcplace.errors import PlanError
-from hpcplace.placement import resource_space
-from hpcplace.strategies import Flexible, Node, Packed
+from hpcplace.plan.placement import resource_space
+from hpcplace.plan.strategies import Flexible, Node, Packed
 from tests.planner.conftest import cluster, group
 
 

@@ -15,9 +15,9 @@ import pytest
 
 from hpcplace.cli import main
 from hpcplace.errors import HpcplaceError
-from hpcplace.formats import detect_format, load_spec
-from hpcplace.planner import plan_from_file, plan_from_spec
-from hpcplace.slurm_job import lower
+from hpcplace.config.formats import detect_format, load_spec
+from hpcplace.plan.planner import plan_from_file, plan_from_spec
+from hpcplace.slurm.slurm_job import lower
 from tests.planner.conftest import Yaml, gpus_of
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -300,7 +300,7 @@ def test_cli_overrides_after_config_and_header(shared: None, capsys: pytest.Capt
 
 
 def test_validate_names_the_default_partition() -> None:
-    from hpcplace import validate
+    from hpcplace.slurm import validate
 
     plan = plan_from_file(FIXTURES / "areal_moe.yaml")
     facts = validate.parse_cluster_facts(

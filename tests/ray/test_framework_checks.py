@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.plan import plan_to_json
-from hpcplace.planner import plan_from_file
+from hpcplace.plan.plan import plan_to_json
+from hpcplace.plan.planner import plan_from_file
 from tests.ray.framework_checks import group_node_ranks, node_table, rlinf_mismatches
 
 HERE = Path(__file__).parent

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcplace import submit
+from hpcplace.slurm import submit
 from tests.ray.framework_checks import node_table, rlinf_mismatches
 from tests.ray.test_ray_slurm import _small_ray, assert_clean  # noqa: F401 - fixture
 from tests.slurm.conftest import LiveCluster, slurm_cluster, submit_cli, wait_done  # noqa: F401 - fixture

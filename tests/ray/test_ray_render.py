@@ -15,13 +15,13 @@ import pytest
 
 from hpcplace.cli import main as cli_main
 from hpcplace.errors import SpecError
-from hpcplace.launch import LaunchSpec, split_driver_argv
-from hpcplace.plan import plan_to_json
-from hpcplace.planner import plan_from_file
-from hpcplace.ray_cluster import ray_nodes, ray_step_segments
-from hpcplace.render import render_run, render_script
-from hpcplace.slurm_job import lower
-from hpcplace.submit import load_plan
+from hpcplace.config.launch import LaunchSpec, split_driver_argv
+from hpcplace.plan.plan import plan_to_json
+from hpcplace.plan.planner import plan_from_file
+from hpcplace.ray.ray_cluster import ray_nodes
+from hpcplace.slurm.render import render_run, render_script
+from hpcplace.slurm.slurm_job import lower, ray_step_segments
+from hpcplace.slurm.submit import load_plan
 from tests.golden import check_golden
 from tests.slurm.conftest import hostile_values
 
@@ -120,8 +120,9 @@ def test_interleaved_node_ranks_in_the_ray_lowering_and_header() -> None:
     """RLinf node_ranks a800 "2,0", 4090 1, cpu 3: the a800 component's second host is node rank 2
     (its raylet's RLINF_NODE_RANK and label), the header lists hosts by node rank, the driver runs on
     rank 0; a Cluster whose rank 0 is not het component 0's first node moves the driver step there."""
-    from hpcplace.cluster import Cluster
-    from hpcplace.ray_cluster import driver_step_args, head_node
+    from hpcplace.config.cluster import Cluster
+    from hpcplace.ray.ray_cluster import head_node
+    from hpcplace.slurm.slurm_job import driver_step_args
 
     plan = plan_from_file(REPO / "tests" / "fixtures" / "rlinf-ray-interleaved.yaml")
     plan = replace(plan, launch=LaunchSpec("ray", ("x",)))
@@ -174,7 +175,7 @@ def test_hostile_driver_never_in_a_command_line(tmp_path: Path) -> None:
 
 
 def test_local_mode_facts_and_warning() -> None:
-    from hpcplace.local_ray import local_raylet_facts, local_warning
+    from hpcplace.local.local_ray import local_raylet_facts, local_warning
 
     plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
     plan = replace(plan, launch=LaunchSpec("ray", ("x",)))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace import submit
+from hpcplace.slurm import submit
 from tests.slurm.conftest import (LiveCluster, cli, cluster_nodes, ensure_cluster, hostile_values, node_root,
                                   submit_cli, wait_done)
 

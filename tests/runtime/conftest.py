@@ -11,8 +11,8 @@ import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
-from hpcplace.plan import plan_to_json
-from hpcplace.planner import plan_from_file
+from hpcplace.plan.plan import plan_to_json
+from hpcplace.plan.planner import plan_from_file
 from hpcplace.runtime.plan_index import write_index
 
 REPO = Path(__file__).resolve().parents[2]

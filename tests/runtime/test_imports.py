@@ -22,7 +22,7 @@ print(repr({"import": sorted(after_import - before), "resolve": sorted(after_res
 
 ALLOWED = {"struct", "_struct", "__future__", "hpcplace", "_json", "pynvml"}
 FORBIDDEN = {"json", "re", "dataclasses", "typing", "argparse", "pathlib", "yaml", "jinja2", "torch", "inspect",
-             "hpcplace.plan", "hpcplace.errors", "hpcplace.cli"}
+             "hpcplace.plan.plan", "hpcplace.errors", "hpcplace.cli"}
 
 
 def test_shim_imports_stdlib_only(tmp_path: Path) -> None:

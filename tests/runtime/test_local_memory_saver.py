@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace import local_backend
+from hpcplace.local import local_backend
 from tests.gpu.fake_gpu import fake_gpu_dir, fake_memory_saver
 
 

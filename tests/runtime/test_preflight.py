@@ -162,7 +162,7 @@ def run_task(tmp_path: Path, env: dict[str, str], capsys: pytest.CaptureFixture[
 
 @pytest.fixture
 def rendered(tmp_path: Path) -> Path:
-    from hpcplace.render import render_run
+    from hpcplace.slurm.render import render_run
     from tests.slurm.conftest import plan_yaml
 
     plan = plan_yaml(tmp_path, CONFIG % {"python": sys.executable})

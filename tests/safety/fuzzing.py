@@ -207,8 +207,8 @@ class Outcome:
 
 def run_case(path: Path, text: str, overrides: list[str], slow_s: float = 5.0) -> Outcome:
     """Plan and render (in memory) one config; classify what happened."""
-    from hpcplace.planner import plan_from_file
-    from hpcplace.render import render_script
+    from hpcplace.plan.planner import plan_from_file
+    from hpcplace.slurm.render import render_script
 
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
     t0 = time.perf_counter()

@@ -25,8 +25,8 @@ def test_fuzzed_configs_fail_cleanly(tmp_path: Path, data: st.DataObject) -> Non
 
 
 def test_every_format_is_seeded() -> None:
-    from hpcplace.formats import detect_format
-    from hpcplace.yaml_source import load_yaml_text
+    from hpcplace.config.formats import detect_format
+    from hpcplace.config.yaml_source import load_yaml_text
 
     formats = {detect_format(load_yaml_text(text).data) for text in SEEDS.values()}
     assert formats == {"native", "rlinf", "roll", "areal"}

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace import limits
+from hpcplace.config import limits
 from hpcplace.cli import main as cli_main
 from hpcplace.errors import HpcplaceError, SpecError
-from hpcplace.planner import plan_from_file
-from hpcplace.render import render_run, render_script
+from hpcplace.plan.planner import plan_from_file
+from hpcplace.slurm.render import render_run, render_script
 from hpcplace.runtime import master_port as mp
-from hpcplace.safe_words import check_srun_argv, env_name_problem, reserved_env_names
-from hpcplace.slurm_job import lower
+from hpcplace.config.safe_words import check_srun_argv, env_name_problem, reserved_env_names
+from hpcplace.slurm.slurm_job import lower
 
 NATIVE = """\
 name: t
@@ -76,7 +76,7 @@ def test_deep_nesting_is_capped(tmp_path: Path) -> None:
 
 
 def test_merge_keys_still_work() -> None:
-    from hpcplace.yaml_source import load_yaml_text
+    from hpcplace.config.yaml_source import load_yaml_text
 
     doc = load_yaml_text("d: &d {command: [true], env: {A: '1'}}\nagent: {<<: *d, env: {B: '2'}}\n")
     assert doc.data["agent"] == {"command": [True], "env": {"B": "2"}}
@@ -221,7 +221,7 @@ def test_escape_sequences_never_reach_job_sbatch_raw(tmp_path: Path) -> None:
 
 
 def test_quote_word_round_trips_through_bash() -> None:
-    from hpcplace.render import quote_word
+    from hpcplace.slurm.render import quote_word
 
     for text in ["a\nb", "\x1b[31m", "it's \\ \t", "\u202eabc", "\x7f", "ok"]:
         out = subprocess.run(["bash", "-c", "printf %s " + quote_word(text)], capture_output=True, text=True).stdout

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcplace.plan import Plan
-from hpcplace.planner import plan_from_file
+from hpcplace.plan.plan import Plan
+from hpcplace.plan.planner import plan_from_file
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SCRIPTS = REPO / "scripts" / "slurm-cluster"

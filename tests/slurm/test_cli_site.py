@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace import launch, shared_fs, slurm_cli, validate
+from hpcplace.config import launch
+
+from hpcplace.slurm import shared_fs, slurm_cli, validate
 from hpcplace.cli import build_parser, main
 from hpcplace.commands.slurm_cmds import default_launcher
 from hpcplace.errors import SpecError
-from hpcplace.planner import plan_from_file
-from hpcplace.shared_fs import CheckedPath, Mount
+from hpcplace.plan.planner import plan_from_file
+from hpcplace.slurm.shared_fs import CheckedPath, Mount
 from tests.slurm.conftest import REPO
 from tests.slurm.test_submit_fake import _calls, fake_slurm  # noqa: F401  (the fixture)
 
@@ -198,7 +200,7 @@ def test_path_warnings_name_the_path_and_the_fix() -> None:
 def test_shared_paths_key(tmp_path: Path) -> None:
     plan = plan_from_file(_write(tmp_path, HALF.replace('a: {command: ["true"]}', 'a: {command: ["true"]}\n  b: '
                                                         '{command: ["true"]}') + "slurm: {shared_paths: [/home, /g p]}\n"))
-    from hpcplace.spec import shared_paths
+    from hpcplace.config.spec import shared_paths
 
     assert shared_paths(plan.slurm) == ("/home", "/g p")
     for bad, words in (("/home", "must be a list of absolute paths, got '/home'"), ("[home]", "'home' is not an absolute"),

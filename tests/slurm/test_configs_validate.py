@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.planner import plan_from_file
+from hpcplace.plan.planner import plan_from_file
 from tests.slurm.conftest import REPO, LiveCluster
 
 pytestmark = pytest.mark.slurm

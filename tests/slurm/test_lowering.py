@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from hpcplace.errors import SlurmError, SpecError
-from hpcplace.planner import plan_from_file
-from hpcplace.rank_syntax import compress_ranks
-from hpcplace.slurm_job import (
+from hpcplace.plan.planner import plan_from_file
+from hpcplace.config.rank_syntax import compress_ranks
+from hpcplace.slurm.slurm_job import (
     consecutive_runs, gpu_bind, gpu_mask, lower, sbatch_time_ok, segment_srun_args, slug,
     time_limit_seconds, unique_slugs,
 )

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace import submit
-from hpcplace.launch import LaunchSpec
-from hpcplace.plan import Plan
+from hpcplace.slurm import submit
+from hpcplace.config.launch import LaunchSpec
+from hpcplace.plan.plan import Plan
 from tests.slurm.conftest import CLUSTER_DIR, REPORTER, LiveCluster, plan_yaml, wait_done
 
 pytestmark = pytest.mark.slurm

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from hpcplace.errors import SlurmError, SpecError
-from hpcplace.plan import plan_to_json
-from hpcplace.planner import plan_from_file
-from hpcplace.render import LIBRARY_NAME, render_library, render_run, render_script, sha256_text
-from hpcplace.slurm_job import lower
+from hpcplace.plan.plan import plan_to_json
+from hpcplace.plan.planner import plan_from_file
+from hpcplace.slurm.render import LIBRARY_NAME, render_library, render_run, render_script, sha256_text
+from hpcplace.slurm.slurm_job import lower
 from tests.golden import check_golden
 from tests.slurm.conftest import REPO
 from tests.slurm.sbatch_readback import read_sbatch_options, sbatch_words
@@ -157,7 +157,7 @@ def big_plan(nodes: int):  # type: ignore[no-untyped-def]
     sys.path.insert(0, str(REPO / "bench"))
     from bench_planner import big_spec_yaml, load_spec_text  # type: ignore[import-not-found]
 
-    from hpcplace.planner import plan_from_spec
+    from hpcplace.plan.planner import plan_from_spec
 
     return plan_from_spec(load_spec_text(big_spec_yaml(nodes)))
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.cluster import Cluster
+from hpcplace.config.cluster import Cluster
 from hpcplace.errors import SlurmError, SpecError
-from hpcplace.plan import Plan
-from hpcplace.planner import plan_from_file
-from hpcplace.render import render_run
-from hpcplace.slurm_job import lower, segment_srun_args
+from hpcplace.plan.plan import Plan
+from hpcplace.plan.planner import plan_from_file
+from hpcplace.slurm.render import render_run
+from hpcplace.slurm.slurm_job import lower, segment_srun_args
 from tests.slurm.conftest import HOSTILE, REPO, hostile_values
 from tests.slurm.sbatch_readback import read_sbatch_options
 

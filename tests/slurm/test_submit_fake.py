@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace import slurm_cli, submit, validate
+from hpcplace.slurm import slurm_cli, submit, validate
 from hpcplace.errors import SlurmError
-from hpcplace.plan import Plan
-from hpcplace.planner import plan_from_file
+from hpcplace.plan.plan import Plan
+from hpcplace.plan.planner import plan_from_file
 from tests.slurm.conftest import REPO
 
 DATA = Path(__file__).with_name("data")

@@ -12,8 +12,8 @@ import pytest
 from hpcplace.cli import main
 from hpcplace.commands.tune_cmd import TUNE_RECORD, read_metrics
 from hpcplace.errors import SpecError
-from hpcplace.planner import plan_from_file
-from hpcplace.tune_profile import Curve, parse_profile
+from hpcplace.plan.planner import plan_from_file
+from hpcplace.tune.tune_profile import Curve, parse_profile
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.formats import load_spec
-from hpcplace.planner import plan_from_spec
-from hpcplace.tune import evaluate, search
-from hpcplace.tune_config import build_setup, plan_text, rewrite
-from hpcplace.tune_profile import parse_profile
+from hpcplace.config.formats import load_spec
+from hpcplace.plan.planner import plan_from_spec
+from hpcplace.tune.tune import evaluate, search
+from hpcplace.tune.tune_config import build_setup, plan_text, rewrite
+from hpcplace.tune.tune_profile import parse_profile
 
 SRC = os.environ.get("HPCPLACE_RLINF_SRC")
 HELPER = Path(__file__).with_name("rlinf_auto_placement.py")

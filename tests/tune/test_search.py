@@ -7,8 +7,8 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcplace.tune import Component, Group, Problem, Rules, baselines, evaluate, search
-from hpcplace.tune_profile import ComponentProfile, Curve
+from hpcplace.tune.tune import Component, Group, Problem, Rules, baselines, evaluate, search
+from hpcplace.tune.tune_profile import ComponentProfile, Curve
 
 TYPES = {"a800": ("gpu", 80.0), "rtx4090": ("gpu", 24.0), "cpu": ("node", None), "robot": ("hardware", None)}
 

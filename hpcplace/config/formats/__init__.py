@@ -1,0 +1,146 @@
+"""Input formats: native hpcplace, RLinf, ROLL and AReaL configs, all converted to ExperimentSpec."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from dataclasses import replace
+
+from hpcplace.errors import SourceLocation, SpecError
+from hpcplace.config.hydra_config import compose, mark_override, needs_hydra, split_overrides
+from hpcplace.config.spec import ExperimentSpec
+from hpcplace.config.yaml_source import YamlDocument, load_yaml_file
+
+FORMATS = ("native", "rlinf", "roll", "areal")
+
+
+_AREAL_ENGINES = ("actor", "rollout", "critic", "ref", "teacher")
+
+
+def detect_format(data: object, path: str | None = None) -> str:
+    """Guess the format from the document's shape; `format:` at the top level always wins."""
+    where = SourceLocation(path, 1, 1) if path else None
+    if data is None:
+        raise SpecError("the config is empty", hint="pass the experiment config, not an empty or comment-only file",
+                        location=where)
+    if not isinstance(data, dict):
+        raise SpecError("the config must be a YAML mapping", hint="see configs/ for examples", location=where)
+    declared = data.get("format")
+    if isinstance(declared, str) and declared.lower() in FORMATS:
+        return declared.lower()
+    cluster = data.get("cluster")
+    if "allocation_mode" in data:
+        return "areal"
+    if any(isinstance(data.get(k), dict) and isinstance(data[k].get("backend"), str) for k in _AREAL_ENGINES) \
+            and isinstance(cluster, dict) and ("n_gpus_per_node" in cluster or "n_nodes" in cluster):
+        return "areal"
+    if isinstance(cluster, dict) and "component_placement" in cluster:
+        groups = cluster.get("node_groups")
+        if "num_nodes" in cluster or (isinstance(groups, list) and groups and isinstance(groups[0], dict)
+                                      and "node_ranks" in groups[0]):
+            return "rlinf"
+        return "native"
+    if "num_gpus_per_node" in data or any(isinstance(v, dict) and ("device_mapping" in v or "world_size" in v)
+                                          for v in data.values()):
+        return "roll"
+    raise SpecError(
+        "cannot tell the config format: found none of `cluster.component_placement` (RLinf or native), "
+        "`allocation_mode` or `<engine>.backend` with `cluster.n_gpus_per_node` (AReaL), "
+        "`num_gpus_per_node` or a worker with `device_mapping`/`world_size` (ROLL)",
+        location=where,
+        hint="add `format: native|rlinf|roll|areal` at the top level (or pass --format), or check that the "
+             "file is the experiment config rather than one of its defaults files")
+
+
+def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument:
+    """`dotted.key=value` overrides (value read as a YAML scalar, never evaluated) on a copy."""
+    if not overrides:
+        return doc
+    import copy
+
+    data = copy.deepcopy(doc.data)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SpecError(f"cannot apply --set to {doc.path}: the document is not a mapping",
+                        location=doc.location(()), hint="--set KEY=VALUE sets a key of a YAML mapping")
+    for n, item in enumerate(overrides, 1):
+        key, sep, raw = item.partition("=")
+        where = SourceLocation(f"--set #{n}", 1, 1)  # a command-line argument, not a line of the file
+        if not sep or not key.strip():
+            raise SpecError(f"invalid override {item!r}", hint="write KEY=VALUE, e.g. slurm.gpus_per_node=8",
+                            location=where)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, (dict, list)):
+            value = raw
+        key = key.lstrip("+")  # Hydra's `+key=value` (add) / `++key=value` (add or override) read the same here
+        node = data
+        parts = key.strip().split(".")
+        if any(not p for p in parts):
+            raise SpecError(f"invalid override {item!r}: empty key in {key.strip()!r}",
+                            hint="write KEY=VALUE with dotted keys, e.g. slurm.time=1:00:00", location=where)
+        for depth, part in enumerate(parts[:-1]):
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            if not isinstance(nxt, dict):
+                raise SpecError(f"override {item!r}: {part!r} is not a mapping in {doc.path}",
+                                location=doc.location(tuple(parts[:depth + 1])),
+                                hint="--set can only set keys inside mappings")
+            node = nxt
+        node[parts[-1]] = value
+    marks = dict(doc.marks)
+    for item in overrides:
+        mark_override(item, marks)
+    return YamlDocument(doc.path, data, marks)
+
+
+def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = ()) -> ExperimentSpec:
+    """Read (and compose, when it has a Hydra `defaults:` list) a config, apply overrides, parse it;
+    the top-level `launch:` block is read the same way in every format."""
+    from hpcplace.config.launch import parse_launch
+
+    doc = load_yaml_file(path)
+    composed: tuple[str, ...] = ()
+    if needs_hydra(doc, overrides):
+        for_hydra, plain = split_overrides(doc, overrides)
+        doc, composed = compose(doc, for_hydra)
+        doc = apply_overrides(doc, plain)
+    else:
+        doc = apply_overrides(doc, overrides)
+    spec = _parse(doc, format)
+    launch = parse_launch(doc.root().get("launch"))
+    if launch != spec.launch:
+        spec = replace(spec, launch=launch)
+    return replace(spec, composed=composed + tuple(f"override {o}" for o in overrides)) \
+        if composed or overrides else spec
+
+
+def _parse(doc: YamlDocument, format: str | None) -> ExperimentSpec:
+    try:
+        fmt = (format or detect_format(doc.data, doc.path)).lower()
+    except SpecError as exc:  # detection looks at the whole document: point at its start
+        raise SpecError(exc.message, hint=exc.hint, location=exc.location or doc.location(())) from None
+    if fmt == "native":
+        from hpcplace.config.spec import parse_native
+
+        return parse_native(doc)
+    if fmt == "rlinf":
+        from hpcplace.config.formats.rlinf import parse_rlinf
+
+        return parse_rlinf(doc)
+    if fmt == "roll":
+        from hpcplace.config.formats.roll import parse_roll
+
+        return parse_roll(doc)
+    if fmt == "areal":
+        from hpcplace.config.formats.areal import parse_areal
+
+        return parse_areal(doc)
+    raise SpecError(f"unknown format {fmt!r}", hint="one of: " + ", ".join(FORMATS))

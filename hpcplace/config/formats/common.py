@@ -1,0 +1,103 @@
+"""Pieces shared by the foreign formats: the `hpcplace:` block and the `slurm:` facts block."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcplace.config.spec import (
+    SLURM_JOB_OPTIONS, ComponentSpec, check_name, component_settings, parse_memory_mb, slurm_options,
+)
+from hpcplace.config.yaml_source import View
+
+SLURM_GROUP_KEYS = {"partition", "gpus_per_node", "gpu_type", "cpus_per_node", "mem_per_node", "constraint",
+                    "account", "qos", "hardware_gres"}
+
+
+@dataclass(frozen=True)
+class SlurmFacts:
+    """What RLinf/ROLL/AReaL discover at run time but Slurm needs up front, for one node group."""
+
+    partition: str | None
+    gpus_per_node: int | None
+    gpu_type: str | None
+    cpus_per_node: int | None
+    mem_per_node_mb: int | None
+    constraint: str | None
+    account: str | None
+    qos: str | None
+    hardware_gres: str | None = None  # the site's GRES name for the group's hardware (default: its type)
+
+
+def slurm_facts(view: View | None, label: str | None = None, base: SlurmFacts | None = None) -> SlurmFacts:
+    """Facts from `slurm:` (defaults) overlaid with `slurm.node_groups.<label>:` when given."""
+    facts = base or SlurmFacts(None, None, None, None, None, None, None, None)
+    if view is None:
+        return facts
+    if label is not None:
+        groups = view.get("node_groups")
+        child = None
+        if groups is not None:
+            for key, candidate in groups.items():
+                if str(key).lower() == label.lower():
+                    child = candidate
+        if child is None:
+            return facts
+        child.check_keys(SLURM_GROUP_KEYS)
+        view = child
+
+    def opt(key: str, kind: str) -> object:
+        c = view.get(key)
+        if c is None or c.value is None:
+            return getattr(facts, "mem_per_node_mb" if key == "mem_per_node" else key)
+        if kind == "int":
+            return c.int(minimum=0)
+        if kind == "mem":
+            return parse_memory_mb(c)
+        return c.str() if not isinstance(c.value, int) else str(c.value)
+
+    return SlurmFacts(opt("partition", "str"), opt("gpus_per_node", "int"), opt("gpu_type", "str"),  # type: ignore[arg-type]
+                      opt("cpus_per_node", "int"), opt("mem_per_node", "mem"), opt("constraint", "str"),  # type: ignore[arg-type]
+                      opt("account", "str"), opt("qos", "str"), opt("hardware_gres", "str"))  # type: ignore[arg-type]
+
+
+SLURM_BLOCK_KEYS = SLURM_GROUP_KEYS | SLURM_JOB_OPTIONS | {"node_groups", "cpu_partition", "cpu_nodes"}
+
+
+def slurm_job_options(view: View | None, extra: frozenset[str] = frozenset()) -> dict[str, str]:
+    """The job-level options of a foreign format's `slurm:` block, after checking its keys: the
+    shared ones plus `extra` (the format's own, e.g. ROLL's `nodes`)."""
+    if view is None:
+        return {}
+    nodes = view.get("nodes")
+    if nodes is not None and "nodes" not in extra:
+        raise nodes.key_error("slurm.nodes pins the node count of a ROLL config (derived there from the "
+                              "device mappings); this format states its node count itself",
+                              hint="set cluster.num_nodes (RLinf) or cluster.n_nodes (AReaL) instead")
+    view.check_keys(SLURM_BLOCK_KEYS | extra)
+    sub = {k: v for k, v in view.mapping().items() if k in SLURM_JOB_OPTIONS}
+    return slurm_options(View(view.doc, view.path, sub))
+
+
+def hpcplace_block(root: View, placed: set[str], doc_path: str) -> tuple[str, dict[str, ComponentSpec]]:
+    """The optional `hpcplace: {name, components: {...}}` block a foreign config may carry."""
+    block = root.get("hpcplace")
+    default_name = Path(doc_path).stem.replace(" ", "-") or "experiment"
+    if block is None:
+        return _safe_name(default_name), {}
+    block.check_keys({"name", "components", "model_parallel"})
+    name = check_name(block.require("name"), block.require("name").str(), "experiment name") \
+        if block.get("name") else _safe_name(default_name)
+    components: dict[str, ComponentSpec] = {}
+    comps = block.get("components")
+    if comps is not None:
+        for key, child in comps.items():
+            if key not in placed:
+                raise child.key_error(f"component {key!r} has settings but no placement")
+            components[key] = component_settings(child, key)
+    return name, components
+
+
+def _safe_name(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c in "_.-" else "-" for c in name).strip("-.")
+    return cleaned or "experiment"

@@ -1,0 +1,220 @@
+"""How the job launches: the `launch:` block every input format accepts, and `--driver -- CMD...`.
+
+    launch:
+      mode: ray                      # "steps" (default: one srun step per component) | "ray"
+      driver: [python, main.py, --config-name, X]   # argv list, or a string split like a shell
+      env: {PYTHONPATH: /opt/site}   # extra env for every raylet and the driver
+      join_timeout: 300              # seconds to wait for every node's raylet
+
+In "ray" mode the plan shapes a Ray cluster (one raylet per allocated node, see hpcplace.ray.ray_cluster)
+and the driver runs once on the head. The frameworks never read this block.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from hpcplace.errors import SpecError
+from hpcplace.config.yaml_source import View, yaml_words
+
+if TYPE_CHECKING:
+    from hpcplace.plan.plan import Plan
+
+MODES = ("steps", "ray")
+KEYS = frozenset({"mode", "driver", "env", "join_timeout"})
+DEFAULT_JOIN_TIMEOUT = 300.0
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """The launch mode; `driver`, `env` and `join_timeout` matter in ray mode only."""
+
+    mode: str = "steps"
+    driver: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    join_timeout: float = DEFAULT_JOIN_TIMEOUT
+
+    @property
+    def is_ray(self) -> bool:
+        return self.mode == "ray"
+
+    def to_json(self) -> dict[str, object]:
+        return {"mode": self.mode, "driver": list(self.driver), "env": dict(sorted(self.env.items())),
+                "join_timeout": self.join_timeout}
+
+
+STEPS = LaunchSpec()
+
+
+def check_driver(argv: Sequence[str], where: str = "launch.driver") -> tuple[str, ...]:
+    """The driver argv as given. Refused: empty, an empty program, NUL bytes (no argv can hold them).
+    A bare `:` is fine here: the driver reaches srun only through plan.json, never on its command line."""
+    out = tuple(str(a) for a in argv)
+    if not out or not out[0]:
+        raise SpecError(f"{where} is empty", hint="give the program and its arguments, e.g. [python, main.py]")
+    for arg in out:
+        if "\0" in arg:
+            raise SpecError(f"{where}: argument {arg!r} holds a NUL byte", hint="no command line can carry one")
+    return out
+
+
+def check_env(env: Mapping[str, str], where: str = "launch.env") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in env.items():
+        if not ENV_NAME_RE.match(key):
+            raise SpecError(f"{where}: {key!r} is not an environment variable name",
+                            hint="names use letters, digits and '_' and do not start with a digit")
+        if "\0" in value:
+            raise SpecError(f"{where}: the value of {key} holds a NUL byte")
+        out[key] = value
+    return out
+
+
+def parse_launch(view: View | None) -> LaunchSpec:
+    """The top-level `launch:` block (None or absent: steps mode)."""
+    if view is None or view.value is None:
+        return STEPS
+    if not isinstance(view.value, dict):
+        raise view.error("launch must be a mapping", hint="e.g. launch: {mode: ray, driver: [python, main.py]}")
+    view.check_keys(KEYS)
+    mode_view = view.get("mode")
+    mode = mode_view.str().strip().lower() if mode_view is not None and mode_view.value is not None else None
+    if mode is not None and mode not in MODES:
+        raise mode_view.error(f"unknown launch mode {mode_view.value!r}",  # type: ignore[union-attr]
+                              hint="one of: " + ", ".join(MODES))
+    driver: tuple[str, ...] = ()
+    driver_view = view.get("driver")
+    if driver_view is not None and driver_view.value is not None:
+        driver = _driver(driver_view)
+    env: dict[str, str] = {}
+    env_view = view.get("env")
+    if env_view is not None and env_view.value is not None:
+        try:
+            env = check_env(env_view.str_map())
+        except SpecError as exc:
+            raise env_view.error(exc.message, hint=exc.hint) from None
+    timeout = DEFAULT_JOIN_TIMEOUT
+    tv = view.get("join_timeout")
+    if tv is not None and tv.value is not None:
+        if isinstance(tv.value, bool) or not isinstance(tv.value, (int, float)) or not 1 <= tv.value <= 86400:
+            raise tv.error(f"join_timeout must be a number of seconds from 1 to 86400, got {tv.value!r}")
+        timeout = float(tv.value)
+    if mode is None:
+        mode = "ray" if driver else "steps"
+    if mode == "ray" and not driver:
+        raise view.error("launch mode ray needs a driver",
+                         hint="add driver: [python, main.py, ...] or pass --driver -- CMD... on the command line")
+    if mode == "steps" and driver:
+        raise driver_view.error("launch.driver is only used in ray mode",  # type: ignore[union-attr]
+                                hint="set launch.mode: ray (or remove the driver)")
+    return LaunchSpec(mode, driver, env, timeout)
+
+
+def _driver(view: View) -> tuple[str, ...]:
+    words = yaml_words(view, "driver")
+    try:
+        return check_driver(words)
+    except SpecError as exc:
+        raise view.error(exc.message, hint=exc.hint) from None
+
+
+def with_driver(launch: LaunchSpec, driver: Sequence[str] | None) -> LaunchSpec:
+    """`--driver -- CMD...` from the command line: ray mode with that driver (overrides the block's)."""
+    if not driver:
+        return launch
+    return replace(launch, mode="ray", driver=check_driver(driver, "--driver"))
+
+
+def split_driver_argv(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
+    """Cut `--driver -- CMD...` (or `--driver CMD...`) off a command line: everything after it is the
+    driver, never read by argparse. Returns (the rest, the driver or None)."""
+    args = list(argv)
+    if "--driver" not in args:
+        return args, None
+    i = args.index("--driver")
+    if "--" in args[:i]:  # `--driver` after a `--` belongs to something else
+        return args, None
+    driver = args[i + 1:]
+    if driver[:1] == ["--"]:
+        driver = driver[1:]
+    if not driver:
+        raise SpecError("--driver needs a command", hint="hpcplace submit CONFIG --driver -- python main.py ...")
+    return args[:i], driver
+
+
+def launch_from_json(data: object) -> LaunchSpec:
+    """plan.json's "launch" record (absent: steps mode) back into a LaunchSpec."""
+    if not isinstance(data, dict):
+        return STEPS
+    return LaunchSpec(str(data.get("mode", "steps")), tuple(str(a) for a in data.get("driver") or ()),
+                      {str(k): str(v) for k, v in (data.get("env") or {}).items()},
+                      float(data.get("join_timeout", DEFAULT_JOIN_TIMEOUT)))
+
+
+# ------------------------------------------------------------------------------------------------
+# "No driver, no job": a plan whose processes have nothing to run is refused before it is rendered
+
+FRAMEWORK_FORMATS = ("rlinf", "roll", "areal")  # configs whose components are started by a driver
+BARE_PYTHON_RE = re.compile(r"python(\d+(\.\d+)?)?")
+
+
+class NothingToRunError(SpecError):
+    """The steps mode would start processes that have no command (a framework config without its driver)."""
+
+
+def commandless_components(plan: Plan, components: Sequence[str] = ()) -> tuple[str, ...]:
+    """Names of the (chosen) components the steps mode could not start: they have no command."""
+    if plan.launch.is_ray:
+        return ()
+    return tuple(c.name for c in plan.components if not c.command and (not components or c.name in components))
+
+
+def nothing_to_run_hint(plan: Plan) -> str:
+    """How to give the job something to run, in the terms of the config's own format."""
+    if plan.source_format in FRAMEWORK_FORMATS:
+        return ("run it in the Ray launch mode with the framework's driver: `launch: {mode: ray, driver: [python, "
+                "main.py, ...]}` in the config, or `--driver -- python main.py ...` on the command line (or give each "
+                "component a command in `hpcplace: {components: {<name>: {command: [...]}}}`)")
+    return ("give each component a command (`components.<name>.command: [python, train.py]`), or start the job "
+            "from one driver in the Ray launch mode: `launch: {mode: ray, driver: [...]}` or `--driver -- CMD ...`")
+
+
+def nothing_to_run(plan: Plan, components: Sequence[str] = ()) -> NothingToRunError | None:
+    """The one check render, submit and `run --local` make (and `plan` warns about): None when every
+    process has something to run (a command, or the Ray mode's driver)."""
+    if plan.launch.is_ray:
+        if plan.launch.driver:
+            return None
+        return NothingToRunError("the Ray launch mode has no driver to run", hint=nothing_to_run_hint(plan))
+    missing = commandless_components(plan, components)
+    if not missing:
+        return None
+    names = ", ".join(repr(n) for n in missing)
+    if len(missing) == len(plan.components):
+        what = f"no component of {plan.source} ({plan.source_format}) has a command ({names})"
+    else:
+        what = f"component(s) {names} of {plan.source} ({plan.source_format}) have no command"
+    return NothingToRunError(f"nothing to run: {what}, and there is no Ray driver", hint=nothing_to_run_hint(plan))
+
+
+def check_runnable(plan: Plan, components: Sequence[str] = ()) -> None:
+    """Raise NothingToRunError unless every (chosen) process has something to run."""
+    error = nothing_to_run(plan, components)
+    if error is not None:
+        raise error
+
+
+def resolve_driver_interpreter(launch: LaunchSpec, which: Callable[[str], str | None],
+                               executable: str) -> LaunchSpec:
+    """A driver started as a bare `python`/`python3`/`pythonX.Y` gets the absolute interpreter of the
+    submitting environment (what `which` finds on PATH, else `executable`): the node must run the Python
+    the driver was tried with, not whatever `python` its PATH finds. Any other program stays as given."""
+    if not launch.is_ray or not launch.driver or not BARE_PYTHON_RE.fullmatch(launch.driver[0]):
+        return launch
+    found = which(launch.driver[0]) or executable
+    return replace(launch, driver=(os.path.abspath(found), *launch.driver[1:]))

@@ -1,0 +1,413 @@
+"""YAML loading that remembers where every value came from.
+
+Errors about configuration must point at file:line:col, so parsers read the document through
+`View`, which knows each value's position and builds `SpecError`s that carry it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hpcplace.config import limits
+from hpcplace.errors import SourceLocation, SpecError
+
+PathKey = tuple[Any, ...]
+# libyaml's parser when PyYAML has it: the same node graph and marks (plain style '' instead of
+# None, which `_mark` folds), ten times faster than the pure-Python one.
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True)
+class ScalarMark:
+    line: int  # 1-based
+    column: int  # 1-based
+    style: str | None  # None = plain, "'" or '"' quoted, "|"/">" block
+    raw: str | None = None  # the text as written, for plain scalars (YAML 1.1 reads `1:0` as 60)
+    file: str | None = None  # the file that defined the value, when composed from another file (Hydra)
+
+
+@dataclass(frozen=True)
+class YamlDocument:
+    """A parsed YAML file: plain Python data plus a mark for every path in it."""
+
+    path: str
+    data: Any
+    marks: dict[PathKey, ScalarMark]
+
+    def location(self, path: PathKey, offset: int | None = None) -> SourceLocation:
+        """Location of `path` (or its closest ancestor); `offset` points inside a one-line scalar."""
+        key = tuple(path)
+        while key not in self.marks and key:
+            key = key[:-1]
+        mark = self.marks.get(key)
+        if mark is None:
+            return SourceLocation(self.path, 1, 1)
+        shift = 0
+        if offset is not None and mark.style in (None, "'", '"'):
+            shift = offset + (1 if mark.style else 0)
+        return SourceLocation(mark.file or self.path, mark.line, mark.column + shift)
+
+    def root(self) -> View:
+        return View(self, (), self.data)
+
+
+def load_yaml_text(text: str, path: str = "<string>") -> YamlDocument:
+    """Parse YAML safely (never constructs Python objects) and record positions."""
+    if len(text) > limits.MAX_CONFIG_BYTES:
+        raise limits.LimitError(f"the config has {len(text)} characters; hpcplace reads at most "
+                                f"{limits.MAX_CONFIG_BYTES}", location=SourceLocation(path, 1, 1))
+    try:
+        _check_depth(text, path)
+        node = yaml.compose(text, Loader=_FAST_LOADER)
+    except RecursionError:
+        raise limits.LimitError(f"the YAML nesting is too deep (hpcplace reads at most {limits.MAX_YAML_DEPTH} "
+                                "levels)", location=SourceLocation(path, 1, 1)) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        loc = SourceLocation(path, mark.line + 1, mark.column + 1) if mark else None
+        raise SpecError(f"invalid YAML: {exc.problem or exc}", location=loc,
+                        hint="check indentation and quoting near this position") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"invalid YAML: {exc}", location=SourceLocation(path, 1, 1)) from None
+    marks: dict[PathKey, ScalarMark] = {}
+    if node is None:
+        return YamlDocument(path, None, marks)
+    constructor = yaml.SafeLoader("")
+    try:
+        data = _Converter(constructor, path, marks).convert(node, ())
+    except RecursionError:
+        raise limits.LimitError(f"the YAML nesting is too deep (hpcplace reads at most {limits.MAX_YAML_DEPTH} "
+                                "levels)", location=SourceLocation(path, 1, 1)) from None
+    return YamlDocument(path, data, marks)
+
+
+def _check_depth(text: str, path: str) -> None:
+    """Refuse deep nesting before composing (PyYAML's composer recurses once per level)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_FAST_LOADER):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > limits.MAX_YAML_DEPTH:
+                m = event.start_mark
+                raise limits.LimitError(f"the YAML nesting is deeper than {limits.MAX_YAML_DEPTH} levels",
+                                        location=SourceLocation(path, m.line + 1, m.column + 1))
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
+def load_yaml_file(path: str | Path) -> YamlDocument:
+    p = Path(path)
+    try:
+        if p.stat().st_size > limits.MAX_CONFIG_BYTES:
+            raise limits.LimitError(f"config file {p} has {p.stat().st_size} bytes; hpcplace reads at most "
+                                    f"{limits.MAX_CONFIG_BYTES}", location=SourceLocation(str(p), 1, 1))
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"config file not found: {p}", hint="pass the path of a YAML config") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read config file {p}: {exc}") from None
+    return load_yaml_text(text, str(p))
+
+
+KEY = "<key>"  # marks[path + (KEY,)] is where the key of `path` stands
+
+
+def _mark(node: yaml.Node) -> ScalarMark:
+    style = getattr(node, "style", None) if isinstance(node, yaml.ScalarNode) else None
+    raw = node.value if isinstance(node, yaml.ScalarNode) and not style else None
+    return ScalarMark(node.start_mark.line + 1, node.start_mark.column + 1, style or None, raw)
+
+
+class _Converter:
+    """Node graph -> plain data with marks. Aliases are expanded (every use gets its own path and
+    marks), so their total is capped: a few hundred bytes of nested aliases could otherwise expand
+    into gigabytes ("billion laughs"); an alias used inside its own anchor is an error."""
+
+    def __init__(self, constructor: yaml.SafeLoader, file: str, marks: dict[PathKey, ScalarMark]) -> None:
+        self.constructor = constructor
+        self.file = file
+        self.marks = marks
+        self.count = 0
+        self.active: set[int] = set()  # ids of the collection nodes being converted (cycle check)
+
+    def _error(self, node: yaml.Node, message: str, hint: str | None = None) -> SpecError:
+        m = _mark(node)
+        return SpecError(message, location=SourceLocation(self.file, m.line, m.column), hint=hint)
+
+    def convert(self, node: yaml.Node, path: PathKey, marks: dict[PathKey, ScalarMark] | None = None) -> Any:
+        marks = self.marks if marks is None else marks
+        self.count += 1
+        if self.count > limits.MAX_YAML_VALUES:
+            raise limits.LimitError(
+                f"the document holds more than {limits.MAX_YAML_VALUES} values once YAML aliases are expanded",
+                location=self._error(node, "").location, hint="use fewer or less nested aliases (*name)")
+        if len(path) > limits.MAX_YAML_DEPTH:
+            raise limits.LimitError(f"the YAML nesting is deeper than {limits.MAX_YAML_DEPTH} levels",
+                                    location=self._error(node, "").location)
+        marks[path] = _mark(node)
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            if id(node) in self.active:
+                raise self._error(node, "a YAML alias refers to the mapping or list that contains it",
+                                  hint="an anchor (&name) cannot be used (*name) inside itself")
+            self.active.add(id(node))
+            try:
+                if isinstance(node, yaml.MappingNode):
+                    return self._mapping(node, path, marks)
+                return [self.convert(item, path + (i,), marks) for i, item in enumerate(node.value)]
+            finally:
+                self.active.discard(id(node))
+        try:
+            return self.constructor.construct_object(node, deep=True)
+        except yaml.constructor.ConstructorError as exc:
+            raise self._error(node, f"unsupported YAML value: {exc.problem}") from None
+        except (ValueError, OverflowError) as exc:  # e.g. an integer of more than 4300 digits
+            raise self._error(node, f"unreadable YAML value: {exc}", hint="quote it, or shorten it") from None
+
+    def _mapping(self, node: yaml.MappingNode, path: PathKey, marks: dict[PathKey, ScalarMark]) -> dict[Any, Any]:
+        """A mapping; merge keys (`<<: *base` or `<<: [*a, *b]`) are expanded here, counted like
+        any alias (PyYAML's own flattening copies node lists and can grow exponentially first)."""
+        out: dict[Any, Any] = {}
+        own = []
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for source in reversed(sources):  # the first listed wins (YAML merge rules)
+                    if not isinstance(source, yaml.MappingNode):
+                        raise self._error(source, "a merge key (<<) takes a mapping or a list of mappings")
+                    merged = self.convert(source, path, marks)
+                    out.update(merged)
+            else:
+                own.append((key_node, value_node))
+        marks[path] = _mark(node)
+        seen: set[Any] = set()
+        for key_node, value_node in own:
+            if key_node.tag == "tag:yaml.org,2002:value":
+                key_node.tag = "tag:yaml.org,2002:str"
+            key = self.convert(key_node, path + (KEY,), {})
+            if isinstance(key, (list, dict)):
+                raise self._error(key_node, "a mapping key must be a scalar")
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable scalar (cannot happen with SafeLoader, but never crash)
+                raise self._error(key_node, "a mapping key must be a scalar") from None
+            if duplicate:
+                raise self._error(key_node, f"duplicate key {key!r}",
+                                  hint="each key may appear once in a mapping; merge the two entries")
+            seen.add(key)
+            marks[path + (key, KEY)] = _mark(key_node)
+            out[key] = self.convert(value_node, path + (key,), marks)
+        return out
+
+
+_MISSING = object()
+# A whole value that is one absolute OmegaConf interpolation, e.g. `${actor.model.tensor_model_parallel_size}`.
+_INTERPOLATION = re.compile(r"^\$\{\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)\s*\}$")
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """`; did you mean 'device_mapping'?` for a near miss among `known`, else ``."""
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+class View:
+    """A value inside a YamlDocument plus its path, with typed accessors that fail with locations."""
+
+    __slots__ = ("doc", "path", "value")
+
+    def __init__(self, doc: YamlDocument, path: PathKey, value: Any) -> None:
+        self.doc = doc
+        self.path = path
+        self.value = value
+
+    # navigation -------------------------------------------------------------------------------
+    def deref(self) -> View:
+        """Follow a whole-value interpolation `${a.b.c}` (OmegaConf's absolute form) to the value it
+        names, so errors point at the line that holds the real value."""
+        view, seen = self, set()
+        while isinstance(view.value, str):
+            m = _INTERPOLATION.match(view.value)
+            if m is None:
+                if "${" in view.value:
+                    return View(view.doc, view.path, view._omegaconf())
+                break
+            if view.path in seen:
+                raise self.error(f"interpolation cycle through {self.value!r}")
+            seen.add(view.path)
+            target: View | None = view.doc.root()
+            for part in m.group(1).split("."):
+                key: Any = int(part) if part.isdigit() and isinstance(target.value, list) else part  # type: ignore[union-attr]
+                value = target.value  # type: ignore[union-attr]
+                if isinstance(value, dict) and key in value:
+                    target = View(view.doc, target.path + (key,), value[key])  # type: ignore[union-attr]
+                elif isinstance(value, list) and isinstance(key, int) and key < len(value):
+                    target = View(view.doc, target.path + (key,), value[key])  # type: ignore[union-attr]
+                else:
+                    raise view.error(f"interpolation {view.value!r} names a key that does not exist",
+                                     hint=f"define `{m.group(1)}` in the config (or in a composed defaults file)")
+            view = target  # type: ignore[assignment]
+        return view
+
+    def _omegaconf(self) -> Any:
+        """Any other interpolation (`${subtract:a,b}`, `${oc.env:X}`, `x-${y}`), resolved by OmegaConf."""
+        from hpcplace.config.interpolation import resolve_value
+
+        try:
+            return resolve_value(self.doc, self.path)
+        except Exception as exc:  # OmegaConf's errors: unknown resolver, missing key, unset env var
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise self.error(f"cannot resolve {self.value!r}: {text}",
+                             hint="placement reads this value; define what it refers to (or set the "
+                                  "environment variable), or override it, e.g. KEY=VALUE after the config") from None
+
+    def get(self, key: Any) -> View | None:
+        mapping = self.mapping()
+        if key not in mapping:
+            return None
+        return View(self.doc, self.path + (key,), mapping[key])
+
+    def require(self, key: Any, what: str = "") -> View:
+        child = self.get(key)
+        if child is None:
+            raise self.error(f"missing required key {key!r}{' (' + what + ')' if what else ''}",
+                             hint=f"add `{key}:` under `{self.dotted() or 'the top level'}`")
+        return child
+
+    def items(self) -> Iterator[tuple[Any, View]]:
+        for key, value in self.mapping().items():
+            yield key, View(self.doc, self.path + (key,), value)
+
+    def elements(self) -> Iterator[View]:
+        for i, value in enumerate(self.list()):
+            yield View(self.doc, self.path + (i,), value)
+
+    def check_keys(self, allowed: set[str] | frozenset[str]) -> None:
+        for key in self.mapping():
+            if key not in allowed:
+                raise View(self.doc, self.path + (key,), None).key_error(
+                    f"unknown key {key!r} in `{self.dotted() or 'top level'}`" + did_you_mean(str(key), allowed),
+                    hint="allowed keys: " + ", ".join(sorted(allowed)))
+
+    # typed values -----------------------------------------------------------------------------
+    def mapping(self) -> dict[Any, Any]:
+        if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
+            return d.mapping()
+        if self.value is None:
+            return {}
+        if not isinstance(self.value, dict):
+            raise self.error(f"expected a mapping, got {_describe(self.value)}")
+        return self.value
+
+    def list(self) -> list[Any]:
+        if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
+            return d.list()
+        if not isinstance(self.value, list):
+            raise self.error(f"expected a list, got {_describe(self.value)}")
+        return self.value
+
+    def str(self) -> str:
+        if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
+            return d.str()
+        if not isinstance(self.value, str) or not self.value.strip():
+            raise self.error(f"expected a non-empty string, got {_describe(self.value)}")
+        return self.value
+
+    def int(self, minimum: int | None = None) -> int:
+        if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
+            return d.int(minimum)
+        if isinstance(self.value, bool) or not isinstance(self.value, int):
+            raise self.error(f"expected an integer, got {_describe(self.value)}")
+        if minimum is not None and self.value < minimum:
+            raise self.error(f"expected an integer >= {minimum}, got {self.value}")
+        return self.value
+
+    def bool(self) -> bool:
+        if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
+            return d.bool()
+        if not isinstance(self.value, bool):
+            raise self.error(f"expected true or false, got {_describe(self.value)}")
+        return self.value
+
+    def str_map(self, allowed: tuple[str, ...] = ()) -> dict[str, str]:
+        """An environment: variable names (checked: syntax, not one hpcplace sets unless `allowed`)
+        to string values (numbers/bools stringified)."""
+        from hpcplace.config.safe_words import check_env_name, check_env_value
+
+        out: dict[str, str] = {}
+        for key, child in self.items():
+            if not isinstance(key, str) or not key:
+                raise child.key_error(f"expected a string name, got {_describe(key)}",
+                                      hint="variable names use letters, digits and '_' (e.g. MY_FLAG)")
+            key_path = child.path + (KEY,)
+            where = self.doc.location(key_path) if key_path in self.doc.marks else child.location()
+            check_env_name(key, location=where, allowed=allowed, what=f"`{self.dotted() or 'env'}`")
+            if isinstance(child.value, bool):
+                out[key] = "1" if child.value else "0"
+            elif isinstance(child.value, (str, int, float)):
+                out[key] = check_env_value(key, str(child.value), location=child.location(),
+                                           what=f"`{self.dotted() or 'env'}`")
+            else:
+                raise child.error(f"expected a string value for {key!r}, got {_describe(child.value)}")
+        return out
+
+    # errors -----------------------------------------------------------------------------------
+    def dotted(self) -> str:
+        return ".".join(str(p) for p in self.path)
+
+    def location(self, offset: int | None = None) -> SourceLocation:
+        return self.doc.location(self.path, offset)
+
+    def raw_text(self) -> str | None:
+        """The scalar exactly as written when it was unquoted (None for quoted or non-scalars)."""
+        mark = self.doc.marks.get(self.path)
+        return mark.raw if mark is not None else None
+
+    def error(self, message: str, *, hint: str | None = None, offset: int | None = None) -> SpecError:
+        where = f"`{self.dotted()}`: " if self.path else ""
+        return SpecError(where + message, hint=hint, location=self.location(offset))
+
+    def key_error(self, message: str, *, hint: str | None = None) -> SpecError:
+        """An error about this value's key (unknown, duplicate...): points at the key itself."""
+        key_path = self.path + (KEY,)
+        loc = self.doc.location(key_path) if key_path in self.doc.marks else self.location()
+        return SpecError(message, hint=hint, location=loc)
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"boolean {value}"
+    if isinstance(value, (int, float)):
+        return f"number {value}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def yaml_words(view: View, what: str) -> list[str]:
+    """A YAML argv: a list of words (preferred) or a string split like a shell would (no expansion)."""
+    if isinstance(view.value, list):
+        words = []
+        for item in view.elements():
+            if not isinstance(item.value, (str, int, float)) or isinstance(item.value, bool):
+                raise item.error(f"{what} arguments must be strings")
+            words.append(str(item.value))
+        return words
+    text = view.str()
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise view.error(f"cannot split {what} {text!r}: {exc}", hint=f"give the {what} as a YAML list") from None

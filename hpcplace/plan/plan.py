@@ -1,0 +1,348 @@
+"""The Plan: the contract between the login node and the job, and its versioned JSON form.
+
+plan.json keeps every process record on its own line (`{"rank": N, ...}`) so the in-job shim can
+read exactly one line through the byte-offset index written beside it, instead of parsing the
+whole file (see docs/plan-json.md).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate, repeat
+from operator import add
+from typing import TYPE_CHECKING, BinaryIO, TextIO
+
+from hpcplace.config.cluster import Charge, Cluster, Hardware, Node, NodeGroup, charges
+from hpcplace.errors import SourceLocation
+from hpcplace.config.launch import STEPS, LaunchSpec
+from hpcplace.plan.placement import Placement
+from hpcplace.config.spec import SpanningWorkers
+
+if TYPE_CHECKING:
+    from hpcplace.plan.process_table import Slot
+
+SCHEMA = "hpcplace.plan/1"
+PROCESS_FIELDS = tuple(Placement.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class ComponentPlan:
+    """One component: its settings and every process, indexed by rank."""
+
+    name: str
+    world_size: int
+    node_groups: tuple[str, ...]
+    resource_type: str
+    command: tuple[str, ...]
+    env: dict[str, str]
+    offload: bool
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    cpus_per_process: int
+    mem_per_process_mb: int | None
+    collocation_group: str | None
+    processes: Sequence[Placement]  # a tuple, or the planner's compact process_table.Processes
+    spanning: SpanningWorkers | None = None  # workers made of several processes (None: a process is a worker)
+
+
+@dataclass(frozen=True)
+class CollocationGroup:
+    """Components that share devices; `phases` is the default turn order (components of one phase
+    use disjoint devices and may run together)."""
+
+    name: str
+    components: tuple[str, ...]
+    phases: tuple[tuple[str, ...], ...]
+    devices: tuple[tuple[int, tuple[int, ...]], ...]  # (cluster node rank, local resource ranks)
+    resource_type: str
+
+
+@dataclass(frozen=True)
+class WeightSync:
+    """Model-parallel placement facts: which rollout (dp, tp) shards each actor rank feeds."""
+
+    mode: str  # "collocated" | "disaggregated"
+    actor_tp: int
+    actor_pp: int
+    rollout_tp: int
+    rollout_stride: int
+    actor_to_rollout: tuple[tuple[tuple[int, int], ...], ...]  # actor rank -> targets
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    source: str
+    source_format: str
+    cluster: Cluster
+    components: tuple[ComponentPlan, ...]
+    collocation_groups: tuple[CollocationGroup, ...]
+    weight_sync: WeightSync | None
+    slurm: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    composed: tuple[str, ...] = ()  # files Hydra composed and overrides applied, in order
+    launch: LaunchSpec = STEPS
+
+    def component(self, name: str) -> ComponentPlan:
+        for comp in self.components:
+            if comp.name == name:
+                return comp
+        raise KeyError(name)
+
+    @property
+    def num_processes(self) -> int:
+        return sum(c.world_size for c in self.components)
+
+
+def _group_json(group: NodeGroup, het_group: int, first_node_rank: int) -> dict[str, object]:
+    return {
+        "label": group.label, "partition": group.partition, "het_group": het_group,
+        "num_nodes": group.num_nodes, "first_node_rank": first_node_rank,
+        "gpus_per_node": list(group.gpus_per_node), "gpu_type": group.gpu_type,
+        "cpus_per_node": group.cpus_per_node, "mem_per_node_mb": group.mem_per_node_mb,
+        "constraint": group.constraint, "account": group.account, "qos": group.qos,
+        "hardware": (_hardware_json(group.hardware) if group.hardware else None),
+        "resource_kind": group.resource_kind, "env": dict(sorted(group.env.items())),
+        # RLinf env_configs, one entry per node of the group; present only when set
+        **({"node_env": [dict(sorted(e.items())) for e in group.node_env]} if group.node_env else {}),
+        **({"python_interpreter": list(group.python_interpreter)} if group.python_interpreter else {}),
+    }
+
+
+def _hardware_json(hardware: Hardware) -> dict[str, object]:
+    out: dict[str, object] = {"type": hardware.type, "per_node": list(hardware.per_node)}
+    if hardware.gres is not None:  # present only when the site's GRES name differs from the type
+        out["gres"] = hardware.gres
+    return out
+
+
+def _charge_json(charge: Charge) -> dict[str, object]:
+    """The account/QOS the het component is charged to, and which node group set it (sbatch carries
+    them over to later components); null account/qos = the submitting user's default."""
+    return {"account": charge.account, "account_from": charge.account_from, "qos": charge.qos,
+            "qos_from": charge.qos_from}
+
+
+def plan_header(plan: Plan) -> dict[str, object]:
+    """Everything but the process records, as JSON-ready data."""
+    cluster = plan.cluster
+    # Explicit node ranks on every group as soon as one group's are not one block (read back by load_plan).
+    explicit_ranks = not all(cluster.contiguous(i) for i in range(len(cluster.node_groups)))
+    return {
+        "schema": SCHEMA,
+        "name": plan.name,
+        "source": {"path": plan.source, "format": plan.source_format,
+                   **({"composed": list(plan.composed)} if plan.composed else {})},
+        "node_groups": [{**_group_json(g, i, cluster.first_node_rank(i)), "charged": _charge_json(c),
+                         **({"node_ranks": list(cluster.node_ranks(i))} if explicit_ranks else {})}
+                        for i, (g, c) in enumerate(zip(cluster.node_groups, charges(cluster.node_groups)))],
+        "collocation_groups": [
+            {"name": g.name, "components": list(g.components), "phases": [list(p) for p in g.phases],
+             "resource_type": g.resource_type,
+             "devices": [{"node": n, "local_ranks": list(r)} for n, r in g.devices]}
+            for g in plan.collocation_groups],
+        "weight_sync": None if plan.weight_sync is None else {
+            "mode": plan.weight_sync.mode, "actor_tp": plan.weight_sync.actor_tp,
+            "actor_pp": plan.weight_sync.actor_pp, "rollout_tp": plan.weight_sync.rollout_tp,
+            "rollout_stride": plan.weight_sync.rollout_stride,
+            "actor_to_rollout": [[list(t) for t in targets] for targets in plan.weight_sync.actor_to_rollout]},
+        "slurm": dict(sorted(plan.slurm.items())),
+        "warnings": list(plan.warnings),
+        # Only in ray mode (absent = steps): plans of the default mode stay as they were.
+        **({"launch": plan.launch.to_json()} if plan.launch != STEPS else {}),
+    }
+
+
+def component_header(comp: ComponentPlan) -> dict[str, object]:
+    return {
+        "name": comp.name, "world_size": comp.world_size, "node_groups": list(comp.node_groups),
+        "resource_type": comp.resource_type, "command": list(comp.command),
+        "env": dict(sorted(comp.env.items())), "offload": comp.offload,
+        "tensor_parallel_size": comp.tensor_parallel_size, "pipeline_parallel_size": comp.pipeline_parallel_size,
+        "cpus_per_process": comp.cpus_per_process, "mem_per_process_mb": comp.mem_per_process_mb,
+        "collocation_group": comp.collocation_group,
+        # only for components whose workers span nodes (ROLL, Ray launch mode): plans without stay unchanged
+        **({"workers": comp.spanning.to_json()} if comp.spanning is not None else {}),
+    }
+
+
+def process_json(p: Placement, _strings: dict[str, str] | None = None) -> str:
+    """One process record as one compact JSON line (key order = RLinf's field order).
+
+    Hand-formatted because plans reach 65k+ processes; strings go through json.dumps (cached)."""
+    cache = _strings if _strings is not None else {}
+
+    def s(value: str) -> str:
+        out = cache.get(value)
+        if out is None:
+            out = cache[value] = json.dumps(value)
+        return out
+
+    visible = ",".join(s(v) for v in p.visible_accelerators)
+    hw = ",".join(str(h) for h in p.local_hardware_ranks)
+    return (f'{{"rank":{p.rank},"cluster_node_rank":{p.cluster_node_rank},'
+            f'"placement_node_rank":{p.placement_node_rank},"local_accelerator_rank":{p.local_accelerator_rank},'
+            f'"accelerator_type":{s(p.accelerator_type)},"local_rank":{p.local_rank},'
+            f'"local_world_size":{p.local_world_size},"visible_accelerators":[{visible}],'
+            f'"isolate_accelerator":{"true" if p.isolate_accelerator else "false"},'
+            f'"local_hardware_ranks":[{hw}],"node_group_label":{s(p.node_group_label)},'
+            f'"partition":{s(p.partition)},"het_group":{p.het_group},"group_node_index":{p.group_node_index},'
+            f'"resource_type":{s(p.resource_type)}}}')
+
+
+def plan_to_json(plan: Plan) -> str:
+    """Deterministic text: a pretty header, then each component with one process per line."""
+    return "".join(iter_plan_json(plan))
+
+
+@dataclass
+class ProcessSpans:
+    """Where each process record of one component lies in the written plan.json (rank order)."""
+
+    offsets: array = field(default_factory=lambda: array("Q"))
+    lengths: array = field(default_factory=lambda: array("I"))
+
+
+_INDENT = "        "
+_SEP = ",\n" + _INDENT
+_CHUNK = 8192  # records per yielded piece: ~2 MB of text
+
+
+def iter_plan_json(plan: Plan, spans: list[ProcessSpans] | None = None, *,
+                   header: dict[str, object] | None = None) -> Iterator[str]:
+    """plan_to_json in pieces of at most a few MB, so a million-process plan is never one string.
+
+    With `spans`, append one ProcessSpans per component (the plan index is built from them
+    without reading the file back). The text is ASCII (json.dumps escapes), so characters = bytes.
+    `header`: plan_header(plan) when the caller already has it."""
+    header = plan_header(plan) if header is None else header
+    dump = lambda v: json.dumps(v, sort_keys=False)  # noqa: E731
+    lines = ["{"]
+    for key, value in header.items():
+        lines.append(f"  {json.dumps(key)}: {dump(value)},")
+    lines.append('  "components": [')
+    pos = 0
+    for ci, comp in enumerate(plan.components):
+        head = component_header(comp)
+        lines.append("    {")
+        for key, value in head.items():
+            lines.append(f"      {json.dumps(key)}: {dump(value)},")
+        lines.append('      "processes": [')
+        text = "\n".join(lines) + "\n"
+        lines = []
+        pos += len(text)
+        yield text
+        comp_spans = ProcessSpans() if spans is not None else None
+        if spans is not None:
+            spans.append(comp_spans)  # type: ignore[arg-type]
+        prefix = _INDENT
+        for records, lens in _record_chunks(comp.processes, comp_spans is not None):
+            if comp_spans is not None:
+                comp_spans.lengths.extend(lens)
+                comp_spans.offsets.extend(accumulate(map(add, lens[:-1], repeat(len(_SEP))),
+                                                     initial=pos + len(prefix)))
+            text = prefix + records
+            pos += len(text)
+            yield text
+            prefix = _SEP
+        tail = "\n" if len(comp.processes) else ""
+        lines.append(tail + "      ]")
+        lines.append("    }" + ("," if ci < len(plan.components) - 1 else ""))
+    lines.append("  ]")
+    lines.append("}")
+    yield "\n".join(lines) + "\n"
+
+
+def write_plan_json(plan: Plan, out: TextIO | BinaryIO, spans: list[ProcessSpans] | None = None, *,
+                    header: dict[str, object] | None = None) -> int:
+    """Stream plan.json into `out` (a text or, faster, a binary file); returns the number of bytes
+    (= characters) written."""
+    written = 0
+    binary = not isinstance(out, io.TextIOBase)
+    for piece in iter_plan_json(plan, spans, header=header):
+        out.write(piece.encode("ascii") if binary else piece)  # type: ignore[arg-type]
+        written += len(piece)
+    return written
+
+
+def _record_chunks(processes: Sequence[Placement], lengths: bool = False) -> Iterator[tuple[str, list[int]]]:
+    """Process records (one JSON object each, joined by `_SEP`), in rank order, a few thousand
+    records a piece; with `lengths`, also each record's length (else an empty list).
+
+    For the planner's Processes, a run of a node is one `str.join` over its cached literal pieces
+    with the varying numbers slotted in by (C-level) slice assignment, not one format per process."""
+    from hpcplace.plan.process_table import Processes
+
+    if not isinstance(processes, Processes):
+        strings: dict[str, str] = {}
+        for i in range(0, len(processes), _CHUNK):
+            records = [process_json(p, strings) for p in processes[i:i + _CHUNK]]
+            yield _SEP.join(records), list(map(len, records)) if lengths else []
+        return
+    templates: dict[tuple[int, int, bool], tuple[list[str], list[int]]] = {}
+    strings = {}
+    buf: list[str] = []
+    lens: list[int] = []
+    count = 0
+    for run in processes.runs:
+        node = run.node
+        key = (id(run.slots), node.group_index, bool(node.gpus))
+        cached = templates.get(key)
+        if cached is None:
+            cached = templates[key] = _run_pieces(run.slots, node, strings)
+        pieces, fixed = cached
+        n = node.rank
+        m = len(run.slots)
+        facts = (str(n), str(processes.placement_node_rank(n)), str(processes.local_world_size(n)),
+                 str(node.index_in_group))
+        ranks = list(map(str, range(run.first_rank, run.first_rank + m)))
+        locals_ = list(map(str, range(run.first_local, run.first_local + m)))
+        parts = pieces[:]
+        parts[1::_HOLES] = ranks
+        parts[3::_HOLES] = [facts[0]] * m
+        parts[5::_HOLES] = [facts[1]] * m
+        parts[7::_HOLES] = locals_
+        parts[9::_HOLES] = [facts[2]] * m
+        parts[11::_HOLES] = [facts[3]] * m
+        buf.append("".join(parts))
+        if lengths:  # literal length + the four node numbers + rank + local rank, all in C-level maps
+            lens += map(sum, zip(fixed, repeat(sum(map(len, facts))), map(len, ranks), map(len, locals_)))
+        count += m
+        if count >= _CHUNK:
+            yield _SEP.join(buf), lens
+            buf, lens, count = [], [], 0
+    if buf:
+        yield _SEP.join(buf), lens
+
+
+_FIELD_MARKS = (("rank", -1001), ("cluster_node_rank", -1002), ("placement_node_rank", -1003),
+                ("local_rank", -1004), ("local_world_size", -1005), ("group_node_index", -1006))
+_HOLES = 2 * len(_FIELD_MARKS) + 1  # list items per record: 7 literal pieces around 6 numbers
+
+
+def _run_pieces(slots: Sequence[Slot], node: Node, strings: dict[str, str]) -> tuple[list[str], list[int]]:
+    """process_json of each slot split around rank, cluster_node_rank, placement_node_rank,
+    local_rank, local_world_size and group_node_index (placeholders ""), records joined by _SEP;
+    and per record the length of its literal text (without the separator)."""
+    from hpcplace.plan.process_table import accelerator_type
+
+    out: list[str] = []
+    fixed: list[int] = []
+    for k, slot in enumerate(slots):
+        marks = Placement(-1001, -1002, -1003, slot.local_accelerator_rank, accelerator_type(node), -1004, -1005,
+                          slot.visible_accelerators, slot.isolate_accelerator, slot.local_hardware_ranks,
+                          node.group_label, node.partition, node.group_index, -1006, slot.resource_type)
+        rest = process_json(marks, strings)
+        for field_name, mark in _FIELD_MARKS:
+            head, sep, rest = rest.partition(f'"{field_name}":{mark},"')
+            if not sep:
+                raise AssertionError(f"record template: field {field_name!r} not found")  # our own format
+            out += [head + f'"{field_name}":', ""]
+            rest = ',"' + rest
+        out.append(rest + (_SEP if k < len(slots) - 1 else ""))
+        fixed.append(sum(map(len, out[-_HOLES:])) - (len(_SEP) if k < len(slots) - 1 else 0))
+    return out, fixed

@@ -1,0 +1,364 @@
+"""Render a SlurmJob into the reviewable batch script, and a run directory (job.sbatch, plan.json,
+its index, logs/). Output is byte-for-byte deterministic: no clock, no environment, no host facts.
+
+Every interpolated value goes through a filter (`q`, `sbatch`, `comment`, `words`, `var_ref`);
+`finalize` refuses a bare value, so a template (ours or a site's) cannot splice unquoted text.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+
+from hpcplace.errors import SlurmError, SpecError
+from hpcplace.plan.plan import Plan, ProcessSpans, component_header, plan_header, write_plan_json
+from hpcplace.plan.process_table import node_processes
+from hpcplace.config.rank_syntax import compress_ranks
+from hpcplace.config.safe_words import check_srun_argv
+from hpcplace.slurm.slurm_job import (
+    LEAKED_GPU_VARIABLES, Segment, SlurmJob, Step, all_nodes_srun_args, driver_step_args, lower, preflight_srun_args,
+    ray_step_segments, segment_srun_args,
+)
+
+TEMPLATE = "job.sbatch.j2"
+LIBRARY_TEMPLATE = "hpcplace-lib.sh.j2"  # the bash functions job.sbatch sources (the same for every job)
+LIBRARY_NAME = "hpcplace-lib.sh"
+RAY_TEMPLATE = "ray_job.sbatch.j2"  # the Ray launch mode (extends job.sbatch.j2)
+BUILTIN_PREFIX = "hpcplace"  # a site template extends "hpcplace/job.sbatch.j2"
+SCRIPT_NAME = "job.sbatch"
+PLAN_NAME = "plan.json"
+DEFAULT_LAUNCHER = ("hpcplace-run",)
+
+
+class _Rendered(str):
+    """Text a filter produced; the only kind of value `finalize` lets into the script."""
+
+
+def quote_word(text: str) -> str:
+    """shlex.quote, except that text holding control or other non-printable characters (newline,
+    ESC, bidi overrides) is written as bash's $'...' with those characters escaped, so no raw
+    control character reaches job.sbatch (a terminal would act on it when a reviewer `cat`s it)."""
+    if text.isprintable():
+        return shlex.quote(text)
+    out = []
+    for c in text:
+        if c == "\\" or c == "'":
+            out.append("\\" + c)
+        elif c.isprintable():
+            out.append(c)
+        elif ord(c) < 0x100:
+            out.append(f"\\x{ord(c):02x}")
+        elif ord(c) < 0x10000:
+            out.append(f"\\u{ord(c):04x}")
+        else:
+            out.append(f"\\U{ord(c):08x}")
+    return "$'" + "".join(out) + "'"
+
+
+def shell_quote(value: object) -> _Rendered:
+    """One shell word (`q`)."""
+    return _Rendered(quote_word(str(value)))
+
+
+def shell_words(values: Iterable[object]) -> _Rendered:
+    """Several shell words (`words`)."""
+    return _Rendered(" ".join(quote_word(str(v)) for v in values))
+
+
+def sbatch_word(value: object) -> _Rendered:
+    """One word of an `#SBATCH` line (`sbatch`). sbatch reads these lines with its own parser: it
+    honours '...' and "..." quoting but drops every backslash and stops at a newline, so values
+    holding either cannot be written there."""
+    text = str(value)
+    if not text.replace("\t", " ").isprintable() or "\\" in text:
+        raise SlurmError(f"{text!r} cannot be written in an #SBATCH line (control character or backslash)",
+                         hint="rename the value (a partition, account, path, ...) without \\ or line breaks")
+    return _Rendered(shlex.quote(text))
+
+
+def comment_text(value: object) -> _Rendered:
+    """Text inside a `#` comment (`comment`): control characters are shown escaped."""
+    text = str(value)
+    return _Rendered("".join(c if c.isprintable() else repr(c)[1:-1] for c in text))
+
+
+def var_ref(name: object) -> _Rendered:
+    """`${NAME}` for a shell variable name (`var_ref`)."""
+    text = str(name)
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        raise SlurmError(f"{text!r} is not a shell variable name")
+    return _Rendered("${" + text + "}")
+
+
+def _finalize(value: object) -> object:
+    if isinstance(value, _Rendered):
+        return value
+    raise SlurmError(f"template interpolates {value!r} without a quoting filter",
+                     hint="write {{ value|q }} (shell word), |sbatch, |comment or |words in the template")
+
+
+class _PackageLoader(jinja2.BaseLoader):
+    """The templates shipped in the package `hpcplace.templates` (importlib.resources)."""
+
+    def get_source(self, environment: jinja2.Environment, template: str) -> tuple[str, str | None, None]:
+        res = resources.files("hpcplace.templates").joinpath(template)
+        if not res.is_file():
+            raise jinja2.TemplateNotFound(template)
+        return res.read_text(encoding="utf-8"), None, None
+
+
+def template_environment(template_dir: str | os.PathLike[str] | None = None) -> jinja2.Environment:
+    """Jinja environment: a site's template dir first (if given), then the package templates
+    (also reachable as `hpcplace/<name>` so a site template can extend the built-in one).
+    One per template dir, kept: compiling the template costs far more than rendering it."""
+    if template_dir is not None and not Path(template_dir).is_dir():
+        raise SpecError(f"template directory {os.fspath(template_dir)!r} does not exist")
+    return _environment(None if template_dir is None else os.fspath(template_dir))
+
+
+@functools.lru_cache(maxsize=8)
+def _environment(template_dir: str | None) -> jinja2.Environment:
+    package = _PackageLoader()
+    loaders: list[jinja2.BaseLoader] = []
+    if template_dir is not None:
+        loaders.append(jinja2.FileSystemLoader(template_dir))
+    loaders += [jinja2.PrefixLoader({BUILTIN_PREFIX: package}), package]
+    env = jinja2.Environment(
+        loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined, trim_blocks=True,
+        lstrip_blocks=True, keep_trailing_newline=True, autoescape=False, finalize=_finalize)
+    env.filters.update(q=shell_quote, words=shell_words, sbatch=sbatch_word, comment=comment_text,
+                       var_ref=var_ref)
+    return env
+
+
+# ------------------------------------------------------------------------------------------------
+# what the template sees (pure)
+
+def _gpu_text(gpus: Sequence[str]) -> str:
+    return compress_ranks(int(g) for g in gpus) if gpus else "-"
+
+
+def segment_summary(plan: Plan, seg: Segment) -> str:
+    """`a800 nodes 0-1: 2 tasks/node, GPUs 0-3 | 4-7, ranks 0-3` (node = index in the het component)."""
+    group = plan.cluster.node_groups[seg.het_group]
+    last = seg.relative + seg.num_nodes - 1
+    nodes = f"node {seg.relative}" if last == seg.relative else f"nodes {seg.relative}-{last}"
+    if seg.gpu_bind:
+        gpus = "GPUs " + " | ".join(_gpu_text(g) for g in seg.task_gpus)
+    elif seg.gpus_per_node:
+        gpus = f"all {seg.gpus_per_node} GPUs of the node"
+    else:
+        gpus = "no GPUs"
+    return (f"{group.label} (het {seg.het_group}) {nodes}: {seg.tasks_per_node} task(s)/node, {gpus}; "
+            f"ranks {compress_ranks(seg.ranks)}")
+
+
+def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
+    """The header: node groups -> partitions, components -> nodes/GPUs/ranks."""
+    lines = [f"plan {plan.name!r} from {plan.source} ({plan.source_format}); schema hpcplace.plan/1",
+             f"{plan.num_processes} processes, {len(plan.components)} components, "
+             f"{len(plan.cluster.nodes)} nodes in {len(job.components)} het component(s)"]
+    lines += [f"composed: {item}" for item in plan.composed]
+    lines += ["",
+             "het component <- node group: partition, nodes, GRES"]
+    for comp in job.components:
+        ranks = compress_ranks(comp.node_ranks or range(comp.first_node_rank, comp.first_node_rank + comp.num_nodes))
+        lines.append(f"  {comp.het_group}: {comp.label} -> partition {comp.partition or '(none given: Slurm default)'}, {comp.num_nodes} node(s) "
+                     f"(cluster node ranks {ranks}), GRES {comp.gres or 'none'}")
+        if comp.charge is not None and (comp.charge.account or comp.charge.qos):
+            lines.append(f"     charged to {comp.charge.describe(comp.label)}")
+    lines += ["", "component: ranks -> nodes (index within the het component) and GPUs per local task"]
+    steps_of: dict[str, list[Step]] = {}
+    for step in job.steps:
+        steps_of.setdefault(step.component, []).append(step)
+    for comp in plan.components:
+        extra = f", collocated in {comp.collocation_group}" if comp.collocation_group else ""
+        lines.append(f"  {comp.name}: {comp.world_size} ranks, {comp.cpus_per_process} CPU(s)"
+                     f"{', ' + str(comp.mem_per_process_mb) + ' MB' if comp.mem_per_process_mb else ''}"
+                     f" per process{extra}")
+        for step in steps_of.get(comp.name, []):
+            for seg in step.segments:
+                lines.append("    " + segment_summary(plan, seg))
+        if comp.spanning is not None:
+            lines += ["    " + line for line in comp.spanning.describe(comp.processes)]
+    if plan.warnings:
+        lines += ["", "warnings:"] + [f"  {w}" for w in plan.warnings]
+    return lines
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One step as the template needs it."""
+
+    component: str
+    title: str
+    comments: tuple[str, ...]
+    description: str
+    ranks: str
+    num_tasks: int  # exported as HPCPLACE_STEP_TASKS: a component may need several steps
+    err_file: str
+    segments: tuple[tuple[str, ...], ...]
+    command: tuple[str, ...]
+
+
+def step_views(plan: Plan, job: SlurmJob) -> list[StepView]:
+    out = []
+    counts: dict[str, int] = {}
+    for step in job.steps:
+        counts[step.component] = counts.get(step.component, 0) + 1
+    for step in job.steps:
+        several = counts[step.component] > 1
+        desc = (f"step {step.index + 1}/{counts[step.component]}, " if several else "") + f"{step.num_tasks} task{'s' if step.num_tasks != 1 else ''}"
+        title = f"component {step.component!r}, {desc}"
+        if several:
+            title += " (one srun cannot hold two layouts of one het component)"
+        if step.collocation_group:
+            title += f"; shares devices ({step.collocation_group}): --overlap, explicit --mem"
+        err = f"logs/{step.name}.srun{step.index}.err" if several else f"logs/{step.name}.srun.err"
+        out.append(StepView(
+            component=step.component, title=title,
+            comments=tuple(segment_summary(plan, s) for s in step.segments),
+            description=desc, ranks=compress_ranks(step.ranks), num_tasks=step.num_tasks, err_file=err,
+            segments=tuple(segment_srun_args(job, step, s) for s in step.segments),
+            command=step.command))
+    return out
+
+
+def render_library(template_dir: str | os.PathLike[str] | None = None) -> str:
+    """hpcplace-lib.sh: the bash functions every job script sources (no job values: one text, one
+    sha256 per hpcplace version and site template dir)."""
+    try:
+        return template_environment(template_dir).get_template(LIBRARY_TEMPLATE).render()
+    except jinja2.TemplateError as exc:
+        raise SpecError(f"template error: {exc}", hint="check the site template directory") from None
+
+
+def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
+                  launcher: Sequence[str] = DEFAULT_LAUNCHER,
+                  template_dir: str | os.PathLike[str] | None = None) -> str:
+    """The batch script text for `plan`, to live in (and run from) the absolute `run_dir`, beside
+    the library `render_library` gives (the script names and checks its sha256)."""
+    if not os.path.isabs(run_dir):
+        raise SpecError(f"run directory {run_dir!r} must be an absolute path")
+    if not launcher:
+        raise SpecError("the launcher command is empty", hint="default: hpcplace-run")
+    check_srun_argv(tuple(launcher), "the launcher command")
+    job = job or lower(plan)
+    env = template_environment(template_dir)
+    common = dict(job=job, plan=plan, run_dir=run_dir, plan_file=PLAN_NAME, launcher=tuple(launcher),
+                  every_node=all_nodes_srun_args(job, "hpcplace-shm"),
+                  clean_nodes=all_nodes_srun_args(job, "hpcplace-clean"),
+                  preflight_nodes=preflight_srun_args(job), library_name=LIBRARY_NAME,
+                  library_sha256=sha256_text(render_library(template_dir)),
+                  clear_leaked=tuple(a for v in LEAKED_GPU_VARIABLES for a in ("-u", v)))
+    started = ["", f"launcher (starts hpcplace's shim in every task): {shlex.join(launcher)}"]
+    try:
+        if plan.launch.is_ray:
+            from hpcplace.ray import ray_cluster
+
+            return env.get_template(RAY_TEMPLATE).render(
+                **common, summary=placement_summary(plan, job) + started + ["", *ray_cluster.ray_summary(plan)],
+                steps=("ray", "driver"), ray_lines=ray_cluster.ray_summary(plan),
+                ray_segments=ray_step_segments(job, plan),
+                driver_args=driver_step_args(job, plan), node_ranks=ray_cluster.node_ranks_text(plan),
+                driver_het=f"+{ray_cluster.head_node(plan).het_group}" if job.is_het else "")
+        return env.get_template(TEMPLATE).render(
+            **common, summary=placement_summary(plan, job) + started, steps=step_views(plan, job))
+    except jinja2.TemplateError as exc:
+        raise SpecError(f"template error: {exc}", hint="check the site template directory") from None
+
+
+# ------------------------------------------------------------------------------------------------
+# writing a run directory (the only I/O here)
+
+def check_renders(plan: Plan) -> None:
+    """What `hpcplace plan` (and tune) check: the plan lowers and renders, in memory (no files)."""
+    render_script(plan, "/nonexistent/hpcplace-plan-check")
+
+
+@dataclass(frozen=True)
+class RenderedRun:
+    run_dir: Path
+    script: Path
+    plan_json: Path
+    script_sha256: str
+    library: Path
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def render_run(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[str] = DEFAULT_LAUNCHER,
+               template_dir: str | os.PathLike[str] | None = None) -> RenderedRun:
+    """Write run_dir/job.sbatch, run_dir/hpcplace-lib.sh (the functions it sources), run_dir/plan.json
+    (+ plan.json.idx for the shim) and run_dir/logs/."""
+    root = Path(os.path.abspath(run_dir))
+    script = render_script(plan, str(root), launcher=launcher, template_dir=template_dir)
+    library = render_library(template_dir)
+    make_run_dir(root)
+    make_run_dir(root / "logs")
+    try:
+        write_plan_files(plan, root / PLAN_NAME)
+        _write(root / LIBRARY_NAME, library)
+        _write(root / SCRIPT_NAME, script, mode=0o755)
+    except OSError as exc:
+        raise OutputPathError(f"cannot write into the run directory {root}: {exc.strerror or exc}",
+                              hint="choose another directory with -o DIR") from None
+    return RenderedRun(root, root / SCRIPT_NAME, root / PLAN_NAME, sha256_text(script), root / LIBRARY_NAME)
+
+
+class OutputPathError(SpecError):
+    """The run directory cannot be created or written (a file in the way, no permission)."""
+
+
+def make_run_dir(path: str | os.PathLike[str]) -> Path:
+    """mkdir -p that names the path and the reason instead of a traceback, and checks it is writable."""
+    root = Path(os.path.abspath(path))
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise OutputPathError(f"cannot create the run directory {root}: a file is in the way",
+                              hint="choose another directory with -o DIR") from None
+    except OSError as exc:
+        raise OutputPathError(f"cannot create the run directory {root}: {exc.strerror or exc}",
+                              hint="choose another directory with -o DIR (one you can write)") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise OutputPathError(f"the run directory {root} is not writable",
+                              hint="choose another directory with -o DIR (one you can write)")
+    return root
+
+
+def write_plan_files(plan: Plan, path: Path) -> None:
+    """plan.json, streamed (never one string), then its index from the spans the writer recorded."""
+    from hpcplace.runtime.plan_index import write_index_from_parts  # lazily: the runtime's own module
+
+    spans: list[ProcessSpans] = []
+    header = plan_header(plan)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as out:
+        size = write_plan_json(plan, out, spans, header=header)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    nodes = [{(v.het_group, v.group_node_index): v.ranks for v in node_processes(c.processes)}
+             for c in plan.components]
+    # JSON-ready values (tuples are written as lists), the same the plan.json text holds
+    components = [component_header(c) for c in plan.components]
+    write_index_from_parts(path, plan_size=size, plan=header, components=components,
+                           spans=[(s.offsets, s.lengths) for s in spans], nodes=nodes)
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)

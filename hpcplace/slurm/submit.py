@@ -1,0 +1,554 @@
+"""Submission and job records: render into a run directory, `sbatch --parsable`, record the job
+id and script hash in run.json; status, cancel and per-rank logs of a run.
+
+A retry never double-submits: a lock file is created (O_EXCL) before sbatch runs and removed only
+when the outcome is known. A run directory whose run.json names a job is never submitted again;
+one whose lock survived an interrupted sbatch is first searched for in Slurm (by its working
+directory) and adopted instead of resubmitted. Nothing is recorded as submitted on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from hpcplace.slurm import slurm_cli
+from hpcplace.errors import SlurmError, SpecError
+from hpcplace.config.cluster import Cluster, Hardware, NodeGroup
+from hpcplace.config.launch import launch_from_json
+from hpcplace.plan.placement import Placement
+from hpcplace.plan.plan import SCHEMA, ComponentPlan, Plan, SpanningWorkers
+from hpcplace.slurm.render import (
+    DEFAULT_LAUNCHER, LIBRARY_NAME, SCRIPT_NAME, make_run_dir, render_library, render_run, render_script, sha256_text,
+)
+from hpcplace.slurm.slurm_job import SlurmJob, lower, slug
+
+RUN_RECORD = "run.json"
+LOCK_NAME = "submit.lock"
+TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
+                   "BOOT_FAIL", "DEADLINE", "REVOKED")
+
+
+@dataclass(frozen=True)
+class Submission:
+    run_dir: Path
+    job_id: str
+    script_sha256: str
+    already_submitted: bool = False
+
+
+class UnknownJobError(SpecError):
+    """The run directory or job id given does not exist: bad input (exit 2), not a Slurm failure."""
+
+
+def default_run_dir(plan: Plan, base: str | os.PathLike[str], now: datetime) -> Path:
+    """`<base>/<name>-<YYYYmmdd-HHMMSS>`, with `-2`, `-3` ... if taken."""
+    stem = Path(base) / f"{slug(plan.name)}-{now:%Y%m%d-%H%M%S}"
+    candidate, n = stem, 1
+    while candidate.exists():
+        n += 1
+        candidate = stem.with_name(f"{stem.name}-{n}")
+    return candidate.absolute()
+
+
+def read_record(run_dir: Path) -> dict[str, object] | None:
+    path = run_dir / RUN_RECORD
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SlurmError(f"{path} is unreadable: {exc}", hint="inspect it; do not resubmit blindly") from None
+    return data if isinstance(data, dict) else None
+
+
+def _write_json(path: Path, data: dict[str, object]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _sbatch_error(plan: Plan, message: str) -> SlurmError:
+    """Slurm's refusal, quoted, with the node groups it concerns named."""
+    groups = plan.cluster.node_groups
+    named: list[str] = []
+    m = re.search(r"invalid partition specified:\s*(\S+)", message, re.IGNORECASE)
+    if m:
+        named = [f"node group {g.label!r} (het component {i}) uses partition {g.partition!r}"
+                 for i, g in enumerate(groups) if g.partition == m.group(1)]
+    elif re.search(r"gres|generic resource|node configuration is not available", message, re.IGNORECASE):
+        job = lower(plan)
+        named = [f"node group {c.label!r} (het component {c.het_group}): partition {c.partition!r}, "
+                 f"{c.num_nodes} node(s), GRES {c.gres or 'none'}" for c in job.components]
+    text = f"Slurm rejected the job: {message}"
+    if named:
+        text += "\n  " + "\n  ".join(named)
+    return SlurmError(text, hint="`hpcplace validate CONFIG` compares each node group with the cluster")
+
+
+def submit(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[str] = DEFAULT_LAUNCHER,
+           template_dir: str | None = None, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S,
+           say: Callable[[str], None] = lambda _s: None) -> Submission:
+    """Render into run_dir and submit once. Idempotent per run directory."""
+    root = Path(os.path.abspath(run_dir))
+    record = read_record(root)
+    if record and record.get("job_id"):
+        say(f"{root} was already submitted as job {record['job_id']}; not submitting again")
+        return Submission(root, str(record["job_id"]), str(record.get("script_sha256", "")), True)
+    lock = root / LOCK_NAME
+    if lock.exists():
+        adopted = _recover_interrupted(root, lock, timeout)
+        if adopted is not None:
+            say(f"found job {adopted.job_id} submitted from {root} by an interrupted attempt; recorded it")
+            return adopted
+    created = _first_missing(root)  # what this submit creates, removed again if Slurm never takes the job
+    make_run_dir(root)
+    try:
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise SlurmError(f"another submission of {root} is in progress ({lock} exists)",
+                         hint=f"wait for it, or remove {lock} if no hpcplace submit is running") from None
+    try:
+        rendered = render_run(plan, root, launcher=launcher, template_dir=template_dir)
+    except BaseException:
+        os.close(fd)
+        lock.unlink(missing_ok=True)
+        _remove_created(root, created)
+        raise
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+                   "script_sha256": rendered.script_sha256}, f)
+    argv = slurm_cli.sbatch_argv(str(rendered.script))
+    try:
+        result = slurm_cli.sbatch(str(rendered.script), cwd=str(root), timeout=timeout)
+    except SlurmError as exc:
+        if "did not answer" in exc.message:  # the outcome is unknown: keep the lock for the retry
+            raise SlurmError(exc.message, hint=f"run the same submit with -o {root}: it looks for the job "
+                                               "before submitting again") from None
+        lock.unlink(missing_ok=True)
+        _remove_created(root, created)
+        raise
+    if result.returncode != 0:
+        lock.unlink(missing_ok=True)
+        _remove_created(root, created)
+        raise _sbatch_error(plan, result.message)
+    job_id = slurm_cli.parse_job_id(result.stdout)
+    _write_json(root / RUN_RECORD, {
+        "job_id": job_id, "script_sha256": rendered.script_sha256, "script": SCRIPT_NAME,
+        "sbatch": argv, "submitted_at": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "name": plan.name, "source": plan.source, "het_components": [g.label for g in plan.cluster.node_groups]})
+    lock.unlink(missing_ok=True)
+    return Submission(root, job_id, rendered.script_sha256)
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost directory of `path` that does not exist yet (None: it all exists)."""
+    missing = None
+    for candidate in (path, *path.parents):
+        if candidate.exists() or candidate.is_symlink():
+            break
+        missing = candidate
+    return missing
+
+
+def _remove_created(root: Path, created: Path | None) -> None:
+    """Undo what a failed submit made: the run directory and the parents it created, never a directory
+    that existed before it."""
+    if created is None:
+        return
+    shutil.rmtree(root, ignore_errors=True)
+    for parent in root.parents:
+        if not parent.is_relative_to(created):
+            break
+        try:
+            parent.rmdir()  # only while empty: something else may have been put there meanwhile
+        except OSError:
+            break
+
+
+def _recover_interrupted(root: Path, lock: Path, timeout: float) -> Submission | None:
+    try:
+        info = json.loads(lock.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        info = {}
+    pid, host = info.get("pid"), info.get("host")
+    if host == socket.gethostname() and isinstance(pid, int) and pid != os.getpid() and _alive(pid):
+        raise SlurmError(f"another submission of {root} is running (pid {pid})",
+                         hint="wait for it to finish")
+    jobs = slurm_cli.jobs_in_workdir(str(root), timeout=timeout)
+    if len(jobs) > 1:
+        raise SlurmError(f"jobs {', '.join(jobs)} were all submitted from {root}",
+                         hint="cancel the extra ones, then record the one to keep")
+    if not jobs:
+        lock.unlink(missing_ok=True)  # sbatch never accepted it: safe to submit
+        return None
+    script = root / SCRIPT_NAME
+    sha = info.get("script_sha256", "")
+    _write_json(root / RUN_RECORD, {"job_id": jobs[0], "script_sha256": sha, "script": SCRIPT_NAME,
+                                    "sbatch": slurm_cli.sbatch_argv(str(script)), "recovered": True})
+    lock.unlink(missing_ok=True)
+    return Submission(root, jobs[0], str(sha), True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def dry_run_text(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[str] = DEFAULT_LAUNCHER,
+                 template_dir: str | None = None) -> str:
+    """The exact sbatch command, script and the library it sources, without writing or submitting anything."""
+    root = Path(os.path.abspath(run_dir))
+    script = render_script(plan, str(root), launcher=launcher, template_dir=template_dir)
+    library = render_library(template_dir)
+    argv = slurm_cli.sbatch_argv(str(root / SCRIPT_NAME))
+    return (f"# would write {root}/{{{SCRIPT_NAME},{LIBRARY_NAME},plan.json,plan.json.idx,logs/}} and run (in {root}):\n"
+            f"# {shlex.join(argv)}\n{script}"
+            f"# ==== {root / LIBRARY_NAME} (sourced by {SCRIPT_NAME}; sha256 {sha256_text(library)}) ====\n{library}")
+
+
+def test_only(plan: Plan, *, launcher: Sequence[str] = DEFAULT_LAUNCHER, template_dir: str | None = None,
+              timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> str:
+    """Ask Slurm whether (and when) it could run the job; records nothing. (Slurm still uses up a
+    job id for it.)"""
+    with tempfile.TemporaryDirectory(prefix="hpcplace-test-only-") as tmp:
+        rendered = render_run(plan, tmp, launcher=launcher, template_dir=template_dir)
+        result = slurm_cli.sbatch(str(rendered.script), cwd=tmp, test_only=True, timeout=timeout)
+    if result.returncode != 0:
+        raise _sbatch_error(plan, result.message)
+    return result.message
+
+
+# ------------------------------------------------------------------------------------------------
+# status / cancel
+
+@dataclass(frozen=True)
+class ComponentState:
+    offset: int
+    job_id: str
+    partition: str
+    state: str
+    nodes: str
+    reason: str
+    exit_code: str
+    elapsed: str
+
+
+@dataclass(frozen=True)
+class StepState:
+    job_id: str  # `ID+k.step`
+    name: str
+    state: str
+    exit_code: str
+    nodes: str
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job_id: str
+    components: tuple[ComponentState, ...]
+    steps: tuple[StepState, ...]
+    source: str  # "scontrol" | "sacct" | "none"
+
+    @property
+    def state(self) -> str:
+        """One word for the whole job: the worst component state."""
+        states = [c.state.split()[0] for c in self.components]
+        if not states:
+            return "UNKNOWN"
+        for bad in ("FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "CANCELLED", "PREEMPTED"):
+            if any(s.startswith(bad) for s in states):
+                return bad
+        for live in ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING", "SUSPENDED", "REQUEUED"):
+            if live in states:
+                return live
+        return states[0]
+
+    @property
+    def done(self) -> bool:
+        return bool(self.components) and all(
+            c.state.split()[0] in TERMINAL_STATES or c.state.startswith("CANCELLED") for c in self.components)
+
+
+def resolve_job(target: str) -> tuple[str, Path | None]:
+    """`RUN` (a run directory with run.json) or a job id -> (leader job id, run dir or None)."""
+    path = Path(target)
+    if path.is_dir():
+        return recorded_job(path), path.absolute()
+    m = re.fullmatch(r"(\d+)(\+\d+)?", target.strip())
+    if not m:
+        what = "no such run directory" if not path.exists() else "not a directory"
+        raise UnknownJobError(f"{target!r} is neither a run directory nor a job id ({what})",
+                              hint="give the run directory `hpcplace submit` wrote (it holds run.json), or a "
+                                   "Slurm job id such as 1234")
+    return m.group(1), None
+
+
+def recorded_job(run_dir: Path) -> str:
+    """The job id run.json records; a run directory that never reached Slurm is said so (exit 2)."""
+    record = read_record(run_dir)
+    if not record or not record.get("job_id"):
+        lock = " (a submission was interrupted: run submit again with -o)" if (run_dir / LOCK_NAME).exists() else ""
+        raise UnknownJobError(f"{run_dir} was never submitted to Slurm: no job id in {RUN_RECORD}{lock}",
+                              hint="submit it with `hpcplace submit CONFIG -o DIR` (a `render` or `run --local` "
+                                   "directory has no job)")
+    return str(record["job_id"])
+
+
+def job_status(job_id: str, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> JobStatus:
+    """Each het component's state from the controller (live) or accounting (finished), plus the
+    steps sacct knows."""
+    rows = slurm_cli.show_job(job_id, timeout=timeout)
+    acct = slurm_cli.sacct(job_id, steps=True, timeout=timeout)
+    steps = tuple(StepState(r["JobID"], r["JobName"], r["State"], r["ExitCode"], r["NodeList"])
+                  for r in acct or () if "." in r["JobID"] and not r["JobID"].endswith((".batch", ".extern")))
+    if rows:
+        comps = tuple(sorted((ComponentState(
+            int(r.get("HetJobOffset", "0") or 0), r.get("JobId", ""), r.get("Partition", ""),
+            r.get("JobState", ""), r.get("NodeList", ""), r.get("Reason", ""), r.get("ExitCode", ""),
+            r.get("RunTime", "")) for r in rows), key=lambda c: c.offset))
+        return JobStatus(job_id, comps, steps, "scontrol")
+    if acct:
+        comps = tuple(ComponentState(
+            int(r["JobID"].split("+")[1]) if "+" in r["JobID"] else 0, r["JobID"], r["Partition"], r["State"],
+            r["NodeList"], "", r["ExitCode"], r["Elapsed"]) for r in acct if "." not in r["JobID"])
+        return JobStatus(job_id, comps, steps, "sacct")
+    return JobStatus(job_id, (), (), "none")
+
+
+def format_status(status: JobStatus, labels: Sequence[str] = ()) -> str:
+    lines = [f"job {status.job_id}: {status.state} (from {status.source})"]
+    if not status.components:
+        lines.append("  Slurm knows nothing about this job (finished long ago, or no accounting)")
+    for c in status.components:
+        label = labels[c.offset] if c.offset < len(labels) else "?"
+        extra = f" reason={c.reason}" if c.reason and c.reason != "None" else ""
+        lines.append(f"  het {c.offset} {label:<12} {c.partition:<10} {c.state:<11} nodes={c.nodes or '-'} "
+                     f"exit={c.exit_code or '-'} time={c.elapsed or '-'}{extra}")
+    if status.steps:
+        lines.append("  steps:")
+        for s in status.steps:
+            lines.append(f"    {s.job_id:<12} {s.name:<16} {s.state:<11} exit={s.exit_code} nodes={s.nodes}")
+    return "\n".join(lines)
+
+
+def watch(job_id: str, *, labels: Sequence[str] = (), interval: float = 1.0, max_delay: float = 30.0,
+          say: Callable[[str], None] = print, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S,
+          sleep: Callable[[float], None] = time.sleep) -> JobStatus:
+    """Print the status whenever a component's state changes, until every component is done.
+
+    With accounting, submitit's watcher decides when to look (HetJobWatcher: one sacct call for all
+    components, at 0, 2, 4, 8 ... s, then every `max_delay` s); the table is re-read from
+    scontrol/sacct only when a state changed. Without accounting, scontrol every `interval` s."""
+    status = job_status(job_id, timeout=timeout)
+    say(format_status(status, labels))
+    watcher, ids = None, []
+    if status.components and status.source != "none" and slurm_cli.sacct(job_id, timeout=timeout) is not None:
+        watcher = slurm_cli.HetJobWatcher(delay_s=max(1, int(max_delay)))
+        ids = [f"{job_id}+{c.offset}" for c in status.components] if len(status.components) > 1 else [job_id]
+        for i in ids:
+            watcher.register_job(i)
+    seen: tuple[str, ...] = ()
+    last = tuple(c.state for c in status.components)
+    while not status.done and status.source != "none":
+        sleep(interval)
+        if watcher is not None:
+            states = tuple(watcher.get_state(i) for i in ids)
+            if states == seen and not all(watcher.is_done(i, mode="cache") for i in ids):
+                continue
+            seen = states
+        status = job_status(job_id, timeout=timeout)
+        now = tuple(c.state for c in status.components)
+        if now != last:
+            say(format_status(status, labels))
+            last = now
+    return status
+
+
+# `hpcplace status` exit codes (docs/slurm-job.md, "Exit codes"); 1-3 are hpcplace's own errors.
+STATE_EXIT_CODES = {"COMPLETED": 0, "FAILED": 10, "OUT_OF_MEMORY": 10, "NODE_FAIL": 10, "BOOT_FAIL": 10,
+                    "DEADLINE": 10, "CANCELLED": 11, "TIMEOUT": 12}
+OTHER_END_EXIT_CODE = 13  # PREEMPTED (not requeued), REVOKED, ...
+
+
+def status_exit_code(status: JobStatus) -> int:
+    """0 only when the job ended with every het component COMPLETED (or has not ended yet, for a
+    one-shot `status`); otherwise the code of the worst component state."""
+    if not status.done:
+        return 0
+    if all(c.state.split()[0] == "COMPLETED" for c in status.components):
+        return 0
+    return STATE_EXIT_CODES.get(status.state, OTHER_END_EXIT_CODE) or OTHER_END_EXIT_CODE
+
+
+def unknown_job(job_id: str) -> UnknownJobError:
+    return UnknownJobError(f"Slurm knows no job {job_id}",
+                      hint="check the id (`squeue --me`, `sacct -X`); a job that ended long ago is forgotten "
+                           "by the controller and, without accounting (slurmdbd), by Slurm altogether")
+
+
+def known_status(job_id: str, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> JobStatus:
+    """job_status, or a clear error when Slurm knows nothing about the job."""
+    status = job_status(job_id, timeout=timeout)
+    if status.source == "none":
+        raise unknown_job(job_id)
+    return status
+
+
+def cancel(job_id: str, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> str:
+    """scancel of the leader cancels every het component: Slurm sends SIGTERM to the batch script
+    and every task, SIGKILL after KillWait. A job that already ended is left alone and said so."""
+    status = known_status(job_id, timeout=timeout)
+    if status.done:
+        return f"job {job_id} had already ended: {status.state}; nothing to cancel"
+    try:
+        slurm_cli.scancel(job_id, timeout=timeout)
+    except SlurmError as exc:
+        if "already completing or completed" not in exc.message and "Invalid job id" not in exc.message:
+            raise
+        status = known_status(job_id, timeout=timeout)
+        return f"job {job_id} had already ended: {status.state}; nothing to cancel"
+    return (f"cancelled job {job_id} (every het component): Slurm sends SIGTERM to every task, "
+            "SIGKILL after its KillWait")
+
+
+# ------------------------------------------------------------------------------------------------
+# attempts (a requeued job runs again in the same run directory)
+
+ATTEMPTS_FILE = "attempts.jsonl"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    number: int
+    started: str
+    host: str
+    ended: str | None
+    exit_code: int | None
+
+
+def read_attempts(run_dir: Path) -> list[Attempt]:
+    """attempts.jsonl (one line per start / end, written by the batch script) -> attempts in order.
+    Unreadable lines are skipped: a node may have died mid-write."""
+    path = run_dir / ATTEMPTS_FILE
+    if not path.exists():
+        return []
+    starts: dict[int, dict[str, object]] = {}
+    ends: dict[int, dict[str, object]] = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+            number = int(event["attempt"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        (starts if event.get("event") == "start" else ends)[number] = event
+    out = []
+    for number in sorted(starts):
+        end = ends.get(number, {})
+        code = end.get("exit_code")
+        out.append(Attempt(number, str(starts[number].get("time", "")), str(starts[number].get("host", "")),
+                           str(end["time"]) if "time" in end else None, code if isinstance(code, int) else None))
+    return out
+
+
+def format_attempts(attempts: Sequence[Attempt]) -> list[str]:
+    lines = []
+    for a in attempts:
+        end = f"ended {a.ended} exit={a.exit_code}" if a.ended else "running (or killed before it could record)"
+        lines.append(f"  attempt {a.number}: started {a.started} on {a.host or '?'}, {end}; "
+                     f"logs in {'logs/' if a is attempts[-1] else f'logs/attempt-{a.number}/'}")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------
+# logs
+
+@dataclass(frozen=True)
+class RankLog:
+    component: str
+    rank: int
+    path: Path | None  # None: the host is not known yet (logs/nodes.txt not written)
+    where: str
+
+
+def load_plan(path: Path) -> Plan:
+    """plan.json (schema hpcplace.plan/1) -> Plan, for commands that work on a run directory."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("schema") != SCHEMA:
+        raise SlurmError(f"{path}: schema {data.get('schema')!r}, expected {SCHEMA!r}")
+    groups = []
+    for g in data["node_groups"]:
+        hw = g.get("hardware")
+        groups.append(NodeGroup(
+            label=g["label"], partition=g["partition"], num_nodes=g["num_nodes"],
+            node_ranks=tuple(g["node_ranks"]) if "node_ranks" in g else None,
+            gpus_per_node=tuple(g["gpus_per_node"]), gpu_type=g["gpu_type"], cpus_per_node=g["cpus_per_node"],
+            mem_per_node_mb=g["mem_per_node_mb"], constraint=g["constraint"], account=g["account"], qos=g["qos"],
+            hardware=Hardware(hw["type"], tuple(hw["per_node"]), hw.get("gres")) if hw else None,
+            ignore_hardware=g["resource_kind"] == "node" and hw is not None, env=dict(g["env"]),
+            node_env=tuple(dict(e) for e in g.get("node_env") or ()),
+            python_interpreter=tuple(g.get("python_interpreter") or ())))
+    comps = []
+    for c in data["components"]:
+        procs = tuple(Placement(**{**p, "visible_accelerators": tuple(p["visible_accelerators"]),
+                                   "local_hardware_ranks": tuple(p["local_hardware_ranks"])})
+                      for p in c["processes"])
+        comps.append(ComponentPlan(
+            name=c["name"], world_size=c["world_size"], node_groups=tuple(c["node_groups"]),
+            resource_type=c["resource_type"], command=tuple(c["command"]), env=dict(c["env"]),
+            offload=c["offload"], tensor_parallel_size=c["tensor_parallel_size"],
+            pipeline_parallel_size=c["pipeline_parallel_size"], cpus_per_process=c["cpus_per_process"],
+            mem_per_process_mb=c["mem_per_process_mb"], collocation_group=c["collocation_group"], processes=procs,
+            spanning=SpanningWorkers.from_json(c["workers"]) if c.get("workers") else None))
+    return Plan(data["name"], data["source"]["path"], data["source"]["format"], Cluster(tuple(groups)),
+                tuple(comps), (), None, dict(data.get("slurm", {})), tuple(data.get("warnings", ())),
+                tuple(data["source"].get("composed", ())), launch_from_json(data.get("launch")))
+
+
+def read_hosts(run_dir: Path, logs: str = "logs") -> dict[tuple[int, int], str]:
+    """logs/nodes.txt (written by the job): (het group, node index) -> host name. `logs` is
+    logs/attempt-N for an earlier attempt of a requeued job."""
+    hosts: dict[tuple[int, int], str] = {}
+    nodes_file = run_dir / logs / "nodes.txt"
+    if nodes_file.exists():
+        for line in nodes_file.read_text(encoding="utf-8").splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
+                hosts[(int(parts[0]), int(parts[1]))] = parts[2]
+    return hosts
+
+
+def rank_logs(run_dir: Path, job: SlurmJob, hosts: dict[tuple[int, int], str], logs: str = "logs") -> list[RankLog]:
+    """Per component and rank, the file srun wrote: `logs/<step>.<host>.<task id>.out`, where the
+    task id is the rank's position in its step's task order (segments in order, node-major, local
+    rank) — the same order the batch script uses to name failing ranks."""
+    out = []
+    for step in job.steps:
+        task = 0
+        for seg in step.segments:
+            for i in range(seg.num_nodes):
+                host = hosts.get((seg.het_group, seg.relative + i))
+                for k in range(seg.tasks_per_node):
+                    where = (f"het {seg.het_group} node {seg.relative + i}"
+                             f"{' (' + host + ')' if host else ''}, task {task}")
+                    path = run_dir / logs / f"{step.name}.{host}.{task}.out" if host else None
+                    out.append(RankLog(step.component, seg.ranks[i * seg.tasks_per_node + k], path, where))
+                    task += 1
+    order = {name: i for i, name in enumerate(dict.fromkeys(s.component for s in job.steps))}
+    out.sort(key=lambda r: (order[r.component], r.rank))
+    return out

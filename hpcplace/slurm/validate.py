@@ -1,0 +1,234 @@
+"""Refuse a job that can never run, before it waits hours in a queue: compare what each het
+component asks for with what the live cluster has (`scontrol show partition|node -o`).
+
+`check` is a pure comparison over parsed ClusterFacts; `read_cluster_facts` is the one I/O edge.
+A node that is DOWN or DRAINED still counts (it may come back) but is reported as a warning.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from hpcplace.slurm import slurm_cli
+from hpcplace.errors import SlurmError
+from hpcplace.config.launch import commandless_components, nothing_to_run_hint
+from hpcplace.plan.plan import Plan
+from hpcplace.slurm.slurm_job import SlurmJob, lower
+
+UNUSABLE_STATES = ("DOWN", "DRAIN", "FAIL", "FUTURE", "NOT_RESPONDING", "MAINT", "POWERED_DOWN")
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    name: str
+    partitions: tuple[str, ...]
+    cpus: int
+    memory_mb: int
+    gres: dict[str, dict[str | None, int]]
+    features: frozenset[str]
+    state: str
+
+    @property
+    def usable(self) -> bool:
+        return not any(s in self.state.upper() for s in UNUSABLE_STATES)
+
+
+@dataclass(frozen=True)
+class PartitionFacts:
+    name: str
+    state: str
+    max_nodes: int | None
+    max_time_min: int | None
+    default: bool = False
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    partitions: dict[str, PartitionFacts]
+    nodes: tuple[NodeFacts, ...]
+
+
+@dataclass(frozen=True)
+class Report:
+    problems: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    checked: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _int(text: str | None, default: int = 0) -> int:
+    m = re.match(r"\d+", text or "")
+    return int(m.group(0)) if m else default
+
+
+def time_minutes(text: str | None) -> int | None:
+    """Slurm time (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH[:MM[:SS]]`) -> whole minutes; None = unlimited."""
+    if not text or text.upper() in ("UNLIMITED", "INFINITE", "NONE"):
+        return None
+    days = 0
+    if "-" in text:
+        d, text = text.split("-", 1)
+        days = int(d)
+        parts = [int(p) for p in text.split(":")] + [0, 0]
+        h, m, s = parts[0], parts[1], parts[2]
+    else:
+        parts = [int(p) for p in text.split(":")]
+        if len(parts) == 1:
+            h, m, s = 0, parts[0], 0
+        elif len(parts) == 2:
+            h, m, s = 0, parts[0], parts[1]
+        else:
+            h, m, s = parts[0], parts[1], parts[2]
+    return days * 1440 + h * 60 + m + (1 if s else 0)
+
+
+def parse_cluster_facts(partitions: list[dict[str, str]], nodes: list[dict[str, str]]) -> ClusterFacts:
+    """Parsed `scontrol show partition -o` / `scontrol show node -o` lines -> ClusterFacts."""
+    parts = {}
+    for p in partitions:
+        name = p.get("PartitionName", "")
+        max_nodes = p.get("MaxNodes", "UNLIMITED")
+        parts[name] = PartitionFacts(name, p.get("State", "UP"),
+                                     None if not max_nodes.isdigit() else int(max_nodes),
+                                     time_minutes(p.get("MaxTime")), p.get("Default", "NO").upper() == "YES")
+    out = []
+    for n in nodes:
+        features = n.get("AvailableFeatures", "")
+        out.append(NodeFacts(
+            name=n.get("NodeName", "?"),
+            partitions=tuple(x for x in n.get("Partitions", "").split(",") if x),
+            cpus=_int(n.get("CPUEfctv") or n.get("CPUTot")), memory_mb=_int(n.get("RealMemory")),
+            gres=slurm_cli.parse_gres(n.get("Gres", "")),
+            features=frozenset(f for f in features.split(",") if f and features != "(null)"),
+            state=n.get("State", "UNKNOWN")))
+    return ClusterFacts(parts, tuple(out))
+
+
+def _gres_ok(node: NodeFacts, want: str) -> bool:
+    """`gpu:a800:8` / `gpu:8` / `robot:4` against the node's GRES."""
+    for item in want.split(","):
+        parts = item.split(":")
+        name, gtype, count = (parts[0], parts[1], int(parts[2])) if len(parts) == 3 else (parts[0], None, int(parts[1]))
+        have = node.gres.get(name, {})
+        got = sum(have.values()) if gtype is None else have.get(gtype, 0)
+        if got < count:
+            return False
+    return True
+
+
+def _features_ok(node: NodeFacts, constraint: str | None) -> bool | None:
+    """Plain `a&b` / `a,b` (and) or `a|b` (or) feature expressions; None = too complex to check."""
+    if not constraint:
+        return True
+    if re.search(r"[\[\]*()]", constraint):
+        return None
+    if "|" in constraint:
+        return any(f.strip() in node.features for f in constraint.split("|"))
+    return all(f.strip() in node.features for f in re.split(r"[&,]", constraint))
+
+
+def _node_needs(job: SlurmJob) -> dict[tuple[int, int], tuple[int, int]]:
+    """(het group, node index) -> (CPUs, MB) the largest single step asks for there (steps
+    overlap, so each must fit alone)."""
+    needs: dict[tuple[int, int], tuple[int, int]] = {}
+    for step in job.steps:
+        for seg in step.segments:
+            for j in range(seg.relative, seg.relative + seg.num_nodes):
+                cpus, mb = needs.get((seg.het_group, j), (0, 0))
+                needs[(seg.het_group, j)] = (max(cpus, seg.tasks_per_node * seg.cpus_per_task), max(mb, seg.mem_mb))
+    return needs
+
+
+def check(plan: Plan, facts: ClusterFacts, job: SlurmJob | None = None) -> Report:
+    """Every reason the job can never run on this cluster (problems) or may wait (warnings)."""
+    job = job or lower(plan)
+    problems: list[str] = []
+    warnings: list[str] = []
+    checked: list[str] = []
+    # Steps mode: every component runs its own command. Ray mode: the driver starts the components.
+    problems += [f"component {name!r} has no command to run" for name in commandless_components(plan)]
+    if plan.launch.is_ray and not plan.launch.driver:
+        problems.append("the Ray launch mode has no driver to run")
+    if problems:
+        problems.append(f"to fix: {nothing_to_run_hint(plan)}")
+    needs = _node_needs(job)
+    time_limit = time_minutes(plan.slurm.get("time"))
+    for hc, group in zip(job.components, plan.cluster.node_groups):
+        partition = hc.partition
+        if partition is None:
+            default = [p.name for p in facts.partitions.values() if p.default]
+            if not default:
+                problems.append(f"node group {hc.label!r} (het component {hc.het_group}) names no partition and "
+                                "the cluster has no default partition")
+                continue
+            partition = default[0]
+            checked.append(f"node group {hc.label!r} names no partition: Slurm will use the default partition "
+                           f"{partition!r}")
+        who = f"node group {hc.label!r} (het component {hc.het_group}, partition {partition!r})"
+        part = facts.partitions.get(partition)
+        if part is None:
+            known = ", ".join(sorted(facts.partitions)) or "none"
+            problems.append(f"{who}: the partition does not exist (partitions: {known})")
+            continue
+        if "UP" not in part.state.upper():
+            warnings.append(f"{who}: the partition is {part.state}")
+        if part.max_nodes is not None and hc.num_nodes > part.max_nodes:
+            problems.append(f"{who}: asks for {hc.num_nodes} nodes, the partition allows at most {part.max_nodes}")
+        if time_limit is not None and part.max_time_min is not None and time_limit > part.max_time_min:
+            problems.append(f"{who}: time limit {plan.slurm['time']} exceeds the partition's "
+                            f"{part.max_time_min} minutes")
+        members = [n for n in facts.nodes if partition in n.partitions]
+        cpu_need = max([group.cpus_per_node or 0] + [needs.get((hc.het_group, j), (0, 0))[0]
+                                                      for j in range(hc.num_nodes)])
+        mem_need = max([group.mem_per_node_mb or 0] + [needs.get((hc.het_group, j), (0, 0))[1]
+                                                        for j in range(hc.num_nodes)])
+        tests = [
+            (f"GRES {hc.gres}", lambda n, g=hc.gres: g is None or _gres_ok(n, g)),
+            (f"{cpu_need} CPUs", lambda n, c=cpu_need: n.cpus >= c),
+            (f"{mem_need} MB memory", lambda n, m=mem_need: n.memory_mb >= m),
+        ]
+        fitting = list(members)
+        for what, test in tests:
+            passing = [n for n in fitting if test(n)]
+            if len(passing) < hc.num_nodes:
+                have = "; ".join(_describe(n) for n in members[:6]) or "no nodes"
+                problems.append(f"{who}: needs {hc.num_nodes} node(s) with {what}, the partition has "
+                                f"{len(passing)} such of {len(members)} ({have})")
+                break
+            fitting = passing
+        else:
+            verdicts = [_features_ok(n, group.constraint) for n in fitting]
+            if None in verdicts:
+                warnings.append(f"{who}: constraint {group.constraint!r} not checked (complex expression)")
+            elif sum(1 for v in verdicts if v) < hc.num_nodes:
+                problems.append(f"{who}: needs {hc.num_nodes} node(s) with features {group.constraint!r}, "
+                                f"{sum(1 for v in verdicts if v)} of the partition's nodes have them")
+            usable = [n for n in fitting if n.usable]
+            if len(usable) < hc.num_nodes:
+                warnings.append(f"{who}: only {len(usable)} of the {len(fitting)} fitting nodes are usable now "
+                                f"({', '.join(f'{n.name} {n.state}' for n in fitting if not n.usable)})")
+            checked.append(f"{who}: {len(fitting)} node(s) fit ({hc.num_nodes} needed)")
+    return Report(tuple(problems), tuple(warnings), tuple(checked))
+
+
+def _describe(node: NodeFacts) -> str:
+    gres = ",".join(f"{k}:{t}:{c}" if t else f"{k}:{c}" for k, v in node.gres.items() for t, c in v.items())
+    return f"{node.name}: {node.cpus} CPUs, {node.memory_mb} MB, GRES {gres or 'none'}"
+
+
+def read_cluster_facts() -> ClusterFacts:
+    """The I/O edge: ask the controller."""
+    return parse_cluster_facts(slurm_cli.show_partitions(), slurm_cli.show_nodes())
+
+
+def validate(plan: Plan, facts: ClusterFacts | None = None) -> Report:
+    """check() against the live cluster; raises SlurmError listing every problem."""
+    report = check(plan, facts if facts is not None else read_cluster_facts())
+    if report.problems:
+        raise SlurmError("the job can never run on this cluster:\n  - " + "\n  - ".join(report.problems),
+                         hint="fix the node groups in the config (or skip this check with --no-validate)")
+    return report
