@@ -24,6 +24,13 @@ def _launcher_args(parser: argparse.ArgumentParser) -> None:
                              "(default: the current directory, as with `hpcplace run --local`)")
 
 
+def _hold_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--hold", action="store_true",
+                        help="keep the job (and its Ray cluster) up after the driver/components, for `hpcplace "
+                             "attach | exec | shell`, until `hpcplace release`, cancel or the time limit "
+                             "(launch.hold: true)")
+
+
 def _template_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--template-dir", metavar="DIR",
                         help="site templates: a job.sbatch.j2 that extends \"hpcplace/job.sbatch.j2\"")
@@ -48,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="write even over a run directory that was already submitted (its queued or running "
                         "job would read the new plan.json)")
     _template_args(p)
+    _hold_argument(p)
     add_driver_argument(p)
     p.set_defaults(func=run_render)
 
@@ -59,6 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--no-validate", action="store_true", help="skip the check against the live cluster")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each Slurm command")
     _template_args(p)
+    _hold_argument(p)
     add_driver_argument(p)
     p.set_defaults(func=run_submit)
 
