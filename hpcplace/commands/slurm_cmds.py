@@ -293,7 +293,28 @@ def run_status(args: argparse.Namespace) -> int:
             print("\n".join(f"    {line}" for line in preflight.read_text(encoding="utf-8").splitlines()))
         for line in _ray_status(run_dir):
             print(line)
+        for line in _hold_status(run_dir, status.state):
+            print(line)
     return submit.status_exit_code(status)
+
+
+def _hold_status(run_dir: Path, state: str) -> list[str]:
+    """A held job: that it is held and how to attach; the Ray dashboard's address (hpcplace.attach)."""
+    import json
+    import socket
+
+    from hpcplace import submit
+    from hpcplace.attach import hold_lines
+
+    try:
+        plan = submit.load_plan(run_dir / "plan.json")
+    except (OSError, ValueError, KeyError, SlurmError):
+        return []
+    try:
+        head = json.loads((run_dir / "ray" / "head.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        head = None
+    return hold_lines(run_dir, plan, state, head if isinstance(head, dict) else None, socket.gethostname())
 
 
 def run_cancel(args: argparse.Namespace) -> int:
