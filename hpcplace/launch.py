@@ -124,7 +124,7 @@ def parse_launch(view: View | None) -> LaunchSpec:
     if mode == "ray" and not driver and not hold:
         raise view.error("launch mode ray needs a driver",
                          hint="add driver: [python, main.py, ...] or pass --driver -- CMD... on the command line "
-                              "(or hold the cluster with hold: true / --hold and attach drivers to it)")
+                              "(or hold the cluster without one, `hold: true` in this block, and attach drivers to it)")
     if mode == "steps" and driver:
         raise driver_view.error("launch.driver is only used in ray mode",  # type: ignore[union-attr]
                                 hint="set launch.mode: ray (or remove the driver)")
