@@ -361,6 +361,9 @@ def _ray_logs(args: argparse.Namespace, run_dir: Path, plan) -> int:  # type: ig
     entries: list[tuple[str, Path | None]] = []
     if args.component in (None, "driver") and args.rank in (None, 0):
         entries.append(("Ray driver (on the head)", run_dir / "logs" / "driver.out"))
+        attached = sorted((run_dir / "logs").glob("driver-*.out"), key=lambda p: int(p.stem[7:] or 0)
+                          if p.stem[7:].isdigit() else 0)
+        entries += [(f"attached driver {p.stem[7:]} (hpcplace attach)", p) for p in attached]
     if args.component in (None, "ray"):
         for n in ray_nodes(plan):
             if args.rank is not None and args.rank != n.rank:

@@ -109,6 +109,9 @@ def test_held_ray_cluster_attach_exec_interrupt_cancel(slurm_cluster: LiveCluste
         assert res.returncode == 0, res.stdout + res.stderr
         assert json.loads((tmp_path / "d2.json").read_text())["token"] == token
         assert (run_dir / "logs" / "driver-2.out").exists()
+        listing = cli("logs", run_dir, "--component", "driver", "--list").stdout
+        assert f"attached driver 1 (hpcplace attach): {run_dir / 'logs' / 'driver-1.out'}" in listing, listing
+        assert "attached driver 2" in listing
 
         # 3. exec as actor rank 3 (planned: a800 node, GPUs 6-7) and on node rank 1 (the cpu node)
         plan = submit.load_plan(run_dir / "plan.json")
