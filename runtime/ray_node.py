@@ -353,7 +353,9 @@ def main(argv: Sequence[str]) -> int:
         if head:
             def gcs_up() -> bool:
                 if proc.poll() is not None:
-                    raise ShimError(f"ray start exited with code {proc.returncode} before the head was up")
+                    raise ShimError(f"ray start exited with code {proc.returncode} before the head was up"
+                                    + ("; launch.dashboard needs the dashboard's packages (ray[default]) in the "
+                                       "job's Python: see this node's logs/ray.<host>.out" if dash else ""))
                 with socket.socket() as s:
                     s.settimeout(0.5)
                     return s.connect_ex((host, port)) == 0
