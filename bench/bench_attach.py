@@ -37,7 +37,7 @@ cluster:
   component_placement:
     actor: {node_group: a800, placement: "0-7:0-3"}
     env: {node_group: cpu, placement: "0"}
-launch: {mode: ray, join_timeout: 120%s}
+launch: {join_timeout: 120%s}   # --driver on the command line: Ray mode
 """
 STAMP = "import sys, time; open(sys.argv[1], 'w').write(repr(time.time()))"
 
