@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hpcplace import submit
-from tests.ray.test_ray_slurm import RAY_ARGS, assert_clean
+from tests.ray.test_ray_slurm import RAY_ARGS, assert_clean, lab  # noqa: F401 (lab: both ConstrainDevices modes)
 from tests.slurm.conftest import HPCPLACE, JobShm, LiveCluster, cli, run_status, submit_cli, wait_done
 
 pytestmark = pytest.mark.slurm
@@ -77,7 +77,7 @@ def exec_env(run_dir: Path, *where: str) -> dict[str, str]:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def test_held_ray_cluster_attach_exec_interrupt_cancel(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+def test_held_ray_cluster_attach_exec_interrupt_cancel(lab: LiveCluster, tmp_path: Path) -> None:
     config = tmp_path / "ray.yaml"
     config.write_text(RAY_CONFIG, encoding="utf-8")
     run_dir = tmp_path / "run"
@@ -140,7 +140,7 @@ def test_held_ray_cluster_attach_exec_interrupt_cancel(slurm_cluster: LiveCluste
         os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, out + err
-        steps = lambda: slurm_cluster.run("squeue", "-h", "--steps", "-j", job_id, "-o", "%i %j").stdout  # noqa: E731
+        steps = lambda: lab.run("squeue", "-h", "--steps", "-j", job_id, "-o", "%i %j").stdout  # noqa: E731
         wait_for("the attached step to end", lambda: " attach" not in steps(), 30)
         assert held(run_dir)  # the job, and its Ray cluster, are still up
         res = cli("attach", run_dir, "--driver", "--", sys.executable, DRIVER, "find", tmp_path / "d4.json",
