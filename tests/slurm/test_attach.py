@@ -93,8 +93,9 @@ def test_steps_hold_waits_after_the_steps_and_skips_commandless_components(tmp_p
     text = render_script(held, "/shared/run")
     bash_ok(text, tmp_path)
     wait = text.index('hp_log "all steps finished"')
-    assert text.index("hp_hold_begin\n", wait) < text.index('exit "$hp_rc"', wait)
-    assert "if ((hp_rc == 0)); then\n    hp_hold_begin" in text  # a failed component fails the job, no hold
+    assert text.index("        hp_hold_begin\n", wait) < text.index('exit "$hp_rc"', wait)
+    assert "if ((hp_rc == 0)); then\n    if [[ ! -e $hp_release ]]; then\n        hp_hold_begin" in text  # failed: no hold
+    assert "while hp_any_running && [[ ! -e $hp_release ]]; do" in text  # a release ends running components too
     assert "hold" not in render_script(plain, "/shared/run").split("#SBATCH")[-1]
     # a held job may hold a component that has no command: it is not started
     text = (REPO / "configs" / "hetero-partitions.yaml").read_text()

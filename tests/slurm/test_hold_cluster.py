@@ -43,6 +43,19 @@ cluster:
 components:
   actor: {command: [sh, -c, "exit 0"], env: {HP_ACTOR_VAR: "x y"}}
 """
+RUNNING_CONFIG = """
+name: steps-running
+cluster:
+  node_groups:
+    - {label: a800, partition: a800, nodes: 1, gpus_per_node: 8, gpu_type: a800}
+  component_placement:
+    actor: "0-3"
+    learner: "4-5"
+components:
+  actor: {command: [sh, -c, "exit 0"]}
+  learner: {command: [sleep, "600"]}
+launch: {hold: true}
+"""
 ENV_PROBE = [sys.executable, "-c", "import json, os; print(json.dumps(dict(os.environ)))"]
 
 
@@ -154,6 +167,30 @@ def test_held_ray_cluster_attach_exec_interrupt_cancel(lab: LiveCluster, tmp_pat
     assert JobShm(job_id).left() == []
 
 
+def shell(run_dir: Path, *where: str) -> str:
+    """`hpcplace shell RUN ...` in a pseudo-terminal, typing a command and `exit 5`: what it printed."""
+    import pty
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([str(HPCPLACE), "shell", str(run_dir), *where], stdin=slave, stdout=slave, stderr=slave,
+                            start_new_session=True)
+    os.close(slave)
+    os.write(master, b'echo "rank=$RANK devices=$CUDA_VISIBLE_DEVICES"; exit 5\n')
+    out = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the terminal closed: the shell ended
+            break
+        if not chunk:
+            break
+        out += chunk
+    assert proc.wait(timeout=30) == 5, out.decode(errors="replace")
+    os.close(master)
+    return out.decode(errors="replace")
+
+
 def test_held_steps_job_exec_release(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
     config = tmp_path / "steps.yaml"
     config.write_text(STEPS_CONFIG, encoding="utf-8")
@@ -166,6 +203,8 @@ def test_held_steps_job_exec_release(slurm_cluster: LiveCluster, tmp_path: Path)
         assert env["CUDA_VISIBLE_DEVICES"] == "2" and env["RANK"] == "2" and env["WORLD_SIZE"] == "4"
         assert env["HP_ACTOR_VAR"] == "x y" and env["HPCPLACE_SHM_DIR"].startswith(f"/dev/shm/hpcplace-{job_id}/")
         assert JobShm(job_id).exists()  # the node-local state stays while the job holds
+        out = shell(run_dir, "--component", "actor", "--rank", "1")
+        assert "rank=1 devices=1" in out, out
         res = cli("release", run_dir, "--wait", timeout=180)
         assert res.returncode == 0, res.stdout + res.stderr
     finally:
@@ -173,6 +212,29 @@ def test_held_steps_job_exec_release(slurm_cluster: LiveCluster, tmp_path: Path)
     status = wait_done(run_dir)
     assert status.state == "COMPLETED", status.text + batch_log(run_dir)
     assert "released (hpcplace release)" in batch_log(run_dir)
+    deadline = time.monotonic() + 15
+    while JobShm(job_id).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert JobShm(job_id).left() == []
+
+
+def test_release_while_a_component_runs_and_exec_beside_it(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    config = tmp_path / "steps.yaml"
+    config.write_text(RUNNING_CONFIG, encoding="utf-8")
+    run_dir = tmp_path / "run"
+    job_id = submit_cli(config, run_dir)
+    try:
+        wait_for("the actor to finish", lambda: "component 'actor' (4 tasks) finished" in batch_log(run_dir))
+        assert "holds: after its components it stays up" in run_status(run_dir).text
+        env = exec_env(run_dir, "--component", "learner", "--rank", "1")  # overlaps the running learner step
+        assert env["CUDA_VISIBLE_DEVICES"] == "5" and env["RANK"] == "1" and env["WORLD_SIZE"] == "2"
+        res = cli("release", run_dir, "--wait", timeout=180)
+        assert res.returncode == 0, res.stdout + res.stderr
+    finally:
+        cli("cancel", run_dir)
+    status = wait_done(run_dir)
+    assert status.state == "COMPLETED", status.text + batch_log(run_dir)
+    assert "released while 'learner' still ran: stopping them" in batch_log(run_dir)
     deadline = time.monotonic() + 15
     while JobShm(job_id).exists() and time.monotonic() < deadline:
         time.sleep(0.2)
