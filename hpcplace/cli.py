@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "hpcplace.commands.run_cmd",
     "hpcplace.commands.slurm_cmds",
     "hpcplace.commands.tune_cmd",
+    "hpcplace.commands.attach_cmd",
 )
 
 
@@ -57,6 +58,17 @@ EXAMPLES = {
     "cancel": """examples:
   hpcplace cancel runs/hetero-20250101-120000
   hpcplace cancel 1234""",
+    "attach": """examples:
+  hpcplace attach runs/r1 --driver -- python main.py --config-name x   # on the held job's Ray head
+  hpcplace attach runs/r1 --concurrent --driver -- python probe.py""",
+    "exec": """examples:
+  hpcplace exec runs/r1 --component actor --rank 3 -- nvidia-smi    # as rank 3 of actor, on its node
+  hpcplace exec runs/r1 --node 1 -- df -h /dev/shm                  # on cluster node rank 1
+  hpcplace exec runs/local1 --component actor --rank 0 -- env       # a `run --local` run dir: here""",
+    "shell": """examples:
+  hpcplace shell runs/r1 --component rollout --rank 0""",
+    "release": """examples:
+  hpcplace release runs/r1 --wait                 # a held job ends (and cleans up) like a finished one""",
     "logs": """examples:
   hpcplace logs runs/hetero-20250101-120000 --component actor --rank 0 --tail 50
   hpcplace logs runs/hetero-20250101-120000 --list""",
@@ -85,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Commands that take `--driver -- CMD...` (the ray launch mode's driver; see hpcplace.config.launch).
-DRIVER_COMMANDS = ("plan", "submit", "render", "run", "validate", "tune")
+DRIVER_COMMANDS = ("plan", "submit", "render", "run", "validate", "tune", "attach")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,7 +109,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HpcplaceError as exc:
         print(f"hpcplace: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    words = [w for w in rest if not w.startswith("-")]
+    command = None
+    if words[:1] == ["exec"] and "--" in rest:  # `exec RUN ... -- CMD...`: CMD is never read by argparse
+        i = rest.index("--")
+        rest, command = rest[:i], rest[i + 1:]
     args = parser.parse_args(rest)
+    if args.command == "exec":
+        args.argv = command or []
     if driver is not None and args.command not in DRIVER_COMMANDS:
         parser.error(f"--driver is an option of: {', '.join(DRIVER_COMMANDS)}")
     args.driver = driver

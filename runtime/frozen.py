@@ -27,6 +27,8 @@ class Frozen:
         for name in self._fields:
             value = values.pop(name, _MISSING)
             if value is _MISSING:
+                value = type(self).__dict__.get(name, _MISSING)  # `field: T = default` in the class body
+            if value is _MISSING:
                 raise TypeError(f"{type(self).__name__}: missing field {name!r}")
             object.__setattr__(self, name, value)
         if values:

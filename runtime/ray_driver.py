@@ -10,6 +10,11 @@
    launch.env. Its exit code is the step's, hence the job's. Just before, the step's id goes to
    <run dir>/ray/driver.step: the batch script sends Slurm's time-limit warning to that step only.
 
+`hpcplace attach RUN --driver -- CMD...` starts this same step into a held job, with `--argv FILE`
+(the attached driver's argv, a JSON list the CLI wrote into the run directory): the same environment,
+but once the cluster has joined (ray/bringup.json) it does not wait or import Ray again, and the
+time-limit warning stays the first driver's.
+
 Timings go to stderr (logs/driver.out) and <run dir>/ray/bringup.json (bench/ray_bringup.py).
 """
 
@@ -92,17 +97,29 @@ def wait_joined(address: str, expected: Mapping[int, tuple[int, int, str]], time
 
 def main(argv: Sequence[str]) -> int:
     t0 = time.time()
-    parsed = parse_args(argv)
+    args = list(argv)
+    argv_file = None
+    if "--argv" in args[:-1]:  # an attached driver (hpcplace attach)
+        i = args.index("--argv")
+        argv_file = args[i + 1]
+        del args[i:i + 2]
+    parsed = parse_args(args)
     if parsed is None:
         return 2
     plan_path, chdir = parsed
     run_dir = os.path.dirname(os.path.abspath(plan_path))
+    bringup = os.path.join(run_dir, "ray", "bringup.json")
     try:
         snapshot = read_snapshot(os.environ)
         with PlanIndex(plan_path) as index:
             header = index.plan
         launch = header.get("launch") or {}
-        driver = [str(a) for a in launch.get("driver") or ()]
+        if argv_file is not None:
+            from hpcplace.runtime.attached import read_argv
+
+            driver = list(read_argv(argv_file))
+        else:
+            driver = [str(a) for a in launch.get("driver") or ()]
         if not driver:
             raise ShimError("plan.json has no launch.driver", hint="render the job with launch.mode: ray and a driver")
         timeout = float(launch.get("join_timeout") or 300)
@@ -123,15 +140,17 @@ def main(argv: Sequence[str]) -> int:
                             hint="see logs/ray.<host>.out of the head") from None
         t_head = time.time()
         address = f"{info['host']}:{info['port']}"
-        t_joined = wait_joined(address, expected, max(timeout - (t_head - t0), 1.0), host_of)
         env = driver_env(os.environ, head=info["host"], port=int(info["port"]), num_nodes=len(expected),
                          plan_path=plan_path, launch_env=launch.get("env") or {})
-        start = os.environ.get("HPCPLACE_JOB_START")
-        write_json(os.path.join(run_dir, "ray", "bringup.json"), {
-            "nodes": len(expected), "driver_step_start": t0, "head_ready": t_head, "all_joined": t_joined,
-            "driver_start": time.time(), "job_start": float(start) if start else None})
-        say(f"all {len(expected)} Ray node(s) joined at {address} ({t_joined - t0:.2f} s after this step "
-            f"started); running the driver")
+        joined = argv_file is not None and os.path.exists(bringup)  # an attach to a cluster that is up
+        if not joined:
+            t_joined = wait_joined(address, expected, max(timeout - (t_head - t0), 1.0), host_of)
+            start = os.environ.get("HPCPLACE_JOB_START")
+            write_json(bringup, {
+                "nodes": len(expected), "driver_step_start": t0, "head_ready": t_head, "all_joined": t_joined,
+                "driver_start": time.time(), "job_start": float(start) if start else None})
+            say(f"all {len(expected)} Ray node(s) joined at {address} ({t_joined - t0:.2f} s after this step "
+                f"started); running the driver")
         if chdir:
             os.chdir(chdir)
     except ShimError as exc:
@@ -141,7 +160,7 @@ def main(argv: Sequence[str]) -> int:
     # The batch script passes Slurm's time-limit warning on to this step alone (`scancel --signal`);
     # written last, so the signal finds the driver, not this wrapper.
     step = os.environ.get("SLURM_STEP_ID", "")
-    if step.isdigit():
+    if step.isdigit() and argv_file is None:
         write_text(os.path.join(run_dir, "ray", "driver.step"), step + "\n")
     sys.stdout.flush()
     sys.stderr.flush()

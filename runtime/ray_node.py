@@ -74,7 +74,7 @@ def group_node_ranks(group: Mapping) -> list[int]:
 
 def node_facts(header: dict, g: int, j: int, cpus_needed: int = 0) -> dict:
     """This node's facts from plan.json's header: rank, group, GPUs, CPUs (the group's cpus_per_node,
-    else what the plan's processes on the node need: hpcplace.ray_cluster.ray_nodes), env."""
+    else what the plan's processes on the node need: hpcplace.ray.ray_cluster.ray_nodes), env."""
     groups = header["node_groups"]
     group = groups[g]
     rank = group_node_ranks(group)[j]
@@ -92,7 +92,7 @@ def framework_node_env(source_format: str | None, rank: int) -> dict:
     """What a framework reads from its raylets' environment besides RLINF_NODE_RANK: ROLL's
     ResourceManager numbers its nodes by NODE_RANK (GPU g of device_mapping is on node g // gpus per
     node; unset everywhere, it falls back to Ray's node order), so a ROLL plan sets it to the node's
-    cluster node rank. The same function serves hpcplace.ray_cluster (the script's summary)."""
+    cluster node rank. The same function serves hpcplace.ray.ray_cluster (the script's summary)."""
     return {"NODE_RANK": str(rank)} if source_format == "roll" else {}
 
 
@@ -102,7 +102,7 @@ def _at(per_node, j: int, default):  # type: ignore[no-untyped-def]
 
 
 def ray_start_argv(python: str, node: dict, *, head: bool, port: int, address: str | None, temp_dir: str,
-                   spill_dir: str, extra: Sequence[str] = ()) -> list[str]:
+                   spill_dir: str, extra: Sequence[str] = (), dashboard_port: int | None = None) -> list[str]:
     """`python -m ray.scripts.scripts start --block ...` for one node (Ray's CLI from the job's Python)."""
     labels = {"hpcplace.group": node["label"], "hpcplace.partition": node["partition"],
               "hpcplace.gpu_type": node["gpu_type"] or "", "hpcplace.node_rank": str(node["rank"])}
@@ -114,7 +114,11 @@ def ray_start_argv(python: str, node: dict, *, head: bool, port: int, address: s
             "--dashboard-agent-listen-port=0", "--min-worker-port=0", "--max-worker-port=0"]
     if head:
         # No Ray client server: it needs ray[client]; without --ray-client-server-port none starts.
-        argv += ["--head", f"--port={port}", "--include-dashboard=false"]
+        argv += ["--head", f"--port={port}"]
+        if dashboard_port is None:
+            argv.append("--include-dashboard=false")
+        else:  # launch.dashboard: on every interface of the head, reached through an ssh port-forward
+            argv += ["--include-dashboard=true", "--dashboard-host=0.0.0.0", f"--dashboard-port={dashboard_port}"]
     else:
         argv += [f"--address={address}"]
     return argv + list(extra)
@@ -138,6 +142,13 @@ def raylet_env(environ: Mapping[str, str], node: dict, launch_env: Mapping[str, 
 
 # ------------------------------------------------------------------------------------------------
 # I/O
+
+def dashboard_port(gcs_port: int, is_free=None) -> int | None:  # type: ignore[no-untyped-def]
+    """The dashboard's port: the first free one after the GCS port in its block of PORT_STRIDE (derived
+    from the job like the GCS port, so two jobs on one head rarely meet); None when all are taken."""
+    is_free = is_free or port_free
+    return next((p for p in range(gcs_port + 1, gcs_port + PORT_STRIDE) if is_free(p)), None)
+
 
 def port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -320,8 +331,13 @@ def main(argv: Sequence[str]) -> int:
             port = next((p for p in port_candidates(job_id) if port_free(p)), None)
             if port is None:
                 raise ShimError(f"no free port for the Ray head among {port_candidates(job_id)[:4]}...")
+            dash = None
+            if launch.get("dashboard"):
+                dash = dashboard_port(port)
+                if dash is None:
+                    raise ShimError(f"no free port for the Ray dashboard among {port + 1}..{port + PORT_STRIDE - 1}")
             argv_ = ray_start_argv(python, node, head=True, port=port, address=None, temp_dir=temp_dir,
-                                   spill_dir=spill_dir, extra=extra)
+                                   spill_dir=spill_dir, extra=extra, dashboard_port=dash)
         else:
             info = wait_for(f"the Ray head's address ({head_file})", lambda: read_head(head_file, job_id), timeout)
             port = int(info["port"])
@@ -337,13 +353,16 @@ def main(argv: Sequence[str]) -> int:
         if head:
             def gcs_up() -> bool:
                 if proc.poll() is not None:
-                    raise ShimError(f"ray start exited with code {proc.returncode} before the head was up")
+                    raise ShimError(f"ray start exited with code {proc.returncode} before the head was up"
+                                    + ("; launch.dashboard needs the dashboard's packages (ray[default]) in the "
+                                       "job's Python: see this node's logs/ray.<host>.out" if dash else ""))
                 with socket.socket() as s:
                     s.settimeout(0.5)
                     return s.connect_ex((host, port)) == 0
             wait_for(f"the Ray head's GCS on {host}:{port}", gcs_up, timeout, 0.05)
             write_json(head_file, {"job_id": job_id, "host": host, "port": port,
-                                   "ready_s": round(time.monotonic() - started, 3), "time": time.time()})
+                                   "ready_s": round(time.monotonic() - started, 3), "time": time.time(),
+                                   **({"dashboard_port": dash} if dash is not None else {})})
             say(f"head ready at {host}:{port} after {time.monotonic() - started:.2f} s")
         rc = proc.wait()
         text = f"{where}: Ray stopped on its own (ray start exited with code {rc})"

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 PROG = "hpcplace-run"
 PORT_CHECK_VARIABLE = "HPCPLACE_MASTER_PORT_CHECK"  # set to 1 by the job script: agree on a free MASTER_PORT
-USAGE = f"""usage: {PROG} --plan PLAN.json --component NAME [--chdir DIR] [--print-env] [--no-verify] [--verbose] [-- CMD [ARGS...]]
+USAGE = f"""usage: {PROG} --plan PLAN.json --component NAME [--rank R] [--argv FILE] [--chdir DIR] [--print-env] [--no-verify] [--verbose] [-- CMD [ARGS...]]
 
 Run one task of an hpcplace job step with its planned ranks and devices, then exec CMD
 (default: the component's command from the plan).
@@ -39,6 +39,9 @@ Run one task of an hpcplace job step with its planned ranks and devices, then ex
   --plan PATH        plan.json written with the job (its index PATH.idx must be beside it)
   --component NAME   the component this step runs
   --chdir DIR        run CMD in DIR (the directory the job was submitted from)
+  --rank R           this one task is rank R of the component, started into the running job from
+                     outside it (`hpcplace exec`): node lists from the run dir's logs/nodes.txt
+  --argv FILE        the command: a JSON list in FILE (written by `hpcplace exec`)
   --print-env        print the computed environment as JSON instead of running CMD
   --no-verify        skip the NVML check of the visible GPUs
   --verbose          explain the decisions on stderr (also HPCPLACE_DEBUG=1)
@@ -53,6 +56,8 @@ class Options(Frozen):
     print_env: bool
     verify: bool
     verbose: bool
+    rank: int | None = None  # `hpcplace exec`: one task started into the job from outside, as this rank
+    argv_file: str | None = None
 
 
 class Resolved(Frozen):
@@ -81,7 +86,7 @@ def parse_args(argv: Sequence[str]) -> Options | None:
         if arg in ("-h", "--help"):
             return None
         name, eq, value = arg.partition("=")
-        if name in ("--plan", "--component", "--chdir"):
+        if name in ("--plan", "--component", "--chdir", "--rank", "--argv"):
             if not eq:
                 i += 1
                 if i >= len(argv):
@@ -96,8 +101,17 @@ def parse_args(argv: Sequence[str]) -> Options | None:
     missing = [name for name in ("--plan", "--component") if not values.get(name)]
     if missing:
         raise ShimError(f"missing {' and '.join(missing)}", hint=USAGE.splitlines()[0])
+    rank = values.get("--rank")
+    if rank is not None and not (rank.isascii() and rank.isdigit()):
+        raise ShimError(f"--rank {rank!r} is not a rank (a non-negative integer)")
+    if values.get("--argv"):
+        from hpcplace.runtime.attached import read_argv
+
+        command = read_argv(values["--argv"])
     return Options(plan=values["--plan"], component=values["--component"], command=command,
-                   chdir=values.get("--chdir") or None, print_env=flags["--print-env"], verify=not flags["--no-verify"], verbose=flags["--verbose"])
+                   chdir=values.get("--chdir") or None, print_env=flags["--print-env"], verify=not flags["--no-verify"],
+                   verbose=flags["--verbose"], rank=int(rank) if rank is not None else None,
+                   argv_file=values.get("--argv") or None)
 
 
 def resolve(options: Options, environ: Mapping[str, str], *, hostname: str | None = None) -> Resolved:
@@ -106,6 +120,8 @@ def resolve(options: Options, environ: Mapping[str, str], *, hostname: str | Non
     with PlanIndex(options.plan) as index:
         ci = index.component_index(options.component)
         comp = index.components[ci]
+        if options.rank is not None:
+            return _resolve_attached(options, index, ci, snapshot)
         g, j = locate_node(snapshot, index.het_groups(ci))
         # HPCPLACE_STEP_TASKS: set by the rendered script on every step; a component whose nodes differ
         # in layout inside one het group runs as several steps (one srun cannot repeat a het group).
@@ -122,19 +138,43 @@ def resolve(options: Options, environ: Mapping[str, str], *, hostname: str | Non
                             f"(het group {g}, node {j}), but the plan has {planned} process(es) of "
                             f"{comp['name']!r} there",
                             hint="the step must start exactly local_world_size tasks of the component per node")
-        rank0 = process if process["rank"] == 0 else index.process(ci, 0)
-        master_addr = node_name_at(snapshot, rank0["het_group"], rank0["group_node_index"])
-        info, choice = compute_process_env(plan=index.plan, component=comp, component_index=ci, process=process,
-                                           snapshot=snapshot, plan_path=index.plan_path, master_addr=master_addr)
-        changes = environment_changes(info, plan_environment(index.plan, comp, process))
-        command = options.command or tuple(comp.get("command") or ())
-        if not command:
-            raise ShimError(f"no command: component {comp['name']!r} has none in the plan",
-                            hint=f"give one after `--`: {PROG} --plan ... --component {comp['name']} -- CMD")
-        groups = index.plan.get("node_groups") or []
-        gpu_type = groups[g].get("gpu_type") if g < len(groups) else None
+        return _resolved(options, index, ci, process, snapshot, g)
+
+
+def _resolved(options: Options, index: PlanIndex, ci: int, process: dict, snapshot: SlurmSnapshot, g: int,
+              master_port: int | None = None) -> Resolved:
+    """The environment of `process` (found by either path), computed once, the same way."""
+    comp = index.components[ci]
+    rank0 = process if process["rank"] == 0 else index.process(ci, 0)
+    master_addr = node_name_at(snapshot, rank0["het_group"], rank0["group_node_index"])
+    info, choice = compute_process_env(plan=index.plan, component=comp, component_index=ci, process=process,
+                                       snapshot=snapshot, plan_path=index.plan_path, master_addr=master_addr)
+    changes = environment_changes(info, plan_environment(index.plan, comp, process))
+    if master_port is not None:
+        changes["MASTER_PORT"] = str(master_port)
+    command = options.command or tuple(comp.get("command") or ())
+    if not command:
+        raise ShimError(f"no command: component {comp['name']!r} has none in the plan",
+                        hint=f"give one after `--`: {PROG} --plan ... --component {comp['name']} -- CMD")
+    groups = index.plan.get("node_groups") or []
+    gpu_type = groups[g].get("gpu_type") if g < len(groups) else None
     return Resolved(info=info, choice=choice, changes=changes, command=command, snapshot=snapshot,
                     gpu_type=gpu_type, offload=bool(comp.get("offload")))
+
+
+def _resolve_attached(options: Options, index: PlanIndex, ci: int, snapshot: SlurmSnapshot) -> Resolved:
+    """`--rank R`: one task started into the running job (`hpcplace exec`), not one of a component's
+    step: the node lists come from the job's logs/nodes.txt, the process from the rank (checked to live
+    on this node), MASTER_PORT from what the component's rank 0 published in this job (if it did)."""
+    from hpcplace.runtime.attached import attached_snapshot, check_rank_node, published_master_port
+
+    run_dir = os.path.dirname(os.path.abspath(options.plan))
+    snapshot = attached_snapshot(snapshot, run_dir)
+    name = index.components[ci]["name"]
+    process = index.process(ci, options.rank)  # type: ignore[arg-type]
+    check_rank_node(snapshot, process, index.het_groups(ci), f"rank {options.rank} of {name!r}")
+    return _resolved(options, index, ci, process, snapshot, process["het_group"],
+                     published_master_port(run_dir, snapshot.job_id, name))
 
 
 def verify_devices(resolved: Resolved, debug: bool) -> None:
@@ -170,6 +210,10 @@ def _explain(resolved: Resolved) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     head = args[:args.index("--")] if "--" in args else args
+    if "--on-node" in head:  # `hpcplace exec --node N`: a command on a node, no rank (runtime/attached.py)
+        from hpcplace.runtime.attached import node_main
+
+        return node_main(args)
     for flag, module in (("--ray-node", "ray_node"), ("--ray-driver", "ray_driver"), ("--preflight", "preflight")):
         if flag in head:  # the Ray launch mode's two in-job roles (runtime/ray_node.py, ray_driver.py), and
             # the per-node check the job script runs before any program (runtime/preflight.py)
@@ -185,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         debug = options.verbose or os.environ.get("HPCPLACE_DEBUG", "") not in ("", "0")
         resolved = resolve(options, os.environ)
-        if not options.print_env and os.environ.get(PORT_CHECK_VARIABLE) == "1":
+        if not options.print_env and options.rank is None and os.environ.get(PORT_CHECK_VARIABLE) == "1":
             resolved = _agree_master_port(resolved, os.environ, options.plan)
         env = merge_environment(os.environ, resolved.changes)
         env.update(_memory_saver_env(resolved, env, debug))

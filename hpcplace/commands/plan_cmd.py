@@ -46,11 +46,11 @@ def plan_with_launch(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """Plan the config, with `--driver -- CMD...` (if given) applied to its launch block."""
     from dataclasses import replace
 
-    from hpcplace.config.launch import with_driver
+    from hpcplace.config.launch import with_driver, with_hold
     from hpcplace.plan.planner import plan_from_file
 
     plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args))
-    launch = with_driver(plan.launch, getattr(args, "driver", None))
+    launch = with_hold(with_driver(plan.launch, getattr(args, "driver", None)), getattr(args, "hold", False))
     return plan if launch == plan.launch else replace(plan, launch=launch)
 
 

@@ -24,6 +24,13 @@ def _launcher_args(parser: argparse.ArgumentParser) -> None:
                              "(default: the current directory, as with `hpcplace run --local`)")
 
 
+def _hold_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--hold", action="store_true",
+                        help="keep the job (and its Ray cluster) up after the driver/components, for `hpcplace "
+                             "attach | exec | shell`, until `hpcplace release`, cancel or the time limit "
+                             "(launch.hold: true)")
+
+
 def _template_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--template-dir", metavar="DIR",
                         help="site templates: a job.sbatch.j2 that extends \"hpcplace/job.sbatch.j2\"")
@@ -48,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="write even over a run directory that was already submitted (its queued or running "
                         "job would read the new plan.json)")
     _template_args(p)
+    _hold_argument(p)
     add_driver_argument(p)
     p.set_defaults(func=run_render)
 
@@ -59,6 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--no-validate", action="store_true", help="skip the check against the live cluster")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each Slurm command")
     _template_args(p)
+    _hold_argument(p)
     add_driver_argument(p)
     p.set_defaults(func=run_submit)
 
@@ -303,7 +312,28 @@ def run_status(args: argparse.Namespace) -> int:
             print("\n".join(f"    {line}" for line in preflight.read_text(encoding="utf-8").splitlines()))
         for line in _ray_status(run_dir):
             print(line)
+        for line in _hold_status(run_dir, status.state):
+            print(line)
     return submit.status_exit_code(status)
+
+
+def _hold_status(run_dir: Path, state: str) -> list[str]:
+    """A held job: that it is held and how to attach; the Ray dashboard's address (hpcplace.slurm.attach)."""
+    import json
+    import socket
+
+    from hpcplace.slurm import submit
+    from hpcplace.slurm.attach import hold_lines
+
+    try:
+        plan = submit.load_plan(run_dir / "plan.json")
+    except (OSError, ValueError, KeyError, SlurmError):
+        return []
+    try:
+        head = json.loads((run_dir / "ray" / "head.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        head = None
+    return hold_lines(run_dir, plan, state, head if isinstance(head, dict) else None, socket.gethostname())
 
 
 def run_cancel(args: argparse.Namespace) -> int:
@@ -350,6 +380,9 @@ def _ray_logs(args: argparse.Namespace, run_dir: Path, plan) -> int:  # type: ig
     entries: list[tuple[str, Path | None]] = []
     if args.component in (None, "driver") and args.rank in (None, 0):
         entries.append(("Ray driver (on the head)", run_dir / "logs" / "driver.out"))
+        attached = sorted((run_dir / "logs").glob("driver-*.out"), key=lambda p: int(p.stem[7:] or 0)
+                          if p.stem[7:].isdigit() else 0)
+        entries += [(f"attached driver {p.stem[7:]} (hpcplace attach)", p) for p in attached]
     if args.component in (None, "ray"):
         for n in ray_nodes(plan):
             if args.rank is not None and args.rank != n.rank:

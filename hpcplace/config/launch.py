@@ -5,6 +5,8 @@
       driver: [python, main.py, --config-name, X]   # argv list, or a string split like a shell
       env: {PYTHONPATH: /opt/site}   # extra env for every raylet and the driver
       join_timeout: 300              # seconds to wait for every node's raylet
+      hold: true                     # keep the allocation after the driver/components (hpcplace attach/exec/release)
+      dashboard: true                # ray mode: the Ray dashboard on the head (status prints how to reach it)
 
 In "ray" mode the plan shapes a Ray cluster (one raylet per allocated node, see hpcplace.ray.ray_cluster)
 and the driver runs once on the head. The frameworks never read this block.
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from hpcplace.plan.plan import Plan
 
 MODES = ("steps", "ray")
-KEYS = frozenset({"mode", "driver", "env", "join_timeout"})
+KEYS = frozenset({"mode", "driver", "env", "join_timeout", "hold", "dashboard"})
 DEFAULT_JOIN_TIMEOUT = 300.0
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -38,14 +40,22 @@ class LaunchSpec:
     driver: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     join_timeout: float = DEFAULT_JOIN_TIMEOUT
+    hold: bool = False  # the job stays up after its driver/components until released, cancelled or timed out
+    dashboard: bool = False  # ray mode: start the Ray dashboard on the head
 
     @property
     def is_ray(self) -> bool:
         return self.mode == "ray"
 
     def to_json(self) -> dict[str, object]:
-        return {"mode": self.mode, "driver": list(self.driver), "env": dict(sorted(self.env.items())),
-                "join_timeout": self.join_timeout}
+        out: dict[str, object] = {"mode": self.mode, "driver": list(self.driver),
+                                  "env": dict(sorted(self.env.items())), "join_timeout": self.join_timeout}
+        # written only when set: the plan.json of a job that does not hold stays what it was
+        if self.hold:
+            out["hold"] = True
+        if self.dashboard:
+            out["dashboard"] = True
+        return out
 
 
 STEPS = LaunchSpec()
@@ -104,15 +114,35 @@ def parse_launch(view: View | None) -> LaunchSpec:
         if isinstance(tv.value, bool) or not isinstance(tv.value, (int, float)) or not 1 <= tv.value <= 86400:
             raise tv.error(f"join_timeout must be a number of seconds from 1 to 86400, got {tv.value!r}")
         timeout = float(tv.value)
+    hold = _flag(view, "hold")
+    dashboard = _flag(view, "dashboard")
     if mode is None:
-        mode = "ray" if driver else "steps"
-    if mode == "ray" and not driver:
+        mode = "ray" if driver or dashboard else "steps"
+    if dashboard and mode != "ray":
+        raise view.get("dashboard").error("launch.dashboard is the Ray dashboard: ray mode only",  # type: ignore[union-attr]
+                                          hint="set launch.mode: ray (or remove dashboard)")
+    if mode == "ray" and not driver and not hold:
         raise view.error("launch mode ray needs a driver",
-                         hint="add driver: [python, main.py, ...] or pass --driver -- CMD... on the command line")
+                         hint="add driver: [python, main.py, ...] or pass --driver -- CMD... on the command line "
+                              "(or hold the cluster without one, `hold: true` in this block, and attach drivers to it)")
     if mode == "steps" and driver:
         raise driver_view.error("launch.driver is only used in ray mode",  # type: ignore[union-attr]
                                 hint="set launch.mode: ray (or remove the driver)")
-    return LaunchSpec(mode, driver, env, timeout)
+    return LaunchSpec(mode, driver, env, timeout, hold, dashboard)
+
+
+def _flag(view: View, key: str) -> bool:
+    v = view.get(key)
+    if v is None or v.value is None:
+        return False
+    if not isinstance(v.value, bool):
+        raise v.error(f"launch.{key} must be true or false, got {v.value!r}")
+    return v.value
+
+
+def with_hold(launch: LaunchSpec, hold: bool) -> LaunchSpec:
+    """`submit --hold`: keep the allocation (and the Ray cluster) after the driver/components."""
+    return replace(launch, hold=True) if hold else launch
 
 
 def _driver(view: View) -> tuple[str, ...]:
@@ -153,7 +183,8 @@ def launch_from_json(data: object) -> LaunchSpec:
         return STEPS
     return LaunchSpec(str(data.get("mode", "steps")), tuple(str(a) for a in data.get("driver") or ()),
                       {str(k): str(v) for k, v in (data.get("env") or {}).items()},
-                      float(data.get("join_timeout", DEFAULT_JOIN_TIMEOUT)))
+                      float(data.get("join_timeout", DEFAULT_JOIN_TIMEOUT)), bool(data.get("hold")),
+                      bool(data.get("dashboard")))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -169,7 +200,7 @@ class NothingToRunError(SpecError):
 
 def commandless_components(plan: Plan, components: Sequence[str] = ()) -> tuple[str, ...]:
     """Names of the (chosen) components the steps mode could not start: they have no command."""
-    if plan.launch.is_ray:
+    if plan.launch.is_ray or plan.launch.hold:  # a held job may hold just the allocation
         return ()
     return tuple(c.name for c in plan.components if not c.command and (not components or c.name in components))
 
@@ -188,7 +219,7 @@ def nothing_to_run(plan: Plan, components: Sequence[str] = ()) -> NothingToRunEr
     """The one check render, submit and `run --local` make (and `plan` warns about): None when every
     process has something to run (a command, or the Ray mode's driver)."""
     if plan.launch.is_ray:
-        if plan.launch.driver:
+        if plan.launch.driver or plan.launch.hold:
             return None
         return NothingToRunError("the Ray launch mode has no driver to run", hint=nothing_to_run_hint(plan))
     missing = commandless_components(plan, components)

@@ -178,6 +178,34 @@ def prepare(plan_text: str, plan_path: str, run_id: str, *, environ: Mapping[str
     return out
 
 
+LOCAL_RECORD = "local.json"  # a `run --local` run directory: its run id (the "job id" of its ranks' env)
+
+
+def exec_locally(run_dir: str | os.PathLike[str], component: str, rank: int, command: Sequence[str],
+                 environ: Mapping[str, str] | None = None) -> int:
+    """`hpcplace exec RUN_DIR --component C --rank R -- CMD` for a `run --local` run directory: CMD runs
+    here, in the foreground, with exactly the environment that rank got (or gets) in that local run
+    (the same computation, the run's own id: its HPCPLACE_SHM_DIR, MASTER_ADDR/PORT). Its exit code."""
+    directory = Path(run_dir).resolve()
+    try:
+        run_id = str(json.loads((directory / LOCAL_RECORD).read_text(encoding="utf-8"))["run_id"])
+        text = (directory / "plan.json").read_text(encoding="utf-8")
+    except (OSError, ValueError, KeyError) as exc:
+        raise LocalRunError(f"{directory} is not a `hpcplace run --local` run directory ({exc})",
+                            hint="give the directory `run --local -o DIR` wrote (it holds local.json)") from None
+    environ = dict(os.environ if environ is None else environ)
+    procs = [p for p in prepare(text, str(directory / "plan.json"), run_id, environ=environ,
+                                gpus=local_gpus(environ), components=(component,)) if p.rank == rank]
+    if not procs:
+        raise LocalRunError(f"component {component!r} has no rank {rank} in {directory}/plan.json")
+    try:
+        return subprocess.run(list(command), env=procs[0].env, check=False).returncode
+    except FileNotFoundError:
+        raise LocalRunError(f"command not found: {command[0]!r}") from None
+    except KeyboardInterrupt:
+        return 130
+
+
 def dry_run_text(processes: Sequence[LocalProcess]) -> str:
     lines = []
     for proc in processes:
@@ -213,6 +241,7 @@ def run_plan_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = Non
         return 0
     make_run_dir(directory)
     plan_path.write_text(text, encoding="utf-8")
+    (directory / LOCAL_RECORD).write_text(json.dumps({"run_id": run_id}) + "\n", encoding="utf-8")
     try:
         write_index(plan_path)
     except ShimError as exc:

@@ -103,7 +103,16 @@ def ray_summary(plan: Plan) -> list[str]:
                      + "".join(f", {k}={v} ({plan.source_format})" for k, v in framework.items())
                      + (f", env {', '.join(sorted(set(n.env) - set(framework)))}" if set(n.env) - set(framework) else "")
                      + (f", python {n.python}" if n.python else ""))
-    lines.append(f"driver (on the head, argv from plan.json launch.driver): {' '.join(launch.driver)}")
+    if launch.driver:
+        lines.append(f"driver (on the head, argv from plan.json launch.driver): {' '.join(launch.driver)}")
+    else:
+        lines.append("no driver: the job holds the Ray cluster for `hpcplace attach RUN --driver -- CMD...`")
+    if launch.hold:
+        lines.append("launch.hold: the Ray cluster stays up after the driver, until `hpcplace release RUN`, cancel or "
+                     "the time limit; `hpcplace attach` runs further drivers on the head")
+    if launch.dashboard:
+        lines.append("launch.dashboard: the Ray dashboard on the head, on a port after the GCS port (ray/head.json, "
+                     "`hpcplace status RUN`)")
     if launch.driver and os.path.isabs(launch.driver[0]) and BARE_PYTHON_RE.fullmatch(os.path.basename(launch.driver[0])):
         lines.append(f"driver interpreter: {launch.driver[0]} (a bare `python` driver is rendered as the submitting "
                      "environment's interpreter, so the head runs the Python the job was submitted with)")

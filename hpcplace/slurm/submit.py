@@ -146,7 +146,8 @@ def submit(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[st
     _write_json(root / RUN_RECORD, {
         "job_id": job_id, "script_sha256": rendered.script_sha256, "script": SCRIPT_NAME,
         "sbatch": argv, "submitted_at": datetime.now().astimezone().isoformat(timespec="seconds"),
-        "name": plan.name, "source": plan.source, "het_components": [g.label for g in plan.cluster.node_groups]})
+        "name": plan.name, "source": plan.source, "het_components": [g.label for g in plan.cluster.node_groups],
+        "launcher": list(launcher)})  # `hpcplace attach | exec` start their steps with the same launcher
     lock.unlink(missing_ok=True)
     return Submission(root, job_id, rendered.script_sha256)
 

@@ -151,7 +151,7 @@ def check(plan: Plan, facts: ClusterFacts, job: SlurmJob | None = None) -> Repor
     checked: list[str] = []
     # Steps mode: every component runs its own command. Ray mode: the driver starts the components.
     problems += [f"component {name!r} has no command to run" for name in commandless_components(plan)]
-    if plan.launch.is_ray and not plan.launch.driver:
+    if plan.launch.is_ray and not plan.launch.driver and not plan.launch.hold:  # held: drivers attach later
         problems.append("the Ray launch mode has no driver to run")
     if problems:
         problems.append(f"to fix: {nothing_to_run_hint(plan)}")
