@@ -203,6 +203,13 @@ class JobShm:
     def exists(self) -> bool:
         return bool(self.left())
 
+    def left_after(self, within: float = 15) -> list[str]:
+        """What is left once the job's cleanup has had `within` seconds (polls; [] when gone)."""
+        deadline = time.monotonic() + within
+        while self.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return self.left()
+
 @dataclass
 class LiveCluster:
     env: dict[str, str]

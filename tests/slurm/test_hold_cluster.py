@@ -212,10 +212,7 @@ def test_held_steps_job_exec_release(slurm_cluster: LiveCluster, tmp_path: Path)
     status = wait_done(run_dir)
     assert status.state == "COMPLETED", status.text + batch_log(run_dir)
     assert "released (hpcplace release)" in batch_log(run_dir)
-    deadline = time.monotonic() + 15
-    while JobShm(job_id).exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert JobShm(job_id).left() == []
+    assert JobShm(job_id).left_after() == []
 
 
 def test_release_while_a_component_runs_and_exec_beside_it(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
@@ -235,7 +232,4 @@ def test_release_while_a_component_runs_and_exec_beside_it(slurm_cluster: LiveCl
     status = wait_done(run_dir)
     assert status.state == "COMPLETED", status.text + batch_log(run_dir)
     assert "released while 'learner' still ran: stopping them" in batch_log(run_dir)
-    deadline = time.monotonic() + 15
-    while JobShm(job_id).exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert JobShm(job_id).left() == []
+    assert JobShm(job_id).left_after() == []
