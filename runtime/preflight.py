@@ -236,11 +236,11 @@ def gpu_runtime_problems(python: str, env: Mapping[str, str], offload: bool, tim
     if problem:
         problems.append(problem)
     if offload and env.get("HPCPLACE_MEMORY_SAVER", "1") != "0" and os.path.exists("/dev/nvidiactl"):
-        from hpcplace.runtime.memory import torch_memory_saver_env, torch_memory_saver_unavailable_reason
+        from hpcplace.runtime.preload import preload_env
 
-        changes = torch_memory_saver_env(env)
+        # the hook and libcudart of the program's own Python, as the shim chooses them (not this process's)
+        changes, why = preload_env(env, command=(python,))
         if not changes:
-            why = torch_memory_saver_unavailable_reason(env) or "its preload library stops processes from starting"
             problems.append(f"an offloading component runs here, but torch_memory_saver cannot be preloaded: {why}")
         else:
             out = run_child([python, "-c", _GPU_CHECKS, "hook"], {**env, **changes}, timeout)
