@@ -169,4 +169,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is done and cleaned up. Leave without C++ static destructors: gloo's threads can
+    # outlive destroy_process_group and abort the process at exit ("terminate called without an
+    # active exception"), turning a finished run into a failed task.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from hpcplace.config.formats import FORMATS
+from hpcplace.config.formats.common import SiteGpuCount, SiteGpus
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,14 +43,38 @@ def add_driver_argument(parser: argparse.ArgumentParser) -> None:
                              "overrides launch.driver of the config")
 
 
+def live_site_gpus() -> SiteGpus:
+    """GPU counts a config leaves to run time, read from the live cluster: asked once, and only when a
+    config needs it (a site without Slurm answers with the reason, and the config's own error stands)."""
+    from hpcplace.errors import SlurmError
+    from hpcplace.slurm.validate import ClusterFacts, read_cluster_facts, site_gpu_count
+
+    asked: list[ClusterFacts | SlurmError] = []
+
+    def lookup(partition: str | None, gpu_type: str | None) -> SiteGpuCount:
+        if not asked:
+            try:
+                asked.append(read_cluster_facts())
+            except SlurmError as exc:
+                asked.append(exc)
+        facts = asked[0]
+        if isinstance(facts, SlurmError):
+            return SiteGpuCount(None, "the live cluster could not be asked: " + facts.message.splitlines()[0])
+        return site_gpu_count(facts, partition, gpu_type)
+
+    return lookup
+
+
 def plan_with_launch(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    """Plan the config, with `--driver -- CMD...` (if given) applied to its launch block."""
+    """Plan the config, with `--driver -- CMD...` (if given) applied to its launch block. GPU counts the
+    config leaves to run time come from the live cluster, except for a run on this machine (--local)."""
     from dataclasses import replace
 
     from hpcplace.config.launch import with_driver, with_hold
     from hpcplace.plan.planner import plan_from_file
 
-    plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args))
+    site = None if getattr(args, "local", False) else live_site_gpus()
+    plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args), site_gpus=site)
     launch = with_hold(with_driver(plan.launch, getattr(args, "driver", None)), getattr(args, "hold", False))
     return plan if launch == plan.launch else replace(plan, launch=launch)
 

@@ -13,10 +13,11 @@ keys placement ignores may stay unresolvable.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,8 +40,10 @@ def needs_hydra(doc: YamlDocument, overrides: Sequence[str]) -> bool:
                for o in overrides)
 
 
-def compose(doc: YamlDocument, overrides: Sequence[str]) -> tuple[YamlDocument, tuple[str, ...]]:
-    """Compose `doc` with Hydra; returns the located composed document and the files it came from."""
+def compose(doc: YamlDocument, overrides: Sequence[str],
+            found_env: Mapping[str, str] | None = None) -> tuple[YamlDocument, tuple[str, ...]]:
+    """Compose `doc` with Hydra; returns the located composed document and the files it came from.
+    `found_env`: what `searchpath_env` found for variables the shell did not export."""
     try:
         from hydra import compose as hydra_compose
         from hydra import initialize_config_dir
@@ -52,7 +55,7 @@ def compose(doc: YamlDocument, overrides: Sequence[str]) -> tuple[YamlDocument, 
     from omegaconf import OmegaConf
 
     path = Path(doc.path).resolve()
-    _check_searchpath_env(doc)
+    found_env = dict(found_env or {})
     register_resolvers()
     GlobalHydra.instance().clear()
     # Hydra computes the defaults list while composing; keep the one it used (computing it a second
@@ -67,18 +70,19 @@ def compose(doc: YamlDocument, overrides: Sequence[str]) -> tuple[YamlDocument, 
 
     config_loader_impl.create_defaults_list = capture  # type: ignore[assignment]
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _exported(found_env):
             warnings.simplefilter("ignore")
             with initialize_config_dir(config_dir=str(path.parent), version_base="1.1", job_name="hpcplace"):
                 loader = GlobalHydra.instance().config_loader()
                 # hydra.searchpath of the primary config is appended by Hydra while loading: do the same
-                search = [_file_dir(e.path) for e in loader.get_search_path().get_path()] + _searchpath_dirs(doc)
+                search = [_file_dir(e.path) for e in loader.get_search_path().get_path()]
+                search += _searchpath_dirs(doc, found_env)
                 cfg = hydra_compose(config_name=path.stem, overrides=list(overrides))
                 data = OmegaConf.to_container(cfg, resolve=False)
     except SpecError:
         raise
     except Exception as exc:  # Hydra/OmegaConf errors: missing defaults file, duplicate package, bad override
-        missing = _missing_default(doc, exc)
+        missing = _missing_default(doc, exc, found_env)
         raise SpecError(f"Hydra cannot compose this config: {_first_line(exc)}",
                         location=missing[0] if missing else _defaults_location(doc),
                         hint=missing[1] if missing else _compose_hint(exc)) from None
@@ -130,19 +134,59 @@ def _find(config_path: str, search: list[Path | None]) -> Path | None:
     return None
 
 
-def _check_searchpath_env(doc: YamlDocument) -> None:
-    """`file://${oc.env:EMBODIED_PATH}/config/` with the variable unset: say which variable to export."""
-    hydra = doc.data.get("hydra") if isinstance(doc.data, dict) else None
-    entries = hydra.get("searchpath") if isinstance(hydra, dict) else None
-    if not isinstance(entries, list):
-        return
-    for i, entry in enumerate(entries):
-        for m in _ENV_IN_SEARCHPATH.finditer(str(entry)):
+def searchpath_env(doc: YamlDocument) -> dict[str, str]:
+    """Variables `hydra.searchpath` names that the shell did not export, found as the frameworks' run
+    scripts set them: the nearest folder at or above the config's where every entry naming the variable
+    is a folder (RLinf's run scripts export EMBODIED_PATH as the examples/... folder whose config/ holds
+    the file, REPO_PATH as the checkout). Only an entry naming a folder below the variable
+    (`${X}/config/`) can tell; a bare `${X}/`, or no folder that fits, is refused naming the variable."""
+    entries = _searchpath_entries(doc)
+    needed: dict[str, list[str]] = {}
+    for entry in entries:
+        for m in _ENV_IN_SEARCHPATH.finditer(entry):
             if m.group(1) not in os.environ and m.group(2) is None:
-                raise SpecError(f"hydra.searchpath {entry!r} needs the environment variable {m.group(1)}, "
-                                "which is not set", location=doc.location(("hydra", "searchpath", i)),
-                                hint=f"export {m.group(1)}=<directory> as the framework's run script does "
-                                     "(e.g. the examples/... folder holding config/)")
+                needed.setdefault(m.group(1), []).append(entry)
+    found: dict[str, str] = {}
+    config_dir = Path(doc.path).resolve().parent
+    for var, uses in needed.items():
+        telling = all(_names_a_folder_below(entry, var) for entry in uses)
+        folder = next((f for f in (config_dir, *config_dir.parents)
+                       if all(_is_dir_with(entry, var, f) for entry in uses)), None) if telling else None
+        if folder is None:
+            raise SpecError(f"hydra.searchpath {uses[0]!r} needs the environment variable {var}, which is not set"
+                            + ("" if not telling else ", and no folder above the config fits it"),
+                            location=doc.location(("hydra", "searchpath", entries.index(uses[0]))),
+                            hint=f"export {var}=<directory> as the framework's run script does "
+                                 "(e.g. the examples/... folder holding config/)")
+        found[var] = str(folder)
+    return found
+
+
+def _names_a_folder_below(entry: str, var: str) -> bool:
+    """`${X}/config/` tells which folder X is; a bare `${X}/` fits every folder."""
+    return all(entry[m.end():].strip("/") for m in _ENV_IN_SEARCHPATH.finditer(entry) if m.group(1) == var)
+
+
+def _is_dir_with(entry: str, var: str, folder: Path) -> bool:
+    text = _ENV_IN_SEARCHPATH.sub(
+        lambda m: str(folder) if m.group(1) == var else os.environ.get(m.group(1), m.group(2) or ""), entry)
+    where = _file_dir(text)
+    return where is not None and where.is_dir()
+
+
+@contextlib.contextmanager
+def _exported(env: Mapping[str, str]) -> Iterator[None]:
+    """Hydra resolves `${oc.env:X}` in hydra.searchpath from os.environ: export `env` while composing."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _defaults_location(doc: YamlDocument) -> SourceLocation:
@@ -152,7 +196,8 @@ def _defaults_location(doc: YamlDocument) -> SourceLocation:
 _MISSING = re.compile(r"Could not (?:find|load) '([^']+)'")
 
 
-def _missing_default(doc: YamlDocument, exc: BaseException) -> tuple[SourceLocation, str] | None:
+def _missing_default(doc: YamlDocument, exc: BaseException,
+                     found_env: Mapping[str, str]) -> tuple[SourceLocation, str] | None:
     """A defaults entry naming a file that does not exist: the entry's location (the primary file's
     entry when it is there, else the defaults list) and the options the config group has."""
     m = _MISSING.search(str(exc))
@@ -168,7 +213,7 @@ def _missing_default(doc: YamlDocument, exc: BaseException) -> tuple[SourceLocat
             (key, value), = entry.items()
             if str(key).split()[-1].split("@")[0].strip("/") == group and str(value) == option:
                 location = doc.location(("defaults", i, key))
-    bases = [Path(doc.path).resolve().parent] + [p for p in _searchpath_dirs(doc) if p is not None]
+    bases = [Path(doc.path).resolve().parent] + [p for p in _searchpath_dirs(doc, found_env) if p is not None]
     dirs = [b / group for b in bases if group and (b / group).is_dir()]
     options = sorted({f.stem for d in dirs for f in d.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()})
     if not group:
@@ -199,10 +244,11 @@ def _compose_hint(exc: BaseException) -> str:
     return "the frameworks compose this config with Hydra too: fix the `defaults:` list or the override"
 
 
-def split_overrides(doc: YamlDocument, overrides: Sequence[str]) -> tuple[list[str], list[str]]:
+def split_overrides(doc: YamlDocument, overrides: Sequence[str],
+                    found_env: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
     """Overrides Hydra must see (config groups `model=x`, `+group/opt@pkg`, `~key`) vs. plain values,
     which hpcplace applies after composition (they may create keys, like `--set slurm.partition=p`)."""
-    bases = [Path(doc.path).resolve().parent] + [p for p in _searchpath_dirs(doc) if p is not None]
+    bases = [Path(doc.path).resolve().parent] + [p for p in _searchpath_dirs(doc, found_env or {}) if p is not None]
     hydra, plain = [], []
     for text in overrides:
         key = text.partition("=")[0]
@@ -215,16 +261,16 @@ def split_overrides(doc: YamlDocument, overrides: Sequence[str]) -> tuple[list[s
     return hydra, plain
 
 
-def _searchpath_dirs(doc: YamlDocument) -> list[Path | None]:
+def _searchpath_entries(doc: YamlDocument) -> list[str]:
     hydra = doc.data.get("hydra") if isinstance(doc.data, dict) else None
     entries = hydra.get("searchpath") if isinstance(hydra, dict) else None
-    if not isinstance(entries, list):
-        return []
-    out = []
-    for entry in entries:
-        text = _ENV_IN_SEARCHPATH.sub(lambda m: os.environ.get(m.group(1), m.group(2) or ""), str(entry))
-        out.append(_file_dir(text))
-    return out
+    return [str(e) for e in entries] if isinstance(entries, list) else []
+
+
+def _searchpath_dirs(doc: YamlDocument, found_env: Mapping[str, str]) -> list[Path | None]:
+    env = {**os.environ, **found_env}
+    return [_file_dir(_ENV_IN_SEARCHPATH.sub(lambda m: env.get(m.group(1), m.group(2) or ""), entry))
+            for entry in _searchpath_entries(doc)]
 
 
 def mark_override(text: str, marks: dict[PathKey, ScalarMark]) -> None:

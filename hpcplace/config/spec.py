@@ -222,6 +222,10 @@ def placement_entries(view: View) -> tuple[PlacementEntry, ...]:
                 node_group = _node_group_labels(ng)
                 node_group_loc = ng.location()
             target = child.require("placement", "the rank string, e.g. `0-7` or `all`")
+        if target.value is None:
+            raise target.error("no placement given", hint="in a flow mapping YAML reads `{actor,rollout: all}` "
+                               "as two keys, `actor` (empty) and `rollout`: quote the key, "
+                               "`{'actor,rollout': all}`, or write the mapping in block style")
         if isinstance(target.value, bool) or not isinstance(target.value, (str, int)):
             raise target.error(f"placement must be a string like `0-7` or an integer, got {target.value!r}",
                                hint="quote placements that YAML would read as something else")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import Cluster
+from hpcplace.config.formats.common import SiteGpus
 from hpcplace.errors import PlanError, SpecError
 from hpcplace.plan.placement import Placement, ResourceSpace, resource_space
 from hpcplace.plan.plan import CollocationGroup, ComponentPlan, Plan, WeightSync
@@ -86,11 +87,12 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
                 spec.launch)
 
 
-def plan_from_file(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = ()) -> Plan:
+def plan_from_file(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = (),
+                   site_gpus: SiteGpus | None = None) -> Plan:
     """Load a config in any supported format and plan it (the CLI's `hpcplace plan`)."""
     from hpcplace.config.formats import load_spec
 
-    return plan_from_spec(load_spec(path, format=format, overrides=overrides))
+    return plan_from_spec(load_spec(path, format=format, overrides=overrides, site_gpus=site_gpus))
 
 
 def _space(spec: ExperimentSpec, entry: PlacementEntry,

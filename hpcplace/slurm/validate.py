@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from hpcplace.slurm import slurm_cli
 from hpcplace.errors import SlurmError
+from hpcplace.config.formats.common import SiteGpuCount
 from hpcplace.config.launch import commandless_components, nothing_to_run_hint
 from hpcplace.plan.plan import Plan
 from hpcplace.slurm.slurm_job import SlurmJob, lower
@@ -218,6 +219,32 @@ def check(plan: Plan, facts: ClusterFacts, job: SlurmJob | None = None) -> Repor
 def _describe(node: NodeFacts) -> str:
     gres = ",".join(f"{k}:{t}:{c}" if t else f"{k}:{c}" for k, v in node.gres.items() for t, c in v.items())
     return f"{node.name}: {node.cpus} CPUs, {node.memory_mb} MB, GRES {gres or 'none'}"
+
+
+def site_gpu_count(facts: ClusterFacts, partition: str | None, gpu_type: str | None) -> SiteGpuCount:
+    """GPUs per node of a partition (None: the default one), when all its nodes agree: what RLinf and
+    ROLL would find on whichever node the job gets. Nodes that are down or drained count only when no
+    other node is left."""
+    which = "partition {!r}"
+    if partition is None:
+        partition = next((p.name for p in facts.partitions.values() if p.default), None)
+        which = "partition {!r} (the default)"
+        if partition is None:
+            return SiteGpuCount(None, "the cluster has no default partition: set slurm.partition")
+    if partition not in facts.partitions:
+        return SiteGpuCount(None, f"partition {partition!r} does not exist; the cluster has "
+                                  f"{', '.join(sorted(facts.partitions)) or 'none'}")
+    nodes = [n for n in facts.nodes if partition in n.partitions]
+    nodes = [n for n in nodes if n.usable] or nodes
+    counts = sorted({sum(n.gres.get("gpu", {}).values()) if gpu_type is None else n.gres.get("gpu", {}).get(gpu_type, 0)
+                     for n in nodes})
+    gpus = f"GPUs of type {gpu_type!r}" if gpu_type else "GPUs"
+    if not nodes or counts == [0]:
+        return SiteGpuCount(None, f"{which.format(partition)} has no nodes with {gpus}: name a GPU partition "
+                                  "in slurm.partition")
+    if len(counts) > 1:
+        return SiteGpuCount(None, f"{which.format(partition)} has nodes with {' or '.join(map(str, counts))} {gpus}")
+    return SiteGpuCount(counts[0], f"as all {len(nodes)} nodes of {which.format(partition)} have (scontrol show node)")
 
 
 def read_cluster_facts() -> ClusterFacts:

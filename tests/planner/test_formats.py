@@ -175,6 +175,7 @@ def test_comma_key_places_components_alike(yml: Yaml) -> None:
 @pytest.mark.parametrize("value, message", [
     ("true", "placement must be a string like `0-7` or an integer, got True"),
     ("[0, 1]", "placement must be a string like `0-7` or an integer, got [0, 1]"),
+    ("", "no placement given"),  # `{actor,rollout: all}` in flow style: YAML's `actor` key is empty
     ("{node_group: rtx}", "missing required key 'placement'"),
     ("{node_group: rtx, placement: 0, extra: 1}", "unknown key 'extra'"),
     ("{node_group: '', placement: 0}", "empty node group label"),

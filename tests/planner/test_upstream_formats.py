@@ -5,6 +5,7 @@ and overrides. Fixtures under tests/fixtures/ are ours (not copies of upstream f
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import types
 from dataclasses import dataclass
@@ -329,3 +330,52 @@ def test_roll_worker_wider_than_a_node_is_explained(yml: Yaml) -> None:
     assert "needs 16 GPUs per worker; worker 0 spans nodes [0, 1]" in err.message
     assert "ROLL runs such a worker across nodes through Ray" in err.message
     assert str(err).startswith(f"{yml.where(path, 'list(range(0,16))')}:") and "launch: {mode: ray" in err.hint
+
+
+def _rlinf_checkout(root: Path, searchpath: list[str]) -> Path:
+    """A checkout laid out as RLinf's: examples/embodiment/config/<experiment>.yaml and its config groups."""
+    config = root / "examples" / "embodiment" / "config"
+    (config / "model").mkdir(parents=True)
+    (config / "model" / "small.yaml").write_text("tensor_model_parallel_size: 2\n")
+    entries = "".join(f"\n    - {e}" for e in searchpath)
+    path = config / "experiment.yaml"
+    path.write_text("defaults:\n  - model@actor.model: small\n  - _self_\n"
+                    f"hydra:\n  searchpath:{entries}\n"
+                    "cluster:\n  num_nodes: 1\n  component_placement: {actor: all}\n"
+                    "slurm: {gpus_per_node: 4}\n")
+    return path
+
+
+def test_hydra_searchpath_variables_found_as_the_run_scripts_set_them(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("HP_TEST_EMBODIED_PATH", "HP_TEST_REPO_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    path = _rlinf_checkout(tmp_path / "RLinf", ["file://${oc.env:HP_TEST_EMBODIED_PATH}/config/",
+                                                "file://${oc.env:HP_TEST_REPO_PATH}/examples/embodiment/config"])
+    spec = load_spec(path)
+    found = {"HP_TEST_EMBODIED_PATH": str((tmp_path / "RLinf" / "examples" / "embodiment").resolve()),
+             "HP_TEST_REPO_PATH": str((tmp_path / "RLinf").resolve())}
+    # the framework composes the config again in the job: every process and the Ray driver get the values
+    assert all(group.env == found for group in spec.cluster.node_groups) and spec.launch.env == found
+    assert any("HP_TEST_REPO_PATH is not set: hydra.searchpath was composed with HP_TEST_REPO_PATH=" in n
+               for n in spec.notes)
+    assert "HP_TEST_REPO_PATH" not in os.environ  # exported only while Hydra composed
+    assert plan_from_spec(spec).component("actor").tensor_parallel_size == 2  # model/small.yaml was composed
+
+    monkeypatch.setenv("HP_TEST_REPO_PATH", str(tmp_path / "RLinf"))  # what the shell exports wins
+    monkeypatch.setenv("HP_TEST_EMBODIED_PATH", str(tmp_path / "RLinf" / "examples" / "embodiment"))
+    spec = load_spec(path)
+    assert not spec.launch.env and not any("is not set" in n for n in spec.notes)
+
+
+@pytest.mark.parametrize("entry", ["file://${oc.env:HP_TEST_EMBODIED_PATH}/",  # fits every folder: cannot tell
+                                   "file://${oc.env:HP_TEST_EMBODIED_PATH}/no_such_folder"])
+def test_hydra_searchpath_variable_that_cannot_be_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        entry: str) -> None:
+    monkeypatch.delenv("HP_TEST_EMBODIED_PATH", raising=False)
+    path = _rlinf_checkout(tmp_path, [entry])
+    with pytest.raises(HpcplaceError) as info:
+        load_spec(path)
+    assert str(info.value).startswith(f"{path}:6:7: hydra.searchpath {entry!r} needs the environment variable "
+                                      "HP_TEST_EMBODIED_PATH, which is not set")
+    assert "export HP_TEST_EMBODIED_PATH=" in (info.value.hint or "")

@@ -8,6 +8,7 @@ Every job goes in through the `hpcplace` command line as a user types it (tests/
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import sys
@@ -432,3 +433,41 @@ def test_rlinf_robot_group_with_uneven_hardware_lands_as_planned(slurm_cluster: 
         assert env["host"] == robot_host and env["env"]["LOCAL_HARDWARE_RANKS"] == str(rank)
         assert env["env"]["NODE_GROUP_LABEL"] == "franka"
     assert got[("probe", 0)]["host"] == hosts[(0, 0)]  # the robot-less node is allocated and runs its task
+
+
+def test_rlinf_experiment_as_its_checkout_has_it(lab: LiveCluster, tmp_path: Path) -> None:
+    """An RLinf experiment as the checkout has it: `hydra.searchpath` through EMBODIED_PATH, which the shell
+    did not export, and no GPU count (RLinf discovers it on the node). `hpcplace submit` composes it with the
+    EMBODIED_PATH the framework's run script would export, reads 8 GPUs per node from partition a800, and
+    every process runs on its planned GPUs with that EMBODIED_PATH."""
+    embodied = tmp_path / "RLinf" / "examples" / "embodiment"
+    (embodied / "config" / "model").mkdir(parents=True)
+    (embodied / "config" / "model" / "small.yaml").write_text("tensor_model_parallel_size: 1\n")
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    config = config_yaml(embodied / "config", f"""
+        defaults:
+          - model@actor.model: small
+          - _self_
+        hydra:
+          searchpath:
+            - file://${{oc.env:EMBODIED_PATH}}/config/
+        cluster:
+          num_nodes: 1
+          component_placement:
+            actor: 0-5
+            env: 6-7
+        hpcplace:
+          components:
+            actor: {{command: {json.dumps(list(reporter_command(reports)))}}}
+            env: {{command: {json.dumps(list(reporter_command(reports)))}}}
+        """, name="experiment.yaml")
+    env = {k: v for k, v in os.environ.items() if k != "EMBODIED_PATH"}
+    submit_cli(config, tmp_path / "run", overrides=["slurm.partition=a800"], env=env)
+    status = wait_done(tmp_path / "run")
+    assert status.state == "COMPLETED", status.text
+    plan = submit.load_plan(tmp_path / "run" / "plan.json")
+    assert plan.cluster.node_groups[0].gpus_per_node == (8,)
+    check_reports(plan, tmp_path / "run", reports, lab.mode)
+    got = [json.loads(p.read_text()) for p in reports.glob("*.json")]
+    assert {r["env"].get("EMBODIED_PATH") for r in got} == {str(embodied.resolve())}

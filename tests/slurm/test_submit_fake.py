@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpcplace.slurm import slurm_cli, submit, validate
-from hpcplace.errors import SlurmError
+from hpcplace.errors import HpcplaceError, SlurmError
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.planner import plan_from_file
 from tests.slurm.conftest import REPO
@@ -313,6 +313,57 @@ def test_parse_facts(lab_facts: validate.ClusterFacts) -> None:
     assert (a800.cpus, a800.memory_mb, a800.gres, a800.partitions) == (16, 64000, {"gpu": {"a800": 8}}, ("a800",))
     robot = next(n for n in lab_facts.nodes if n.name == "robot-1")
     assert robot.gres == {"robot": {None: 4}}
+
+
+def test_site_gpu_count(lab_facts: validate.ClusterFacts) -> None:
+    """What RLinf/ROLL would find on whichever node of the partition the job gets."""
+    count = validate.site_gpu_count
+    assert count(lab_facts, "a800", None) == validate.SiteGpuCount(
+        8, "as all 2 nodes of partition 'a800' have (scontrol show node)")
+    assert count(lab_facts, "a800", "a800").count == 8 and count(lab_facts, "rtx4090", None).count == 4
+    assert count(lab_facts, "a800", "h100") == validate.SiteGpuCount(
+        None, "partition 'a800' has no nodes with GPUs of type 'h100': name a GPU partition in slurm.partition")
+    assert count(lab_facts, None, None) == validate.SiteGpuCount(  # the lab's default partition is cpu
+        None, "partition 'cpu' (the default) has no nodes with GPUs: name a GPU partition in slurm.partition")
+    assert count(lab_facts, "h100", None).source == ("partition 'h100' does not exist; the cluster has a800, cpu, "
+                                                     "robot, rtx4090")
+    node = lambda name, gpus, state="IDLE": validate.NodeFacts(  # noqa: E731
+        name, ("mixed",), 16, 64000, {"gpu": {None: gpus}}, frozenset(), state)
+    mixed = validate.ClusterFacts({"mixed": validate.PartitionFacts("mixed", "UP", None, None, default=True)},
+                                  (node("n1", 8), node("n2", 4)))
+    assert count(mixed, None, None) == validate.SiteGpuCount(
+        None, "partition 'mixed' (the default) has nodes with 4 or 8 GPUs")
+    drained = validate.ClusterFacts(mixed.partitions, (node("n1", 8), node("n2", 4, "IDLE+DRAIN")))
+    assert count(drained, None, None).count == 8  # a drained node counts only when no other is left
+    assert count(validate.ClusterFacts({}, ()), None, None).source == \
+        "the cluster has no default partition: set slurm.partition"
+
+
+def test_rlinf_and_roll_gpu_counts_left_to_run_time_come_from_the_site(lab_facts: validate.ClusterFacts,
+                                                                       tmp_path: Path) -> None:
+    def site(partition: str | None, gpu_type: str | None) -> validate.SiteGpuCount:
+        return validate.site_gpu_count(lab_facts, partition, gpu_type)
+
+    rlinf = tmp_path / "rlinf.yaml"
+    rlinf.write_text("cluster:\n  num_nodes: 2\n  component_placement: {'actor,rollout': all}\n"
+                     "slurm: {partition: a800}\n")
+    plan = plan_from_file(rlinf, site_gpus=site)
+    assert plan.cluster.node_groups[0].gpus_per_node == (8, 8) and plan.component("actor").world_size == 16
+    assert "node group 'default': 8 GPUs per node, as all 2 nodes of partition 'a800' have (scontrol show node)" \
+        " (RLinf discovers them at run time; set slurm.gpus_per_node to fix the count)" in plan.warnings
+    rlinf.write_text(rlinf.read_text().replace("{partition: a800}", "{partition: cpu}"))
+    with pytest.raises(HpcplaceError) as info:
+        plan_from_file(rlinf, site_gpus=site)
+    assert info.value.message == ("`cluster`: GPUs per node of node group 'default' are unknown (partition 'cpu' has "
+                                  "no nodes with GPUs: name a GPU partition in slurm.partition)")
+
+    roll = tmp_path / "roll.yaml"  # ROLL detects the count on the node: the site's count wins over the config's
+    roll.write_text("num_gpus_per_node: 8\nslurm: {partition: rtx4090}\n"
+                    "actor_train: {device_mapping: 'list(range(0,8))'}\n")
+    plan = plan_from_file(roll, site_gpus=site)
+    assert plan.cluster.node_groups[0].gpus_per_node == (4, 4)
+    assert any(w.startswith("num_gpus_per_node 8 (") and "differs from the nodes' 4 GPUs" in w for w in plan.warnings)
+    assert plan_from_file(roll).cluster.node_groups[0].gpus_per_node == (8,)  # no site: the config's fallback
 
 
 def test_gres_parser() -> None:

@@ -10,7 +10,8 @@ import yaml
 from dataclasses import replace
 
 from hpcplace.errors import SourceLocation, SpecError
-from hpcplace.config.hydra_config import compose, mark_override, needs_hydra, split_overrides
+from hpcplace.config.hydra_config import compose, mark_override, needs_hydra, searchpath_env, split_overrides
+from hpcplace.config.formats.common import SiteGpus
 from hpcplace.config.spec import ExperimentSpec
 from hpcplace.config.yaml_source import YamlDocument, load_yaml_file
 
@@ -101,28 +102,47 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
     return YamlDocument(doc.path, data, marks)
 
 
-def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = ()) -> ExperimentSpec:
+def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = (),
+              site_gpus: SiteGpus | None = None) -> ExperimentSpec:
     """Read (and compose, when it has a Hydra `defaults:` list) a config, apply overrides, parse it;
-    the top-level `launch:` block is read the same way in every format."""
+    the top-level `launch:` block is read the same way in every format. `site_gpus` answers for GPU
+    counts the config leaves to run time (RLinf, ROLL)."""
     from hpcplace.config.launch import parse_launch
 
     doc = load_yaml_file(path)
     composed: tuple[str, ...] = ()
+    found_env: dict[str, str] = {}
     if needs_hydra(doc, overrides):
-        for_hydra, plain = split_overrides(doc, overrides)
-        doc, composed = compose(doc, for_hydra)
+        found_env = searchpath_env(doc)
+        for_hydra, plain = split_overrides(doc, overrides, found_env)
+        doc, composed = compose(doc, for_hydra, found_env)
         doc = apply_overrides(doc, plain)
     else:
         doc = apply_overrides(doc, overrides)
-    spec = _parse(doc, format)
+    spec = _parse(doc, format, site_gpus)
     launch = parse_launch(doc.root().get("launch"))
     if launch != spec.launch:
         spec = replace(spec, launch=launch)
+    if found_env:
+        spec = _with_found_env(spec, found_env)
     return replace(spec, composed=composed + tuple(f"override {o}" for o in overrides)) \
         if composed or overrides else spec
 
 
-def _parse(doc: YamlDocument, format: str | None) -> ExperimentSpec:
+def _with_found_env(spec: ExperimentSpec, found_env: dict[str, str]) -> ExperimentSpec:
+    """The framework composes the config again in the job: give its processes, and the Ray driver, the
+    values composition used here (a value the config sets itself wins)."""
+    from hpcplace.config.cluster import Cluster
+
+    notes = tuple(f"{var} is not set: hydra.searchpath was composed with {var}={value} (the nearest folder above "
+                  "the config that fits it, as the framework's run script sets it); the job's processes get the "
+                  f"same value (export {var} to choose another)" for var, value in sorted(found_env.items()))
+    groups = tuple(replace(g, env={**found_env, **g.env}) for g in spec.cluster.node_groups)
+    return replace(spec, cluster=Cluster(groups), launch=replace(spec.launch, env={**found_env, **spec.launch.env}),
+                   notes=spec.notes + notes)
+
+
+def _parse(doc: YamlDocument, format: str | None, site_gpus: SiteGpus | None) -> ExperimentSpec:
     try:
         fmt = (format or detect_format(doc.data, doc.path)).lower()
     except SpecError as exc:  # detection looks at the whole document: point at its start
@@ -134,11 +154,11 @@ def _parse(doc: YamlDocument, format: str | None) -> ExperimentSpec:
     if fmt == "rlinf":
         from hpcplace.config.formats.rlinf import parse_rlinf
 
-        return parse_rlinf(doc)
+        return parse_rlinf(doc, site_gpus)
     if fmt == "roll":
         from hpcplace.config.formats.roll import parse_roll
 
-        return parse_roll(doc)
+        return parse_roll(doc, site_gpus)
     if fmt == "areal":
         from hpcplace.config.formats.areal import parse_areal
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,6 +10,18 @@ from hpcplace.config.spec import (
     SLURM_JOB_OPTIONS, ComponentSpec, check_name, component_settings, parse_memory_mb, slurm_options,
 )
 from hpcplace.config.yaml_source import View
+
+@dataclass(frozen=True)
+class SiteGpuCount:
+    """GPUs per node of a partition as the live cluster reports them: RLinf and ROLL discover the count
+    on the node at run time, so a config may leave it out, and Slurm needs it up front."""
+
+    count: int | None  # None: the site cannot tell (`source` says why)
+    source: str  # where the count was read, or why there is none
+
+
+# (partition, or None for the cluster's default partition; GPU type or None) -> the count
+SiteGpus = Callable[[str | None, str | None], SiteGpuCount]
 
 SLURM_GROUP_KEYS = {"partition", "gpus_per_node", "gpu_type", "cpus_per_node", "mem_per_node", "constraint",
                     "account", "qos", "hardware_gres"}

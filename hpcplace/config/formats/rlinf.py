@@ -8,7 +8,7 @@ from dataclasses import replace
 from hpcplace.config import limits
 from hpcplace.config.cluster import Hardware, NodeGroup
 from hpcplace.errors import SpecError
-from hpcplace.config.formats.common import hpcplace_block, slurm_facts, slurm_job_options
+from hpcplace.config.formats.common import SiteGpus, hpcplace_block, slurm_facts, slurm_job_options
 from hpcplace.config.rank_syntax import RankSyntaxError, parse_range
 from hpcplace.config.spec import (EVAL, HYBRID, MODEL_PARALLEL, MULTI_AGENT, ComponentSpec, ExperimentSpec,
                                   build_cluster, check_name, placement_entries)
@@ -140,8 +140,9 @@ def _hardware(view: View, label: str, ranks: list[int]) -> Hardware:
     return Hardware(hw_type, tuple(counts[r] for r in ranks))
 
 
-def parse_rlinf(doc: YamlDocument) -> ExperimentSpec:
+def parse_rlinf(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> ExperimentSpec:
     root = doc.root()
+    notes: list[str] = []
     cluster_view = root.require("cluster")
     num_nodes = limits.nodes(cluster_view.require("num_nodes").int(minimum=1),
                              cluster_view.require("num_nodes").location(), "cluster.num_nodes")
@@ -165,7 +166,8 @@ def parse_rlinf(doc: YamlDocument) -> ExperimentSpec:
             hardware = _hardware(gv.require("hardware"), label, ranks) if gv.get("hardware") else None
             declared.append((ranks, _group(label, ranks, facts, gv, hardware,
                                            gv.get("ignore_hardware").bool() if gv.get("ignore_hardware") else False,
-                                           *_env_configs(gv.get("env_configs"), label, ranks, num_nodes))))
+                                           *_env_configs(gv.get("env_configs"), label, ranks, num_nodes),
+                                           site_gpus, notes)))
     # Nodes outside every declared group form implicit groups in the default partition (one per run of
     # consecutive unowned ranks). RLinf puts them in no named group; they are reached through `cluster`/`node`.
     run: list[int] = []
@@ -182,7 +184,7 @@ def parse_rlinf(doc: YamlDocument) -> ExperimentSpec:
     for i, ranks in enumerate(runs):
         label = "default" if i == 0 else f"default-{i + 1}"
         declared.append((ranks, _group(label, ranks, slurm_facts(slurm_view, label, defaults), cluster_view,
-                                       None, False, (), ())))
+                                       None, False, (), (), site_gpus, notes)))
     declared.sort(key=lambda item: item[0][0])
     cluster = build_cluster(tuple(g for _, g in declared), cluster_view)
     placements = placement_entries(cluster_view.require("component_placement"))
@@ -191,7 +193,6 @@ def parse_rlinf(doc: YamlDocument) -> ExperimentSpec:
     components = _rlinf_component_settings(root, placed, components)
     block = root.get("hpcplace")
     mp_flag = block.get("model_parallel") if block is not None else None
-    notes: list[str] = []
     placement_class = _placement_class(placed, components, notes) if mp_flag is None else \
         (MODEL_PARALLEL if mp_flag.bool() else HYBRID)
     model_parallel = placement_class == MODEL_PARALLEL
@@ -267,16 +268,23 @@ def _check_recompute_logprobs(root: View, placements: tuple) -> None:  # type: i
 
 
 def _group(label: str, ranks: list[int], facts, view: View, hardware: Hardware | None, ignore: bool,  # type: ignore[no-untyped-def]
-           node_env: tuple[dict[str, str], ...], interpreter: tuple[str | None, ...]) -> NodeGroup:
+           node_env: tuple[dict[str, str], ...], interpreter: tuple[str | None, ...],
+           site_gpus: SiteGpus | None, notes: list[str]) -> NodeGroup:
     gpus = facts.gpus_per_node
     if gpus is None:
         if hardware is not None or ignore:
             gpus = 0
         else:
-            raise view.error(f"GPUs per node of node group {label!r} are unknown",
-                             hint=f"RLinf discovers them at run time; add `slurm: {{gpus_per_node: 8}}` or "
-                                  f"`slurm: {{node_groups: {{{label}: {{gpus_per_node: 8}}}}}}` "
-                                  "(or --set slurm.gpus_per_node=8)")
+            site = site_gpus(facts.partition, facts.gpu_type) if site_gpus is not None else None
+            if site is None or site.count is None:
+                raise view.error(f"GPUs per node of node group {label!r} are unknown"
+                                 + (f" ({site.source})" if site is not None else ""),
+                                 hint=f"RLinf discovers them at run time; add `slurm: {{gpus_per_node: 8}}` or "
+                                      f"`slurm: {{node_groups: {{{label}: {{gpus_per_node: 8}}}}}}` "
+                                      "(or --set slurm.gpus_per_node=8)")
+            gpus = site.count
+            notes.append(f"node group {label!r}: {gpus} GPUs per node, {site.source} (RLinf discovers them at "
+                         "run time; set slurm.gpus_per_node to fix the count)")
     partition = facts.partition  # None: Slurm's default partition
     if facts.hardware_gres is not None:
         if hardware is None:

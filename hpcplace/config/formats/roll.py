@@ -10,7 +10,7 @@ import re
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import NodeGroup
-from hpcplace.config.formats.common import hpcplace_block, slurm_facts, slurm_job_options
+from hpcplace.config.formats.common import SiteGpuCount, SiteGpus, hpcplace_block, slurm_facts, slurm_job_options
 from hpcplace.config.spec import ExperimentSpec, PlacementEntry, SpanningWorkers, build_cluster, check_name
 from hpcplace.config.yaml_source import View, YamlDocument, did_you_mean
 
@@ -177,32 +177,39 @@ def env_manager_world_size(section: View) -> int:
     return max(1, (envs + per - 1) // per)
 
 
-def _gpus_per_node(root: View, slurm_view: View | None, gpus_from_slurm: int | None,
+def _gpus_per_node(root: View, slurm_view: View | None, gpus_from_slurm: int | None, site: SiteGpuCount | None,
                    notes: list[str]) -> tuple[int, View]:
     """ROLL overwrites num_gpus_per_node with the GPU count it detects on the node, so on Slurm the
-    truth is the node's GPU count (`slurm.gpus_per_node`); the config's value is only a fallback."""
+    truth is the node's GPU count (`slurm.gpus_per_node`, else what the live cluster reports); the
+    config's value is only a fallback."""
     gpn_view = root.get("num_gpus_per_node")
+    if gpus_from_slurm is None and site is not None and site.count is not None:
+        notes.append(f"{site.count} GPUs per node, {site.source} (ROLL detects them at run time; set "
+                     "slurm.gpus_per_node to fix the count)")
+        gpus_from_slurm = site.count
     if gpus_from_slurm is not None:
         where = slurm_view.require("gpus_per_node") if slurm_view is not None and slurm_view.get("gpus_per_node") \
             else root
         if gpn_view is not None and gpn_view.value is not None and gpn_view.int(minimum=1) != gpus_from_slurm:
             notes.append(f"num_gpus_per_node {gpn_view.value} ({gpn_view.location()}) differs from the nodes' "
-                         f"{gpus_from_slurm} GPUs (slurm.gpus_per_node): ROLL uses the count it detects, so the plan "
-                         f"does too")
+                         f"{gpus_from_slurm} GPUs: ROLL uses the count it detects, so the plan does too")
         return limits.gpus_per_node(gpus_from_slurm, where.location(), "slurm.gpus_per_node"), where
     if gpn_view is None or gpn_view.value is None:
-        raise root.error("the GPUs per node are unknown: ROLL detects them at run time",
+        raise root.error("the GPUs per node are unknown: ROLL detects them at run time"
+                         + (f" ({site.source})" if site is not None else ""),
                          hint="add `slurm: {gpus_per_node: 8}` (or --set slurm.gpus_per_node=8, or "
                               "num_gpus_per_node: 8 at the top level)")
     return limits.gpus_per_node(gpn_view.int(minimum=1), gpn_view.location(), "num_gpus_per_node"), gpn_view
 
 
-def parse_roll(doc: YamlDocument) -> ExperimentSpec:
+def parse_roll(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> ExperimentSpec:
     root = doc.root()
     slurm_view = root.get("slurm")
     facts = slurm_facts(slurm_view)
     notes: list[str] = []
-    gpn, gpn_view = _gpus_per_node(root, slurm_view, facts.gpus_per_node, notes)
+    site = site_gpus(facts.partition, facts.gpu_type) if site_gpus is not None and facts.gpus_per_node is None \
+        else None
+    gpn, gpn_view = _gpus_per_node(root, slurm_view, facts.gpus_per_node, site, notes)
     gpu_workers: list[tuple[str, View, list[list[int]], SpanningWorkers | None]] = []
     cpu_workers: list[tuple[str, View, int]] = []
     names: set[str] = set()
