@@ -235,9 +235,9 @@ def gpu_runtime_problems(python: str, env: Mapping[str, str], offload: bool, tim
     problem = child_problem("the NVIDIA driver and torch's CUDA", out, timeout=timeout)
     if problem:
         problems.append(problem)
-    if offload and env.get("HPCPLACE_MEMORY_SAVER", "1") != "0" and os.path.exists("/dev/nvidiactl"):
-        from hpcplace.runtime.preload import preload_env
+    from hpcplace.runtime.preload import preload_env, wanted
 
+    if offload and wanted(env):
         # the hook and libcudart of the program's own Python, as the shim chooses them (not this process's)
         changes, why = preload_env(env, command=(python,))
         if not changes:

@@ -152,6 +152,12 @@ def cudart_choice(major: int, packages: Packages, environ: Mapping[str, str]) ->
     return None, f"{name} is neither beside torch, on the loader's path, nor in a pip nvidia package"
 
 
+def wanted(environ: Mapping[str, str]) -> bool:
+    """Whether to try the preload at all: not when HPCPLACE_MEMORY_SAVER=0 turns it off, and never on a
+    node without an NVIDIA GPU (its LD_PRELOAD there stops every process from starting)."""
+    return environ.get("HPCPLACE_MEMORY_SAVER", "1") != "0" and os.path.exists(gpu_checks.NVIDIA_CONTROL)
+
+
 def unavailable_reason(environ: Mapping[str, str], packages: Packages | None = None) -> str | None:
     """Why the preload must NOT be set for a process with `environ` (None: it can be)."""
     packages = packages or local_packages()

@@ -279,9 +279,10 @@ def _memory_saver_env(resolved: Resolved, env: dict[str, str], debug: bool) -> d
     turns it off."""
     if not resolved.offload or resolved.choice.mode not in GPU_MODES:
         return {}
-    if env.get("HPCPLACE_MEMORY_SAVER", "1") == "0" or not os.path.exists("/dev/nvidiactl"):
+    from hpcplace.runtime.preload import preload_env, wanted
+
+    if not wanted(env):
         return {}
-    from hpcplace.runtime.preload import preload_env
 
     changes, why = preload_env(env, command=resolved.command)  # the program's Python may be another venv's
     if debug:

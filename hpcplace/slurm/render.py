@@ -244,9 +244,10 @@ def render_library(template_dir: str | os.PathLike[str] | None = None) -> str:
 
 def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
                   launcher: Sequence[str] = DEFAULT_LAUNCHER,
-                  template_dir: str | os.PathLike[str] | None = None) -> str:
+                  template_dir: str | os.PathLike[str] | None = None, library: str | None = None) -> str:
     """The batch script text for `plan`, to live in (and run from) the absolute `run_dir`, beside
-    the library `render_library` gives (the script names and checks its sha256)."""
+    the library `render_library` gives (or `library`, its text already rendered): the script names
+    and checks its sha256."""
     if not os.path.isabs(run_dir):
         raise SpecError(f"run directory {run_dir!r} must be an absolute path")
     if not launcher:
@@ -258,7 +259,7 @@ def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
                   every_node=all_nodes_srun_args(job, "hpcplace-shm"),
                   clean_nodes=all_nodes_srun_args(job, "hpcplace-clean"),
                   preflight_nodes=preflight_srun_args(job), library_name=LIBRARY_NAME,
-                  library_sha256=sha256_text(render_library(template_dir)),
+                  library_sha256=sha256_text(library if library is not None else render_library(template_dir)),
                   clear_leaked=tuple(a for v in LEAKED_GPU_VARIABLES for a in ("-u", v)))
     started = ["", f"launcher (starts hpcplace's shim in every task): {shlex.join(launcher)}"]
     try:
@@ -303,8 +304,8 @@ def render_run(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequenc
     """Write run_dir/job.sbatch, run_dir/hpcplace-lib.sh (the functions it sources), run_dir/plan.json
     (+ plan.json.idx for the shim) and run_dir/logs/."""
     root = Path(os.path.abspath(run_dir))
-    script = render_script(plan, str(root), launcher=launcher, template_dir=template_dir)
     library = render_library(template_dir)
+    script = render_script(plan, str(root), launcher=launcher, template_dir=template_dir, library=library)
     make_run_dir(root)
     make_run_dir(root / "logs")
     try:
