@@ -11,8 +11,23 @@ SLURM_JOB_GPUS is never consulted: it leaks across het components.
 
 from __future__ import annotations
 
+import os
+
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.frozen import Frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the shim imports this module: no collections.abc at run time
+    from collections.abc import Mapping
+
+NVIDIA_CONTROL = "/dev/nvidiactl"  # exists on every node with an NVIDIA driver and a visible GPU
+
+
+def preload_wanted(environ: Mapping[str, str]) -> bool:
+    """Whether to try torch_memory_saver's preload at all: not when HPCPLACE_MEMORY_SAVER=0 turns it off,
+    and never on a node without an NVIDIA GPU (its LD_PRELOAD there stops every process from starting)."""
+    return environ.get("HPCPLACE_MEMORY_SAVER", "1") != "0" and os.path.exists(NVIDIA_CONTROL)
+
 
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES")
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 # torch_memory_saver's preload hook library: torch_memory_saver_hook_mode_preload_cu<major>.abi3.so
 HOOK_STEM = "torch_memory_saver_hook_mode_preload"
 ALLOC_CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
-NVIDIA_CONTROL = "/dev/nvidiactl"  # exists on every node with an NVIDIA driver and a visible GPU
 
 
 # --------------------------------------------------------------------------- torch (without importing it)
+
 
 def package_dir(name: str) -> str | None:
     """The directory of an installed top-level package, found without importing it (None: not installed)."""

@@ -409,8 +409,8 @@ def active_backend() -> TorchMemorySaverBackend | None:
 
 def _gpu_process() -> bool:
     """Whether this process is meant to run on a GPU: a visible NVIDIA device and a CUDA torch."""
-    from hpcplace.runtime import gpu_checks
-    if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or not os.path.exists(gpu_checks.NVIDIA_CONTROL):
+    from hpcplace.runtime import devices
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or not os.path.exists(devices.NVIDIA_CONTROL):
         return False
     import torch
     return torch.version.cuda is not None

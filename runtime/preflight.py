@@ -235,9 +235,10 @@ def gpu_runtime_problems(python: str, env: Mapping[str, str], offload: bool, tim
     problem = child_problem("the NVIDIA driver and torch's CUDA", out, timeout=timeout)
     if problem:
         problems.append(problem)
-    from hpcplace.runtime.preload import preload_env, wanted
+    from hpcplace.runtime.devices import preload_wanted
+    from hpcplace.runtime.preload import preload_env
 
-    if offload and wanted(env):
+    if offload and preload_wanted(env):
         # the hook and libcudart of the program's own Python, as the shim chooses them (not this process's)
         changes, why = preload_env(env, command=(python,))
         if not changes:

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hpcplace.runtime import gpu_checks
+from hpcplace.runtime import devices, gpu_checks
 from hpcplace.runtime.gpu_checks import HOOK_STEM, package_dir, torch_cuda_major
 
 # Printed by the program's interpreter: where it finds the two packages (find_spec imports neither).
@@ -152,19 +152,13 @@ def cudart_choice(major: int, packages: Packages, environ: Mapping[str, str]) ->
     return None, f"{name} is neither beside torch, on the loader's path, nor in a pip nvidia package"
 
 
-def wanted(environ: Mapping[str, str]) -> bool:
-    """Whether to try the preload at all: not when HPCPLACE_MEMORY_SAVER=0 turns it off, and never on a
-    node without an NVIDIA GPU (its LD_PRELOAD there stops every process from starting)."""
-    return environ.get("HPCPLACE_MEMORY_SAVER", "1") != "0" and os.path.exists(gpu_checks.NVIDIA_CONTROL)
-
-
 def unavailable_reason(environ: Mapping[str, str], packages: Packages | None = None) -> str | None:
     """Why the preload must NOT be set for a process with `environ` (None: it can be)."""
     packages = packages or local_packages()
     if environ.get("CUDA_VISIBLE_DEVICES", None) == "":
         return "the process sees no GPU (CUDA_VISIBLE_DEVICES is empty)"
-    if not os.path.exists(gpu_checks.NVIDIA_CONTROL):
-        return f"no NVIDIA GPU on this node ({gpu_checks.NVIDIA_CONTROL} is missing)"
+    if not os.path.exists(devices.NVIDIA_CONTROL):
+        return f"no NVIDIA GPU on this node ({devices.NVIDIA_CONTROL} is missing)"
     try:
         ctypes.CDLL("libcuda.so.1")
     except OSError:

@@ -38,7 +38,10 @@ if TYPE_CHECKING:
 
 PROG = "hpcplace-ray"
 LEAKED = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURM_JOB_GPUS")
-PORT_BASE, PORT_SLOTS, PORT_STRIDE = 20000, 3000, 10  # head ports: 20000..49999, blocks of 10
+# Head ports 20000..32759 in blocks of 10 (GCS, then the dashboard): above Ray's default worker ports
+# (10002..19999) and below Linux's ephemeral range (32768+), where any process's outgoing connection may
+# hold a port between our check that it is free and the GCS binding it.
+PORT_BASE, PORT_SLOTS, PORT_STRIDE = 20000, 1276, 10
 STOP_GRACE_S = 2.0  # Slurm's KillWait may be short: the SIGKILL comes that long after SIGTERM
 _LABEL_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 

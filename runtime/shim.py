@@ -279,10 +279,11 @@ def _memory_saver_env(resolved: Resolved, env: dict[str, str], debug: bool) -> d
     turns it off."""
     if not resolved.offload or resolved.choice.mode not in GPU_MODES:
         return {}
-    from hpcplace.runtime.preload import preload_env, wanted
+    from hpcplace.runtime.devices import preload_wanted
 
-    if not wanted(env):
+    if not preload_wanted(env):
         return {}
+    from hpcplace.runtime.preload import preload_env
 
     changes, why = preload_env(env, command=resolved.command)  # the program's Python may be another venv's
     if debug:

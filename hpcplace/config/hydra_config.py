@@ -154,7 +154,7 @@ def searchpath_env(doc: YamlDocument) -> dict[str, str]:
                        if all(_is_dir_with(entry, var, f) for entry in uses)), None) if telling else None
         if folder is None:
             raise SpecError(f"hydra.searchpath {uses[0]!r} needs the environment variable {var}, which is not set"
-                            + ("" if not telling else ", and no folder above the config fits it"),
+                            + (", and no folder above the config fits it" if telling else ""),
                             location=doc.location(("hydra", "searchpath", entries.index(uses[0]))),
                             hint=f"export {var}=<directory> as the framework's run script does "
                                  "(e.g. the examples/... folder holding config/)")

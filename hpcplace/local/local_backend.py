@@ -128,9 +128,10 @@ def memory_saver_env(env: Mapping[str, str], command: tuple[str, ...]) -> dict[s
     """torch_memory_saver's preload for a process of an offloading collocation group, only where NVML sees
     a GPU and torch_memory_saver is installed for the program's Python (never on a machine without GPU:
     its LD_PRELOAD would stop every process there)."""
-    from hpcplace.runtime.preload import preload_env, wanted
+    from hpcplace.runtime.devices import preload_wanted
+    from hpcplace.runtime.preload import preload_env
 
-    if not wanted(env) or not query_nvml()[0]:
+    if not preload_wanted(env) or not query_nvml()[0]:
         return {}
     return preload_env(env, command=command)[0]
 

@@ -125,7 +125,7 @@ def run_ray_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None
         except OSError as exc:
             raise LocalRayError(f"cannot run the driver {plan.launch.driver[0]!r}: {exc.strerror}") from None
         try:
-            return _exit_code(driver.wait())
+            return _exit_code(_wait_driver(driver, proc, directory / "ray-head.log"))
         except KeyboardInterrupt:
             driver.send_signal(signal.SIGINT)
             try:
@@ -142,6 +142,19 @@ def run_ray_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None
         log.close()
         shutil.rmtree(temp, ignore_errors=True)
         time.sleep(0)
+
+
+def _wait_driver(driver: subprocess.Popen[bytes], head: subprocess.Popen[bytes], head_log: Path) -> int:
+    """The driver's exit status; a head that exits first ends the run at once (its driver would wait on
+    a cluster that is gone, forever)."""
+    while True:
+        try:
+            return driver.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            pass
+        if head.poll() is not None:
+            raise LocalRayError(f"the local Ray head exited with code {head.returncode} while the driver ran: "
+                                "stopping the driver", hint=f"see {head_log}")
 
 
 def _exit_code(rc: int) -> int:

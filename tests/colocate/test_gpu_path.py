@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hpcplace.runtime import gpu_checks, memory, preload
+from hpcplace.runtime import devices, gpu_checks, memory, preload
 from hpcplace.runtime.memory import CpuBackend, MemoryBackendError, MemoryStateError, TorchMemorySaverBackend, make_backend
 from tests.gpu.fake_gpu import fake_gpu_dir, fake_memory_saver
 
@@ -25,7 +25,7 @@ def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delitem(sys.modules, "torch_memory_saver", raising=False)
     control = tmp_path / "nvidiactl"
     control.write_bytes(b"")
-    monkeypatch.setattr(gpu_checks, "NVIDIA_CONTROL", str(control))
+    monkeypatch.setattr(devices, "NVIDIA_CONTROL", str(control))
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
@@ -162,3 +162,14 @@ def test_no_preload_without_a_gpu_whatever_the_packages(tmp_path: Path) -> None:
     python, _ = other_python(tmp_path)
     changes, why = preload.preload_env({"PATH": "/usr/bin:/bin"}, command=[str(python), "x.py"])
     assert changes == {} and "no NVIDIA GPU" in why
+
+
+def test_memory_saver_preload_gate(fake_gpu: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One gate for the shim, the preflight and local runs: a GPU node, unless HPCPLACE_MEMORY_SAVER=0."""
+    from hpcplace.local import local_backend
+
+    assert devices.preload_wanted({})
+    assert not devices.preload_wanted({"HPCPLACE_MEMORY_SAVER": "0"})
+    assert local_backend.memory_saver_env({"HPCPLACE_MEMORY_SAVER": "0"}, ("python", "x.py")) == {}
+    monkeypatch.setattr(devices, "NVIDIA_CONTROL", "/nonexistent/nvidiactl")
+    assert not devices.preload_wanted({})

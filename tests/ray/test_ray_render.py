@@ -214,3 +214,31 @@ def test_local_mode_runs_a_real_ray_driver(tmp_path: Path) -> None:
     assert ("warning: the plan has" in res.stderr) == (len(plan.cluster.nodes) > 1)
     leftover = subprocess.run(["pgrep", "-f", f"hpcplace-ray-.*{tmp_path.name}"], capture_output=True)
     assert leftover.returncode == 1
+
+
+def test_local_head_that_exits_stops_the_driver(tmp_path: Path) -> None:
+    """A local Ray head that dies while the driver runs ends the run at once, naming its log (the
+    driver would otherwise wait on a cluster that is gone, forever)."""
+    import time
+
+    from hpcplace.local.local_ray import LocalRayError, _wait_driver
+
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    head = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    started = time.monotonic()
+    try:
+        with pytest.raises(LocalRayError) as info:
+            _wait_driver(driver, head, tmp_path / "ray-head.log")
+    finally:
+        driver.kill()
+        driver.wait()
+    assert time.monotonic() - started < 10
+    assert info.value.message == "the local Ray head exited with code 3 while the driver ran: stopping the driver"
+    assert info.value.hint == f"see {tmp_path / 'ray-head.log'}"
+    done = subprocess.Popen([sys.executable, "-c", "raise SystemExit(5)"])
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert _wait_driver(done, alive, tmp_path / "ray-head.log") == 5
+    finally:
+        alive.kill()
+        alive.wait()

@@ -11,6 +11,7 @@ from hpcplace.config.spec import (
 )
 from hpcplace.config.yaml_source import View
 
+
 @dataclass(frozen=True)
 class SiteGpuCount:
     """GPUs per node of a partition as the live cluster reports them: RLinf and ROLL discover the count
