@@ -96,7 +96,7 @@ def compute_process_env(*, plan: Mapping[str, Any], component: Mapping[str, Any]
         local_accelerator_rank=process["local_accelerator_rank"],
         local_hardware_ranks=tuple(process["local_hardware_ranks"]),
         accelerator_type=str(process["accelerator_type"]), node_group_label=str(process["node_group_label"]),
-        partition=str(process["partition"]), het_group=process["het_group"],
+        partition=process["partition"] or "", het_group=process["het_group"],  # "": Slurm's default partition
         group_node_index=process["group_node_index"], resource_type=str(process["resource_type"]),
         shm_dir=shm_dir(snapshot.job_id, shm_node(snapshot, process)), collocation_group=str(group) if group else None,
         weight_sync_targets=targets, weight_sync_sources=sources)

@@ -107,7 +107,7 @@ def _at(per_node, j: int, default):  # type: ignore[no-untyped-def]
 def ray_start_argv(python: str, node: dict, *, head: bool, port: int, address: str | None, temp_dir: str,
                    spill_dir: str, extra: Sequence[str] = (), dashboard_port: int | None = None) -> list[str]:
     """`python -m ray.scripts.scripts start --block ...` for one node (Ray's CLI from the job's Python)."""
-    labels = {"hpcplace.group": node["label"], "hpcplace.partition": node["partition"],
+    labels = {"hpcplace.group": node["label"], "hpcplace.partition": node["partition"] or "",  # None: the default
               "hpcplace.gpu_type": node["gpu_type"] or "", "hpcplace.node_rank": str(node["rank"])}
     argv = [python, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats",
             f"--num-cpus={node['num_cpus']}", f"--num-gpus={len(node['gpus'])}",

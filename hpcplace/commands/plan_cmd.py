@@ -65,15 +65,33 @@ def live_site_gpus() -> SiteGpus:
     return lookup
 
 
+def local_site_gpus() -> SiteGpus:
+    """For `run --local` this machine is the node: a count left to run time is its GPUs (the shell's
+    CUDA_VISIBLE_DEVICES, else NVML), as RLinf and ROLL count them."""
+    import os
+
+    def lookup(partition: str | None, gpu_type: str | None) -> SiteGpuCount:
+        from hpcplace.local.local_backend import local_gpus
+
+        gpus = local_gpus(os.environ)
+        if not gpus:
+            return SiteGpuCount(None, "this machine has no GPU visible to `run --local` (CUDA_VISIBLE_DEVICES, "
+                                      "else NVML)")
+        return SiteGpuCount(len(gpus), "this machine's visible GPUs (`run --local`)")
+
+    return lookup
+
+
 def plan_with_launch(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """Plan the config, with `--driver -- CMD...` (if given) applied to its launch block. GPU counts the
-    config leaves to run time come from the live cluster, except for a run on this machine (--local)."""
+    config leaves to run time come from the live cluster, or for a run on this machine (--local) from
+    this machine."""
     from dataclasses import replace
 
     from hpcplace.config.launch import with_driver, with_hold
     from hpcplace.plan.planner import plan_from_file
 
-    site = None if getattr(args, "local", False) else live_site_gpus()
+    site = local_site_gpus() if getattr(args, "local", False) else live_site_gpus()
     plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args), site_gpus=site)
     launch = with_hold(with_driver(plan.launch, getattr(args, "driver", None)), getattr(args, "hold", False))
     return plan if launch == plan.launch else replace(plan, launch=launch)

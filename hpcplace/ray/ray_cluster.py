@@ -35,7 +35,7 @@ class RayNode:
     het_group: int
     index: int  # node index inside its het component (Slurm's node list order)
     label: str
-    partition: str
+    partition: str | None  # None: Slurm's default partition
     gpu_type: str | None
     gpus: tuple[str, ...]  # physical GPU ids the raylet exposes ("0".."n-1")
     num_cpus: int
@@ -48,7 +48,7 @@ class RayNode:
 
     @property
     def labels(self) -> dict[str, str]:
-        raw = {"hpcplace.group": self.label, "hpcplace.partition": self.partition,
+        raw = {"hpcplace.group": self.label, "hpcplace.partition": self.partition or "",
                "hpcplace.gpu_type": self.gpu_type or "", "hpcplace.node_rank": str(self.rank)}
         return {k: v for k, v in raw.items() if _LABEL_VALUE_RE.match(v)}
 
@@ -97,8 +97,9 @@ def ray_summary(plan: Plan) -> list[str]:
         framework = framework_node_env(plan.source_format, n.rank)
         gpus = f"{len(n.gpus)} GPU(s) CUDA_VISIBLE_DEVICES={','.join(n.gpus)}" if n.gpus else "no GPU"
         role = "head" if n.rank == 0 else "worker"
-        lines.append(f"  node rank {n.rank} ({role}): het {n.het_group} node {n.index} ({n.label}, partition "
-                     f"{n.partition}): RLINF_NODE_RANK={n.rank}, --num-cpus={n.num_cpus}, {gpus}, "
+        where = f"partition {n.partition}" if n.partition else "the default partition"
+        lines.append(f"  node rank {n.rank} ({role}): het {n.het_group} node {n.index} ({n.label}, {where}): "
+                     f"RLINF_NODE_RANK={n.rank}, --num-cpus={n.num_cpus}, {gpus}, "
                      f"resources {{{group_resource(n.label)}: 1}}"
                      + "".join(f", {k}={v} ({plan.source_format})" for k, v in framework.items())
                      + (f", env {', '.join(sorted(set(n.env) - set(framework)))}" if set(n.env) - set(framework) else "")

@@ -112,6 +112,8 @@ def test_ray_nodes_follow_the_plan() -> None:
         assert n.num_cpus == max(group.cpus_per_node or needed, 1)
     segments = ray_step_segments(lower(plan), plan)
     assert len(segments) == len(plan.cluster.node_groups)  # one raylet step over every het component
+    default = replace(nodes[0], partition=None)  # no partition named: Slurm's default, no label
+    assert "hpcplace.partition" not in default.labels and default.labels["hpcplace.group"] == nodes[0].label
     for seg, group in zip(segments, plan.cluster.node_groups):
         assert f"--nodes={group.num_nodes}" in seg and "--ntasks-per-node=1" in seg
 

@@ -37,6 +37,9 @@ def test_node_facts_and_raylet_argv() -> None:
     assert "--head" in head and "--port=20010" in head and head[-1] == "--object-store-memory=1"
     cpu_argv = ray_start_argv("/py", cpu, head=False, port=1, address="h:1", temp_dir="/t", spill_dir="/s")
     assert "hpcplace.gpu_type" not in next(a for a in cpu_argv if a.startswith("--labels="))  # empty: left out
+    default = {**cpu, "partition": None}  # no partition named: Slurm's default; no label, and no TypeError
+    default_argv = ray_start_argv("/py", default, head=False, port=1, address="h:1", temp_dir="/t", spill_dir="/s")
+    assert "hpcplace.partition" not in next(a for a in default_argv if a.startswith("--labels="))
 
 
 def test_label_values() -> None:

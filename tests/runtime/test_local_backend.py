@@ -313,3 +313,26 @@ def test_sigterm_of_the_backend_stops_everything(tmp_path: Path) -> None:
     assert proc.returncode == 143 and "SIGTERM: stopping every process" in err, err
     assert not left
     assert not shm_left(proc.pid)
+
+
+RLINF_NO_GPU_COUNT = """\
+cluster:
+  num_nodes: 1
+  component_placement:
+    actor: all
+hpcplace:
+  components:
+    actor: {command: [python, -c, "print(1)"]}
+"""
+
+
+def test_gpus_left_to_run_time_are_this_machines(tmp_path: Path) -> None:
+    """RLinf counts the node's GPUs at run time; for `run --local` the node is this machine."""
+    done = run_local(tmp_path, RLINF_NO_GPU_COUNT, "--dry-run", env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert done.returncode == 0, done.stderr
+    assert "[actor 1] " in done.stdout and "[actor 2] " not in done.stdout and "WORLD_SIZE=2" in done.stdout
+    assert "HPCPLACE_PARTITION='' " in done.stdout  # no partition named: Slurm's default, empty (never "None")
+    done = run_local(tmp_path, RLINF_NO_GPU_COUNT, "--dry-run", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 2 and done.stderr.startswith(
+        f"hpcplace: error: {tmp_path / 'config.yaml'}:2:3: `cluster`: GPUs per node of node group 'default' are "
+        "unknown (this machine has no GPU visible to `run --local` (CUDA_VISIBLE_DEVICES, else NVML))"), done.stderr
