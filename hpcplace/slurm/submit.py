@@ -88,7 +88,8 @@ def _sbatch_error(plan: Plan, message: str) -> SlurmError:
                  for i, g in enumerate(groups) if g.partition == m.group(1)]
     elif re.search(r"gres|generic resource|node configuration is not available", message, re.IGNORECASE):
         job = lower(plan)
-        named = [f"node group {c.label!r} (het component {c.het_group}): partition {c.partition!r}, "
+        named = [f"node group {c.label!r} (het component {c.het_group}): "
+                 f"{f'partition {c.partition!r}' if c.partition else 'the default partition'}, "
                  f"{c.num_nodes} node(s), GRES {c.gres or 'none'}" for c in job.components]
     text = f"Slurm rejected the job: {message}"
     if named:
