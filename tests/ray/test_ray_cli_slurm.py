@@ -44,15 +44,15 @@ def test_cli_bare_python_driver_runs_with_the_submitting_interpreter(slurm_clust
 def test_ray_mode_on_the_default_partition(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
     """No partition named (Slurm's default, `cpu` on the test cluster): the raylets start without a
     partition label and the driver sees the planned node."""
-    config = tmp_path / "ray.yaml"
-    config.write_text("name: ray-default-partition\ncluster:\n  node_groups:\n    - {label: cpu, nodes: 1}\n"
-                      "  component_placement:\n    env: {node_group: cpu, placement: '0'}\n", encoding="utf-8")
+    config = tmp_path / "ray.yaml"  # an RLinf config naming no partition
+    config.write_text("cluster:\n  num_nodes: 1\n  component_placement:\n    env: {node_group: node, placement: '0'}\n"
+                      "slurm: {gpus_per_node: 0}\n", encoding="utf-8")
     out, run_dir = tmp_path / "probe.json", tmp_path / "run"
     submit_cli(config, run_dir, "--driver", "--", sys.executable, str(PROBE), str(out),
                env={**slurm_cluster.env, "HPCPLACE_RAY_ARGS": RAY_ARGS})
-    assert "(cpu, the default partition)" in (run_dir / "job.sbatch").read_text()
+    assert "(default, the default partition)" in (run_dir / "job.sbatch").read_text()
     status = wait_done(run_dir)
     assert status.state == "COMPLETED", (status, [p.read_text() for p in (run_dir / "logs").glob("*.out")][:3])
     nodes = list(json.loads(out.read_text())["nodes"].values())
-    assert len(nodes) == 1 and nodes[0]["labels"]["hpcplace.group"] == "cpu", nodes
+    assert len(nodes) == 1 and nodes[0]["labels"]["hpcplace.group"] == "default", nodes
     assert "hpcplace.partition" not in nodes[0]["labels"], nodes
