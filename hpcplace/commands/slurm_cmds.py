@@ -314,7 +314,23 @@ def run_status(args: argparse.Namespace) -> int:
             print(line)
         for line in _hold_status(run_dir, status.state):
             print(line)
+        for line in _launch_failure(status, run_dir, job_id):
+            print(line)
     return submit.status_exit_code(status)
+
+
+def _launch_failure(status, run_dir: Path, job_id: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """Slurm's bare JobLaunchFailure, explained: the batch script never started on the node; without its
+    log in the run directory, the node could not enter that directory."""
+    if not any(c.reason == "JobLaunchFailure" for c in status.components):
+        return []
+    batch_log = run_dir / "logs" / f"batch-{job_id}.out"
+    if batch_log.exists():
+        return ["  the batch script never started on the node (Slurm: JobLaunchFailure): the node's slurmd log "
+                "has Slurm's own words"]
+    return [f"  the batch script never started on the node (Slurm: JobLaunchFailure), and wrote no {batch_log}: "
+            f"the run directory {run_dir} (the job's working directory) must be on storage every node mounts, "
+            "as must the venv; `hpcplace submit` warns when it is not"]
 
 
 def _hold_status(run_dir: Path, state: str) -> list[str]:
@@ -418,8 +434,8 @@ def run_logs(args: argparse.Namespace) -> int:
         if not args.list:
             for batch in sorted((run_dir / "logs").glob("batch-*.out")):
                 _show(f"batch script ({batch})", batch, args.tail)
-        print(f"job {job_id} has not started its tasks yet (no logs/nodes.txt): no rank has a log yet; "
-              f"`hpcplace status {run_dir}` says where it waits")
+        print(f"job {job_id} has no task logs (no logs/nodes.txt): it has not started its tasks yet, or it ended "
+              f"before they started; `hpcplace status {run_dir}` says which, and why")
         return 0
     plan = submit.load_plan(plan_path)
     if plan.launch.is_ray:

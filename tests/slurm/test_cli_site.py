@@ -385,6 +385,7 @@ def test_logs_of_a_run_that_never_reached_slurm_or_has_not_started(tmp_path: Pat
     for extra in ([], ["--list"], ["--component", "actor"]):
         code, out, err = _cli(capsys, "logs", str(run_dir), *extra)
         assert code == 0 and err == ""
-        assert out.splitlines() == [f"job 77 has not started its tasks yet (no logs/nodes.txt): no rank has a log "
-                                    f"yet; `hpcplace status {run_dir}` says where it waits"]
+        assert out.splitlines() == [f"job 77 has no task logs (no logs/nodes.txt): it has not started its tasks "
+                                    f"yet, or it ended before they started; `hpcplace status {run_dir}` says which, "
+                                    "and why"]
     shutil.rmtree(run_dir)

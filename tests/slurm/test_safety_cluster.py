@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.conftest import LiveCluster, config_yaml, submit_cli, wait_done
+from tests.slurm.conftest import LiveCluster, cli, config_yaml, submit_cli, wait_done
 
 pytestmark = pytest.mark.slurm
 
@@ -100,3 +100,31 @@ def test_each_het_component_is_charged_what_the_plan_says(slurm_cluster: LiveClu
     script = (tmp_path / "run" / "job.sbatch").read_text()
     assert f"charged to account {ACCOUNTS[0]} (inherited from node group cpu" in script
     assert subprocess.run(["bash", "-n", str(tmp_path / "run" / "job.sbatch")]).returncode == 0
+
+
+def test_run_directory_the_nodes_cannot_see(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """`-o /tmp/...`: each node has its own /tmp. submit warns, the job fails at once (Slurm cannot
+    start the batch script there), and `hpcplace status` says why instead of a bare JobLaunchFailure."""
+    import shutil
+    import tempfile
+
+    config = config_yaml(tmp_path, """
+        name: unshared
+        cluster:
+          node_groups: [{label: cpu, partition: cpu, nodes: 1}]
+          component_placement: {probe: {node_group: cpu, placement: "0"}}
+        components:
+          probe: {command: ["true"]}
+        """)
+    local = Path(tempfile.mkdtemp(prefix="hpcplace-unshared-", dir="/tmp"))
+    try:
+        run_dir = local / "run"
+        res = cli("submit", config, "-o", run_dir)
+        assert res.returncode == 0, res.stderr
+        assert f"the run directory {run_dir} is under /tmp, which each node has for itself" in res.stderr
+        status = wait_done(run_dir, 60)
+        assert status.state == "FAILED" and "reason=JobLaunchFailure" in status.text, status.text
+        assert (f"the batch script never started on the node (Slurm: JobLaunchFailure), and wrote no "
+                f"{run_dir}/logs/batch-") in status.text and "must be on storage every node mounts" in status.text
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
