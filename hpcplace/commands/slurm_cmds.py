@@ -374,7 +374,7 @@ def _ray_status(run_dir: Path) -> list[str]:
     try:
         up = json.loads((ray_dir / "bringup.json").read_text(encoding="utf-8"))
         lines.append(f"Ray: all {up['nodes']} node(s) joined {up['all_joined'] - up['driver_step_start']:.1f} s "
-                     f"after the driver step started; driver running since then")
+                     f"after the driver step started; the driver started then")
     except (OSError, ValueError, KeyError, TypeError):
         lines.append("Ray: waiting for every node to join")
     errors = run_dir / "logs" / "ray-errors.txt"
