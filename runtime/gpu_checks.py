@@ -23,7 +23,6 @@ ALLOC_CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 
 # --------------------------------------------------------------------------- torch (without importing it)
 
-
 def package_dir(name: str) -> str | None:
     """The directory of an installed top-level package, found without importing it (None: not installed)."""
     spec = importlib.util.find_spec(name)
