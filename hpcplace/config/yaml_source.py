@@ -91,16 +91,23 @@ def load_yaml_text(text: str, path: str = "<string>") -> YamlDocument:
 
 def _check_depth(text: str, path: str) -> None:
     """Refuse deep nesting before composing (PyYAML's composer recurses once per level)."""
+    def too_deep(mark: yaml.Mark) -> limits.LimitError:
+        return limits.LimitError(f"the YAML nesting is deeper than {limits.MAX_YAML_DEPTH} levels",
+                                 location=SourceLocation(path, mark.line + 1, mark.column + 1))
+
     depth = 0
-    for event in yaml.parse(text, Loader=_FAST_LOADER):
-        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            depth += 1
-            if depth > limits.MAX_YAML_DEPTH:
-                m = event.start_mark
-                raise limits.LimitError(f"the YAML nesting is deeper than {limits.MAX_YAML_DEPTH} levels",
-                                        location=SourceLocation(path, m.line + 1, m.column + 1))
-        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-            depth -= 1
+    try:
+        for event in yaml.parse(text, Loader=_FAST_LOADER):
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > limits.MAX_YAML_DEPTH:
+                    raise too_deep(event.start_mark)
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+    except yaml.MarkedYAMLError as exc:  # LibYAML >= 0.2.6 (PyYAML 6.0.4 wheels) scans ahead and stops at 1000 levels
+        if "nesting depth" in str(exc.problem) and exc.problem_mark is not None:
+            raise too_deep(exc.problem_mark) from None
+        raise
 
 
 def load_yaml_file(path: str | Path) -> YamlDocument:
