@@ -9,6 +9,11 @@ from pathlib import Path
 from hpcplace.config.formats import FORMATS
 from hpcplace.config.formats.common import SiteGpuCount, SiteGpus
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from hpcplace.errors import SlurmError
+    from hpcplace.slurm.validate import ClusterFacts
+
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments every command that reads a config shares."""
@@ -43,26 +48,37 @@ def add_driver_argument(parser: argparse.ArgumentParser) -> None:
                              "overrides launch.driver of the config")
 
 
-def live_site_gpus() -> SiteGpus:
-    """GPU counts a config leaves to run time, read from the live cluster: asked once, and only when a
-    config needs it (a site without Slurm answers with the reason, and the config's own error stands)."""
-    from hpcplace.errors import SlurmError
-    from hpcplace.slurm.validate import ClusterFacts, read_cluster_facts, site_gpu_count
+class LiveCluster:
+    """The live cluster as `scontrol show partition|node` reports it: asked at most once per command, and
+    only when needed (GPU counts a config leaves to run time, then `validate`)."""
 
-    asked: list[ClusterFacts | SlurmError] = []
+    def __init__(self) -> None:
+        self._asked: ClusterFacts | SlurmError | None = None
 
-    def lookup(partition: str | None, gpu_type: str | None) -> SiteGpuCount:
-        if not asked:
+    def facts(self) -> ClusterFacts:
+        """The facts; SlurmError when no controller answers."""
+        from hpcplace.errors import SlurmError
+        from hpcplace.slurm.validate import read_cluster_facts
+
+        if self._asked is None:
             try:
-                asked.append(read_cluster_facts())
+                self._asked = read_cluster_facts()
             except SlurmError as exc:
-                asked.append(exc)
-        facts = asked[0]
-        if isinstance(facts, SlurmError):
-            return SiteGpuCount(None, "the live cluster could not be asked: " + facts.message.splitlines()[0])
-        return site_gpu_count(facts, partition, gpu_type)
+                self._asked = exc
+        if isinstance(self._asked, SlurmError):
+            raise self._asked
+        return self._asked
 
-    return lookup
+    def site_gpus(self, partition: str | None, gpu_type: str | None) -> SiteGpuCount:
+        """A SiteGpus: a site without Slurm answers with the reason, and the config's own error stands."""
+        from hpcplace.errors import SlurmError
+        from hpcplace.slurm.validate import site_gpu_count
+
+        try:
+            facts = self.facts()
+        except SlurmError as exc:
+            return SiteGpuCount(None, "the live cluster could not be asked: " + exc.message.splitlines()[0])
+        return site_gpu_count(facts, partition, gpu_type)
 
 
 def local_site_gpus() -> SiteGpus:
@@ -82,16 +98,16 @@ def local_site_gpus() -> SiteGpus:
     return lookup
 
 
-def plan_with_launch(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def plan_with_launch(args: argparse.Namespace, cluster: LiveCluster | None = None):  # type: ignore[no-untyped-def]
     """Plan the config, with `--driver -- CMD...` (if given) applied to its launch block. GPU counts the
-    config leaves to run time come from the live cluster, or for a run on this machine (--local) from
-    this machine."""
+    config leaves to run time come from the live cluster (`cluster`, to share its facts with the
+    command's validation), or for a run on this machine (--local) from this machine."""
     from dataclasses import replace
 
     from hpcplace.config.launch import with_driver, with_hold
     from hpcplace.plan.planner import plan_from_file
 
-    site = local_site_gpus() if getattr(args, "local", False) else live_site_gpus()
+    site = local_site_gpus() if getattr(args, "local", False) else (cluster or LiveCluster()).site_gpus
     plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args), site_gpus=site)
     launch = with_hold(with_driver(plan.launch, getattr(args, "driver", None)), getattr(args, "hold", False))
     return plan if launch == plan.launch else replace(plan, launch=launch)

@@ -10,7 +10,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from hpcplace.commands.plan_cmd import add_config_arguments, add_driver_argument, plan_with_launch
+from hpcplace.commands.plan_cmd import LiveCluster, add_config_arguments, add_driver_argument, plan_with_launch
 from hpcplace.errors import SlurmError, SpecError
 
 
@@ -144,22 +144,22 @@ def _absolute_program(program: str) -> str:
     return os.path.abspath(found)
 
 
-def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _plan(args: argparse.Namespace, cluster: LiveCluster | None = None):  # type: ignore[no-untyped-def]
     """The plan with `--driver` applied and a bare `python` driver made the submitting environment's."""
     from dataclasses import replace
 
     from hpcplace.config.launch import resolve_driver_interpreter
 
-    plan = plan_with_launch(args)
+    plan = plan_with_launch(args, cluster)
     launch = resolve_driver_interpreter(plan.launch, shutil.which, sys.executable)
     return plan if launch == plan.launch else replace(plan, launch=launch)
 
 
-def _runnable_plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _runnable_plan(args: argparse.Namespace, cluster: LiveCluster | None = None):  # type: ignore[no-untyped-def]
     """`_plan`, refused when its processes would have nothing to run ("no driver, no job")."""
     from hpcplace.config.launch import check_runnable
 
-    plan = _plan(args)
+    plan = _plan(args, cluster)
     check_runnable(plan)
     return plan
 
@@ -225,7 +225,8 @@ def _refuse_submitted(run_dir: Path) -> None:
 def run_submit(args: argparse.Namespace) -> int:
     from hpcplace.slurm import submit
 
-    plan = _runnable_plan(args)
+    cluster = LiveCluster()
+    plan = _runnable_plan(args, cluster)
     launcher = _launcher(args)
     run_dir = _run_dir(args, plan)
     _warn_unshared(plan, launcher, run_dir)
@@ -233,7 +234,7 @@ def run_submit(args: argparse.Namespace) -> int:
         sys.stdout.write(submit.dry_run_text(plan, run_dir, launcher=launcher, template_dir=args.template_dir))
         return 0
     if not args.no_validate:
-        _validate_warn(plan)
+        _validate_warn(plan, cluster)
     if args.test_only:
         print(submit.test_only(plan, launcher=launcher, template_dir=args.template_dir, timeout=args.timeout))
         return 0
@@ -242,10 +243,10 @@ def run_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validate_warn(plan) -> None:  # type: ignore[no-untyped-def]
+def _validate_warn(plan, cluster: LiveCluster | None = None) -> None:  # type: ignore[no-untyped-def]
     from hpcplace.slurm import validate
 
-    for w in validate.validate(plan).warnings:
+    for w in validate.validate(plan, (cluster or LiveCluster()).facts()).warnings:
         print(f"hpcplace: warning: {w}", file=sys.stderr)
 
 
@@ -267,9 +268,10 @@ def submit_checked(plan, args: argparse.Namespace, launcher: tuple[str, ...], ru
 def run_validate(args: argparse.Namespace) -> int:
     from hpcplace.slurm import validate
 
-    plan = _plan(args)
+    cluster = LiveCluster()
+    plan = _plan(args, cluster)
     _warn_unshared(plan, _launcher(args), Path(plan.slurm.get("output_dir") or "runs").absolute())
-    report = validate.validate(plan)
+    report = validate.validate(plan, cluster.facts())
     for line in report.checked:
         print(f"ok: {line}")
     for w in report.warnings:
