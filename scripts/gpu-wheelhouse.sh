@@ -18,7 +18,7 @@ pkgs=(pyyaml jinja2 markupsafe submitit cloudpickle typing_extensions hydra-core
 if ! ls "$dir"/antlr4_python3_runtime-*.whl >/dev/null 2>&1; then
   "$python" -m pip wheel --no-deps -w "$dir" antlr4-python3-runtime==4.9.3
 fi
-"$python" -m pip wheel --no-deps --no-build-isolation -w "$dir" .   # hpcplace itself
+"$python" -m pip wheel --no-deps -w "$dir" .   # hpcplace itself (setuptools from PyPI, in isolation)
 ls -1 "$dir"
 du -sh "$dir" | awk '{print "wheelhouse size:", $1}'
 test "$(du -sm "$dir" | cut -f1)" -le 64 || { echo "wheelhouse over 64 MiB" >&2; exit 1; }
