@@ -1,13 +1,15 @@
 """Offload/onload on a real GPU with torch_memory_saver, next to a plain device<->host copy of the same bytes.
 
-    python bench/bench_gpu_offload.py [--gib 4] [--cycles 5] [--json OUT.json] [--device cuda|cpu]
+    python bench/bench_gpu_offload.py [--gib 4] [--cycles 5] [--retain-cycles 0] [--json OUT.json] [--device cuda|cpu]
 
 Run in a process started with torch_memory_saver's preload (scripts/gpu-tier.sh does it). Per cycle: bytes
 freed on the GPU torch uses (NVML, by that device's UUID), offload (pause with CPU backup) and onload (resume)
 seconds and GB/s, and a fingerprint of the weights (equal across cycles = the contents came back). The
 baseline is a plain copy of the same bytes GPU -> pinned host -> GPU. `ratio` = copy seconds /
-(offload + onload seconds): the goal is >= 0.8. `--device cpu` runs the same loop on the CPU backend
-(RSS instead of NVML, pageable copies): a smoke test of this script on machines without a GPU.
+(offload + onload seconds): the goal is >= 0.8. `--retain-cycles N` then runs N more cycles with
+torch_memory_saver's retain_cpu_backup on (the pinned backup is kept instead of re-pinned every pause).
+`--device cpu` runs the same loop on the CPU backend (RSS instead of NVML, pageable copies): a smoke test
+of this script on machines without a GPU.
 """
 
 from __future__ import annotations
@@ -35,17 +37,26 @@ def fingerprint(tensors: list[Any]) -> str:
 
 
 class Meter:
-    """Memory in use where the weights live: NVML on the device torch uses, else this process's RSS."""
+    """Memory in use where the weights live: NVML on the device torch uses (found by its UUID), CUDA's own
+    count for the device where NVML cannot find it (a MIG instance), else this process's RSS."""
 
     def __init__(self, device: str) -> None:
         self.device = device
         self.handle = None
+        self.kind = "rss"
         if device == "cuda":
             import pynvml
             import torch
             pynvml.nvmlInit()
             uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
-            self.handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+            self.kind = "cudaMemGetInfo"
+            for name in [uuid] if uuid.startswith(("GPU-", "MIG-")) else [f"GPU-{uuid}", f"MIG-{uuid}"]:
+                try:
+                    self.handle = pynvml.nvmlDeviceGetHandleByUUID(name)
+                    self.kind = "nvml"
+                    break
+                except pynvml.NVMLError:
+                    continue
 
     def used(self) -> int:
         import torch
@@ -53,6 +64,10 @@ class Meter:
             import pynvml
             torch.cuda.synchronize()
             return int(pynvml.nvmlDeviceGetMemoryInfo(self.handle).used)
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            free, total = torch.cuda.mem_get_info()
+            return int(total - free)
         with open("/proc/self/smaps_rollup") as fh:
             return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("Rss:"))
 
@@ -82,10 +97,20 @@ def plain_copy_s(nbytes: int, device: str, repeats: int = 3) -> float:
     return best
 
 
+def write(result: dict[str, Any], path: str | None) -> None:
+    text = json.dumps(result, indent=1)
+    print(text, flush=True)
+    if path:
+        with open(path, "w") as fh:
+            fh.write(text + "\n")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=float, default=4.0, help="GiB of weights to offload (default 4)")
     parser.add_argument("--cycles", type=int, default=5)
+    parser.add_argument("--retain-cycles", type=int, default=0,
+                        help="then as many cycles with torch_memory_saver's retain_cpu_backup on (GPU only)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args(argv)
@@ -105,39 +130,50 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         w.uniform_(generator=generator)
     meter = Meter(args.device)
     first = fingerprint(weights)
-    cycles = []
-    for i in range(args.cycles):
-        sync(args.device)
-        before = meter.used()
-        t0 = time.perf_counter()
-        memory.pause("weights")
-        sync(args.device)
-        offload_s = time.perf_counter() - t0
-        paused = meter.used()
-        t0 = time.perf_counter()
-        memory.resume("weights")
-        sync(args.device)
-        onload_s = time.perf_counter() - t0
-        cycles.append({"cycle": i, "freed_bytes": before - paused, "offload_s": offload_s, "onload_s": onload_s,
-                       "offload_gbps": nbytes / offload_s / 1e9, "onload_gbps": nbytes / onload_s / 1e9,
-                       "fingerprint": fingerprint(weights)})
+
+    def run_cycles(count: int) -> list[dict[str, Any]]:
+        done = []
+        for i in range(count):
+            sync(args.device)
+            before = meter.used()
+            t0 = time.perf_counter()
+            memory.pause("weights")
+            sync(args.device)
+            offload_s = time.perf_counter() - t0
+            paused = meter.used()
+            t0 = time.perf_counter()
+            memory.resume("weights")
+            sync(args.device)
+            onload_s = time.perf_counter() - t0
+            done.append({"cycle": i, "freed_bytes": before - paused, "offload_s": offload_s, "onload_s": onload_s,
+                         "offload_gbps": nbytes / offload_s / 1e9, "onload_gbps": nbytes / onload_s / 1e9,
+                         "fingerprint": fingerprint(weights)})
+        return done
+
+    cycles = run_cycles(args.cycles)
     copy_s = plain_copy_s(nbytes, args.device)
     cycle_s = statistics.median(c["offload_s"] + c["onload_s"] for c in cycles)
     result = {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "torch": torch.__version__, "torch_cuda": torch.version.cuda,
         "driver": (lambda d: d and {"version": d.version, "cuda": d.cuda_text})(gpu_checks.driver_info()),
-        "backend": memory.name, "bytes": nbytes, "cycles": cycles,
+        "backend": memory.name, "meter": meter.kind, "bytes": nbytes, "cycles": cycles,
         "fingerprint_before": first, "fingerprints_equal": all(c["fingerprint"] == first for c in cycles),
         "min_freed_fraction": min(c["freed_bytes"] for c in cycles) / nbytes,
         "offload_onload_s_median": cycle_s, "plain_copy_s": copy_s, "plain_copy_gbps": 2 * nbytes / copy_s / 1e9,
         "ratio": copy_s / cycle_s, "goal_ratio": 0.8,
     }
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as fh:
-            fh.write(text + "\n")
+    write(result, args.json)
+    # torch_memory_saver pins a new backup at every pause and frees it at every resume (csrc/cpu_backup.h)
+    # unless retain_cpu_backup is on: measure that steady state too, in the same run (written again after).
+    if args.retain_cycles and isinstance(memory, TorchMemorySaverBackend):
+        memory._tms.retain_cpu_backup = True
+        retained = run_cycles(args.retain_cycles)
+        steady = statistics.median(c["offload_s"] + c["onload_s"] for c in retained[1:] or retained)
+        result["retained_cpu_backup"] = {
+            "cycles": retained, "fingerprints_equal": all(c["fingerprint"] == first for c in retained),
+            "offload_onload_s_median": steady, "ratio": copy_s / steady}
+        write(result, args.json)
     del weights
     memory.close()
     return result

@@ -161,7 +161,8 @@ def mapped_hook(pid: int | str = "self") -> str | None:
 def memory_saver_hook_problem(pid: int | str = "self", environ: Mapping[str, str] | None = None) -> str | None:
     """Why torch_memory_saver cannot release GPU memory in process `pid` (this one by default) whose
     environment is `environ`, or None: its preload hook must really be mapped there (read from
-    /proc/<pid>/maps, not LD_PRELOAD) and the allocator settings must not bypass it.
+    /proc/<pid>/maps, not LD_PRELOAD), LD_PRELOAD must name it exactly once (the library opens it by that
+    name) and the allocator settings must not bypass it.
     Call it where offload is expected; a process that does not offload needs no hook."""
     env = os.environ if environ is None else environ
     hook = mapped_hook(pid)
@@ -175,4 +176,11 @@ def memory_saver_hook_problem(pid: int | str = "self", environ: Mapping[str, str
         return ("torch_memory_saver's preload hook is not loaded in this process (LD_PRELOAD does not name "
                 "it): start it through hpcplace-run for an offloading component, or set LD_PRELOAD to "
                 f"{HOOK_STEM}_cu<major>.abi3.so from the torch_memory_saver package")
+    # The library opens its hook by the one LD_PRELOAD entry naming it (hooks/mode_preload.py asserts
+    # exactly one), not by what is mapped: a variable changed after the start fails its first region.
+    named = [p for p in env.get("LD_PRELOAD", "").split(":") if "torch_memory_saver" in p]
+    if len(named) != 1:
+        return (f"torch_memory_saver's hook {hook} is mapped, but LD_PRELOAD names {len(named)} torch_memory_saver "
+                f"entries ({env.get('LD_PRELOAD', '')!r}); the library finds its hook through exactly one: keep "
+                f"LD_PRELOAD as hpcplace-run set it")
     return allocator_bypass_problem(env)

@@ -378,9 +378,14 @@ class TorchMemorySaverBackend(MemoryBackend):
             return torch.empty(shape, dtype=dtype, device="cuda")
 
     def adopt(self, tag: str, module: Any, *, backup: bool = True) -> None:
+        """Copy every parameter and buffer into the tag's memory on the current GPU. Always a copy:
+        `module.to("cuda")` returns tensors already there unchanged, outside the region, and a pause
+        would then free nothing."""
+        tensors = list(module.parameters()) + list(module.buffers())
         self.add_tag(tag, backup=backup)
         with self.region(tag):
-            module.to("cuda")
+            for t in tensors:
+                t.data = t.data.to("cuda", copy=True)
 
     def _before_pause(self, tags: list[str]) -> None:
         import torch

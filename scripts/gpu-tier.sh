@@ -4,8 +4,10 @@
 # Needs .whl/ from scripts/gpu-wheelhouse.sh (carried along). Installs it with --no-index --no-deps into
 # a target dir over the machine's own torch (never installs torch), prints the torch/CUDA/driver facts,
 # runs every `gpu`-marked test with HPCPLACE_REQUIRE_GPU=1, then measures offload/onload against a plain
-# copy (bench/bench_gpu_offload.py) and runs the collocated demo. Writes OUT_DIR/gpu-tier.json,
-# pytest.txt, offload.json, demo.txt. Exit code: the tests'.
+# copy (bench/bench_gpu_offload.py) and runs the collocated demo. Writes OUT_DIR/gpu-tier.json (after every
+# stage, so a run cut short still has one), pytest.txt, offload.json, demo.txt. Exit code: the tests'.
+# The Python: $PYTHON, else the first of python3, python, python3.12 that has torch. The stages' time limits
+# keep the whole run inside HPCPLACE_GPU_TIER_BUDGET_S (default 540 s; the device allows 600 s a command).
 # HPCPLACE_GPU_TIER_DRY_RUN=1: no GPU needed: install for CPython 3.12 into the target dir, put a fake
 # CUDA torch first on PYTHONPATH, and only collect the gpu tests (pytest --collect-only).
 set -uo pipefail
@@ -13,12 +15,37 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 out="${1:-${OUT:-gpu-tier-results}}"
 mkdir -p "$out" && out=$(cd "$out" && pwd)
-python="${PYTHON:-python3}"
 dry="${HPCPLACE_GPU_TIER_DRY_RUN:-0}"
+deadline=$((SECONDS + ${HPCPLACE_GPU_TIER_BUDGET_S:-540}))
 site="${HPCPLACE_GPU_TIER_SITE:-$(mktemp -d /tmp/hpcplace-gpu-site.XXXXXX)}"
 
 trap 'rm -rf "$site.work"; [ -n "${HPCPLACE_GPU_TIER_SITE:-}" ] || rm -rf "$site"' EXIT
 say() { echo "gpu-tier: $*" | tee -a "$out/log.txt"; }
+# A stage's time limit: its own, or what is left of the budget (15 s kept for the summary).
+limit() { local left=$((deadline - SECONDS - 15)); echo $((left < $1 ? (left > 10 ? left : 10) : $1)); }
+prefix() { "$1" -c 'import sys; print(sys.prefix)' 2>/dev/null; }
+
+python="${PYTHON:-}"
+if [ -z "$python" ]; then
+  python=python3
+  for p in python3 python python3.12; do
+    if command -v "$p" >/dev/null 2>&1 &&
+       "$p" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)' 2>/dev/null; then
+      python=$p && break
+    fi
+  done
+fi
+python=$(command -v "$python" 2>/dev/null || echo "$python")
+say "python: $python ($("$python" --version 2>&1))"
+# The demo's components run `python3` from PATH: make that this interpreter.
+if [ "$(prefix python3)" != "$(prefix "$python")" ]; then
+  PATH="$(dirname "$python"):$PATH"
+  [ "$(prefix python3)" = "$(prefix "$python")" ] || say "warning: python3 on PATH is not $python (the demo uses it)"
+fi
+# Allocator settings that bypass torch_memory_saver's hook make every offload refuse: the tier runs without them.
+for var in PYTORCH_ALLOC_CONF PYTORCH_CUDA_ALLOC_CONF; do
+  if [ -n "${!var:-}" ]; then say "unset $var=${!var} for the tier"; unset "$var"; fi
+done
 
 ls .whl/*.whl >/dev/null 2>&1 || { say "no wheelhouse .whl/: run scripts/gpu-wheelhouse.sh and carry .whl"; exit 2; }
 pipflags=(--no-index --no-deps --target "$site" --quiet --disable-pip-version-check)
@@ -26,7 +53,27 @@ if [ "$dry" = 1 ]; then
   pipflags+=(--ignore-requires-python --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
              --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
 fi
-if ! "$python" -m pip install "${pipflags[@]}" .whl/*.whl 2>&1 | tee -a "$out/log.txt"; then
+install() {
+  if "$python" -m pip --version >/dev/null 2>&1; then
+    "$python" -m pip install "${pipflags[@]}" .whl/*.whl
+    return
+  fi
+  echo "no pip for $python: unpacking the wheels into $site"  # what --target does, for these wheels
+  "$python" - "$site" .whl/*.whl <<'PY'
+import sys, zipfile
+site, wheels = sys.argv[1], sys.argv[2:]
+for wheel in wheels:
+    with zipfile.ZipFile(wheel) as z:
+        for info in z.infolist():
+            parts = info.filename.split("/")
+            if parts[0].endswith(".data"):  # purelib/platlib go to the top; scripts and headers are not needed
+                if len(parts) < 3 or parts[1] not in ("purelib", "platlib"):
+                    continue
+                info.filename = "/".join(parts[2:])
+            z.extract(info, site)
+PY
+}
+if ! install 2>&1 | tee -a "$out/log.txt"; then
   say "offline install from .whl/ failed"; exit 2
 fi
 # hpcplace from this checkout (the wheel may predate it): the package layout of pyproject, as links.
@@ -47,7 +94,8 @@ fi
 "$python" - > "$out/facts.json" <<'PY'
 import json, os, sys
 from hpcplace.runtime import gpu_checks
-facts = {"python": sys.version.split()[0], "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
+facts = {"python": sys.version.split()[0], "executable": sys.executable,
+         **{k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "LD_PRELOAD", "LD_LIBRARY_PATH")}}
 try:
     import torch
     facts.update(torch=torch.__version__, torch_cuda=torch.version.cuda, cuda_available=torch.cuda.is_available())
@@ -69,37 +117,50 @@ if [ "$dry" = 1 ]; then
   "$python" -m pytest --collect-only -q -m gpu -p no:cacheprovider -p no:hypothesispytest $files 2>&1 | tee "$out/pytest.txt"
   exit "${PIPESTATUS[0]}"
 fi
-HPCPLACE_REQUIRE_GPU=1 HPCPLACE_GPU_TIER_OUT="$out/memory_saver.json" timeout 300 \
-  "$python" -m pytest -m gpu -v -rs -p no:cacheprovider $files 2>&1 | tee "$out/pytest.txt"
-status=${PIPESTATUS[0]}
 
-# The measurement, in a process started with the preload (as hpcplace-run would set it).
-mapfile -t pre < <("$python" -c 'import os; from hpcplace.runtime.preload import preload_env
-c, why = preload_env(os.environ, command=[os.sys.executable]); print(c.get("LD_PRELOAD", "")); print(c.get("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", ""))); print(why)')
-say "${pre[2]:-no preload}"
-LD_PRELOAD="${pre[0]:-}" LD_LIBRARY_PATH="${pre[1]:-}" timeout 180 \
-  "$python" bench/bench_gpu_offload.py --gib 4 --cycles 5 --json "$out/offload.json" > "$out/offload.txt" 2>&1
-bench=$?
-tail -5 "$out/offload.txt"
-timeout 120 "$python" -c 'import sys; from hpcplace.cli import main; sys.exit(main())' \
-  run configs/collocated-demo.yaml --local > "$out/demo.txt" 2>&1
-demo=$?
-tail -5 "$out/demo.txt"
-
-"$python" - "$out" "$status" "$bench" "$demo" > "$out/gpu-tier.json" <<'PY'
+status=null bench=null demo=null
+summarize() {  # gpu-tier.json from what has run so far (null: not run yet)
+  "$python" - "$out" "$status" "$bench" "$demo" > "$out/gpu-tier.json" <<'PY'
 import json, os, sys
-out, status, bench, demo = sys.argv[1], *map(int, sys.argv[2:])
+out, status, bench, demo = sys.argv[1], *(None if a == "null" else int(a) for a in sys.argv[2:])
 def load(name):
     try:
         with open(os.path.join(out, name)) as fh:
             return json.load(fh)
     except (OSError, ValueError):
         return None
-lines = open(os.path.join(out, "pytest.txt"), errors="replace").read().splitlines()
-summary = [l for l in lines if l.startswith(("PASSED", "FAILED", "SKIPPED", "ERROR", "=", "XFAIL"))][-40:]
+try:
+    lines = open(os.path.join(out, "pytest.txt"), errors="replace").read().splitlines()
+except OSError:
+    lines = []
+summary = [l for l in lines if l.startswith(("PASSED", "FAILED", "SKIPPED", "ERROR", "=", "XFAIL", "XPASS"))][-40:]
 print(json.dumps({"tests_exit": status, "pytest_summary": summary, "facts": load("facts.json"),
                   "memory_saver_test": load("memory_saver.json"), "offload_exit": bench,
                   "offload": load("offload.json"), "demo_exit": demo}, indent=1))
 PY
+}
+summarize
+# -rA: every test's outcome in the short summary, failures with their reason (gpu-tier.json keeps those
+# lines); without hypothesis' plugin (compiled, and no gpu test uses it: one import failure less to risk)
+COLUMNS=200 HPCPLACE_REQUIRE_GPU=1 HPCPLACE_GPU_TIER_OUT="$out/memory_saver.json" timeout "$(limit 210)" \
+  "$python" -m pytest -m gpu -v -rA -p no:cacheprovider -p no:hypothesispytest $files 2>&1 | tee "$out/pytest.txt"
+status=${PIPESTATUS[0]}
+summarize
+
+# The measurement, in a process started with the preload (as hpcplace-run would set it).
+mapfile -t pre < <("$python" -c 'import os; from hpcplace.runtime.preload import preload_env
+c, why = preload_env(os.environ, command=[os.sys.executable]); print(c.get("LD_PRELOAD", "")); print(c.get("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", ""))); print(why)')
+say "${pre[2]:-no preload}"
+LD_PRELOAD="${pre[0]:-}" LD_LIBRARY_PATH="${pre[1]:-}" timeout "$(limit 120)" \
+  "$python" bench/bench_gpu_offload.py --gib 4 --cycles 5 --retain-cycles 3 --json "$out/offload.json" \
+  > "$out/offload.txt" 2>&1
+bench=$?
+tail -5 "$out/offload.txt"
+summarize
+timeout "$(limit 110)" "$python" -c 'import sys; from hpcplace.cli import main; sys.exit(main())' \
+  run configs/collocated-demo.yaml --local > "$out/demo.txt" 2>&1
+demo=$?
+tail -5 "$out/demo.txt"
+summarize
 say "results in $out (gpu-tier.json); tests exit $status, offload bench exit $bench, demo exit $demo"
 exit "$status"

@@ -34,6 +34,7 @@ def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.delenv(var, raising=False)
     hook = site / f"{gpu_checks.HOOK_STEM}_cu13.abi3.so"
     hook.write_bytes(b"\0" * mmap.PAGESIZE)
+    monkeypatch.setenv("LD_PRELOAD", str(hook))  # what the library opens its hook by (not what is mapped)
     with open(hook, "rb") as fh, mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ):
         yield site
     if memory.active_backend() is not None:
@@ -112,8 +113,37 @@ def test_auto_refuses_the_silent_cpu_fallback_and_warns_when_asked(fake_gpu: Pat
 
 def test_no_hook_in_the_process_is_named(fake_gpu: Path, monkeypatch) -> None:
     monkeypatch.setattr(gpu_checks, "HOOK_STEM", "not-mapped-anywhere")
+    monkeypatch.delenv("LD_PRELOAD")
     with pytest.raises(MemoryBackendError, match="hook is not loaded"):
         TorchMemorySaverBackend()
+
+
+def test_a_mapped_hook_that_ld_preload_no_longer_names_is_refused(fake_gpu: Path, monkeypatch) -> None:
+    """The library opens its hook by the one LD_PRELOAD entry naming it: without it, its first region would
+    fail an assertion, so the backend refuses up front (and the fake library fails like the real one)."""
+    monkeypatch.delenv("LD_PRELOAD")
+    with pytest.raises(MemoryBackendError, match="LD_PRELOAD names 0 torch_memory_saver entries"):
+        TorchMemorySaverBackend()
+    import torch_memory_saver
+    with pytest.raises(AssertionError, match="invalid LD_PRELOAD"):
+        with torch_memory_saver.torch_memory_saver.region(tag="weights"):
+            pass
+
+
+def test_the_fake_library_exits_like_the_real_one(fake_gpu: Path) -> None:
+    """Per allocation, as in csrc/core.cpp: a tag without allocations pauses as a no-op; pausing a paused
+    tag, or resuming one that got new memory while paused, exits the process."""
+    import subprocess
+
+    script = (f"import sys; sys.path.insert(0, {str(fake_gpu)!r})\n"
+              "from torch_memory_saver import torch_memory_saver as t\n"
+              "t.pause('empty'); t.pause('empty'); t.resume('empty')\n"
+              "with t.region(tag='w'): pass\n"
+              "t.pause('w'); print('paused', flush=True)\n"
+              "with t.region(tag='w'): pass\n"
+              "t.resume('w'); print('not reached')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (1, "paused\n"), done.stderr
 
 
 def test_auto_on_a_machine_without_gpu_is_the_cpu_backend() -> None:
@@ -173,3 +203,30 @@ def test_memory_saver_preload_gate(fake_gpu: Path, monkeypatch: pytest.MonkeyPat
     assert local_backend.memory_saver_env({"HPCPLACE_MEMORY_SAVER": "0"}, ("python", "x.py")) == {}
     monkeypatch.setattr(devices, "NVIDIA_CONTROL", "/nonexistent/nvidiactl")
     assert not devices.preload_wanted({})
+
+
+def test_adopt_copies_into_the_region_even_what_is_already_on_the_gpu(fake_gpu: Path) -> None:
+    """`module.to("cuda")` keeps tensors already on the GPU where they are (outside the region, so a pause
+    would free nothing): adopt copies every parameter and buffer inside the region."""
+    class Data(str):
+        def to(self, device: str, copy: bool = False) -> str:
+            calls().append(("to", str(self), device, copy))
+            return f"{device} copy of {self}"
+
+    class Tensor:
+        def __init__(self, where: str) -> None:
+            self.data: object = Data(where)
+
+    class Module:
+        weight, buffer = Tensor("cuda:0"), Tensor("cpu")
+
+        def parameters(self) -> list[Tensor]:
+            return [self.weight]
+
+        def buffers(self) -> list[Tensor]:
+            return [self.buffer]
+
+    module = Module()
+    TorchMemorySaverBackend().adopt("weights", module)
+    assert calls() == [("region", "hpcplace.weights"), ("to", "cuda:0", "cuda", True), ("to", "cpu", "cuda", True)]
+    assert (module.weight.data, module.buffer.data) == ("cuda copy of cuda:0", "cuda copy of cpu")

@@ -132,9 +132,16 @@ def fake_gpu_dir(root: Path, *, cuda: str | None = "13.0", torch_version: str = 
     return root
 
 
-MEMORY_SAVER = '''"""Fake torch_memory_saver 0.0.10 for tests without a GPU: its Python surface (one singleton, regions
-keyed by tag in _impl._mem_pools, pause/resume per tag or all) with the library's failure modes: a
-second pause or resume of a tag exits the process (its C++ exit(1)). Calls are recorded in CALLS."""
+MEMORY_SAVER = '''"""Fake torch_memory_saver 0.0.10 for tests without a GPU: its Python surface and its failure modes.
+
+Like the real one: one singleton, initialized on first use; in hook_mode "preload" (the default) it asserts that
+exactly one LD_PRELOAD entry names torch_memory_saver (hooks/mode_preload.py: it opens its hook by that name);
+`hook_mode` can only be set before that; regions keyed as in _impl._mem_pools: (tag, enable_cpu_backup,
+enable_disk_backup, cpu backup backend, device). pause/resume act on the allocations of a tag, or of every tag
+when None (a tag without allocations: nothing happens); the C++ side exits the process (exit(1)) when it pauses
+an allocation that is not active or resumes one that is not paused, e.g. a tag paused twice, or a tag that got
+new allocations while paused. Here a region or CUDA graph entered counts as one allocation. Calls are recorded
+in CALLS; FAKE_TMS_RESUME_EXIT=1 makes every resume exit (a failed cuMemCreate / cuMemMap)."""
 import contextlib
 import os
 
@@ -142,52 +149,73 @@ CALLS = []
 
 
 class _Impl:
-    def __init__(self):
+    def __init__(self, hook_mode="preload"):
+        if hook_mode == "preload":
+            preload = os.environ.get("LD_PRELOAD", "")
+            named = [p for p in preload.split(":") if "torch_memory_saver" in p]
+            assert len(named) == 1, f"TorchMemorySaver observes invalid LD_PRELOAD. (LD_PRELOAD={preload!r})"
+        self._hook_mode = hook_mode
         self._mem_pools = {}
-        self.paused = set()
+        self.allocations = {}  # tag -> ["active" | "paused", ...]
 
 
 class TorchMemorySaver:
     def __init__(self):
+        self._impl_ctor_kwargs = {}
         self._impl = None
 
-    def _ensure(self):
+    @property
+    def hook_mode(self):
+        raise AttributeError
+
+    @hook_mode.setter
+    def hook_mode(self, hook_mode):
+        assert self._impl_ctor_kwargs is not None, "Cannot configure after initialization"
+        self._impl_ctor_kwargs["hook_mode"] = hook_mode
+
+    def _ensure_initialized(self):
         if self._impl is None:
-            self._impl = _Impl()
+            self._impl = _Impl(**self._impl_ctor_kwargs)
+            del self._impl_ctor_kwargs
 
     @contextlib.contextmanager
-    def region(self, tag="default", enable_cpu_backup=False, **kwargs):
-        self._ensure()
-        self._impl._mem_pools.setdefault((tag, enable_cpu_backup, False, "", 0), object())
+    def region(self, tag="default", enable_cpu_backup=False, enable_disk_backup=False, cpu_backup_backend=None):
+        if cpu_backup_backend is not None and not enable_cpu_backup:
+            raise ValueError("cpu_backup_backend requires enable_cpu_backup=True")
+        self._ensure_initialized()
+        backend = (cpu_backup_backend or "pinned") if enable_cpu_backup else ""
+        self._impl._mem_pools.setdefault((tag, enable_cpu_backup, enable_disk_backup, backend, 0), object())
+        self._impl.allocations.setdefault(tag, []).append("active")
         CALLS.append(("region", tag))
         yield
 
     @contextlib.contextmanager
-    def cuda_graph(self, graph, tag="default", enable_cpu_backup=False, **kwargs):
-        self._ensure()
+    def cuda_graph(self, cuda_graph, pool=None, stream=None, capture_error_mode="global", tag="default",
+                   enable_cpu_backup=False, cpu_backup_backend=None):
+        self._ensure_initialized()
+        assert self._impl._hook_mode == "preload", "Only hook_mode=preload supports pauseable CUDA Graph currently"
+        self._impl.allocations.setdefault(tag, []).append("active")
         CALLS.append(("cuda_graph", tag))
         yield
 
-    def _tags(self, tag):
-        return [tag] if tag else sorted({k[0] for k in self._impl._mem_pools})
+    def _flip(self, tag, before, after):
+        for name, states in self._impl.allocations.items():
+            if tag is None or name == tag:
+                if any(state != before for state in states):
+                    os._exit(1)  # "Cannot pause allocation that is not active" / "... resume ... not paused"
+                states[:] = [after] * len(states)
 
     def pause(self, tag=None):
-        self._ensure()
+        self._ensure_initialized()
         CALLS.append(("pause", tag))
-        for t in self._tags(tag):
-            if t in self._impl.paused:
-                os._exit(1)
-            self._impl.paused.add(t)
+        self._flip(tag, "active", "paused")
 
     def resume(self, tag=None):
-        self._ensure()
+        self._ensure_initialized()
         CALLS.append(("resume", tag))
         if os.environ.get("FAKE_TMS_RESUME_EXIT") == "1":
             os._exit(1)  # the library's answer to a failed cuMemCreate / cuMemMap
-        for t in self._tags(tag):
-            if t not in self._impl.paused:
-                os._exit(1)
-            self._impl.paused.discard(t)
+        self._flip(tag, "paused", "active")
 
 
 torch_memory_saver = TorchMemorySaver()

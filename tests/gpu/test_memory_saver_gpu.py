@@ -19,6 +19,7 @@ from hpcplace.runtime.memory import torch_memory_saver_env, torch_memory_saver_u
 GIB = 1 << 30
 REASON = torch_memory_saver_unavailable_reason(os.environ)
 CHILD = str(Path(__file__).with_name("tms_child.py"))
+CHILD_TIMEOUT_S = 150
 
 pytestmark = pytest.mark.gpu
 
@@ -31,7 +32,12 @@ def measured() -> dict:
         pytest.skip(f"GPU tier skipped: {REASON}")
     env = {**os.environ, **torch_memory_saver_env(os.environ)}
     assert "torch_memory_saver" in env.get("LD_PRELOAD", "")
-    result = subprocess.run([sys.executable, CHILD], env=env, capture_output=True, text=True, timeout=300)
+    try:  # well inside scripts/gpu-tier.sh's limit for the whole pytest run, so a hang still reports here
+        result = subprocess.run([sys.executable, CHILD], env=env, capture_output=True, text=True,
+                                timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        parts = [b.decode(errors="replace") if isinstance(b, bytes) else (b or "") for b in (exc.stdout, exc.stderr)]
+        pytest.fail(f"{CHILD} did not finish in {CHILD_TIMEOUT_S} s:\n{parts[0]}{parts[1]}")
     assert result.returncode == 0, result.stdout + result.stderr
     data = json.loads(result.stdout.strip().splitlines()[-1])
     out = os.environ.get("HPCPLACE_GPU_TIER_OUT")

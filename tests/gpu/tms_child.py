@@ -3,6 +3,7 @@ memory per NVML, resume restores the backed-up contents, a captured CUDA graph r
 pause/resume. Prints one JSON line of measurements."""
 
 import json
+import sys
 import time
 
 import pynvml
@@ -11,23 +12,42 @@ import torch
 from hpcplace.runtime.memory import MemoryBackendError, MemoryStateError, TorchMemorySaverBackend
 
 GIB = 1 << 30
+METER = {"used_by": "nvml"}
+
+
+def step(text: str) -> None:
+    """Progress on stderr: torch_memory_saver exit(1)s without a Python traceback; this says where."""
+    print(f"tms_child: {text}", file=sys.stderr, flush=True)
 
 
 def used_bytes() -> int:
     """Device memory in use on the GPU torch uses, found by its UUID (NVML indices ignore
-    CUDA_VISIBLE_DEVICES, and other GPUs may belong to other jobs or be closed to this one)."""
+    CUDA_VISIBLE_DEVICES, and other GPUs may belong to other jobs or be closed to this one); where NVML
+    cannot find it (a MIG instance), CUDA's own count for the device (cudaMemGetInfo)."""
     torch.cuda.synchronize()
-    return pynvml.nvmlDeviceGetMemoryInfo(nvml_handle(torch.cuda.current_device())).used
+    handle = nvml_handle(torch.cuda.current_device())
+    if handle is None:
+        METER["used_by"] = "cudaMemGetInfo"
+        free, total = torch.cuda.mem_get_info()
+        return total - free
+    return pynvml.nvmlDeviceGetMemoryInfo(handle).used
 
 
 def nvml_handle(device: int):
     uuid = str(torch.cuda.get_device_properties(device).uuid)
-    return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+    names = [uuid] if uuid.startswith(("GPU-", "MIG-")) else [f"GPU-{uuid}", f"MIG-{uuid}"]
+    for name in names:
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(name)
+        except pynvml.NVMLError:
+            continue
+    return None
 
 
 def main() -> None:
     pynvml.nvmlInit()
     memory = TorchMemorySaverBackend()
+    step("backend made")
     memory.add_tag("weights", backup=True)
     memory.add_tag("kv_cache", backup=False)
     memory.add_tag("cuda_graph", backup=False)
@@ -41,6 +61,7 @@ def main() -> None:
     w.copy_(torch.randn(1024, 1024, device="cuda"))
     x = memory.empty("weights", (64, 1024), torch.float32)
     x.copy_(torch.randn(64, 1024, device="cuda"))
+    step("weights and kv cache allocated")
 
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -53,11 +74,13 @@ def main() -> None:
         y = torch.relu(x @ w + 1)
     graph.replay()
     before_graph = y.clone()
+    step("graph captured and replayed")
 
     used_before = used_bytes()
     t0 = time.perf_counter()
     memory.pause()
     pause_s = time.perf_counter() - t0
+    step("paused")
     used_paused = used_bytes()
     try:
         memory.pause("weights")
@@ -68,6 +91,7 @@ def main() -> None:
     memory.resume()
     torch.cuda.synchronize()
     resume_s = time.perf_counter() - t0
+    step("resumed")
     used_resumed = used_bytes()
 
     memory.pause("kv_cache")
@@ -95,7 +119,7 @@ def main() -> None:
         "pause_ms": pause_s * 1e3, "resume_ms": resume_s * 1e3, "restored": restored,
         "graph_replays_after_resume": graph_same, "graph_tracks_input": graph_tracks_input,
         "double_pause_refused": double_pause_refused, "paused_region_refused": paused_region_refused,
-        "second_backend_refused": second_backend_refused, "kv_cache_len": kv_cache.numel(),
+        "second_backend_refused": second_backend_refused, "kv_cache_len": kv_cache.numel(), **METER,
     }), flush=True)
 
 

@@ -73,8 +73,19 @@ def test_hook_named_in_ld_preload_but_not_mapped_is_a_problem(tmp_path: Path) ->
 def test_hook_mapped_into_the_process_passes_unless_bypassed(tmp_path: Path) -> None:
     hook = tmp_path / f"{HOOK_STEM}_cu13.abi3.so"
     hook.write_bytes(b"\0" * mmap.PAGESIZE)
+    preload = {"LD_PRELOAD": f"/usr/lib/libjemalloc.so.2:{hook}"}
     with open(hook, "rb") as fh, mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ):
         assert mapped_hook() == str(hook)
-        assert memory_saver_hook_problem(environ={}) is None
-        bypass = memory_saver_hook_problem(environ={"PYTORCH_ALLOC_CONF": "expandable_segments:True"})
+        assert memory_saver_hook_problem(environ=preload) is None
+        bypass = memory_saver_hook_problem(environ={**preload, "PYTORCH_ALLOC_CONF": "expandable_segments:True"})
         assert bypass and "PYTORCH_ALLOC_CONF" in bypass
+
+
+@pytest.mark.parametrize("preload", ["", "{hook}:{hook}"])
+def test_hook_mapped_but_not_named_once_in_ld_preload_is_a_problem(tmp_path: Path, preload: str) -> None:
+    """torch_memory_saver opens its hook by the one LD_PRELOAD entry naming it (it asserts exactly one)."""
+    hook = tmp_path / f"{HOOK_STEM}_cu13.abi3.so"
+    hook.write_bytes(b"\0" * mmap.PAGESIZE)
+    with open(hook, "rb") as fh, mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ):
+        problem = memory_saver_hook_problem(environ={"LD_PRELOAD": preload.format(hook=hook)})
+        assert problem and "is mapped, but LD_PRELOAD names" in problem and "exactly one" in problem
