@@ -69,8 +69,10 @@ def gpu_problems(facts: GpuFacts, expected: int, used: Sequence[int], where: str
         what = (f"this job can open {len(shown)} of its {len(facts.present)} GPU device(s) ({_ids(shown)}; "
                 "ConstrainDevices=yes)" if constrained else
                 f"the node shows {len(shown)} GPU(s) ({facts.device_dir}/nvidia{{{_ids(shown)}}})")
-        problems.append(f"{what}, but the plan expects {expected} on {where}: the cluster's gpus_per_node "
-                        "is wrong for this node, or a GPU is missing (nvidia-smi on the node)")
+        fix = ("the cluster's gpus_per_node is wrong for this node, or a GPU is missing (nvidia-smi on the node)"
+               if shown else f"no GPU driver's device files on this node? ({DEVICE_DIR_VARIABLE} names where they "
+               "are when not in /dev; nvidia-smi on the node)")
+        problems.append(f"{what}, but the plan expects {expected} on {where}: {fix}")
     missing = sorted(set(used) - set(facts.openable))
     if missing and len(shown) >= expected:
         problems.append(f"the plan uses GPU(s) {_ids(missing)} on {where}, but this job cannot open "
@@ -128,6 +130,28 @@ class ProgramCheck(Frozen):
     program: str  # as the plan gives it
     resolved: str | None  # the executable found on PATH, None: not found
     needs_runtime: bool  # a collocated component: its Python must import hpcplace.runtime
+    script: str | None = None  # the file a Python program runs (`python train.py`), as the command gives it
+    needs: str | None = None  # a module its Python must import, else the program fails (the Ray driver: ray)
+
+
+def python_script(command: Sequence[str]) -> str | None:
+    """The script file `python [options] SCRIPT ...` runs; None for `-c`, `-m`, stdin or no Python."""
+    if not command or not is_python(str(command[0])):
+        return None
+    args = [str(a) for a in command[1:]]
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("-c", "-m", "-") or arg.startswith(("-c", "-m")) and not arg.startswith("--"):
+            return None
+        if arg in ("-W", "-X"):
+            i += 2
+            continue
+        if arg.startswith("-"):
+            i += 1
+            continue
+        return arg
+    return None
 
 
 def resolve_program(program: str, path: str) -> str | None:
@@ -139,12 +163,47 @@ def resolve_program(program: str, path: str) -> str | None:
     return None
 
 
-def program_problem(check: ProgramCheck) -> str | None:
+def program_problem(check: ProgramCheck, cwd: str) -> str | None:
+    """Why the node cannot start `check` (run from the working directory `cwd`), or None."""
+    shared = ("install it where every node sees it (a shared filesystem, not a node-local or private path "
+              "such as /tmp)")
     if check.resolved is None:
-        where = "does not exist on this node" if "/" in check.program else "is not on PATH on this node"
-        return (f"{check.what}: {check.program!r} {where}: install it where every node sees it (a shared "
-                "filesystem, not a node-local or private path such as /tmp)")
+        program = check.program
+        if "/" not in program:
+            return f"{check.what}: {program!r} is not on PATH on this node: {shared}"
+        path = os.path.join(cwd, program)
+        if not os.path.exists(path):
+            return f"{check.what}: {program!r} does not exist on this node: {shared}"
+        if os.path.isdir(path):
+            return f"{check.what}: {program!r} is a directory, not a program"
+        import shlex
+
+        return (f"{check.what}: {program!r} is not executable (chmod +x {shlex.quote(program)}, or start it with "
+                "its interpreter, e.g. bash script.sh)")
+    interpreter = shebang_interpreter(check.resolved)
+    if interpreter is not None and not os.access(interpreter, os.X_OK):
+        return (f"{check.what}: {check.program!r} starts with #!{interpreter}, which does not exist on this node "
+                "(or is not executable): fix its #! line, or install that interpreter where every node sees it")
+    if check.script is not None and os.path.isdir(cwd):
+        path = os.path.join(cwd, check.script)
+        if not os.path.isfile(path):
+            what = "is a directory" if os.path.isdir(path) else "does not exist on this node"
+            return (f"{check.what}: the script {check.script!r} ({path}) {what}: the program runs in {cwd}; "
+                    f"give the script's path from there, or an absolute path on a filesystem every node sees")
     return None
+
+
+def shebang_interpreter(path: str) -> str | None:
+    """The absolute interpreter a script's `#!` line names (`#!/usr/bin/env X` is env itself), or None."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(256)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    return words[0] if words and words[0].startswith("/") else None
 
 
 def child_problem(what: str, result: tuple[int | None, str], *, timeout: float) -> str | None:
@@ -291,7 +350,8 @@ def node_plan(index, g: int, j: int, node: str, environ: Mapping[str, str]) -> N
             program = str(command[0])
             programs.append(ProgramCheck(what=f"component {comp['name']!r}", program=program,
                                          resolved=resolve_program(program, path),
-                                         needs_runtime=bool(comp.get("collocation_group"))))
+                                         needs_runtime=bool(comp.get("collocation_group")),
+                                         script=python_script(command)))
     ray_python = None
     if ray:
         from hpcplace.runtime.ray_node import node_facts
@@ -305,7 +365,8 @@ def node_plan(index, g: int, j: int, node: str, environ: Mapping[str, str]) -> N
         if facts["rank"] == 0 and driver:
             program = str(driver[0])
             programs.append(ProgramCheck(what="the Ray driver", program=program,
-                                         resolved=resolve_program(program, path), needs_runtime=False))
+                                         resolved=resolve_program(program, path), needs_runtime=False,
+                                         script=python_script(driver), needs="ray"))
     mb = (header.get("slurm") or {}).get("shm_per_node")
     shm = int(mb) * 1024 * 1024 if str(mb or "").isdigit() else None
     where = f"{node} (node group {group['label']}, het group {g} node {j})"
@@ -314,7 +375,8 @@ def node_plan(index, g: int, j: int, node: str, environ: Mapping[str, str]) -> N
 
 
 def check_node(plan: NodePlan, node: str, environ: Mapping[str, str], timeout: float) -> tuple[list[str], list[str]]:
-    """(problems, notes) for this node: the pure checks on gathered facts, plus the child checks."""
+    """(problems, notes) for this node: the pure checks on gathered facts, plus the child checks (run
+    from the programs' working directory)."""
     import threading
 
     problems: list[str] = []
@@ -332,9 +394,13 @@ def check_node(plan: NodePlan, node: str, environ: Mapping[str, str], timeout: f
     jobs: list[tuple[str, list[str], dict[str, str], bool]] = []  # (what, argv, env, fatal)
     pythons = []
     for check in plan.programs:
-        problem = program_problem(check)
+        problem = program_problem(check, os.getcwd())
         if problem:
             problems.append(problem)
+        elif check.needs and is_python(check.program) and check.resolved and (
+                plan.ray_python is None or os.path.realpath(check.resolved) != os.path.realpath(plan.ray_python)):
+            jobs.append((f"{check.what}: {check.program} -c 'import {check.needs}'",
+                         [check.resolved, "-c", f"import {check.needs}"], dict(environ), True))
         elif is_python(check.program) and check.resolved and os.path.realpath(check.resolved) != os.path.realpath(
                 sys.executable) and check.resolved not in pythons:
             pythons.append(check.resolved)
@@ -413,11 +479,15 @@ def main(argv: Sequence[str]) -> int:
     try:
         snapshot = read_snapshot(os.environ)
         node = snapshot.node_name
+        plan_path = os.path.abspath(plan_path)
+        workdir_problem = chdir_problem(chdir)
+        if chdir and not workdir_problem:
+            os.chdir(chdir)  # where the programs run: relative programs and scripts are found from there
         with PlanIndex(plan_path) as index:
             g, j = locate_node(snapshot, range(len(index.plan["node_groups"])))
             plan = node_plan(index, g, j, node, os.environ)
         problems, notes = check_node(plan, node, os.environ, timeout)
-        problems += [p for p in [chdir_problem(chdir)] if p]
+        problems += [p for p in [workdir_problem] if p]
     except ShimError as exc:
         problems, notes = [exc.message + (f" ({exc.hint})" if exc.hint else "")], []
     for problem in problems:

@@ -104,12 +104,13 @@ def plan_with_launch(args: argparse.Namespace, cluster: LiveCluster | None = Non
     command's validation), or for a run on this machine (--local) from this machine."""
     from dataclasses import replace
 
-    from hpcplace.config.launch import with_driver, with_hold
+    from hpcplace.config.launch import driven_by_framework, with_driver, with_hold
     from hpcplace.plan.planner import plan_from_file
 
     site = local_site_gpus() if getattr(args, "local", False) else (cluster or LiveCluster()).site_gpus
     plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args), site_gpus=site)
-    launch = with_hold(with_driver(plan.launch, getattr(args, "driver", None)), getattr(args, "hold", False))
+    launch = with_hold(with_driver(plan.launch, getattr(args, "driver", None)), getattr(args, "hold", False),
+                       driven_by_framework(plan))
     return plan if launch == plan.launch else replace(plan, launch=launch)
 
 

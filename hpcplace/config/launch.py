@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -121,10 +122,8 @@ def parse_launch(view: View | None) -> LaunchSpec:
     if dashboard and mode != "ray":
         raise view.get("dashboard").error("launch.dashboard is the Ray dashboard: ray mode only",  # type: ignore[union-attr]
                                           hint="set launch.mode: ray (or remove dashboard)")
-    if mode == "ray" and not driver and not hold:
-        raise view.error("launch mode ray needs a driver",
-                         hint="add driver: [python, main.py, ...] or pass --driver -- CMD... on the command line "
-                              "(or hold the cluster without one, `hold: true` in this block, and attach drivers to it)")
+    # A ray block without a driver is complete once `--driver -- CMD` or `--hold` is applied: render,
+    # submit and `run --local` refuse what is still missing then (nothing_to_run), `plan` warns.
     if mode == "steps" and driver:
         raise driver_view.error("launch.driver is only used in ray mode",  # type: ignore[union-attr]
                                 hint="set launch.mode: ray (or remove the driver)")
@@ -140,9 +139,18 @@ def _flag(view: View, key: str) -> bool:
     return v.value
 
 
-def with_hold(launch: LaunchSpec, hold: bool) -> LaunchSpec:
-    """`submit --hold`: keep the allocation (and the Ray cluster) after the driver/components."""
-    return replace(launch, hold=True) if hold else launch
+def with_hold(launch: LaunchSpec, hold: bool, driven_by_framework: bool = False) -> LaunchSpec:
+    """`submit --hold`: keep the allocation (and the Ray cluster) after the driver/components. A config
+    whose components only the framework's driver starts (`driven_by_framework`: RLinf, ROLL, AReaL without
+    component commands) is held as a Ray cluster, for `hpcplace attach --driver` (exec works in both modes)."""
+    if not hold:
+        return launch
+    return replace(launch, hold=True, mode="ray" if driven_by_framework else launch.mode)
+
+
+def driven_by_framework(plan: Plan) -> bool:
+    """A framework config (RLinf, ROLL, AReaL) none of whose components has a command of its own."""
+    return plan.source_format in FRAMEWORK_FORMATS and not any(c.command for c in plan.components)
 
 
 def _driver(view: View) -> tuple[str, ...]:
@@ -241,11 +249,15 @@ def check_runnable(plan: Plan, components: Sequence[str] = ()) -> None:
 
 
 def resolve_driver_interpreter(launch: LaunchSpec, which: Callable[[str], str | None],
-                               executable: str) -> LaunchSpec:
-    """A driver started as a bare `python`/`python3`/`pythonX.Y` gets the absolute interpreter of the
-    submitting environment (what `which` finds on PATH, else `executable`): the node must run the Python
-    the driver was tried with, not whatever `python` its PATH finds. Any other program stays as given."""
+                               executable: str, version: tuple[int, int] = sys.version_info[:2]) -> LaunchSpec:
+    """A driver started as a bare `python`/`python3`/`pythonX.Y` gets an absolute interpreter: the
+    submitting environment's (`executable`, which also runs the job's raylets: Ray refuses a driver of
+    another Python or Ray, and PATH's `python` is another environment when a venv's hpcplace runs without
+    the venv activated), or, for a `pythonX.Y` of another version, what `which` finds on PATH. Any
+    other program stays as given."""
     if not launch.is_ray or not launch.driver or not BARE_PYTHON_RE.fullmatch(launch.driver[0]):
         return launch
-    found = which(launch.driver[0]) or executable
+    wanted = launch.driver[0][len("python"):]
+    ours = wanted in ("", str(version[0]), f"{version[0]}.{version[1]}")
+    found = executable if ours else which(launch.driver[0]) or executable
     return replace(launch, driver=(os.path.abspath(found), *launch.driver[1:]))

@@ -451,6 +451,8 @@ cat >"$DIR/env.sh" <<EOF
 # source me: the hpcplace Slurm test cluster (scripts/slurm-cluster/up.sh)
 export HPCPLACE_SLURM_DIR=$DIR
 export SLURM_CONF=$SLURM_CONF
+# the nodes' GPU device files (fake, per node) for the job's start-up check: no /dev/nvidia* here
+export HPCPLACE_GPU_DEVICE_DIR='$DIR/dev/{node}'
 EOF
 echo "constrain_devices=$constrain_devices" >"$DIR/mode"
 touch "$DIR/up"

@@ -52,7 +52,6 @@ def test_launch_block_in_every_format(config: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("block, message", [
     ("launch: {mode: slurm}", "unknown launch mode 'slurm'"),
-    ("launch: {mode: ray}", "launch mode ray needs a driver"),
     ("launch: {mode: steps, driver: [x]}", "launch.driver is only used in ray mode"),
     ("launch: {mode: ray, driver: []}", "launch.driver is empty"),
     ("launch: {mode: ray, driver: [x], env: {'A B': x}}", "'A B'"),
@@ -66,6 +65,29 @@ def test_launch_block_errors(tmp_path: Path, block: str, message: str) -> None:
         plan_from_file(path)
     assert message in str(err.value)
     assert str(err.value).startswith(str(path) + ":")  # file:line:col
+
+
+def test_ray_block_without_driver_takes_the_command_lines_driver_or_hold(tmp_path: Path, capsys) -> None:
+    """`launch: {mode: ray}` alone is completed by `--driver -- CMD` or `--hold`, as the error hints; with
+    neither, render refuses it (nothing to run) and plan warns."""
+    from hpcplace.cli import main
+
+    path = with_launch(tmp_path, REPO / "configs" / "hetero-partitions.yaml", "launch: {mode: ray}\n")
+    assert main(["render", str(path), "-o", str(tmp_path / "d"), "--driver", "--", "python3", "m.py"]) == 0
+    assert "m.py" in (tmp_path / "d" / "job.sbatch").read_text()
+    assert main(["render", str(path), "-o", str(tmp_path / "h"), "--hold"]) == 0
+    assert json.loads((tmp_path / "h" / "plan.json").read_text())["launch"]["hold"] is True
+    capsys.readouterr()
+    assert main(["render", str(path), "-o", str(tmp_path / "n")]) == 2
+    assert "the Ray launch mode has no driver to run" in capsys.readouterr().err
+    assert main(["plan", str(path)]) == 0
+    assert "no driver" in capsys.readouterr().err
+    # a framework config whose components only its driver starts: held as a Ray cluster, to attach drivers to
+    assert main(["render", str(REPO / "configs" / "areal-colocated.yaml"), "-o", str(tmp_path / "a"), "--hold"]) == 0
+    assert json.loads((tmp_path / "a" / "plan.json").read_text())["launch"]["mode"] == "ray"
+    assert main(["render", str(REPO / "configs" / "collocated-demo.yaml"), "-o", str(tmp_path / "c"), "--hold"]) == 0
+    assert "launch" not in json.loads((tmp_path / "c" / "plan.json").read_text()) or json.loads(
+        (tmp_path / "c" / "plan.json").read_text())["launch"]["mode"] == "steps"
 
 
 def test_driver_argv_is_cut_before_argparse() -> None:

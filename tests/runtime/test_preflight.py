@@ -35,6 +35,7 @@ def test_fewer_gpus_than_planned() -> None:
     assert "gpus_per_node" in problem
     (problem,) = pf.gpu_problems(facts([]), 4, [0], WHERE)
     assert "the node shows 0 GPU(s) (/dev/nvidia{none})" in problem
+    assert "HPCPLACE_GPU_DEVICE_DIR names where they are when not in /dev" in problem
 
 
 def test_more_gpus_than_planned_is_only_a_warning() -> None:
@@ -73,14 +74,57 @@ def test_programs() -> None:
     assert pf.resolve_program("sh", "/nonexistent:/bin:/usr/bin") in ("/bin/sh", "/usr/bin/sh")
     assert pf.resolve_program("no-such-program-hp", "/bin") is None
     missing = ProgramCheck(what="component 'actor'", program="/tmp/venv/bin/python", resolved=None, needs_runtime=False)
-    assert pf.program_problem(missing) == ("component 'actor': '/tmp/venv/bin/python' does not exist on this node: "
+    assert pf.program_problem(missing, "/") == ("component 'actor': '/tmp/venv/bin/python' does not exist on this node: "
                                            "install it where every node sees it (a shared filesystem, not a node-local "
                                            "or private path such as /tmp)")
-    assert "is not on PATH" in (pf.program_problem(missing.replace(program="python9")) or "")
+    assert "is not on PATH" in (pf.program_problem(missing.replace(program="python9"), "/") or "")
     assert pf.child_problem("x", (0, "fine"), timeout=5) is None
     assert pf.child_problem("x", (None, ""), timeout=5) == "x: did not finish within 5 s (HPCPLACE_PREFLIGHT_TIMEOUT sets the limit)"
     assert pf.child_problem("x", (1, "Traceback\n  ...\nModuleNotFoundError: No module named 'ray'\n"),
                             timeout=5) == "x: failed (exit 1): ModuleNotFoundError: No module named 'ray'"
+
+
+@pytest.mark.parametrize("command, script", [
+    (["python", "train.py", "--lr", "1"], "train.py"),
+    (["/v/bin/python3.11", "-u", "-W", "ignore", "-X", "dev", "sub dir/t.py"], "sub dir/t.py"),
+    (["python", "-m", "areal.launcher"], None),
+    (["python", "-mareal.launcher"], None),
+    (["python3", "-c", "print(1)"], None),
+    (["python", "-"], None),
+    (["python"], None),
+    (["torchrun", "train.py"], None),  # not a Python: its own arguments
+])
+def test_python_script_of_a_command(command: list[str], script: str | None) -> None:
+    assert pf.python_script(command) == script
+
+
+def test_programs_that_exist_but_cannot_start(tmp_path: Path) -> None:
+    """Not executable, a #! interpreter the node lacks, a script that is not there: each says what it is
+    (the exec would fail with 'Permission denied' / 'No such file' of another file / Python's 'can't open')."""
+    plain = tmp_path / "plain.sh"
+    plain.write_text("echo hi\n")
+    plain.chmod(0o644)
+    bad_bang = tmp_path / "bad.sh"
+    bad_bang.write_text("#!/nonexistent/interp\necho hi\n")
+    bad_bang.chmod(0o755)
+    (tmp_path / "train.py").write_text("")
+
+    def problem(program: str) -> str:
+        resolved = pf.resolve_program(str(tmp_path / program), "/bin")
+        check = ProgramCheck(what="component 'w'", program=program, resolved=resolved, needs_runtime=False)
+        return pf.program_problem(check, str(tmp_path)) or ""
+
+    assert "'./plain.sh' is not executable (chmod +x ./plain.sh, or start it with its interpreter" in problem("./plain.sh")
+    assert "'./bad.sh' starts with #!/nonexistent/interp, which does not exist on this node" in problem("./bad.sh")
+    assert "'./nothere.sh' does not exist on this node" in problem("./nothere.sh")
+    assert "is a directory, not a program" in problem("./")
+    python = ProgramCheck(what="the Ray driver", program=sys.executable, resolved=sys.executable, needs_runtime=False,
+                          script="train.py")
+    assert pf.program_problem(python, str(tmp_path)) is None
+    missing = pf.program_problem(python.replace(script="driver.py"), str(tmp_path)) or ""
+    assert missing == (f"the Ray driver: the script 'driver.py' ({tmp_path}/driver.py) does not exist on this node: the "
+                       f"program runs in {tmp_path}; give the script's path from there, or an absolute path on a "
+                       "filesystem every node sees")
 
 
 def test_arguments_and_working_directory(tmp_path: Path) -> None:

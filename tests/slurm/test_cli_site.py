@@ -135,16 +135,19 @@ def test_rendered_launcher_is_absolute_and_in_the_header(tmp_path: Path, capsys:
 
 
 @pytest.mark.parametrize("program, found, rendered", [
-    ("python", "/opt/env/bin/python", "/opt/env/bin/python"),
-    ("python3", None, "/usr/local/bin/python3.11"),  # not on PATH: the running interpreter
-    ("python3.12", "/opt/env/bin/python3.12", "/opt/env/bin/python3.12"),
+    # python/python3/python3.11 are the submitting interpreter (it runs the raylets too), whatever PATH holds:
+    # a venv's hpcplace run without the venv activated finds another environment's `python` there
+    ("python", "/root/.pyenv/shims/python", "/usr/local/bin/python3.11"),
+    ("python3", None, "/usr/local/bin/python3.11"),
+    ("python3.11", "/opt/env/bin/python3.11", "/usr/local/bin/python3.11"),
+    ("python3.12", "/opt/env/bin/python3.12", "/opt/env/bin/python3.12"),  # another version: asked for by name
     ("torchrun", "/opt/env/bin/torchrun", "torchrun"),  # any other bare program stays as given
     ("pythonic", "/x/pythonic", "pythonic"),
     ("./main.py", None, "./main.py"),
 ])
 def test_bare_python_driver_gets_the_submitting_interpreter(program: str, found: str | None, rendered: str) -> None:
     spec = launch.LaunchSpec("ray", (program, "main.py"))
-    out = launch.resolve_driver_interpreter(spec, lambda _name: found, "/usr/local/bin/python3.11")
+    out = launch.resolve_driver_interpreter(spec, lambda _name: found, "/usr/local/bin/python3.11", (3, 11))
     assert out.driver == (rendered, "main.py")
     steps = launch.LaunchSpec()
     assert launch.resolve_driver_interpreter(steps, lambda _name: found, "/p") is steps
