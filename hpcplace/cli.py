@@ -114,7 +114,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if words[:1] == ["exec"] and "--" in rest:  # `exec RUN ... -- CMD...`: CMD is never read by argparse
         i = rest.index("--")
         rest, command = rest[:i], rest[i + 1:]
-    args = parser.parse_args(rest)
+    args, unknown = parser.parse_known_args(rest)
+    if unknown and hasattr(args, "hydra_overrides") and not any(w.startswith("-") for w in unknown):
+        args.hydra_overrides = [*args.hydra_overrides, *unknown]  # Hydra-style overrides after options too
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "exec":
         args.argv = command or []
     if driver is not None and args.command not in DRIVER_COMMANDS:

@@ -298,6 +298,14 @@ def test_cli_overrides_after_config_and_header(shared: None, capsys: pytest.Capt
     assert "--partition" not in script and "(none given: Slurm default)" in script
     assert main(["plan", str(HYDRA / "main.yaml"), "not-an-override"]) == 2
     assert "unexpected argument 'not-an-override'" in capsys.readouterr().err
+    # after options too, in the order given (the Hydra habit: `--json cluster.num_nodes=4`)
+    assert main(["plan", str(HYDRA / "main.yaml"), "cluster.num_nodes=2", "--json", "cluster.num_nodes=4"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("override cluster.num_nodes=2") < out.index("override cluster.num_nodes=4")
+    assert '"num_nodes": 4' in out
+    with pytest.raises(SystemExit):
+        main(["plan", str(HYDRA / "main.yaml"), "--json", "--bogus", "cluster.num_nodes=4"])
+    assert "unrecognized arguments: --bogus cluster.num_nodes=4" in capsys.readouterr().err
 
 
 def test_validate_names_the_default_partition() -> None:
