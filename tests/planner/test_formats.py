@@ -317,6 +317,15 @@ def test_rlinf_example_config() -> None:
         assert group.cpus_per_node is not None and on_node <= group.cpus_per_node, node
 
 
+def test_rlinf_misspelt_component_is_warned_about(yml: Yaml) -> None:
+    """RLinf configures a placed component from its section: `actr` placed next to an unplaced `actor:`
+    section is a typo (a warning: RLinf itself fails only when it builds that worker)."""
+    text = (CONFIGS / "tour" / "rlinf-tour.yaml").read_text()
+    plan = plan_from_file(yml.write(text.replace("actor,rollout,reward: all", "actr,rollout,reward: all")))
+    assert "component 'actr' is placed, but the config has no `actr:` section; did you mean 'actor'?" in plan.warnings
+    assert not any("is placed, but" in w for w in plan_from_file(CONFIGS / "tour" / "rlinf-tour.yaml").warnings)
+
+
 def test_rlinf_missing_gpus_per_node(yml: Yaml) -> None:
     path = yml.write("""
         cluster:

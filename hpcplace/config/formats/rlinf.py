@@ -12,7 +12,7 @@ from hpcplace.config.formats.common import SiteGpus, hpcplace_block, slurm_facts
 from hpcplace.config.rank_syntax import RankSyntaxError, parse_range
 from hpcplace.config.spec import (EVAL, HYBRID, MODEL_PARALLEL, MULTI_AGENT, ComponentSpec, ExperimentSpec,
                                   build_cluster, check_name, placement_entries)
-from hpcplace.config.yaml_source import View, YamlDocument
+from hpcplace.config.yaml_source import View, YamlDocument, did_you_mean
 
 
 def _node_ranks(view: View, num_nodes: int) -> list[int]:
@@ -189,6 +189,7 @@ def parse_rlinf(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experim
     cluster = build_cluster(tuple(g for _, g in declared), cluster_view)
     placements = placement_entries(cluster_view.require("component_placement"))
     placed = {n for e in placements for n in e.components}
+    notes += _misspelt_components(root, placed)
     name, components = hpcplace_block(root, placed, doc.path)
     components = _rlinf_component_settings(root, placed, components)
     block = root.get("hpcplace")
@@ -212,6 +213,15 @@ def parse_rlinf(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experim
                 packed[n] = (rtp, stride)
     return ExperimentSpec(name, cluster, placements, components, doc.path, "rlinf", slurm_job_options(slurm_view),
                           model_parallel, notes=tuple(notes), packed=packed, placement_class=placement_class)
+
+
+def _misspelt_components(root: View, placed: set[str]) -> list[str]:
+    """RLinf configures a placed component from the config section of its name (`actor:`, `rollout:`):
+    a placed name without a section, close to a section that is not placed, is most likely a typo."""
+    sections = {k for k in root.value if isinstance(k, str)} - placed if isinstance(root.value, dict) else set()
+    return [f"component {n!r} is placed, but the config has no `{n}:` section{hint}"
+            for n in sorted(placed) if n not in sections and root.get(n) is None
+            for hint in [did_you_mean(n, sections)] if hint]
 
 
 def _placement_class(placed: set[str], components: dict[str, ComponentSpec], notes: list[str]) -> str:
