@@ -276,8 +276,13 @@ def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tup
     rtp = spec.component("rollout").tensor_parallel_size or 1
     rpp = spec.component("rollout").pipeline_parallel_size or 1
     if len(a_gpus) % (atp * app):
+        size = atp * app
+        below, above = len(a_gpus) // size * size, (len(a_gpus) // size + 1) * size
         raise PlanError(f"actor has {len(a_gpus)} GPUs, not a multiple of tp*pp = {atp}*{app}",
-                        location=actor.entry.location)
+                        location=actor.entry.location,
+                        hint=f"place the actor on a multiple of {size} GPUs ("
+                             + (f"{below} or {above}" if below else f"{above}")
+                             + "), or change the actor's tensor/pipeline-parallel sizes")
     out = dict(expanded)
     if a_gpus == r_gpus:
         mode = "collocated"

@@ -326,6 +326,15 @@ def test_rlinf_misspelt_component_is_warned_about(yml: Yaml) -> None:
     assert not any("is placed, but" in w for w in plan_from_file(CONFIGS / "tour" / "rlinf-tour.yaml").warnings)
 
 
+def test_rlinf_actor_gpus_not_a_multiple_of_its_model_parallel_size(yml: Yaml) -> None:
+    text = (CONFIGS / "tour" / "rlinf-tour.yaml").read_text()
+    with pytest.raises(HpcplaceError) as info:
+        plan_from_file(yml.write(text.replace("actor,rollout,reward: all", "actor,rollout,reward: 0-9")))
+    assert info.value.message == "actor has 10 GPUs, not a multiple of tp*pp = 4*1"
+    assert info.value.hint == ("place the actor on a multiple of 4 GPUs (8 or 12), or change the actor's "
+                               "tensor/pipeline-parallel sizes")
+
+
 def test_rlinf_missing_gpus_per_node(yml: Yaml) -> None:
     path = yml.write("""
         cluster:
