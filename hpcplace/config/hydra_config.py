@@ -22,9 +22,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.config.interpolation import register_resolvers
-from hpcplace.config.yaml_source import KEY, PathKey, ScalarMark, YamlDocument, load_yaml_file
+from hpcplace.config.yaml_source import KEY, PathKey, ScalarMark, YamlDocument, load_yaml_file, yaml11_sexagesimal
 
 # Hydra command-line overrides: `key=value`, `+key=value`, `++key=value`, `~key`, `group/opt@pkg=x`.
 HYDRA_OVERRIDE = re.compile(r"^(?:~|\+\+|\+)?[A-Za-z_][\w./@-]*(?:=.*)?$", re.S)
@@ -112,7 +114,33 @@ def compose(doc: YamlDocument, overrides: Sequence[str],
         data.pop("hydra", None)
     for text in overrides:
         mark_override(text, marks)
+    _keep_base60_text(data, marks)
     return YamlDocument(doc.path, data, marks), tuple(files)
+
+
+def _keep_base60_text(data: Any, marks: Mapping[PathKey, ScalarMark]) -> None:
+    """OmegaConf loads files as YAML 1.1, so an unquoted `time: 1:00:00` is composed as the number 3600
+    (which Slurm would read as minutes). Put back the text as written, as hpcplace's own loader keeps it,
+    wherever the value's located mark is its source: the mark's text reads, in YAML 1.1, as the very
+    number composed. (`data` is the container this composition just made.)"""
+    for path, mark in marks.items():
+        if mark.raw is None or not path or path[-1] == KEY or not yaml11_sexagesimal(mark.raw):
+            continue
+        parent = data
+        for key in path[:-1]:
+            parent = _child(parent, key)
+        value = _child(parent, path[-1])
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == yaml.safe_load(mark.raw):
+            parent[path[-1]] = mark.raw
+
+
+def _child(node: Any, key: Any) -> Any:
+    """node[key] of a composed container, or None where there is none."""
+    if isinstance(node, dict):
+        return node.get(key)
+    if isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+        return node[key]
+    return None
 
 
 def _file_dir(entry: str) -> Path | None:

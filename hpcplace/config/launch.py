@@ -229,7 +229,10 @@ def nothing_to_run(plan: Plan, components: Sequence[str] = ()) -> NothingToRunEr
     if plan.launch.is_ray:
         if plan.launch.driver or plan.launch.hold:
             return None
-        return NothingToRunError("the Ray launch mode has no driver to run", hint=nothing_to_run_hint(plan))
+        return NothingToRunError("the Ray launch mode has no driver to run",
+                                 hint="add `driver: [python, main.py, ...]` to the launch block or pass --driver -- "
+                                      "CMD... on the command line, or hold the cluster without one (--hold, or "
+                                      "`hold: true` in the launch block) and attach drivers to it")
     missing = commandless_components(plan, components)
     if not missing:
         return None

@@ -294,12 +294,29 @@ def slurm_options(view: View | None) -> dict[str, str]:
             out[key] = shlex.join(str(v) for v in child.value)
         elif key == "shm_per_node":  # /dev/shm the job needs free per node (the preflight checks it): MB
             out[key] = str(parse_memory_mb(child))
+        elif key == "time" and isinstance(child.value, int) and not isinstance(child.value, bool):
+            out[key] = _time_minutes(child)
         elif isinstance(child.value, (str, int, bool)):
             out[key] = str(child.value).lower() if isinstance(child.value, bool) else str(child.value)
         else:
             raise child.error("expected a string")
         check_slurm_option(key, out[key], child.location())
     return out
+
+
+def _time_minutes(view: View) -> str:
+    """A number as `slurm.time`: minutes, as sbatch reads `--time=60`, written as given. A YAML 1.1 reader
+    (OmegaConf) makes an unquoted `1:00:00` the number 3600, 60 hours to sbatch; hpcplace keeps such text
+    as written, and refuses a number that could be one (60 or more) whose text it cannot see."""
+    text = view.number_text()
+    if text is not None and sbatch_time_ok(text):
+        return text
+    if text is not None or view.value < 60:
+        return str(view.value)
+    raise view.error(f"the time limit is the number {view.value}, from a file hpcplace cannot read back: sbatch "
+                     f"reads it as {view.value} minutes, and a YAML 1.1 reader (OmegaConf) also makes an unquoted "
+                     f"1:00:00 the number 3600, so hpcplace cannot tell which was written",
+                     hint='quote the time limit, e.g. time: "1:00:00" (one hour) or time: "60" (minutes)')
 
 
 def _shared_paths(view: View) -> list[str]:

@@ -30,7 +30,7 @@ class ScalarMark:
     line: int  # 1-based
     column: int  # 1-based
     style: str | None  # None = plain, "'" or '"' quoted, "|"/">" block
-    raw: str | None = None  # the text as written, for plain scalars (YAML 1.1 reads `1:0` as 60)
+    raw: str | None = None  # the text as written, for plain scalars (YAML 1.1 reads `010` as 8)
     file: str | None = None  # the file that defined the value, when composed from another file (Hydra)
 
 
@@ -111,12 +111,27 @@ def _check_depth(text: str, path: str) -> None:
 
 
 def load_yaml_file(path: str | Path) -> YamlDocument:
+    """Read and parse a config file. At most MAX_CONFIG_BYTES + 1 bytes are ever read, whatever the path
+    is (a regular file, a pipe or process substitution, /dev/zero): one byte more is the size error."""
     p = Path(path)
+    cap = limits.MAX_CONFIG_BYTES
+
+    def too_large(size: str) -> limits.LimitError:
+        return limits.LimitError(f"config file {p} has {size} bytes; hpcplace reads at most {cap}",
+                                 location=SourceLocation(str(p), 1, 1))
+
+    import os
+    import stat
+
     try:
-        if p.stat().st_size > limits.MAX_CONFIG_BYTES:
-            raise limits.LimitError(f"config file {p} has {p.stat().st_size} bytes; hpcplace reads at most "
-                                    f"{limits.MAX_CONFIG_BYTES}", location=SourceLocation(str(p), 1, 1))
-        text = p.read_text(encoding="utf-8")
+        with open(p, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            if stat.S_ISREG(info.st_mode) and info.st_size > cap:  # the size it has, without reading it
+                raise too_large(str(info.st_size))
+            data = fh.read(cap + 1)
+        if len(data) > cap:
+            raise too_large(f"more than {cap}")
+        text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as read_text's newlines
     except FileNotFoundError:
         raise SpecError(f"config file not found: {p}", hint="pass the path of a YAML config") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -125,6 +140,28 @@ def load_yaml_file(path: str | Path) -> YamlDocument:
 
 
 KEY = "<key>"  # marks[path + (KEY,)] is where the key of `path` stands
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+_RESOLVER = yaml.resolver.Resolver()
+
+
+def yaml11_sexagesimal(text: str) -> bool:
+    """Whether YAML 1.1 (PyYAML, and OmegaConf, which loads with it) reads the plain scalar `text` as a
+    base-60 number: `1:00:00` as 3600, `30:00` as 1800, `1:30.5` as 90.5. YAML 1.2 has no such numbers,
+    and every one of them reads otherwise where hpcplace takes them (a Slurm time limit in minutes)."""
+    return ":" in text and _RESOLVER.resolve(yaml.ScalarNode, text, (True, False)) in _NUMBER_TAGS
+
+
+def scalar_value(text: str) -> Any:
+    """A command-line value (`--set key=VALUE`, `key=VALUE` after the config) read as the loader reads a
+    scalar: a YAML 1.1 number, boolean or null, except base-60 numbers (`1:00:00` stays that text); a
+    value that is not one scalar (a mapping, a list, unparsable YAML) is the text itself."""
+    if yaml11_sexagesimal(text.strip()):
+        return text.strip()
+    try:
+        value = yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError, OverflowError):
+        return text
+    return text if isinstance(value, (dict, list)) else value
 
 
 def _mark(node: yaml.Node) -> ScalarMark:
@@ -171,6 +208,8 @@ class _Converter:
                 return [self.convert(item, path + (i,), marks) for i, item in enumerate(node.value)]
             finally:
                 self.active.discard(id(node))
+        if isinstance(node, yaml.ScalarNode) and not node.style and node.tag in _NUMBER_TAGS and ":" in node.value:
+            return node.value  # a YAML 1.1 base-60 number (`time: 1:00:00` is not 3600): the text as written
         try:
             return self.constructor.construct_object(node, deep=True)
         except yaml.constructor.ConstructorError as exc:
@@ -376,6 +415,18 @@ class View:
         """The scalar exactly as written when it was unquoted (None for quoted or non-scalars)."""
         mark = self.doc.marks.get(self.path)
         return mark.raw if mark is not None else None
+
+    def number_text(self) -> str | None:
+        """An unquoted number exactly as written (`010`, or `1:00:00` where a YAML 1.1 reader composed
+        it), or None: no number, or its text is unknown (a composed value of a file hpcplace cannot read
+        back)."""
+        raw = self.raw_text()
+        if raw is None or isinstance(self.value, bool) or not isinstance(self.value, (int, float)):
+            return None
+        try:
+            return raw if yaml.safe_load(raw) == self.value else None
+        except (yaml.YAMLError, ValueError, OverflowError):
+            return None
 
     def error(self, message: str, *, hint: str | None = None, offset: int | None = None) -> SpecError:
         where = f"`{self.dotted()}`: " if self.path else ""

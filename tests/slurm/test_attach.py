@@ -57,7 +57,6 @@ def test_hold_and_dashboard_in_the_launch_block(tmp_path: Path) -> None:
 @pytest.mark.parametrize("block, message", [
     ("launch: {hold: yes please}", "launch.hold must be true or false"),
     ("launch: {mode: steps, dashboard: true}", "launch.dashboard is the Ray dashboard: ray mode only"),
-    ("launch: {mode: ray}", "hold: true"),  # the hint names the way to a cluster without a driver
 ])
 def test_launch_block_errors(tmp_path: Path, block: str, message: str) -> None:
     text = (REPO / "configs" / "hetero-partitions.yaml").read_text() + "\n" + block + "\n"

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
-
-import yaml
-
 from dataclasses import replace
+from pathlib import Path
 
 from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.config.hydra_config import compose, mark_override, needs_hydra, searchpath_env, split_overrides
 from hpcplace.config.formats.common import SiteGpus
 from hpcplace.config.spec import ExperimentSpec
-from hpcplace.config.yaml_source import YamlDocument, load_yaml_file
+from hpcplace.config.yaml_source import YamlDocument, load_yaml_file, scalar_value
 
 FORMATS = ("native", "rlinf", "roll", "areal")
 
@@ -74,12 +71,7 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
         if not sep or not key.strip():
             raise SpecError(f"invalid override {item!r}", hint="write KEY=VALUE, e.g. slurm.gpus_per_node=8",
                             location=where)
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
-        if isinstance(value, (dict, list)):
-            value = raw
+        value = scalar_value(raw) if raw.strip() else ""
         key = key.lstrip("+")  # Hydra's `+key=value` (add) / `++key=value` (add or override) read the same here
         node = data
         parts = key.strip().split(".")
