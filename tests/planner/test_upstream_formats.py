@@ -308,6 +308,26 @@ def test_cli_overrides_after_config_and_header(shared: None, capsys: pytest.Capt
     assert "unrecognized arguments: --bogus cluster.num_nodes=4" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("override, message", [
+    ("cluster.num_node=4", "the config has no key 'cluster.num_node'; did you mean 'num_nodes'?"),
+    ("actor.model.tensor_model_paralel_size=2", "no key 'actor.model.tensor_model_paralel_size'; did you mean "
+                                                "'tensor_model_parallel_size'?"),
+    ("+cluster.num_nodes=4", "the config already has 'cluster.num_nodes'"),
+])
+def test_framework_overrides_follow_hydras_key_rules(override: str, message: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """As Hydra's compose: `key=v` must name an existing key (a typo is refused, not silently added),
+    `+key=v` a new one, `++key=v` either; hpcplace's own blocks (slurm, launch) check their own keys."""
+    tour = str(FIXTURES.parent.parent / "configs" / "tour" / "rlinf-tour.yaml")
+    assert main(["plan", tour, override]) == 2
+    assert message in capsys.readouterr().err
+    for fine in ("+cluster.extra=1", "++cluster.num_nodes=4", "cluster.num_nodes=4", "slurm.time=1:00:00",
+                 "launch.hold=true"):
+        assert main(["plan", tour, fine]) == 0, capsys.readouterr().err
+    assert main(["plan", str(FIXTURES.parent.parent / "configs" / "collocated-demo.yaml"), "--set",
+                 "components.actor.env.NEW_VAR=1"]) == 0  # the native format adds keys where its schema allows
+
+
 def test_validate_names_the_default_partition() -> None:
     from hpcplace.slurm import validate
 

@@ -10,7 +10,7 @@ from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.config.hydra_config import compose, mark_override, needs_hydra, searchpath_env, split_overrides
 from hpcplace.config.formats.common import SiteGpus
 from hpcplace.config.spec import ExperimentSpec
-from hpcplace.config.yaml_source import YamlDocument, load_yaml_file, scalar_value
+from hpcplace.config.yaml_source import YamlDocument, did_you_mean, load_yaml_file, scalar_value
 
 FORMATS = ("native", "rlinf", "roll", "areal")
 
@@ -53,8 +53,13 @@ def detect_format(data: object, path: str | None = None) -> str:
              "file is the experiment config rather than one of its defaults files")
 
 
-def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument:
-    """`dotted.key=value` overrides (value read as a YAML scalar, never evaluated) on a copy."""
+OWN_BLOCKS = ("slurm", "launch", "hpcplace")  # hpcplace's blocks in a framework config: their schemas check keys
+
+
+def apply_overrides(doc: YamlDocument, overrides: Sequence[str], *, hydra_keys: bool = False) -> YamlDocument:
+    """`dotted.key=value` overrides (value read as a YAML scalar, never evaluated) on a copy.
+    `hydra_keys` (a framework config): Hydra's rules for keys outside hpcplace's own blocks: `key=v` must
+    name an existing key (a typo is refused, not added), `+key=v` a new one, `++key=v` either."""
     if not overrides:
         return doc
     import copy
@@ -72,12 +77,15 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
             raise SpecError(f"invalid override {item!r}", hint="write KEY=VALUE, e.g. slurm.gpus_per_node=8",
                             location=where)
         value = scalar_value(raw) if raw.strip() else ""
-        key = key.lstrip("+")  # Hydra's `+key=value` (add) / `++key=value` (add or override) read the same here
+        adds = len(key) - len(key.lstrip("+"))  # Hydra: `+key=value` adds, `++key=value` adds or overrides
+        key = key.lstrip("+")
         node = data
         parts = key.strip().split(".")
         if any(not p for p in parts):
             raise SpecError(f"invalid override {item!r}: empty key in {key.strip()!r}",
                             hint="write KEY=VALUE with dotted keys, e.g. slurm.time=1:00:00", location=where)
+        if hydra_keys and parts[0] not in OWN_BLOCKS and adds < 2:
+            _check_hydra_key(data, parts, adds == 1, item, where)
         for depth, part in enumerate(parts[:-1]):
             nxt = node.get(part)
             if nxt is None:
@@ -94,6 +102,26 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str]) -> YamlDocument
     return YamlDocument(doc.path, data, marks)
 
 
+def _check_hydra_key(data: dict, parts: list[str], adding: bool, item: str, where: SourceLocation) -> None:
+    """Hydra's override rules (it raises the same for these): `a.b=v` needs `a.b` to exist, `+a.b=v` needs
+    it not to."""
+    node: object = data
+    for depth, part in enumerate(parts):
+        if not isinstance(node, dict) or part not in node:
+            if adding:
+                return
+            dotted, known = ".".join(parts), node if isinstance(node, dict) else {}
+            raise SpecError(f"override {item!r}: the config has no key {'.'.join(parts[:depth + 1])!r}"
+                            + did_you_mean(part, [k for k in known if isinstance(k, str)]),
+                            hint=f"Hydra refuses it too (\"Could not override\"); to add a new key write "
+                                 f"+{dotted}={item.partition('=')[2]}", location=where)
+        node = node[part]
+    if adding:
+        raise SpecError(f"override {item!r}: the config already has {'.'.join(parts)!r}",
+                        hint=f"Hydra refuses it too (\"An item is already at\"): write {item.lstrip('+')} to change "
+                             f"it, or ++{item.lstrip('+')} to set it either way", location=where)
+
+
 def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = (),
               site_gpus: SiteGpus | None = None) -> ExperimentSpec:
     """Read (and compose, when it has a Hydra `defaults:` list) a config, apply overrides, parse it;
@@ -108,9 +136,9 @@ def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequenc
         found_env = searchpath_env(doc)
         for_hydra, plain = split_overrides(doc, overrides, found_env)
         doc, composed = compose(doc, for_hydra, found_env)
-        doc = apply_overrides(doc, plain)
+        doc = apply_overrides(doc, plain, hydra_keys=_is_framework(doc, format))
     else:
-        doc = apply_overrides(doc, overrides)
+        doc = apply_overrides(doc, overrides, hydra_keys=_is_framework(doc, format))
     spec = _parse(doc, format, site_gpus)
     launch = parse_launch(doc.root().get("launch"))
     if launch != spec.launch:
@@ -132,6 +160,14 @@ def _with_found_env(spec: ExperimentSpec, found_env: dict[str, str]) -> Experime
     groups = tuple(replace(g, env={**found_env, **g.env}) for g in spec.cluster.node_groups)
     return replace(spec, cluster=Cluster(groups), launch=replace(spec.launch, env={**found_env, **spec.launch.env}),
                    notes=spec.notes + notes)
+
+
+def _is_framework(doc: YamlDocument, format: str | None) -> bool:
+    """RLinf, ROLL and AReaL take overrides as Hydra does (hpcplace's native format checks its own keys)."""
+    try:
+        return (format or detect_format(doc.data, doc.path)).lower() in ("rlinf", "roll", "areal")
+    except SpecError:  # _parse says what is wrong with the document
+        return False
 
 
 def _parse(doc: YamlDocument, format: str | None, site_gpus: SiteGpus | None) -> ExperimentSpec:
