@@ -44,7 +44,7 @@ def add_run_dir_argument(parser: argparse.ArgumentParser, default: str) -> None:
 
 RUN_DIR_DEFAULT = "<slurm.output_dir or runs>/<name>-<timestamp>"
 TARGET_HELP = ("a run directory written by `hpcplace submit` (it holds run.json with the job id), or a Slurm job "
-               "id such as 1234")
+               "id such as 1234 (its run directory is found from the job's working directory)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -61,7 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     p = subparsers.add_parser("submit", help="render into a run directory and sbatch it")
     add_config_arguments(p)
-    add_run_dir_argument(p, RUN_DIR_DEFAULT + "; submitting the same directory again never submits twice")
+    add_run_dir_argument(p, RUN_DIR_DEFAULT + "; submitting the same directory again never submits twice: "
+                            "it exits 0 and prints \"already submitted as job N (DIR); nothing submitted\"")
     p.add_argument("--dry-run", action="store_true", help="print the exact sbatch command and script only")
     p.add_argument("--test-only", action="store_true", help="ask Slurm whether and when it could run (sbatch --test-only)")
     p.add_argument("--no-validate", action="store_true", help="skip the check against the live cluster")
@@ -90,7 +91,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(func=run_cancel)
 
     p = subparsers.add_parser("logs", help="per-component, per-rank logs of a run")
-    p.add_argument("run", metavar="RUN", help="a run directory written by `hpcplace submit`")
+    p.add_argument("run", metavar="RUN|JOBID", help="a run directory (written by `hpcplace submit`, or rendered and "
+                   "sbatch'd by hand), or a Slurm job id such as 1234 (its run directory is found from the job)")
     p.add_argument("--component", help="only this component")
     p.add_argument("--rank", type=int, help="only this rank (of --component, or of every component)")
     p.add_argument("--list", action="store_true", help="print where each rank's log is, not its content")
@@ -239,7 +241,10 @@ def run_submit(args: argparse.Namespace) -> int:
         print(submit.test_only(plan, launcher=launcher, template_dir=args.template_dir, timeout=args.timeout))
         return 0
     done = _sbatch(plan, args, launcher, run_dir)
-    print(f"job {done.job_id} ({done.run_dir})")
+    if done.already_submitted:  # idempotent (exit 0), but a script reading stdout must not see a new job
+        print(f"already submitted as job {done.job_id} ({done.run_dir}); nothing submitted")
+    else:
+        print(f"job {done.job_id} ({done.run_dir})")
     return 0
 
 
@@ -293,15 +298,15 @@ def _labels(run_dir: Path | None) -> list[str]:
 def run_status(args: argparse.Namespace) -> int:
     """Exit code: 0 when every het component COMPLETED (or, without --watch, the job has not ended
     yet); 10 FAILED, 11 CANCELLED, 12 TIMEOUT, 13 another end (docs/slurm-job.md, "Exit codes")."""
-    from hpcplace.slurm import submit
+    from hpcplace.slurm import run_report, submit
 
-    job_id, run_dir = submit.resolve_job(args.target)
+    job_id, run_dir, status = _job_and_run(args.target)
+    if run_dir is not None and not Path(args.target).is_dir():  # found from the job id
+        print(f"run directory {run_dir}")
     labels = _labels(run_dir)
-    submit.known_status(job_id)  # an unknown job is an error, not an empty table
     if args.watch:
         status = submit.watch(job_id, labels=labels, interval=args.interval)
     else:
-        status = submit.job_status(job_id)
         print(submit.format_status(status, labels))
     attempts = submit.read_attempts(run_dir) if run_dir is not None else []
     if attempts:
@@ -313,6 +318,8 @@ def run_status(args: argparse.Namespace) -> int:
             print("  preflight failed (no program was started):")
             print("\n".join(f"    {line}" for line in preflight.read_text(encoding="utf-8").splitlines()))
         for line in _ray_status(run_dir):
+            print(line)
+        for line in run_report.read_failure(run_dir, job_id):
             print(line)
         for line in _hold_status(run_dir, status.state):
             print(line)
@@ -354,10 +361,27 @@ def _hold_status(run_dir: Path, state: str) -> list[str]:
     return hold_lines(run_dir, plan, state, head if isinstance(head, dict) else None, socket.gethostname())
 
 
+def _job_and_run(target: str):  # type: ignore[no-untyped-def]
+    """`RUN|JOBID` -> (job id, run directory or None, Slurm's status of the job). A job id finds its run
+    directory through the job's working directory (or batch script, or batch log); a run directory's
+    recorded job must still be that run's (job ids restart when a cluster's state is reset)."""
+    from hpcplace.slurm import run_report, submit
+
+    job_id, run_dir = submit.resolve_job(target)
+    status = submit.known_status(job_id)  # an unknown job is an error, not an empty table
+    if run_dir is None:
+        return job_id, run_report.find_run_dir(status), status
+    problem = run_report.ownership_problem(run_dir, submit.read_record(run_dir), status)
+    if problem is not None:
+        raise submit.UnknownJobError(problem, hint=f"this run's own job is no longer known to Slurm; its files are "
+                                                   f"still in {run_dir} (`hpcplace logs {run_dir}`)")
+    return job_id, run_dir, status
+
+
 def run_cancel(args: argparse.Namespace) -> int:
     from hpcplace.slurm import submit
 
-    job_id, _ = submit.resolve_job(args.target)
+    job_id, _run_dir, _status = _job_and_run(args.target)  # never cancels another run's job of the same id
     print(submit.cancel(job_id))
     return 0
 
@@ -372,17 +396,24 @@ def _ray_status(run_dir: Path) -> list[str]:
         head = json.loads((ray_dir / "head.json").read_text(encoding="utf-8"))
         lines.append(f"Ray head: {head['host']}:{head['port']} (ready {head.get('ready_s', '?')} s after its start)")
     except (OSError, ValueError, KeyError):
-        return lines
+        return _ray_errors(run_dir)  # no head (yet): ray start may have failed on it
     try:
         up = json.loads((ray_dir / "bringup.json").read_text(encoding="utf-8"))
         lines.append(f"Ray: all {up['nodes']} node(s) joined {up['all_joined'] - up['driver_step_start']:.1f} s "
                      f"after the driver step started; the driver started then")
     except (OSError, ValueError, KeyError, TypeError):
         lines.append("Ray: waiting for every node to join")
+    return lines + _ray_errors(run_dir)
+
+
+def _ray_errors(run_dir: Path) -> list[str]:
+    """The Ray nodes' errors (logs/ray-errors.txt, written by runtime/ray_node.py), also when the head
+    never came up (then there is no ray/head.json)."""
     errors = run_dir / "logs" / "ray-errors.txt"
-    if errors.exists():
-        lines += [f"Ray: {line}" for line in errors.read_text(encoding="utf-8").splitlines()]
-    return lines
+    if not errors.exists():
+        return []
+    return [f"Ray: {line}" for line in errors.read_text(encoding="utf-8", errors="replace").splitlines()
+            if line.strip()]
 
 
 def _ray_logs(args: argparse.Namespace, run_dir: Path, plan) -> int:  # type: ignore[no-untyped-def]
@@ -401,8 +432,14 @@ def _ray_logs(args: argparse.Namespace, run_dir: Path, plan) -> int:  # type: ig
         attached = sorted((run_dir / "logs").glob("driver-*.out"), key=lambda p: int(p.stem[7:] or 0)
                           if p.stem[7:].isdigit() else 0)
         entries += [(f"attached driver {p.stem[7:]} (hpcplace attach)", p) for p in attached]
+    nodes = ray_nodes(plan)
+    if args.rank is not None and args.component == "ray" and all(n.rank != args.rank for n in nodes):
+        from hpcplace.slurm.run_report import compress_ranks
+
+        raise SpecError(f"no Ray node rank {args.rank}: the node ranks are {compress_ranks([n.rank for n in nodes])}",
+                        hint="--component ray --rank NODE_RANK, or leave --rank out for every node")
     if args.component in (None, "ray"):
-        for n in ray_nodes(plan):
+        for n in nodes:
             if args.rank is not None and args.rank != n.rank:
                 continue
             host = hosts.get((n.het_group, n.index))
@@ -419,25 +456,49 @@ def _ray_logs(args: argparse.Namespace, run_dir: Path, plan) -> int:  # type: ig
     return 0
 
 
-def run_logs(args: argparse.Namespace) -> int:
-    from hpcplace.slurm import submit
-    from hpcplace.slurm.slurm_job import lower
+def _logs_run_dir(target: str) -> Path:
+    """`logs RUN|JOBID`: a directory holding plan.json, or the run directory of a Slurm job id."""
+    import re
 
-    run_dir = Path(args.run)
-    plan_path = run_dir / "plan.json"
+    from hpcplace.slurm import run_report, submit
+
+    run_dir = Path(target)
+    if not run_dir.is_dir() and re.fullmatch(r"\d+(\+\d+)?", target.strip()):
+        job_id, found, status = _job_and_run(target)
+        if found is None:
+            where = ", ".join(run_report.candidate_dirs(status)) or "no directory Slurm knows"
+            raise submit.UnknownJobError(f"no run directory found for job {job_id}: Slurm names {where}, and none "
+                                         "holds a plan.json of this job", hint="give the run directory itself")
+        return found
     if not run_dir.is_dir():
         raise submit.UnknownJobError(f"no run directory {str(run_dir)!r}", hint="give a run directory written by "
-                                     "`hpcplace submit` (its path is printed after the job id)")
-    if not plan_path.exists():
+                                     "`hpcplace submit` (its path is printed after the job id), or a job id")
+    if not (run_dir / "plan.json").exists():
         raise submit.UnknownJobError(f"{run_dir} is not a run directory (no plan.json)",
                                      hint="give a run directory written by `hpcplace submit`")
-    job_id = submit.recorded_job(run_dir)
+    return run_dir
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    from hpcplace.slurm import run_report, submit
+    from hpcplace.slurm.slurm_job import lower
+
+    run_dir = _logs_run_dir(args.run)
+    plan_path = run_dir / "plan.json"
+    job_id = run_report.recorded_id(submit.read_record(run_dir))
+    if job_id is None:
+        if not any((run_dir / "logs").glob("*.out")):
+            submit.recorded_job(run_dir)  # nothing ran here: says it was never submitted (exit 2)
+        # rendered, then sbatch'd by hand: no job id recorded, but the job's log files are there
+        print(f"(note: {run_dir} records no job id in run.json: it was not submitted by `hpcplace submit`; "
+              "showing the logs it holds)")
     if args.attempt is None and not (run_dir / "logs" / "nodes.txt").exists():
         if not args.list:
             for batch in sorted((run_dir / "logs").glob("batch-*.out")):
                 _show(f"batch script ({batch})", batch, args.tail)
-        print(f"job {job_id} has no task logs (no logs/nodes.txt): it has not started its tasks yet, or it ended "
-              f"before they started; `hpcplace status {run_dir}` says which, and why")
+        status = f"hpcplace status {run_dir}" if job_id else "hpcplace status JOBID"
+        print(f"{'job ' + job_id if job_id else 'the job'} has no task logs (no logs/nodes.txt): it has not started "
+              f"its tasks yet, or it ended before they started; `{status}` says which, and why")
         return 0
     plan = submit.load_plan(plan_path)
     if plan.launch.is_ray:
@@ -460,7 +521,16 @@ def run_logs(args: argparse.Namespace) -> int:
     chosen = [r for r in logs if (args.component is None or r.component == args.component)
               and (args.rank is None or r.rank == args.rank)]
     if not chosen:
-        raise SpecError(f"no rank {args.rank} in {args.component or 'any component'}")
+        ranks: dict[str, list[int]] = {}
+        for r in logs:
+            ranks.setdefault(r.component, []).append(r.rank)
+        if args.component:
+            raise SpecError(f"no rank {args.rank} in {args.component}: its ranks are "
+                            f"{run_report.compress_ranks(ranks.get(args.component, [])) or 'none'}",
+                            hint=f"--rank one of those, or leave --rank out for every rank of {args.component}")
+        valid = "; ".join(f"{c}: {run_report.compress_ranks(v)}" for c, v in ranks.items())
+        raise SpecError(f"no rank {args.rank} in any component; ranks per component: {valid}",
+                        hint="--component NAME --rank R shows one rank")
     if args.component is None and args.rank is None and not args.list:
         for batch in sorted((run_dir / "logs").glob("batch-*.out")):
             _show(f"batch script ({batch})", batch, args.tail)

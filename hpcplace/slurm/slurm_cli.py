@@ -170,7 +170,7 @@ def show_job(job_id: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> list[dict[st
     return [parse_key_values(line) for line in res.stdout.splitlines() if line.strip()]
 
 
-SACCT_JOB_FIELDS = ("JobID", "JobName", "Partition", "State", "ExitCode", "NodeList", "Elapsed", "WorkDir")
+SACCT_JOB_FIELDS = ("JobID", "JobName", "Partition", "State", "ExitCode", "NodeList", "Elapsed", "WorkDir", "Submit")
 
 
 def sacct(job_id: str, *, steps: bool = False, timeout: float = DEFAULT_TIMEOUT_S) -> list[dict[str, str]] | None:
@@ -230,7 +230,7 @@ def show_nodes(*, timeout: float = DEFAULT_TIMEOUT_S) -> list[dict[str, str]]:
 
 class HetJobWatcher(SlurmInfoWatcher):
     """submitit's sacct watcher (batched `sacct --parsable2` calls on a backoff schedule: 0, 2, 4,
-    8 ... s, then every `delay_s`; finished states cached). sacct names het components `ID+k`
+    8 ... s, capped at `delay_s`; finished states cached). sacct names het components `ID+k`
     and has no row for plain `ID`, so components are registered as `ID+k` and the query asks for
     the leader id, which returns every component."""
 

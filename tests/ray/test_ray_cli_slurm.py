@@ -56,3 +56,20 @@ def test_ray_mode_on_the_default_partition(slurm_cluster: LiveCluster, tmp_path:
     nodes = list(json.loads(out.read_text())["nodes"].values())
     assert len(nodes) == 1 and nodes[0]["labels"]["hpcplace.group"] == "default", nodes
     assert "hpcplace.partition" not in nodes[0]["labels"], nodes
+
+
+def test_status_shows_the_ray_node_error_when_ray_start_fails_on_the_head(slurm_cluster: LiveCluster,
+                                                                          tmp_path: Path) -> None:
+    """`ray start` refuses its arguments on every node, the head included (so no ray/head.json is ever
+    written): `hpcplace status` still shows the node errors of logs/ray-errors.txt."""
+    config = tmp_path / "ray.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    run_dir = tmp_path / "run"
+    submit_cli(config, run_dir, "--driver", "--", sys.executable, str(PROBE), str(tmp_path / "probe.json"),
+               env={**slurm_cluster.env, "HPCPLACE_RAY_ARGS": f"{RAY_ARGS} --bogus-flag"})
+    status = wait_done(run_dir, 180)
+    assert status.state == "FAILED", status.text
+    assert not (run_dir / "ray" / "head.json").exists()
+    errors = (run_dir / "logs" / "ray-errors.txt").read_text()
+    assert "Ray node rank 0" in errors, errors
+    assert "Ray: Ray node rank 0" in status.text, status.text

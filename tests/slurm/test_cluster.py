@@ -177,12 +177,22 @@ def test_failing_step_fails_fast(slurm_cluster: LiveCluster, tmp_path: Path, mon
     assert run.status.code == 10, run.status.text
     assert elapsed < 60, f"the job took {elapsed:.0f} s: the other steps were not stopped"
     batch = next((run.run_dir / "logs").glob("batch-*.out")).read_text()
-    assert "FAILED: component 'inference' (3 tasks; ranks 0-2) exited with code" in batch
+    # the headline names the rank that failed first and its own code (srun's may be the others' 143)
+    assert "FAILED: component 'inference' (3 tasks; ranks 0-2) exited with code 7: rank 1 on rtx4090-1 failed first" \
+        in batch, batch
     assert "component 'inference' rank 1 on rtx4090-1: Exited with exit code 7" in batch
     assert run.status.exit_codes[0] == "7:0", run.status.text  # the failing task's code, not srun's 143
     assert not shm_dir(run.job_id).exists()
     failing = cli("logs", run.run_dir, "--component", "inference", "--rank", "1")
     assert failing.returncode == 0 and "failing on purpose" in failing.stdout, failing
+    # status by job id: the run directory is found; the failure is summarised with the rank's last lines
+    by_id = cli("status", run.job_id)
+    assert by_id.returncode == 10 and f"run directory {run.run_dir}" in by_id.stdout, by_id
+    assert "het 1 rtx4090" in by_id.stdout and "het 0 ?" not in by_id.stdout, by_id.stdout
+    assert "component 'inference' failed first: the job fails with exit code 7" in by_id.stdout, by_id.stdout
+    assert "| reporter: failing on purpose as inference:1" in by_id.stdout, by_id.stdout
+    wrong = cli("logs", run.job_id, "--component", "inference", "--rank", "9")
+    assert wrong.returncode == 2 and "its ranks are 0-2" in wrong.stderr, wrong
 
 
 def _hostile(canary: Path) -> list[str]:
@@ -265,12 +275,15 @@ components:
     assert json.loads((run_dir / "run.json").read_text())["job_id"] == job_id
     again = cli("submit", config, "-o", run_dir)
     assert again.returncode == 0 and "already submitted" in again.stderr
+    assert f"already submitted as job {job_id} ({run_dir}); nothing submitted" in again.stdout, again.stdout
     watch = cli("status", run_dir, "--watch", "--interval", "0.3", timeout=JOB_TIMEOUT_S)
     assert watch.returncode == 0, watch.stderr
     assert "COMPLETED" in watch.stdout.splitlines()[-1] or "COMPLETED" in watch.stdout
     assert f"job {job_id}: COMPLETED" in watch.stdout and "het 1 cpu" in watch.stdout
     logs = cli("logs", run_dir, "--component", "agent", "--rank", "1", "--list")
     assert logs.returncode == 0 and "agent rank 1 (het 1 node 0 (cpu-1), task 1)" in logs.stdout
+    by_id = cli("logs", job_id, "--component", "agent", "--rank", "1", "--list")  # the run found from the job
+    assert by_id.returncode == 0 and by_id.stdout == logs.stdout, by_id
     # cancel: a long job, cancelled while running; every component ends CANCELLED, /dev/shm cleaned
     for old in reports.glob("*.json"):
         old.unlink()

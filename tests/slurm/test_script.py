@@ -103,6 +103,18 @@ def test_failing_step_fails_fast_and_names_component_and_rank(hetero: Plan, tmp_
     assert "hpcplace-shm" in events  # the guard was stopped
 
 
+def test_headline_names_the_first_failing_rank_and_its_own_code(hetero: Plan, tmp_path: Path) -> None:
+    """Rank 2 exits 1, srun then terminates the others (exit 143) and itself exits 143: the headline
+    names rank 2 and code 1, not 143."""
+    rendered = render_run(hetero, tmp_path / "run")
+    res, _calls, _events = run_script(rendered.run_dir, tmp_path, FAKE_FAIL="inference", FAKE_FAIL_STOPPED="1")
+    assert res.returncode == 1, res.stderr
+    assert ("FAILED: component 'inference' (3 tasks; ranks 0-2) exited with code 1: rank 2 on node-a failed first "
+            "(srun exited 143: the other ranks were stopped)") in res.stderr, res.stderr
+    assert "exited with code 143" not in res.stderr
+    assert "component 'inference' failed first: the job fails with exit code 1" in res.stderr
+
+
 def test_stubborn_step_gets_sigkill_after_the_grace(hetero: Plan, tmp_path: Path) -> None:
     """A step whose tasks ignore SIGTERM is killed (srun cancels it) after slurm.kill_wait seconds."""
     plan = replace(hetero, slurm={**hetero.slurm, "kill_wait": "1"})

@@ -27,23 +27,33 @@ hp_rank_at() {
     echo '?'
 }
 
-# hp_report_failure INDEX RC: name the component, its ranks, and the ranks srun says failed; sets
-# hp_rc to the first task exit code srun reports (srun itself returns the largest, e.g. 143).
+# hp_report_failure INDEX RC: name the component, the rank that failed first with its own exit code,
+# and the ranks srun says failed; sets hp_rc to that first task exit code (srun itself returns the
+# largest, e.g. 143 of the other ranks being terminated once one failed).
 hp_report_failure() {
-    local i=$1 rc=$2 line part lo hi t ranks n
+    local i=$1 rc=$2 line part lo hi t ranks n first= first_task= first_host=
     hp_rc=$rc
-    hp_log "FAILED: component '${hp_step_comp[$i]}' (${hp_step_desc[$i]}; ranks ${hp_step_ranks[$i]}) exited with code $rc"
+    if [[ -r ${hp_step_err[$i]} ]]; then  # srun reports tasks as they end: the first exit code is the cause
+        while IFS= read -r line; do
+            [[ $line =~ ^srun:\ error:\ ([^:]+):\ tasks?\ ([0-9]+)[0-9,-]*:\ Exited\ with\ exit\ code\ ([0-9]+)$ ]] || continue
+            first_host=${BASH_REMATCH[1]} first_task=${BASH_REMATCH[2]} first=${BASH_REMATCH[3]}
+            break
+        done <"${hp_step_err[$i]}"
+    fi
+    if [[ -n $first ]]; then
+        hp_rc=$first
+        part=
+        ((first != rc)) && part=" (srun exited $rc: the other ranks were stopped)"
+        hp_log "FAILED: component '${hp_step_comp[$i]}' (${hp_step_desc[$i]}; ranks ${hp_step_ranks[$i]}) exited with code $first: rank $(hp_rank_at "${hp_step_ranks[$i]}" "$first_task") on $first_host failed first$part"
+    else
+        hp_log "FAILED: component '${hp_step_comp[$i]}' (${hp_step_desc[$i]}; ranks ${hp_step_ranks[$i]}) exited with code $rc"
+    fi
     [[ -r ${hp_step_err[$i]} ]] || return 0
-    local first=
     while IFS= read -r line; do
         printf '%s\n' "$line" >&2
         [[ $line =~ ^srun:\ error:\ ([^:]+):\ tasks?\ ([0-9,-]+):\ (.*)$ ]] || continue
         # keep the matches: the next test overwrites BASH_REMATCH (and empties it when it fails)
         local host=${BASH_REMATCH[1]} tasks=${BASH_REMATCH[2]} what=${BASH_REMATCH[3]}
-        if [[ -z $first && $what =~ ^Exited\ with\ exit\ code\ ([0-9]+)$ ]]; then
-            first=${BASH_REMATCH[1]}
-            hp_rc=$first
-        fi
         ranks=() n=0
         local IFS=,
         for part in $tasks; do
@@ -107,7 +117,7 @@ hp_explain_warning() {
     [[ $hp_warning == TERM@* ]] && (($1 == 143)) || return 0
     left=$(hp_time_left)
     [[ -n $left ]] && ((left <= ${hp_warning#TERM@} + 60)) || return 0
-    hp_log "  this SIGTERM was Slurm's time-limit warning (slurm.signal_before_limit $hp_warning; ${left}s left): the program does not trap it (README \"Stopping gracefully\")"
+    hp_log "  this SIGTERM was Slurm's time-limit warning (slurm.signal_before_limit $hp_warning; ${left}s left): the program does not trap it (docs/slurm-job.md, \"Stopping gracefully\")"
 }
 
 # The single place that stops steps (fail fast, cancel, time limit, preemption, requeue): SIGTERM to
