@@ -26,7 +26,8 @@ import yaml
 
 from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.config.interpolation import register_resolvers
-from hpcplace.config.yaml_source import KEY, PathKey, ScalarMark, YamlDocument, load_yaml_file, yaml11_sexagesimal
+from hpcplace.config.yaml_source import (KEY, PathKey, ScalarMark, YamlDocument, load_yaml_file, yaml11_sexagesimal,
+                                         yaml_error)
 
 # Hydra command-line overrides: `key=value`, `+key=value`, `++key=value`, `~key`, `group/opt@pkg=x`.
 HYDRA_OVERRIDE = re.compile(r"^(?:~|\+\+|\+)?[A-Za-z_][\w./@-]*(?:=.*)?$", re.S)
@@ -84,6 +85,9 @@ def compose(doc: YamlDocument, overrides: Sequence[str],
     except SpecError:
         raise
     except Exception as exc:  # Hydra/OmegaConf errors: missing defaults file, duplicate package, bad override
+        bad_yaml = _yaml_error_in_file(exc)
+        if bad_yaml is not None:
+            raise bad_yaml from None
         missing = _missing_default(doc, exc, found_env)
         raise SpecError(f"Hydra cannot compose this config: {_first_line(exc)}",
                         location=missing[0] if missing else _defaults_location(doc),
@@ -255,6 +259,16 @@ def _missing_default(doc: YamlDocument, exc: BaseException,
         hint = (f"there is no config group folder {group!r} in the config's folder or a hydra.searchpath "
                 f"entry ({', '.join(str(b) for b in bases)})")
     return location, hint
+
+
+def _yaml_error_in_file(exc: BaseException) -> SpecError | None:
+    """A YAML error in one of the composed files (a `defaults:` entry), located in that file, not the top one."""
+    seen: BaseException | None = exc
+    while seen is not None and not isinstance(seen, yaml.MarkedYAMLError):
+        seen = seen.__cause__ or seen.__context__
+    if seen is None or seen.problem_mark is None or not os.path.isfile(seen.problem_mark.name):
+        return None
+    return yaml_error(seen, seen.problem_mark.name)
 
 
 def _first_line(exc: BaseException) -> str:

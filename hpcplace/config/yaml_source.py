@@ -7,6 +7,7 @@ Errors about configuration must point at file:line:col, so parsers read the docu
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import shlex
 from collections.abc import Iterable, Iterator
@@ -59,6 +60,29 @@ class YamlDocument:
         return View(self, (), self.data)
 
 
+def yaml_error(exc: yaml.YAMLError, path: str, text: str | None = None) -> SpecError:
+    """A YAML syntax error as one located line (`text`: the document, to place a reader error)."""
+    if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow (NUL, other control codes)
+        before = (text or "")[:exc.position]
+        line, column = before.count("\n") + 1, exc.position - before.rfind("\n")
+        char = exc.character  # a str (PyYAML's reader), an int (LibYAML's) or bytes (an encoding error)
+        code = ord(char) if isinstance(char, str) else char if isinstance(char, int) else char[0]
+        return SpecError(f"invalid YAML: character {code:#04x} is not allowed in YAML",
+                         location=SourceLocation(path, line, column),
+                         hint="a config is UTF-8 text: is this a binary file, or is a stray control character there?")
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return SpecError(f"invalid YAML: {exc}", location=SourceLocation(path, 1, 1))
+    mark = exc.problem_mark or exc.context_mark
+    what = "; ".join(t for t in (exc.context, exc.problem) if t) or str(exc)
+    at = mark.index if mark is not None and text is not None and 0 <= mark.index < len(text) else None
+    tab = "'\\t'" in (exc.problem or "") or (at is not None and text[at] == "\t")
+    return SpecError(f"invalid YAML: {what}",
+                     location=SourceLocation(mark.name if os.path.isfile(mark.name) else path, mark.line + 1,
+                                             mark.column + 1) if mark else SourceLocation(path, 1, 1),
+                     hint="YAML indents with spaces, never tabs: replace the tab" if tab else
+                     "check indentation and quoting near this position")
+
+
 def load_yaml_text(text: str, path: str = "<string>") -> YamlDocument:
     """Parse YAML safely (never constructs Python objects) and record positions."""
     if len(text) > limits.MAX_CONFIG_BYTES:
@@ -70,13 +94,8 @@ def load_yaml_text(text: str, path: str = "<string>") -> YamlDocument:
     except RecursionError:
         raise limits.LimitError(f"the YAML nesting is too deep (hpcplace reads at most {limits.MAX_YAML_DEPTH} "
                                 "levels)", location=SourceLocation(path, 1, 1)) from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        loc = SourceLocation(path, mark.line + 1, mark.column + 1) if mark else None
-        raise SpecError(f"invalid YAML: {exc.problem or exc}", location=loc,
-                        hint="check indentation and quoting near this position") from None
     except yaml.YAMLError as exc:
-        raise SpecError(f"invalid YAML: {exc}", location=SourceLocation(path, 1, 1)) from None
+        raise yaml_error(exc, path, text) from None
     marks: dict[PathKey, ScalarMark] = {}
     if node is None:
         return YamlDocument(path, None, marks)
@@ -134,8 +153,15 @@ def load_yaml_file(path: str | Path) -> YamlDocument:
         text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as read_text's newlines
     except FileNotFoundError:
         raise SpecError(f"config file not found: {p}", hint="pass the path of a YAML config") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read config file {p}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        before = data[:exc.start]
+        raise SpecError(f"config file {p} is not UTF-8 text: byte {data[exc.start]:#04x} cannot be decoded",
+                        location=SourceLocation(str(p), before.count(b"\n") + 1, exc.start - before.rfind(b"\n")),
+                        hint="save it as UTF-8 (e.g. iconv -f latin1 -t utf-8); is it a binary file?") from None
+    except IsADirectoryError:
+        raise SpecError(f"config path {p} is a directory", hint="pass the config's YAML file") from None
+    except OSError as exc:
+        raise SpecError(f"cannot read config file {p}: {exc.strerror or exc}") from None
     return load_yaml_text(text, str(p))
 
 

@@ -358,3 +358,36 @@ def test_rlinf_empty_node_ranks_is_an_error(tmp_path: Path) -> None:
         slurm: {partition: a800, gpus_per_node: 8}
         """
     assert "node_ranks is empty" in error_of(write(tmp_path, text)).message
+
+
+@pytest.mark.parametrize("data, where, message, hint", [
+    (b"name: x\ncluster:\n\tnum_nodes: 1\n", ":3:1:", "invalid YAML", "YAML indents with spaces, never tabs"),
+    (b"name: x\ncluster: 1\x00\n", ":2:11:", "character 0x00 is not allowed in YAML", "UTF-8 text"),
+    (b"name: caf\xe9\n", ":1:10:", "is not UTF-8 text: byte 0xe9 cannot be decoded", "save it as UTF-8"),
+    (b"\xff\xfen\x00", ":1:1:", "is not UTF-8 text: byte 0xff", "save it as UTF-8"),
+])
+def test_unreadable_text_is_located_with_a_hint(tmp_path: Path, data: bytes, where: str, message: str,
+                                                hint: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(data)
+    err = error_of(path)
+    assert str(err).startswith(f"{path}{where}") and message in err.message and hint in (err.hint or "")
+
+
+def test_yaml_error_in_a_defaults_file_is_located_in_that_file(tmp_path: Path) -> None:
+    """Hydra composes `defaults:` files with its own loader: the error names that file, not the top one."""
+    write(tmp_path, "defaults:\n  - base\n  - _self_\ncluster: {num_nodes: 1}\n", "main.yaml")
+    base = write(tmp_path, "a: 1\nbad: [1, 2\n", "base.yaml")
+    for text, message in (("a: 1\nbad: [1, 2\n", ":3:1: invalid YAML: while parsing a flow sequence"),
+                          ("cluster: {x: 1}\ncluster: {y: 2}\n", ":2:1: invalid YAML: while constructing a mapping")):
+        base.write_text(text)
+        with pytest.raises(SpecError) as info:
+            plan_from_file(tmp_path / "main.yaml")
+        assert str(info.value).startswith(f"{base}{message}"), str(info.value)
+
+
+def test_a_directory_as_config_is_named(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as info:
+        plan_from_file(tmp_path)
+    assert info.value.message == f"config path {tmp_path} is a directory"
+    assert info.value.hint == "pass the config's YAML file"
