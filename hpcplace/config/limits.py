@@ -16,6 +16,7 @@ MAX_NODES = 16_384  # nodes in the whole cluster (every node group together)
 MAX_GPUS_PER_NODE = 64
 MAX_HARDWARE_PER_NODE = 1024  # robots, cameras, ... per node
 MAX_CPUS_PER_NODE = 65_536
+MAX_MEM_PER_NODE_MB = 64 * 1024 * 1024  # 64 TiB: above the largest single-node machines
 MAX_DEVICE_ID = MAX_NODES * MAX_GPUS_PER_NODE - 1  # ROLL's global GPU ids
 MAX_PROCESSES = 4_194_304  # processes of one component, and of the whole plan (16,384 nodes x 8 GPUs is ~1.3M: planned in seconds)
 MAX_COMPONENTS = 1024
@@ -29,6 +30,7 @@ CAPS: dict[str, tuple[int, str]] = {
     "GPUs per node": (MAX_GPUS_PER_NODE, "GPUs on one node"),
     "hardware per node": (MAX_HARDWARE_PER_NODE, "non-GPU hardware units (robots...) on one node"),
     "CPUs per node": (MAX_CPUS_PER_NODE, "CPUs on one node"),
+    "memory per node (MB)": (MAX_MEM_PER_NODE_MB, "megabytes of memory on one node"),
     "device id": (MAX_DEVICE_ID, "ROLL global GPU id"),
     "processes": (MAX_PROCESSES, "processes of one component and of the whole plan"),
     "components": (MAX_COMPONENTS, "components of one experiment"),

@@ -154,7 +154,7 @@ def parse_memory_mb(view: View) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 1:
             raise view.error(f"memory must be positive, got {value}")
-        return value
+        return limits.check_cap(value, limits.MAX_MEM_PER_NODE_MB, "memory (MB)", view.location())
     match = _MEM_RE.match(str(value)) if isinstance(value, str) else None
     if not match:
         raise view.error(f"invalid memory size {value!r}", hint="use megabytes (64000) or a unit: 512M, 64G, 1T")
@@ -162,7 +162,7 @@ def parse_memory_mb(view: View) -> int:
     mb = {"K": number // 1024, "": number, "M": number, "G": number * 1024, "T": number * 1024 * 1024}[unit]
     if mb < 1:
         raise view.error(f"memory size {value!r} is less than 1 MB")
-    return mb
+    return limits.check_cap(mb, limits.MAX_MEM_PER_NODE_MB, "memory (MB)", view.location())
 
 
 def parse_command(view: View) -> tuple[str, ...]:

@@ -391,3 +391,14 @@ def test_a_directory_as_config_is_named(tmp_path: Path) -> None:
         plan_from_file(tmp_path)
     assert info.value.message == f"config path {tmp_path} is a directory"
     assert info.value.hint == "pass the config's YAML file"
+
+
+@pytest.mark.parametrize("mem", ["99999999999999999999999", "2000T"])
+def test_memory_per_node_is_capped(mem: str) -> None:
+    from hpcplace.config.spec import parse_memory_mb
+    from hpcplace.config.yaml_source import load_yaml_text
+
+    with pytest.raises(HpcplaceError) as info:
+        parse_memory_mb(load_yaml_text(f"mem: {mem}\n", "c.yaml").root().require("mem"))
+    assert str(info.value).startswith("c.yaml:1:6: memory (MB) is ")
+    assert f"hpcplace supports at most {limits.MAX_MEM_PER_NODE_MB}" in info.value.message
