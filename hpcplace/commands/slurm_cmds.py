@@ -301,13 +301,13 @@ def run_status(args: argparse.Namespace) -> int:
     from hpcplace.slurm import run_report, submit
 
     job_id, run_dir, status = _job_and_run(args.target)
-    if run_dir is not None and not Path(args.target).is_dir():  # found from the job id
-        print(f"run directory {run_dir}")
     labels = _labels(run_dir)
     if args.watch:
         status = submit.watch(job_id, labels=labels, interval=args.interval)
     else:
-        print(submit.format_status(status, labels))
+        print(submit.format_status(status, labels))  # its first line stays `job N: STATE (from SOURCE)`
+    if run_dir is not None and not Path(args.target).is_dir():  # found from the job id
+        print(f"  run directory: {run_dir}")
     attempts = submit.read_attempts(run_dir) if run_dir is not None else []
     if attempts:
         print(f"  attempts ({len(attempts)}, one per start; a requeued job starts again):")

@@ -187,7 +187,7 @@ def test_failing_step_fails_fast(slurm_cluster: LiveCluster, tmp_path: Path, mon
     assert failing.returncode == 0 and "failing on purpose" in failing.stdout, failing
     # status by job id: the run directory is found; the failure is summarised with the rank's last lines
     by_id = cli("status", run.job_id)
-    assert by_id.returncode == 10 and f"run directory {run.run_dir}" in by_id.stdout, by_id
+    assert by_id.returncode == 10 and f"  run directory: {run.run_dir}" in by_id.stdout, by_id
     assert "het 1 rtx4090" in by_id.stdout and "het 0 ?" not in by_id.stdout, by_id.stdout
     assert "component 'inference' failed first: the job fails with exit code 7" in by_id.stdout, by_id.stdout
     assert "| reporter: failing on purpose as inference:1" in by_id.stdout, by_id.stdout

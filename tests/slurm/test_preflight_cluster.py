@@ -157,3 +157,35 @@ def test_ray_mode_without_ray_in_the_interpreter_fails(slurm_cluster: LiveCluste
                      r"ModuleNotFoundError: No module named 'ray'", preflight), preflight
     assert "rtx4090-1" not in preflight
     assert not (tmp_path / "run" / "ray" / "head.json").exists()  # no raylet started
+
+
+def test_programs_and_scripts_that_cannot_start_fail_within_seconds(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """Through the CLI, as a user types it: a component's `python3 train.py` whose script is not in the
+    working directory, a program without its execute bit, and (Ray mode) a driver script that is not
+    there fail the job in its preflight, each named, before anything starts."""
+    noexec = tmp_path / "noexec.sh"
+    noexec.write_text("#!/bin/sh\necho hi\n")
+    noexec.chmod(0o644)
+    steps = tmp_path / "steps.yaml"
+    steps.write_text(SMALL + "components:\n  inference: {command: [python3, train.py]}\n"
+                             "  agent: {command: [./noexec.sh]}\n")
+    cases = [(steps, [], ["rtx4090-1: FAILED: component 'inference': the script 'train.py' "
+                          f"({tmp_path}/train.py) does not exist on this node",
+                          "cpu-1: FAILED: component 'agent': './noexec.sh' is not executable (chmod +x ./noexec.sh"]),
+             (tmp_path / "ray.yaml", ["--driver", "--", "python", "driver.py"],
+              [f"FAILED: the Ray driver: the script 'driver.py' ({tmp_path}/driver.py) does not exist on this node"])]
+    (tmp_path / "ray.yaml").write_text(SMALL)
+    for i, (config, extra, expected) in enumerate(cases):
+        run_dir = tmp_path / f"run{i}"
+        res = subprocess.run([sys.executable, "-m", "hpcplace.cli", "submit", str(config), "-o", str(run_dir), *extra],
+                             env=slurm_cluster.env, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert res.returncode == 0, res.stdout + res.stderr
+        job_id = submit.resolve_job(str(run_dir))[0]
+        status = wait_done(run_dir, timeout=120)
+        assert status.state == "FAILED", (status, batch_log(run_dir))
+        preflight = (run_dir / "logs" / "preflight.txt").read_text()
+        for line in expected:
+            assert line in preflight, preflight
+        start, end = job_times(job_id)
+        assert end - start <= 10, f"the job took {end - start:.0f} s to fail"
+        assert not (run_dir / "ray" / "head.json").exists()  # no Ray bring-up paid for

@@ -95,7 +95,9 @@ def test_status_and_logs_of_a_job_id_find_the_run_directory(tmp_path: Path, fake
     by_dir = _cli(capsys, "status", run_dir)
     by_id = _cli(capsys, "status", "12")
     assert by_id[0] == by_dir[0] == 0
-    assert by_id[1] == f"run directory {run_dir}\n" + by_dir[1]  # the same report, naming the directory found
+    # the same report, naming the directory found after the table (its first line stays `job N: STATE ...`)
+    assert by_id[1].splitlines()[0] == by_dir[1].splitlines()[0]
+    assert by_id[1].replace(f"  run directory: {run_dir}\n", "") == by_dir[1]
     assert "het 0 a800" in by_id[1] and "het 0 ?" not in by_id[1]
     assert "attempt 0: started T0 on a800-1" in by_id[1] and "cpu-1: FAILED: /dev/shm is full" in by_id[1]
     code, out, err = _cli(capsys, "logs", "12", "--list")
