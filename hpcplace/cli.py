@@ -38,9 +38,11 @@ EXAMPLES = {
     "plan": """examples:
   hpcplace plan configs/hetero-partitions.yaml                # the readable plan
   hpcplace plan rlinf.yaml cluster.num_nodes=4 --json > plan.json
-  hpcplace plan rlinf.yaml --svg map.svg --driver -- python main.py --config-name x""",
+  hpcplace plan rlinf.yaml --svg map.svg --driver -- python main.py --config-name x
+  hpcplace plan configs/hetero-partitions.yaml --svg - > map.svg  # the SVG on stdout""",
     "run": """examples:
   hpcplace run configs/collocated-demo.yaml --local -o runs/try1
+  hpcplace run ~/hpcplace/configs/collocated-demo.yaml --local --workdir ~/hpcplace   # from another folder
   hpcplace run rlinf.yaml --local --driver -- python main.py --config-name x   # Ray mode, one machine""",
     "render": """examples:
   hpcplace render configs/hetero-partitions.yaml -o runs/review   # then read runs/review/job.sbatch

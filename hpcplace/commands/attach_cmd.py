@@ -40,6 +40,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(func=run_release)
 
 
+def _open_run(target: str):  # type: ignore[no-untyped-def]
+    """attach.open_run, with a damaged plan.json (truncated, not a plan) said in one line, never a traceback."""
+    from hpcplace.slurm import attach
+
+    try:
+        return attach.open_run(target)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:  # JSONDecodeError is a ValueError
+        plan = Path(target).absolute() / "plan.json"
+        what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        raise SpecError(f"{plan} is damaged or not an hpcplace plan ({what}): the run directory cannot be used",
+                        hint="give the run directory `hpcplace submit` printed after the job id") from None
+    except OSError as exc:
+        raise SpecError(f"cannot read the run directory {target}: {exc.strerror or exc}",
+                        hint="give the run directory `hpcplace submit` printed after the job id") from None
+
+
 def _say(text: str) -> None:
     print(f"hpcplace: {text}", file=sys.stderr, flush=True)
 
@@ -53,7 +69,7 @@ def run_attach(args: argparse.Namespace) -> int:
 
     if not args.driver:
         raise SpecError("attach needs a driver", hint="hpcplace attach RUN --driver -- python main.py ...")
-    run = attach.open_run(args.run)
+    run = _open_run(args.run)
     if not run.plan.launch.is_ray:
         raise SpecError(f"{run.run_dir} is a steps-mode job: there is no Ray cluster to attach a driver to",
                         hint=f"run commands in its ranks with `hpcplace exec {run.run_dir} --component C --rank R "
@@ -107,7 +123,7 @@ def _exec(args: argparse.Namespace, command: list[str], pty: bool) -> int:
     local = _local(args, command)
     if local is not None:
         return local
-    run = attach.open_run(args.run)
+    run = _open_run(args.run)
     target = _target(args, run)
     attach.check_running(run.job_id)
     file = attach.write_command(run.run_dir, "shell" if pty else "exec", command)
@@ -131,7 +147,7 @@ def run_release(args: argparse.Namespace) -> int:
     from hpcplace.slurm import attach
     from hpcplace.slurm import submit
 
-    run = attach.open_run(args.run)
+    run = _open_run(args.run)
     if not run.plan.launch.hold:
         raise SpecError(f"job {run.job_id} was not submitted to hold (launch.hold / --hold): nothing to release",
                         hint=f"`hpcplace cancel {run.run_dir}` stops it")

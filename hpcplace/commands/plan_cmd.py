@@ -114,28 +114,37 @@ def plan_with_launch(args: argparse.Namespace, cluster: LiveCluster | None = Non
     return plan if launch == plan.launch else replace(plan, launch=launch)
 
 
-def write_svg(path: Path, text: str) -> None:
-    """--svg FILE: a missing folder or a folder as FILE is a usage error, not a traceback."""
+def write_output(option: str, path: Path, text: str, *, example: str) -> None:
+    """Write a file the user named on the command line (`--svg FILE`, `tune -o FILE`): a missing folder,
+    a folder as FILE or an unwritable path is a usage error naming the option, never a traceback."""
     from hpcplace.errors import SpecError
 
     if path.is_dir():
-        raise SpecError(f"--svg {path}: is a directory", hint="give a file name, e.g. --svg plan.svg")
+        raise SpecError(f"{option} {path}: is a directory", hint=f"give a file name, e.g. {option} {example}")
     if not path.parent.is_dir():
-        raise SpecError(f"--svg {path}: the folder {path.parent} does not exist",
-                        hint=f"create it first (mkdir -p {path.parent}) or write the SVG elsewhere")
+        raise SpecError(f"{option} {path}: the folder {path.parent} does not exist",
+                        hint=f"create it first (mkdir -p {path.parent}) or write the file elsewhere")
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise SpecError(f"--svg {path}: cannot write it ({exc.strerror or exc})",
+        raise SpecError(f"{option} {path}: cannot write it ({exc.strerror or exc})",
                         hint="give a writable file path") from None
+
+
+def write_svg(path: Path, text: str) -> None:
+    """--svg FILE: see write_output."""
+    write_output("--svg", path, text, example="plan.svg")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("plan", help="expand a config into the exact per-process plan")
     add_config_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the versioned plan JSON")
-    parser.add_argument("--svg", metavar="FILE", help="also write the device map as SVG")
-    parser.add_argument("--max-nodes", type=int, default=64, help="nodes shown in the map (default 64)")
+    parser.add_argument("--svg", metavar="FILE",
+                        help="also write the device map as SVG; `--svg -` prints the SVG on stdout instead of "
+                             "the summary")
+    parser.add_argument("--max-nodes", type=int, default=64, metavar="N",
+                        help="nodes shown in the summary and the map, a positive number (default 64)")
     add_driver_argument(parser)
     parser.set_defaults(func=run)
 
@@ -146,16 +155,27 @@ def run(args: argparse.Namespace) -> int:
     from hpcplace.plan.plan import write_plan_json
     from hpcplace.slurm.render import check_renders
 
+    from hpcplace.errors import SpecError
+
+    if args.max_nodes < 1:
+        raise SpecError(f"--max-nodes {args.max_nodes}: give a positive number of nodes to show",
+                        hint="e.g. --max-nodes 64 (the default)")
+    if args.svg == "-" and args.json:
+        raise SpecError("--svg - and --json both print on stdout: give one of them",
+                        hint="write the map to a file (--svg map.svg) next to --json")
     plan = plan_with_launch(args)
     check_renders(plan)
     nothing = nothing_to_run(plan)
     if nothing is not None:  # render and submit refuse it; the plan itself is still worth seeing
         print(f"hpcplace: warning: {nothing.message}: render and submit refuse this plan; HINT: {nothing.hint}",
               file=sys.stderr)
+    if args.svg == "-":  # the SVG is the output
+        sys.stdout.write(svg(plan, max_nodes=args.max_nodes))
+        return 0
     if args.svg:
         write_svg(Path(args.svg), svg(plan, max_nodes=args.max_nodes))
         total = len(plan.cluster.nodes)
-        shown = min(total, max(args.max_nodes, 0))
+        shown = min(total, args.max_nodes)
         print(f"hpcplace: wrote the device map to {args.svg} ({shown} of {total} nodes"
               + (", --max-nodes for more)" if shown < total else ")"), file=sys.stderr)
     if args.json:

@@ -17,10 +17,11 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from hpcplace.commands.plan_cmd import add_config_arguments, add_driver_argument, config_overrides
+from hpcplace.commands.plan_cmd import add_config_arguments, add_driver_argument, config_overrides, write_output
 from hpcplace.errors import HpcplaceError, SpecError
 
 TUNE_RECORD = "tune.json"
+RUN_MARKERS = (TUNE_RECORD, "run.json", "plan.json")  # a run directory holds at least one of them
 METRIC_RE = re.compile(r"hpcplace-metric((?:\s+[A-Za-z_][A-Za-z0-9_.]*=\S+)+)")
 
 
@@ -34,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--top", type=int, default=5, metavar="K", help="placements to show (default 5)")
     p.add_argument("--objective", choices=OBJECTIVES, default="time",
                    help="minimise predicted seconds per iteration (default) or GPU-hours per iteration")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the winner in the input's own format")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the winner in the input's own format to FILE (its folder must exist)")
     p.add_argument("--submit-top", type=int, metavar="K", help="submit the K best as separate jobs")
     p.add_argument("--runs-dir", metavar="DIR", help="where --submit-top's run directories go "
                                                      "(default: slurm.output_dir or runs)")
@@ -72,13 +74,21 @@ def run_tune(args: argparse.Namespace) -> int:
 
     if args.top < 1 or (args.submit_top is not None and args.submit_top < 1):
         raise SpecError("--top and --submit-top take a positive number")
+    if args.output:
+        _check_output(Path(args.output))  # before the search: a bad -o should not cost a search
     overrides = config_overrides(args)
     spec = load_spec(args.config, format=args.format, overrides=overrides)
+    if not Path(args.config).is_file():  # the winner is a rewrite of the file's text: read again below
+        raise SpecError(f"tune reads {args.config} twice (to plan it, then to rewrite it): it must be a regular "
+                        "file, not a pipe or a device", hint="save the config to a file first")
     setup = build_setup(spec, plan_from_spec(spec), parse_profile(args.profile), args.objective)
     problem = setup.problem
     want = max(args.top, args.submit_top or 0)
     found = search(problem, top=want + 3, progress=_Progress())  # spares for proposals the planner refuses
-    text = Path(args.config).read_text(encoding="utf-8")
+    try:
+        text = Path(args.config).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read config file {args.config}: {exc}") from None
     accepted = []
     refused: list[str] = []
     for cand in found:
@@ -117,11 +127,20 @@ def run_tune(args: argparse.Namespace) -> int:
     if refused:
         print(f"({len(refused)} proposal(s) the planner refused were skipped; first: {refused[0]})")
     if args.output:
-        Path(args.output).write_text(accepted[0][1], encoding="utf-8")
+        write_output("-o", Path(args.output), accepted[0][1], example="best.yaml")
         print(f"wrote {args.output}: `hpcplace plan {args.output}` is the next command")
     if args.submit_top:
         _submit_top(args, spec.name, accepted[:args.submit_top])
     return 0
+
+
+def _check_output(path: Path) -> None:
+    """-o FILE can be written: not a folder, its folder exists (the write itself is checked again)."""
+    if path.is_dir():
+        raise SpecError(f"-o {path}: is a directory", hint=f"give a file name, e.g. -o {path / 'best.yaml'}")
+    if not path.parent.is_dir():
+        raise SpecError(f"-o {path}: the folder {path.parent} does not exist",
+                        hint=f"create it first (mkdir -p {path.parent}) or write the file elsewhere")
 
 
 def _variant_slug(cand) -> str:  # type: ignore[no-untyped-def]
@@ -139,7 +158,11 @@ def _submit_top(args: argparse.Namespace, name: str, chosen: list) -> None:  # t
     source = Path(args.config)
     for i, (cand, variant) in enumerate(chosen, 1):
         config = source.with_name(f"{source.stem}.tune-{i}{source.suffix}")
-        config.write_text(variant, encoding="utf-8")  # next to the input: Hydra's relative defaults resolve
+        try:
+            config.write_text(variant, encoding="utf-8")  # next to the input: Hydra's relative defaults resolve
+        except OSError as exc:
+            raise SpecError(f"--submit-top writes each variant next to the config, as {config}: cannot write it "
+                            f"({exc.strerror or exc})", hint="copy the config to a folder you can write") from None
         try:
             plan = _runnable_plan(argparse.Namespace(**{**vars(args), "config": str(config)}))
         finally:
@@ -163,7 +186,12 @@ def read_metrics(run_dir: Path) -> list[float]:
     for path in sorted(logs.rglob("*")) if logs.is_dir() else []:
         if not path.is_file():
             continue
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise SpecError(f"cannot read the log {path}: {exc.strerror or exc}",
+                            hint="compare reads every file under the run's logs/ folder") from None
+        for line in text.splitlines():
             m = METRIC_RE.search(line)
             if not m:
                 continue
@@ -181,14 +209,21 @@ def run_compare(args: argparse.Namespace) -> int:
     rows = []
     for run in args.runs:
         run_dir = Path(run)
+        hint = "pass the directories tune --submit-top printed"
         if not run_dir.is_dir():
-            raise SpecError(f"{run} is not a run directory", hint="pass the directories tune --submit-top printed")
+            raise SpecError(f"{run} is not a run directory", hint=hint)
+        if not any((run_dir / marker).exists() for marker in RUN_MARKERS):
+            raise SpecError(f"{run} is not a run directory (it holds none of {', '.join(RUN_MARKERS)})", hint=hint)
         record = {}
         if (run_dir / TUNE_RECORD).exists():
             try:
                 record = json.loads((run_dir / TUNE_RECORD).read_text(encoding="utf-8"))
-            except ValueError as exc:
-                raise SpecError(f"{run_dir / TUNE_RECORD} is unreadable: {exc}") from None
+            except (OSError, ValueError) as exc:
+                raise SpecError(f"{run_dir / TUNE_RECORD} is unreadable: {exc}",
+                                hint="the run directory is damaged; compare the others without it") from None
+            if not isinstance(record, dict):
+                raise SpecError(f"{run_dir / TUNE_RECORD} is not a tune record (a JSON object)",
+                                hint="the run directory is damaged; compare the others without it")
         values = read_metrics(run_dir)
         measured = statistics.median(values) if values else None
         predicted = record.get("predicted_iteration_s")

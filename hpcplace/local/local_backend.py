@@ -188,15 +188,26 @@ def exec_locally(run_dir: str | os.PathLike[str], component: str, rank: int, com
     here, in the foreground, with exactly the environment that rank got (or gets) in that local run
     (the same computation, the run's own id: its HPCPLACE_SHM_DIR, MASTER_ADDR/PORT). Its exit code."""
     directory = Path(run_dir).resolve()
+    hint = "give the directory `run --local -o DIR` wrote (it holds local.json and plan.json)"
     try:
         run_id = str(json.loads((directory / LOCAL_RECORD).read_text(encoding="utf-8"))["run_id"])
-        text = (directory / "plan.json").read_text(encoding="utf-8")
-    except (OSError, ValueError, KeyError) as exc:
-        raise LocalRunError(f"{directory} is not a `hpcplace run --local` run directory ({exc})",
-                            hint="give the directory `run --local -o DIR` wrote (it holds local.json)") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise LocalRunError(f"{directory / LOCAL_RECORD} is damaged: {directory} is not a usable `hpcplace run "
+                            f"--local` run directory ({type(exc).__name__}: {exc})", hint=hint) from None
+    plan_file = directory / "plan.json"
+    try:
+        text = plan_file.read_text(encoding="utf-8")
+    except (OSError, ValueError) as exc:
+        raise LocalRunError(f"cannot read {plan_file}: {directory} is not a usable `hpcplace run --local` run "
+                            f"directory ({exc})", hint=hint) from None
     environ = dict(os.environ if environ is None else environ)
-    procs = [p for p in prepare(text, str(directory / "plan.json"), run_id, environ=environ,
-                                gpus=local_gpus(environ), components=(component,)) if p.rank == rank]
+    try:
+        procs = [p for p in prepare(text, str(plan_file), run_id, environ=environ,
+                                    gpus=local_gpus(environ), components=(component,)) if p.rank == rank]
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:  # JSONDecodeError is a ValueError
+        what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        raise LocalRunError(f"{plan_file} is damaged or not an hpcplace plan ({what}): the run directory "
+                            f"{directory} cannot be used", hint=hint + "; or start a new run") from None
     if not procs:
         raise LocalRunError(f"component {component!r} has no rank {rank} in {directory}/plan.json")
     try:
@@ -205,6 +216,72 @@ def exec_locally(run_dir: str | os.PathLike[str], component: str, rank: int, com
         raise LocalRunError(f"command not found: {command[0]!r}") from None
     except KeyboardInterrupt:
         return 130
+
+
+def partial_collocation_problem(plan: Plan, components: Sequence[str]) -> LocalRunError | None:
+    """Chosen components (--component) that would start only part of a collocation group: its members take
+    turns on shared devices (the baton), so a member started alone waits forever for the others' turn."""
+    chosen = set(components)
+    if not chosen:
+        return None
+    for group in plan.collocation_groups:
+        started = [c for c in group.components if c in chosen]
+        missing = [c for c in group.components if c not in chosen]
+        if started and missing:
+            return LocalRunError(
+                f"--component {' --component '.join(started)} starts only part of collocation group {group.name!r} "
+                f"(members: {', '.join(group.components)}): its members take turns on shared devices, so "
+                f"{', '.join(started)} would wait forever for {', '.join(missing)}",
+                hint=f"add {' '.join('--component ' + c for c in missing)} too, or drop --component to run "
+                     "the whole plan")
+    return None
+
+
+def startable_problem(what: str, command: Sequence[str], cwd: str, path: str) -> str | None:
+    """Why `command` cannot start in the working directory `cwd` with PATH `path` (its program is not
+    found or not executable; a Python's script is missing), or None. Relative programs, scripts and PATH
+    entries are taken from `cwd`, where the process runs (as a Slurm step runs in its --chdir)."""
+    from hpcplace.runtime.preflight import ProgramCheck, program_problem, python_script, resolve_program
+
+    if not command:
+        return None
+    program = str(command[0])
+    search = os.pathsep.join(d if os.path.isabs(d) else os.path.join(cwd, d or ".") for d in path.split(os.pathsep))
+    candidate = os.path.join(cwd, program) if "/" in program else program
+    check = ProgramCheck(what=what, program=program, resolved=resolve_program(candidate, search),
+                         needs_runtime=False, script=python_script(command))
+    problem = program_problem(check, cwd)
+    if problem is not None and cwd not in problem:
+        problem += f" (working directory {cwd})"
+    return problem
+
+
+def start_problems(processes: Sequence[LocalProcess], cwd: str) -> list[str]:
+    """startable_problem for each chosen component (its processes share one command), in plan order."""
+    problems: list[str] = []
+    seen: set[str] = set()
+    for proc in processes:
+        if proc.component in seen:
+            continue
+        seen.add(proc.component)
+        problem = startable_problem(f"component {proc.component}", proc.command, cwd,
+                                    proc.env.get("PATH", os.defpath))
+        if problem is not None:
+            problems.append(problem)
+    return problems
+
+
+WORKDIR_HINT = ("pass --workdir DIR, the directory the commands' relative paths start from (e.g. the config's "
+                "folder or the checkout), or run hpcplace from there")
+
+
+def resolve_workdir(workdir: str | os.PathLike[str] | None) -> str:
+    """--workdir DIR as an absolute directory (default: the current directory)."""
+    where = os.path.abspath(workdir if workdir is not None else os.getcwd())
+    if not os.path.isdir(where):
+        raise LocalRunError(f"--workdir {os.fspath(workdir)!r} is not a directory",
+                            hint="give the directory the components' commands run in")
+    return where
 
 
 def dry_run_text(processes: Sequence[LocalProcess]) -> str:
@@ -222,14 +299,20 @@ def dry_run_text(processes: Sequence[LocalProcess]) -> str:
 
 def run_plan_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None, components: Sequence[str] = (),
                      dry_run: bool = False, grace_s: float = DEFAULT_GRACE_S,
-                     environ: Mapping[str, str] | None = None) -> int:
-    """Render plan.json (+ index) into the run dir, start every process, return the exit code."""
+                     environ: Mapping[str, str] | None = None, workdir: str | os.PathLike[str] | None = None) -> int:
+    """Render plan.json (+ index) into the run dir, start every process in `workdir` (default: the current
+    directory), return the exit code. Refused before anything starts: part of a collocation group, and a
+    process whose program or Python script is not there (relative paths are taken from `workdir`)."""
     from hpcplace.config.launch import check_runnable
     from hpcplace.slurm.render import make_run_dir
     from hpcplace.slurm.slurm_job import check_spanning_workers
 
     check_spanning_workers(plan)  # a worker wider than a node is one Ray worker, not separate processes
     check_runnable(plan, components)  # a component without a command (and no Ray driver): nothing to start
+    partial = partial_collocation_problem(plan, components)
+    if partial is not None and not dry_run:
+        raise partial
+    cwd = resolve_workdir(workdir)
     environ = dict(os.environ if environ is None else environ)
     run_id = new_run_id(plan.name)
     directory = Path(run_dir) if run_dir is not None else Path("runs") / run_id
@@ -237,9 +320,15 @@ def run_plan_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = Non
     text = plan_to_json(plan)
     processes = prepare(text, str(plan_path), run_id, environ=environ, gpus=local_gpus(environ),
                         components=components)
-    if dry_run:
+    problems = start_problems(processes, cwd)
+    if dry_run:  # shows what would run; what would stop it is a warning here
+        for warning in ([partial.message] if partial is not None else []) + problems:
+            print(f"hpcplace: warning: {warning}", file=sys.stderr)
         sys.stdout.write(dry_run_text(processes))
         return 0
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise LocalRunError(problems[0] + more, hint=WORKDIR_HINT)
     make_run_dir(directory)
     plan_path.write_text(text, encoding="utf-8")
     (directory / LOCAL_RECORD).write_text(json.dumps({"run_id": run_id}) + "\n", encoding="utf-8")
@@ -262,7 +351,7 @@ def run_plan_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = Non
         raise LocalRunError(exc.message, hint=exc.hint) from None
     try:
         print(f"hpcplace: running {len(processes)} process(es) locally; run dir {directory}", file=sys.stderr)
-        return supervise(processes, grace_s=grace_s, shm_job_dir=job_dir)
+        return supervise(processes, grace_s=grace_s, shm_job_dir=job_dir, workdir=cwd)
     finally:
         if job_dir is not None:
             try:
@@ -304,8 +393,10 @@ def _exit_code(returncode: int) -> int:
 class _Supervisor:
     """Start processes in their own process groups, relay output, stop all of them together."""
 
-    def __init__(self, grace_s: float, out: BinaryIO, err: BinaryIO, shm_job_dir: str | None = None) -> None:
+    def __init__(self, grace_s: float, out: BinaryIO, err: BinaryIO, shm_job_dir: str | None = None,
+                 workdir: str | None = None) -> None:
         self.grace_s = grace_s
+        self.workdir = workdir
         self.parent = os.getpid()
         self.watchdog = _start_watchdog(grace_s, shm_job_dir)
         self.out = out
@@ -322,7 +413,7 @@ class _Supervisor:
 
     def start(self, proc: LocalProcess) -> bool:
         try:
-            popen = subprocess.Popen(list(proc.command), env=proc.env, stdin=subprocess.DEVNULL,
+            popen = subprocess.Popen(list(proc.command), env=proc.env, stdin=subprocess.DEVNULL, cwd=self.workdir,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                      preexec_fn=self._die_with_parent if _LIBC is not None else None)
         except OSError as exc:
@@ -454,13 +545,14 @@ def _start_watchdog(grace_s: float, shm_job_dir: str | None) -> subprocess.Popen
 
 
 def supervise(processes: Sequence[LocalProcess], *, grace_s: float = DEFAULT_GRACE_S, shm_job_dir: str | None = None,
-              stdout: BinaryIO | None = None, stderr: BinaryIO | None = None) -> int:
-    """Run all processes to completion; the first failure or SIGINT/SIGTERM stops the rest. The
-    watchdog removes `shm_job_dir` once they are stopped, even when the backend itself is killed."""
+              stdout: BinaryIO | None = None, stderr: BinaryIO | None = None, workdir: str | None = None) -> int:
+    """Run all processes to completion (in `workdir`, default the current directory); the first failure or
+    SIGINT/SIGTERM stops the rest. The watchdog removes `shm_job_dir` once they are stopped, even when the
+    backend itself is killed."""
     requested: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, _frame: requested.append(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
-    supervisor = _Supervisor(grace_s, stdout or sys.stdout.buffer, stderr or sys.stderr.buffer, shm_job_dir)
+    supervisor = _Supervisor(grace_s, stdout or sys.stdout.buffer, stderr or sys.stderr.buffer, shm_job_dir, workdir)
     try:
         return supervisor.run(processes, requested)
     finally:

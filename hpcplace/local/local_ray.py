@@ -33,6 +33,12 @@ class LocalRayError(HpcplaceError):
     """The local Ray cluster could not be started."""
 
 
+class LocalRayUsageError(LocalRayError):
+    """The run as asked cannot start (a usage error: exit code 2)."""
+
+    exit_code = 2
+
+
 def local_raylet_facts(plan: Plan) -> dict:
     """The single local raylet: every planned node's resources on one node (pure)."""
     nodes = ray_nodes(plan)
@@ -63,14 +69,23 @@ def local_warning(plan: Plan) -> str | None:
 
 
 def run_ray_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None,
-                    environ: Mapping[str, str] | None = None, grace_s: float = 5.0) -> int:
-    from hpcplace.local.local_backend import new_run_id
+                    environ: Mapping[str, str] | None = None, grace_s: float = 5.0,
+                    workdir: str | os.PathLike[str] | None = None) -> int:
+    """The local Ray head, then the driver, both in `workdir` (default: the current directory); a driver
+    whose program or Python script is not found from there is refused before anything starts."""
+    from hpcplace.local.local_backend import WORKDIR_HINT, new_run_id, resolve_workdir, startable_problem
     from hpcplace.runtime.plan_index import write_index
     from hpcplace.runtime.ray_node import port_candidates, port_free, stop_tree, wait_for
     from hpcplace.runtime.ray_driver import driver_env
 
     base = dict(os.environ if environ is None else environ)
     from hpcplace.slurm.render import make_run_dir
+
+    cwd = resolve_workdir(workdir)
+    problem = startable_problem("the Ray driver", plan.launch.driver, cwd,
+                                {**base, **plan.launch.env}.get("PATH", os.defpath))
+    if problem is not None:
+        raise LocalRayUsageError(problem, hint=WORKDIR_HINT)
 
     directory = Path(run_dir) if run_dir is not None else Path("runs") / new_run_id(plan.name)
     make_run_dir(directory)
@@ -100,7 +115,7 @@ def run_ray_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None
     log = open(directory / "ray-head.log", "wb")
     print(f"hpcplace: starting a local Ray head on port {port} ({facts['num_cpus']} CPU(s), {facts['num_gpus']} "
           f"GPU(s), resources {facts['resources']}); run dir {directory}", file=sys.stderr)
-    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)
     driver = None
     try:
         def up() -> bool:
@@ -121,7 +136,7 @@ def run_ray_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None
         denv["RLINF_NODE_RANK"] = "0"
         print(f"hpcplace: running the driver: {shlex.join(plan.launch.driver)}", file=sys.stderr)
         try:
-            driver = subprocess.Popen(list(plan.launch.driver), env=denv)
+            driver = subprocess.Popen(list(plan.launch.driver), env=denv, cwd=cwd)
         except OSError as exc:
             raise LocalRayError(f"cannot run the driver {plan.launch.driver[0]!r}: {exc.strerror}") from None
         try:
