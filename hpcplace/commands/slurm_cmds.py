@@ -194,6 +194,27 @@ def _warn_unshared(plan, launcher: tuple[str, ...], run_dir: Path) -> None:  # t
                                  "the nodes have"))
     for line in path_warnings(paths, read_mounts(), shared_paths(plan.slurm)):
         print(f"hpcplace: warning: {line}", file=sys.stderr)
+    for line in missing_files(plan, workdir):
+        print(f"hpcplace: warning: {line}", file=sys.stderr)
+
+
+def missing_files(plan, workdir: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """Programs given by path and Python scripts (`python train.py`) of the components and the Ray driver
+    that are not in the working directory here: the job's preflight would fail on them after the queue
+    wait (bare program names are looked up on the nodes' PATH, which is theirs to say)."""
+    from hpcplace.runtime.preflight import python_script
+
+    commands = [("the Ray driver", plan.launch.driver)] if plan.launch.is_ray else \
+        [(f"component {c.name!r}", c.command) for c in plan.components]
+    lines = []
+    for what, command in commands:
+        if not command:
+            continue
+        for kind, name in (("program", command[0] if "/" in command[0] else None), ("script", python_script(command))):
+            if name is not None and not os.path.exists(os.path.join(workdir, name)):
+                lines.append(f"{what}: its {kind} {name!r} is not in the working directory {workdir}: the job "
+                             "would fail at its start (pass --workdir DIR, or give the path from there)")
+    return lines
 
 
 def run_render(args: argparse.Namespace) -> int:

@@ -392,3 +392,26 @@ def test_logs_of_a_run_that_never_reached_slurm_or_has_not_started(tmp_path: Pat
                                     f"yet, or it ended before they started; `hpcplace status {run_dir}` says which, "
                                     "and why"]
     shutil.rmtree(run_dir)
+
+
+def test_submit_warns_about_scripts_and_programs_missing_from_the_working_directory(tmp_path: Path) -> None:
+    """Seen here, before the queue wait: the job's preflight would fail on them at its start."""
+    from hpcplace.commands.slurm_cmds import missing_files
+    from hpcplace.plan.planner import plan_from_file
+
+    plan = plan_from_file(HETERO)
+    plan = replace(plan, components=tuple(replace(c, command=("python3", "-u", "train.py")) if i == 0 else
+                                          replace(c, command=("./bin/tool", "x")) if i == 1 else c
+                                          for i, c in enumerate(plan.components)))
+    first, second = plan.components[0].name, plan.components[1].name
+    assert missing_files(plan, str(tmp_path)) == [
+        f"component {first!r}: its script 'train.py' is not in the working directory {tmp_path}: the job would fail "
+        "at its start (pass --workdir DIR, or give the path from there)",
+        f"component {second!r}: its program './bin/tool' is not in the working directory {tmp_path}: the job would "
+        "fail at its start (pass --workdir DIR, or give the path from there)"]
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "tool").write_text("")
+    assert missing_files(plan, str(tmp_path)) == []
+    ray = replace(plan, launch=launch.LaunchSpec("ray", ("/usr/bin/python3", "driver.py")))
+    assert [line.split(":")[0] for line in missing_files(ray, str(tmp_path))] == ["the Ray driver"]
