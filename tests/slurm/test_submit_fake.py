@@ -364,6 +364,10 @@ def test_rlinf_and_roll_gpu_counts_left_to_run_time_come_from_the_site(lab_facts
     assert plan.cluster.node_groups[0].gpus_per_node == (4, 4)
     assert any(w.startswith("num_gpus_per_node 8 (") and "differs from the nodes' 4 GPUs" in w for w in plan.warnings)
     assert plan_from_file(roll).cluster.node_groups[0].gpus_per_node == (8,)  # no site: the config's fallback
+    roll.write_text(roll.read_text().replace("rtx4090", "a800"))  # the config's count, confirmed: no warning
+    plan = plan_from_file(roll, site_gpus=site)
+    assert plan.cluster.node_groups[0].gpus_per_node == (8,)
+    assert not any("GPUs per node" in w or "num_gpus_per_node" in w for w in plan.warnings), plan.warnings
 
 
 def test_gres_parser() -> None:

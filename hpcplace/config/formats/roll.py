@@ -184,8 +184,10 @@ def _gpus_per_node(root: View, slurm_view: View | None, gpus_from_slurm: int | N
     config's value is only a fallback."""
     gpn_view = root.get("num_gpus_per_node")
     if gpus_from_slurm is None and site is not None and site.count is not None:
-        notes.append(f"{site.count} GPUs per node, {site.source} (ROLL detects them at run time; set "
-                     "slurm.gpus_per_node to fix the count)")
+        stated = gpn_view.value if gpn_view is not None else None
+        if stated != site.count:  # the config's own count, confirmed by the cluster, is no news
+            notes.append(f"{site.count} GPUs per node, {site.source} (ROLL detects them at run time; set "
+                         "slurm.gpus_per_node to fix the count)")
         gpus_from_slurm = site.count
     if gpus_from_slurm is not None:
         where = slurm_view.require("gpus_per_node") if slurm_view is not None and slurm_view.get("gpus_per_node") \
