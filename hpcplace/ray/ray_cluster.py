@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import dataclass
 
 from hpcplace.errors import SpecError
@@ -105,7 +106,7 @@ def ray_summary(plan: Plan) -> list[str]:
                      + (f", env {', '.join(sorted(set(n.env) - set(framework)))}" if set(n.env) - set(framework) else "")
                      + (f", python {n.python}" if n.python else ""))
     if launch.driver:
-        lines.append(f"driver (on the head, argv from plan.json launch.driver): {' '.join(launch.driver)}")
+        lines.append(f"driver (on the head, argv from plan.json launch.driver): {shlex.join(launch.driver)}")
     else:
         lines.append("no driver: the job holds the Ray cluster for `hpcplace attach RUN --driver -- CMD...`")
     if launch.hold:

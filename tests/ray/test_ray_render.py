@@ -48,6 +48,8 @@ def test_launch_block_in_every_format(config: Path, tmp_path: Path) -> None:
     assert record == {"mode": "ray", "driver": ["python", "main.py", "--x", "a b"],
                       "env": {"PYTHONPATH": "/opt/site"}, "join_timeout": 30.0}
     assert "launch" not in json.loads(plan_to_json(plan_from_file(config)))
+    from hpcplace.ray.ray_cluster import ray_summary
+    assert "driver (on the head, argv from plan.json launch.driver): python main.py --x 'a b'" in ray_summary(plan)
 
 
 @pytest.mark.parametrize("block, message", [
