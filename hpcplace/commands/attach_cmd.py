@@ -41,16 +41,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _open_run(target: str):  # type: ignore[no-untyped-def]
-    """attach.open_run, with a damaged plan.json (truncated, not a plan) said in one line, never a traceback."""
+    """attach.open_run, with an unreadable run directory said in one line (a damaged plan.json: load_plan)."""
     from hpcplace.slurm import attach
 
     try:
         return attach.open_run(target)
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:  # JSONDecodeError is a ValueError
-        plan = Path(target).absolute() / "plan.json"
-        what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
-        raise SpecError(f"{plan} is damaged or not an hpcplace plan ({what}): the run directory cannot be used",
-                        hint="give the run directory `hpcplace submit` printed after the job id") from None
     except OSError as exc:
         raise SpecError(f"cannot read the run directory {target}: {exc.strerror or exc}",
                         hint="give the run directory `hpcplace submit` printed after the job id") from None

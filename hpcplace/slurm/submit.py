@@ -504,8 +504,19 @@ class RankLog:
 
 
 def load_plan(path: Path) -> Plan:
-    """plan.json (schema hpcplace.plan/1) -> Plan, for commands that work on a run directory."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+    """plan.json (schema hpcplace.plan/1) -> Plan, for commands that work on a run directory; a damaged
+    one (truncated, edited, not a plan) is one error line naming the file, never a traceback."""
+    try:
+        return _plan_of(json.loads(path.read_text(encoding="utf-8")), path)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:  # JSONDecodeError: a ValueError
+        if isinstance(exc, SlurmError):
+            raise
+        what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        raise SpecError(f"{path} is damaged or not an hpcplace plan ({what}): the run directory cannot be used",
+                        hint="give the run directory `hpcplace submit` printed after the job id") from None
+
+
+def _plan_of(data: dict, path: Path) -> Plan:
     if data.get("schema") != SCHEMA:
         raise SlurmError(f"{path}: schema {data.get('schema')!r}, expected {SCHEMA!r}")
     groups = []
