@@ -69,7 +69,7 @@ def run_attach(args: argparse.Namespace) -> int:
         raise SpecError(f"{run.run_dir} is a steps-mode job: there is no Ray cluster to attach a driver to",
                         hint=f"run commands in its ranks with `hpcplace exec {run.run_dir} --component C --rank R "
                              "-- CMD`")
-    attach.check_running(run.job_id)
+    attach.check_running(run.job_id, run.run_dir)
     if not args.concurrent:
         busy = attach.running_steps(run.job_id, attach.ATTACH_STEP)
         if busy:
@@ -120,7 +120,7 @@ def _exec(args: argparse.Namespace, command: list[str], pty: bool) -> int:
         return local
     run = _open_run(args.run)
     target = _target(args, run)
-    attach.check_running(run.job_id)
+    attach.check_running(run.job_id, run.run_dir)
     file = attach.write_command(run.run_dir, "shell" if pty else "exec", command)
     argv = attach.exec_argv(run, target, file, component=None if args.node is not None else args.component,
                             rank=args.rank, pty=pty)
@@ -146,7 +146,7 @@ def run_release(args: argparse.Namespace) -> int:
     if not run.plan.launch.hold:
         raise SpecError(f"job {run.job_id} was not submitted to hold (launch.hold / --hold): nothing to release",
                         hint=f"`hpcplace cancel {run.run_dir}` stops it")
-    status = submit.known_status(run.job_id)
+    status = attach.owned_status(run.job_id, run.run_dir)
     if status.done:
         print(f"job {run.job_id} had already ended: {status.state}; nothing to release")
         return 0

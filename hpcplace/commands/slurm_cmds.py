@@ -386,17 +386,13 @@ def _job_and_run(target: str):  # type: ignore[no-untyped-def]
     """`RUN|JOBID` -> (job id, run directory or None, Slurm's status of the job). A job id finds its run
     directory through the job's working directory (or batch script, or batch log); a run directory's
     recorded job must still be that run's (job ids restart when a cluster's state is reset)."""
-    from hpcplace.slurm import run_report, submit
+    from hpcplace.slurm import attach, run_report, submit
 
     job_id, run_dir = submit.resolve_job(target)
+    if run_dir is not None:
+        return job_id, run_dir, attach.owned_status(job_id, run_dir)
     status = submit.known_status(job_id)  # an unknown job is an error, not an empty table
-    if run_dir is None:
-        return job_id, run_report.find_run_dir(status), status
-    problem = run_report.ownership_problem(run_dir, submit.read_record(run_dir), status)
-    if problem is not None:
-        raise submit.UnknownJobError(problem, hint=f"this run's own job is no longer known to Slurm; its files are "
-                                                   f"still in {run_dir} (`hpcplace logs {run_dir}`)")
-    return job_id, run_dir, status
+    return job_id, run_report.find_run_dir(status), status
 
 
 def run_cancel(args: argparse.Namespace) -> int:

@@ -95,11 +95,23 @@ def recorded_launcher(run_dir: Path) -> tuple[str, ...]:
                      hint="resubmit with this hpcplace version")
 
 
-def check_running(job_id: str, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> None:
-    """Refuse a job that is not RUNNING (pending: not started yet; ended: nothing to attach to)."""
-    from hpcplace.slurm import submit
+def owned_status(job_id: str, run_dir: Path, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S):  # type: ignore[no-untyped-def]
+    """The job's status, refused when the id recorded in `run_dir` now names another run's job (ids restart
+    when a cluster's state is reset): attach, exec and release never reach into someone else's job."""
+    from hpcplace.slurm import run_report, submit
 
     status = submit.known_status(job_id, timeout=timeout)
+    problem = run_report.ownership_problem(run_dir, submit.read_record(run_dir), status)
+    if problem is not None:
+        raise submit.UnknownJobError(problem, hint=f"this run's own job is no longer known to Slurm; its files are "
+                                                   f"still in {run_dir} (`hpcplace logs {run_dir}`)")
+    return status
+
+
+def check_running(job_id: str, run_dir: Path, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> None:
+    """Refuse a job that is not this run's, or not RUNNING (pending: not started yet; ended: nothing to
+    attach to)."""
+    status = owned_status(job_id, run_dir, timeout=timeout)
     if status.state != "RUNNING":
         why = "it has not started yet" if status.state == "PENDING" else "it is not running"
         raise NotRunningError(f"job {job_id} is {status.state}: {why}",

@@ -185,6 +185,17 @@ def test_status_and_cancel_refuse_a_job_of_another_run(tmp_path: Path, fake_slur
     assert not (fake_slurm / "scancel.calls").exists()  # the other run's job was left alone
 
 
+def test_attach_exec_and_release_refuse_a_job_of_another_run(tmp_path: Path, fake_slurm: Path,  # noqa: F811
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = _run_dir(tmp_path, capsys, "--hold", "--driver", "--", "python3", "x.py")
+    _slurm_job(fake_slurm, "/home/someone/other-run", "RUNNING")
+    for argv in (["attach", str(run_dir), "--driver", "--", "python3", "y.py"],
+                 ["exec", str(run_dir), "--node", "0", "--", "true"], ["release", str(run_dir)]):
+        code, _out, err = _cli(capsys, *argv)
+        assert code == 2 and "job 12 is not this run's" in err, (argv, err)
+    assert not (fake_slurm / "scancel.calls").exists()
+
+
 def test_ownership_without_a_working_directory_compares_submit_times(tmp_path: Path) -> None:
     comp = submit.ComponentState(0, "12", "cpu", "COMPLETED", "cpu-1", "", "0:0", "00:01")
     record = {"job_id": "12", "submitted_at": "2026-11-21T06:11:50+00:00"}
