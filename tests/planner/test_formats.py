@@ -375,6 +375,16 @@ def test_overrides_replace_values_and_reject_garbage(yml: Yaml) -> None:
         load_spec(path, overrides=["slurm.gpus_per_node.x=1"])
 
 
+def test_overrides_index_list_items_by_position() -> None:
+    """`cluster.node_groups.0.nodes=1`, as Hydra takes it; a position the list lacks is named."""
+    spec = load_spec(CONFIGS / "hetero-partitions.yaml", overrides=["cluster.node_groups.1.nodes=3"])
+    assert spec.cluster.node_groups[1].num_nodes == 3
+    with pytest.raises(SpecError) as info:
+        load_spec(CONFIGS / "hetero-partitions.yaml", overrides=["cluster.node_groups.9.nodes=1"])
+    assert "'cluster.node_groups' is a list of 4 item(s); '9' is not one of its positions" in info.value.message
+    assert info.value.location is not None and info.value.location.line > 1
+
+
 def test_rlinf_uncovered_nodes_form_default_groups(yml: Yaml) -> None:
     path = yml.write("""
         cluster:

@@ -86,16 +86,26 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str], *, hydra_keys: 
                             hint="write KEY=VALUE with dotted keys, e.g. slurm.time=1:00:00", location=where)
         if hydra_keys and parts[0] not in OWN_BLOCKS and adds < 2:
             _check_hydra_key(data, parts, adds == 1, item, where)
-        for depth, part in enumerate(parts[:-1]):
-            nxt = node.get(part)
-            if nxt is None:
-                nxt = node[part] = {}
-            if not isinstance(nxt, dict):
-                raise SpecError(f"override {item!r}: {part!r} is not a mapping in {doc.path}",
-                                location=doc.location(tuple(parts[:depth + 1])),
-                                hint="--set can only set keys inside mappings")
-            node = nxt
-        node[parts[-1]] = value
+        path: list[str | int] = []
+        for depth, part in enumerate(parts):
+            at: str | int = part
+            if isinstance(node, list):  # `cluster.node_groups.0.nodes=2`: a list item by its position, as Hydra
+                if not part.isdigit() or int(part) >= len(node):
+                    raise SpecError(f"override {item!r}: {'.'.join(parts[:depth])!r} is a list of {len(node)} "
+                                    f"item(s); {part!r} is not one of its positions", location=doc.location(tuple(path)),
+                                    hint="a list item is set by its position from 0, e.g. cluster.node_groups.0.nodes=2")
+                at = int(part)
+            elif not isinstance(node, dict):
+                raise SpecError(f"override {item!r}: {parts[depth - 1]!r} is not a mapping in {doc.path}",
+                                location=doc.location(tuple(path)),
+                                hint="overrides set keys inside mappings (and list items by position)")
+            path.append(at)
+            if depth == len(parts) - 1:
+                node[at] = value  # type: ignore[index]
+            else:
+                if node[at] is None if isinstance(node, list) else node.get(at) is None:  # type: ignore[union-attr]
+                    node[at] = {}  # type: ignore[index]
+                node = node[at]  # type: ignore[index]
     marks = dict(doc.marks)
     for item in overrides:
         mark_override(item, marks)
@@ -107,6 +117,11 @@ def _check_hydra_key(data: dict, parts: list[str], adding: bool, item: str, wher
     it not to."""
     node: object = data
     for depth, part in enumerate(parts):
+        if isinstance(node, list):  # a position; apply_overrides says when it is none
+            if not part.isdigit() or int(part) >= len(node):
+                return
+            node = node[int(part)]
+            continue
         if not isinstance(node, dict) or part not in node:
             if adding:
                 return
