@@ -114,9 +114,9 @@ def plan_with_launch(args: argparse.Namespace, cluster: LiveCluster | None = Non
     return plan if launch == plan.launch else replace(plan, launch=launch)
 
 
-def write_output(option: str, path: Path, text: str, *, example: str) -> None:
-    """Write a file the user named on the command line (`--svg FILE`, `tune -o FILE`): a missing folder,
-    a folder as FILE or an unwritable path is a usage error naming the option, never a traceback."""
+def check_output(option: str, path: Path, *, example: str) -> None:
+    """A file the user named on the command line (`--svg FILE`, `tune -o FILE`) can be written there: not
+    a folder, its folder exists; else a usage error naming the option (check it before costly work)."""
     from hpcplace.errors import SpecError
 
     if path.is_dir():
@@ -124,16 +124,19 @@ def write_output(option: str, path: Path, text: str, *, example: str) -> None:
     if not path.parent.is_dir():
         raise SpecError(f"{option} {path}: the folder {path.parent} does not exist",
                         hint=f"create it first (mkdir -p {path.parent}) or write the file elsewhere")
+
+
+def write_output(option: str, path: Path, text: str, *, example: str) -> None:
+    """Write a file the user named on the command line: check_output, and an unwritable path is a usage
+    error too, never a traceback."""
+    from hpcplace.errors import SpecError
+
+    check_output(option, path, example=example)
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"{option} {path}: cannot write it ({exc.strerror or exc})",
                         hint="give a writable file path") from None
-
-
-def write_svg(path: Path, text: str) -> None:
-    """--svg FILE: see write_output."""
-    write_output("--svg", path, text, example="plan.svg")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -153,9 +156,8 @@ def run(args: argparse.Namespace) -> int:
     from hpcplace.plan.gpumap import summary, svg
     from hpcplace.config.launch import nothing_to_run
     from hpcplace.plan.plan import write_plan_json
-    from hpcplace.slurm.render import check_renders
-
     from hpcplace.errors import SpecError
+    from hpcplace.slurm.render import check_renders
 
     if args.max_nodes < 1:
         raise SpecError(f"--max-nodes {args.max_nodes}: give a positive number of nodes to show",
@@ -173,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(svg(plan, max_nodes=args.max_nodes))
         return 0
     if args.svg:
-        write_svg(Path(args.svg), svg(plan, max_nodes=args.max_nodes))
+        write_output("--svg", Path(args.svg), svg(plan, max_nodes=args.max_nodes), example="plan.svg")
         total = len(plan.cluster.nodes)
         shown = min(total, args.max_nodes)
         print(f"hpcplace: wrote the device map to {args.svg} ({shown} of {total} nodes"

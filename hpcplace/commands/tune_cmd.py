@@ -17,7 +17,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from hpcplace.commands.plan_cmd import add_config_arguments, add_driver_argument, config_overrides, write_output
+from hpcplace.commands.plan_cmd import (add_config_arguments, add_driver_argument, check_output, config_overrides,
+                                        write_output)
 from hpcplace.errors import HpcplaceError, SpecError
 
 TUNE_RECORD = "tune.json"
@@ -75,7 +76,7 @@ def run_tune(args: argparse.Namespace) -> int:
     if args.top < 1 or (args.submit_top is not None and args.submit_top < 1):
         raise SpecError("--top and --submit-top take a positive number")
     if args.output:
-        _check_output(Path(args.output))  # before the search: a bad -o should not cost a search
+        check_output("-o", Path(args.output), example="best.yaml")  # before the search: a bad -o costs none
     overrides = config_overrides(args)
     spec = load_spec(args.config, format=args.format, overrides=overrides)
     if not Path(args.config).is_file():  # the winner is a rewrite of the file's text: read again below
@@ -132,15 +133,6 @@ def run_tune(args: argparse.Namespace) -> int:
     if args.submit_top:
         _submit_top(args, spec.name, accepted[:args.submit_top])
     return 0
-
-
-def _check_output(path: Path) -> None:
-    """-o FILE can be written: not a folder, its folder exists (the write itself is checked again)."""
-    if path.is_dir():
-        raise SpecError(f"-o {path}: is a directory", hint=f"give a file name, e.g. -o {path / 'best.yaml'}")
-    if not path.parent.is_dir():
-        raise SpecError(f"-o {path}: the folder {path.parent} does not exist",
-                        hint=f"create it first (mkdir -p {path.parent}) or write the file elsewhere")
 
 
 def _variant_slug(cand) -> str:  # type: ignore[no-untyped-def]
