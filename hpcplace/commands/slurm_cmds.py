@@ -163,6 +163,8 @@ def _runnable_plan(args: argparse.Namespace, cluster: LiveCluster | None = None)
 
     plan = _plan(args, cluster)
     check_runnable(plan)
+    for warning in plan.warnings:  # what `plan` lists: a render or submit is never silent about it
+        print(f"hpcplace: warning: {warning}", file=sys.stderr)
     return plan
 
 
@@ -225,6 +227,8 @@ def run_render(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args, plan)
     if not args.force:
         _refuse_submitted(run_dir)
+    for line in missing_files(plan, launcher[launcher.index("--chdir") + 1]):
+        print(f"hpcplace: warning: {line}", file=sys.stderr)
     rendered = render_run(plan, run_dir, launcher=launcher, template_dir=args.template_dir)
     print(f"wrote {rendered.script} (sha256 {rendered.script_sha256[:16]}) and {rendered.plan_json}")
     return 0

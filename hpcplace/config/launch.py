@@ -178,10 +178,17 @@ def split_driver_argv(argv: Sequence[str]) -> tuple[list[str], list[str] | None]
     if "--" in args[:i]:  # `--driver` after a `--` belongs to something else
         return args, None
     driver = args[i + 1:]
+    command = args[0] if args and not args[0].startswith("-") else "submit"
     if driver[:1] == ["--"]:
         driver = driver[1:]
+    elif driver[:1] and driver[0].startswith("-"):  # `--driver -o DIR -- python ...`: -o would be the driver's
+        swallowed = driver[:driver.index("--")] if "--" in driver else driver[:1]
+        raise SpecError(f"--driver takes everything after it as the driver's command, and {' '.join(swallowed)!r} "
+                        "looks like hpcplace's own option",
+                        hint=f"put hpcplace's options before it: hpcplace {command} CONFIG {' '.join(swallowed)} "
+                             "--driver -- python main.py ...")
     if not driver:
-        raise SpecError("--driver needs a command", hint="hpcplace submit CONFIG --driver -- python main.py ...")
+        raise SpecError("--driver needs a command", hint=f"hpcplace {command} CONFIG --driver -- python main.py ...")
     return args[:i], driver
 
 

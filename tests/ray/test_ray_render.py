@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -99,6 +98,12 @@ def test_driver_argv_is_cut_before_argparse() -> None:
     assert split_driver_argv(["render", "c.yaml", "-o", "d"]) == (["render", "c.yaml", "-o", "d"], None)
     with pytest.raises(SpecError):
         split_driver_argv(["submit", "c.yaml", "--driver", "--"])
+    # hpcplace's own options after --driver would silently become the driver: refused, naming them
+    with pytest.raises(SpecError) as info:
+        split_driver_argv(["render", "c.yaml", "--driver", "-o", "d", "--", "python", "m.py"])
+    assert "'-o d' looks like hpcplace's own option" in info.value.message
+    assert info.value.hint == "put hpcplace's options before it: hpcplace render CONFIG -o d --driver -- python main.py ..."
+    assert split_driver_argv(["run", "c.yaml", "--driver", "--", "-m", "x"])[1] == ["-m", "x"]
 
 
 def test_cli_render_with_driver(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,8 +112,8 @@ def test_cli_render_with_driver(tmp_path: Path, capsys: pytest.CaptureFixture[st
                    "--driver", "--", *DRIVER])
     assert rc == 0, capsys.readouterr().err
     plan = load_plan(out / "plan.json")
-    # a bare `python` becomes the submitting environment's interpreter (the one PATH finds here)
-    python = os.path.abspath(shutil.which(DRIVER[0]) or sys.executable)
+    # a bare `python` becomes the submitting environment's interpreter (the one running hpcplace)
+    python = os.path.abspath(sys.executable)
     assert plan.launch.is_ray and plan.launch.driver == (python, *DRIVER[1:])
     script = (out / "job.sbatch").read_text()
     assert "--ray-node --plan" in script and "--ray-driver --plan" in script
@@ -116,7 +121,8 @@ def test_cli_render_with_driver(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert subprocess.run(["bash", "-n", str(out / "job.sbatch")]).returncode == 0
     # `plan` takes --driver too: the Ray mode has something to run, so no "nothing to run" warning
     assert cli_main(["plan", str(REPO / "configs" / "rlinf-heterogeneous.yaml"), "--driver", "--", "x"]) == 0
-    assert capsys.readouterr().err == ""
+    err = capsys.readouterr().err  # (render warned that the driver's script is not in this working directory)
+    assert "nothing to run" not in err and err.count("hpcplace: warning:") == 1 and "main_grpo.py" in err
     with pytest.raises(SystemExit) as exit_:
         cli_main(["status", "1", "--driver", "--", "x"])
     assert exit_.value.code == 2 and "--driver is an option of: plan, submit, render, run" in capsys.readouterr().err
