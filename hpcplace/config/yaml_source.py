@@ -179,15 +179,21 @@ def yaml11_sexagesimal(text: str) -> bool:
 
 def scalar_value(text: str) -> Any:
     """A command-line value (`--set key=VALUE`, `key=VALUE` after the config) read as the loader reads a
-    scalar: a YAML 1.1 number, boolean or null, except base-60 numbers (`1:00:00` stays that text); a
-    value that is not one scalar (a mapping, a list, unparsable YAML) is the text itself."""
+    value: a YAML 1.1 number, boolean or null, except base-60 numbers (`1:00:00` stays that text); a flow
+    list or mapping (`[python, main.py]`, `{actor: 0-3}`) as Hydra reads one, through the same loader and
+    caps as a config file; unparsable YAML is the text itself."""
     if yaml11_sexagesimal(text.strip()):
         return text.strip()
+    if text.strip().startswith(("[", "{")):
+        try:
+            return load_yaml_text(text, "<override>").data
+        except SpecError:
+            return text
     try:
         value = yaml.safe_load(text)
     except (yaml.YAMLError, ValueError, OverflowError):
         return text
-    return text if isinstance(value, (dict, list)) else value
+    return text if isinstance(value, (dict, list)) else value  # block YAML (`a: b`) is no Hydra value: text
 
 
 def _mark(node: yaml.Node) -> ScalarMark:

@@ -375,6 +375,14 @@ def test_overrides_replace_values_and_reject_garbage(yml: Yaml) -> None:
         load_spec(path, overrides=["slurm.gpus_per_node.x=1"])
 
 
+def test_overrides_take_flow_lists_and_mappings_as_hydra_does() -> None:
+    tour = CONFIGS / "tour" / "rlinf-tour.yaml"
+    spec = load_spec(tour, overrides=["cluster.component_placement={actor: 0-7, rollout: 8-15, reward: 8-15}",
+                                      "launch.mode=ray", "launch.driver=[python, main.py, --x, 1:00]"])
+    assert {n for e in spec.placements for n in e.components} == {"actor", "rollout", "reward"}
+    assert spec.launch.driver == ("python", "main.py", "--x", "1:00")  # base-60 text kept, as in a file
+
+
 def test_overrides_index_list_items_by_position() -> None:
     """`cluster.node_groups.0.nodes=1`, as Hydra takes it; a position the list lacks is named."""
     spec = load_spec(CONFIGS / "hetero-partitions.yaml", overrides=["cluster.node_groups.1.nodes=3"])
