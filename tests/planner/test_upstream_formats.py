@@ -328,6 +328,13 @@ def test_framework_overrides_follow_hydras_key_rules(override: str, message: str
                  "components.actor.env.NEW_VAR=1"]) == 0  # the native format adds keys where its schema allows
 
 
+def test_an_override_that_removes_a_key_keeps_the_files_format(capsys: pytest.CaptureFixture[str]) -> None:
+    """`~cluster.num_nodes` on an RLinf config: RLinf's own error, not the native format's unknown keys."""
+    tour = str(FIXTURES.parent.parent / "configs" / "tour" / "rlinf-tour.yaml")
+    assert main(["plan", tour, "~cluster.num_nodes"]) == 2
+    assert "`cluster`: missing required key 'num_nodes'" in capsys.readouterr().err
+
+
 def test_validate_names_the_default_partition() -> None:
     from hpcplace.slurm import validate
 

@@ -145,15 +145,19 @@ def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequenc
     from hpcplace.config.launch import parse_launch
 
     doc = load_yaml_file(path)
+    # The file's own format, before overrides: removing a key (`~cluster.num_nodes`) must not make an RLinf
+    # config read as another format (a file whose `defaults:` hold the telling keys is detected once composed).
+    format = format or _detected(doc)
     composed: tuple[str, ...] = ()
     found_env: dict[str, str] = {}
     if needs_hydra(doc, overrides):
         found_env = searchpath_env(doc)
         for_hydra, plain = split_overrides(doc, overrides, found_env)
         doc, composed = compose(doc, for_hydra, found_env)
-        doc = apply_overrides(doc, plain, hydra_keys=_is_framework(doc, format))
+        format = format or _detected(doc)
+        doc = apply_overrides(doc, plain, hydra_keys=format in FRAMEWORKS)
     else:
-        doc = apply_overrides(doc, overrides, hydra_keys=_is_framework(doc, format))
+        doc = apply_overrides(doc, overrides, hydra_keys=format in FRAMEWORKS)
     spec = _parse(doc, format, site_gpus)
     launch = parse_launch(doc.root().get("launch"))
     if launch != spec.launch:
@@ -177,12 +181,15 @@ def _with_found_env(spec: ExperimentSpec, found_env: dict[str, str]) -> Experime
                    notes=spec.notes + notes)
 
 
-def _is_framework(doc: YamlDocument, format: str | None) -> bool:
-    """RLinf, ROLL and AReaL take overrides as Hydra does (hpcplace's native format checks its own keys)."""
+FRAMEWORKS = ("rlinf", "roll", "areal")  # they take overrides as Hydra does (the native format checks its keys)
+
+
+def _detected(doc: YamlDocument) -> str | None:
+    """The format the document's shape says, or None (_parse then says what is wrong with it)."""
     try:
-        return (format or detect_format(doc.data, doc.path)).lower() in ("rlinf", "roll", "areal")
-    except SpecError:  # _parse says what is wrong with the document
-        return False
+        return detect_format(doc.data, doc.path).lower()
+    except SpecError:
+        return None
 
 
 def _parse(doc: YamlDocument, format: str | None, site_gpus: SiteGpus | None) -> ExperimentSpec:
