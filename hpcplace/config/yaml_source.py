@@ -290,10 +290,16 @@ _MISSING = object()
 _INTERPOLATION = re.compile(r"^\$\{\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)\s*\}$")
 
 
+def closest(word: str, known: Iterable[str]) -> str | None:
+    """The near miss for `word` among `known`, or None."""
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
 def did_you_mean(word: str, known: Iterable[str]) -> str:
     """`; did you mean 'device_mapping'?` for a near miss among `known`, else ``."""
-    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.75)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    close = closest(word, known)
+    return f"; did you mean {close!r}?" if close else ""
 
 
 class View:

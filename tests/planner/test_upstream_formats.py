@@ -309,9 +309,9 @@ def test_cli_overrides_after_config_and_header(shared: None, capsys: pytest.Capt
 
 
 @pytest.mark.parametrize("override, message", [
-    ("cluster.num_node=4", "the config has no key 'cluster.num_node'; did you mean 'num_nodes'?"),
+    ("cluster.num_node=4", "the config has no key 'cluster.num_node'; did you mean 'cluster.num_nodes'?"),
     ("actor.model.tensor_model_paralel_size=2", "no key 'actor.model.tensor_model_paralel_size'; did you mean "
-                                                "'tensor_model_parallel_size'?"),
+                                                "'actor.model.tensor_model_parallel_size'?"),
     ("+cluster.num_nodes=4", "the config already has 'cluster.num_nodes'"),
 ])
 def test_framework_overrides_follow_hydras_key_rules(override: str, message: str,

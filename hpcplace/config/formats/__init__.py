@@ -10,7 +10,7 @@ from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.config.hydra_config import compose, mark_override, needs_hydra, searchpath_env, split_overrides
 from hpcplace.config.formats.common import SiteGpus
 from hpcplace.config.spec import ExperimentSpec
-from hpcplace.config.yaml_source import YamlDocument, did_you_mean, load_yaml_file, scalar_value
+from hpcplace.config.yaml_source import YamlDocument, closest, load_yaml_file, scalar_value
 
 FORMATS = ("native", "rlinf", "roll", "areal")
 
@@ -70,9 +70,9 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str], *, hydra_keys: 
     if not isinstance(data, dict):
         raise SpecError(f"cannot apply --set to {doc.path}: the document is not a mapping",
                         location=doc.location(()), hint="--set KEY=VALUE sets a key of a YAML mapping")
-    for n, item in enumerate(overrides, 1):
+    for item in overrides:
         key, sep, raw = item.partition("=")
-        where = SourceLocation(f"--set #{n}", 1, 1)  # a command-line argument, not a line of the file
+        where = SourceLocation(f"<override {item}>", 1, 1)  # a command-line argument, not a line of the file
         if not sep or not key.strip():
             raise SpecError(f"invalid override {item!r}", hint="write KEY=VALUE, e.g. slurm.gpus_per_node=8",
                             location=where)
@@ -126,8 +126,9 @@ def _check_hydra_key(data: dict, parts: list[str], adding: bool, item: str, wher
             if adding:
                 return
             dotted, known = ".".join(parts), node if isinstance(node, dict) else {}
-            raise SpecError(f"override {item!r}: the config has no key {'.'.join(parts[:depth + 1])!r}"
-                            + did_you_mean(part, [k for k in known if isinstance(k, str)]),
+            near = closest(part, [k for k in known if isinstance(k, str)])
+            hint = f"; did you mean {'.'.join([*parts[:depth], near])!r}?" if near else ""
+            raise SpecError(f"override {item!r}: the config has no key {'.'.join(parts[:depth + 1])!r}{hint}",
                             hint=f"Hydra refuses it too (\"Could not override\"); to add a new key write "
                                  f"+{dotted}={item.partition('=')[2]}", location=where)
         node = node[part]
