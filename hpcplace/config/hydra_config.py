@@ -264,9 +264,13 @@ def _missing_default(doc: YamlDocument, exc: BaseException,
 def _yaml_error_in_file(exc: BaseException) -> SpecError | None:
     """A YAML error in one of the composed files (a `defaults:` entry), located in that file, not the top one."""
     seen: BaseException | None = exc
-    while seen is not None and not isinstance(seen, yaml.MarkedYAMLError):
+    while seen is not None and not isinstance(seen, (yaml.MarkedYAMLError, yaml.reader.ReaderError)):
         seen = seen.__cause__ or seen.__context__
-    if seen is None or seen.problem_mark is None or not os.path.isfile(seen.problem_mark.name):
+    if isinstance(seen, yaml.reader.ReaderError) and os.path.isfile(seen.name):  # a character YAML refuses
+        with open(seen.name, encoding="utf-8", errors="replace") as fh:
+            return yaml_error(seen, seen.name, fh.read())
+    if not isinstance(seen, yaml.MarkedYAMLError) or seen.problem_mark is None \
+            or not os.path.isfile(seen.problem_mark.name):
         return None
     return yaml_error(seen, seen.problem_mark.name)
 

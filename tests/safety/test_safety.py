@@ -379,7 +379,8 @@ def test_yaml_error_in_a_defaults_file_is_located_in_that_file(tmp_path: Path) -
     write(tmp_path, "defaults:\n  - base\n  - _self_\ncluster: {num_nodes: 1}\n", "main.yaml")
     base = write(tmp_path, "a: 1\nbad: [1, 2\n", "base.yaml")
     for text, message in (("a: 1\nbad: [1, 2\n", ":3:1: invalid YAML: while parsing a flow sequence"),
-                          ("cluster: {x: 1}\ncluster: {y: 2}\n", ":2:1: invalid YAML: while constructing a mapping")):
+                          ("cluster: {x: 1}\ncluster: {y: 2}\n", ":2:1: invalid YAML: while constructing a mapping"),
+                          ("a: 1\nb: 2\x00\n", ":2:5: invalid YAML: character 0x00 is not allowed in YAML")):
         base.write_text(text)
         with pytest.raises(SpecError) as info:
             plan_from_file(tmp_path / "main.yaml")
