@@ -89,7 +89,7 @@ def compose(doc: YamlDocument, overrides: Sequence[str],
         if bad_yaml is not None:
             raise bad_yaml from None
         missing = _missing_default(doc, exc, found_env)
-        raise SpecError(f"Hydra cannot compose this config: {_first_line(exc)}",
+        raise SpecError(f"Hydra cannot compose this config: {_hydra_words(exc)}",
                         location=missing[0] if missing else _defaults_location(doc),
                         hint=missing[1] if missing else _compose_hint(exc)) from None
     finally:
@@ -275,9 +275,11 @@ def _yaml_error_in_file(exc: BaseException) -> SpecError | None:
     return yaml_error(seen, seen.problem_mark.name)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
+def _hydra_words(exc: BaseException) -> str:
+    """Hydra's message on one line: its first lines carry the way out ("Did you mean to override
+    model@actor.model?"); a traceback-like tail is left out."""
+    lines = [line.strip() for line in (str(exc).strip() or type(exc).__name__).splitlines() if line.strip()]
+    return " ".join(lines[:3])
 
 
 def _compose_hint(exc: BaseException) -> str:
