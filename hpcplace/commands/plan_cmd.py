@@ -33,6 +33,9 @@ def config_overrides(args: argparse.Namespace) -> list[str]:
 
     extra = list(getattr(args, "hydra_overrides", []) or [])
     for text in extra:
+        if "=" in args.config and text.endswith((".yaml", ".yml")):  # `plan k=v X.yaml`: the config goes first
+            raise SpecError(f"the config comes first: {args.config!r} looks like an override and {text!r} like the "
+                            "config", hint=f"hpcplace {args.command} {text} {args.config}")
         if not HYDRA_OVERRIDE.match(text) or ("=" not in text and not text.startswith("~")):
             raise SpecError(f"unexpected argument {text!r} after the config",
                             hint="overrides after the config look like KEY=VALUE (cluster.num_nodes=2), "

@@ -154,6 +154,9 @@ def load_yaml_file(path: str | Path) -> YamlDocument:
     except FileNotFoundError:
         raise SpecError(f"config file not found: {p}", hint="pass the path of a YAML config") from None
     except UnicodeDecodeError as exc:
+        if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise SpecError(f"config file {p} is UTF-16 text", location=SourceLocation(str(p), 1, 1),
+                            hint="save it as UTF-8 (e.g. iconv -f utf-16 -t utf-8)") from None
         before = data[:exc.start]
         raise SpecError(f"config file {p} is not UTF-8 text: byte {data[exc.start]:#04x} cannot be decoded",
                         location=SourceLocation(str(p), before.count(b"\n") + 1, exc.start - before.rfind(b"\n")),

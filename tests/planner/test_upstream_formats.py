@@ -298,6 +298,8 @@ def test_cli_overrides_after_config_and_header(shared: None, capsys: pytest.Capt
     assert "--partition" not in script and "(none given: Slurm default)" in script
     assert main(["plan", str(HYDRA / "main.yaml"), "not-an-override"]) == 2
     assert "unexpected argument 'not-an-override'" in capsys.readouterr().err
+    assert main(["plan", "cluster.num_nodes=3", str(HYDRA / "main.yaml")]) == 2
+    assert "the config comes first" in capsys.readouterr().err
     assert main(["plan", str(HYDRA / "main.yaml"), "model=large"]) == 2  # Hydra's way out is kept
     assert "Could not override 'model'. Did you mean to override model@actor.model?" in capsys.readouterr().err
     # after options too, in the order given (the Hydra habit: `--json cluster.num_nodes=4`)

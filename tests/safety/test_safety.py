@@ -364,7 +364,7 @@ def test_rlinf_empty_node_ranks_is_an_error(tmp_path: Path) -> None:
     (b"name: x\ncluster:\n\tnum_nodes: 1\n", ":3:1:", "invalid YAML", "YAML indents with spaces, never tabs"),
     (b"name: x\ncluster: 1\x00\n", ":2:11:", "character 0x00 is not allowed in YAML", "UTF-8 text"),
     (b"name: caf\xe9\n", ":1:10:", "is not UTF-8 text: byte 0xe9 cannot be decoded", "save it as UTF-8"),
-    (b"\xff\xfen\x00", ":1:1:", "is not UTF-8 text: byte 0xff", "save it as UTF-8"),
+    (b"\xff\xfen\x00", ":1:1:", "is UTF-16 text", "iconv -f utf-16 -t utf-8"),
 ])
 def test_unreadable_text_is_located_with_a_hint(tmp_path: Path, data: bytes, where: str, message: str,
                                                 hint: str) -> None:
