@@ -509,8 +509,6 @@ def load_plan(path: Path) -> Plan:
     try:
         return _plan_of(json.loads(path.read_text(encoding="utf-8")), path)
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:  # JSONDecodeError: a ValueError
-        if isinstance(exc, SlurmError):
-            raise
         what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
         raise SpecError(f"{path} is damaged or not an hpcplace plan ({what}): the run directory cannot be used",
                         hint="give the run directory `hpcplace submit` printed after the job id") from None
