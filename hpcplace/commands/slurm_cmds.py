@@ -455,7 +455,7 @@ def _ray_logs(args: argparse.Namespace, run_dir: Path, plan) -> int:  # type: ig
         entries += [(f"attached driver {p.stem[7:]} (hpcplace attach)", p) for p in attached]
     nodes = ray_nodes(plan)
     if args.rank is not None and args.component == "ray" and all(n.rank != args.rank for n in nodes):
-        from hpcplace.slurm.run_report import compress_ranks
+        from hpcplace.config.rank_syntax import compress_ranks
 
         raise SpecError(f"no Ray node rank {args.rank}: the node ranks are {compress_ranks([n.rank for n in nodes])}",
                         hint="--component ray --rank NODE_RANK, or leave --rank out for every node")
@@ -501,6 +501,7 @@ def _logs_run_dir(target: str) -> Path:
 
 
 def run_logs(args: argparse.Namespace) -> int:
+    from hpcplace.config.rank_syntax import compress_ranks
     from hpcplace.slurm import run_report, submit
     from hpcplace.slurm.slurm_job import lower
 
@@ -547,9 +548,9 @@ def run_logs(args: argparse.Namespace) -> int:
             ranks.setdefault(r.component, []).append(r.rank)
         if args.component:
             raise SpecError(f"no rank {args.rank} in {args.component}: its ranks are "
-                            f"{run_report.compress_ranks(ranks.get(args.component, [])) or 'none'}",
+                            f"{compress_ranks(sorted(ranks.get(args.component, []))) or 'none'}",
                             hint=f"--rank one of those, or leave --rank out for every rank of {args.component}")
-        valid = "; ".join(f"{c}: {run_report.compress_ranks(v)}" for c, v in ranks.items())
+        valid = "; ".join(f"{c}: {compress_ranks(sorted(v))}" for c, v in ranks.items())
         raise SpecError(f"no rank {args.rank} in any component; ranks per component: {valid}",
                         hint="--component NAME --rank R shows one rank")
     if args.component is None and args.rank is None and not args.list:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -220,19 +219,5 @@ def read_failure(run_dir: Path, job_id: str | None) -> list[str]:
     return failure_lines(failure, path, text)
 
 
-def compress_ranks(ranks: Sequence[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> `0-2,5,7-8`."""
-    parts: list[str] = []
-    values = sorted(set(ranks))
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        parts.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
-        i = j + 1
-    return ",".join(parts)
-
-
-__all__ = ["Failure", "candidate_dirs", "compress_ranks", "failure_lines", "failing_log",
+__all__ = ["Failure", "candidate_dirs", "failure_lines", "failing_log",
            "find_run_dir", "ownership_problem", "parse_failure", "read_failure", "recorded_id", "tail"]
