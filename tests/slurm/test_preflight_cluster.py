@@ -4,13 +4,11 @@ log, in logs/preflight.txt and in `hpcplace status`."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 

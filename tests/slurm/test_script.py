@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpcplace.config.cluster import Cluster
-from hpcplace.errors import SlurmError, SpecError
+from hpcplace.errors import SpecError
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.planner import plan_from_file
 from hpcplace.slurm.render import render_run
