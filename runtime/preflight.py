@@ -27,6 +27,7 @@ import sys
 
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.frozen import Frozen
+from hpcplace.runtime.programs import shebang_words
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -195,14 +196,7 @@ def program_problem(check: ProgramCheck, cwd: str) -> str | None:
 
 def shebang_interpreter(path: str) -> str | None:
     """The absolute interpreter a script's `#!` line names (`#!/usr/bin/env X` is env itself), or None."""
-    try:
-        with open(path, "rb") as fh:
-            first = fh.readline(256)
-    except OSError:
-        return None
-    if not first.startswith(b"#!"):
-        return None
-    words = first[2:].decode(errors="replace").split()
+    words = shebang_words(path)
     return words[0] if words and words[0].startswith("/") else None
 
 

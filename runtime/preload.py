@@ -21,8 +21,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hpcplace.runtime import devices, gpu_checks
+from hpcplace.runtime import devices
 from hpcplace.runtime.gpu_checks import HOOK_STEM, package_dir, torch_cuda_major
+from hpcplace.runtime.programs import shebang_words
 
 # Printed by the program's interpreter: where it finds the two packages (find_spec imports neither).
 _LOCATE = ("import importlib.util as u, json\n"
@@ -65,14 +66,7 @@ def program_python(command: Sequence[str], environ: Mapping[str, str]) -> str | 
 
 
 def _shebang_python(path: str) -> str | None:
-    try:
-        with open(path, "rb") as fh:
-            first = fh.readline(512)
-    except OSError:
-        return None
-    if not first.startswith(b"#!"):
-        return None
-    words = first[2:].decode(errors="replace").split()
+    words = shebang_words(path)
     if words and os.path.basename(words[0]) == "env":
         words = [w for w in words[1:] if not w.startswith("-")]
         return None if not words or not _PYTHON_NAME.match(words[0]) else _which(words[0])

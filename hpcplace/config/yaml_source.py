@@ -10,6 +10,7 @@ import difflib
 import os
 import re
 import shlex
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,9 +139,6 @@ def load_yaml_file(path: str | Path) -> YamlDocument:
     def too_large(size: str) -> limits.LimitError:
         return limits.LimitError(f"config file {p} has {size} bytes; hpcplace reads at most {cap}",
                                  location=SourceLocation(str(p), 1, 1))
-
-    import os
-    import stat
 
     try:
         with open(p, "rb") as fh:

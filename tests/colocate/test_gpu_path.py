@@ -5,6 +5,7 @@ like the preload hook mapped into this process, the NVIDIA control device path).
 from __future__ import annotations
 
 import mmap
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -135,14 +136,16 @@ def test_the_fake_library_exits_like_the_real_one(fake_gpu: Path) -> None:
     tag, or resuming one that got new memory while paused, exits the process."""
     import subprocess
 
-    script = (f"import sys; sys.path.insert(0, {str(fake_gpu)!r})\n"
+    preload = os.environ["LD_PRELOAD"]  # for the fake library only (set inside), never for the child's loader
+    script = (f"import os, sys; sys.path.insert(0, {str(fake_gpu)!r}); os.environ['LD_PRELOAD'] = {preload!r}\n"
               "from torch_memory_saver import torch_memory_saver as t\n"
               "t.pause('empty'); t.pause('empty'); t.resume('empty')\n"
               "with t.region(tag='w'): pass\n"
               "t.pause('w'); print('paused', flush=True)\n"
               "with t.region(tag='w'): pass\n"
               "t.resume('w'); print('not reached')\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
     assert (done.returncode, done.stdout) == (1, "paused\n"), done.stderr
 
 

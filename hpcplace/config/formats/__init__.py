@@ -143,7 +143,7 @@ def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequenc
     """Read (and compose, when it has a Hydra `defaults:` list) a config, apply overrides, parse it;
     the top-level `launch:` block is read the same way in every format. `site_gpus` answers for GPU
     counts the config leaves to run time (RLinf, ROLL)."""
-    from hpcplace.config.launch import parse_launch
+    from hpcplace.config.launch import FRAMEWORK_FORMATS, parse_launch  # they take overrides as Hydra does
 
     doc = load_yaml_file(path)
     # The file's own format, before overrides: removing a key (`~cluster.num_nodes`) must not make an RLinf
@@ -156,9 +156,9 @@ def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequenc
         for_hydra, plain = split_overrides(doc, overrides, found_env)
         doc, composed = compose(doc, for_hydra, found_env)
         format = format or _detected(doc)
-        doc = apply_overrides(doc, plain, hydra_keys=format in FRAMEWORKS)
+        doc = apply_overrides(doc, plain, hydra_keys=format in FRAMEWORK_FORMATS)
     else:
-        doc = apply_overrides(doc, overrides, hydra_keys=format in FRAMEWORKS)
+        doc = apply_overrides(doc, overrides, hydra_keys=format in FRAMEWORK_FORMATS)
     spec = _parse(doc, format, site_gpus)
     launch = parse_launch(doc.root().get("launch"))
     if launch != spec.launch:
@@ -180,9 +180,6 @@ def _with_found_env(spec: ExperimentSpec, found_env: dict[str, str]) -> Experime
     groups = tuple(replace(g, env={**found_env, **g.env}) for g in spec.cluster.node_groups)
     return replace(spec, cluster=Cluster(groups), launch=replace(spec.launch, env={**found_env, **spec.launch.env}),
                    notes=spec.notes + notes)
-
-
-FRAMEWORKS = ("rlinf", "roll", "areal")  # they take overrides as Hydra does (the native format checks its keys)
 
 
 def _detected(doc: YamlDocument) -> str | None:
