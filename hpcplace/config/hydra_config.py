@@ -264,8 +264,18 @@ def _missing_default(doc: YamlDocument, exc: BaseException,
 def _yaml_error_in_file(exc: BaseException) -> SpecError | None:
     """A YAML error in one of the composed files (a `defaults:` entry), located in that file, not the top one."""
     seen: BaseException | None = exc
-    while seen is not None and not isinstance(seen, (yaml.MarkedYAMLError, yaml.reader.ReaderError)):
+    while seen is not None and not isinstance(seen, (yaml.MarkedYAMLError, yaml.reader.ReaderError,
+                                                     UnicodeDecodeError)):
         seen = seen.__cause__ or seen.__context__
+    if isinstance(seen, UnicodeDecodeError):  # Hydra opened a file as UTF-8: name it, at the byte
+        source = _file_being_read(seen)
+        if source is None:
+            return None
+        try:
+            load_yaml_file(source)
+        except SpecError as located:
+            return located
+        return None
     if isinstance(seen, yaml.reader.ReaderError) and os.path.isfile(seen.name):  # a character YAML refuses
         with open(seen.name, encoding="utf-8", errors="replace") as fh:
             return yaml_error(seen, seen.name, fh.read())
@@ -273,6 +283,19 @@ def _yaml_error_in_file(exc: BaseException) -> SpecError | None:
             or not os.path.isfile(seen.problem_mark.name):
         return None
     return yaml_error(seen, seen.problem_mark.name)
+
+
+def _file_being_read(exc: BaseException) -> str | None:
+    """The file a decode error came from: Hydra's file config source holds it as `full_path` (the error
+    itself names no file); None where no frame does."""
+    tb = exc.__traceback__
+    found = None
+    while tb is not None:
+        candidate = tb.tb_frame.f_locals.get("full_path")
+        if isinstance(candidate, str) and os.path.isfile(candidate):
+            found = candidate
+        tb = tb.tb_next
+    return found
 
 
 def _hydra_words(exc: BaseException) -> str:

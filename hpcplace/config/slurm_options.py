@@ -38,6 +38,7 @@ def limit_signal(value: str) -> str | None:
     sig, _, seconds = text.rpartition("@")
     sig = (sig or "TERM").upper().removeprefix("SIG")
     hint = "write SECONDS (SIGTERM that long before the limit), SIGNAL@SECONDS like USR1@300, or false"
+    hint += _as_seconds_hint(seconds, f"{sig}@" if "@" in text else "")
     if not seconds.isdigit() or not 1 <= int(seconds) <= 65535:
         raise SpecError(f"slurm.signal_before_limit {value!r}: {seconds!r} is not a number of seconds "
                         "from 1 to 65535", hint=hint)
@@ -66,6 +67,16 @@ def time_limit_seconds(value: str) -> int | None:
     return (parts[0] * 60 + parts[1]) * 60 + parts[2]
 
 
+def _as_seconds_hint(text: str, prefix: str = "") -> str:
+    """`; for 1:30 write 90` when `text` is a duration written M:S or H:M:S, where seconds are asked."""
+    if re.fullmatch(r"\d+(:\d+){1,2}", text) is None:
+        return ""
+    seconds = 0
+    for part in text.split(":"):
+        seconds = seconds * 60 + int(part)
+    return f"; for {text} write {prefix}{seconds} (seconds, no colons)"
+
+
 def kill_wait(value: str | None) -> int | None:
     """slurm.kill_wait: seconds between SIGTERM and SIGKILL when the job stops its steps."""
     if value is None or str(value).strip() == "":
@@ -73,7 +84,8 @@ def kill_wait(value: str | None) -> int | None:
     text = str(value).strip()
     if not text.isdigit() or int(text) > 3600:
         raise SpecError(f"slurm.kill_wait {value!r} is not a number of seconds from 0 to 3600",
-                        hint="leave it out to use the cluster's KillWait (scontrol show config)")
+                        hint="leave it out to use the cluster's KillWait (scontrol show config)"
+                        + _as_seconds_hint(text))
     return int(text)
 
 

@@ -363,7 +363,7 @@ class View:
         child = self.get(key)
         if child is None:
             raise self.error(f"missing required key {key!r}{' (' + what + ')' if what else ''}",
-                             hint=f"add `{key}:` under `{self.dotted() or 'the top level'}`")
+                             hint=f"add `{key}:` " + (f"under `{self.dotted()}`" if self.dotted() else "at the top level"))
         return child
 
     def items(self) -> Iterator[tuple[Any, View]]:

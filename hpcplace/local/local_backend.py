@@ -186,11 +186,13 @@ def exec_locally(run_dir: str | os.PathLike[str], component: str, rank: int, com
                  environ: Mapping[str, str] | None = None) -> int:
     """`hpcplace exec RUN_DIR --component C --rank R -- CMD` for a `run --local` run directory: CMD runs
     here, in the foreground, with exactly the environment that rank got (or gets) in that local run
-    (the same computation, the run's own id: its HPCPLACE_SHM_DIR, MASTER_ADDR/PORT). Its exit code."""
+    (the same computation, the run's own id: its HPCPLACE_SHM_DIR, MASTER_ADDR/PORT), in the run's working
+    directory. Its exit code."""
     directory = Path(run_dir).resolve()
     hint = "give the directory `run --local -o DIR` wrote (it holds local.json and plan.json)"
     try:
-        run_id = str(json.loads((directory / LOCAL_RECORD).read_text(encoding="utf-8"))["run_id"])
+        record = json.loads((directory / LOCAL_RECORD).read_text(encoding="utf-8"))
+        run_id = str(record["run_id"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise LocalRunError(f"{directory / LOCAL_RECORD} is damaged: {directory} is not a usable `hpcplace run "
                             f"--local` run directory ({type(exc).__name__}: {exc})", hint=hint) from None
@@ -210,8 +212,12 @@ def exec_locally(run_dir: str | os.PathLike[str], component: str, rank: int, com
                             f"{directory} cannot be used", hint=hint + "; or start a new run") from None
     if not procs:
         raise LocalRunError(f"component {component!r} has no rank {rank} in {directory}/plan.json")
+    workdir = record.get("workdir")  # where the run's processes started (its --workdir); older records: here
+    if workdir is not None and not (isinstance(workdir, str) and os.path.isdir(workdir)):
+        raise LocalRunError(f"the run's working directory {workdir!r} (recorded in {directory / LOCAL_RECORD}) "
+                            "is no longer a directory", hint="start a new run")
     try:
-        return subprocess.run(list(command), env=procs[0].env, check=False).returncode
+        return subprocess.run(list(command), env=procs[0].env, cwd=workdir, check=False).returncode
     except FileNotFoundError:
         raise LocalRunError(f"command not found: {command[0]!r}") from None
     except KeyboardInterrupt:
@@ -331,7 +337,7 @@ def run_plan_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = Non
         raise LocalRunError(problems[0] + more, hint=WORKDIR_HINT)
     make_run_dir(directory)
     plan_path.write_text(text, encoding="utf-8")
-    (directory / LOCAL_RECORD).write_text(json.dumps({"run_id": run_id}) + "\n", encoding="utf-8")
+    (directory / LOCAL_RECORD).write_text(json.dumps({"run_id": run_id, "workdir": cwd}) + "\n", encoding="utf-8")
     try:
         write_index(plan_path)
     except ShimError as exc:

@@ -114,8 +114,9 @@ def test_override_values_read_like_the_loader(text: str, value: object) -> None:
 
 
 @pytest.mark.parametrize("option, message", [
-    ("kill_wait: 1:00", "slurm.kill_wait '1:00' is not a number of seconds"),
+    ("kill_wait: 1:30", "slurm.kill_wait '1:30' is not a number of seconds"),
     ("signal_before_limit: 2:00", "'2:00' is not a number of seconds"),
+    ("signal_before_limit: USR1@1:00:00", "'1:00:00' is not a number of seconds"),
 ])
 def test_other_durations_with_colons_are_refused_not_read_as_seconds(capsys: pytest.CaptureFixture[str],
                                                                      yml: Yaml, option: str, message: str) -> None:
@@ -123,6 +124,9 @@ def test_other_durations_with_colons_are_refused_not_read_as_seconds(capsys: pyt
     assert main(["plan", str(path)]) == 2
     err = capsys.readouterr().err
     assert message in err and f"{path}:7:" in err
+    written = option.split(": ")[1]
+    assert {"1:30": "for 1:30 write 90 ", "2:00": "for 2:00 write 120 ",
+            "USR1@1:00:00": "for 1:00:00 write USR1@3600 "}[written] in err
 
 
 def located(value: object, raw: str | None) -> View:

@@ -385,6 +385,10 @@ def test_yaml_error_in_a_defaults_file_is_located_in_that_file(tmp_path: Path) -
         with pytest.raises(SpecError) as info:
             plan_from_file(tmp_path / "main.yaml")
         assert str(info.value).startswith(f"{base}{message}"), str(info.value)
+    base.write_bytes(b"a: 1\nname: caf\xe9\n")  # Hydra decodes it itself: the file and the byte are named
+    with pytest.raises(SpecError) as info:
+        plan_from_file(tmp_path / "main.yaml")
+    assert str(info.value).startswith(f"{base}:2:10: config file {base} is not UTF-8 text: byte 0xe9")
 
 
 def test_a_directory_as_config_is_named(tmp_path: Path) -> None:

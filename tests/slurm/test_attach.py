@@ -292,3 +292,30 @@ components:
     assert (env["RANK"], env["LOCAL_RANK"], env["NODE_RANK"], env["HP_ACTOR"]) == ("11", "3", "1", "x y")
     assert env["HPCPLACE_JOB_ID"] == run_id and env["HPCPLACE_SHM_DIR"].startswith(f"/dev/shm/hpcplace-{run_id}/")
     assert env["HPCPLACE_PLAN"] == str((run / "plan.json").resolve())
+
+
+def test_exec_into_a_local_run_starts_in_its_workdir(tmp_path: Path) -> None:
+    """`exec` runs where the run's processes ran (`run --local --workdir DIR`), not where it is typed."""
+    cfg = config(tmp_path, """
+name: local-w
+cluster:
+  node_groups:
+    - {label: c, partition: cpu, nodes: 1}
+  component_placement:
+    actor: "0"
+components:
+  actor: {command: ["true"]}
+""")
+    workdir = tmp_path / "work dir"
+    workdir.mkdir()
+    run = tmp_path / "loc"
+    hpcplace = str(Path(sys.executable).parent / "hpcplace")
+    assert subprocess.run([hpcplace, "run", str(cfg), "--local", "-o", str(run), "--workdir", str(workdir)],
+                          capture_output=True, cwd=tmp_path).returncode == 0
+    res = subprocess.run([hpcplace, "exec", str(run), "--component", "actor", "--rank", "0", "--", "pwd"],
+                         capture_output=True, text=True, cwd="/")
+    assert (res.returncode, res.stdout.strip()) == (0, str(workdir)), res.stderr
+    workdir.rmdir()
+    res = subprocess.run([hpcplace, "exec", str(run), "--component", "actor", "--rank", "0", "--", "pwd"],
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and f"the run's working directory {str(workdir)!r}" in res.stderr
