@@ -204,6 +204,28 @@ def record_error(run_dir: str, text: str) -> None:
         pass
 
 
+def exited_processes(temp_dir: str) -> list[str]:
+    """Which of Ray's own processes died, as `ray start --block` records it in its session's
+    logs/ray_process_exit.log (`raylet [exit code=-9 (signal 9)]`); [] where it wrote none (older Ray).
+    Read before the node-local session dir is removed."""
+    path = os.path.join(temp_dir, "session_latest", "logs", "ray_process_exit.log")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(65536)
+    except OSError:
+        return []
+    return [line.strip() for line in text.splitlines() if line[:1] in (" ", "\t") and line.strip()]
+
+
+def stopped_on_its_own(where: str, rc: int, dead: Sequence[str], host: str) -> str:
+    """The error line of a node whose `ray start --block` ended by itself: which Ray process died, and
+    where Ray printed the tail of its log."""
+    if not dead:
+        return f"{where}: Ray stopped on its own (ray start exited with code {rc}); see logs/ray.{host}.out"
+    return (f"{where}: Ray's {'; '.join(dead)} died, so ray start stopped (exit code {rc}); the end of its "
+            f"log is in logs/ray.{host}.out")
+
+
 def descendants(root: int) -> list[int]:
     """Every live process under `root` (from /proc), deepest last."""
     children: dict[int, list[int]] = {}
@@ -368,7 +390,7 @@ def main(argv: Sequence[str]) -> int:
                                    **({"dashboard_port": dash} if dash is not None else {})})
             say(f"head ready at {host}:{port} after {time.monotonic() - started:.2f} s")
         rc = proc.wait()
-        text = f"{where}: Ray stopped on its own (ray start exited with code {rc})"
+        text = stopped_on_its_own(where, rc, exited_processes(temp_dir), host)
         say(f"error: {text}")
         record_error(run_dir, text)
         return 1

@@ -9,12 +9,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.ray.test_ray_slurm import CONFIG, PROBE, RAY_ARGS
-from tests.slurm.conftest import LiveCluster, submit_cli, wait_done
+from tests.slurm.conftest import LiveCluster, cli, run_status, submit_cli, wait_done
 
 pytestmark = pytest.mark.slurm
 
@@ -73,3 +74,32 @@ def test_status_shows_the_ray_node_error_when_ray_start_fails_on_the_head(slurm_
     errors = (run_dir / "logs" / "ray-errors.txt").read_text()
     assert "Ray node rank 0" in errors, errors
     assert "Ray: Ray node rank 0" in status.text, status.text
+
+
+def test_status_names_the_ray_process_that_died(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """A raylet killed under a held Ray cluster: `ray start --block` stops, and `hpcplace status` says which
+    of Ray's processes died, with its exit code (from the node-local session, read before it is removed)."""
+    config = tmp_path / "ray.yaml"
+    config.write_text("name: ray-dies\ncluster:\n  node_groups:\n    - {label: cpu, partition: cpu, nodes: 1}\n"
+                      "  component_placement:\n    env: {node_group: cpu, placement: '0'}\n"
+                      "launch: {mode: ray, hold: true, join_timeout: 120}\n", encoding="utf-8")
+    run_dir = tmp_path / "run"
+    env = {**slurm_cluster.env, "HPCPLACE_RAY_ARGS": RAY_ARGS}
+    job_id = submit_cli(config, run_dir, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # the raylet starts after the head's GCS (head.json): kill it once it is there
+            # `[r]`: the pattern matches the raylet's own argv, not the exec step's that carries it
+            kill = cli("exec", run_dir, "--node", "0", "--", "pkill", "-KILL", "-f",
+                       f"[r]aylet_socket_name=/dev/shm/hpcplace-{job_id}/ray-n0/", env=env)
+            if kill.returncode == 0:
+                break
+            assert time.monotonic() < deadline and not run_status(run_dir).done, kill.stderr + run_status(run_dir).text
+            time.sleep(0.5)
+        status = wait_done(run_dir, 120)
+    finally:
+        cli("cancel", run_dir, env=env)
+    assert status.state == "FAILED", status.text
+    assert "Ray: Ray node rank 0 on cpu-1 (node group cpu, het group 0 node 0): Ray's raylet [exit code=-9 " \
+           "(signal 9)] died, so ray start stopped (exit code 1)" in status.text, status.text
+    assert "the end of its log is in logs/ray.cpu-1.out" in status.text
