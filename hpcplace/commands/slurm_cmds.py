@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -342,7 +343,7 @@ def run_status(args: argparse.Namespace) -> int:
         if preflight.exists():
             print("  preflight failed (no program was started):")
             print("\n".join(f"    {line}" for line in preflight.read_text(encoding="utf-8").splitlines()))
-        for line in _ray_status(run_dir):
+        for line in _ray_status(run_dir, active=not status.done and status.state != "PENDING"):
             print(line)
         for line in run_report.read_failure(run_dir, job_id):
             print(line)
@@ -407,7 +408,7 @@ def run_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ray_status(run_dir: Path) -> list[str]:
+def _ray_status(run_dir: Path, active: bool) -> list[str]:
     """The Ray launch mode's facts from the run dir: the head's address, bring-up, node errors."""
     import json
 
@@ -423,18 +424,45 @@ def _ray_status(run_dir: Path) -> list[str]:
         lines.append(f"Ray: all {up['nodes']} node(s) joined {up['all_joined'] - up['driver_step_start']:.1f} s "
                      f"after the driver step started; the driver started then")
     except (OSError, ValueError, KeyError, TypeError):
-        lines.append("Ray: waiting for every node to join")
+        if active and _has_driver(run_dir):  # the driver writes bringup.json once every node joined
+            lines.append("Ray: waiting for every node to join")
     return lines + _ray_errors(run_dir)
+
+
+def _has_driver(run_dir: Path) -> bool:
+    """Whether the job runs a Ray driver of its own (a held job without one waits for nothing)."""
+    from hpcplace.slurm import submit
+
+    try:
+        return bool(submit.load_plan(run_dir / "plan.json").launch.driver)
+    except (OSError, SpecError):
+        return True
 
 
 def _ray_errors(run_dir: Path) -> list[str]:
     """The Ray nodes' errors (logs/ray-errors.txt, written by runtime/ray_node.py), also when the head
     never came up (then there is no ray/head.json)."""
+    from hpcplace.slurm.run_report import tail
+
     errors = run_dir / "logs" / "ray-errors.txt"
     if not errors.exists():
         return []
-    return [f"Ray: {line}" for line in errors.read_text(encoding="utf-8", errors="replace").splitlines()
-            if line.strip()]
+    lines: list[str] = []
+    for line in errors.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        lines.append(f"Ray: {line}")
+        node = re.match(r"Ray node rank \d+ on (\S+) \(", line)  # runtime/ray_node.py's `where`
+        log = run_dir / "logs" / f"ray.{node.group(1)}.out" if node else None
+        if log is None or not log.is_file():
+            continue
+        text = "\n".join(x for x in log.read_text(encoding="utf-8", errors="replace").splitlines()
+                         if not x.startswith("hpcplace-ray:"))  # hpcplace's own lines: said above
+        last = tail(text)
+        if last:
+            lines.append(f"  last {len(last)} line(s) of Ray's output on that node ({log}):")
+            lines += [f"    | {x}" for x in last]
+    return lines
 
 
 def _ray_logs(args: argparse.Namespace, run_dir: Path, plan) -> int:  # type: ignore[no-untyped-def]

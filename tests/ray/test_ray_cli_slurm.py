@@ -88,7 +88,11 @@ def test_status_names_the_ray_process_that_died(slurm_cluster: LiveCluster, tmp_
     job_id = submit_cli(config, run_dir, env=env)
     try:
         deadline = time.monotonic() + 120
-        while True:  # the raylet starts after the head's GCS (head.json): kill it once it is there
+        log = run_dir / "logs" / "ray.cpu-1.out"
+        while not log.exists() or "This command will now block" not in log.read_text():  # ray start is done
+            assert time.monotonic() < deadline and not run_status(run_dir).done, run_status(run_dir).text
+            time.sleep(0.5)
+        while True:
             # `[r]`: the pattern matches the raylet's own argv, not the exec step's that carries it
             kill = cli("exec", run_dir, "--node", "0", "--", "pkill", "-KILL", "-f",
                        f"[r]aylet_socket_name=/dev/shm/hpcplace-{job_id}/ray-n0/", env=env)
@@ -103,3 +107,6 @@ def test_status_names_the_ray_process_that_died(slurm_cluster: LiveCluster, tmp_
     assert "Ray: Ray node rank 0 on cpu-1 (node group cpu, het group 0 node 0): Ray's raylet [exit code=-9 " \
            "(signal 9)] died, so ray start stopped (exit code 1)" in status.text, status.text
     assert "the end of its log is in logs/ray.cpu-1.out" in status.text
+    assert f"last 5 line(s) of Ray's output on that node ({run_dir / 'logs' / 'ray.cpu-1.out'}):" in status.text
+    assert "Remaining processes will be killed." in status.text  # what `ray start --block` said last
+    assert "waiting for every node to join" not in status.text  # a held job without a driver waits for none
