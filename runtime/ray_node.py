@@ -327,8 +327,11 @@ def main(argv: Sequence[str]) -> int:
         with PlanIndex(plan_path) as index:
             header = index.plan
             g, j = locate_node(snapshot, range(len(header["node_groups"])))
-            needed = sum(int(c.get("cpus_per_process") or 1) * index.processes_on(ci, g, j)
-                         for ci, c in enumerate(index.components) if g in index.het_groups(ci))
+            # the most any node of this group needs: every raylet of a group advertises the same CPUs
+            # (hpcplace.ray.ray_cluster.ray_nodes says why)
+            needed = max(sum(int(c.get("cpus_per_process") or 1) * index.processes_on(ci, g, k)
+                             for ci, c in enumerate(index.components) if g in index.het_groups(ci))
+                         for k in range(len(group_node_ranks(index.plan["node_groups"][g]))))
         launch = header.get("launch") or {}
         node = node_facts(header, g, j, needed)
         host = snapshot.node_name

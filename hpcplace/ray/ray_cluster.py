@@ -69,12 +69,16 @@ def ray_nodes(plan: Plan) -> tuple[RayNode, ...]:
             cpus_needed[p.cluster_node_rank] = cpus_needed.get(p.cluster_node_rank, 0) + comp.cpus_per_process
     nodes = []
     for g, group in enumerate(plan.cluster.node_groups):
+        # A node group is one kind of node: each of its raylets advertises the same CPUs (the most any
+        # of them needs), as Ray's own count would on identical nodes. ROLL's per-node placement groups
+        # (half a node's CPUs each, not pinned to a node) can then be placed on any of them.
+        group_cpus = max((cpus_needed.get(rank, 0) for rank in plan.cluster.node_ranks(g)), default=0)
         for j, rank in enumerate(plan.cluster.node_ranks(g)):
             gpus = group.gpus_per_node[j]
             nodes.append(RayNode(
                 rank=rank, het_group=g, index=j, label=group.label, partition=group.partition,
                 gpu_type=group.gpu_type if gpus else None, gpus=tuple(str(i) for i in range(gpus)),
-                num_cpus=max(group.cpus_per_node or cpus_needed.get(rank, 0), 1),
+                num_cpus=max(group.cpus_per_node or group_cpus, 1),
                 env={**group.env, **(group.node_env[j] if group.node_env else {}),
                      **framework_node_env(plan.source_format, rank)},
                 python=group.python_interpreter[j] if group.python_interpreter else None))

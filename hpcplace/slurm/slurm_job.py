@@ -196,6 +196,7 @@ def lower(plan: Plan) -> SlurmJob:
     if requeue:
         time_args += ("--requeue",)
     check_spanning_workers(plan)
+    check_roll_cpu_nodes(plan)
     cluster = plan.cluster
     node_needs = _node_needs(plan)
     components = tuple(
@@ -236,6 +237,22 @@ def check_spanning_workers(plan: Plan) -> None:
             hint="use the Ray launch mode: `launch: {mode: ray, driver: [python, examples/start_rlvr_pipeline.py, "
                  "...]}` in the config, or `--driver -- CMD...` on the command line; or keep "
                  "tensor_parallel_size*pipeline_parallel_size within one node's GPUs")
+
+
+def check_roll_cpu_nodes(plan: Plan) -> None:
+    """ROLL's ResourceManager makes placement groups only on nodes with GPUs and puts CPU-only worker r on
+    GPU node r % nodes: under its driver, `slurm.cpu_partition`'s nodes would idle while the plan
+    says the CPU workers run there."""
+    if not plan.launch.is_ray or plan.source_format != "roll":
+        return
+    for group in plan.cluster.node_groups:
+        if not any(group.gpus_per_node):
+            raise SpecError(
+                f"slurm.cpu_partition {group.partition!r}: ROLL's driver runs CPU-only workers on its GPU nodes "
+                "(worker r on GPU node r % nodes, in its placement groups), never on nodes without GPUs",
+                location=group.location,
+                hint="leave slurm.cpu_partition/cpu_nodes out in the Ray launch mode (the plan then puts the CPU "
+                     "workers where ROLL does); a CPU partition serves only components with their own commands")
 
 
 RAY_WARNING_SIGNAL = "USR2"  # Ray mode: what Slurm sends the batch script; it sends the user's signal on

@@ -499,8 +499,9 @@ def test_roll_example_config() -> None:
     assert [p.local_hardware_ranks for p in infer.processes] == [(0, 1), (2, 3), (4, 5), (6, 7), (0, 1), (2, 3)]
     assert [p.cluster_node_rank for p in infer.processes] == [0, 0, 0, 0, 1, 1]
     assert sandbox.world_size == 8 and sandbox.resource_type == "node"
-    assert {p.node_group_label for p in sandbox.processes} == {"cpu"}
-    assert all(p.visible_accelerators == () for p in sandbox.processes)
+    # ROLL's allocate_placement_group: CPU-only worker r on GPU node r % num_nodes
+    assert [p.cluster_node_rank for p in sandbox.processes] == [0, 1, 0, 1, 0, 1, 0, 1]
+    assert [p.local_rank for p in sandbox.processes] == [0, 0, 1, 1, 2, 2, 3, 3]
 
 
 def test_roll_world_size_is_computed_like_roll(yml: Yaml) -> None:
@@ -537,6 +538,8 @@ def test_roll_cpu_only_workers(yml: Yaml) -> None:
     sandbox = plan.component("sandbox")
     assert sandbox.world_size == 3 and sandbox.resource_type == "node"
     assert len(plan.cluster.node_groups) == 1  # without a CPU partition they run on the GPU node
+    two = plan_from_file(yml.write(body.replace("list(range(0,4))", "list(range(0,16))")))
+    assert [p.cluster_node_rank for p in two.component("sandbox").processes] == [0, 1, 0]  # as ROLL: r % nodes
     on_cpu = plan_from_file(yml.write(body.replace("{partition: a800}",
                                                    "{partition: a800, cpu_partition: cpu, cpu_nodes: 3}")))
     assert [p.cluster_node_rank for p in on_cpu.component("sandbox").processes] == [1, 2, 3]

@@ -139,7 +139,9 @@ def test_ray_nodes_follow_the_plan() -> None:
         assert n.gpus == tuple(str(i) for i in range(group.gpus_per_node[n.index]))
         assert n.resources == {f"ng_{group.label}": 1}
         assert n.labels["hpcplace.node_rank"] == str(n.rank) and n.labels["hpcplace.group"] == group.label
-        needed = sum(c.cpus_per_process for c in plan.components for p in c.processes if p.cluster_node_rank == n.rank)
+        ranks = set(plan.cluster.node_ranks(n.het_group))
+        needed = max(sum(c.cpus_per_process for c in plan.components for p in c.processes if p.cluster_node_rank == r)
+                     for r in ranks)
         assert n.num_cpus == max(group.cpus_per_node or needed, 1)
     segments = ray_step_segments(lower(plan), plan)
     assert len(segments) == len(plan.cluster.node_groups)  # one raylet step over every het component
@@ -275,3 +277,27 @@ def test_local_head_that_exits_stops_the_driver(tmp_path: Path) -> None:
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_every_raylet_of_a_group_advertises_the_same_cpus(tmp_path: Path) -> None:
+    """ROLL's per-node placement groups (half a node's CPUs, not pinned to a node) fit any node of the group
+    only if every raylet of it has the same CPUs: the most any of its nodes needs."""
+    plan = replace(plan_from_file(REPO / "configs" / "roll-example.yaml"), launch=LaunchSpec("ray", ("x",)))
+    per_node = {r: sum(c.cpus_per_process for c in plan.components for p in c.processes if p.cluster_node_rank == r)
+                for r in (0, 1)}
+    assert per_node[0] != per_node[1]  # the plan's own needs differ ...
+    cpus = {n.rank: n.num_cpus for n in ray_nodes(replace(plan, cluster=replace(plan.cluster, node_groups=tuple(
+        replace(g, cpus_per_node=None) for g in plan.cluster.node_groups))))}
+    assert cpus == {0: max(per_node.values()), 1: max(per_node.values())}  # ... the raylets' CPUs do not
+
+
+def test_roll_cpu_partition_is_refused_under_the_ray_launch_mode(tmp_path: Path) -> None:
+    """ROLL's driver never puts a worker on a node without GPUs: a CPU partition would idle there."""
+    config = tmp_path / "roll.yaml"
+    config.write_text((REPO / "configs" / "roll-example.yaml").read_text()
+                      + "  cpu_partition: cpu\n  cpu_nodes: 1\n", encoding="utf-8")
+    assert plan_from_file(config).cluster.node_groups[1].partition == "cpu"  # the steps mode runs it there
+    with pytest.raises(SpecError) as info:
+        lower(replace(plan_from_file(config), launch=LaunchSpec("ray", ("x",))))
+    assert str(info.value).startswith(f"{config}:") and "ROLL's driver runs CPU-only workers on its GPU nodes" \
+        in info.value.message

@@ -277,8 +277,9 @@ def parse_roll(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experime
             spread = world % cpu_nodes == 0
             text = f"0-{cpu_nodes - 1}:0-{world - 1}" if spread else f"0:0-{world - 1}"
             entries.append(PlacementEntry((name,), ("cpu",), text, None, wv.location()))
-        else:
-            entries.append(PlacementEntry((name,), ("node",), f"0:0-{world - 1}", None, wv.location()))
+        else:  # ROLL's allocate_placement_group: CPU worker rank r on GPU node r % nodes
+            entries.append(PlacementEntry((name,), ("node",), None, tuple((r % num_nodes,) for r in range(world)),
+                                          wv.location()))
     placed = {n for e in entries for n in e.components}
     name, components = hpcplace_block(root, placed, doc.path)
     return ExperimentSpec(name, cluster, tuple(entries), components, doc.path, "roll",
