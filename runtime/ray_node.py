@@ -91,6 +91,15 @@ def node_facts(header: dict, g: int, j: int, cpus_needed: int = 0) -> dict:
             "python": _at(group.get("python_interpreter"), j, None)}
 
 
+def group_cpus_needed(index: PlanIndex, g: int) -> int:
+    """The CPUs the plan's processes need on the busiest node of het group g: every raylet of a group
+    advertises the same CPUs (hpcplace.ray.ray_cluster.ray_nodes says why)."""
+    users = [(ci, int(c.get("cpus_per_process") or 1)) for ci, c in enumerate(index.components)
+             if g in index.het_groups(ci)]
+    nodes = len(group_node_ranks(index.plan["node_groups"][g]))
+    return max((sum(cpus * index.processes_on(ci, g, j) for ci, cpus in users) for j in range(nodes)), default=0)
+
+
 def framework_node_env(source_format: str | None, rank: int) -> dict:
     """What a framework reads from its raylets' environment besides RLINF_NODE_RANK: ROLL's
     ResourceManager numbers its nodes by NODE_RANK (GPU g of device_mapping is on node g // gpus per
@@ -327,11 +336,7 @@ def main(argv: Sequence[str]) -> int:
         with PlanIndex(plan_path) as index:
             header = index.plan
             g, j = locate_node(snapshot, range(len(header["node_groups"])))
-            # the most any node of this group needs: every raylet of a group advertises the same CPUs
-            # (hpcplace.ray.ray_cluster.ray_nodes says why)
-            needed = max(sum(int(c.get("cpus_per_process") or 1) * index.processes_on(ci, g, k)
-                             for ci, c in enumerate(index.components) if g in index.het_groups(ci))
-                         for k in range(len(group_node_ranks(index.plan["node_groups"][g]))))
+            needed = group_cpus_needed(index, g)
         launch = header.get("launch") or {}
         node = node_facts(header, g, j, needed)
         host = snapshot.node_name

@@ -98,3 +98,25 @@ def test_interleaved_node_ranks_reach_raylets_and_the_join_wait() -> None:
     assert expected_nodes(INTERLEAVED) == {0: (0, 0, "a800"), 1: (1, 0, "rtx"), 2: (0, 1, "a800"), 3: (2, 0, "cpu")}
     text = missing_text([2], expected_nodes(INTERLEAVED), lambda g, j: f"host{g}{j}")
     assert text == "node rank 2 on host01 (node group a800, het group 0 node 1)"
+
+
+def test_the_raylets_cpus_are_the_scripts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """In the job each raylet computes its CPUs from plan.json: the busiest node of its group, as the
+    script's summary (hpcplace.ray.ray_cluster.ray_nodes) says, though the group's nodes need different counts."""
+    from pathlib import Path
+
+    from hpcplace.ray.ray_cluster import ray_nodes
+    from hpcplace.runtime.plan_index import PlanIndex
+    from hpcplace.runtime.ray_node import group_cpus_needed
+    from hpcplace.slurm.submit import load_plan
+    from tests.runtime.conftest import write_plan
+
+    roll = (Path(__file__).parents[2] / "configs" / "roll-example.yaml").read_text().replace("  cpus_per_node: 16\n", "")
+    plan_path = write_plan(tmp_path, roll + "launch: {mode: ray, driver: [python, x.py]}\n")
+    plan = load_plan(plan_path)
+    needs = [sum(c.cpus_per_process for c in plan.components for p in c.processes if p.cluster_node_rank == r)
+             for r in (0, 1)]
+    assert needs[0] != needs[1]
+    with PlanIndex(str(plan_path)) as index:
+        assert group_cpus_needed(index, 0) == max(needs)
+    assert [n.num_cpus for n in ray_nodes(plan)] == [max(needs)] * 2
