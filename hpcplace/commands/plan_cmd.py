@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -108,13 +109,22 @@ def plan_with_launch(args: argparse.Namespace, cluster: LiveCluster | None = Non
     from dataclasses import replace
 
     from hpcplace.config.launch import driven_by_framework, with_driver, with_hold
+    from hpcplace.plan.driver_config import driver_config_problem
     from hpcplace.plan.planner import plan_from_file
 
     site = local_site_gpus() if getattr(args, "local", False) else (cluster or LiveCluster()).site_gpus
     plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args), site_gpus=site)
     launch = with_hold(with_driver(plan.launch, getattr(args, "driver", None)), getattr(args, "hold", False),
                        driven_by_framework(plan))
-    return plan if launch == plan.launch else replace(plan, launch=launch)
+    plan = plan if launch == plan.launch else replace(plan, launch=launch)
+    problem = driver_config_problem(
+        plan, lambda overrides: plan_from_file(args.config, format=args.format, overrides=overrides, site_gpus=site),
+        os.path.abspath(getattr(args, "workdir", None) or "."), args.command)
+    if problem is None:
+        return plan
+    if args.command != "plan":  # a job would run another config than the planned one
+        raise problem
+    return replace(plan, warnings=plan.warnings + (str(problem).replace("\n  HINT:", "; HINT:"),))
 
 
 def check_output(option: str, path: Path, *, example: str) -> None:
