@@ -663,7 +663,7 @@ def test_areal_allocation_mode_errors(yml: Yaml, mode: str, needle: str, message
 
 
 def test_areal_without_partition_uses_slurm_default(yml: Yaml) -> None:
-    path = yml.write("allocation_mode: d8\ncluster: {n_nodes: 1, n_gpus_per_node: 8}\n")
+    path = yml.write("allocation_mode: fsdp:d8\ncluster: {n_nodes: 1, n_gpus_per_node: 8}\n")
     assert plan_from_file(path).cluster.node_groups[0].partition is None
 
 

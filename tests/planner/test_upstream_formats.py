@@ -134,6 +134,16 @@ def test_areal_allocations_match_areal_parser(yml: Yaml, backend: str) -> None:
     assert comp.world_size == par.world_size // per_process
 
 
+@pytest.mark.parametrize("allocation", ["sglang:d8+d8", "sglang:d8p1t1+d8p1t1", "vllm:d4p1t2+d4p1t1c2",
+                                        "sglang:d4|(attn:d1p2t2|ffn:d1p2e2)"])
+def test_areal_allocations_without_a_backend_are_refused_as_areal_refuses_them(yml: Yaml, allocation: str) -> None:
+    """AReaL >= 1.0 has no auto-backend (upstream examples such as examples/scaffolding still use it)."""
+    with pytest.raises(Exception, match="Backend must be explicitly specified"):
+        _areal_parser()._AllocationMode.from_str(allocation)
+    err = yml.error(yml.write(f'allocation_mode: "{allocation}"\ncluster: {{n_nodes: 2, n_gpus_per_node: 8}}\n'))
+    assert "names no backend: AReaL requires it explicitly" in err.message and "write the backend first" in err.hint
+
+
 # ================================================================================================
 # ROLL
 

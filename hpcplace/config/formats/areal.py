@@ -77,7 +77,8 @@ def _dims(view: View, text: str, lead: int, allowed: str, what: str, whole: str)
 
 
 def parse_member(view: View, text: str, lead: int, default_name: str | None = None) -> Member:
-    """One allocation: `backend[name]:dims`, `backend:dims`, `dims`, or MoE `backend:(attn:..|ffn:..)`."""
+    """One allocation: `backend[name]:dims`, `backend:dims`, or MoE `backend:(attn:..|ffn:..)` (bare `dims`
+    are refused, as AReaL refuses them)."""
     stripped = text.strip()
     lead += len(text) - len(text.lstrip())
     m = _HEAD.match(stripped)
@@ -90,7 +91,14 @@ def parse_member(view: View, text: str, lead: int, default_name: str | None = No
     if backend and backend not in INFERENCE_BACKENDS | TRAIN_BACKENDS:
         raise view.error(f"unknown backend {backend!r} in {stripped!r}", offset=lead,
                          hint="inference: sglang, vllm; training: fsdp, megatron, archon")
-    backend = backend or "fsdp"
+    if not backend and not re.fullmatch(r"\(.*\)|([a-z]\d+)+", rest):
+        raise view.error(f"invalid allocation {stripped!r}", offset=lead, hint=_HINT)
+    if not backend:  # AReaL >= 1.0 (api/alloc_mode.py) refuses it: no auto-backend any more
+        raise view.error(f"allocation {stripped!r} names no backend: AReaL requires it explicitly (bare "
+                         "parallelism dimensions without a backend prefix; auto-backend selection is no longer "
+                         "supported)", offset=lead,
+                         hint=f"write the backend first, e.g. fsdp:{rest} or megatron:{rest} for training, "
+                              f"sglang:{rest} for inference")
     inner = rest[1:-1] if rest.startswith("(") and rest.endswith(")") else rest
     if inner.lstrip().startswith("attn:"):
         if backend in INFERENCE_BACKENDS or backend == "fsdp":
