@@ -183,40 +183,56 @@ def _warn_unshared(plan, launcher: tuple[str, ...], run_dir: Path) -> None:  # t
     from hpcplace.config.spec import shared_paths
 
     workdir = launcher[launcher.index("--chdir") + 1]
-    paths = [CheckedPath("the launcher", os.path.realpath(launcher[0]),
-                         "install hpcplace in an environment on shared storage, or pass --launcher with one the "
-                         "nodes have"),
-             CheckedPath("the working directory", os.path.realpath(workdir),
-                         "run hpcplace from (or pass --workdir) a directory on shared storage"),
-             CheckedPath("the run directory", os.path.realpath(run_dir),
-                         "pass -o DIR (or set slurm.output_dir) on shared storage")]
+    paths = [CheckedPath.of("the launcher", launcher[0],
+                            "install hpcplace in an environment on shared storage, or pass --launcher with one the "
+                            "nodes have"),
+             CheckedPath.of("the working directory", workdir,
+                            "run hpcplace from (or pass --workdir) a directory on shared storage"),
+             CheckedPath.of("the run directory", str(run_dir),
+                            "pass -o DIR (or set slurm.output_dir) on shared storage")]
     driver = plan.launch.driver if plan.launch.is_ray else ()
     if driver and os.path.isabs(driver[0]):
-        paths.append(CheckedPath("the Ray driver's program", os.path.realpath(driver[0]),
-                                 "create the environment on shared storage, or start the driver with a program "
-                                 "the nodes have"))
+        paths.append(CheckedPath.of("the Ray driver's program", driver[0],
+                                    "create the environment on shared storage, or start the driver with a program "
+                                    "the nodes have"))
+    paths += [CheckedPath.of(f"{what}'s {kind}", path, "keep it on shared storage")
+              for what, kind, _, path in _job_files(plan, workdir) if os.path.exists(path)]
     for line in path_warnings(paths, read_mounts(), shared_paths(plan.slurm)):
         print(f"hpcplace: warning: {line}", file=sys.stderr)
     for line in missing_files(plan, workdir):
         print(f"hpcplace: warning: {line}", file=sys.stderr)
 
 
-def missing_files(plan, workdir: str) -> list[str]:  # type: ignore[no-untyped-def]
-    """Programs given by path and Python scripts (`python train.py`) of the components and the Ray driver
-    that are not in the working directory here: the job's preflight would fail on them after the queue
-    wait (bare program names are looked up on the nodes' PATH, which is theirs to say)."""
+def _job_files(plan, workdir: str) -> list[tuple[str, str, str, str]]:  # type: ignore[no-untyped-def]
+    """(who, "program"|"script", as written, absolute path) of every program given by path and Python script
+    (`python train.py`) the job starts: the components' commands, or the Ray driver (bare program names are
+    looked up on the nodes' PATH, which is theirs to say)."""
     from hpcplace.runtime.preflight import python_script
 
     commands = [("the Ray driver", plan.launch.driver)] if plan.launch.is_ray else \
         [(f"component {c.name!r}", c.command) for c in plan.components]
-    lines = []
+    files = []
     for what, command in commands:
         if not command:
             continue
         for kind, name in (("program", command[0] if "/" in command[0] else None), ("script", python_script(command))):
-            if name is not None and not os.path.exists(os.path.join(workdir, name)):
-                lines.append(f"{what}: its {kind} {name!r} is not in the working directory {workdir}: the job "
-                             "would fail at its start (pass --workdir DIR, or give the path from there)")
+            if name is not None:
+                files.append((what, kind, name, os.path.abspath(os.path.join(workdir, name))))
+    return files
+
+
+def missing_files(plan, workdir: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """The job's programs and scripts (_job_files) that are not there: the job's preflight would fail on
+    them after the queue wait."""
+    lines = []
+    for what, kind, name, path in _job_files(plan, workdir):
+        if os.path.exists(path):
+            continue
+        if os.path.isabs(name):
+            lines.append(f"{what}: its {kind} {name} does not exist: the job would fail at its start")
+        else:
+            lines.append(f"{what}: its {kind} {name!r} is not in the working directory {workdir}: the job "
+                         "would fail at its start (pass --workdir DIR, or give the path from there)")
     return lines
 
 

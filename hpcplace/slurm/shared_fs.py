@@ -29,8 +29,12 @@ class CheckedPath:
     """A path the job needs on every node: what it is, where, and how to move it."""
 
     what: str
-    path: str
+    path: str  # as the job names it
     fix: str
+
+    @classmethod
+    def of(cls, what: str, path: str, fix: str) -> "CheckedPath":
+        return cls(what, os.path.abspath(path), fix)
 
 
 def parse_mounts(text: str) -> tuple[Mount, ...]:
@@ -94,4 +98,10 @@ def path_warnings(paths: Sequence[CheckedPath], mounts: Sequence[Mount],
         reason = not_shared_reason(item.path, mounts, shared_prefixes)
         if reason is not None:
             out.append(f"{item.what} {item.path} is {reason}: the compute nodes will not find it; {item.fix}")
+            continue
+        target = os.path.realpath(item.path)  # a link (a venv's python): the nodes need what it points to too
+        reason = not_shared_reason(target, mounts, shared_prefixes) if target != item.path else None
+        if reason is not None:
+            out.append(f"{item.what} {item.path} links to {target}, which is {reason}: the compute nodes will not "
+                       f"find it; {item.fix}")
     return out

@@ -418,3 +418,20 @@ def test_submit_warns_about_scripts_and_programs_missing_from_the_working_direct
     assert missing_files(plan, str(tmp_path)) == []
     ray = replace(plan, launch=launch.LaunchSpec("ray", ("/usr/bin/python3", "driver.py")))
     assert [line.split(":")[0] for line in missing_files(ray, str(tmp_path))] == ["the Ray driver"]
+    absolute = replace(plan, launch=launch.LaunchSpec("ray", ("/usr/bin/python3", str(tmp_path / "nope.py"))))
+    assert missing_files(absolute, "/") == [f"the Ray driver: its script {tmp_path / 'nope.py'} does not exist: the "
+                                            "job would fail at its start"]  # not "not in the working directory"
+
+
+def test_a_shared_link_to_a_path_the_nodes_lack_is_named(tmp_path: Path) -> None:
+    """A venv's python on shared storage that links to an interpreter outside it: the nodes need both."""
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "local").mkdir()
+    (tmp_path / "local" / "python3.11").write_text("")
+    link = tmp_path / "shared" / "python3"
+    link.symlink_to(tmp_path / "local" / "python3.11")
+    lines = shared_fs.path_warnings([CheckedPath.of("the Ray driver's program", str(link), "fix it")], MOUNTS,
+                                    (str(tmp_path / "shared"),))
+    assert lines == [f"the Ray driver's program {link} links to {tmp_path / 'local' / 'python3.11'}, which is outside "
+                     f"slurm.shared_paths ({tmp_path / 'shared'}): the compute nodes will not find it; fix it"]
+    assert shared_fs.path_warnings([CheckedPath.of("x", str(link), "y")], MOUNTS, (str(tmp_path),)) == []
