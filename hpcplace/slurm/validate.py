@@ -240,6 +240,11 @@ def site_gpu_count(facts: ClusterFacts, partition: str | None, gpu_type: str | N
                      for n in nodes})
     gpus = f"GPUs of type {gpu_type!r}" if gpu_type else "GPUs"
     if not nodes or counts == [0]:
+        types = sorted({t for n in nodes for t, c in n.gres.get("gpu", {}).items() if t and c})
+        if gpu_type and types:  # a GPU partition, another type
+            return SiteGpuCount(None, f"{which.format(partition)} has no GPUs of type {gpu_type!r}: its GPU "
+                                      f"type{'s are' if len(types) > 1 else ' is'} {', '.join(map(repr, types))}",
+                                fix=f"set slurm.gpu_type to {' or '.join(map(repr, types))}, or leave it out")
         return SiteGpuCount(None, f"{which.format(partition)} has no nodes with {gpus}: name a GPU partition "
                                   "in slurm.partition")
     if len(counts) > 1:

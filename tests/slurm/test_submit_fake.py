@@ -321,8 +321,9 @@ def test_site_gpu_count(lab_facts: validate.ClusterFacts) -> None:
     assert count(lab_facts, "a800", None) == validate.SiteGpuCount(
         8, "as all 2 nodes of partition 'a800' have (scontrol show node)")
     assert count(lab_facts, "a800", "a800").count == 8 and count(lab_facts, "rtx4090", None).count == 4
-    assert count(lab_facts, "a800", "h100") == validate.SiteGpuCount(
-        None, "partition 'a800' has no nodes with GPUs of type 'h100': name a GPU partition in slurm.partition")
+    assert count(lab_facts, "a800", "h100") == validate.SiteGpuCount(  # a GPU partition of another type
+        None, "partition 'a800' has no GPUs of type 'h100': its GPU type is 'a800'",
+        fix="set slurm.gpu_type to 'a800', or leave it out")
     assert count(lab_facts, None, None) == validate.SiteGpuCount(  # the lab's default partition is cpu
         None, "partition 'cpu' (the default) has no nodes with GPUs: name a GPU partition in slurm.partition")
     assert count(lab_facts, "h100", None).source == ("partition 'h100' does not exist; the cluster has a800, cpu, "
@@ -356,6 +357,10 @@ def test_rlinf_and_roll_gpu_counts_left_to_run_time_come_from_the_site(lab_facts
         plan_from_file(rlinf, site_gpus=site)
     assert info.value.message == ("`cluster`: GPUs per node of node group 'default' are unknown (partition 'cpu' has "
                                   "no nodes with GPUs: name a GPU partition in slurm.partition)")
+    rlinf.write_text(rlinf.read_text().replace("{partition: cpu}", "{partition: a800, gpu_type: h100}"))
+    with pytest.raises(HpcplaceError) as info:
+        plan_from_file(rlinf, site_gpus=site)
+    assert info.value.hint == "set slurm.gpu_type to 'a800', or leave it out"  # not "add gpus_per_node"
 
     roll = tmp_path / "roll.yaml"  # ROLL detects the count on the node: the site's count wins over the config's
     roll.write_text("num_gpus_per_node: 8\nslurm: {partition: rtx4090}\n"

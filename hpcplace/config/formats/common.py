@@ -19,6 +19,7 @@ class SiteGpuCount:
 
     count: int | None  # None: the site cannot tell (`source` says why)
     source: str  # where the count was read, or why there is none
+    fix: str | None = None  # the way out when it is not the count (a GPU type the partition lacks)
 
 
 # (partition, or None for the cluster's default partition; GPU type or None) -> the count

@@ -289,9 +289,10 @@ def _group(label: str, ranks: list[int], facts, view: View, hardware: Hardware |
             if site is None or site.count is None:
                 raise view.error(f"GPUs per node of node group {label!r} are unknown"
                                  + (f" ({site.source})" if site is not None else ""),
-                                 hint=f"RLinf discovers them at run time; add `slurm: {{gpus_per_node: 8}}` or "
-                                      f"`slurm: {{node_groups: {{{label}: {{gpus_per_node: 8}}}}}}` "
-                                      "(or --set slurm.gpus_per_node=8)")
+                                 hint=site.fix if site is not None and site.fix else
+                                 f"RLinf discovers them at run time; add `slurm: {{gpus_per_node: 8}}` or "
+                                 f"`slurm: {{node_groups: {{{label}: {{gpus_per_node: 8}}}}}}` "
+                                 "(or --set slurm.gpus_per_node=8)")
             gpus = site.count
             notes.append(f"node group {label!r}: {gpus} GPUs per node, {site.source} (RLinf discovers them at "
                          "run time; set slurm.gpus_per_node to fix the count)")

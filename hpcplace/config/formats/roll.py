@@ -199,8 +199,9 @@ def _gpus_per_node(root: View, slurm_view: View | None, gpus_from_slurm: int | N
     if gpn_view is None or gpn_view.value is None:
         raise root.error("the GPUs per node are unknown: ROLL detects them at run time"
                          + (f" ({site.source})" if site is not None else ""),
-                         hint="add `slurm: {gpus_per_node: 8}` (or --set slurm.gpus_per_node=8, or "
-                              "num_gpus_per_node: 8 at the top level)")
+                         hint=site.fix if site is not None and site.fix else
+                         "add `slurm: {gpus_per_node: 8}` (or --set slurm.gpus_per_node=8, or "
+                         "num_gpus_per_node: 8 at the top level)")
     return limits.gpus_per_node(gpn_view.int(minimum=1), gpn_view.location(), "num_gpus_per_node"), gpn_view
 
 
