@@ -257,10 +257,17 @@ def read_cluster_facts() -> ClusterFacts:
     return parse_cluster_facts(slurm_cli.show_partitions(), slurm_cli.show_nodes())
 
 
+# Where each format states the nodes the job asks for.
+_SHAPE_KEYS = {"areal": "cluster.n_nodes, cluster.n_gpus_per_node or the slurm: block",
+               "rlinf": "cluster.num_nodes, cluster.node_groups or the slurm: block",
+               "roll": "num_gpus_per_node, the device_mappings or the slurm: block"}
+
+
 def validate(plan: Plan, facts: ClusterFacts | None = None) -> Report:
     """check() against the live cluster; raises SlurmError listing every problem."""
     report = check(plan, facts if facts is not None else read_cluster_facts())
     if report.problems:
         raise SlurmError("the job can never run on this cluster:\n  - " + "\n  - ".join(report.problems),
-                         hint="fix the node groups in the config (or skip this check with --no-validate)")
+                         hint=f"fix {_SHAPE_KEYS.get(plan.source_format, 'the node groups')} in the config (or skip "
+                              "this check with --no-validate)")
     return report

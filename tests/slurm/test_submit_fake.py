@@ -467,3 +467,15 @@ def test_cli_validate_accepts_a_ray_mode_framework_config(lab_facts: validate.Cl
     assert "the cluster can run this job" in capsys.readouterr().out
     assert main(["validate", config]) == 3  # without a driver the steps mode has nothing to run
     assert "component 'actor' has no command to run" in capsys.readouterr().err
+
+
+def test_a_framework_config_that_never_fits_names_its_own_keys(lab_facts: validate.ClusterFacts,
+                                                               tmp_path: Path) -> None:
+    """AReaL has no node groups: the way out is its cluster: keys (8 GPUs per node asked of 4-GPU nodes)."""
+    config = tmp_path / "areal.yaml"
+    config.write_text("allocation_mode: sglang:d4+fsdp:d4\ncluster: {n_nodes: 1, n_gpus_per_node: 8}\n"
+                      "slurm: {partition: rtx4090, gpu_type: rtx4090}\n")
+    with pytest.raises(SlurmError) as info:
+        validate.validate(plan_from_file(config), lab_facts)
+    assert info.value.hint == ("fix cluster.n_nodes, cluster.n_gpus_per_node or the slurm: block in the config (or "
+                               "skip this check with --no-validate)")
