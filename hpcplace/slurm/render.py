@@ -204,6 +204,7 @@ class StepView:
     comments: tuple[str, ...]
     description: str
     ranks: str
+    segment_ranks: str  # `G:RANKS ...`: each het group's ranks in its task order (srun names tasks per group)
     num_tasks: int  # exported as HPCPLACE_STEP_TASKS: a component may need several steps
     err_file: str
     segments: tuple[tuple[str, ...], ...]
@@ -227,7 +228,9 @@ def step_views(plan: Plan, job: SlurmJob) -> list[StepView]:
         out.append(StepView(
             component=step.component, title=title,
             comments=tuple(segment_summary(plan, s) for s in step.segments),
-            description=desc, ranks=compress_ranks(step.ranks), num_tasks=step.num_tasks, err_file=err,
+            description=desc, ranks=compress_ranks(step.ranks),
+            segment_ranks=" ".join(f"{s.het_group}:{compress_ranks(s.ranks)}" for s in step.segments),
+            num_tasks=step.num_tasks, err_file=err,
             segments=tuple(segment_srun_args(job, step, s) for s in step.segments),
             command=step.command))
     return out
@@ -271,6 +274,8 @@ def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
                 steps=("ray", "driver"), ray_lines=ray_cluster.ray_summary(plan),
                 ray_segments=ray_step_segments(job, plan),
                 driver_args=driver_step_args(job, plan), node_ranks=ray_cluster.node_ranks_text(plan),
+                node_segments=" ".join(f"{g}:{compress_ranks(plan.cluster.node_ranks(g))}"
+                                       for g in range(len(plan.cluster.node_groups))),
                 driver_het=f"+{ray_cluster.head_node(plan).het_group}" if job.is_het else "")
         return env.get_template(TEMPLATE).render(
             **common, summary=placement_summary(plan, job) + started, steps=step_views(plan, job))

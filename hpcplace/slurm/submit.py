@@ -560,20 +560,32 @@ def read_hosts(run_dir: Path, logs: str = "logs") -> dict[tuple[int, int], str]:
 
 
 def rank_logs(run_dir: Path, job: SlurmJob, hosts: dict[tuple[int, int], str], logs: str = "logs") -> list[RankLog]:
-    """Per component and rank, the file srun wrote: `logs/<step>.<host>.<task id>.out`, where the
-    task id is the rank's position in its step's task order (segments in order, node-major, local
-    rank) — the same order the batch script uses to name failing ranks."""
+    """Per component and rank, the file srun wrote, `logs/<step>.<host>.<%t>.out`. The number srun puts
+    for %t is the task's position in the step only within one het group (Slurm 22.05 adds the group's
+    index in a het step: 0,1 | 3,4 | 6,7,8), so each host's files are taken in the order of their
+    numbers, which is its tasks' (local rank) order; a file not written yet is named by that rule."""
+    found: dict[str, list[tuple[int, Path]]] = {}  # "<step>.<host>" -> (%t, file), one listing of the folder
+    try:
+        entries = list(os.scandir(run_dir / logs))
+    except OSError:
+        entries = []
+    for entry in entries:
+        stem, dot, number = entry.name.removesuffix(".out").rpartition(".")
+        if entry.name.endswith(".out") and dot and number.isdigit():
+            found.setdefault(stem, []).append((int(number), run_dir / logs / entry.name))
     out = []
     for step in job.steps:
         task = 0
-        for seg in step.segments:
+        for k, seg in enumerate(step.segments):
             for i in range(seg.num_nodes):
                 host = hosts.get((seg.het_group, seg.relative + i))
-                for k in range(seg.tasks_per_node):
+                files = [p for _, p in sorted(found.get(f"{step.name}.{host}", []))] if host else []
+                for j in range(seg.tasks_per_node):
                     where = (f"het {seg.het_group} node {seg.relative + i}"
                              f"{' (' + host + ')' if host else ''}, task {task}")
-                    path = run_dir / logs / f"{step.name}.{host}.{task}.out" if host else None
-                    out.append(RankLog(step.component, seg.ranks[i * seg.tasks_per_node + k], path, where))
+                    path = (files[j] if j < len(files) else run_dir / logs / f"{step.name}.{host}.{task + k}.out") \
+                        if host else None
+                    out.append(RankLog(step.component, seg.ranks[i * seg.tasks_per_node + j], path, where))
                     task += 1
     order = {name: i for i, name in enumerate(dict.fromkeys(s.component for s in job.steps))}
     out.sort(key=lambda r: (order[r.component], r.rank))

@@ -195,6 +195,38 @@ def test_failing_step_fails_fast(slurm_cluster: LiveCluster, tmp_path: Path, mon
     assert wrong.returncode == 2 and "its ranks are 0-2" in wrong.stderr, wrong
 
 
+def test_a_component_over_three_het_groups_names_its_failing_rank_and_logs(slurm_cluster: LiveCluster,
+                                                                          tmp_path: Path) -> None:
+    """srun numbers a het step's tasks per het group in its messages (`cpu-1: task 0`) and, on Slurm 22.05,
+    adds the group's index to %t in file names (0,1 | 3,4 | 6,7): the batch log, status and logs name
+    each rank by its group's own task order."""
+    program = "import os, sys; print('I am rank', os.environ['RANK']); sys.exit(7 if os.environ['RANK'] == '4' else 0)"
+    config = config_yaml(tmp_path, f"""
+        name: span3
+        cluster:
+          node_groups:
+            - {{label: a800, partition: a800, nodes: 1, gpus_per_node: 8, gpu_type: a800}}
+            - {{label: rtx4090, partition: rtx4090, nodes: 1, gpus_per_node: 4, gpu_type: rtx4090}}
+            - {{label: cpu, partition: cpu, nodes: 1}}
+          component_placement:
+            span: {{node_group: node, placement: "0-2:0-5"}}
+        components:
+          span: {{command: [{sys.executable}, -c, "{program}"]}}
+        """)
+    run_dir = tmp_path / "run"
+    submit_cli(config, run_dir)
+    status = wait_done(run_dir)
+    assert status.state == "FAILED", status.text
+    hosts = submit.read_hosts(run_dir)
+    batch = next((run_dir / "logs").glob("batch-*.out")).read_text()
+    assert f"exited with code 7: rank 4 on {hosts[(2, 0)]} failed first" in batch, batch
+    assert f"component 'span' rank 4 on {hosts[(2, 0)]}: Exited with exit code 7" in batch, batch
+    assert "| I am rank 4" in status.text, status.text  # the failing rank's own log
+    for rank in range(6):
+        shown = cli("logs", run_dir, "--component", "span", "--rank", str(rank))
+        assert shown.returncode == 0 and f"I am rank {rank}" in shown.stdout, (rank, shown.stdout)
+
+
 def _hostile(canary: Path) -> list[str]:
     return ["a 0", 'a"=0"', "a'; touch " + str(canary), f"$(touch {canary})", f"`touch {canary}`",
             f"x; touch {canary} #", "back\\slash", "new\nline", "${HOME}", "&& touch " + str(canary)]

@@ -5,13 +5,14 @@ hp_log() { printf 'hpcplace: %s\n' "$*" >&2; }
 
 declare -A hp_pid_step=()  # running srun pid -> step index
 hp_any_running() { [[ -n ${hp_pid_step[*]-} ]]; }
-hp_step_desc=() hp_step_comp=() hp_step_ranks=() hp_step_err=()
+hp_step_desc=() hp_step_comp=() hp_step_ranks=() hp_step_segs=() hp_step_err=()
 
-# hp_start INDEX COMPONENT DESCRIPTION RANKS ERRFILE COMMAND...: start one step in the background.
+# hp_start INDEX COMPONENT DESCRIPTION RANKS SEGMENTS ERRFILE COMMAND...: start one step in the
+# background. SEGMENTS: `G:RANKS ...`, the ranks of each het group in its task order.
 hp_start() {
-    hp_step_comp[$1]=$2 hp_step_desc[$1]=$3 hp_step_ranks[$1]=$4 hp_step_err[$1]=$5
-    local i=$1 err=$5
-    shift 5
+    hp_step_comp[$1]=$2 hp_step_desc[$1]=$3 hp_step_ranks[$1]=$4 hp_step_segs[$1]=$5 hp_step_err[$1]=$6
+    local i=$1 err=$6
+    shift 6
     "$@" 2>"$err" &
     hp_pid_step[$!]=$i
 }
@@ -25,6 +26,17 @@ hp_rank_at() {
         i=$((i - (hi - lo + 1)))
     done
     echo '?'
+}
+
+# hp_rank_of INDEX HOST TASK: the rank of srun's `HOST: task TASK` in step INDEX. In a het step srun
+# numbers the tasks of each het group from 0, so the host's group (logs/nodes.txt) picks the ranks.
+hp_rank_of() {
+    local g seg IFS=' '
+    g=$(awk -v h="$2" '$3 == h { print $1; exit }' logs/nodes.txt 2>/dev/null)
+    for seg in ${hp_step_segs[$1]}; do
+        [[ -n $g && ${seg%%:*} == "$g" ]] && { hp_rank_at "${seg#*:}" "$3"; return 0; }
+    done
+    hp_rank_at "${hp_step_ranks[$1]}" "$3"
 }
 
 # hp_report_failure INDEX RC: name the component, the rank that failed first with its own exit code,
@@ -44,7 +56,7 @@ hp_report_failure() {
         hp_rc=$first
         part=
         ((first != rc)) && part=" (srun exited $rc: the other ranks were stopped)"
-        hp_log "FAILED: component '${hp_step_comp[$i]}' (${hp_step_desc[$i]}; ranks ${hp_step_ranks[$i]}) exited with code $first: rank $(hp_rank_at "${hp_step_ranks[$i]}" "$first_task") on $first_host failed first$part"
+        hp_log "FAILED: component '${hp_step_comp[$i]}' (${hp_step_desc[$i]}; ranks ${hp_step_ranks[$i]}) exited with code $first: rank $(hp_rank_of "$i" "$first_host" "$first_task") on $first_host failed first$part"
     else
         hp_log "FAILED: component '${hp_step_comp[$i]}' (${hp_step_desc[$i]}; ranks ${hp_step_ranks[$i]}) exited with code $rc"
     fi
@@ -59,7 +71,7 @@ hp_report_failure() {
         for part in $tasks; do
             lo=${part%-*} hi=${part#*-}
             for ((t = lo; t <= hi; t++)); do
-                ((n++ < 16)) && ranks+=("$(hp_rank_at "${hp_step_ranks[$i]}" "$t")")
+                ((n++ < 16)) && ranks+=("$(hp_rank_of "$i" "$host" "$t")")
             done
         done
         ((n > 16)) && ranks+=("... ($n tasks)")
