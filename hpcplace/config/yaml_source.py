@@ -421,9 +421,18 @@ class View:
             raise self.error(f"expected true or false, got {_describe(self.value)}")
         return self.value
 
+    def as_written(self) -> str:
+        """A scalar as text, a number as written: YAML 1.1 reads an unquoted `010` as 8, `0x10` as 16 and
+        `1_000` as 1000, but a program's argument or an environment value is the text the user typed."""
+        mark = self.doc.marks.get(self.path)
+        if isinstance(self.value, (int, float)) and not isinstance(self.value, bool) and mark is not None \
+                and mark.raw is not None and "${" not in mark.raw:
+            return mark.raw.strip()
+        return str(self.value)
+
     def str_map(self, allowed: tuple[str, ...] = ()) -> dict[str, str]:
         """An environment: variable names (checked: syntax, not one hpcplace sets unless `allowed`)
-        to string values (numbers/bools stringified)."""
+        to string values (numbers as written, booleans as 1/0)."""
         from hpcplace.config.safe_words import check_env_name, check_env_value
 
         out: dict[str, str] = {}
@@ -437,7 +446,7 @@ class View:
             if isinstance(child.value, bool):
                 out[key] = "1" if child.value else "0"
             elif isinstance(child.value, (str, int, float)):
-                out[key] = check_env_value(key, str(child.value), location=child.location(),
+                out[key] = check_env_value(key, child.as_written(), location=child.location(),
                                            what=f"`{self.dotted() or 'env'}`")
             else:
                 raise child.error(f"expected a string value for {key!r}, got {_describe(child.value)}")
@@ -501,7 +510,7 @@ def yaml_words(view: View, what: str) -> list[str]:
         for item in view.elements():
             if not isinstance(item.value, (str, int, float)) or isinstance(item.value, bool):
                 raise item.error(f"{what} arguments must be strings")
-            words.append(str(item.value))
+            words.append(item.as_written())
         return words
     text = view.str()
     try:

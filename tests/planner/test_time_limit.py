@@ -1,7 +1,8 @@
 """`slurm.time` reaches `#SBATCH --time=` as written. YAML 1.1 (PyYAML, and OmegaConf, which loads the
 frameworks' Hydra configs with it) reads an unquoted `1:00:00` as the number 3600 and `30:00` as 1800,
 which sbatch reads as minutes (60 hours, 30 hours); hpcplace keeps such text as written wherever it comes
-from: its own loader, `--set`, overrides after the config, Hydra-composed files."""
+from: its own loader, `--set`, overrides after the config, Hydra-composed files. So are numbers in a
+program's arguments and environment (`010` is not 8 there)."""
 
 from __future__ import annotations
 
@@ -151,3 +152,23 @@ def test_number_that_could_be_base60_without_its_text_is_refused(raw: str | None
                                         r"cannot read back") as info:
         slurm_options(located(3600, raw))
     assert 'time: "1:00:00"' in (info.value.hint or "")
+
+
+def test_program_arguments_and_environment_values_are_the_text_as_written(yml: Yaml) -> None:
+    """YAML 1.1 reads `010` as 8, `0x10` as 16, `1_000` as 1000: a program would get `--seed 8`."""
+    config = textwrap.dedent("""
+        name: t
+        cluster:
+          node_groups: [{label: cpu, partition: cpu, nodes: 1}]
+          component_placement: {t: {node_group: cpu, placement: "0"}}
+        components:
+          t:
+            command: [prog, 0.10, 1_000, 0x10, 010, .5, 1:30, 5, "007"]
+            env: {A: 010, B: 0.10, C: 0x1F, D: 1_000, E: true, F: 1:30}
+        """)
+    plan = plan_from_file(yml.write(config))
+    comp = plan.component("t")
+    assert comp.command == ("prog", "0.10", "1_000", "0x10", "010", ".5", "1:30", "5", "007")
+    assert comp.env == {"A": "010", "B": "0.10", "C": "0x1F", "D": "1_000", "E": "1", "F": "1:30"}
+    overridden = plan_from_file(yml.write(config), overrides=["components.t.env.A=0x20", "components.t.command.1=017"])
+    assert overridden.component("t").env["A"] == "0x20" and overridden.component("t").command[1] == "017"
