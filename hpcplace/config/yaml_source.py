@@ -182,14 +182,17 @@ def scalar_value(text: str) -> Any:
     """A command-line value (`--set key=VALUE`, `key=VALUE` after the config) read as the loader reads a
     value: a YAML 1.1 number, boolean or null, except base-60 numbers (`1:00:00` stays that text); a flow
     list or mapping (`[python, main.py]`, `{actor: 0-3}`) as Hydra reads one, through the same loader and
-    caps as a config file; unparsable YAML is the text itself."""
+    caps as a config file, and an unclosed one refused (as Hydra refuses it); other unparsable YAML is the
+    text itself."""
     if yaml11_sexagesimal(text.strip()):
         return text.strip()
     if text.strip().startswith(("[", "{")):
         try:
             return load_yaml_text(text, "<override>").data
-        except SpecError:
-            return text
+        except SpecError as exc:  # Hydra refuses it too: never a command made of its broken pieces
+            raise SpecError(f"cannot read {text.strip()!r} as a list or mapping ({exc.message})",
+                            hint="close the brackets ([a, b], {k: v}), or quote the whole value for a text that "
+                                 "starts with a bracket (KEY=\"'[text'\")") from None
     try:
         value = yaml.safe_load(text)
     except (yaml.YAMLError, ValueError, OverflowError):

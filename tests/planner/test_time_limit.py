@@ -109,9 +109,17 @@ def test_loader_keeps_base60_text_and_reads_other_numbers() -> None:
 
 
 @pytest.mark.parametrize("text, value", [("1:00:00", "1:00:00"), (" 30:00", "30:00"), ("60", 60), ("true", True),
-                                         ("null", None), ("a: b", "a: b"), ("[1", "[1"), ("1.5", 1.5)])
+                                         ("null", None), ("a: b", "a: b"), ("'[1'", "[1"), ("1.5", 1.5)])
 def test_override_values_read_like_the_loader(text: str, value: object) -> None:
     assert scalar_value(text) == value
+
+
+def test_an_unclosed_list_override_is_refused_not_split_into_words(capsys: pytest.CaptureFixture[str],
+                                                                   yml: Yaml) -> None:
+    path = yml.write(NATIVE.format(option="time: 10"))
+    assert main(["plan", str(path), "components.actor.command=[python3, x"]) == 2
+    err = capsys.readouterr().err
+    assert "<override components.actor.command=[python3, x>:1:1: override" in err and "as a list or mapping" in err
 
 
 @pytest.mark.parametrize("option, message", [

@@ -76,7 +76,10 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str], *, hydra_keys: 
         if not sep or not key.strip():
             raise SpecError(f"invalid override {item!r}", hint="write KEY=VALUE, e.g. slurm.gpus_per_node=8",
                             location=where)
-        value = scalar_value(raw) if raw.strip() else ""
+        try:
+            value = scalar_value(raw) if raw.strip() else ""
+        except SpecError as exc:
+            raise SpecError(f"override {item!r}: {exc.message}", hint=exc.hint, location=where) from None
         adds = len(key) - len(key.lstrip("+"))  # Hydra: `+key=value` adds, `++key=value` adds or overrides
         key = key.lstrip("+")
         node = data
