@@ -6,6 +6,7 @@ SlurmError that quotes Slurm. Parsing of the text Slurm prints lives here too, a
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -64,6 +65,12 @@ def run(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S, cwd: str | N
         raise SlurmError(f"`{argv[0]}` was not found on PATH",
                          hint="run hpcplace on a Slurm login node (or load the site's slurm module); "
                               "`hpcplace render` and `submit --dry-run` work without Slurm")
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):  # Slurm's tools retry a missing file for 60 s, then fail anyway
+        raise NoControllerError(f"SLURM_CONF names {conf}, which is not a file: no Slurm command can read "
+                                "the cluster's configuration",
+                                hint="point SLURM_CONF at the cluster's slurm.conf, or unset it to use "
+                                     "/etc/slurm/slurm.conf (or the site's configless setup)")
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False,
                               stdin=subprocess.DEVNULL)

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import stat
+import time
 import sys
 import textwrap
 from dataclasses import replace
@@ -344,6 +345,17 @@ def test_no_controller_is_one_line_with_what_to_check(no_controller: Path,
         assert "SLURM_CONF" in err and "`scontrol ping`" in err and "login node" in err
     assert "--parsable" in (no_controller / "calls").read_text()  # sbatch itself was reached
     assert not (no_controller / "runs").exists()  # and the failed submit left nothing behind
+
+
+def test_a_slurm_conf_that_is_not_a_file_is_named_at_once(no_controller: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm's tools retry a missing SLURM_CONF for 60 s before failing: hpcplace says so before calling them."""
+    monkeypatch.setenv("SLURM_CONF", str(no_controller / "nope.conf"))
+    t0 = time.monotonic()
+    code, _, err = _cli(capsys, "status", "12")
+    assert code == 3 and time.monotonic() - t0 < 5
+    assert f"SLURM_CONF names {no_controller / 'nope.conf'}, which is not a file" in err and "HINT: point" in err
+    assert not (no_controller / "calls").exists()  # no Slurm command was run
 
 
 def test_no_controller_detection_is_one_pure_check() -> None:
