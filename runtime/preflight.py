@@ -187,8 +187,9 @@ def program_problem(check: ProgramCheck, cwd: str) -> str | None:
                 "(or is not executable): fix its #! line, or install that interpreter where every node sees it")
     if check.script is not None and os.path.isdir(cwd):
         path = os.path.join(cwd, check.script)
-        if not os.path.isfile(path):
-            what = "is a directory" if os.path.isdir(path) else "does not exist on this node"
+        runnable = os.path.isfile(path) or os.path.isfile(os.path.join(path, "__main__.py"))  # `python3 app/`
+        if not runnable:
+            what = "is a directory without __main__.py" if os.path.isdir(path) else "does not exist on this node"
             return (f"{check.what}: the script {check.script!r} ({path}) {what}: the program runs in {cwd}; "
                     f"give the script's path from there, or an absolute path on a filesystem every node sees")
     return None

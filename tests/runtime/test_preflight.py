@@ -125,6 +125,11 @@ def test_programs_that_exist_but_cannot_start(tmp_path: Path) -> None:
     assert missing == (f"the Ray driver: the script 'driver.py' ({tmp_path}/driver.py) does not exist on this node: the "
                        f"program runs in {tmp_path}; give the script's path from there, or an absolute path on a "
                        "filesystem every node sees")
+    (tmp_path / "app").mkdir()  # `python3 app`: a directory runs when it has __main__.py
+    assert "is a directory without __main__.py" in (pf.program_problem(python.replace(script="app"), str(tmp_path))
+                                                    or "")
+    (tmp_path / "app" / "__main__.py").write_text("")
+    assert pf.program_problem(python.replace(script="app"), str(tmp_path)) is None
 
 
 def test_arguments_and_working_directory(tmp_path: Path) -> None:
