@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from hpcplace.config.launch import LaunchSpec
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.plan import plan_to_json
 from hpcplace.plan.planner import plan_from_file
@@ -129,6 +131,10 @@ def test_site_template_overrides_a_block(tmp_path: Path) -> None:
     text = render_script(plan, "/r", template_dir=tmp_path)
     assert "\nmodule load cuda/12.4\nexport NCCL_SOCKET_IFNAME=hetero-partitions\n" in text
     assert text == render_script(plan, "/r", template_dir=tmp_path)
+    # the Ray launch mode's script is the same job: the site's blocks apply to it too
+    ray = render_script(replace(plan, launch=LaunchSpec("ray", ("python3", "main.py"))), "/r", template_dir=tmp_path)
+    assert "\nmodule load cuda/12.4\nexport NCCL_SOCKET_IFNAME=hetero-partitions\n" in ray and "--ray-node" in ray
+    assert ray.index("module load cuda/12.4") < ray.index("--ray-node")
     with pytest.raises(SpecError, match="does not exist"):
         render_script(plan, "/r", template_dir=tmp_path / "missing")
 
