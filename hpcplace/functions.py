@@ -16,6 +16,7 @@ Components not given a callable keep their command.
 from __future__ import annotations
 
 import os
+import shlex
 import pickle
 import sys
 import time
@@ -92,7 +93,7 @@ class FunctionJob:
                 return "UNKNOWN" if status.source == "none" else status.state
             if deadline is not None and time.monotonic() >= deadline:
                 raise FunctionError(f"job {self.job_id} is still {status.state} after {timeout:g} s",
-                                    hint=f"wait again, or stop it: hpcplace cancel {self.run_dir}")
+                                    hint=f"wait again, or stop it: hpcplace cancel {shlex.quote(str(self.run_dir))}")
             time.sleep(interval)
 
     def results(self, timeout: float | None = None) -> dict[str, list[Any]]:
@@ -134,7 +135,7 @@ class FunctionJob:
         if self.local:
             return f"its output is above, prefixed [{component} {rank}]"
         first = f"{self.run_dir}/logs/batch-{self.job_id}.out names the first failing rank; " if first_failure else ""
-        return f"{first}per-rank logs: hpcplace logs {self.run_dir} --component {component} --rank {rank}"
+        return f"{first}per-rank logs: hpcplace logs {shlex.quote(str(self.run_dir))} --component {shlex.quote(component)} --rank {rank}"
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -67,7 +68,7 @@ def run_attach(args: argparse.Namespace) -> int:
     run = _open_run(args.run)
     if not run.plan.launch.is_ray:
         raise SpecError(f"{run.run_dir} is a steps-mode job: there is no Ray cluster to attach a driver to",
-                        hint=f"run commands in its ranks with `hpcplace exec {run.run_dir} --component C --rank R "
+                        hint=f"run commands in its ranks with `hpcplace exec {shlex.quote(str(run.run_dir))} --component C --rank R "
                              "-- CMD`")
     attach.check_running(run.job_id, run.run_dir)
     if not args.concurrent:
@@ -145,7 +146,7 @@ def run_release(args: argparse.Namespace) -> int:
     run = _open_run(args.run)
     if not run.plan.launch.hold:
         raise SpecError(f"job {run.job_id} was not submitted to hold (launch.hold / --hold): nothing to release",
-                        hint=f"`hpcplace cancel {run.run_dir}` stops it")
+                        hint=f"`hpcplace cancel {shlex.quote(str(run.run_dir))}` stops it")
     status = attach.owned_status(run.job_id, run.run_dir)
     if status.done:
         print(f"job {run.job_id} had already ended: {status.state}; nothing to release")
@@ -157,7 +158,7 @@ def run_release(args: argparse.Namespace) -> int:
         while not status.done:
             if time.monotonic() > deadline:
                 raise SpecError(f"job {run.job_id} has not ended {args.timeout:g} s after its release",
-                                hint=f"`hpcplace status {run.run_dir}`; `hpcplace cancel` stops it")
+                                hint=f"`hpcplace status {shlex.quote(str(run.run_dir))}`; `hpcplace cancel` stops it")
             time.sleep(0.5)
             status = submit.job_status(run.job_id)
         print(f"job {run.job_id}: {status.state}")

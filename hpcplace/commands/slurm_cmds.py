@@ -562,7 +562,7 @@ def run_logs(args: argparse.Namespace) -> int:
         if not args.list:
             for batch in sorted((run_dir / "logs").glob("batch-*.out")):
                 _show(f"batch script ({batch})", batch, args.tail)
-        status = f"hpcplace status {run_dir}" if job_id else "hpcplace status JOBID"
+        status = f"hpcplace status {shlex.quote(str(run_dir))}" if job_id else "hpcplace status JOBID"
         print(f"{'job ' + job_id if job_id else 'the job'} has no task logs (no logs/nodes.txt): it has not started "
               f"its tasks yet, or it ended before they started; `{status}` says which, and why")
         return 0

@@ -104,7 +104,7 @@ def owned_status(job_id: str, run_dir: Path, *, timeout: float = slurm_cli.DEFAU
     problem = run_report.ownership_problem(run_dir, submit.read_record(run_dir), status)
     if problem is not None:
         raise submit.UnknownJobError(problem, hint=f"this run's own job is no longer known to Slurm; its files are "
-                                                   f"still in {run_dir} (`hpcplace logs {run_dir}`)")
+                                                   f"still in {run_dir} (`hpcplace logs {shlex.quote(str(run_dir))}`)")
     return status
 
 
@@ -335,10 +335,11 @@ def hold_lines(run_dir: Path, plan: Plan, state: str, head: Mapping[str, object]
     else:
         what = "the driver" if plan.launch.is_ray else "its components"
         lines.append(f"holds: after {what} it stays up until `hpcplace release RUN`, cancel or its time limit")
-    first = plan.components[0].name if plan.components else "COMPONENT"
+    first = shlex.quote(plan.components[0].name) if plan.components else "COMPONENT"
+    run = shlex.quote(os.path.normpath(run_dir))  # commands to paste: a path with a space stays one word
     if plan.launch.is_ray:
-        lines.append(f"  attach a driver:  hpcplace attach {run_dir} --driver -- python main.py ...")
-    lines.append(f"  exec into a rank: hpcplace exec {run_dir} --component {first} --rank 0 -- CMD ...")
-    lines.append(f"  shell on a rank:  hpcplace shell {run_dir} --component {first} --rank 0")
-    lines.append(f"  end it:           hpcplace release {run_dir}")
+        lines.append(f"  attach a driver:  hpcplace attach {run} --driver -- python main.py ...")
+    lines.append(f"  exec into a rank: hpcplace exec {run} --component {first} --rank 0 -- CMD ...")
+    lines.append(f"  shell on a rank:  hpcplace shell {run} --component {first} --rank 0")
+    lines.append(f"  end it:           hpcplace release {run}")
     return lines
