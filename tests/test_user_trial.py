@@ -257,3 +257,9 @@ def test_svg_dash_is_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str],
 def test_ray_mode_names_only_the_option_given(capsys: pytest.CaptureFixture[str], given: list[str], said: str) -> None:
     err = error_of(capsys, ["run", DEMO, "--local", *given, "--driver", "--", "python", "main.py"])
     assert said in err
+
+
+@pytest.mark.parametrize("tail", ["0", "-3"])
+def test_logs_tail_takes_a_positive_number(capsys: pytest.CaptureFixture[str], tmp_path: Path, tail: str) -> None:
+    err = error_of(capsys, ["logs", str(tmp_path), "--tail", tail])
+    assert f"--tail {tail}: give a positive number of lines" in err

@@ -97,7 +97,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--component", help="only this component")
     p.add_argument("--rank", type=int, help="only this rank (of --component, or of every component)")
     p.add_argument("--list", action="store_true", help="print where each rank's log is, not its content")
-    p.add_argument("--tail", type=int, metavar="N", help="last N lines of each log")
+    p.add_argument("--tail", type=int, metavar="N", help="last N lines of each log (a positive number)")
     p.add_argument("--attempt", type=int, metavar="N",
                    help="logs of attempt N of a requeued job (default: the latest; earlier ones are in logs/attempt-N)")
     p.set_defaults(func=run_logs)
@@ -201,6 +201,22 @@ def _warn_unshared(plan, launcher: tuple[str, ...], run_dir: Path) -> None:  # t
         print(f"hpcplace: warning: {line}", file=sys.stderr)
     for line in missing_files(plan, workdir):
         print(f"hpcplace: warning: {line}", file=sys.stderr)
+    problem = _ray_missing(plan, launcher)
+    if problem:
+        print(f"hpcplace: warning: {problem}", file=sys.stderr)
+
+
+def _ray_missing(plan, launcher: tuple[str, ...]) -> str | None:  # type: ignore[no-untyped-def]
+    """The Ray launch mode runs `python -m ray` on every node with the launcher's Python: this environment's,
+    unless --launcher names another. Said now, not after the queue wait (the job's preflight stops on it)."""
+    import importlib.util
+
+    if not plan.launch.is_ray or os.path.dirname(launcher[0]) != os.path.dirname(default_launcher()[0]):
+        return None
+    if importlib.util.find_spec("ray") is not None:
+        return None
+    return (f"the Ray launch mode starts Ray with this environment's Python ({sys.executable}), which cannot import "
+            "ray: the job would stop at its preflight; pip install 'hpcplace[ray]' into it")
 
 
 def _job_files(plan, workdir: str) -> list[tuple[str, str, str, str]]:  # type: ignore[no-untyped-def]
@@ -549,6 +565,9 @@ def run_logs(args: argparse.Namespace) -> int:
     from hpcplace.slurm import run_report, submit
     from hpcplace.slurm.slurm_job import lower
 
+    if args.tail is not None and args.tail < 1:
+        raise SpecError(f"--tail {args.tail}: give a positive number of lines", hint="e.g. --tail 50; leave it "
+                                                                                     "out for whole logs")
     run_dir = _logs_run_dir(args.run)
     plan_path = run_dir / "plan.json"
     job_id = run_report.recorded_id(submit.read_record(run_dir))
@@ -612,7 +631,7 @@ def run_logs(args: argparse.Namespace) -> int:
 def _show(title: str, path: Path | None, tail: int | None) -> None:
     print(f"==> {title} <==")
     if path is None or not path.exists():
-        print("(no log yet)")
+        print("(no log: not started yet, or it never started; `hpcplace status` says which)")
         return
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     for line in lines[-tail:] if tail else lines:

@@ -447,3 +447,21 @@ def test_a_shared_link_to_a_path_the_nodes_lack_is_named(tmp_path: Path) -> None
     assert lines == [f"the Ray driver's program {link} links to {tmp_path / 'local' / 'python3.11'}, which is outside "
                      f"slurm.shared_paths ({tmp_path / 'shared'}): the compute nodes will not find it; fix it"]
     assert shared_fs.path_warnings([CheckedPath.of("x", str(link), "y")], MOUNTS, (str(tmp_path),)) == []
+
+
+def test_a_ray_job_from_an_environment_without_ray_is_warned_about(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The raylets run this environment's Python: without Ray in it the job's preflight would stop it."""
+    import importlib.util
+
+    from hpcplace.commands.slurm_cmds import _ray_missing, default_launcher
+    from hpcplace.plan.planner import plan_from_file
+
+    plan = replace(plan_from_file(HETERO), launch=launch.LaunchSpec("ray", ("python3", "main.py")))
+    launcher = (*default_launcher(), "--chdir", "/")
+    assert _ray_missing(plan, launcher) is None  # this environment has Ray
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    assert "cannot import ray: the job would stop at its preflight; pip install 'hpcplace[ray]'" in (
+        _ray_missing(plan, launcher) or "")
+    assert _ray_missing(plan_from_file(HETERO), launcher) is None  # the steps mode needs no Ray
+    assert _ray_missing(plan, ("/opt/other/bin/hpcplace-run", "--chdir", "/")) is None  # another environment's
