@@ -195,7 +195,7 @@ def _warn_unshared(plan, launcher: tuple[str, ...], run_dir: Path) -> None:  # t
         paths.append(CheckedPath.of("the Ray driver's program", driver[0],
                                     "create the environment on shared storage, or start the driver with a program "
                                     "the nodes have"))
-    paths += [CheckedPath.of(f"{what}'s {kind}", path, "keep it on shared storage")
+    paths += [CheckedPath.of(f"the {kind} of {what}", path, "keep it on shared storage")
               for what, kind, _, path in _job_files(plan, workdir) if os.path.exists(path)]
     for line in path_warnings(paths, read_mounts(), shared_paths(plan.slurm)):
         print(f"hpcplace: warning: {line}", file=sys.stderr)

@@ -27,9 +27,9 @@ from hpcplace.errors import SlurmError, SpecError
 from hpcplace.config.cluster import Cluster, Hardware, NodeGroup
 from hpcplace.config.launch import launch_from_json
 from hpcplace.plan.placement import Placement
-from hpcplace.plan.plan import SCHEMA, ComponentPlan, Plan, SpanningWorkers
+from hpcplace.plan.plan import SCHEMA, ComponentPlan, Plan, SpanningWorkers, plan_to_json
 from hpcplace.slurm.render import (
-    DEFAULT_LAUNCHER, LIBRARY_NAME, SCRIPT_NAME, make_run_dir, render_library, render_run, render_script, sha256_text,
+    DEFAULT_LAUNCHER, LIBRARY_NAME, PLAN_NAME, SCRIPT_NAME, make_run_dir, render_library, render_run, render_script, sha256_text,
 )
 from hpcplace.slurm.slurm_job import SlurmJob, lower, slug
 
@@ -97,6 +97,19 @@ def _sbatch_error(plan: Plan, message: str) -> SlurmError:
     return SlurmError(text, hint="`hpcplace validate CONFIG` compares each node group with the cluster")
 
 
+def _check_same_plan(plan: Plan, root: Path, job_id: str) -> None:
+    """Submitting again into a run directory is idempotent for the same plan; another plan (another
+    config, other overrides) would silently get the old job's id and status, so it is refused."""
+    try:
+        recorded = (root / PLAN_NAME).read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return
+    if recorded != plan_to_json(plan):
+        raise SpecError(f"{root} already holds job {job_id} of another plan ({plan.name!r} from {plan.source} differs "
+                        f"from its plan.json): nothing submitted",
+                        hint="submit into a new run directory: another -o DIR, or leave -o out")
+
+
 def submit(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[str] = DEFAULT_LAUNCHER,
            template_dir: str | None = None, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S,
            say: Callable[[str], None] = lambda _s: None) -> Submission:
@@ -104,7 +117,7 @@ def submit(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[st
     root = Path(os.path.abspath(run_dir))
     record = read_record(root)
     if record and record.get("job_id"):
-        say(f"{root} was already submitted as job {record['job_id']}; not submitting again")
+        _check_same_plan(plan, root, str(record["job_id"]))
         return Submission(root, str(record["job_id"]), str(record.get("script_sha256", "")), True)
     lock = root / LOCK_NAME
     if lock.exists():

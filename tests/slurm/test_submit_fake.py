@@ -15,7 +15,7 @@ import pytest
 
 from hpcplace.slurm import slurm_cli, submit, validate
 from hpcplace.errors import HpcplaceError, SlurmError
-from hpcplace.plan.plan import Plan
+from hpcplace.plan.plan import Plan, plan_to_json
 from hpcplace.plan.planner import plan_from_file
 from tests.slurm.conftest import REPO
 
@@ -479,3 +479,20 @@ def test_a_framework_config_that_never_fits_names_its_own_keys(lab_facts: valida
         validate.validate(plan_from_file(config), lab_facts)
     assert info.value.hint == ("fix cluster.n_nodes, cluster.n_gpus_per_node or the slurm: block in the config (or "
                                "skip this check with --no-validate)")
+
+
+def test_submitting_another_plan_into_a_submitted_run_directory_is_refused(tmp_path: Path) -> None:
+    """The same plan again: idempotent (the recorded job). Another plan would inherit that job's id and
+    status: refused, nothing submitted (no Slurm command is reached either way)."""
+    first = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "plan.json").write_text(plan_to_json(first))
+    (run_dir / "run.json").write_text(json.dumps({"job_id": "41"}))
+    again = submit.submit(first, run_dir)
+    assert again.already_submitted and again.job_id == "41"
+    other = plan_from_file(REPO / "configs" / "collocated-demo.yaml")
+    with pytest.raises(HpcplaceError) as info:
+        submit.submit(other, run_dir)
+    assert info.value.message.startswith(f"{run_dir} already holds job 41 of another plan")
+    assert "another -o DIR" in (info.value.hint or "")
