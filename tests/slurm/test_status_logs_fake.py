@@ -249,5 +249,7 @@ def test_submit_again_says_nothing_was_submitted(tmp_path: Path, fake_slurm: Pat
     code, out, err = _cli(capsys, "submit", HETERO, "-o", run_dir)
     assert code == 0  # idempotent: a retried script is safe (docs/slurm-job.md)
     assert out.splitlines()[-1] == f"already submitted as job 4242 ({run_dir}); nothing submitted"
-    assert "already submitted as job 4242; not submitting again" in err
+    assert "already submitted" not in err  # said once, on stdout
     assert len(_calls(fake_slurm)) == 1
+    code, out, err = _cli(capsys, "submit", ROLL, "-o", run_dir)  # another plan: refused, nothing submitted
+    assert code == 2 and "already holds job 4242 of another plan" in err and len(_calls(fake_slurm)) == 1
