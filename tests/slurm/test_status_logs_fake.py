@@ -251,5 +251,5 @@ def test_submit_again_says_nothing_was_submitted(tmp_path: Path, fake_slurm: Pat
     assert out.splitlines()[-1] == f"already submitted as job 4242 ({run_dir}); nothing submitted"
     assert "already submitted" not in err  # said once, on stdout
     assert len(_calls(fake_slurm)) == 1
-    code, out, err = _cli(capsys, "submit", ROLL, "-o", run_dir)  # another plan: refused, nothing submitted
+    code, out, err = _cli(capsys, "submit", HETERO, "slurm.time=5", "-o", run_dir)  # another plan: refused, nothing submitted
     assert code == 2 and "already holds job 4242 of another plan" in err and len(_calls(fake_slurm)) == 1
