@@ -40,7 +40,7 @@ cluster:
   node_groups:
     - {{label: a800, partition: a800, nodes: {a800}, gpus_per_node: 8, gpu_type: a800, cpus_per_node: 64, mem_per_node: 1T}}
     - {{label: h100, partition: h100, nodes: {h100}, gpus_per_node: 8, gpu_type: h100, cpus_per_node: 64, mem_per_node: 1T}}
-    - {{label: robot, partition: robot, nodes: {robot}, gpus_per_node: 8, gpu_type: l40, cpus_per_node: 64,
+    - {{label: robot, partition: robot, nodes: {robot}, gpus_per_node: 8, gpu_type: l40, cpus_per_node: 128,
         hardware: {{type: arm, count: 16}}}}
   component_placement:
     actor,rollout: {{node_group: a800, placement: all}}

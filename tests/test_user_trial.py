@@ -263,3 +263,18 @@ def test_ray_mode_names_only_the_option_given(capsys: pytest.CaptureFixture[str]
 def test_logs_tail_takes_a_positive_number(capsys: pytest.CaptureFixture[str], tmp_path: Path, tail: str) -> None:
     err = error_of(capsys, ["logs", str(tmp_path), "--tail", tail])
     assert f"--tail {tail}: give a positive number of lines" in err
+
+
+@pytest.mark.parametrize("extra, words", [
+    ("cpus_per_process: 4", "node 0 runs processes asking for 32 CPUs (actor 8 x 4), but the group's nodes have 16"),
+    ("mem_per_process: 16G", "asking for 131072 MB memory (actor 8 x 16384), but the group's nodes have 64000 MB"),
+])
+def test_a_node_asked_for_more_than_its_group_declares_is_refused_at_plan(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, extra: str, words: str) -> None:
+    """Slurm would refuse the step only after the queue wait (More processors requested than permitted)."""
+    config = tmp_path / "ov.yaml"
+    config.write_text("name: ov\ncluster:\n  node_groups:\n    - {label: a800, partition: a800, nodes: 1, "
+                      "gpus_per_node: 8, cpus_per_node: 16, mem_per_node: 64000}\n  component_placement:\n"
+                      f"    actor: '0-7'\ncomponents:\n  actor: {{command: ['true'], {extra}}}\n")
+    err = error_of(capsys, ["plan", str(config)])
+    assert f"{config}:4:7: node group 'a800': {words}" in err, err

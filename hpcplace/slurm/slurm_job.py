@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 from hpcplace.config.cluster import Charge, NodeGroup, charges
+from hpcplace.config.launch import commandless_components
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.plan import ComponentPlan, Plan
 from hpcplace.plan.process_table import LocalRankError, NodeProcesses, Slot, node_processes
@@ -199,6 +200,8 @@ def lower(plan: Plan) -> SlurmJob:
     check_roll_cpu_nodes(plan)
     cluster = plan.cluster
     node_needs = _node_needs(plan)
+    if not plan.launch.is_ray and not commandless_components(plan):  # what the steps will ask of the nodes
+        check_node_capacity(plan, node_needs)  # (the Ray mode's one task per node asks for none per process)
     components = tuple(
         _het_component(plan, gi, group, job_name, (*time_args, *(lead_args if gi == 0 else ()), *extra), exclusive,
                        node_needs, charge)
@@ -216,6 +219,27 @@ def lower(plan: Plan) -> SlurmJob:
         steps.extend(_component_steps(plan, comp, name))
     return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes,
                     kill_wait(options.get("kill_wait")), requeue, warning, flag(options, "preflight", True))
+
+
+def check_node_capacity(plan: Plan, needs: dict[int, tuple[int, int]]) -> None:
+    """A node group's declared CPUs or memory per node must hold what its busiest node's processes ask for
+    (`cpus_per_process`, `mem_per_process` summed): Slurm refuses such a step only after the queue wait
+    (`More processors requested than permitted`)."""
+    for gi, group in enumerate(plan.cluster.node_groups):
+        for j, rank in enumerate(plan.cluster.node_ranks(gi)):
+            cpus, mb = needs.get(rank, (0, 0))
+            for what, declared, need, unit, key in (("CPUs", group.cpus_per_node, cpus, "", "cpus_per_process"),
+                                                    ("memory", group.mem_per_node_mb, mb, " MB", "mem_per_process")):
+                if declared and need > declared:
+                    asks = ", ".join(
+                        f"{comp.name} {n} x {comp.cpus_per_process if what == 'CPUs' else comp.mem_per_process_mb}"
+                        for comp in plan.components
+                        if (n := sum(1 for p in comp.processes if p.cluster_node_rank == rank)))
+                    raise SpecError(f"node group {group.label!r}: node {j} runs processes asking for {need}{unit} "
+                                    f"{what} ({asks}), but the group's nodes have {declared}{unit}",
+                                    location=group.location,
+                                    hint=f"lower {key}, place fewer processes on the node, or correct the group's "
+                                         f"{'cpus_per_node' if what == 'CPUs' else 'mem_per_node'}")
 
 
 def check_spanning_workers(plan: Plan) -> None:
