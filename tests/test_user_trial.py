@@ -267,7 +267,7 @@ def test_logs_tail_takes_a_positive_number(capsys: pytest.CaptureFixture[str], t
 
 @pytest.mark.parametrize("extra, words", [
     ("cpus_per_process: 4", "node 0 runs processes asking for 32 CPUs (actor 8 x 4), but the group's nodes have 16"),
-    ("mem_per_process: 16G", "asking for 131072 MB memory (actor 8 x 16384), but the group's nodes have 64000 MB"),
+    ("mem_per_process: 16G", "node 0 runs processes asking for 131072 MB memory (actor 8 x 16384), but the group's nodes have 64000 MB"),
 ])
 def test_a_node_asked_for_more_than_its_group_declares_is_refused_at_plan(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, extra: str, words: str) -> None:
