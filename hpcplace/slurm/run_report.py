@@ -124,6 +124,7 @@ class Failure:
     component: str | None  # the failing component (the step's name in the batch log; `driver` in Ray mode)
     rank: int | None  # the rank that failed first
     host: str | None
+    cause: str | None = None  # why, when the script knows (the time-limit warning's SIGTERM, untrapped)
 
 
 _PREFIX = "hpcplace: "
@@ -142,7 +143,7 @@ def parse_failure(batch_log: str) -> Failure | None:
     if start is None:
         return None
     headline = lines[start][len(_PREFIX):]
-    verdict = component = host = None
+    verdict = component = host = cause = None
     rank = None
     m = re.match(r"FAILED: component '(.*?)' \(", headline)
     if m:
@@ -155,12 +156,14 @@ def parse_failure(batch_log: str) -> Failure | None:
             continue
         text = line[len(_PREFIX):]
         hit = _FIRST_RANK.match(text)
+        if "this SIGTERM was Slurm's time-limit warning" in text:
+            cause = text.strip()
         if hit and rank is None:  # an older headline: the first rank srun says exited with a code
             component, rank, host = hit.group(1), int(hit.group(2)), hit.group(3)
         elif " failed first: " in text and text.startswith("component "):
             verdict = text
             break
-    return Failure(headline, verdict, component, rank, host)
+    return Failure(headline, verdict, component, rank, host, cause)
 
 
 def tail(text: str, n: int = TAIL_LINES, width: int = TAIL_WIDTH) -> list[str]:
@@ -173,7 +176,7 @@ def failure_lines(failure: Failure, log_path: Path | None, log_text: str | None)
     """The lines `status` prints for a failure: the batch log's verdict and headline, then the last
     lines of the failing rank's log."""
     out = ["  failure (from the batch log):"]
-    out += [f"    {line}" for line in (failure.verdict, failure.headline) if line]
+    out += [f"    {line}" for line in (failure.verdict, failure.headline, failure.cause) if line]
     if failure.component is None or failure.rank is None:
         return out
     who = f"{failure.component} rank {failure.rank}"

@@ -179,12 +179,14 @@ def lower(plan: Plan) -> SlurmJob:
         time_args = (f"--time={options['time']}",)
     warning = limit_signal(options.get("signal_before_limit", DEFAULT_LIMIT_SIGNAL))
     limit_s = time_limit_seconds(options.get("time", ""))
+    if warning and limit_s is not None and "signal_before_limit" not in options:
+        # the default warns a tenth of a short job's time before its limit, not 2 minutes of a 3-minute job
+        warning = f"{warning.split('@')[0]}@{min(int(warning.split('@')[1]), max(1, limit_s // 10))}"
     if warning and limit_s is not None and int(warning.split("@")[1]) >= limit_s:
-        if "signal_before_limit" in options:  # Slurm would signal every task as soon as it starts
-            raise SpecError(f"slurm.signal_before_limit {options['signal_before_limit']!r} is not shorter than "
-                            f"slurm.time {options['time']!r}", hint="warn fewer seconds before the limit, or "
-                                                                  "turn the warning off with false")
-        warning = f"{warning.split('@')[0]}@{max(1, limit_s // 2)}"  # the default, halved for a short job
+        # Slurm would signal every task as soon as it starts
+        raise SpecError(f"slurm.signal_before_limit {options['signal_before_limit']!r} is not shorter than "
+                        f"slurm.time {options['time']!r}", hint="warn fewer seconds before the limit, or "
+                                                              "turn the warning off with false")
     requeue = flag(options, "requeue", False)
     # Steps mode: the warning goes to every task of every step. Ray mode: to the batch script only
     # (`B:`, component 0 runs it), which passes the user's signal on to the driver step alone; Slurm

@@ -204,8 +204,9 @@ def test_stop_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
                             ("10@5", "10@5")):
         args = lower(replace(plan, slurm={"signal_before_limit": value})).components[0].sbatch_args
         assert f"--signal={rendered}" in args, value
-    short = lower(replace(plan, slurm={"time": "1"})).components[0].sbatch_args  # 60 s: the default halves
-    assert "--signal=TERM@30" in short
+    for limit, default in (("1", "TERM@6"), ("3", "TERM@18"), ("19", "TERM@114"), ("20", "TERM@120"),
+                           ("4:00:00", "TERM@120")):  # a tenth of a short job's time, at most 2 minutes
+        assert f"--signal={default}" in lower(replace(plan, slurm={"time": limit})).components[0].sbatch_args, limit
     assert [time_limit_seconds(t) for t in ("1", "1:30", "1:00:00", "2-0", "1-2:03", "1-0:0:5", "INFINITE", "")] == [
         60, 90, 3600, 172800, 93780, 86405, None, None]
     with pytest.raises(SpecError, match="is not shorter than slurm.time"):

@@ -160,6 +160,17 @@ def test_status_summarises_the_failure(tmp_path: Path, fake_slurm: Path,  # noqa
                             "      | " + "x" * 197 + "...", "      | ValueError: failing on purpose"]
 
 
+def test_a_failure_by_the_time_limit_warning_says_so() -> None:
+    """A program that does not trap the default warning's SIGTERM: status repeats the script's why."""
+    why = ("  this SIGTERM was Slurm's time-limit warning (slurm.signal_before_limit TERM@18; 20s left): the program "
+           "does not trap it (docs/slurm-job.md, \"Stopping gracefully\")")
+    text = BATCH_FAILED.replace("hpcplace: stopping the other", f"hpcplace: {why}\nhpcplace: stopping the other")
+    failure = run_report.parse_failure(text)
+    assert failure is not None and failure.cause == why.strip()
+    assert run_report.failure_lines(failure, None, None)[3] == "    " + why.strip()
+    assert run_report.parse_failure(BATCH_FAILED).cause is None  # type: ignore[union-attr]
+
+
 def test_failure_of_an_older_library_and_of_an_earlier_attempt() -> None:
     older = BATCH_FAILED.replace(": rank 1 on rtx4090-1 failed first (srun exited 143: the other ranks were stopped)",
                                  "")
