@@ -201,6 +201,13 @@ def shebang_interpreter(path: str) -> str | None:
     return words[0] if words and words[0].startswith("/") else None
 
 
+# What `ray start --include-dashboard=true` checks first (Ray's own function; absent in another Ray: no check).
+DASHBOARD_CHECK = ("import sys, ray._private.utils as u\n"
+                   "e = getattr(u, 'get_dashboard_dependency_error', lambda: None)()\n"
+                   "sys.exit(f'missing packages ({e}): pip install \"ray[default]\" into this Python, or drop "
+                   "launch.dashboard' if e else 0)")
+
+
 def child_problem(what: str, result: tuple[int | None, str], *, timeout: float) -> str | None:
     """A child interpreter's (exit code or None for a timeout, output) -> a problem line or None."""
     rc, out = result
@@ -319,6 +326,7 @@ class NodePlan(Frozen):
     offload: bool  # an offloading component has GPU processes here
     ray_python: str | None  # Ray mode: the raylet's interpreter
     shm_needed: int | None  # bytes
+    ray_dashboard: bool = False  # the head runs Ray's dashboard (launch.dashboard): ray[default]'s packages
 
 
 def node_plan(index, g: int, j: int, node: str, environ: Mapping[str, str]) -> NodePlan:  # type: ignore[no-untyped-def]
@@ -348,6 +356,7 @@ def node_plan(index, g: int, j: int, node: str, environ: Mapping[str, str]) -> N
                                          needs_runtime=bool(comp.get("collocation_group")),
                                          script=python_script(command)))
     ray_python = None
+    dashboard = False
     if ray:
         from hpcplace.runtime.ray_node import node_facts
 
@@ -357,6 +366,7 @@ def node_plan(index, g: int, j: int, node: str, environ: Mapping[str, str]) -> N
             programs.append(ProgramCheck(what="the raylet's interpreter (python_interpreter_path)", program=ray_python,
                                          resolved=resolve_program(ray_python, path), needs_runtime=False))
         driver = launch.get("driver") or ()
+        dashboard = facts["rank"] == 0 and bool(launch.get("dashboard"))
         if facts["rank"] == 0 and driver:
             program = str(driver[0])
             programs.append(ProgramCheck(what="the Ray driver", program=program,
@@ -366,7 +376,7 @@ def node_plan(index, g: int, j: int, node: str, environ: Mapping[str, str]) -> N
     shm = int(mb) * 1024 * 1024 if str(mb or "").isdigit() else None
     where = f"{node} (node group {group['label']}, het group {g} node {j})"
     return NodePlan(where=where, expected_gpus=expected, used_gpus=tuple(sorted(used)), programs=tuple(programs),
-                    offload=offload, ray_python=ray_python, shm_needed=shm)
+                    offload=offload, ray_python=ray_python, shm_needed=shm, ray_dashboard=dashboard)
 
 
 def check_node(plan: NodePlan, node: str, environ: Mapping[str, str], timeout: float) -> tuple[list[str], list[str]]:
@@ -404,6 +414,9 @@ def check_node(plan: NodePlan, node: str, environ: Mapping[str, str], timeout: f
     if plan.ray_python is not None:
         jobs.append((f"Ray: {plan.ray_python} -c 'import ray' (the raylet's `ray start`)",
                      [plan.ray_python, "-c", "import ray"], dict(environ), True))
+    if plan.ray_python is not None and plan.ray_dashboard:  # `ray start --include-dashboard=true` refuses it
+        jobs.append((f"Ray's dashboard (launch.dashboard) in {plan.ray_python}",
+                     [plan.ray_python, "-c", DASHBOARD_CHECK], dict(environ), True))
     results: list[tuple[int | None, str] | None] = [None] * len(jobs)
 
     def run(i: int) -> None:

@@ -323,7 +323,7 @@ def _interrupt(proc: subprocess.Popen[bytes], grace_s: float) -> None:
 def hold_lines(run_dir: Path, plan: Plan, state: str, head: Mapping[str, object] | None, login_host: str) -> list[str]:
     """How to use a held job (empty when it does not hold or no longer runs), and the dashboard's address."""
     lines: list[str] = []
-    if head and head.get("dashboard_port"):
+    if head and head.get("dashboard_port") and state == "RUNNING":  # an ended job's dashboard is gone
         host, port = head.get("host"), head["dashboard_port"]
         lines.append(f"Ray dashboard: http://{host}:{port} (on the head; from your machine: "
                      f"ssh -N -L {port}:{host}:{port} {login_host}, then open http://localhost:{port})")

@@ -248,3 +248,27 @@ def test_task_names_every_problem_of_its_node(tmp_path: Path, rendered: Path, ca
 def test_task_outside_the_plan_fails_clearly(tmp_path: Path, rendered: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, out = run_task(tmp_path, slurm_env("elsewhere", rendered), capsys)
     assert rc == 1 and out.startswith("hpcplace-preflight: elsewhere: FAILED: node 'elsewhere' is not in the node lists")
+
+
+def test_a_ray_dashboard_without_its_packages_fails_the_head_at_once(tmp_path: Path, rendered: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """launch.dashboard needs ray[default]: `ray start` on the head would refuse it after the queue wait.
+    Checked with the job's real Python and Ray's own check (here: plain `ray`, no dashboard packages)."""
+    import importlib.util
+    import shutil
+
+    from hpcplace.slurm.render import render_run
+    from tests.slurm.conftest import plan_yaml
+
+    pytest.importorskip("ray")
+    plan = plan_yaml(tmp_path, CONFIG % {"python": sys.executable} + "launch: {mode: ray, hold: true, dashboard: true}\n")
+    shutil.rmtree(tmp_path / "run")  # the fixture's steps-mode render
+    render_run(plan, tmp_path / "run")
+    has_dashboard = importlib.util.find_spec("aiohttp_cors") is not None
+    rc, out = run_task(tmp_path, slurm_env("a800-1", rendered, CUDA_VISIBLE_DEVICES="0,1,2,3"), capsys)
+    if has_dashboard:
+        assert rc == 0, out
+    else:
+        assert rc == 1 and "Ray's dashboard (launch.dashboard)" in out and 'pip install "ray[default]"' in out, out
+    rc, out = run_task(tmp_path, slurm_env("cpu-1", rendered), capsys)  # only the head runs the dashboard
+    assert "dashboard" not in out, out

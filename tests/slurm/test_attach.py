@@ -249,6 +249,7 @@ def test_status_lines_of_a_held_job(tmp_path: Path) -> None:
     assert "Ray dashboard: http://a800-1:30001" in text and "ssh -N -L 30001:a800-1:30001 login1" in text
     assert "held: the job stays up" in text and f"hpcplace attach {tmp_path} --driver" in text
     assert "held" not in "\n".join(attach.hold_lines(tmp_path, plan, "COMPLETED", None, "login1"))
+    assert attach.hold_lines(tmp_path, plan, "FAILED", head, "login1") == []  # no dashboard of an ended job
     (tmp_path / "my runs").mkdir()
     spaced = tmp_path / "my runs" / ".." / "my runs"  # commands to paste: one word, the path normalised
     (spaced / "hold.json").write_text("{}")
