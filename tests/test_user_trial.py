@@ -278,3 +278,12 @@ def test_a_node_asked_for_more_than_its_group_declares_is_refused_at_plan(
                       f"    actor: '0-7'\ncomponents:\n  actor: {{command: ['true'], {extra}}}\n")
     err = error_of(capsys, ["plan", str(config)])
     assert f"{config}:4:7: node group 'a800': {words}" in err, err
+
+
+def test_launch_keys_not_indented_under_launch_are_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "rf.yaml"
+    config.write_text("cluster:\n  num_nodes: 1\n  component_placement: {actor: all}\nslurm: {partition: a800, "
+                      "gpus_per_node: 8}\nlaunch:\nmode: ray\ndriver: [python, main.py]\n")
+    err = error_of(capsys, ["plan", str(config)])
+    assert f"{config}:5:8: `launch`: the block is empty, and its keys driver, mode stand at the top level" in err
+    assert "indent them two spaces under `launch:`" in err

@@ -275,11 +275,11 @@ def _refuse_submitted(run_dir: Path) -> None:
         return
     record = submit.read_record(run_dir.absolute()) or {}
     if record.get("job_id"):
-        raise SlurmError(f"{run_dir} was submitted as job {record['job_id']}: rendering over it would replace the "
-                         "plan.json that job reads", hint="render into a new directory, or pass --force")
+        raise SpecError(f"{run_dir} was submitted as job {record['job_id']}: rendering over it would replace the "
+                        "plan.json that job reads", hint="render into a new directory, or pass --force")
     if (run_dir / submit.LOCK_NAME).exists():
-        raise SlurmError(f"{run_dir} is being submitted ({submit.LOCK_NAME} exists)",
-                         hint="render into a new directory, or pass --force")
+        raise SpecError(f"{run_dir} is being submitted ({submit.LOCK_NAME} exists)",
+                        hint="render into a new directory, or pass --force")
 
 
 def run_submit(args: argparse.Namespace) -> int:

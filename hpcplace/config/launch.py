@@ -88,6 +88,12 @@ def check_env(env: Mapping[str, str], where: str = "launch.env") -> dict[str, st
 
 def parse_launch(view: View | None) -> LaunchSpec:
     """The top-level `launch:` block (None or absent: steps mode)."""
+    if view is not None and view.value is None:
+        root = view.doc.data if isinstance(view.doc.data, dict) else {}
+        stray = [k for k in sorted(KEYS) if k in root]
+        if stray:  # `launch:` then `mode: ray` at its indentation: YAML reads two top-level keys
+            raise view.error(f"the block is empty, and its keys {', '.join(stray)} stand at the top level",
+                             hint="indent them two spaces under `launch:`")
     if view is None or view.value is None:
         return STEPS
     if not isinstance(view.value, dict):

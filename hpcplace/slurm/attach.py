@@ -41,8 +41,8 @@ HOLD_FILE = "hold.json"  # written by a held job once it holds (templates/hold.s
 COMMANDS_DIR = "attach"  # the command files of attached steps, in the run directory
 
 
-class NotRunningError(SlurmError):
-    """The job is not (or no longer) running: nothing to attach to."""
+class NotRunningError(SpecError):
+    """The job is not (or no longer) running: nothing to attach to (a usage error, exit 2, not Slurm's)."""
 
 
 @dataclass(frozen=True)
