@@ -222,7 +222,8 @@ def test_a_step_killed_by_the_time_limit_warning_is_named(hetero: Plan, tmp_path
                                                           explained: bool) -> None:
     """Default warning TERM@120: a program that does not trap SIGTERM dies of it; the log says the
     SIGTERM was the warning when the limit is that close (squeue %L), not a crash."""
-    rendered = render_run(hetero, tmp_path / "run")
+    no_limit = replace(hetero, slurm={k: v for k, v in hetero.slurm.items() if k != "time"})  # the full default
+    rendered = render_run(no_limit, tmp_path / "run")
     assert "hp_warning=TERM@120 " in rendered.script.read_text()
     res, _, _ = run_script(rendered.run_dir, tmp_path, FAKE_FAIL="inference", FAKE_FAIL_TERM="1",
                            FAKE_SLEEP="30", FAKE_TIME_LEFT=left)
