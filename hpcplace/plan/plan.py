@@ -17,7 +17,6 @@ from operator import add
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from hpcplace.config.cluster import Charge, Cluster, Hardware, Node, NodeGroup, charges
-from hpcplace.errors import SourceLocation
 from hpcplace.config.launch import STEPS, LaunchSpec
 from hpcplace.plan.placement import Placement
 from hpcplace.config.spec import SpanningWorkers

@@ -14,7 +14,6 @@ components sharing a node) run concurrently. See docs/slurm-job.md.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
