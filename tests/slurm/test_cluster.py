@@ -306,7 +306,7 @@ components:
     job_id = submit_cli(config, run_dir)
     assert json.loads((run_dir / "run.json").read_text())["job_id"] == job_id
     again = cli("submit", config, "-o", run_dir)
-    assert again.returncode == 0 and "already submitted" in again.stderr
+    assert again.returncode == 0 and "already submitted" not in again.stderr  # said once, on stdout
     assert f"already submitted as job {job_id} ({run_dir}); nothing submitted" in again.stdout, again.stdout
     watch = cli("status", run_dir, "--watch", "--interval", "0.3", timeout=JOB_TIMEOUT_S)
     assert watch.returncode == 0, watch.stderr
