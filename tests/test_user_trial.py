@@ -287,3 +287,12 @@ def test_launch_keys_not_indented_under_launch_are_named(capsys: pytest.CaptureF
     err = error_of(capsys, ["plan", str(config)])
     assert f"{config}:5:8: `launch`: the block is empty, and its keys driver, mode stand at the top level" in err
     assert "indent them two spaces under `launch:`" in err
+
+
+@pytest.mark.parametrize("override, hint", [
+    ("cluster.node_groups.0.nodes=two", "HINT: write a whole number without quotes, e.g. `nodes: 1`"),
+    ("cluster.node_groups.0.nodes=0", "HINT: e.g. `nodes: 1`"),
+    ("components.actor.offload=maybe", "HINT: write `offload: true` or `offload: false`"),
+])
+def test_a_wrong_type_or_range_comes_with_a_hint(capsys: pytest.CaptureFixture[str], override: str, hint: str) -> None:
+    assert hint in error_of(capsys, ["plan", DEMO, override])

@@ -411,18 +411,25 @@ class View:
     def int(self, minimum: int | None = None) -> int:
         if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
             return d.int(minimum)
+        example = f"{self._key_text()}: {max(minimum if minimum is not None else 1, 1)}"
         if isinstance(self.value, bool) or not isinstance(self.value, int):
-            raise self.error(f"expected an integer, got {_describe(self.value)}")
+            raise self.error(f"expected an integer, got {_describe(self.value)}",
+                             hint=f"write a whole number without quotes, e.g. `{example}`")
         if minimum is not None and self.value < minimum:
-            raise self.error(f"expected an integer >= {minimum}, got {self.value}")
+            raise self.error(f"expected an integer >= {minimum}, got {self.value}", hint=f"e.g. `{example}`")
         return self.value
 
     def bool(self) -> bool:
         if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
             return d.bool()
         if not isinstance(self.value, bool):
-            raise self.error(f"expected true or false, got {_describe(self.value)}")
+            raise self.error(f"expected true or false, got {_describe(self.value)}",
+                             hint=f"write `{self._key_text()}: true` or `{self._key_text()}: false`")
         return self.value
+
+    def _key_text(self) -> str:
+        """This value's own key, for an example in a hint (`nodes`; a list item: its list's key)."""
+        return next((k for k in reversed(self.path) if isinstance(k, str)), "value")
 
     def as_written(self) -> str:
         """A scalar as text, a number as written: YAML 1.1 reads an unquoted `010` as 8, `0x10` as 16 and
