@@ -296,3 +296,9 @@ def test_launch_keys_not_indented_under_launch_are_named(capsys: pytest.CaptureF
 ])
 def test_a_wrong_type_or_range_comes_with_a_hint(capsys: pytest.CaptureFixture[str], override: str, hint: str) -> None:
     assert hint in error_of(capsys, ["plan", DEMO, override])
+
+
+def test_a_job_name_is_checked_like_the_experiments_name(capsys: pytest.CaptureFixture[str]) -> None:
+    """Never silently changed (the script would have run under a slug of it)."""
+    err = error_of(capsys, ["plan", DEMO, "--set", "slurm.job_name=$(touch x)"])
+    assert "slurm.job_name '$(touch x)' is not a job name" in err and "names use letters" in err

@@ -341,6 +341,8 @@ def shared_paths(slurm: dict[str, str]) -> tuple[str, ...]:
 def check_slurm_option(key: str, value: str, location: SourceLocation | None) -> None:
     """What lowering and rendering would refuse, refused at plan time with the config location."""
     check_sbatch_text(value, f"slurm.{key}", location=location)
+    if key == "job_name" and value and not NAME_RE.match(value):  # as the experiment's name, never silently changed
+        raise SpecError(f"slurm.job_name {value!r} is not a job name", location=location, hint=NAME_HINT)
     if key == "time" and not sbatch_time_ok(value):
         raise SpecError(f"slurm.time {value!r} is not a Slurm time limit", location=location,
                         hint="write e.g. 30, 4:00:00 or 2-00:00:00")
