@@ -302,3 +302,15 @@ def test_a_job_name_is_checked_like_the_experiments_name(capsys: pytest.CaptureF
     """Never silently changed (the script would have run under a slug of it)."""
     err = error_of(capsys, ["plan", DEMO, "--set", "slurm.job_name=$(touch x)"])
     assert "slurm.job_name '$(touch x)' is not a job name" in err and "names use letters" in err
+
+
+@pytest.mark.parametrize("group, words", [
+    ("{label: r, partition: robot, nodes: 1, hardware: {type: robot, count: 0}}", "the hardware count is 0 on every node"),
+    ("{label: r, partition: a800, nodes: 1, gpu_type: a800}", "gpu_type 'a800' names GPUs, but the group has none"),
+])
+def test_a_group_that_would_hold_nothing_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path, group: str,
+                                                    words: str) -> None:
+    config = tmp_path / "g.yaml"
+    config.write_text(f"name: g\ncluster:\n  node_groups:\n    - {group}\n  component_placement:\n"
+                      "    a: {node_group: r, placement: '0'}\ncomponents:\n  a: {command: ['true']}\n")
+    assert words in error_of(capsys, ["plan", str(config)])

@@ -376,6 +376,9 @@ def native_node_group(view: View) -> NodeGroup:
                             per_node_counts(hw.require("count", "per node"), num_nodes, "hardware.count",
                                             limits.MAX_HARDWARE_PER_NODE),
                             None if gres is None or gres.value is None else check_name(gres, gres.str(), "GRES name"))
+        if not any(hardware.per_node):
+            raise hw.require("count").error("the hardware count is 0 on every node: the group would hold no device",
+                                            hint="give the devices per node (count: 4), or remove the hardware block")
 
     def opt_str(key: str) -> str | None:
         child = view.get(key)
@@ -384,6 +387,10 @@ def native_node_group(view: View) -> NodeGroup:
     gpu_type = opt_str("gpu_type")
     if gpu_type is not None:
         check_name(view.require("gpu_type"), gpu_type, "gpu_type")
+        if not any(gpus):  # the group would silently be placed by nodes
+            raise view.require("gpu_type").error(f"gpu_type {gpu_type!r} names GPUs, but the group has none "
+                                                 "(gpus_per_node is 0 or missing)",
+                                                 hint="set gpus_per_node (e.g. gpus_per_node: 8), or remove gpu_type")
     partition = opt_str("partition") or label
     return NodeGroup(
         label=label, partition=partition, num_nodes=num_nodes, gpus_per_node=gpus, gpu_type=gpu_type,
