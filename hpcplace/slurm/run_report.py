@@ -222,5 +222,15 @@ def read_failure(run_dir: Path, job_id: str | None) -> list[str]:
     return failure_lines(failure, path, text)
 
 
-__all__ = ["Failure", "candidate_dirs", "failure_lines", "failing_log",
+def batch_log_end(run_dir: Path, job_id: str | None) -> list[str]:
+    """The last lines of the batch log, for a job that failed before any step did (its library refused,
+    `cd` to the run directory failed): `status` then still says why."""
+    logs = sorted((run_dir / "logs").glob(f"batch-{job_id}.out" if job_id else "batch-*.out"))
+    if not logs:
+        return []
+    last = tail(logs[-1].read_text(encoding="utf-8", errors="replace"))
+    return [f"  the batch log ends with ({logs[-1]}):"] + [f"    | {line}" for line in last] if last else []
+
+
+__all__ = ["Failure", "batch_log_end", "candidate_dirs", "failure_lines", "failing_log",
            "find_run_dir", "ownership_problem", "parse_failure", "read_failure", "recorded_id", "tail"]

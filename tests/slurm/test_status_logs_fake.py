@@ -264,3 +264,16 @@ def test_submit_again_says_nothing_was_submitted(tmp_path: Path, fake_slurm: Pat
     assert len(_calls(fake_slurm)) == 1
     code, out, err = _cli(capsys, "submit", HETERO, "slurm.time=5", "-o", run_dir)  # another plan: refused, nothing submitted
     assert code == 2 and "already holds job 4242 of another plan" in err and len(_calls(fake_slurm)) == 1
+
+
+def test_a_job_that_failed_before_its_steps_shows_the_end_of_its_batch_log(
+        tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    """No FAILED: block (the script stopped before any step: its library was edited): the batch log's end."""
+    run_dir = _run_dir(tmp_path, capsys)
+    _slurm_job(fake_slurm, run_dir, "FAILED")
+    (run_dir / "logs" / "batch-12.out").write_text(
+        "hpcplace: hpcplace-lib.sh in /r is not the library this script was rendered with (sha256 differs)\n")
+    code, out, _err = _cli(capsys, "status", run_dir)
+    assert code == 10
+    assert f"  the batch log ends with ({run_dir / 'logs' / 'batch-12.out'}):" in out, out
+    assert "    | hpcplace: hpcplace-lib.sh in /r is not the library" in out
