@@ -393,6 +393,14 @@ class PlanIndex:
         (rank,) = _SLOT.unpack(self._read(self._idx_fd, at, _SLOT.size))
         return self.process(component, rank)
 
+    def processes_per_node(self, component: int, het_group: int) -> list[int]:
+        """How many processes of the component each node of the het group runs, in one read ([]: none there)."""
+        node = self._tables[component]["nodes"].get(str(het_group))
+        if node is None or node[1] == 0:
+            return []
+        data = self._read(self._idx_fd, self._tables_start + node[0], node[1] * _NODE.size)
+        return [count for _first, count in _NODE.iter_unpack(data)]
+
     def processes_on(self, component: int, het_group: int, group_node_index: int) -> int:
         """How many processes of the component the plan puts on that node."""
         node = self._tables[component]["nodes"].get(str(het_group))

@@ -94,10 +94,12 @@ def node_facts(header: dict, g: int, j: int, cpus_needed: int = 0) -> dict:
 def group_cpus_needed(index: PlanIndex, g: int) -> int:
     """The CPUs the plan's processes need on the busiest node of het group g: every raylet of a group
     advertises the same CPUs (hpcplace.ray.ray_cluster.ray_nodes says why)."""
-    users = [(ci, int(c.get("cpus_per_process") or 1)) for ci, c in enumerate(index.components)
-             if g in index.het_groups(ci)]
-    nodes = len(group_node_ranks(index.plan["node_groups"][g]))
-    return max((sum(cpus * index.processes_on(ci, g, j) for ci, cpus in users) for j in range(nodes)), default=0)
+    need = [0] * len(group_node_ranks(index.plan["node_groups"][g]))
+    for ci, comp in enumerate(index.components):  # one read of each component's node table
+        cpus = int(comp.get("cpus_per_process") or 1)
+        for j, count in enumerate(index.processes_per_node(ci, g) if g in index.het_groups(ci) else ()):
+            need[j] += cpus * count
+    return max(need, default=0)
 
 
 def framework_node_env(source_format: str | None, rank: int) -> dict:
