@@ -377,10 +377,8 @@ def run_status(args: argparse.Namespace) -> int:
             print("\n".join(f"    {line}" for line in preflight.read_text(encoding="utf-8").splitlines()))
         for line in _ray_status(run_dir, active=not status.done and status.state != "PENDING"):
             print(line)
-        failure = run_report.read_failure(run_dir, job_id)
-        if not failure and status.done and status.state != "COMPLETED" and not preflight.exists():
-            failure = run_report.batch_log_end(run_dir, job_id)  # it failed before any step did: say where
-        for line in failure:
+        ended_failed = status.done and status.state != "COMPLETED" and not preflight.exists()
+        for line in run_report.read_failure(run_dir, job_id, ended_failed):
             print(line)
         for line in _hold_status(run_dir, status.state):
             print(line)

@@ -205,14 +205,18 @@ def failing_log(run_dir: Path, failure: Failure, plan) -> Path | None:  # type: 
     return None
 
 
-def read_failure(run_dir: Path, job_id: str | None) -> list[str]:
-    """`status`'s failure summary from the run directory's files ([] when nothing failed)."""
+def read_failure(run_dir: Path, job_id: str | None, ended_failed: bool = False) -> list[str]:
+    """`status`'s failure summary from the run directory's files ([] when nothing failed). A job that
+    `ended_failed` before any step did (its library refused, `cd` to the run directory failed) has no
+    FAILED: block: the end of its batch log says why."""
     logs = sorted((run_dir / "logs").glob(f"batch-{job_id}.out" if job_id else "batch-*.out"))
     if not logs:
         return []
-    failure = parse_failure(logs[-1].read_text(encoding="utf-8", errors="replace"))
+    batch_text = logs[-1].read_text(encoding="utf-8", errors="replace")
+    failure = parse_failure(batch_text)
     if failure is None:
-        return []
+        last = tail(batch_text) if ended_failed else []
+        return [f"  the batch log ends with ({logs[-1]}):"] + [f"    | {line}" for line in last] if last else []
     try:
         plan = submit.load_plan(run_dir / PLAN_NAME)
         path = failing_log(run_dir, failure, plan)
@@ -222,15 +226,5 @@ def read_failure(run_dir: Path, job_id: str | None) -> list[str]:
     return failure_lines(failure, path, text)
 
 
-def batch_log_end(run_dir: Path, job_id: str | None) -> list[str]:
-    """The last lines of the batch log, for a job that failed before any step did (its library refused,
-    `cd` to the run directory failed): `status` then still says why."""
-    logs = sorted((run_dir / "logs").glob(f"batch-{job_id}.out" if job_id else "batch-*.out"))
-    if not logs:
-        return []
-    last = tail(logs[-1].read_text(encoding="utf-8", errors="replace"))
-    return [f"  the batch log ends with ({logs[-1]}):"] + [f"    | {line}" for line in last] if last else []
-
-
-__all__ = ["Failure", "batch_log_end", "candidate_dirs", "failure_lines", "failing_log",
+__all__ = ["Failure", "candidate_dirs", "failure_lines", "failing_log",
            "find_run_dir", "ownership_problem", "parse_failure", "read_failure", "recorded_id", "tail"]
