@@ -80,12 +80,14 @@ def driver_config_problem(plan: Plan, replan: Callable[[Sequence[str]], Plan], w
 def _areal_reads_own_blocks(plan: Plan, arguments: Sequence[str], workdir: str) -> SpecError | None:
     """AReaL merges its config into a structured dataclass: a top-level key it does not know (`slurm:`)
     is a ConfigKeyError at the driver's start."""
+    if not any(_same_file(a, plan.source, workdir) for a in _paths(arguments)):
+        return None
     try:
         keys = load_yaml_file(plan.source).data.keys()
     except (HpcplaceError, AttributeError):
         return None
     own = [k for k in OWN_KEYS if k in keys and f"~{k}" not in arguments]
-    if not own or not any(_same_file(a, plan.source, workdir) for a in _paths(arguments)):
+    if not own:
         return None
     blocks = ", ".join(f"`{k}:`" for k in own)
     return SpecError(f"the Ray driver reads {plan.source}, whose {blocks} AReaL's config class does not have: AReaL "

@@ -27,7 +27,7 @@ from hpcplace.errors import SlurmError, SpecError
 from hpcplace.config.cluster import Cluster, Hardware, NodeGroup
 from hpcplace.config.launch import launch_from_json
 from hpcplace.plan.placement import Placement
-from hpcplace.plan.plan import SCHEMA, ComponentPlan, Plan, SpanningWorkers, plan_to_json
+from hpcplace.plan.plan import SCHEMA, ComponentPlan, Plan, SpanningWorkers, iter_plan_json
 from hpcplace.slurm.render import (
     DEFAULT_LAUNCHER, LIBRARY_NAME, PLAN_NAME, SCRIPT_NAME, make_run_dir, render_library, render_run, render_script, sha256_text,
 )
@@ -101,10 +101,11 @@ def _check_same_plan(plan: Plan, root: Path, job_id: str) -> None:
     """Submitting again into a run directory is idempotent for the same plan; another plan (another
     config, other overrides) would silently get the old job's id and status, so it is refused."""
     try:
-        recorded = (root / PLAN_NAME).read_text(encoding="utf-8")
+        with open(root / PLAN_NAME, encoding="utf-8") as recorded:  # compared piece by piece, as it was written
+            same = all(recorded.read(len(piece)) == piece for piece in iter_plan_json(plan)) and not recorded.read(1)
     except (OSError, ValueError):
         return
-    if recorded != plan_to_json(plan):
+    if not same:
         raise SpecError(f"{root} already holds job {job_id} of another plan ({plan.name!r} from {plan.source} differs "
                         f"from its plan.json): nothing submitted",
                         hint="submit into a new run directory: another -o DIR, or leave -o out")
