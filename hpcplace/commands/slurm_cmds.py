@@ -375,12 +375,14 @@ def run_status(args: argparse.Namespace) -> int:
         if preflight.exists():
             print("  preflight failed (no program was started):")
             print("\n".join(f"    {line}" for line in preflight.read_text(encoding="utf-8").splitlines()))
-        for line in _ray_status(run_dir, active=not status.done and status.state != "PENDING"):
+        plan = _run_plan(run_dir)  # once, for the Ray and the hold lines
+        waits = not status.done and status.state != "PENDING" and (plan is None or bool(plan.launch.driver))
+        for line in _ray_status(run_dir, waits):
             print(line)
         ended_failed = status.done and status.state != "COMPLETED" and not preflight.exists()
         for line in run_report.read_failure(run_dir, job_id, ended_failed):
             print(line)
-        for line in _hold_status(run_dir, status.state):
+        for line in _hold_status(run_dir, plan, status.state):
             print(line)
         for line in _launch_failure(status, run_dir, job_id):
             print(line)
@@ -401,17 +403,24 @@ def _launch_failure(status, run_dir: Path, job_id: str) -> list[str]:  # type: i
             "as must the venv; `hpcplace submit` warns when it is not"]
 
 
-def _hold_status(run_dir: Path, state: str) -> list[str]:
+def _run_plan(run_dir: Path):  # type: ignore[no-untyped-def]
+    """The run directory's plan, or None when it cannot be read (status then says less, never fails)."""
+    from hpcplace.slurm import submit
+
+    try:
+        return submit.load_plan(run_dir / "plan.json")
+    except (OSError, ValueError, KeyError, SlurmError, SpecError):
+        return None
+
+
+def _hold_status(run_dir: Path, plan, state: str) -> list[str]:  # type: ignore[no-untyped-def]
     """A held job: that it is held and how to attach; the Ray dashboard's address (hpcplace.slurm.attach)."""
     import json
     import socket
 
-    from hpcplace.slurm import submit
     from hpcplace.slurm.attach import hold_lines
 
-    try:
-        plan = submit.load_plan(run_dir / "plan.json")
-    except (OSError, ValueError, KeyError, SlurmError):
+    if plan is None:
         return []
     try:
         head = json.loads((run_dir / "ray" / "head.json").read_text(encoding="utf-8"))
@@ -441,8 +450,9 @@ def run_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ray_status(run_dir: Path, active: bool) -> list[str]:
-    """The Ray launch mode's facts from the run dir: the head's address, bring-up, node errors."""
+def _ray_status(run_dir: Path, driver_waits: bool) -> list[str]:
+    """The Ray launch mode's facts from the run dir: the head's address, bring-up, node errors.
+    `driver_waits`: a running job's driver, which writes ray/bringup.json once every node joined."""
     import json
 
     ray_dir = run_dir / "ray"
@@ -457,19 +467,9 @@ def _ray_status(run_dir: Path, active: bool) -> list[str]:
         lines.append(f"Ray: all {up['nodes']} node(s) joined {up['all_joined'] - up['driver_step_start']:.1f} s "
                      f"after the driver step started; the driver started then")
     except (OSError, ValueError, KeyError, TypeError):
-        if active and _has_driver(run_dir):  # the driver writes bringup.json once every node joined
+        if driver_waits:
             lines.append("Ray: waiting for every node to join")
     return lines + _ray_errors(run_dir)
-
-
-def _has_driver(run_dir: Path) -> bool:
-    """Whether the job runs a Ray driver of its own (a held job without one waits for nothing)."""
-    from hpcplace.slurm import submit
-
-    try:
-        return bool(submit.load_plan(run_dir / "plan.json").launch.driver)
-    except (OSError, SpecError):
-        return True
 
 
 def _ray_errors(run_dir: Path) -> list[str]:
