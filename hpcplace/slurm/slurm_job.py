@@ -180,7 +180,8 @@ def lower(plan: Plan) -> SlurmJob:
     limit_s = time_limit_seconds(options.get("time", ""))
     if warning and limit_s is not None and "signal_before_limit" not in options:
         # the default warns a tenth of a short job's time before its limit, not 2 minutes of a 3-minute job
-        warning = f"{warning.split('@')[0]}@{min(int(warning.split('@')[1]), max(1, limit_s // 10))}"
+        sig, seconds = warning.split("@")
+        warning = f"{sig}@{min(int(seconds), max(1, limit_s // 10))}"
     if warning and limit_s is not None and int(warning.split("@")[1]) >= limit_s:
         # Slurm would signal every task as soon as it starts
         raise SpecError(f"slurm.signal_before_limit {options['signal_before_limit']!r} is not shorter than "
