@@ -47,9 +47,12 @@ cluster:
     reward: {{node_group: h100, placement: "all:0-{h100 * 8 * 2 - 1}"}}
     env: {{node_group: robot, placement: "all:0-{robot * 16 * 2 - 1}"}}
     agent: {{node_group: node, placement: "all:0-{nodes * 46 - 1}"}}
-components:
-  actor: {{tensor_parallel_size: 4, offload: true}}
-  rollout: {{tensor_parallel_size: 2, offload: true}}
+components:  # a command each: `hpcplace render` refuses a plan with nothing to run
+  actor: {{tensor_parallel_size: 4, offload: true, command: ["true"]}}
+  rollout: {{tensor_parallel_size: 2, offload: true, command: ["true"]}}
+  reward: {{command: ["true"]}}
+  env: {{command: ["true"]}}
+  agent: {{command: ["true"]}}
 """
 
 
@@ -65,6 +68,10 @@ cluster:
   component_placement:
     actor,rollout: all
     agent: {{node_group: node, placement: "all:0-{nodes * 64 - 1}"}}
+components:
+  actor: {{command: ["true"]}}
+  rollout: {{command: ["true"]}}
+  agent: {{command: ["true"]}}
 """
 
 

@@ -442,6 +442,9 @@ def _add(into: dict[int, set[tuple[str, int]]],
     return into
 
 
+_LISTED = 8  # nodes a warning names before it counts the rest (a 16,384-node job must not print them all)
+
+
 def _warnings(spec: ExperimentSpec, components: Sequence[ComponentPlan]) -> tuple[str, ...]:
     used_gpus: dict[int, set[int]] = {}
     for c in components:
@@ -457,15 +460,17 @@ def _warnings(spec: ExperimentSpec, components: Sequence[ComponentPlan]) -> tupl
         if len(idle) == group.num_nodes:
             out.append(f"node group {group.label!r} runs no process; it is still allocated")
         elif idle:
-            out.append(f"node group {group.label!r}: nodes {idle} run no process; they are still allocated")
+            shown = f"{idle}" if len(idle) <= _LISTED else f"{idle[:_LISTED]} ... ({len(idle)} nodes)"
+            out.append(f"node group {group.label!r}: nodes {shown} run no process; they are still allocated")
         mostly_idle = {n.rank: n.gpus - len(used_gpus[n.rank]) for n in spec.cluster.nodes
                        if n.group_label == group.label and n.rank in used_nodes and n.gpus
                        and 2 * (n.gpus - len(used_gpus[n.rank])) > n.gpus}
         if mostly_idle:
-            out.append(f"node group {group.label!r}: most GPUs of "
-                       + ", ".join(f"node {r} ({idle} of {n_gpus})" for r, idle in mostly_idle.items()
-                                   for n_gpus in [spec.cluster.nodes[r].gpus])
-                       + " run no process; the job holds every GPU of its nodes (they show as idle in the map)")
+            listed = [f"node {r} ({idle} of {spec.cluster.nodes[r].gpus})"
+                      for r, idle in list(mostly_idle.items())[:_LISTED]]
+            more = f" ... ({len(mostly_idle)} nodes)" if len(mostly_idle) > _LISTED else ""
+            out.append(f"node group {group.label!r}: most GPUs of {', '.join(listed)}{more} run no process; the job "
+                       "holds every GPU of its nodes (they show as idle in the map)")
         hw = group.hardware
         if hw is not None and len(set(hw.per_node)) > 1:
             fewest = min(hw.per_node)
