@@ -349,7 +349,7 @@ class View:
         from hpcplace.config.interpolation import resolve_value
 
         try:
-            return resolve_value(self.doc, self.path)
+            return resolve_value(self.doc.data, self.path)
         except Exception as exc:  # OmegaConf's errors: unknown resolver, missing key, unset env var
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise self.error(f"cannot resolve {self.value!r}: {text}",
