@@ -108,7 +108,8 @@ def plan_with_launch(args: argparse.Namespace, cluster: LiveCluster | None = Non
     command's validation), or for a run on this machine (--local) from this machine."""
     from dataclasses import replace
 
-    from hpcplace.config.launch import driven_by_framework, with_driver, with_hold
+    from hpcplace.config.launch import with_driver, with_hold
+    from hpcplace.plan.runnable import driven_by_framework
     from hpcplace.plan.driver_config import driver_config_problem
     from hpcplace.plan.planner import plan_from_file
 
@@ -167,7 +168,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def run(args: argparse.Namespace) -> int:
     from hpcplace.plan.gpumap import summary, svg
-    from hpcplace.config.launch import nothing_to_run
+    from hpcplace.plan.runnable import nothing_to_run
     from hpcplace.plan.plan import write_plan_json
     from hpcplace.errors import SpecError
     from hpcplace.slurm.render import check_renders

@@ -160,7 +160,7 @@ def _plan(args: argparse.Namespace, cluster: LiveCluster | None = None):  # type
 
 def _runnable_plan(args: argparse.Namespace, cluster: LiveCluster | None = None):  # type: ignore[no-untyped-def]
     """`_plan`, refused when its processes would have nothing to run ("no driver, no job")."""
-    from hpcplace.config.launch import check_runnable
+    from hpcplace.plan.runnable import check_runnable
 
     plan = _plan(args, cluster)
     check_runnable(plan)

@@ -19,13 +19,9 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from hpcplace.errors import SpecError
 from hpcplace.config.yaml_source import View, yaml_words
-
-if TYPE_CHECKING:
-    from hpcplace.plan.plan import Plan
 
 MODES = ("steps", "ray")
 KEYS = frozenset({"mode", "driver", "env", "join_timeout", "hold", "dashboard"})
@@ -129,7 +125,7 @@ def parse_launch(view: View | None) -> LaunchSpec:
         raise view.get("dashboard").error("launch.dashboard is the Ray dashboard: ray mode only",  # type: ignore[union-attr]
                                           hint="set launch.mode: ray (or remove dashboard)")
     # A ray block without a driver is complete once `--driver -- CMD` or `--hold` is applied: render,
-    # submit and `run --local` refuse what is still missing then (nothing_to_run), `plan` warns.
+    # submit and `run --local` refuse what is still missing then (hpcplace.plan.runnable), `plan` warns.
     if mode == "steps" and driver:
         raise driver_view.error("launch.driver is only used in ray mode",  # type: ignore[union-attr]
                                 hint="set launch.mode: ray (or remove the driver)")
@@ -152,11 +148,6 @@ def with_hold(launch: LaunchSpec, hold: bool, driven_by_framework: bool = False)
     if not hold:
         return launch
     return replace(launch, hold=True, mode="ray" if driven_by_framework else launch.mode)
-
-
-def driven_by_framework(plan: Plan) -> bool:
-    """A framework config (RLinf, ROLL, AReaL) none of whose components has a command of its own."""
-    return plan.source_format in FRAMEWORK_FORMATS and not any(c.command for c in plan.components)
 
 
 def _driver(view: View) -> tuple[str, ...]:
@@ -208,60 +199,10 @@ def launch_from_json(data: object) -> LaunchSpec:
                       bool(data.get("dashboard")))
 
 
-# ------------------------------------------------------------------------------------------------
-# "No driver, no job": a plan whose processes have nothing to run is refused before it is rendered
-
+# Configs whose components a framework's driver starts (whether a plan has something to run:
+# hpcplace.plan.runnable); a bare `python` driver gets the submitting interpreter.
 FRAMEWORK_FORMATS = ("rlinf", "roll", "areal")  # configs whose components are started by a driver
 BARE_PYTHON_RE = re.compile(r"python(\d+(\.\d+)?)?")
-
-
-class NothingToRunError(SpecError):
-    """The steps mode would start processes that have no command (a framework config without its driver)."""
-
-
-def commandless_components(plan: Plan, components: Sequence[str] = ()) -> tuple[str, ...]:
-    """Names of the (chosen) components the steps mode could not start: they have no command."""
-    if plan.launch.is_ray or plan.launch.hold:  # a held job may hold just the allocation
-        return ()
-    return tuple(c.name for c in plan.components if not c.command and (not components or c.name in components))
-
-
-def nothing_to_run_hint(plan: Plan) -> str:
-    """How to give the job something to run, in the terms of the config's own format."""
-    if plan.source_format in FRAMEWORK_FORMATS:
-        return ("run it in the Ray launch mode with the framework's driver: `launch: {mode: ray, driver: [python, "
-                "main.py, ...]}` in the config, or `--driver -- python main.py ...` on the command line (or give each "
-                "component a command in `hpcplace: {components: {<name>: {command: [...]}}}`)")
-    return ("give each component a command (`components.<name>.command: [python, train.py]`), or start the job "
-            "from one driver in the Ray launch mode: `launch: {mode: ray, driver: [...]}` or `--driver -- CMD ...`")
-
-
-def nothing_to_run(plan: Plan, components: Sequence[str] = ()) -> NothingToRunError | None:
-    """The one check render, submit and `run --local` make (and `plan` warns about): None when every
-    process has something to run (a command, or the Ray mode's driver)."""
-    if plan.launch.is_ray:
-        if plan.launch.driver or plan.launch.hold:
-            return None
-        return NothingToRunError("the Ray launch mode has no driver to run",
-                                 hint="add `driver: [python, main.py, ...]` to the launch block or pass --driver -- "
-                                      "CMD... on the command line, or hold the cluster without one (--hold, or "
-                                      "`hold: true` in the launch block) and attach drivers to it")
-    missing = commandless_components(plan, components)
-    if not missing:
-        return None
-    names = ", ".join(repr(n) for n in missing)
-    if len(missing) == len(plan.components):
-        what = f"no component of {plan.source} ({plan.source_format}) has a command ({names})"
-    else:
-        what = f"component(s) {names} of {plan.source} ({plan.source_format}) have no command"
-    return NothingToRunError(f"nothing to run: {what}, and there is no Ray driver", hint=nothing_to_run_hint(plan))
-
-
-def check_runnable(plan: Plan, components: Sequence[str] = ()) -> None:
-    """Raise NothingToRunError unless every (chosen) process has something to run."""
-    error = nothing_to_run(plan, components)
-    if error is not None:
-        raise error
 
 
 def resolve_driver_interpreter(launch: LaunchSpec, which: Callable[[str], str | None],

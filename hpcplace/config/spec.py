@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import Cluster, Hardware, NodeGroup
@@ -27,9 +25,6 @@ from hpcplace.config.launch import STEPS, LaunchSpec
 from hpcplace.config.safe_words import argv_problem, check_sbatch_text
 from hpcplace.config.slurm_options import SLURM_JOB_OPTIONS, extra_args_problem, job_option_problem, sbatch_time_ok
 from hpcplace.config.yaml_source import View, YamlDocument, yaml_words
-
-if TYPE_CHECKING:
-    from hpcplace.plan.placement import Placement
 
 
 @dataclass(frozen=True)
@@ -54,18 +49,6 @@ class SpanningWorkers:
     def from_json(cls, data: dict) -> SpanningWorkers:  # type: ignore[type-arg]
         return cls(tuple(tuple(int(r) for r in w) for w in data["processes"]), int(data["gpus_per_worker"]),
                    str(data.get("framework", "ROLL")))
-
-    def describe(self, processes: Sequence[Placement], limit: int = 8) -> list[str]:
-        """Readable lines: how the processes form workers, and the nodes each worker spans."""
-        lines = [f"{len(processes)} processes form {len(self.workers)} {self.framework} worker(s) of "
-                 f"{self.gpus_per_worker} GPUs (one process per node a worker spans; Ray launch mode only)"]
-        for w, ranks in enumerate(self.workers[:limit]):
-            nodes = ", ".join(f"node {processes[r].cluster_node_rank} GPUs "
-                              f"{','.join(processes[r].visible_accelerators)}" for r in ranks)
-            lines.append(f"worker {w} = ranks {','.join(map(str, ranks))}: {nodes}")
-        if len(self.workers) > limit:
-            lines.append(f"... {len(self.workers) - limit} more")
-        return lines
 
 
 @dataclass(frozen=True)

@@ -309,7 +309,7 @@ def run_plan_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = Non
     """Render plan.json (+ index) into the run dir, start every process in `workdir` (default: the current
     directory), return the exit code. Refused before anything starts: part of a collocation group, and a
     process whose program or Python script is not there (relative paths are taken from `workdir`)."""
-    from hpcplace.config.launch import check_runnable
+    from hpcplace.plan.runnable import check_runnable
     from hpcplace.slurm.render import make_run_dir
     from hpcplace.slurm.slurm_job import check_spanning_workers
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from html import escape
 
 from hpcplace.config.cluster import Node
+from hpcplace.config.spec import SpanningWorkers
 from hpcplace.plan.placement import Placement
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.process_table import node_processes
@@ -15,6 +16,19 @@ from hpcplace.config.rank_syntax import plural
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
+
+
+def spanning_lines(spanning: SpanningWorkers, processes: Sequence[Placement], limit: int = 8) -> list[str]:
+    """Readable lines: how the processes form a framework's spanning workers, and the nodes each worker spans."""
+    lines = [f"{len(processes)} processes form {len(spanning.workers)} {spanning.framework} worker(s) of "
+             f"{spanning.gpus_per_worker} GPUs (one process per node a worker spans; Ray launch mode only)"]
+    for w, ranks in enumerate(spanning.workers[:limit]):
+        nodes = ", ".join(f"node {processes[r].cluster_node_rank} GPUs "
+                          f"{','.join(processes[r].visible_accelerators)}" for r in ranks)
+        lines.append(f"worker {w} = ranks {','.join(map(str, ranks))}: {nodes}")
+    if len(spanning.workers) > limit:
+        lines.append(f"... {len(spanning.workers) - limit} more")
+    return lines
 
 
 def device_map(plan: Plan, nodes: Collection[int] | None = None) -> dict[int, dict[str, dict[str, list[int]]]]:
@@ -86,7 +100,7 @@ def summary(plan: Plan, *, max_nodes: int = 64) -> str:
                      f"({comp.resource_type}) on {'node' if len(nodes) == 1 else 'nodes'} {compress(nodes)}"
                      + (f"  [{'; '.join(extra)}]" if extra else ""))
         if comp.spanning is not None:
-            lines += ["      " + line for line in comp.spanning.describe(comp.processes)]
+            lines += ["      " + line for line in spanning_lines(comp.spanning, comp.processes)]
     for g in plan.collocation_groups:
         lines.append(f"  {g.name}: {' + '.join(g.components)} share {g.resource_type}; turns: "
                      + " -> ".join("[" + ", ".join(p) + "]" for p in g.phases))

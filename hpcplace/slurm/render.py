@@ -20,6 +20,7 @@ from pathlib import Path
 import jinja2
 
 from hpcplace.errors import SlurmError, SpecError
+from hpcplace.plan.gpumap import spanning_lines
 from hpcplace.plan.plan import Plan, ProcessSpans, component_header, plan_header, write_plan_json
 from hpcplace.plan.process_table import node_processes
 from hpcplace.config.rank_syntax import compress_ranks
@@ -189,7 +190,7 @@ def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
             for seg in step.segments:
                 lines.append("    " + segment_summary(plan, seg))
         if comp.spanning is not None:
-            lines += ["    " + line for line in comp.spanning.describe(comp.processes)]
+            lines += ["    " + line for line in spanning_lines(comp.spanning, comp.processes)]
     if plan.warnings:
         lines += ["", "warnings:"] + [f"  {w}" for w in plan.warnings]
     return lines

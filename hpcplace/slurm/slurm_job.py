@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 from hpcplace.config.cluster import Charge, NodeGroup, charges
-from hpcplace.config.launch import commandless_components
+from hpcplace.plan.runnable import commandless_components
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.plan import ComponentPlan, Plan
 from hpcplace.plan.process_table import LocalRankError, NodeProcesses, Slot, node_processes

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from hpcplace.slurm import slurm_cli
 from hpcplace.errors import SlurmError
 from hpcplace.config.formats.common import SiteGpuCount
-from hpcplace.config.launch import commandless_components, nothing_to_run_hint
+from hpcplace.plan.runnable import commandless_components, nothing_to_run_hint
 from hpcplace.plan.plan import Plan
 from hpcplace.slurm.slurm_job import SlurmJob, lower
 

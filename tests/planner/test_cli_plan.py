@@ -39,7 +39,7 @@ def test_there_are_example_configs() -> None:
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_plan_summary_for_every_config(capsys: pytest.CaptureFixture[str], config: Path) -> None:
-    from hpcplace.config.launch import commandless_components
+    from hpcplace.plan.runnable import commandless_components
     from hpcplace.plan.planner import plan_from_file
 
     code, out, err = run_cli(capsys, str(config))

@@ -23,6 +23,7 @@ from hpcplace.slurm import shared_fs, slurm_cli, validate
 from hpcplace.cli import build_parser, main
 from hpcplace.commands.slurm_cmds import default_launcher
 from hpcplace.errors import SpecError
+from hpcplace.plan import runnable
 from hpcplace.plan.planner import plan_from_file
 from hpcplace.slurm.shared_fs import CheckedPath, Mount
 from tests.slurm.conftest import REPO
@@ -86,16 +87,16 @@ def test_native_config_names_the_commandless_component_and_components_command(
     assert "components.<name>.command" in err
     # `run --local --component a` starts only `a`, which has a command: the check follows the choice
     plan = plan_from_file(path)
-    assert launch.nothing_to_run(plan, ["a"]) is None and launch.nothing_to_run(plan, ["b"]) is not None
+    assert runnable.nothing_to_run(plan, ["a"]) is None and runnable.nothing_to_run(plan, ["b"]) is not None
 
 
 def test_ray_mode_needs_a_driver_and_no_component_commands() -> None:
     plan = plan_from_file(RLINF)
     ray = replace(plan, launch=launch.with_driver(plan.launch, ["python", "main.py"]))
-    assert launch.commandless_components(ray) == () and launch.nothing_to_run(ray) is None
+    assert runnable.commandless_components(ray) == () and runnable.nothing_to_run(ray) is None
     empty = replace(plan, launch=launch.LaunchSpec("ray", ()))
-    with pytest.raises(launch.NothingToRunError, match="the Ray launch mode has no driver"):
-        launch.check_runnable(empty)
+    with pytest.raises(runnable.NothingToRunError, match="the Ray launch mode has no driver"):
+        runnable.check_runnable(empty)
     facts = validate.ClusterFacts({}, ())
     assert "the Ray launch mode has no driver to run" in validate.check(empty, facts).problems
     assert not any("no command" in p for p in validate.check(ray, facts).problems)
