@@ -217,7 +217,7 @@ def _parse_plan(path: Path, data: bytes) -> tuple[dict, list[list[tuple[int, int
         doc = json.loads(data)
     except ValueError as exc:
         raise ShimError(f"{path}: not valid JSON: {exc}",
-                        hint="write plan.json with hpcplace.plan.plan_to_json") from None
+                        hint="write plan.json with hpcplace.plan.plan.plan_to_json") from None
     if not isinstance(doc, dict) or doc.get("schema") != PLAN_SCHEMA:
         raise ShimError(f"{path}: not an hpcplace plan (schema {PLAN_SCHEMA!r} expected)")
     components = doc.get("components")
@@ -249,13 +249,14 @@ def _parse_plan(path: Path, data: bytes) -> tuple[dict, list[list[tuple[int, int
             inside = compact == b'"processes":['
     if len(spans) != len(components):
         raise ShimError(f"{path}: found {len(spans)} process lists for {len(components)} components",
-                        hint="write plan.json with hpcplace.plan.plan_to_json (one process per line)")
+                        hint="write plan.json with hpcplace.plan.plan.plan_to_json (one process per line)")
     for comp, comp_spans in zip(components, spans, strict=True):
         processes = comp.get("processes")
         if not isinstance(processes, list) or len(processes) != len(comp_spans):
             raise ShimError(f"{path}: component {comp.get('name')!r}: {len(comp_spans)} process lines for "
                             f"{len(processes) if isinstance(processes, list) else 0} processes",
-                            hint="plan.json must keep one process per line; write it with hpcplace.plan.plan_to_json")
+                            hint="plan.json must keep one process per line; write it with "
+                                 "hpcplace.plan.plan.plan_to_json")
         if comp.get("world_size") != len(processes):
             raise ShimError(f"{path}: component {comp.get('name')!r} has world_size {comp.get('world_size')} "
                             f"but {len(processes)} processes")
@@ -264,7 +265,7 @@ def _parse_plan(path: Path, data: bytes) -> tuple[dict, list[list[tuple[int, int
 
 def _layout(path: Path, lineno: int, why: str) -> ShimError:
     return ShimError(f"{path}:{lineno}: {why}",
-                     hint="plan.json must keep one process per line; write it with hpcplace.plan.plan_to_json")
+                     hint="plan.json must keep one process per line; write it with hpcplace.plan.plan.plan_to_json")
 
 
 def _component_tables(path: Path, comp: dict, spans: list[tuple[int, int]], groups: list,
