@@ -10,9 +10,13 @@ import shutil
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpcplace.commands.plan_cmd import LiveCluster, add_config_arguments, add_driver_argument, plan_with_launch
 from hpcplace.errors import SlurmError, SpecError
+
+if TYPE_CHECKING:
+    from hpcplace.slurm.slurm_cli import SlurmVersion
 
 
 def _launcher_args(parser: argparse.ArgumentParser) -> None:
@@ -283,7 +287,7 @@ def _refuse_submitted(run_dir: Path) -> None:
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    from hpcplace.slurm import submit
+    from hpcplace.slurm import slurm_cli, submit
 
     cluster = LiveCluster()
     plan = _runnable_plan(args, cluster)
@@ -293,12 +297,13 @@ def run_submit(args: argparse.Namespace) -> int:
     if args.dry_run:
         sys.stdout.write(submit.dry_run_text(plan, run_dir, launcher=launcher, template_dir=args.template_dir))
         return 0
+    version = slurm_cli.site_version(timeout=args.timeout)  # once; refused here when older than supported
     if not args.no_validate:
-        _validate_warn(plan, cluster)
+        _validate_warn(plan, cluster, version)
     if args.test_only:
         print(submit.test_only(plan, launcher=launcher, template_dir=args.template_dir, timeout=args.timeout))
         return 0
-    done = _sbatch(plan, args, launcher, run_dir)
+    done = _sbatch(plan, args, launcher, run_dir, version)
     if done.already_submitted:  # idempotent (exit 0), but a script reading stdout must not see a new job
         print(f"already submitted as job {done.job_id} ({done.run_dir}); nothing submitted")
     else:
@@ -306,35 +311,42 @@ def run_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validate_warn(plan, cluster: LiveCluster | None = None) -> None:  # type: ignore[no-untyped-def]
+def _validate_warn(plan, cluster: LiveCluster | None = None,  # type: ignore[no-untyped-def]
+                   version: SlurmVersion | None = None) -> None:
     from hpcplace.slurm import validate
 
-    for w in validate.validate(plan, (cluster or LiveCluster()).facts()).warnings:
+    for w in validate.validate(plan, (cluster or LiveCluster()).facts(), version).warnings:
         print(f"hpcplace: warning: {w}", file=sys.stderr)
 
 
-def _sbatch(plan, args: argparse.Namespace, launcher: tuple[str, ...], run_dir: Path):  # type: ignore[no-untyped-def]
+def _sbatch(plan, args: argparse.Namespace, launcher: tuple[str, ...], run_dir: Path,  # type: ignore[no-untyped-def]
+            version: SlurmVersion):
     from hpcplace.slurm import submit
 
     return submit.submit(plan, run_dir, launcher=launcher, template_dir=args.template_dir, timeout=args.timeout,
-                         say=lambda s: print(f"hpcplace: {s}", file=sys.stderr))
+                         say=lambda s: print(f"hpcplace: {s}", file=sys.stderr), slurm_version=version)
 
 
 def submit_checked(plan, args: argparse.Namespace, launcher: tuple[str, ...], run_dir: Path):  # type: ignore[no-untyped-def]
     """What `hpcplace submit` does after planning, for other commands that submit (`tune --submit-top`):
-    warn about paths the nodes cannot see, check the live cluster, sbatch once per run directory."""
+    warn about paths the nodes cannot see, read the site's Slurm version (refused when too old), check the
+    live cluster, sbatch once per run directory."""
+    from hpcplace.slurm import slurm_cli
+
     _warn_unshared(plan, launcher, run_dir)
-    _validate_warn(plan)
-    return _sbatch(plan, args, launcher, run_dir)
+    version = slurm_cli.site_version(timeout=args.timeout)
+    _validate_warn(plan, None, version)
+    return _sbatch(plan, args, launcher, run_dir, version)
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from hpcplace.slurm import validate
+    from hpcplace.slurm import slurm_cli, validate
 
     cluster = LiveCluster()
     plan = _plan(args, cluster)
     _warn_unshared(plan, _launcher(args), Path(plan.slurm.get("output_dir") or "runs").absolute())
-    report = validate.validate(plan, cluster.facts())
+    version = slurm_cli.site_version()  # an unsupported Slurm is said before anything is compared
+    report = validate.validate(plan, cluster.facts(), version)
     for line in report.checked:
         print(f"ok: {line}")
     for w in report.warnings:
@@ -356,14 +368,17 @@ def _labels(run_dir: Path | None) -> list[str]:
 def run_status(args: argparse.Namespace) -> int:
     """Exit code: 0 when every het component COMPLETED (or, without --watch, the job has not ended
     yet); 10 FAILED, 11 CANCELLED, 12 TIMEOUT, 13 another end (docs/slurm-job.md, "Exit codes")."""
-    from hpcplace.slurm import run_report, submit
+    from hpcplace.slurm import run_report, slurm_cli, submit
 
     job_id, run_dir, status = _job_and_run(args.target)
     labels = _labels(run_dir)
+    version = slurm_cli.try_read_version()  # this host's sacct printed the exit codes: read them in its encoding
     if args.watch:
-        status = submit.watch(job_id, labels=labels, interval=args.interval)
+        status = submit.watch(job_id, labels=labels, interval=args.interval, version=version)
     else:
-        print(submit.format_status(status, labels))  # its first line stays `job N: STATE (from SOURCE)`
+        print(submit.format_status(status, labels, version))  # its first line stays `job N: STATE (from SOURCE)`
+    recorded = submit.recorded_slurm_version(submit.read_record(run_dir)) if run_dir is not None else None
+    print(run_report.slurm_version_line(version, recorded))
     if run_dir is not None and not Path(args.target).is_dir():  # found from the job id
         print(f"  run directory: {run_dir}")
     attempts = submit.read_attempts(run_dir) if run_dir is not None else []

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from hpcplace.errors import HpcplaceError, SlurmError
-from hpcplace.slurm import submit
+from hpcplace.slurm import slurm_cli, submit
 from hpcplace.slurm.submit import JobStatus
 
 PLAN_NAME = "plan.json"
@@ -110,6 +110,21 @@ def ownership_problem(run_dir: Path, record: dict[str, object] | None, status: J
 def _recorded_when(record: dict[str, object] | None) -> str:
     when = (record or {}).get("submitted_at")
     return f" (submitted {when})" if when else ""
+
+
+# ------------------------------------------------------------------------------------------------
+# the Slurm version a status speaks of
+
+def slurm_version_line(live: slurm_cli.SlurmVersion | None, recorded: slurm_cli.SlurmVersion | None) -> str:
+    """`status`'s one line on Slurm's version: this host's (whose sacct printed the exit codes above) and,
+    when it differs or is unknown, the one run.json recorded at submit time."""
+    if live is None:
+        where = f"; the job was submitted to Slurm {recorded}" if recorded is not None else ""
+        return (f"  slurm: version unknown (`scontrol --version` gave none){where}: exit codes below 128 from "
+                "sacct may be 128 less than the program's (sacct before 25.11)")
+    if recorded is None or recorded == live:
+        return f"  slurm: {live}"
+    return f"  slurm: {live} (the job was submitted to Slurm {recorded})"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -226,5 +241,5 @@ def read_failure(run_dir: Path, job_id: str | None, ended_failed: bool = False) 
     return failure_lines(failure, path, text)
 
 
-__all__ = ["Failure", "candidate_dirs", "failure_lines", "failing_log",
-           "find_run_dir", "ownership_problem", "parse_failure", "read_failure", "recorded_id", "tail"]
+__all__ = ["Failure", "candidate_dirs", "failing_log", "failure_lines", "find_run_dir", "ownership_problem",
+           "parse_failure", "read_failure", "recorded_id", "slurm_version_line", "tail"]

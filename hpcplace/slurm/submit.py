@@ -34,6 +34,7 @@ from hpcplace.slurm.render import (
 from hpcplace.slurm.slurm_job import SlurmJob, lower, slug
 
 RUN_RECORD = "run.json"
+SLURM_VERSION_KEY = "slurm_version"  # run.json: the Slurm the job was submitted to ("22.05.8"); absent before
 LOCK_NAME = "submit.lock"
 TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
                    "BOOT_FAIL", "DEADLINE", "REVOKED")
@@ -59,6 +60,11 @@ def default_run_dir(plan: Plan, base: str | os.PathLike[str], now: datetime) -> 
         n += 1
         candidate = stem.with_name(f"{stem.name}-{n}")
     return candidate.absolute()
+
+
+def recorded_slurm_version(record: dict[str, object] | None) -> slurm_cli.SlurmVersion | None:
+    """The Slurm version run.json records; None for a run directory written before it was recorded."""
+    return slurm_cli.version_from_record((record or {}).get(SLURM_VERSION_KEY))
 
 
 def read_record(run_dir: Path) -> dict[str, object] | None:
@@ -113,16 +119,20 @@ def _check_same_plan(plan: Plan, root: Path, job_id: str) -> None:
 
 def submit(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[str] = DEFAULT_LAUNCHER,
            template_dir: str | None = None, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S,
-           say: Callable[[str], None] = lambda _s: None) -> Submission:
-    """Render into run_dir and submit once. Idempotent per run directory."""
+           say: Callable[[str], None] = lambda _s: None,
+           slurm_version: slurm_cli.SlurmVersion | None = None) -> Submission:
+    """Render into run_dir and submit once. Idempotent per run directory. `slurm_version`: the site's,
+    when the caller already read it (else it is read here); recorded in run.json, refused when too old."""
     root = Path(os.path.abspath(run_dir))
     record = read_record(root)
     if record and record.get("job_id"):
         _check_same_plan(plan, root, str(record["job_id"]))
         return Submission(root, str(record["job_id"]), str(record.get("script_sha256", "")), True)
+    version = slurm_cli.check_supported(slurm_version) if slurm_version is not None else \
+        slurm_cli.site_version(timeout=timeout)
     lock = root / LOCK_NAME
     if lock.exists():
-        adopted = _recover_interrupted(root, lock, timeout)
+        adopted = _recover_interrupted(root, lock, timeout, version)
         if adopted is not None:
             say(f"found job {adopted.job_id} submitted from {root} by an interrupted attempt; recorded it")
             return adopted
@@ -162,7 +172,8 @@ def submit(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[st
         "job_id": job_id, "script_sha256": rendered.script_sha256, "script": SCRIPT_NAME,
         "sbatch": argv, "submitted_at": datetime.now().astimezone().isoformat(timespec="seconds"),
         "name": plan.name, "source": plan.source, "het_components": [g.label for g in plan.cluster.node_groups],
-        "launcher": list(launcher)})  # `hpcplace attach | exec` start their steps with the same launcher
+        "launcher": list(launcher),  # `hpcplace attach | exec` start their steps with the same launcher
+        SLURM_VERSION_KEY: str(version)})
     lock.unlink(missing_ok=True)
     return Submission(root, job_id, rendered.script_sha256)
 
@@ -192,7 +203,8 @@ def _remove_created(root: Path, created: Path | None) -> None:
             break
 
 
-def _recover_interrupted(root: Path, lock: Path, timeout: float) -> Submission | None:
+def _recover_interrupted(root: Path, lock: Path, timeout: float,
+                         version: slurm_cli.SlurmVersion) -> Submission | None:
     try:
         info = json.loads(lock.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -211,7 +223,8 @@ def _recover_interrupted(root: Path, lock: Path, timeout: float) -> Submission |
     script = root / SCRIPT_NAME
     sha = info.get("script_sha256", "")
     _write_json(root / RUN_RECORD, {"job_id": jobs[0], "script_sha256": sha, "script": SCRIPT_NAME,
-                                    "sbatch": slurm_cli.sbatch_argv(str(script)), "recovered": True})
+                                    "sbatch": slurm_cli.sbatch_argv(str(script)), "recovered": True,
+                                    SLURM_VERSION_KEY: str(version)})
     lock.unlink(missing_ok=True)
     return Submission(root, jobs[0], str(sha), True)
 
@@ -339,13 +352,11 @@ def job_status(job_id: str, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> 
     steps = tuple(StepState(r["JobID"], r["JobName"], r["State"], r["ExitCode"], r["NodeList"])
                   for r in acct or () if "." in r["JobID"] and not r["JobID"].endswith((".batch", ".extern")))
     if rows:
-        comps = tuple(sorted((ComponentState(
-            int(r.get("HetJobOffset", "0") or 0), r.get("JobId", ""), r.get("Partition", ""),
-            r.get("JobState", ""), r.get("NodeList", ""), r.get("Reason", ""), r.get("ExitCode", ""),
-            r.get("RunTime", "")) for r in rows), key=lambda c: c.offset))
-        lead = min(rows, key=lambda r: int(r.get("HetJobOffset", "0") or 0))
-        return JobStatus(job_id, comps, steps, "scontrol", lead.get("WorkDir", ""), lead.get("SubmitTime", ""),
-                         lead.get("StdOut", ""), lead.get("Command", ""))
+        records = sorted((slurm_cli.parse_job_record(r) for r in rows), key=lambda r: r.het_offset)
+        comps = tuple(ComponentState(r.het_offset, r.job_id, r.partition, r.state, r.nodes, r.reason, r.exit_code,
+                                     r.run_time) for r in records)
+        lead = records[0]
+        return JobStatus(job_id, comps, steps, "scontrol", lead.work_dir, lead.submit_time, lead.std_out, lead.command)
     if acct:
         comps = tuple(ComponentState(
             int(r["JobID"].split("+")[1]) if "+" in r["JobID"] else 0, r["JobID"], r["Partition"], r["State"],
@@ -355,7 +366,17 @@ def job_status(job_id: str, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> 
     return JobStatus(job_id, (), (), "none")
 
 
-def format_status(status: JobStatus, labels: Sequence[str] = ()) -> str:
+def shown_exit(printed: str, source: str, version: slurm_cli.SlurmVersion | None) -> str:
+    """An exit code as `status` shows it: what Slurm printed, then what it means under the encoding of
+    the command that printed it (slurm_cli.exit_status); `-` when Slurm printed none."""
+    exit_code = slurm_cli.exit_status(printed, source=source, version=version)
+    return str(exit_code) if exit_code is not None else (printed or "-")
+
+
+def format_status(status: JobStatus, labels: Sequence[str] = (),
+                  version: slurm_cli.SlurmVersion | None = None) -> str:
+    """The status table. `version` is this host's Slurm (whose sacct printed the exit codes): it decides
+    whether sacct's `15:0` may be 143 (before 25.11); None leaves both readings open."""
     lines = [f"job {status.job_id}: {status.state} (from {status.source})"]
     if not status.components:
         lines.append("  Slurm knows nothing about this job (finished long ago, or no accounting)")
@@ -363,11 +384,12 @@ def format_status(status: JobStatus, labels: Sequence[str] = ()) -> str:
         label = labels[c.offset] if c.offset < len(labels) else "?"
         extra = f" reason={c.reason}" if c.reason and c.reason != "None" else ""
         lines.append(f"  het {c.offset} {label:<12} {c.partition:<10} {c.state:<11} nodes={c.nodes or '-'} "
-                     f"exit={c.exit_code or '-'} time={c.elapsed or '-'}{extra}")
+                     f"exit={shown_exit(c.exit_code, status.source, version)} time={c.elapsed or '-'}{extra}")
     if status.steps:
         lines.append("  steps:")
         for s in status.steps:
-            lines.append(f"    {s.job_id:<12} {s.name:<16} {s.state:<11} exit={s.exit_code} nodes={s.nodes}")
+            shown = shown_exit(s.exit_code, "sacct", version)
+            lines.append(f"    {s.job_id:<12} {s.name:<16} {s.state:<11} exit={shown} nodes={s.nodes}")
     return "\n".join(lines)
 
 
@@ -380,14 +402,14 @@ WATCH_MAX_DELAY_S = 5.0
 
 def watch(job_id: str, *, labels: Sequence[str] = (), interval: float = 1.0, max_delay: float = WATCH_MAX_DELAY_S,
           say: Callable[[str], None] = print, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S,
-          sleep: Callable[[float], None] = time.sleep) -> JobStatus:
+          sleep: Callable[[float], None] = time.sleep, version: slurm_cli.SlurmVersion | None = None) -> JobStatus:
     """Print the status whenever a component's state changes, until every component is done.
 
     With accounting, submitit's watcher decides when to look (HetJobWatcher: one sacct call for all
     components, at 0, 2, 4 s, then every `max_delay` s, WATCH_MAX_DELAY_S); the table is re-read from
     scontrol/sacct only when a state changed. Without accounting, scontrol every `interval` s."""
     status = job_status(job_id, timeout=timeout)
-    say(format_status(status, labels))
+    say(format_status(status, labels, version))
     watcher, ids = None, []
     if status.components and status.source != "none" and slurm_cli.sacct(job_id, timeout=timeout) is not None:
         watcher = slurm_cli.HetJobWatcher(delay_s=max(1, int(max_delay)))
@@ -406,7 +428,7 @@ def watch(job_id: str, *, labels: Sequence[str] = (), interval: float = 1.0, max
         status = job_status(job_id, timeout=timeout)
         now = tuple(c.state for c in status.components)
         if now != last:
-            say(format_status(status, labels))
+            say(format_status(status, labels, version))
             last = now
     return status
 

@@ -8,7 +8,7 @@ A node that is DOWN or DRAINED still counts (it may come back) but is reported a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hpcplace.slurm import slurm_cli
 from hpcplace.errors import SlurmError
@@ -252,6 +252,12 @@ def site_gpu_count(facts: ClusterFacts, partition: str | None, gpu_type: str | N
     return SiteGpuCount(counts[0], f"as all {len(nodes)} nodes of {which.format(partition)} have (scontrol show node)")
 
 
+def version_checked(version: slurm_cli.SlurmVersion) -> str:
+    """The `ok:` line of `validate` for the site's Slurm version."""
+    return (f"Slurm {version}: supported ({slurm_cli.OLDEST_SUPPORTED.release} and newer; what differs per version: "
+            "docs/slurm-versions.md)")
+
+
 def read_cluster_facts() -> ClusterFacts:
     """The I/O edge: ask the controller."""
     return parse_cluster_facts(slurm_cli.show_partitions(), slurm_cli.show_nodes())
@@ -263,9 +269,12 @@ _SHAPE_KEYS = {"areal": "cluster.n_nodes, cluster.n_gpus_per_node or the slurm: 
                "roll": "num_gpus_per_node, the device_mappings or the slurm: block"}
 
 
-def validate(plan: Plan, facts: ClusterFacts | None = None) -> Report:
-    """check() against the live cluster; raises SlurmError listing every problem."""
+def validate(plan: Plan, facts: ClusterFacts | None = None, version: slurm_cli.SlurmVersion | None = None) -> Report:
+    """check() against the live cluster; raises SlurmError listing every problem. `version`: the site's
+    Slurm as the caller read it (slurm_cli.site_version, which refuses one that is too old), said first."""
     report = check(plan, facts if facts is not None else read_cluster_facts())
+    if version is not None:
+        report = replace(report, checked=(version_checked(version), *report.checked))
     if report.problems:
         raise SlurmError("the job can never run on this cluster:\n  - " + "\n  - ".join(report.problems),
                          hint=f"fix {_SHAPE_KEYS.get(plan.source_format, 'the node groups')} in the config (or skip "

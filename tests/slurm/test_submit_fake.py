@@ -19,7 +19,7 @@ from hpcplace.plan.plan import Plan, plan_to_json
 from hpcplace.plan.planner import plan_from_file
 from tests.slurm.conftest import REPO
 
-DATA = Path(__file__).with_name("data")
+DATA = Path(__file__).with_name("data") / "slurm-22.05.8"  # recorded on the 22.05.8 test cluster
 
 SBATCH = r"""#!/bin/bash
 echo "$*" >>"$FAKE_DIR/sbatch.calls"
@@ -45,6 +45,7 @@ case " $* " in
 esac
 """
 SCONTROL = r"""#!/bin/bash
+if [ "$1" = --version ]; then cat "$FAKE_DIR/version.out"; exit; fi
 case "$2" in
   job) if [ -e "$FAKE_DIR/scontrol-job.out" ]; then cat "$FAKE_DIR/scontrol-job.out";
        else echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; fi ;;
@@ -70,6 +71,7 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
     (state / "partitions.out").write_text((DATA / "scontrol-show-partition.txt").read_text())
     (state / "nodes.out").write_text((DATA / "scontrol-show-node.txt").read_text())
+    (state / "version.out").write_text((DATA / "scontrol-version.txt").read_text())
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     monkeypatch.setenv("FAKE_DIR", str(state))
     return state
@@ -87,8 +89,8 @@ def _calls(state: Path) -> list[str]:
 
 def test_missing_sbatch(hetero: Plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    with pytest.raises(SlurmError, match="`sbatch` was not found on PATH"):
-        submit.submit(hetero, tmp_path / "run")
+    with pytest.raises(SlurmError, match="`sbatch` was not found on PATH"):  # (the version as read before)
+        submit.submit(hetero, tmp_path / "run", slurm_version=slurm_cli.SlurmVersion(22, 5, 8))
     assert not (tmp_path / "run" / "run.json").exists()
     assert not (tmp_path / "run" / "submit.lock").exists()
 
@@ -462,6 +464,7 @@ def test_cli_validate_accepts_a_ray_mode_framework_config(lab_facts: validate.Cl
     from hpcplace.cli import main
 
     monkeypatch.setattr(validate, "read_cluster_facts", lambda: lab_facts)
+    monkeypatch.setattr(slurm_cli, "site_version", lambda **_: slurm_cli.SlurmVersion(22, 5, 8))
     config = str(Path(__file__).parents[1] / "fixtures" / "rlinf-ray-hetero.yaml")
     assert main(["validate", config, "--driver", "--", "python", "main.py"]) == 0
     assert "the cluster can run this job" in capsys.readouterr().out
