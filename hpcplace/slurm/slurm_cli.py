@@ -217,17 +217,14 @@ def check_supported(version: SlurmVersion) -> SlurmVersion:
 @dataclass(frozen=True)
 class SlurmDialect:
     """How one Slurm version prints what hpcplace reads. Built from VERSION_CHANGES by `dialect`: the
-    parsers ask it, so a new version's difference is one row there, not a branch in each caller."""
+    parsers ask it, so a new version's difference is one row there, not a branch in each caller. (What
+    every version's parser reads alike, such as 25.11's blank StdErr, needs no row.)"""
 
     version: SlurmVersion | None  # None: unknown (the parsers then accept every version's form)
     # sacct prints WEXITSTATUS - 128 for codes of 128 and more (143 -> 15:0); gone in 25.11 (143:0)
     sacct_subtracts_128: bool | None = True
     # the keys of a job's TRES in `scontrol show job`: TRES= (22.05), ReqTRES=/AllocTRES= (23.02)
     job_tres_keys: tuple[str, ...] = ("TRES",)
-    # `scontrol show job` prints StdErr= blank when --error was not given (25.11): stderr went to StdOut
-    stderr_blank_unless_set: bool = False
-    # squeue expands %-patterns (%j, %N, ...) in StdOut/StdErr by default (until 24.05)
-    squeue_expands_std_paths: bool = True
 
 
 @dataclass(frozen=True)
@@ -243,12 +240,8 @@ class VersionChange:
 VERSION_CHANGES: tuple[VersionChange, ...] = (
     VersionChange(SlurmVersion(23, 2, 0), "job_tres_keys", ("AllocTRES", "ReqTRES"),
                   "`scontrol show job` prints ReqTRES= and AllocTRES= instead of TRES="),
-    VersionChange(SlurmVersion(24, 5, 0), "squeue_expands_std_paths", False,
-                  "squeue no longer expands %-patterns in StdOut/StdErr by default"),
     VersionChange(SlurmVersion(25, 11, 0), "sacct_subtracts_128", False,
                   "sacct prints exit codes above 128 as they are (143:0, was 15:0)"),
-    VersionChange(SlurmVersion(25, 11, 0), "stderr_blank_unless_set", True,
-                  "`scontrol show job` prints StdErr= blank unless --error was given"),
 )
 
 

@@ -102,8 +102,6 @@ def test_dialects_follow_the_version_table() -> None:
     old, new = slurm_cli.dialect(V22), slurm_cli.dialect(V26)
     assert old.sacct_subtracts_128 is True and new.sacct_subtracts_128 is False
     assert old.job_tres_keys == ("TRES",) and new.job_tres_keys == ("AllocTRES", "ReqTRES")
-    assert not old.stderr_blank_unless_set and new.stderr_blank_unless_set
-    assert old.squeue_expands_std_paths and not new.squeue_expands_std_paths
     assert slurm_cli.dialect(SlurmVersion(23, 2, 0)).job_tres_keys == ("AllocTRES", "ReqTRES")
     assert slurm_cli.dialect(SlurmVersion(25, 5, 9)).sacct_subtracts_128 is True  # the last release before
     assert slurm_cli.dialect(SlurmVersion(25, 11, 0)).sacct_subtracts_128 is False
@@ -214,7 +212,7 @@ def test_scontrol_show_job_of_each_version_parses_to_the_same_records(version: s
         assert r.alloc_tres.get("node") == "1" and r.alloc_tres.get("cpu", "").isdigit()  # TRES= or AllocTRES=
         assert r.req_tres.get("node") == "1"
         assert r.std_err  # a blank StdErr (25.11+) is where stderr really goes: StdOut
-        if slurm_cli.dialect(slurm).stderr_blank_unless_set and "StdErr= " in text:
+        if "StdErr= " in text:
             assert r.std_err == r.std_out
     # the same record read without the version (what every version prints is accepted)
     again = [slurm_cli.parse_job_record(slurm_cli.parse_key_values(line)) for line in text.splitlines() if line.strip()]
