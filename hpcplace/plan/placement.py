@@ -29,7 +29,7 @@ class Placement:
     isolate_accelerator: bool
     local_hardware_ranks: tuple[int, ...]
     node_group_label: str
-    partition: str
+    partition: str | None  # None: Slurm's default partition (null in plan.json)
     het_group: int
     group_node_index: int
     resource_type: str
@@ -112,7 +112,6 @@ def resource_space(cluster: Cluster, labels: Sequence[str] | None, *, count_node
     local_of: list[int] = []
     type_of: list[str] = []
     kind_of: list[ResourceKind] = []
-    rkind: ResourceKind
     # Every node (no group / `cluster` / `node`): cluster node rank order, as RLinf's default groups;
     # a named group: its nodes in group order (ascending rank), groups concatenated as listed.
     parts: list[tuple[NodeGroup, tuple[Node, ...]]]
@@ -120,21 +119,27 @@ def resource_space(cluster: Cluster, labels: Sequence[str] | None, *, count_node
         parts = [(cluster.node_groups[n.group_index], (n,)) for n in cluster.nodes]
     else:
         parts = [(g, cluster.group_nodes(cluster.node_groups.index(g))) for g in groups]
-    for group, nodes in parts:
+
+    def shape(group: NodeGroup) -> tuple[tuple[int, ...], str, ResourceKind]:
+        """Resources per node of the group, their type and kind."""
         if kind == "node":
-            per_node, rtype, rkind = (1,) * group.num_nodes, "node", "node"
-        elif labels is None:
-            per_node, rtype, rkind = group.gpus_per_node, group.gpu_type or "gpu", "gpu"
-        else:
-            per_node, rtype, rkind = group.resources_per_node(), group.resource_type, group.resource_kind
+            return (1,) * group.num_nodes, "node", "node"
+        if labels is None:
+            return group.gpus_per_node, group.gpu_type or "gpu", "gpu"
+        return group.resources_per_node(), group.resource_type, group.resource_kind
+
+    # once per group (in the whole-cluster selections every node is a part of its own)
+    shapes = {id(group): shape(group) for group in groups}
+    for group, nodes in parts:
+        per_node, rtype, rkind = shapes[id(group)]
         for node in nodes:
             count = per_node[node.index_in_group]
             node_of.extend([node.rank] * count)
             local_of.extend(range(count))
             type_of.extend([rtype] * count)
             kind_of.extend([rkind] * count)
-    mixed = rlinf_span and kind == "node" and not count_nodes and labels is not None and canonical != (RESERVED_NODE_LABEL,) \
-        and len({g.resource_kind for g in groups}) > 1
+    mixed = (rlinf_span and kind == "node" and not count_nodes and labels is not None
+             and canonical != (RESERVED_NODE_LABEL,) and len({g.resource_kind for g in groups}) > 1)
     span = sum(sum(g.resources_per_node()) for g in groups) if mixed else None
     return ResourceSpace(canonical, kind, tuple(node_of), tuple(local_of), tuple(type_of), tuple(kind_of), span)
 
