@@ -6,21 +6,28 @@ rank maps) and the collocation groups the runtime schedules turns over.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from pathlib import Path
+from typing import TypeVar
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import Cluster
 from hpcplace.config.formats.common import SiteGpus
+from hpcplace.config.rank_syntax import (
+    RankMapPart,
+    RankSyntaxError,
+    SpreadLists,
+    compress_ranks,
+    parse_rank_map,
+    plural,
+)
+from hpcplace.config.spec import MULTI_AGENT, ExperimentSpec, PlacementEntry
 from hpcplace.errors import PlanError, SpecError
 from hpcplace.plan.placement import Placement, ResourceSpace, resource_space
 from hpcplace.plan.plan import CollocationGroup, ComponentPlan, Plan, WeightSync
-from hpcplace.plan.process_table import Processes, node_processes, place
-from hpcplace.config.rank_syntax import (
-    RankMapPart, RankSyntaxError, SpreadLists, compress_ranks, parse_rank_map, plural,
-)
-from hpcplace.config.spec import MULTI_AGENT, ExperimentSpec, PlacementEntry
+from hpcplace.plan.process_table import Processes, Slot, node_processes, place
 
 
 @dataclass(frozen=True)
@@ -111,9 +118,13 @@ def space_text(cluster: Cluster, space: ResourceSpace) -> str:
     """What a placement string counts, for an out-of-range hint: "node group 'a800' has 16 GPUs
     (2 nodes x 8): ranks 0-15"."""
     per_group: dict[str, dict[int, int]] = {}
-    for node in space.node_of:
+    bounds = space.node_bounds  # a node's resources are contiguous: count them per node, not one by one
+    for start, end in pairwise(bounds):
+        if end == start:  # an empty space: bounds (0, 0)
+            continue
+        node = space.node_of[start]
         counts = per_group.setdefault(cluster.nodes[node].group_label, {})
-        counts[node] = counts.get(node, 0) + 1
+        counts[node] = counts.get(node, 0) + end - start
     kinds = sorted(set(space.type_of)) if space.kind == "hardware" else []
     noun = {"gpu": "GPU", "node": "node"}.get(space.kind) or "/".join(kinds) or "device"
 
@@ -132,7 +143,7 @@ def space_text(cluster: Cluster, space: ResourceSpace) -> str:
     else:
         who = (f"node groups {', '.join(repr(g) for g in per_group)} have {total} ("
                + ", ".join(f"{g}: {shape(c)}" for g, c in per_group.items()) + ")")
-    ranks = compress_ranks(range(space.size))
+    ranks = {0: "", 1: "0"}.get(space.size, f"0-{space.size - 1}")  # compress_ranks(range(size))
     return f"{who}: {'rank' if space.size == 1 else 'ranks'} {ranks}; count from 0 within the selected node group(s)"
 
 
@@ -308,7 +319,8 @@ def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tup
     else:
         raise PlanError(
             "model-parallel placement must be collocated (actor GPUs == rollout GPUs) or disaggregated "
-            f"(actor, rollout, inference pairwise disjoint); got actor {compress_ranks(a_gpus)}, rollout {compress_ranks(r_gpus)}"
+            f"(actor, rollout, inference pairwise disjoint); got actor {compress_ranks(a_gpus)}, "
+            f"rollout {compress_ranks(r_gpus)}"
             + (f", inference {compress_ranks(i_gpus)}" if inference else ""),
             location=rollout.entry.location,
             hint="for other layouts (hybrid mode) drop tensor_parallel_size from actor/rollout")
@@ -369,24 +381,13 @@ def collocation_groups(components: Sequence[ComponentPlan]) -> tuple[Collocation
     """Components that hold the same device (GPU or hardware) on a node, joined transitively.
 
     Node-kind processes (CPU workers, the `node` label) own no device and are never collocated.
-    `phases` packs members greedily, in plan order, into turns of pairwise-disjoint device sets."""
+    `phases` packs members greedily, in plan order, into turns of pairwise-disjoint device sets.
+
+    Nodes of one layout share one device set (a frozenset per slots tuple), so the per-node tests
+    below are memoised on the sets' identities: a 16,384-node plan compares a handful of sets."""
     # per component: cluster node rank -> the (resource type, local rank) devices it holds there
-    devices: dict[str, dict[int, frozenset[tuple[str, int]]]] = {}
-    per_layout: dict[int, frozenset[tuple[str, int]]] = {}  # id of a slots tuple -> its devices
-    for comp in components:
-        owned: dict[int, frozenset[tuple[str, int]]] = {}
-        views = node_processes(comp.processes)
-        for view in views:
-            held = per_layout.get(id(view.slots))
-            if held is None:
-                held = per_layout[id(view.slots)] = frozenset(
-                    (s.resource_type, local) for s in view.slots if s.resource_type != "node"
-                    for local in s.local_hardware_ranks)
-            if held:
-                n = view.cluster_node_rank
-                owned[n] = owned[n] | held if n in owned else held
-        devices[comp.name] = owned
-        per_layout.clear()  # ids are only stable while `views` lives
+    devices = {comp.name: _held_per_node(comp, _devices_of) for comp in components}
+    disjoint = _Disjoint()
     parent = {c.name: c.name for c in components}
 
     def find(x: str) -> str:
@@ -400,73 +401,125 @@ def collocation_groups(components: Sequence[ComponentPlan]) -> tuple[Collocation
         for n, held in devices[comp.name].items():
             others = on_node.setdefault(n, [])
             for other, other_held in others:
-                if not held.isdisjoint(other_held):
+                if not disjoint(held, other_held):
                     parent[find(comp.name)] = find(other)
             others.append((comp.name, held))
     members: dict[str, list[str]] = {}
     for comp in components:
         members.setdefault(find(comp.name), []).append(comp.name)
-    groups = []
+    groups: list[CollocationGroup] = []
     for names in members.values():
         if len(names) < 2:
             continue
-        phases: list[tuple[list[str], dict[int, set[tuple[str, int]]]]] = []
+        # a phase: its members' device maps; a member joins the first phase none of whose members
+        # holds any of its devices on any node (= disjoint from the union of their devices there)
+        phases: list[tuple[list[str], list[dict[int, frozenset[tuple[str, int]]]]]] = []
         for name in names:
             mine = devices[name]
-            for phase_names, used in phases:
-                if all(used[n].isdisjoint(h) for n, h in mine.items() if n in used):
+            for phase_names, maps in phases:
+                if all(disjoint(held, other[n]) for other in maps for n, held in mine.items() if n in other):
                     phase_names.append(name)
-                    _add(used, mine)
+                    maps.append(mine)
                     break
             else:
-                phases.append(([name], _add({}, mine)))
-        union: dict[int, set[tuple[str, int]]] = {}
+                phases.append(([name], [mine]))
+        held_on: dict[int, list[frozenset[tuple[str, int]]]] = {}
         for name in names:
-            _add(union, devices[name])
-        rtypes = sorted({rtype for held in union.values() for rtype, _local in held})
+            for n, held in devices[name].items():
+                held_on.setdefault(n, []).append(held)
+        locals_of: dict[tuple[int, ...], tuple[int, ...]] = {}  # ids of the sets on a node -> local ranks
+        rtypes: set[str] = set()
+        node_devices = []
+        for n in sorted(held_on):
+            sets = held_on[n]
+            key = tuple(map(id, sets))
+            local = locals_of.get(key)
+            if local is None:
+                union = frozenset().union(*sets)
+                rtypes.update(rtype for rtype, _local in union)
+                local = locals_of[key] = tuple(sorted({loc for _rtype, loc in union}))
+            node_devices.append((n, local))
         groups.append(CollocationGroup(
             name=f"colloc-{len(groups)}", components=tuple(names),
-            phases=tuple(tuple(p) for p, _ in phases),
-            devices=tuple((n, tuple(sorted({local for _rtype, local in union[n]}))) for n in sorted(union)),
-            resource_type=",".join(rtypes)))
+            phases=tuple(tuple(p) for p, _ in phases), devices=tuple(node_devices),
+            resource_type=",".join(sorted(rtypes))))
     return tuple(groups)
 
 
-def _add(into: dict[int, set[tuple[str, int]]],
-         held: dict[int, frozenset[tuple[str, int]]]) -> dict[int, set[tuple[str, int]]]:
-    for n, devs in held.items():
-        if n in into:
-            into[n] |= devs
-        else:
-            into[n] = set(devs)
-    return into
+_Held = TypeVar("_Held", frozenset[tuple[str, int]], frozenset[int])
+
+
+def _held_per_node(comp: ComponentPlan, held_by: Callable[[tuple[Slot, ...]], _Held]) -> dict[int, _Held]:
+    """Cluster node rank -> what `held_by` says the component's processes there hold (nodes without
+    any left out), one shared set per slots tuple (nodes of one layout share theirs)."""
+    owned: dict[int, _Held] = {}
+    per_layout: dict[int, _Held] = {}  # id of a slots tuple -> what it holds
+    views = node_processes(comp.processes)  # keeps every slots tuple alive: their ids stay theirs
+    for view in views:
+        held = per_layout.get(id(view.slots))
+        if held is None:
+            held = per_layout[id(view.slots)] = held_by(view.slots)
+        if held:
+            n = view.cluster_node_rank
+            owned[n] = owned[n] | held if n in owned else held
+    return owned
+
+
+def _devices_of(slots: tuple[Slot, ...]) -> frozenset[tuple[str, int]]:
+    """The devices (resource type, local rank) a node's processes hold: node-kind processes none."""
+    return frozenset((s.resource_type, local) for s in slots if s.resource_type != "node"
+                     for local in s.local_hardware_ranks)
+
+
+def _isolated_of(slots: tuple[Slot, ...]) -> frozenset[int]:
+    """The local accelerators a node's processes hold for themselves (isolate_accelerator)."""
+    return frozenset(r for s in slots if s.isolate_accelerator for r in s.local_hardware_ranks)
+
+
+class _Disjoint:
+    """`a.isdisjoint(b)`, remembered per pair of sets (by identity; the caller keeps them alive)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int, int], bool] = {}
+
+    def __call__(self, a: frozenset[tuple[str, int]], b: frozenset[tuple[str, int]]) -> bool:
+        key = (id(a), id(b))
+        got = self._seen.get(key)
+        if got is None:
+            got = self._seen[key] = a.isdisjoint(b)
+        return got
 
 
 _LISTED = 8  # nodes a warning names before it counts the rest (a 16,384-node job must not print them all)
 
 
 def _warnings(spec: ExperimentSpec, components: Sequence[ComponentPlan]) -> tuple[str, ...]:
-    used_gpus: dict[int, set[int]] = {}
-    for c in components:
-        for v in node_processes(c.processes):
-            held = used_gpus.setdefault(v.cluster_node_rank, set())
-            for slot in v.slots:
-                if slot.isolate_accelerator:
-                    held.update(slot.local_hardware_ranks)
-    used_nodes = set(used_gpus)
+    cluster = spec.cluster
+    isolated = [_held_per_node(c, _isolated_of) for c in components]
+    used_nodes = {v.cluster_node_rank for c in components for v in node_processes(c.processes)}
+    used_counts: dict[tuple[int, ...], int] = {}  # ids of a node's isolated sets -> GPUs they cover
+
+    def used_gpus(n: int) -> int:
+        sets = [held[n] for held in isolated if n in held]
+        key = tuple(map(id, sets))
+        count = used_counts.get(key)
+        if count is None:
+            count = used_counts[key] = len(frozenset().union(*sets))
+        return count
+
     out = []
-    for group in spec.cluster.node_groups:
-        idle = [n.rank for n in spec.cluster.nodes if n.group_label == group.label and n.rank not in used_nodes]
+    for gi, group in enumerate(cluster.node_groups):
+        nodes = cluster.group_nodes(gi)
+        idle = [n.rank for n in nodes if n.rank not in used_nodes]
         if len(idle) == group.num_nodes:
             out.append(f"node group {group.label!r} runs no process; it is still allocated")
         elif idle:
             shown = f"{idle}" if len(idle) <= _LISTED else f"{idle[:_LISTED]} ... ({len(idle)} nodes)"
             out.append(f"node group {group.label!r}: nodes {shown} run no process; they are still allocated")
-        mostly_idle = {n.rank: n.gpus - len(used_gpus[n.rank]) for n in spec.cluster.nodes
-                       if n.group_label == group.label and n.rank in used_nodes and n.gpus
-                       and 2 * (n.gpus - len(used_gpus[n.rank])) > n.gpus}
+        mostly_idle = {n.rank: n.gpus - used for n in nodes if n.rank in used_nodes and n.gpus
+                       for used in (used_gpus(n.rank),) if 2 * (n.gpus - used) > n.gpus}
         if mostly_idle:
-            listed = [f"node {r} ({idle} of {spec.cluster.nodes[r].gpus})"
+            listed = [f"node {r} ({idle} of {cluster.nodes[r].gpus})"
                       for r, idle in list(mostly_idle.items())[:_LISTED]]
             more = f" ... ({len(mostly_idle)} nodes)" if len(mostly_idle) > _LISTED else ""
             out.append(f"node group {group.label!r}: most GPUs of {', '.join(listed)}{more} run no process; the job "
@@ -474,7 +527,7 @@ def _warnings(spec: ExperimentSpec, components: Sequence[ComponentPlan]) -> tupl
         hw = group.hardware
         if hw is not None and len(set(hw.per_node)) > 1:
             fewest = min(hw.per_node)
-            ranks = spec.cluster.node_ranks(spec.cluster.node_groups.index(group))
+            ranks = cluster.node_ranks(gi)
             out.append(f"node group {group.label!r}: {hw.type} per node differs ("
                        + ", ".join(f"node {r}: {c}" for r, c in zip(ranks, hw.per_node))
                        + f"); hardware ranks count over the nodes in order, and the het component asks every node "
