@@ -12,14 +12,14 @@ import json
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, repeat
+from itertools import accumulate, chain, repeat
 from operator import add
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from hpcplace.config.cluster import Charge, Cluster, Hardware, Node, NodeGroup, charges
 from hpcplace.config.launch import STEPS, LaunchSpec
-from hpcplace.plan.placement import Placement
 from hpcplace.config.spec import SpanningWorkers
+from hpcplace.plan.placement import Placement
 
 if TYPE_CHECKING:
     from hpcplace.plan.process_table import Slot
@@ -169,13 +169,13 @@ def component_header(comp: ComponentPlan) -> dict[str, object]:
     }
 
 
-def process_json(p: Placement, _strings: dict[str, str] | None = None) -> str:
+def process_json(p: Placement, _strings: dict[str | None, str] | None = None) -> str:
     """One process record as one compact JSON line (key order = RLinf's field order).
 
     Hand-formatted because plans reach 65k+ processes; strings go through json.dumps (cached)."""
     cache = _strings if _strings is not None else {}
 
-    def s(value: str) -> str:
+    def s(value: str | None) -> str:
         out = cache.get(value)
         if out is None:
             out = cache[value] = json.dumps(value)
@@ -202,8 +202,8 @@ def plan_to_json(plan: Plan) -> str:
 class ProcessSpans:
     """Where each process record of one component lies in the written plan.json (rank order)."""
 
-    offsets: array = field(default_factory=lambda: array("Q"))
-    lengths: array = field(default_factory=lambda: array("I"))
+    offsets: array[int] = field(default_factory=lambda: array("Q"))
+    lengths: array[int] = field(default_factory=lambda: array("I"))
 
 
 _INDENT = "        "
@@ -219,17 +219,16 @@ def iter_plan_json(plan: Plan, spans: list[ProcessSpans] | None = None, *,
     without reading the file back). The text is ASCII (json.dumps escapes), so characters = bytes.
     `header`: plan_header(plan) when the caller already has it."""
     header = plan_header(plan) if header is None else header
-    dump = lambda v: json.dumps(v, sort_keys=False)  # noqa: E731
     lines = ["{"]
     for key, value in header.items():
-        lines.append(f"  {json.dumps(key)}: {dump(value)},")
+        lines.append(f"  {json.dumps(key)}: {json.dumps(value)},")
     lines.append('  "components": [')
     pos = 0
     for ci, comp in enumerate(plan.components):
         head = component_header(comp)
         lines.append("    {")
         for key, value in head.items():
-            lines.append(f"      {json.dumps(key)}: {dump(value)},")
+            lines.append(f"      {json.dumps(key)}: {json.dumps(value)},")
         lines.append('      "processes": [')
         text = "\n".join(lines) + "\n"
         lines = []
@@ -237,16 +236,16 @@ def iter_plan_json(plan: Plan, spans: list[ProcessSpans] | None = None, *,
         yield text
         comp_spans = ProcessSpans() if spans is not None else None
         if spans is not None:
-            spans.append(comp_spans)  # type: ignore[arg-type]
+            spans.append(comp_spans)
         prefix = _INDENT
         for records, lens in _record_chunks(comp.processes, comp_spans is not None):
+            pos += len(prefix)
             if comp_spans is not None:
                 comp_spans.lengths.extend(lens)
-                comp_spans.offsets.extend(accumulate(map(add, lens[:-1], repeat(len(_SEP))),
-                                                     initial=pos + len(prefix)))
-            text = prefix + records
-            pos += len(text)
-            yield text
+                comp_spans.offsets.extend(accumulate(map(add, lens[:-1], repeat(len(_SEP))), initial=pos))
+            pos += len(records)
+            yield prefix  # apart: `prefix + records` would copy the records' megabytes once more
+            yield records
             prefix = _SEP
         tail = "\n" if len(comp.processes) else ""
         lines.append(tail + "      ]")
@@ -263,7 +262,7 @@ def write_plan_json(plan: Plan, out: TextIO | BinaryIO, spans: list[ProcessSpans
     written = 0
     binary = not isinstance(out, io.TextIOBase)
     for piece in iter_plan_json(plan, spans, header=header):
-        out.write(piece.encode("ascii") if binary else piece)  # type: ignore[arg-type]
+        out.write(piece.encode("ascii") if binary else piece)
         written += len(piece)
     return written
 
@@ -272,45 +271,64 @@ def _record_chunks(processes: Sequence[Placement], lengths: bool = False) -> Ite
     """Process records (one JSON object each, joined by `_SEP`), in rank order, a few thousand
     records a piece; with `lengths`, also each record's length (else an empty list).
 
-    For the planner's Processes, a run of a node is one `str.join` over its cached literal pieces
-    with the varying numbers slotted in by (C-level) slice assignment, not one format per process."""
+    For the planner's Processes, consecutive runs of one layout (the nodes of a group, as a rule)
+    are written together: one `str.join` over their cached literal pieces repeated, the varying
+    numbers slotted in by (C-level) slice assignment, so the Python-level work is per node, not
+    per process."""
     from hpcplace.plan.process_table import Processes
 
     if not isinstance(processes, Processes):
-        strings: dict[str, str] = {}
+        strings: dict[str | None, str] = {}
         for i in range(0, len(processes), _CHUNK):
             records = [process_json(p, strings) for p in processes[i:i + _CHUNK]]
             yield _SEP.join(records), list(map(len, records)) if lengths else []
         return
-    templates: dict[tuple[int, int, bool], tuple[list[str], list[int]]] = {}
+    templates: dict[tuple[int, int, bool], _RunTemplate] = {}
     strings = {}
     buf: list[str] = []
     lens: list[int] = []
     count = 0
-    for run in processes.runs:
+    runs = processes.runs
+    i = 0
+    while i < len(runs):
+        run = runs[i]
         node = run.node
         key = (id(run.slots), node.group_index, bool(node.gpus))
-        cached = templates.get(key)
-        if cached is None:
-            cached = templates[key] = _run_pieces(run.slots, node, strings)
-        pieces, fixed = cached
-        n = node.rank
+        template = templates.get(key)
+        if template is None:
+            template = templates[key] = _RunTemplate.of(run.slots, node, strings)
         m = len(run.slots)
-        facts = (str(n), str(processes.placement_node_rank(n)), str(processes.local_world_size(n)),
-                 str(node.index_in_group))
-        ranks = list(map(str, range(run.first_rank, run.first_rank + m)))
-        locals_ = list(map(str, range(run.first_local, run.first_local + m)))
-        parts = pieces[:]
+        # the batch: the runs that follow with the same layout, group and first local rank (a run's
+        # ranks always follow the previous run's), at most about a chunk of records
+        j, end = i + 1, min(len(runs), i + max(1, _CHUNK // m))
+        while j < end and runs[j].slots is run.slots and runs[j].first_local == run.first_local \
+                and runs[j].node.group_index == node.group_index and bool(runs[j].node.gpus) == key[2]:
+            j += 1
+        batch = runs[i:j]
+        b = j - i
+        ranks = list(map(str, range(run.first_rank, run.first_rank + b * m)))
+        locals_ = template.locals(run.first_local) * b
+        node_ranks = [r.node.rank for r in batch]
+        facts = (list(map(str, node_ranks)), list(map(str, map(processes.placement_node_rank, node_ranks))),
+                 list(map(str, map(processes.local_world_size, node_ranks))),
+                 [str(r.node.index_in_group) for r in batch])
+        per_record = [list(chain.from_iterable(map(repeat, f, repeat(m, b)))) for f in facts]
+        parts = template.pieces * b
+        parts[-1] = template.last
         parts[1::_HOLES] = ranks
-        parts[3::_HOLES] = [facts[0]] * m
-        parts[5::_HOLES] = [facts[1]] * m
+        parts[3::_HOLES] = per_record[0]
+        parts[5::_HOLES] = per_record[1]
         parts[7::_HOLES] = locals_
-        parts[9::_HOLES] = [facts[2]] * m
-        parts[11::_HOLES] = [facts[3]] * m
+        parts[9::_HOLES] = per_record[2]
+        parts[11::_HOLES] = per_record[3]
         buf.append("".join(parts))
         if lengths:  # literal length + the four node numbers + rank + local rank, all in C-level maps
-            lens += map(sum, zip(fixed, repeat(sum(map(len, facts))), map(len, ranks), map(len, locals_)))
-        count += m
+            node_len = map(add, map(add, map(len, facts[0]), map(len, facts[1])),
+                           map(add, map(len, facts[2]), map(len, facts[3])))
+            lens += map(add, map(add, template.fixed * b, chain.from_iterable(map(repeat, node_len, repeat(m, b)))),
+                        map(add, map(len, ranks), map(len, locals_)))
+        count += b * m
+        i = j
         if count >= _CHUNK:
             yield _SEP.join(buf), lens
             buf, lens, count = [], [], 0
@@ -323,25 +341,42 @@ _FIELD_MARKS = (("rank", -1001), ("cluster_node_rank", -1002), ("placement_node_
 _HOLES = 2 * len(_FIELD_MARKS) + 1  # list items per record: 7 literal pieces around 6 numbers
 
 
-def _run_pieces(slots: Sequence[Slot], node: Node, strings: dict[str, str]) -> tuple[list[str], list[int]]:
-    """process_json of each slot split around rank, cluster_node_rank, placement_node_rank,
-    local_rank, local_world_size and group_node_index (placeholders ""), records joined by _SEP;
-    and per record the length of its literal text (without the separator)."""
-    from hpcplace.plan.process_table import accelerator_type
+@dataclass(frozen=True)
+class _RunTemplate:
+    """process_json of each slot of a run split around rank, cluster_node_rank, placement_node_rank,
+    local_rank, local_world_size and group_node_index (placeholders ""), every record followed by
+    `_SEP` (`last`: the run's last piece without it); `fixed`: per record the length of its literal
+    text (without the separator)."""
 
-    out: list[str] = []
-    fixed: list[int] = []
-    for k, slot in enumerate(slots):
-        marks = Placement(-1001, -1002, -1003, slot.local_accelerator_rank, accelerator_type(node), -1004, -1005,
-                          slot.visible_accelerators, slot.isolate_accelerator, slot.local_hardware_ranks,
-                          node.group_label, node.partition, node.group_index, -1006, slot.resource_type)
-        rest = process_json(marks, strings)
-        for field_name, mark in _FIELD_MARKS:
-            head, sep, rest = rest.partition(f'"{field_name}":{mark},"')
-            if not sep:
-                raise AssertionError(f"record template: field {field_name!r} not found")  # our own format
-            out += [head + f'"{field_name}":', ""]
-            rest = ',"' + rest
-        out.append(rest + (_SEP if k < len(slots) - 1 else ""))
-        fixed.append(sum(map(len, out[-_HOLES:])) - (len(_SEP) if k < len(slots) - 1 else 0))
-    return out, fixed
+    pieces: list[str]
+    last: str
+    fixed: list[int]
+    _locals: dict[int, list[str]] = field(default_factory=dict)
+
+    def locals(self, first_local: int) -> list[str]:
+        """The run's local ranks from `first_local`, as text."""
+        got = self._locals.get(first_local)
+        if got is None:
+            got = self._locals[first_local] = list(map(str, range(first_local, first_local + len(self.fixed))))
+        return got
+
+    @staticmethod
+    def of(slots: Sequence[Slot], node: Node, strings: dict[str | None, str]) -> _RunTemplate:
+        from hpcplace.plan.process_table import accelerator_type
+
+        out: list[str] = []
+        fixed: list[int] = []
+        for slot in slots:
+            marks = Placement(-1001, -1002, -1003, slot.local_accelerator_rank, accelerator_type(node), -1004,
+                              -1005, slot.visible_accelerators, slot.isolate_accelerator, slot.local_hardware_ranks,
+                              node.group_label, node.partition, node.group_index, -1006, slot.resource_type)
+            rest = process_json(marks, strings)
+            for field_name, mark in _FIELD_MARKS:
+                head, sep, rest = rest.partition(f'"{field_name}":{mark},"')
+                if not sep:
+                    raise AssertionError(f"record template: field {field_name!r} not found")  # our own format
+                out += [head + f'"{field_name}":', ""]
+                rest = ',"' + rest
+            out.append(rest + _SEP)
+            fixed.append(sum(map(len, out[-_HOLES:])) - len(_SEP))
+        return _RunTemplate(out, out[-1][:-len(_SEP)], fixed)
