@@ -209,7 +209,8 @@ def check_supported(version: SlurmVersion) -> SlurmVersion:
             f"this site runs Slurm {version}; hpcplace supports Slurm {OLDEST_SUPPORTED.release} and newer "
             f"(the job script, the het-job steps and the parsers of scontrol/sacct are tested from "
             f"{OLDEST_SUPPORTED.release} on)",
-            hint="run hpcplace on a cluster with Slurm 22.05 or newer; `hpcplace render` and `submit --dry-run` "
+            hint=f"run hpcplace on a cluster with Slurm {OLDEST_SUPPORTED.release} or newer; `hpcplace render` and "
+                 "`submit --dry-run` "
                  "still write the job script to read (docs/slurm-versions.md lists what differs per version)")
     return version
 
