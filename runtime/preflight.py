@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 PROG = "hpcplace-preflight"
 DEVICE_DIR_VARIABLE = "HPCPLACE_GPU_DEVICE_DIR"  # where the node's nvidia<N> files are; `{node}`: node name
 TIMEOUT_VARIABLE = "HPCPLACE_PREFLIGHT_TIMEOUT"
+LOG_VARIABLE = "HPCPLACE_PREFLIGHT_LOG"  # set by the job script: this node's output file, `{node}` = node name
 DEFAULT_TIMEOUT_S = 60.0
 SHM = "/dev/shm"
 
@@ -329,7 +330,7 @@ class NodePlan(Frozen):
     ray_dashboard: bool = False  # the head runs Ray's dashboard (launch.dashboard): ray[default]'s packages
 
 
-def node_plan(index, g: int, j: int, node: str, environ: Mapping[str, str]) -> NodePlan:  # type: ignore[no-untyped-def]
+def node_plan(index, g: int, j: int, node: str, environ: Mapping[str, str]) -> NodePlan:
     """This node's share of the plan, read through the plan index (no full parse)."""
     header = index.plan
     group = header["node_groups"][g]
@@ -447,6 +448,20 @@ def _say(text: str) -> None:
     sys.stdout.flush()
 
 
+def _write_node_log(pattern: str | None, node: str) -> None:
+    """This node's output from here on in logs/preflight.<node>.out, named by SLURMD_NODENAME (the name
+    logs/nodes.txt holds) and written by the preflight itself: srun's `%N` is the hostname before
+    Slurm 25.11 and the NodeName after (runtime/task_log.py)."""
+    if not pattern:
+        return
+    from hpcplace.runtime.task_log import fill, redirect_output
+
+    path = fill(pattern, "node", node)
+    why = redirect_output(path) if path else f"{LOG_VARIABLE}={pattern!r}: no file for node {node!r}"
+    if why:
+        sys.stderr.write(f"{PROG}: {node}: warning: {why}\n")
+
+
 def parse_args(argv: Sequence[str]) -> tuple[str | None, str | None]:
     """(plan path, working directory) from `--plan PATH` and the launcher's `--chdir DIR` (the preflight
     runs with the job script's launcher words; other options are ignored)."""
@@ -477,6 +492,7 @@ def main(argv: Sequence[str]) -> int:
 
     plan_path, chdir = parse_args(argv)
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    _write_node_log(os.environ.get(LOG_VARIABLE), node)
     if not plan_path:
         _say(f"{node}: FAILED: usage: hpcplace-run --preflight --plan PLAN.json")
         return 2

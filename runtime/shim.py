@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 PROG = "hpcplace-run"
 PORT_CHECK_VARIABLE = "HPCPLACE_MASTER_PORT_CHECK"  # set to 1 by the job script: agree on a free MASTER_PORT
+RANK_LOG_VARIABLE = "HPCPLACE_RANK_LOG"  # set by the job script: this rank's log file, `{rank}` = its plan rank
 USAGE = f"""usage: {PROG} --plan PLAN.json --component NAME [--rank R] [--argv FILE] [--chdir DIR] [--print-env] [--no-verify] [--verbose] [-- CMD [ARGS...]]
 
 Run one task of an hpcplace job step with its planned ranks and devices, then exec CMD
@@ -171,7 +172,7 @@ def _resolve_attached(options: Options, index: PlanIndex, ci: int, snapshot: Slu
     run_dir = os.path.dirname(os.path.abspath(options.plan))
     snapshot = attached_snapshot(snapshot, run_dir)
     name = index.components[ci]["name"]
-    process = index.process(ci, options.rank)  # type: ignore[arg-type]
+    process = index.process(ci, options.rank)
     check_rank_node(snapshot, process, index.het_groups(ci), f"rank {options.rank} of {name!r}")
     return _resolved(options, index, ci, process, snapshot, process["het_group"],
                      published_master_port(run_dir, snapshot.job_id, name))
@@ -229,9 +230,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         debug = options.verbose or os.environ.get("HPCPLACE_DEBUG", "") not in ("", "0")
         resolved = resolve(options, os.environ)
+        if not options.print_env and options.rank is None:
+            _write_rank_log(os.environ.get(RANK_LOG_VARIABLE), resolved.info.rank)
         if not options.print_env and options.rank is None and os.environ.get(PORT_CHECK_VARIABLE) == "1":
             resolved = _agree_master_port(resolved, os.environ, options.plan)
         env = merge_environment(os.environ, resolved.changes)
+        env.pop(RANK_LOG_VARIABLE, None)  # the program's own steps (srun inside it) name their logs themselves
         env.update(_memory_saver_env(resolved, env, debug))
         if debug:
             _explain(resolved)
@@ -255,6 +259,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"error: {exc}")
         return exc.exit_code
     return _exec(resolved.command, env)
+
+
+def _write_rank_log(pattern: str | None, rank: int) -> None:
+    """From here on this task's output (and its program's) goes to its rank's log file, named by
+    component and plan rank (runtime/task_log.py): what it printed before went to srun's stderr."""
+    if not pattern:
+        return
+    from hpcplace.runtime.task_log import fill, redirect_output
+
+    path = fill(pattern, "rank", str(rank))
+    why = redirect_output(path) if path else f"{RANK_LOG_VARIABLE}={pattern!r} names no file"
+    if why:
+        _say(f"warning: {why}; this rank's output goes to srun's")
 
 
 def _agree_master_port(resolved: Resolved, environ: Mapping[str, str], plan_path: str) -> Resolved:
