@@ -32,7 +32,8 @@ from typing import BinaryIO
 from hpcplace.slurm import slurm_cli
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.plan import Plan
-from hpcplace.slurm.slurm_job import LEAKED_GPU_VARIABLES, SlurmJob, lower
+from hpcplace.slurm.slurm_job import (LEAKED_GPU_VARIABLES, NO_GRES, STEP_REQUEST_VARIABLES, WHOLE_NODE_CPUS, SlurmJob,
+                                      lower)
 
 ATTACH_STEP = "attach"  # the job name of attached drivers' steps (squeue --steps shows it)
 EXEC_STEP = "exec"
@@ -164,14 +165,18 @@ def head_target(plan: Plan) -> Target:
 
 
 def step_args(job: SlurmJob, job_id: str, target: Target, name: str, *, gpus: bool, pty: bool = False) -> list[str]:
-    """srun options of one task on the target node, overlapping the job's running steps. With `gpus`,
-    the step holds all of the node's GPUs (as the Ray raylet step does): the shim narrows them to the rank's."""
+    """srun options of one task on the target node, overlapping the job's running steps, with its CPUs
+    (all the job holds on the node), memory and GRES said explicitly. With `gpus`, the step holds all of
+    the node's GPUs (as the Ray raylet step does): the shim narrows them to the rank's; else none."""
     args = [f"--jobid={job_id}"]
     if job.is_het:
         args.append(f"--het-group={target.het_group}")
-    args += ["--nodes=1", f"--relative={target.index}", "--ntasks=1", "--mem=0", "--overlap", f"--job-name={name}"]
+    args += ["--nodes=1", f"--relative={target.index}", "--ntasks=1", WHOLE_NODE_CPUS, "--mem=0", "--overlap",
+             f"--job-name={name}"]
     if gpus and target.gpus:
         args.append(f"--gres=gpu:{target.gpu_type}:{target.gpus}" if target.gpu_type else f"--gres=gpu:{target.gpus}")
+    else:
+        args.append(NO_GRES)
     args.append("--pty" if pty else "--quit-on-interrupt")
     return args
 
@@ -198,8 +203,9 @@ def step_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """srun's environment: the caller's, without GPU variables and Slurm job variables that leak in
     from an enclosing allocation (the step gets its own); SLURM_CONF and the like stay."""
     drop = set(LEAKED_GPU_VARIABLES)
+    requests = re.compile("(" + "|".join(STEP_REQUEST_VARIABLES) + r")(_(HET|PACK)_GROUP_\d+)?")
     return {k: v for k, v in environ.items()
-            if k not in drop and not re.match(r"SLURM_(JOB|STEP|HET|PACK|NODELIST|NNODES|NTASKS|NPROCS|TASKS|"
+            if k not in drop and not requests.fullmatch(k) and not re.match(r"SLURM_(JOB|STEP|HET|PACK|NODELIST|NNODES|NTASKS|NPROCS|TASKS|"
                                               r"CPUS|MEM|GPUS|DISTRIBUTION|SRUN|LOCALID|PROCID|NODEID|JOBID)", k)}
 
 

@@ -26,7 +26,8 @@ from hpcplace.plan.process_table import node_processes
 from hpcplace.config.rank_syntax import compress_ranks
 from hpcplace.config.safe_words import check_srun_argv
 from hpcplace.slurm.slurm_job import (
-    LEAKED_GPU_VARIABLES, Segment, SlurmJob, Step, all_nodes_srun_args, driver_step_args, lower, preflight_srun_args,
+    LEAKED_GPU_VARIABLES, PREFLIGHT_LOG_PATTERN, PREFLIGHT_LOG_VARIABLE, RANK_LOG_VARIABLE, STEP_REQUEST_VARIABLES,
+    Segment, SlurmJob, Step, all_nodes_srun_args, driver_step_args, lower, preflight_srun_args, rank_log_pattern,
     ray_step_segments, segment_srun_args,
 )
 
@@ -210,6 +211,7 @@ class StepView:
     err_file: str
     segments: tuple[tuple[str, ...], ...]
     command: tuple[str, ...]
+    rank_log: str  # where each rank's shim writes its output (relative to the run dir, `{rank}` filled in)
 
 
 def step_views(plan: Plan, job: SlurmJob) -> list[StepView]:
@@ -233,7 +235,7 @@ def step_views(plan: Plan, job: SlurmJob) -> list[StepView]:
             segment_ranks=" ".join(f"{s.het_group}:{compress_ranks(s.ranks)}" for s in step.segments),
             num_tasks=step.num_tasks, err_file=err,
             segments=tuple(segment_srun_args(job, step, s) for s in step.segments),
-            command=step.command))
+            command=step.command, rank_log=rank_log_pattern(step.name)))
     return out
 
 
@@ -264,7 +266,9 @@ def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
                   clean_nodes=all_nodes_srun_args(job, "hpcplace-clean"),
                   preflight_nodes=preflight_srun_args(job), library_name=LIBRARY_NAME,
                   library_sha256=sha256_text(library if library is not None else render_library(template_dir)),
-                  clear_leaked=tuple(a for v in LEAKED_GPU_VARIABLES for a in ("-u", v)))
+                  clear_leaked=tuple(a for v in LEAKED_GPU_VARIABLES for a in ("-u", v)),
+                  step_requests=STEP_REQUEST_VARIABLES, rank_log_variable=RANK_LOG_VARIABLE,
+                  preflight_log_variable=PREFLIGHT_LOG_VARIABLE, preflight_log=PREFLIGHT_LOG_PATTERN)
     started = ["", f"launcher (starts hpcplace's shim in every task): {shlex.join(launcher)}"]
     try:
         if plan.launch.is_ray:

@@ -30,6 +30,29 @@ from hpcplace.config.slurm_options import (DEFAULT_LIMIT_SIGNAL, SLURM_JOB_OPTIO
 # Variables the batch step leaks into every step; `srun --export` cannot clear them (lab facts).
 LEAKED_GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURM_JOB_GPUS")
 
+# Requests srun reads from its environment, each also as <NAME>_HET_GROUP_<K> (and _PACK_GROUP_<K>) for
+# `srun --het-group=K`: in the batch script they hold the leader component's (or group K's) allocation
+# request, not a step's. Which of them srun reads, and how they mix with options, differs by version:
+# SRUN_CPUS_PER_TASK (22.05 only) and SLURM_CPUS_PER_TASK (23.11+) set -c, which implies --exact;
+# SLURM_TRES_PER_TASK (23.11+, cpu=N of the leader from 25.05) stops srun ("cpus_per_task set by two
+# different environment variables") beside a disagreeing per-group SLURM_CPUS_PER_TASK_HET_GROUP_K;
+# SLURM_CPUS_PER_GPU implies --exact and excludes -c; the GPU ones add GPUs or a binding the plan did not
+# ask for (SLURM_NTASKS_PER_GPU even refuses --ntasks-per-node); SLURM_EXACT refuses --whole; SLURM_STEP_GRES
+# is read when --gres is not given. The job script unsets them once (`hp_clear_requests`), and attached
+# steps drop them, so every srun gets exactly the CPUs, memory and GRES its own options name (memory:
+# `--mem` given on the command line already overrides SLURM_MEM_PER_* on every version).
+STEP_REQUEST_VARIABLES = (
+    "SLURM_CPUS_PER_TASK", "SRUN_CPUS_PER_TASK", "SLURM_TRES_PER_TASK", "SLURM_CPUS_PER_GPU", "SLURM_GPUS",
+    "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_SOCKET", "SLURM_GPUS_PER_TASK", "SLURM_NTASKS_PER_GPU",
+    "SLURM_NTASKS_PER_TRES", "SLURM_GPU_BIND", "SLURM_TRES_BIND", "SLURM_STEP_GRES", "SLURM_EXACT",
+)
+
+NO_GRES = "--gres=none"  # a step without devices says so: by default a step gets every GRES of the job
+WHOLE_NODE_CPUS = "--whole"  # every CPU the job holds on the node (-c would imply --exact: only those)
+RANK_LOG_VARIABLE = "HPCPLACE_RANK_LOG"  # the shim writes its rank's output to this path ({rank} filled in)
+PREFLIGHT_LOG_VARIABLE = "HPCPLACE_PREFLIGHT_LOG"  # the preflight writes its node's output here ({node})
+PREFLIGHT_LOG_PATTERN = "logs/preflight.{node}.out"  # relative to the run dir; {node}: SLURMD_NODENAME
+
 
 
 @dataclass(frozen=True)
@@ -45,6 +68,12 @@ class HetComponent:
     sbatch_args: tuple[str, ...]
     charge: Charge | None = None  # the account/QOS it is charged to (written on its own lines)
     node_ranks: tuple[int, ...] = ()  # the cluster node rank of each of its nodes, in order
+    hardware_gres: str | None = None  # the non-GPU part of `gres` (robots: `robot:4`), given to its steps too
+
+    @property
+    def gres_arg(self) -> str:
+        """srun's GRES option for a step holding every device the component has on a node."""
+        return f"--gres={self.gres}" if self.gres else NO_GRES
 
 
 @dataclass(frozen=True)
@@ -331,10 +360,12 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
     gpus = _uniform(group, group.gpus_per_node, "GPU counts")
     if gpus:
         gres_parts.append(f"gpu:{group.gpu_type}:{gpus}" if group.gpu_type else f"gpu:{gpus}")
+    hardware_gres = None
     if group.hardware is not None:
         count = hardware_gres_count(group)
         if count:
-            gres_parts.append(f"{group.hardware.gres_name}:{count}")
+            hardware_gres = f"{group.hardware.gres_name}:{count}"
+            gres_parts.append(hardware_gres)
     gres = ",".join(gres_parts) or None
     args = [f"--job-name={job_name}"] + ([f"--partition={group.partition}"] if group.partition else []) \
         + [f"--nodes={group.num_nodes}"]
@@ -364,7 +395,7 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
         args.append(f"--qos={charge.qos}")
     args += tail
     return HetComponent(gi, group.label, group.partition, group.num_nodes, ranks[0], gres, tuple(args), charge,
-                        node_ranks=ranks)
+                        node_ranks=ranks, hardware_gres=hardware_gres)
 
 
 def _node_layout(slots: Sequence[Slot], node_gpus: int) -> tuple[tuple[tuple[str, ...], ...], str | None]:
@@ -417,48 +448,63 @@ def _component_steps(plan: Plan, comp: ComponentPlan, name: str) -> list[Step]:
 # srun arguments
 
 def segment_srun_args(job: SlurmJob, step: Step, seg: Segment) -> tuple[str, ...]:
-    """The srun options of one segment (every segment carries its own full set)."""
+    """The srun options of one segment (every segment carries its own full set): CPUs, memory and GRES
+    always explicit, nothing left to what srun would read from the batch environment. No `--output`:
+    each task's shim writes its rank's log (`rank_log_path`), so no file name depends on srun's %t
+    (numbered per het group from Slurm 25.11) or %N (the hostname before 25.11, the NodeName after);
+    what a task prints before its shim knows its rank reaches srun's stderr (the step's .srun.err)."""
     args: list[str] = []
     if job.is_het:
         args.append(f"--het-group={seg.het_group}")
     args += [f"--nodes={seg.num_nodes}", f"--relative={seg.relative}", f"--ntasks={seg.num_tasks}",
              f"--ntasks-per-node={seg.tasks_per_node}", "--distribution=block",
              f"--cpus-per-task={seg.cpus_per_task}", f"--mem={seg.mem_mb}M" if seg.mem_mb else "--mem=0"]
+    gres = []
     if seg.gpus_per_node:
-        gres = f"gpu:{seg.gpu_type}:{seg.gpus_per_node}" if seg.gpu_type else f"gpu:{seg.gpus_per_node}"
-        args.append(f"--gres={gres}")
-        if seg.gpu_bind:
-            args.append(f"--gpu-bind={seg.gpu_bind}")
-    args += ["--overlap", "--kill-on-bad-exit=1", f"--job-name={step.name}",
-             f"--output={log_pattern(step.name)}"]
+        gres.append(f"gpu:{seg.gpu_type}:{seg.gpus_per_node}" if seg.gpu_type else f"gpu:{seg.gpus_per_node}")
+    hardware = job.components[seg.het_group].hardware_gres if seg.het_group < len(job.components) else None
+    if hardware:
+        gres.append(hardware)
+    args.append(f"--gres={','.join(gres)}" if gres else NO_GRES)
+    if seg.gpus_per_node and seg.gpu_bind:
+        args.append(f"--gpu-bind={seg.gpu_bind}")
+    args += ["--overlap", "--kill-on-bad-exit=1", f"--job-name={step.name}"]
     return tuple(args)
 
 
 def all_nodes_srun_args(job: SlurmJob, name: str) -> tuple[tuple[str, ...], ...]:
-    """Per het component, srun options for one task on every node (the /dev/shm setup/cleanup)."""
+    """Per het component, srun options for one task on every node (the /dev/shm setup/cleanup): one CPU,
+    no devices."""
     out = []
     for comp in job.components:
         args = [f"--het-group={comp.het_group}"] if job.is_het else []
         args += [f"--nodes={comp.num_nodes}", f"--ntasks={comp.num_nodes}", "--ntasks-per-node=1",
-                 "--cpus-per-task=1", "--mem=0", "--overlap", f"--job-name={name}"]
+                 "--cpus-per-task=1", "--mem=0", NO_GRES, "--overlap", f"--job-name={name}"]
         out.append(tuple(args))
     return tuple(out)
 
 
 def preflight_srun_args(job: SlurmJob) -> tuple[tuple[str, ...], ...]:
     """Per het component, srun options for the preflight: one task on every node holding the node's
-    GRES (so it sees the GPUs the job's steps get), its output in logs/preflight.<node>.out (where
-    slurmstepd also writes why it could not start the launcher)."""
+    GRES (so it sees the GPUs the job's steps get). No `--output` (its %N is the hostname or the
+    NodeName, by version): the preflight writes logs/preflight.<node>.out itself (SLURMD_NODENAME, the
+    name logs/nodes.txt holds), and what slurmstepd or srun say when it cannot start there (`execve():
+    ...`, a device constraint that failed) reaches srun's stderr, logs/preflight.srun.err."""
     out = []
     for comp, args in zip(job.components, all_nodes_srun_args(job, "hpcplace-preflight")):
-        gres = (f"--gres={comp.gres}",) if comp.gres else ()
-        out.append((*args, *gres, "--output=logs/preflight.%N.out"))
+        out.append(tuple(comp.gres_arg if a == NO_GRES else a for a in args))
     return tuple(out)
 
 
-def log_pattern(step_name: str) -> str:
-    """Per-task log file (relative to the run dir): one file per node and task id."""
-    return f"logs/{step_name}.%N.%t.out"
+def rank_log_name(step_name: str, rank: int | str) -> str:
+    """Per-rank log file (relative to the run dir), written by the rank's shim: named by component
+    (its step's name) and plan rank only, never by host or srun task number."""
+    return f"logs/{step_name}.rank{rank}.out"
+
+
+def rank_log_pattern(step_name: str) -> str:
+    """`rank_log_name` with `{rank}` for the shim to fill in (the job script passes it as HPCPLACE_RANK_LOG)."""
+    return rank_log_name(step_name, "{rank}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -467,23 +513,25 @@ def log_pattern(step_name: str) -> str:
 
 def ray_step_segments(job: SlurmJob, plan: Plan) -> tuple[tuple[str, ...], ...]:
     """srun options of the raylet step, one segment per het component: one task per node, all the
-    node's GPUs (so the raylet sees exactly the node's planned GPUs), all its memory, --overlap."""
+    node's CPUs (`--whole`: Ray's workers run in the raylet's cgroup), GPUs (so the raylet sees exactly
+    the node's planned GPUs), other devices and memory, --overlap."""
     out = []
-    for comp, group in zip(job.components, plan.cluster.node_groups):
+    for comp in job.components[:len(plan.cluster.node_groups)]:
         args = [f"--het-group={comp.het_group}"] if job.is_het else []
-        args += [f"--nodes={comp.num_nodes}", f"--ntasks={comp.num_nodes}", "--ntasks-per-node=1", "--mem=0"]
-        gpus = group.gpus_per_node[0] if group.gpus_per_node else 0
-        if gpus:
-            args.append(f"--gres=gpu:{group.gpu_type}:{gpus}" if group.gpu_type else f"--gres=gpu:{gpus}")
+        args += [f"--nodes={comp.num_nodes}", f"--ntasks={comp.num_nodes}", "--ntasks-per-node=1", WHOLE_NODE_CPUS,
+                 "--mem=0", comp.gres_arg]
         args += ["--overlap", "--kill-on-bad-exit=1", f"--job-name={RAY_STEP}", f"--output=logs/{RAY_STEP}.%N.out"]
         out.append(tuple(args))
     return tuple(out)
 
 
 def driver_step_args(job: SlurmJob, plan: Plan) -> tuple[str, ...]:
-    """srun options of the driver: one task on the head (the node of cluster node rank 0)."""
+    """srun options of the driver: one task on the head (the node of cluster node rank 0), holding the
+    head's CPUs, memory and devices as a step given no options would (said explicitly)."""
     head = head_node(plan)
     args = [f"--het-group={head.het_group}"] if job.is_het else []
-    args += ["--nodes=1", f"--relative={head.index}", "--ntasks=1", "--mem=0", "--overlap", f"--job-name={DRIVER_STEP}",
+    comp = job.components[head.het_group] if head.het_group < len(job.components) else None
+    args += ["--nodes=1", f"--relative={head.index}", "--ntasks=1", WHOLE_NODE_CPUS, "--mem=0",
+             comp.gres_arg if comp is not None else NO_GRES, "--overlap", f"--job-name={DRIVER_STEP}",
              f"--output=logs/{DRIVER_STEP}.out"]
     return tuple(args)

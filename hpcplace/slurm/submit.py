@@ -31,7 +31,7 @@ from hpcplace.plan.plan import SCHEMA, ComponentPlan, Plan, SpanningWorkers, ite
 from hpcplace.slurm.render import (
     DEFAULT_LAUNCHER, LIBRARY_NAME, PLAN_NAME, SCRIPT_NAME, make_run_dir, render_library, render_run, render_script, sha256_text,
 )
-from hpcplace.slurm.slurm_job import SlurmJob, lower, slug
+from hpcplace.slurm.slurm_job import SlurmJob, lower, rank_log_name, slug
 
 RUN_RECORD = "run.json"
 SLURM_VERSION_KEY = "slurm_version"  # run.json: the Slurm the job was submitted to ("22.05.8"); absent before
@@ -535,7 +535,7 @@ def format_attempts(attempts: Sequence[Attempt]) -> list[str]:
 class RankLog:
     component: str
     rank: int
-    path: Path | None  # None: the host is not known yet (logs/nodes.txt not written)
+    path: Path | None  # the rank's log file (which exists once the rank started)
     where: str
 
 
@@ -596,33 +596,47 @@ def read_hosts(run_dir: Path, logs: str = "logs") -> dict[tuple[int, int], str]:
 
 
 def rank_logs(run_dir: Path, job: SlurmJob, hosts: dict[tuple[int, int], str], logs: str = "logs") -> list[RankLog]:
-    """Per component and rank, the file srun wrote, `logs/<step>.<host>.<%t>.out`. The number srun puts
-    for %t is the task's position in the step only within one het group (Slurm 22.05 adds the group's
-    index in a het step: 0,1 | 3,4 | 6,7,8), so each host's files are taken in the order of their
-    numbers, which is its tasks' (local rank) order; a file not written yet is named by that rule."""
-    found: dict[str, list[tuple[int, Path]]] = {}  # "<step>.<host>" -> (%t, file), one listing of the folder
+    """Per component and rank, its log file: `logs/<step>.rank<R>.out`, which the rank's shim writes
+    (slurm_job.rank_log_name), named by component and plan rank alone, so that no Slurm version's %t or
+    %N numbering matters; `hosts` (logs/nodes.txt) only says where each rank ran. A run rendered before
+    these names has `logs/<step>.<host>.<%t>.out` files instead: those are found as before
+    (`_srun_task_logs`)."""
+    found: dict[str, list[tuple[int, Path]]] | None = None  # only for a run without rank-named logs
+    out = []
+    for step in job.steps:
+        task = 0
+        for seg in step.segments:
+            for i in range(seg.num_nodes):
+                host = hosts.get((seg.het_group, seg.relative + i))
+                for j in range(seg.tasks_per_node):
+                    rank = seg.ranks[i * seg.tasks_per_node + j]
+                    where = (f"het {seg.het_group} node {seg.relative + i}"
+                             f"{' (' + host + ')' if host else ''}, task {task}")
+                    path = run_dir / logs / Path(rank_log_name(step.name, rank)).name
+                    if host and not path.exists():
+                        if found is None:
+                            found = _srun_task_logs(run_dir / logs)
+                        older = found.get(f"{step.name}.{host}", [])
+                        if j < len(older):
+                            path = older[j][1]
+                    out.append(RankLog(step.component, rank, path, where))
+                    task += 1
+    order = {name: i for i, name in enumerate(dict.fromkeys(s.component for s in job.steps))}
+    out.sort(key=lambda r: (order[r.component], r.rank))
+    return out
+
+
+def _srun_task_logs(folder: Path) -> dict[str, list[tuple[int, Path]]]:
+    """`<step>.<host>` -> [(%t, file)] of the per-task files srun wrote for runs rendered before the
+    rank-named logs (`--output=logs/<step>.%N.%t.out`): a host's files in the order of their numbers
+    are its tasks' (local rank) order, whatever offset a Slurm version adds to %t in a het step."""
+    found: dict[str, list[tuple[int, Path]]] = {}
     try:
-        entries = list(os.scandir(run_dir / logs))
+        entries = list(os.scandir(folder))
     except OSError:
         entries = []
     for entry in entries:
         stem, dot, number = entry.name.removesuffix(".out").rpartition(".")
         if entry.name.endswith(".out") and dot and number.isdigit():
-            found.setdefault(stem, []).append((int(number), run_dir / logs / entry.name))
-    out = []
-    for step in job.steps:
-        task = 0
-        for k, seg in enumerate(step.segments):
-            for i in range(seg.num_nodes):
-                host = hosts.get((seg.het_group, seg.relative + i))
-                files = [p for _, p in sorted(found.get(f"{step.name}.{host}", []))] if host else []
-                for j in range(seg.tasks_per_node):
-                    where = (f"het {seg.het_group} node {seg.relative + i}"
-                             f"{' (' + host + ')' if host else ''}, task {task}")
-                    path = (files[j] if j < len(files) else run_dir / logs / f"{step.name}.{host}.{task + k}.out") \
-                        if host else None
-                    out.append(RankLog(step.component, seg.ranks[i * seg.tasks_per_node + j], path, where))
-                    task += 1
-    order = {name: i for i, name in enumerate(dict.fromkeys(s.component for s in job.steps))}
-    out.sort(key=lambda r: (order[r.component], r.rank))
-    return out
+            found.setdefault(stem, []).append((int(number), folder / entry.name))
+    return {stem: sorted(files) for stem, files in found.items()}

@@ -124,7 +124,7 @@ def test_exec_argv_targets_the_ranks_node_and_reads_the_command_from_a_file(tmp_
     node = attach.exec_argv(run, attach.node_target(run.plan, 2), tmp_path / "e.json", component=None, rank=None,
                             pty=True)
     assert "--het-group=1" in node and "--relative=0" in node and "--pty" in node
-    assert not any(a.startswith("--gres") for a in node)  # the cpu node has no GPU
+    assert [a for a in node if a.startswith("--gres")] == ["--gres=none"]  # the cpu node has no GPU: none, said
     assert node[-6:] == ["--on-node", "2", "--plan", str(run.plan_path), "--argv", str(tmp_path / "e.json")]
     driver = attach.driver_argv(run, tmp_path / "d.json")
     assert "--relative=0" in driver and "--het-group=0" in driver and "--job-name=attach" in driver

@@ -216,7 +216,8 @@ def test_preflight_step_and_its_switch() -> None:
     plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
     text = render_script(plan, "/r")
     assert text.count('"${hp_launcher[@]}" --preflight --plan "$hp_plan"') == 4  # one segment per het component
-    assert "--job-name=hpcplace-preflight --gres=gpu:rtx4090:4 --output=logs/preflight.%N.out" in text
+    assert "--gres=gpu:rtx4090:4 --overlap --job-name=hpcplace-preflight" in text
+    assert "--output=logs/preflight" not in text  # the preflight names its node's file (slurm_job.PREFLIGHT_LOG_PATTERN)
     assert text.index("--preflight") < text.index("--component actor")
     assert "hp_preflight_report $? || exit 1" in text
     from dataclasses import replace

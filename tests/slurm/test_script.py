@@ -84,7 +84,7 @@ def test_success_runs_every_step_with_exact_arguments(hetero: Plan, tmp_path: Pa
 def test_failing_step_fails_fast_and_names_component_and_rank(hetero: Plan, tmp_path: Path) -> None:
     rendered = render_run(hetero, tmp_path / "run")
     t0 = time.monotonic()
-    res, calls, events = run_script(rendered.run_dir, tmp_path, FAKE_FAIL="inference", FAKE_SLEEP="30")
+    res, _, events = run_script(rendered.run_dir, tmp_path, FAKE_FAIL="inference", FAKE_SLEEP="30")
     elapsed = time.monotonic() - t0
     assert res.returncode == 7
     assert elapsed < 15, "the other steps were not stopped"
@@ -137,8 +137,10 @@ def test_failed_preflight_stops_the_job_before_any_step(hetero: Plan, tmp_path: 
     """One line per failing node and cause, in the batch log and logs/preflight.txt; no step starts."""
     rendered = render_run(hetero, tmp_path / "run", launcher=("/tmp/v/bin/hpcplace-run",))
     execve = "slurmstepd: error: execve(): /tmp/v/bin/hpcplace-run: No such file or directory"
-    res, calls, events = run_script(rendered.run_dir, tmp_path, FAKE_PREFLIGHT=";".join([
-        f"node-a={execve}", "node-b=hpcplace-preflight: node-b: ok: 8 GPU(s)",
+    # slurmstepd's line reaches srun's stderr (the preflight never ran on node-a, so wrote no file there)
+    res, calls, events = run_script(rendered.run_dir, tmp_path, FAKE_PREFLIGHT_ERR=(
+        f"{execve}\\nsrun: error: node-a: task 0: Exited with exit code 2"), FAKE_PREFLIGHT=";".join([
+        "node-b=hpcplace-preflight: node-b: ok: 8 GPU(s)",
         "node-c=hpcplace-preflight: node-c: FAILED: the node shows 3 GPU(s) (/dev/nvidia{0,1,2}), but the plan expects 4",
         "node-d=Segmentation fault"]))
     assert res.returncode == 1, res.stderr
@@ -158,7 +160,7 @@ def test_failed_preflight_stops_the_job_before_any_step(hetero: Plan, tmp_path: 
 
 def test_preflight_off(hetero: Plan, tmp_path: Path) -> None:
     rendered = render_run(replace(hetero, slurm={**hetero.slurm, "preflight": "false"}), tmp_path / "run")
-    res, calls, events = run_script(rendered.run_dir, tmp_path, FAKE_PREFLIGHT="node-a=x")
+    res, _, events = run_script(rendered.run_dir, tmp_path, FAKE_PREFLIGHT="node-a=x")
     assert res.returncode == 0, res.stderr
     assert "preflight" not in events and "preflight" not in res.stderr
 
@@ -179,7 +181,7 @@ def test_cpu_only_and_every_step_clear_leaked_variables(tmp_path: Path) -> None:
 def hostile_plan(plan: Plan, value: str, canary: Path) -> Plan:
     if "\n" in value or "\\" in value or not value.replace("\t", " ").isprintable():
         # a partition sbatch could not read back from an #SBATCH line: refused when the node group is made
-        with pytest.raises(SpecError, match="#SBATCH lines cannot hold|control character|backslash"):
+        with pytest.raises(SpecError, match=r"#SBATCH lines cannot hold|control character|backslash"):
             replace(plan.cluster.node_groups[0], partition=value)
         groups = plan.cluster.node_groups
     else:

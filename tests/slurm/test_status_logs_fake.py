@@ -102,7 +102,7 @@ def test_status_and_logs_of_a_job_id_find_the_run_directory(tmp_path: Path, fake
     assert "attempt 0: started T0 on a800-1" in by_id[1] and "cpu-1: FAILED: /dev/shm is full" in by_id[1]
     code, out, err = _cli(capsys, "logs", "12", "--list")
     assert code == 0, err
-    assert f"inference rank 1 (het 1 node 0 (rtx4090-1), task 1): {run_dir}/logs/inference.rtx4090-1.1.out" in out
+    assert f"inference rank 1 (het 1 node 0 (rtx4090-1), task 1): {run_dir}/logs/inference.rank1.out" in out
 
 
 def test_a_job_id_whose_directory_is_no_run_is_said_so(tmp_path: Path, fake_slurm: Path,  # noqa: F811

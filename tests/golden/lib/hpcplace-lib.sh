@@ -222,6 +222,19 @@ hp_cleanup() {
     exit "$rc"
 }
 
+# hp_clear_requests HET_COMPONENTS NAME...: unset each NAME, and NAME_HET_GROUP_K and NAME_PACK_GROUP_K
+# for every het component K (srun reads those for --het-group=K): requests of the job's allocation that
+# srun would otherwise apply to steps, by rules that change between Slurm versions (slurm_job.py,
+# STEP_REQUEST_VARIABLES). Every srun of the job names its own CPUs, memory and GRES.
+hp_clear_requests() {
+    local n=$1 name k
+    shift
+    for name in "$@"; do
+        unset -v "$name"
+        for ((k = 0; k < n; k++)); do unset -v "${name}_HET_GROUP_$k" "${name}_PACK_GROUP_$k"; done
+    done
+}
+
 # hp_begin HET_COMPONENTS: enter the run directory; logs/nodes.txt says which host is node j of het
 # component g (read by `hpcplace logs` and the preflight report; 0: not a het job); a requeued attempt
 # (1, 2 ...) moves the earlier attempt's logs to logs/attempt-N/ (job.sbatch removes its node-local dirs).
@@ -249,8 +262,8 @@ hp_begin() {
 
 # hp_preflight_report SRUN_EXIT: after the preflight step (`hpcplace-run --preflight`, one task per
 # node), one line per failing node and cause into the batch log and logs/preflight.txt (`hpcplace
-# status` shows it), from each node's logs/preflight.<host>.out: the preflight's own FAILED lines, or
-# slurmstepd's `execve(): ...` when the node could not start the launcher at all. False if any failed.
+# status` shows it): the preflight's own FAILED lines from logs/preflight.<node>.out (which it writes
+# itself), or, for a node where it never ran, why (hp_preflight_cause). False if any node failed.
 hp_preflight_report() {
     local rc=$1 g j host f line found n=0 failed=0 lines=()
     rm -f logs/preflight.txt
@@ -258,7 +271,9 @@ hp_preflight_report() {
         n=$((n + 1))
         f=logs/preflight.$host.out
         if [[ ! -s $f ]]; then
-            ((rc == 0)) || { lines+=("$host: FAILED: no preflight output from this node (srun exit $rc; see logs/preflight.srun.err)"); failed=$((failed + 1)); }
+            line=$(hp_preflight_cause "$host")
+            [[ -z $line && $rc != 0 ]] && line="$host: FAILED: no preflight output from this node (srun exit $rc; see logs/preflight.srun.err)"
+            [[ -n $line ]] && { lines+=("$line"); failed=$((failed + 1)); }
             continue
         fi
         grep -q "^hpcplace-preflight: $host: ok" "$f" && continue
@@ -266,11 +281,6 @@ hp_preflight_report() {
         while IFS= read -r line; do
             if [[ $line == "hpcplace-preflight: $host: FAILED: "* ]]; then
                 lines+=("${line#hpcplace-preflight: }") found=1 failed=$((failed + 1))
-            elif [[ -z $found && $line =~ execve\(\):\ (.*):\ ([^:]+)$ ]]; then
-                line="$host: FAILED: cannot start the launcher ${BASH_REMATCH[1]} on this node: ${BASH_REMATCH[2]}"
-                [[ ${BASH_REMATCH[2]} == "No such file or directory" ]] &&
-                    line+=" (it, or the interpreter on its #! line, is not on this node: a venv on a node-local or private path such as /tmp? Install hpcplace where every node sees it)"
-                lines+=("$line") found=1 failed=$((failed + 1))
             fi
         done <"$f"
         [[ -n $found ]] || { lines+=("$host: FAILED: the preflight did not report (srun exit $rc): $(tail -n 1 -- "$f")"); failed=$((failed + 1)); }
@@ -286,6 +296,40 @@ hp_preflight_report() {
     hp_log "preflight FAILED after $(hp_since "$hp_preflight_start") s; no program was started:"
     for line in "${lines[@]}"; do hp_log "  preflight: $line"; done
     return 1
+}
+
+# hp_preflight_cause HOST: why the preflight never ran on HOST (it wrote nothing there), from what
+# slurmstepd and srun printed to srun's stderr (logs/preflight.srun.err), as one FAILED line, or nothing:
+# - `Could not apply device constrain to ...`: Slurm 25.05+ fails a step whose device constraint
+#   (ConstrainDevices=yes) cannot be applied, where earlier versions ran it unconstrained;
+# - `execve(): PROGRAM: REASON` with srun's `HOST: task N: Exited`: the launcher cannot start there;
+# - srun's `task N launch failed: Slurmd could not execve job` (no exit of HOST's task): slurmstepd
+#   failed to set the task up before starting it, which is how 25.05+ reports a device constraint that
+#   failed for the whole step (its own message goes to slurmd's log only).
+# slurmstepd names its node (`slurmstepd-HOST:`) only where slurmd is built for several per host: a line
+# naming another node is never taken for HOST's.
+hp_preflight_cause() {
+    local host=$1 line device= execve= exited= launch=
+    [[ -r logs/preflight.srun.err ]] || return 0
+    while IFS= read -r line; do
+        [[ $line == slurmstepd-* && $line != "slurmstepd-$host: "* ]] && continue
+        case $line in
+            *"Could not apply device constrain"*) device=${device:-$line} ;;
+            *"execve(): "*) execve=${execve:-$line} ;;
+            "srun: error: $host: task"*": Exited with exit code "*) exited=1 ;;
+            "srun: error: task "*" launch failed: "*) launch=${launch:-${line#srun: error: }} ;;
+        esac
+    done <logs/preflight.srun.err
+    if [[ -n $device ]]; then
+        echo "$host: FAILED: device constraint failed on node $host: ${device#*error: } (Slurm 25.05 and later fail a step whose ConstrainDevices limits cannot be applied; earlier versions ran it unconstrained): the node's device cgroup cannot be set up (slurmd's log there says why); ask the cluster's admins, or leave the node out"
+    elif [[ -n $execve && -n $exited && $execve =~ execve\(\):\ (.*):\ ([^:]+)$ ]]; then
+        line="$host: FAILED: cannot start the launcher ${BASH_REMATCH[1]} on this node: ${BASH_REMATCH[2]}"
+        [[ ${BASH_REMATCH[2]} == "No such file or directory" ]] &&
+            line+=" (it, or the interpreter on its #! line, is not on this node: a venv on a node-local or private path such as /tmp? Install hpcplace where every node sees it)"
+        echo "$line"
+    elif [[ -n $launch && -z $exited ]]; then
+        echo "$host: FAILED: device constraint failed on node $host, or another part of Slurm's task set-up there: srun says \"$launch\" before the preflight could start (Slurm 25.05 and later fail a step whose ConstrainDevices limits cannot be applied; slurmd's log on $host then says \"Could not apply device constrain\"); ask the cluster's admins, or leave the node out"
+    fi
 }
 
 # hp_since EPOCHREALTIME: seconds since then, 0.1 s resolution.
