@@ -21,6 +21,7 @@ from hpcplace.runtime.slurm_env import HetGroup, SlurmSnapshot, locate_node
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
 NODES_FILE = os.path.join("logs", "nodes.txt")
 
@@ -64,7 +65,7 @@ def attached_snapshot(snapshot: SlurmSnapshot, run_dir: str) -> SlurmSnapshot:
     return snapshot.replace(groups=groups, het_size=len(groups))
 
 
-def check_rank_node(snapshot: SlurmSnapshot, process: dict, het_groups: Sequence[int], what: str) -> None:
+def check_rank_node(snapshot: SlurmSnapshot, process: dict[str, Any], het_groups: Sequence[int], what: str) -> None:
     """The step must run on the node the plan puts this rank on."""
     where = locate_node(snapshot, het_groups)
     planned = (process["het_group"], process["group_node_index"])

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(text)
         try:
             _write({"ok": False, "traceback": text, "error": f"{type(exc).__name__}: {exc}", "host": host}, target)
-        except Exception:  # noqa: BLE001, S110 - the results directory itself is unusable; the exit code says it
+        except Exception:  # noqa: BLE001 - the results directory itself is unusable; the exit code says it
             pass
         code = code or 1
     sys.stdout.flush()

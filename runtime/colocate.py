@@ -309,6 +309,11 @@ class Cycle:
             except BlockingIOError:
                 pass
 
+    def _records(self) -> shm_dir.RecordFile:
+        if self._state_file is None:
+            raise CollocationError(f"{self.key}: the collocation cycle is used after close()")
+        return self._state_file
+
     @contextmanager
     def _locked(self) -> Iterator[None]:
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
@@ -318,13 +323,13 @@ class Cycle:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def _read_state(self) -> dict[str, Any] | None:
-        data = self._state_file.read()
+        data = self._records().read()
         return None if data is None else json.loads(data)
 
     def _write_state(self, state: dict[str, Any]) -> None:
         state["seq"] = state.get("seq", 0) + 1
         try:
-            self._state_file.write(json.dumps(state, sort_keys=True).encode())
+            self._records().write(json.dumps(state, sort_keys=True).encode())
         except shm_dir.ShmDirError as exc:
             raise CollocationError(exc.message, hint="too many ranks or dead-rank records for one group's "
                                                      "state record") from None
@@ -626,7 +631,8 @@ class Cycle:
 def _load_plan(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            plan: dict[str, Any] = json.load(fh)
+            return plan
     except OSError as exc:
         raise CollocationError(f"cannot read plan {path}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
@@ -671,7 +677,8 @@ def _group_header(plan: Mapping[str, Any], group: str, plan_path: str) -> dict[s
     if group not in groups:
         raise CollocationError(f"collocation group {group!r} is not in plan {plan_path}",
                                hint=f"groups in the plan: {sorted(groups)}")
-    return groups[group]
+    header: dict[str, Any] = groups[group]
+    return header
 
 
 def _schedule_from_json(plan_path: str, group: str, *, component: str, rank: int,

@@ -43,8 +43,8 @@ GPU_MODES = (PHYSICAL, STEP_LOCAL, BY_UUID)  # modes where real GPUs are bound (
 class DeviceChoice(Frozen):
     """The decision for one process: what to export, from what, and why."""
 
-    visible: tuple  # tuple[str, ...]: CUDA_VISIBLE_DEVICES, split
-    planned: tuple  # tuple[str, ...]: the plan's physical ids on the node
+    visible: tuple[str, ...]  # CUDA_VISIBLE_DEVICES, split
+    planned: tuple[str, ...]  # the plan's physical ids on the node
     seen: str | None  # CUDA_VISIBLE_DEVICES as the task found it
     mode: str
     note: str
@@ -129,7 +129,7 @@ def _local_choice(planned: tuple[str, ...], seen: str | None, local_gpus: tuple[
 
 def device_environment(choice: DeviceChoice) -> dict[str, str]:
     value = choice.value
-    return {name: value for name in GPU_VARIABLES}
+    return dict.fromkeys(GPU_VARIABLES, value)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -153,7 +153,7 @@ def query_nvml() -> tuple[tuple[NvmlDevice, ...] | None, str]:
         return None, "nvidia-ml-py (pynvml) is not installed"
     try:
         pynvml.nvmlInit()
-    except Exception as exc:  # NVMLError subclasses, or a missing libnvidia-ml.so
+    except Exception as exc:  # noqa: BLE001 - NVMLError subclasses, or a missing libnvidia-ml.so
         return None, f"NVML did not initialize ({exc})"
     try:
         devices = []
@@ -173,7 +173,7 @@ def query_nvml() -> tuple[tuple[NvmlDevice, ...] | None, str]:
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:
+        except Exception:  # noqa: BLE001 - the answer is read; a failing shutdown changes nothing
             pass
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~3 ms to import; only type checkers need it
-    from typing import Any
+    from typing import Any, TypeVar
+
+    _F = TypeVar("_F", bound="Frozen")
 
 _MISSING = object()
 
@@ -20,7 +22,8 @@ class Frozen:
     _fields: tuple[str, ...] = ()
 
     def __init_subclass__(cls) -> None:
-        own = tuple(name for name in cls.__dict__.get("__annotations__", {}) if not name.startswith("_"))
+        # the class's own annotations (not its bases'); inspect.get_annotations would cost the shim ~10 ms of imports
+        own = tuple(name for name in cls.__dict__.get("__annotations__", {}) if not name.startswith("_"))  # noqa: RUF063
         cls._fields = tuple(dict.fromkeys(cls._fields + own))
 
     def __init__(self, **values: Any) -> None:
@@ -46,7 +49,7 @@ class Frozen:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._values() == other._values()  # type: ignore[attr-defined]
+        return self._values() == other._values()
 
     def __hash__(self) -> int:
         return hash((type(self).__name__,) + self._values())
@@ -55,7 +58,7 @@ class Frozen:
         inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
         return f"{type(self).__name__}({inner})"
 
-    def replace(self, **changes: Any) -> Any:
+    def replace(self: _F, **changes: Any) -> _F:
         """A copy with some fields changed (like dataclasses.replace)."""
         values = {name: getattr(self, name) for name in self._fields}
         values.update(changes)

@@ -28,7 +28,7 @@ def package_dir(name: str) -> str | None:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         return None
-    return list(spec.submodule_search_locations)[0]
+    return next(iter(spec.submodule_search_locations))
 
 
 def torch_cuda_version(torch_dir: str | None = None) -> str | None:
@@ -45,10 +45,14 @@ def torch_cuda_version(torch_dir: str | None = None) -> str | None:
     except (OSError, SyntaxError):
         return None
     for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
-            node.target if isinstance(node, ast.AnnAssign) else None)
-        if isinstance(target, ast.Name) and target.id == "cuda" and node.value is not None:
-            value = node.value.value if isinstance(node.value, ast.Constant) else None
+        target: ast.expr | None = None
+        assigned: ast.expr | None = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, assigned = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign):
+            target, assigned = node.target, node.value
+        if isinstance(target, ast.Name) and target.id == "cuda" and assigned is not None:
+            value = assigned.value if isinstance(assigned, ast.Constant) else None
             return value if isinstance(value, str) and _parse_version(value) is not None else None
     return None
 
@@ -87,17 +91,17 @@ def driver_info() -> DriverInfo | None:
         return None
     try:
         pynvml.nvmlInit()
-    except Exception:  # pynvml.NVMLError and its many subclasses: no driver, no permission
+    except Exception:  # noqa: BLE001 - pynvml.NVMLError and its many subclasses: no driver, no permission
         return None
     try:
         version = pynvml.nvmlSystemGetDriverVersion()
         cuda = int(pynvml.nvmlSystemGetCudaDriverVersion())  # e.g. 12040 for CUDA 12.4
-    except Exception:
+    except Exception:  # noqa: BLE001 - NVMLError subclasses: a driver too old to say
         return None
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:
+        except Exception:  # noqa: BLE001 - the versions are read; a failing shutdown changes nothing
             pass
     if isinstance(version, bytes):  # nvidia-ml-py < 12 returned bytes
         version = version.decode("utf-8", "replace")

@@ -14,6 +14,10 @@ import time
 
 from hpcplace.runtime.errors import ShimError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 CANDIDATES = 64  # derived port, then every PORT_STRIDE-th port after it (wrapping in the span)
 DIR_NAME = ".hpcplace-ports"
 WAIT_S = 600.0
@@ -41,7 +45,7 @@ def candidates(derived: int, base: int, span: int, stride: int) -> list[int]:
     return [base + (derived - base + k * stride) % span for k in range(CANDIDATES)]
 
 
-def choose_and_publish(path: str, ports: list[int], is_free=port_is_free) -> int:  # type: ignore[no-untyped-def]
+def choose_and_publish(path: str, ports: list[int], is_free: Callable[[int], bool] = port_is_free) -> int:
     """Rank 0: the first free candidate, written atomically to `path`."""
     for port in ports:
         if is_free(port):

@@ -28,7 +28,7 @@ import mmap
 import os
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -147,7 +147,7 @@ class MemoryBackend:
 
     def adopt(self, tag: str, module: Any, *, backup: bool = True) -> None:
         """Create tag `tag` and move every parameter and buffer of a torch module into it."""
-        tensors = [t for t in list(module.parameters()) + list(module.buffers())]
+        tensors = list(module.parameters()) + list(module.buffers())
         self._check_devices(tag, tensors)
         self.add_tag(tag, nbytes=sum(_padded(t.numel() * t.element_size()) for t in tensors), backup=backup)
         for t in tensors:
@@ -428,8 +428,9 @@ def make_backend(kind: str = "auto", *, cpu_fallback: bool | None = None) -> Mem
     if kind == "auto":
         if not _gpu_process():
             return CpuBackend()
-        if active_backend() is not None:
-            return active_backend()
+        active = active_backend()
+        if active is not None:
+            return active
         try:
             return TorchMemorySaverBackend()
         except MemoryBackendError as exc:
@@ -442,7 +443,8 @@ def make_backend(kind: str = "auto", *, cpu_fallback: bool | None = None) -> Mem
             warnings.warn(message, RuntimeWarning, stacklevel=2)
             print(message, file=sys.stderr, flush=True)
             return CpuBackend(allow_device_tensors=True)
-    factories = {"torch_memory_saver": TorchMemorySaverBackend, "cpu": CpuBackend, "noop": NoopBackend}
+    factories: dict[str, Callable[[], MemoryBackend]] = {"torch_memory_saver": TorchMemorySaverBackend, "cpu": CpuBackend,
+                                                         "noop": NoopBackend}
     if kind not in factories:
         raise MemoryBackendError(f"unknown memory backend {kind!r}", hint=f"one of: auto, {', '.join(factories)}")
     return factories[kind]()

@@ -39,6 +39,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
+    from typing import Any
 
 MAGIC = b"HPIDX\x001\n"
 INDEX_SCHEMA = "hpcplace.plan-index/1"
@@ -79,10 +80,10 @@ def loads(text: str, what: str) -> object:
     if _scan is None:
         try:
             from _json import make_scanner
-            _scan = make_scanner(_ScannerContext)  # type: ignore[arg-type]
+            _scan = make_scanner(_ScannerContext)  # type: ignore[arg-type]  # a duck-typed context; typeshed asks for a scanner
         except ImportError:  # an interpreter without the C accelerator: the pure-Python path
             import json
-            _scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+            _scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__; typeshed omits it
     try:
         value, end = _scan(text, 0)
     except (StopIteration, ValueError, RecursionError) as exc:
@@ -113,8 +114,8 @@ def write_index(plan_json_path: str | os.PathLike[str]) -> Path:
                   [{k: v for k, v in c.items() if k != "processes"} for c in doc["components"]], tables, tables_blob)
 
 
-def write_index_from_parts(plan_json_path: str | os.PathLike[str], *, plan_size: int, plan: dict,
-                           components: list[dict], spans: list[tuple[Sequence[int], Sequence[int]]],
+def write_index_from_parts(plan_json_path: str | os.PathLike[str], *, plan_size: int, plan: dict[str, Any],
+                           components: list[dict[str, Any]], spans: list[tuple[Sequence[int], Sequence[int]]],
                            nodes: list[dict[tuple[int, int], Sequence[int]]]) -> Path:
     """The same index as `write_index`, from what the writer of plan.json already knows, so a
     million-process plan is never read back and parsed: `plan` and `components` are the header
@@ -147,7 +148,7 @@ def write_index_from_parts(plan_json_path: str | os.PathLike[str], *, plan_size:
     return _write(path, plan_size, plan, components, tables, blob)
 
 
-def _write(path: Path, plan_size: int, plan: dict, components: list[dict], tables: list[dict],
+def _write(path: Path, plan_size: int, plan: dict[str, Any], components: list[dict[str, Any]], tables: list[dict[str, Any]],
            tables_blob: bytearray) -> Path:
     from pathlib import Path
 
@@ -204,7 +205,7 @@ def _align8(n: int) -> int:
     return (n + 7) // 8 * 8
 
 
-def _parse_plan(path: Path, data: bytes) -> tuple[dict, list[list[tuple[int, int]]]]:
+def _parse_plan(path: Path, data: bytes) -> tuple[dict[str, Any], list[list[tuple[int, int]]]]:
     """The parsed plan and the (offset, length) of every process object, per component.
 
     Checks the one-process-per-line layout: inside each `"processes": [` list, line i must be the
@@ -268,7 +269,7 @@ def _layout(path: Path, lineno: int, why: str) -> ShimError:
                      hint="plan.json must keep one process per line; write it with hpcplace.plan.plan.plan_to_json")
 
 
-def _component_tables(path: Path, comp: dict, spans: list[tuple[int, int]], groups: list,
+def _component_tables(path: Path, comp: dict[str, Any], spans: list[tuple[int, int]], groups: list[Any],
                       blob: bytearray) -> dict[str, object]:
     name = comp.get("name")
     processes = comp["processes"]
@@ -333,9 +334,9 @@ class PlanIndex:
             raise ShimError(f"{self.plan_path} changed after its index was written",
                             hint="rebuild the index with write_index(plan.json), or restore the plan")
         self._tables_start = _align8(_PREFIX.size + head_len)
-        self.plan: dict = header["plan"]
-        self.components: list[dict] = header["components"]
-        self._tables: list[dict] = header["tables"]
+        self.plan: dict[str, Any] = header["plan"]
+        self.components: list[dict[str, Any]] = header["components"]
+        self._tables: list[dict[str, Any]] = header["tables"]
 
     def close(self) -> None:
         for fd in (getattr(self, "_plan_fd", -1), getattr(self, "_idx_fd", -1)):
@@ -367,7 +368,7 @@ class PlanIndex:
                             hint="rebuild the index with write_index(plan.json)")
         return data
 
-    def process(self, component: int, rank: int) -> dict:
+    def process(self, component: int, rank: int) -> dict[str, Any]:
         """The process record of `rank` (a dict with plan.json's process fields)."""
         comp = self.components[component]
         if not 0 <= rank < comp["world_size"]:
@@ -381,7 +382,7 @@ class PlanIndex:
                             "at its offset)", hint="rebuild the index with write_index(plan.json)")
         return record
 
-    def process_at(self, component: int, het_group: int, group_node_index: int, local_rank: int) -> dict | None:
+    def process_at(self, component: int, het_group: int, group_node_index: int, local_rank: int) -> dict[str, Any] | None:
         """The process on node j of het group g with this local rank; None if the plan has none there."""
         node = self._tables[component]["nodes"].get(str(het_group))
         if node is None or not 0 <= group_node_index < node[1] or local_rank < 0:
@@ -408,4 +409,5 @@ class PlanIndex:
         if node is None or not 0 <= group_node_index < node[1]:
             return 0
         at = self._tables_start + node[0] + group_node_index * _NODE.size
-        return _NODE.unpack(self._read(self._idx_fd, at, _NODE.size))[1]
+        count: int = _NODE.unpack(self._read(self._idx_fd, at, _NODE.size))[1]
+        return count

@@ -33,6 +33,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from hpcplace.runtime.plan_index import PlanIndex
+
 PROG = "hpcplace-preflight"
 DEVICE_DIR_VARIABLE = "HPCPLACE_GPU_DEVICE_DIR"  # where the node's nvidia<N> files are; `{node}`: node name
 TIMEOUT_VARIABLE = "HPCPLACE_PREFLIGHT_TIMEOUT"
@@ -50,8 +52,8 @@ class GpuFacts(Frozen):
     (ConstrainDevices=yes: only the job's), and CUDA_VISIBLE_DEVICES as Slurm set it for this step."""
 
     device_dir: str
-    present: tuple  # tuple[int, ...]
-    openable: tuple  # tuple[int, ...]
+    present: tuple[int, ...]
+    openable: tuple[int, ...]
     slurm_visible: str | None
 
 
@@ -144,7 +146,7 @@ def python_script(command: Sequence[str]) -> str | None:
     i = 0
     while i < len(args):
         arg = args[i]
-        if arg in ("-c", "-m", "-") or arg.startswith(("-c", "-m")) and not arg.startswith("--"):
+        if arg in ("-c", "-m", "-") or (arg.startswith(("-c", "-m")) and not arg.startswith("--")):
             return None
         if arg in ("-W", "-X"):
             i += 2
@@ -322,15 +324,15 @@ class NodePlan(Frozen):
 
     where: str  # "a800-1 (node group a800, het group 0 node 0)"
     expected_gpus: int
-    used_gpus: tuple  # tuple[int, ...]
-    programs: tuple  # tuple[ProgramCheck, ...] (resolved later)
+    used_gpus: tuple[int, ...]
+    programs: tuple[ProgramCheck, ...]
     offload: bool  # an offloading component has GPU processes here
     ray_python: str | None  # Ray mode: the raylet's interpreter
     shm_needed: int | None  # bytes
     ray_dashboard: bool = False  # the head runs Ray's dashboard (launch.dashboard): ray[default]'s packages
 
 
-def node_plan(index, g: int, j: int, node: str, environ: Mapping[str, str]) -> NodePlan:
+def node_plan(index: PlanIndex, g: int, j: int, node: str, environ: Mapping[str, str]) -> NodePlan:
     """This node's share of the plan, read through the plan index (no full parse)."""
     header = index.plan
     group = header["node_groups"][g]
@@ -374,7 +376,7 @@ def node_plan(index, g: int, j: int, node: str, environ: Mapping[str, str]) -> N
                                          resolved=resolve_program(program, path), needs_runtime=False,
                                          script=python_script(driver), needs="ray"))
     mb = (header.get("slurm") or {}).get("shm_per_node")
-    shm = int(mb) * 1024 * 1024 if str(mb or "").isdigit() else None
+    shm = int(str(mb)) * 1024 * 1024 if str(mb or "").isdigit() else None
     where = f"{node} (node group {group['label']}, het group {g} node {j})"
     return NodePlan(where=where, expected_gpus=expected, used_gpus=tuple(sorted(used)), programs=tuple(programs),
                     offload=offload, ray_python=ray_python, shm_needed=shm, ray_dashboard=dashboard)

@@ -43,12 +43,12 @@ class ProcessEnv(Frozen):
     cluster_node_rank: int
     master_addr: str
     master_port: int
-    visible_devices: tuple  # tuple[str, ...]: CUDA_VISIBLE_DEVICES
-    physical_devices: tuple  # tuple[str, ...]: planned physical GPU ids (RLinf's VISIBLE_DEVICES)
+    visible_devices: tuple[str, ...]  # CUDA_VISIBLE_DEVICES
+    physical_devices: tuple[str, ...]  # planned physical GPU ids (RLinf's VISIBLE_DEVICES)
     device_mode: str  # see hpcplace.runtime.devices: none | physical | step-local | local-map | virtual
     isolate_accelerator: bool
     local_accelerator_rank: int
-    local_hardware_ranks: tuple  # tuple[int, ...]
+    local_hardware_ranks: tuple[int, ...]
     accelerator_type: str
     node_group_label: str
     partition: str
@@ -57,8 +57,8 @@ class ProcessEnv(Frozen):
     resource_type: str
     shm_dir: str
     collocation_group: str | None
-    weight_sync_targets: tuple | None  # tuple[tuple[int, int], ...]: rollout (dp, tp) shards this actor feeds
-    weight_sync_sources: tuple | None  # tuple[int, ...]: actor ranks feeding this rollout rank
+    weight_sync_targets: tuple[tuple[int, int], ...] | None  # rollout (dp, tp) shards this actor feeds
+    weight_sync_sources: tuple[int, ...] | None  # actor ranks feeding this rollout rank
 
     def environment(self) -> dict[str, str | None]:
         """Variable -> value; None means "must be unset"."""

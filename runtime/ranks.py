@@ -61,7 +61,7 @@ def shm_node(snapshot: SlurmSnapshot, process: Mapping[str, Any]) -> str:
 
 
 def weight_sync_peers(plan: Mapping[str, Any], component: str,
-                      rank: int) -> tuple[tuple | None, tuple | None]:
+                      rank: int) -> tuple[tuple[tuple[int, int], ...] | None, tuple[int, ...] | None]:
     """(targets, sources): rollout (dp, tp) shards an actor rank feeds / actor ranks feeding a rollout rank."""
     sync = plan.get("weight_sync")
     if not isinstance(sync, dict):

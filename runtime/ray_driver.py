@@ -26,18 +26,28 @@ import time
 
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.plan_index import PlanIndex
-from hpcplace.runtime.ray_node import (LEAKED, group_node_ranks, parse_args, read_head, record_error, say, wait_for,
-                                       write_json, write_text)
+from hpcplace.runtime.ray_node import (
+    LEAKED,
+    group_node_ranks,
+    parse_args,
+    read_head,
+    record_error,
+    say,
+    wait_for,
+    write_json,
+    write_text,
+)
 from hpcplace.runtime.slurm_env import node_name_at, read_snapshot
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any
 
 EXIT_NOT_JOINED = 3
 
 
-def expected_nodes(header: dict) -> dict[int, tuple[int, int, str]]:
+def expected_nodes(header: dict[str, Any]) -> dict[int, tuple[int, int, str]]:
     """cluster node rank -> (het group, node index, node group label)."""
     out = {}
     for g, group in enumerate(header["node_groups"]):
@@ -46,7 +56,7 @@ def expected_nodes(header: dict) -> dict[int, tuple[int, int, str]]:
     return dict(sorted(out.items()))
 
 
-def joined_ranks(nodes: Sequence[Mapping]) -> set[int]:
+def joined_ranks(nodes: Sequence[Mapping[str, Any]]) -> set[int]:
     """Ranks of the alive Ray nodes, from their hpcplace.node_rank label."""
     out = set()
     for n in nodes:
@@ -56,7 +66,8 @@ def joined_ranks(nodes: Sequence[Mapping]) -> set[int]:
     return out
 
 
-def missing_text(missing: Sequence[int], expected: Mapping[int, tuple[int, int, str]], host_of) -> str:  # type: ignore[no-untyped-def]
+def missing_text(missing: Sequence[int], expected: Mapping[int, tuple[int, int, str]],
+                 host_of: Callable[[int, int], str]) -> str:
     parts = []
     for r in sorted(missing):
         g, j, label = expected[r]
@@ -74,15 +85,18 @@ def driver_env(environ: Mapping[str, str], *, head: str, port: int, num_nodes: i
     return env
 
 
-def wait_joined(address: str, expected: Mapping[int, tuple[int, int, str]], timeout: float, host_of) -> float:  # type: ignore[no-untyped-def]
+def wait_joined(address: str, expected: Mapping[int, tuple[int, int, str]], timeout: float,
+                host_of: Callable[[int, int], str]) -> float:
     """Poll the GCS until every expected rank is alive; returns when. Raises ShimError naming the missing."""
+    import logging
+
     import ray  # the job's Ray: only here, never on the shim's hot path
 
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
+    ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False, configure_logging=False)
     try:
         deadline = time.monotonic() + timeout
         while True:
-            missing = sorted(set(expected) - joined_ranks(ray.nodes()))
+            missing = sorted(set(expected) - joined_ranks(ray.nodes()))  # type: ignore[no-untyped-call]  # unannotated in Ray
             if not missing:
                 return time.time()
             if time.monotonic() >= deadline:

@@ -34,7 +34,10 @@ from hpcplace.runtime.slurm_env import locate_node, read_snapshot
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any, TypeVar
+
+    _T = TypeVar("_T")
 
 PROG = "hpcplace-ray"
 LEAKED = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURM_JOB_GPUS")
@@ -65,7 +68,7 @@ def label_ok(value: str) -> bool:
     return 0 < len(value) <= 63 and value[0].isalnum() and value[-1].isalnum() and set(value) <= _LABEL_OK
 
 
-def group_node_ranks(group: Mapping) -> list[int]:
+def group_node_ranks(group: Mapping[str, Any]) -> list[int]:
     """The cluster node rank of each node of a plan.json node group, in het-component order: its
     `node_ranks` when listed (RLinf node_ranks that are not one block, e.g. `2,0`), else
     first_node_rank, first_node_rank + 1, ..."""
@@ -75,7 +78,7 @@ def group_node_ranks(group: Mapping) -> list[int]:
     return [int(group["first_node_rank"]) + j for j in range(int(group["num_nodes"]))]
 
 
-def node_facts(header: dict, g: int, j: int, cpus_needed: int = 0) -> dict:
+def node_facts(header: dict[str, Any], g: int, j: int, cpus_needed: int = 0) -> dict[str, Any]:
     """This node's facts from plan.json's header: rank, group, GPUs, CPUs (the group's cpus_per_node,
     else what the plan's processes on the node need: hpcplace.ray.ray_cluster.ray_nodes), env."""
     groups = header["node_groups"]
@@ -102,7 +105,7 @@ def group_cpus_needed(index: PlanIndex, g: int) -> int:
     return max(need, default=0)
 
 
-def framework_node_env(source_format: str | None, rank: int) -> dict:
+def framework_node_env(source_format: str | None, rank: int) -> dict[str, Any]:
     """What a framework reads from its raylets' environment besides RLINF_NODE_RANK: ROLL's
     ResourceManager numbers its nodes by NODE_RANK (GPU g of device_mapping is on node g // gpus per
     node; unset everywhere, it falls back to Ray's node order), so a ROLL plan sets it to the node's
@@ -110,12 +113,12 @@ def framework_node_env(source_format: str | None, rank: int) -> dict:
     return {"NODE_RANK": str(rank)} if source_format == "roll" else {}
 
 
-def _at(per_node, j: int, default):  # type: ignore[no-untyped-def]
+def _at(per_node: object, j: int, default: Any) -> Any:
     """Entry j of a per-node list from plan.json (absent or short: the default)."""
     return per_node[j] if isinstance(per_node, list) and 0 <= j < len(per_node) and per_node[j] else default
 
 
-def ray_start_argv(python: str, node: dict, *, head: bool, port: int, address: str | None, temp_dir: str,
+def ray_start_argv(python: str, node: dict[str, Any], *, head: bool, port: int, address: str | None, temp_dir: str,
                    spill_dir: str, extra: Sequence[str] = (), dashboard_port: int | None = None) -> list[str]:
     """`python -m ray.scripts.scripts start --block ...` for one node (Ray's CLI from the job's Python)."""
     labels = {"hpcplace.group": node["label"], "hpcplace.partition": node["partition"] or "",  # None: the default
@@ -138,7 +141,7 @@ def ray_start_argv(python: str, node: dict, *, head: bool, port: int, address: s
     return argv + list(extra)
 
 
-def raylet_env(environ: Mapping[str, str], node: dict, launch_env: Mapping[str, str], visible: str) -> dict:
+def raylet_env(environ: Mapping[str, str], node: dict[str, Any], launch_env: Mapping[str, str], visible: str) -> dict[str, Any]:
     """The raylet's environment: the task's, leaked GPU variables replaced, the node's facts set."""
     env = {k: v for k, v in environ.items() if k not in LEAKED}
     env.update(node["env"])
@@ -157,7 +160,7 @@ def raylet_env(environ: Mapping[str, str], node: dict, launch_env: Mapping[str, 
 # ------------------------------------------------------------------------------------------------
 # I/O
 
-def dashboard_port(gcs_port: int, is_free=None) -> int | None:  # type: ignore[no-untyped-def]
+def dashboard_port(gcs_port: int, is_free: Callable[[int], bool] | None = None) -> int | None:
     """The dashboard's port: the first free one after the GCS port in its block of PORT_STRIDE (derived
     from the job like the GCS port, so two jobs on one head rarely meet); None when all are taken."""
     is_free = is_free or port_free
@@ -173,7 +176,7 @@ def port_free(port: int) -> bool:
     return True
 
 
-def wait_for(what: str, check, timeout: float, interval: float = 0.1):  # type: ignore[no-untyped-def]
+def wait_for(what: str, check: Callable[[], _T | None], timeout: float, interval: float = 0.1) -> _T:
     deadline = time.monotonic() + timeout
     while True:
         value = check()
@@ -184,7 +187,7 @@ def wait_for(what: str, check, timeout: float, interval: float = 0.1):  # type: 
         time.sleep(interval)
 
 
-def read_head(path: str, job_id: str) -> dict | None:
+def read_head(path: str, job_id: str) -> dict[str, Any] | None:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -202,7 +205,7 @@ def write_text(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_json(path: str, data: dict) -> None:
+def write_json(path: str, data: dict[str, Any]) -> None:
     write_text(path, json.dumps(data))
 
 
@@ -260,7 +263,7 @@ def descendants(root: int) -> list[int]:
     return out
 
 
-def stop_tree(proc: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:  # type: ignore[type-arg]
+def stop_tree(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> None:
     """SIGTERM to `ray start --block` (it stops the Ray processes it started), then SIGKILL to every
     process left under it or in its session (Ray workers)."""
     tree = descendants(proc.pid)

@@ -28,6 +28,7 @@ from hpcplace.runtime.slurm_env import SlurmSnapshot, locate_node, node_name_at,
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from typing import Any
 
 PROG = "hpcplace-run"
 PORT_CHECK_VARIABLE = "HPCPLACE_MASTER_PORT_CHECK"  # set to 1 by the job script: agree on a free MASTER_PORT
@@ -52,7 +53,7 @@ Run one task of an hpcplace job step with its planned ranks and devices, then ex
 class Options(Frozen):
     plan: str
     component: str
-    command: tuple  # tuple[str, ...]; () = the plan's command
+    command: tuple[str, ...]  # () = the plan's command
     chdir: str | None
     print_env: bool
     verify: bool
@@ -66,8 +67,8 @@ class Resolved(Frozen):
 
     info: ProcessEnv
     choice: DeviceChoice
-    changes: dict  # dict[str, str | None]: variables to set (None: unset)
-    command: tuple  # tuple[str, ...]
+    changes: dict[str, str | None]  # variables to set (None: unset)
+    command: tuple[str, ...]
     snapshot: SlurmSnapshot
     gpu_type: str | None
     offload: bool
@@ -122,7 +123,7 @@ def resolve(options: Options, environ: Mapping[str, str], *, hostname: str | Non
         ci = index.component_index(options.component)
         comp = index.components[ci]
         if options.rank is not None:
-            return _resolve_attached(options, index, ci, snapshot)
+            return _resolve_attached(options, options.rank, index, ci, snapshot)
         g, j = locate_node(snapshot, index.het_groups(ci))
         # HPCPLACE_STEP_TASKS: set by the rendered script on every step; a component whose nodes differ
         # in layout inside one het group runs as several steps (one srun cannot repeat a het group).
@@ -142,7 +143,7 @@ def resolve(options: Options, environ: Mapping[str, str], *, hostname: str | Non
         return _resolved(options, index, ci, process, snapshot, g)
 
 
-def _resolved(options: Options, index: PlanIndex, ci: int, process: dict, snapshot: SlurmSnapshot, g: int,
+def _resolved(options: Options, index: PlanIndex, ci: int, process: dict[str, Any], snapshot: SlurmSnapshot, g: int,
               master_port: int | None = None) -> Resolved:
     """The environment of `process` (found by either path), computed once, the same way."""
     comp = index.components[ci]
@@ -163,7 +164,7 @@ def _resolved(options: Options, index: PlanIndex, ci: int, process: dict, snapsh
                     gpu_type=gpu_type, offload=bool(comp.get("offload")))
 
 
-def _resolve_attached(options: Options, index: PlanIndex, ci: int, snapshot: SlurmSnapshot) -> Resolved:
+def _resolve_attached(options: Options, rank: int, index: PlanIndex, ci: int, snapshot: SlurmSnapshot) -> Resolved:
     """`--rank R`: one task started into the running job (`hpcplace exec`), not one of a component's
     step: the node lists come from the job's logs/nodes.txt, the process from the rank (checked to live
     on this node), MASTER_PORT from what the component's rank 0 published in this job (if it did)."""
@@ -172,8 +173,8 @@ def _resolve_attached(options: Options, index: PlanIndex, ci: int, snapshot: Slu
     run_dir = os.path.dirname(os.path.abspath(options.plan))
     snapshot = attached_snapshot(snapshot, run_dir)
     name = index.components[ci]["name"]
-    process = index.process(ci, options.rank)
-    check_rank_node(snapshot, process, index.het_groups(ci), f"rank {options.rank} of {name!r}")
+    process = index.process(ci, rank)
+    check_rank_node(snapshot, process, index.het_groups(ci), f"rank {rank} of {name!r}")
     return _resolved(options, index, ci, process, snapshot, process["het_group"],
                      published_master_port(run_dir, snapshot.job_id, name))
 

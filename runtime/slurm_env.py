@@ -25,13 +25,16 @@ from hpcplace.runtime.frozen import Frozen
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+    from typing import Any, TypeAlias
 
 MAX_EXPANDED_HOSTS = 1_000_000
 
 # A parsed hostlist item: literal text and bracket ranges alternate, always starting and ending with
 # text (possibly ""): ("n", ((1, 3, 3), (7, 7, 1)), "") is `n[001-003,7]`. A range is (lo, hi, width).
-Ranges = tuple  # tuple[tuple[int, int, int], ...]
-HostItem = tuple  # tuple[str | Ranges, ...]
+# (Type aliases for annotations only: the shim imports no typing.)
+if TYPE_CHECKING:
+    Ranges: TypeAlias = tuple[tuple[int, int, int], ...]
+    HostItem: TypeAlias = tuple[Any, ...]  # str, Ranges, str, ...: no tuple type says "alternating"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -162,6 +165,9 @@ def hostlist_position(expr: str, name: str) -> int | None:
 
 
 def _position_in_range(item: HostItem, name: str) -> int | None:
+    prefix: str
+    ranges: Ranges
+    suffix: str
     prefix, ranges, suffix = item
     if len(name) <= len(prefix) + len(suffix) or not name.startswith(prefix) or not name.endswith(suffix):
         return None
@@ -187,10 +193,12 @@ def hostlist_nth(expr: str, index: int) -> str:
             index -= size
             continue
         if len(item) == 3:
+            prefix: str = item[0]
+            suffix: str = item[2]
             for lo, hi, width in item[1]:
                 count = hi - lo + 1
                 if index < count:
-                    return item[0] + str(lo + index).zfill(width) + item[2]
+                    return prefix + str(lo + index).zfill(width) + suffix
                 index -= count
         return _expand_item(item)[index]
     raise IndexError(f"node list {expr!r} has no entry {index}")
@@ -216,7 +224,7 @@ class SlurmSnapshot(Frozen):
 
     job_id: str  # shared by every component: the het leader's id
     het_size: int  # 1 when the job is not heterogeneous
-    groups: tuple  # tuple[HetGroup, ...], one per component
+    groups: tuple[HetGroup, ...]  # one per component
     step_id: str | None
     step_nodelist: str | None  # sorted by name, even across components
     step_num_tasks: int | None

@@ -94,11 +94,11 @@ def _dtype_name(dtype: Any) -> str:
     raise WeightStoreError(f"dtype {dtype} cannot be stored in safetensors")
 
 
-def _human(n: int) -> str:
+def _human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
             return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
-        n /= 1024  # type: ignore[assignment]
+        n /= 1024
     return str(n)
 
 

@@ -24,10 +24,17 @@ from typing import Any
 
 import yaml
 
-from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.config.interpolation import register_resolvers
-from hpcplace.config.yaml_source import (KEY, PathKey, ScalarMark, YamlDocument, load_yaml_file, yaml11_sexagesimal,
-                                         yaml_error)
+from hpcplace.config.yaml_source import (
+    KEY,
+    PathKey,
+    ScalarMark,
+    YamlDocument,
+    load_yaml_file,
+    yaml11_sexagesimal,
+    yaml_error,
+)
+from hpcplace.errors import SourceLocation, SpecError
 
 # Hydra command-line overrides: `key=value`, `+key=value`, `++key=value`, `~key`, `group/opt@pkg=x`.
 HYDRA_OVERRIDE = re.compile(r"^(?:~|\+\+|\+)?[A-Za-z_][\w./@-]*(?:=.*)?$", re.S)
@@ -64,14 +71,14 @@ def compose(doc: YamlDocument, overrides: Sequence[str],
     # Hydra computes the defaults list while composing; keep the one it used (computing it a second
     # time through the public API doubles the cost) to learn which file each part came from.
     seen: list[Any] = []
-    original = config_loader_impl.create_defaults_list
+    original = config_loader_impl.create_defaults_list  # type: ignore[attr-defined]  # Hydra's internal, not exported
 
     def capture(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
         seen.append(result)
         return result
 
-    config_loader_impl.create_defaults_list = capture  # type: ignore[assignment]
+    config_loader_impl.create_defaults_list = capture  # type: ignore[attr-defined]  # Hydra's internal, not exported
     try:
         with warnings.catch_warnings(), _exported(found_env):
             warnings.simplefilter("ignore")
@@ -84,7 +91,7 @@ def compose(doc: YamlDocument, overrides: Sequence[str],
                 data = OmegaConf.to_container(cfg, resolve=False)
     except SpecError:
         raise
-    except Exception as exc:  # Hydra/OmegaConf errors: missing defaults file, duplicate package, bad override
+    except Exception as exc:  # noqa: BLE001 - Hydra/OmegaConf errors: missing defaults file, duplicate package, bad override
         bad_yaml = _yaml_error_in_file(exc)
         if bad_yaml is not None:
             raise bad_yaml from None
@@ -93,7 +100,7 @@ def compose(doc: YamlDocument, overrides: Sequence[str],
                         location=missing[0] if missing else _defaults_location(doc),
                         hint=missing[1] if missing else _compose_hint(exc)) from None
     finally:
-        config_loader_impl.create_defaults_list = original  # type: ignore[assignment]
+        config_loader_impl.create_defaults_list = original  # type: ignore[attr-defined]  # Hydra's internal, not exported
         GlobalHydra.instance().clear()
     defaults = seen[-1]
     marks: dict[PathKey, ScalarMark] = {}

@@ -20,8 +20,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from hpcplace.errors import SpecError
 from hpcplace.config.yaml_source import View, yaml_words
+from hpcplace.errors import SpecError
 
 MODES = ("steps", "ray")
 KEYS = frozenset({"mode", "driver", "env", "join_timeout", "hold", "dashboard"})
@@ -96,10 +96,11 @@ def parse_launch(view: View | None) -> LaunchSpec:
         raise view.error("launch must be a mapping", hint="e.g. launch: {mode: ray, driver: [python, main.py]}")
     view.check_keys(KEYS)
     mode_view = view.get("mode")
-    mode = mode_view.str().strip().lower() if mode_view is not None and mode_view.value is not None else None
-    if mode is not None and mode not in MODES:
-        raise mode_view.error(f"unknown launch mode {mode_view.value!r}",  # type: ignore[union-attr]
-                              hint="one of: " + ", ".join(MODES))
+    mode = None
+    if mode_view is not None and mode_view.value is not None:
+        mode = mode_view.str().strip().lower()
+        if mode not in MODES:
+            raise mode_view.error(f"unknown launch mode {mode_view.value!r}", hint="one of: " + ", ".join(MODES))
     driver: tuple[str, ...] = ()
     driver_view = view.get("driver")
     if driver_view is not None and driver_view.value is not None:
@@ -122,13 +123,13 @@ def parse_launch(view: View | None) -> LaunchSpec:
     if mode is None:
         mode = "ray" if driver or dashboard else "steps"
     if dashboard and mode != "ray":
-        raise view.get("dashboard").error("launch.dashboard is the Ray dashboard: ray mode only",  # type: ignore[union-attr]
-                                          hint="set launch.mode: ray (or remove dashboard)")
+        raise view.require("dashboard").error("launch.dashboard is the Ray dashboard: ray mode only",
+                                              hint="set launch.mode: ray (or remove dashboard)")
     # A ray block without a driver is complete once `--driver -- CMD` or `--hold` is applied: render,
     # submit and `run --local` refuse what is still missing then (hpcplace.plan.runnable), `plan` warns.
     if mode == "steps" and driver:
-        raise driver_view.error("launch.driver is only used in ray mode",  # type: ignore[union-attr]
-                                hint="set launch.mode: ray (or remove the driver)")
+        raise view.require("driver").error("launch.driver is only used in ray mode",
+                                           hint="set launch.mode: ray (or remove the driver)")
     return LaunchSpec(mode, driver, env, timeout, hold, dashboard)
 
 

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
 
-from hpcplace.errors import PlanError
 from hpcplace.config.limits import MAX_PROCESSES  # processes per placement (one cap for all, in hpcplace.config.limits)
+from hpcplace.errors import PlanError
 
 
 @dataclass(frozen=True)
@@ -217,9 +217,10 @@ def compress_ranks(ranks: Iterable[int]) -> str:
         if isinstance(first, int) and tuple(ranks) == tuple(range(first, first + len(ranks))):
             return f"{first}-{first + len(ranks) - 1}"  # one run: compared in C, not looped in Python
     parts: list[str] = []
-    start = prev = None
+    start: int | None = None
+    prev = 0
     for r in ranks:
-        if start is not None and r == prev + 1:  # type: ignore[operator]
+        if start is not None and r == prev + 1:
             prev = r
             continue
         if start is not None:

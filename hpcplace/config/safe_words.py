@@ -79,7 +79,7 @@ def check_env(env: Mapping[str, str], *, location: SourceLocation | None = None,
     return dict(env)
 
 
-def srun_argv_problem(words: Sequence[str], *, program_first: bool = True) -> str | None:
+def srun_argv_problem(words: Sequence[object], *, program_first: bool = True) -> str | None:
     """Why `words` cannot be written on an srun command line after srun's options (None: fine).
 
     srun reads every bare `:` as the separator between het-job parts, so the words after it would
@@ -94,8 +94,9 @@ def srun_argv_problem(words: Sequence[str], *, program_first: bool = True) -> st
             return f"word {i} contains a NUL character"
         if word == SRUN_SEPARATOR:
             return f"word {i} is a bare ':', which srun reads as the separator between job parts"
-    if program_first and (words[0].startswith("-") or not words[0].strip()):
-        return f"its first word {words[0]!r} is not a program: srun would read it as an option"
+    first = words[0]
+    if program_first and isinstance(first, str) and (first.startswith("-") or not first.strip()):
+        return f"its first word {first!r} is not a program: srun would read it as an option"
     return None
 
 

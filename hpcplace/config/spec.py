@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import Cluster, Hardware, NodeGroup
-from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.config.launch import STEPS, LaunchSpec
 from hpcplace.config.safe_words import argv_problem, check_sbatch_text
 from hpcplace.config.slurm_options import SLURM_JOB_OPTIONS, extra_args_problem, job_option_problem, sbatch_time_ok
 from hpcplace.config.yaml_source import View, YamlDocument, yaml_words
+from hpcplace.errors import SourceLocation, SpecError
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class SpanningWorkers:
                 "processes": [list(w) for w in self.workers]}
 
     @classmethod
-    def from_json(cls, data: dict) -> SpanningWorkers:  # type: ignore[type-arg]
+    def from_json(cls, data: Mapping[str, Any]) -> SpanningWorkers:
         return cls(tuple(tuple(int(r) for r in w) for w in data["processes"]), int(data["gpus_per_worker"]),
                    str(data.get("framework", "ROLL")))
 
@@ -241,14 +243,14 @@ def _node_group_labels(view: View) -> tuple[str, ...]:
 def component_settings(view: View, name: str) -> ComponentSpec:
     view.check_keys({"command", "env", "offload", "tensor_parallel_size", "tp", "pipeline_parallel_size", "pp",
                      "cpus_per_process", "mem_per_process"})
-    command = parse_command(view.get("command")) if view.get("command") else ()
-    env = view.get("env").str_map() if view.get("env") else {}
-    offload = view.get("offload").bool() if view.get("offload") else False
+    command = parse_command(v) if (v := view.get("command")) else ()
+    env = v.str_map() if (v := view.get("env")) else {}
+    offload = v.bool() if (v := view.get("offload")) else False
     tp = _alias_int(view, ("tensor_parallel_size", "tp"))
     pp = _alias_int(view, ("pipeline_parallel_size", "pp"))
-    cpus = limits.cpus_per_node(view.get("cpus_per_process").int(minimum=1), view.get("cpus_per_process").location(),
-                                "cpus_per_process") if view.get("cpus_per_process") else 1
-    mem = parse_memory_mb(view.get("mem_per_process")) if view.get("mem_per_process") else None
+    cpus = limits.cpus_per_node(v.int(minimum=1), v.location(), "cpus_per_process") \
+        if (v := view.get("cpus_per_process")) else 1
+    mem = parse_memory_mb(v) if (v := view.get("mem_per_process")) else None
     return ComponentSpec(name, command, env, offload, tp, pp, cpus, mem, view.location())
 
 
@@ -348,8 +350,8 @@ def native_node_group(view: View) -> NodeGroup:
     view.check_keys(_NATIVE_GROUP_KEYS)
     label = check_name(view.require("label"), view.require("label").str(), "node group label")
     num_nodes = limits.nodes(view.require("nodes", "how many nodes").int(minimum=1), view.require("nodes").location())
-    gpus = per_node_counts(view.get("gpus_per_node"), num_nodes, "gpus_per_node", limits.MAX_GPUS_PER_NODE) if view.get(
-        "gpus_per_node") else (0,) * num_nodes
+    gpus = per_node_counts(v, num_nodes, "gpus_per_node", limits.MAX_GPUS_PER_NODE) \
+        if (v := view.get("gpus_per_node")) else (0,) * num_nodes
     hardware = None
     if view.get("hardware") is not None:
         hw = view.require("hardware")
@@ -377,12 +379,11 @@ def native_node_group(view: View) -> NodeGroup:
     partition = opt_str("partition") or label
     return NodeGroup(
         label=label, partition=partition, num_nodes=num_nodes, gpus_per_node=gpus, gpu_type=gpu_type,
-        cpus_per_node=limits.cpus_per_node(view.get("cpus_per_node").int(minimum=1),
-                                           view.get("cpus_per_node").location()) if view.get("cpus_per_node") else None,
-        mem_per_node_mb=parse_memory_mb(view.get("mem_per_node")) if view.get("mem_per_node") else None,
+        cpus_per_node=limits.cpus_per_node(v.int(minimum=1), v.location()) if (v := view.get("cpus_per_node")) else None,
+        mem_per_node_mb=parse_memory_mb(v) if (v := view.get("mem_per_node")) else None,
         constraint=opt_str("constraint"), account=opt_str("account"), qos=opt_str("qos"), hardware=hardware,
-        ignore_hardware=view.get("ignore_hardware").bool() if view.get("ignore_hardware") else False,
-        env=view.get("env").str_map() if view.get("env") else {}, location=view.location())
+        ignore_hardware=v.bool() if (v := view.get("ignore_hardware")) else False,
+        env=v.str_map() if (v := view.get("env")) else {}, location=view.location())
 
 
 def parse_native(doc: YamlDocument) -> ExperimentSpec:

@@ -6,6 +6,7 @@ Errors about configuration must point at file:line:col, so parsers read the docu
 
 from __future__ import annotations
 
+import builtins  # View has methods named str, int and bool: its annotations name the types through builtins
 import difflib
 import os
 import re
@@ -76,7 +77,7 @@ def yaml_error(exc: yaml.YAMLError, path: str, text: str | None = None) -> SpecE
     mark = exc.problem_mark or exc.context_mark
     what = "; ".join(t for t in (exc.context, exc.problem) if t) or str(exc)
     at = mark.index if mark is not None and text is not None and 0 <= mark.index < len(text) else None
-    tab = "'\\t'" in (exc.problem or "") or (at is not None and text[at] == "\t")
+    tab = "'\\t'" in (exc.problem or "") or (at is not None and text is not None and text[at] == "\t")
     return SpecError(f"invalid YAML: {what}",
                      location=SourceLocation(mark.name if os.path.isfile(mark.name) else path, mark.line + 1,
                                              mark.column + 1) if mark else SourceLocation(path, 1, 1),
@@ -111,9 +112,10 @@ def load_yaml_text(text: str, path: str = "<string>") -> YamlDocument:
 
 def _check_depth(text: str, path: str) -> None:
     """Refuse deep nesting before composing (PyYAML's composer recurses once per level)."""
-    def too_deep(mark: yaml.Mark) -> limits.LimitError:
+    def too_deep(mark: yaml.Mark | yaml._yaml.Mark | None) -> limits.LimitError:  # LibYAML's marks are its own class
         return limits.LimitError(f"the YAML nesting is deeper than {limits.MAX_YAML_DEPTH} levels",
-                                 location=SourceLocation(path, mark.line + 1, mark.column + 1))
+                                 location=SourceLocation(path, mark.line + 1, mark.column + 1) if mark is not None
+                                 else SourceLocation(path, 1, 1))
 
     depth = 0
     try:
@@ -175,7 +177,11 @@ def yaml11_sexagesimal(text: str) -> bool:
     """Whether YAML 1.1 (PyYAML, and OmegaConf, which loads with it) reads the plain scalar `text` as a
     base-60 number: `1:00:00` as 3600, `30:00` as 1800, `1:30.5` as 90.5. YAML 1.2 has no such numbers,
     and every one of them reads otherwise where hpcplace takes them (a Slurm time limit in minutes)."""
-    return ":" in text and _RESOLVER.resolve(yaml.ScalarNode, text, (True, False)) in _NUMBER_TAGS
+    if ":" not in text:
+        return False
+    tag = _RESOLVER.resolve(  # type: ignore[no-untyped-call]  # unannotated in types-PyYAML
+        yaml.ScalarNode, text, (True, False))
+    return tag in _NUMBER_TAGS
 
 
 def scalar_value(text: str) -> Any:
@@ -330,18 +336,17 @@ class View:
             if view.path in seen:
                 raise self.error(f"interpolation cycle through {self.value!r}")
             seen.add(view.path)
-            target: View | None = view.doc.root()
+            target = view.doc.root()
             for part in m.group(1).split("."):
-                key: Any = int(part) if part.isdigit() and isinstance(target.value, list) else part  # type: ignore[union-attr]
-                value = target.value  # type: ignore[union-attr]
-                if isinstance(value, dict) and key in value:
-                    target = View(view.doc, target.path + (key,), value[key])  # type: ignore[union-attr]
-                elif isinstance(value, list) and isinstance(key, int) and key < len(value):
-                    target = View(view.doc, target.path + (key,), value[key])  # type: ignore[union-attr]
+                value = target.value
+                key: Any = int(part) if part.isdigit() and isinstance(value, list) else part
+                if (isinstance(value, dict) and key in value) or (isinstance(value, list) and isinstance(key, int)
+                                                                  and key < len(value)):
+                    target = View(view.doc, target.path + (key,), value[key])
                 else:
                     raise view.error(f"interpolation {view.value!r} names a key that does not exist",
                                      hint=f"define `{m.group(1)}` in the config (or in a composed defaults file)")
-            view = target  # type: ignore[assignment]
+            view = target
         return view
 
     def _omegaconf(self) -> Any:
@@ -350,7 +355,7 @@ class View:
 
         try:
             return resolve_value(self.doc.data, self.path)
-        except Exception as exc:  # OmegaConf's errors: unknown resolver, missing key, unset env var
+        except Exception as exc:  # noqa: BLE001 - OmegaConf's errors: unknown resolver, missing key, unset env var
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise self.error(f"cannot resolve {self.value!r}: {text}",
                              hint="placement reads this value; define what it refers to (or set the "
@@ -366,7 +371,8 @@ class View:
         child = self.get(key)
         if child is None:
             raise self.error(f"missing required key {key!r}{' (' + what + ')' if what else ''}",
-                             hint=f"add `{key}:` " + (f"under `{self.dotted()}`" if self.dotted() else "at the top level"))
+                             hint=f"add `{key}:` "
+                                  + (f"under `{self.dotted()}`" if self.dotted() else "at the top level"))
         return child
 
     def items(self) -> Iterator[tuple[Any, View]]:
@@ -401,14 +407,14 @@ class View:
             raise self.error(f"expected a list, got {_describe(self.value)}")
         return self.value
 
-    def str(self) -> str:
+    def str(self) -> builtins.str:
         if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
             return d.str()
         if not isinstance(self.value, str) or not self.value.strip():
             raise self.error(f"expected a non-empty string, got {_describe(self.value)}")
         return self.value
 
-    def int(self, minimum: int | None = None) -> int:
+    def int(self, minimum: builtins.int | None = None) -> builtins.int:
         if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
             return d.int(minimum)
         example = f"{self._key_text()}: {max(minimum if minimum is not None else 1, 1)}"
@@ -419,7 +425,7 @@ class View:
             raise self.error(f"expected an integer >= {minimum}, got {self.value}", hint=f"e.g. `{example}`")
         return self.value
 
-    def bool(self) -> bool:
+    def bool(self) -> builtins.bool:
         if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
             return d.bool()
         if not isinstance(self.value, bool):
@@ -427,11 +433,11 @@ class View:
                              hint=f"write `{self._key_text()}: true` or `{self._key_text()}: false`")
         return self.value
 
-    def _key_text(self) -> str:
+    def _key_text(self) -> builtins.str:
         """This value's own key, for an example in a hint (`nodes`; a list item: its list's key)."""
         return next((k for k in reversed(self.path) if isinstance(k, str)), "value")
 
-    def as_written(self) -> str:
+    def as_written(self) -> builtins.str:
         """A scalar as text, a number as written: YAML 1.1 reads an unquoted `010` as 8, `0x10` as 16 and
         `1_000` as 1000, but a program's argument or an environment value is the text the user typed."""
         mark = self.doc.marks.get(self.path)
@@ -440,7 +446,7 @@ class View:
             return mark.raw.strip()
         return str(self.value)
 
-    def str_map(self, allowed: tuple[str, ...] = ()) -> dict[str, str]:
+    def str_map(self, allowed: tuple[builtins.str, ...] = ()) -> dict[builtins.str, builtins.str]:
         """An environment: variable names (checked: syntax, not one hpcplace sets unless `allowed`)
         to string values (numbers as written, booleans as 1/0)."""
         from hpcplace.config.safe_words import check_env_name, check_env_value
@@ -463,18 +469,18 @@ class View:
         return out
 
     # errors -----------------------------------------------------------------------------------
-    def dotted(self) -> str:
+    def dotted(self) -> builtins.str:
         return ".".join(str(p) for p in self.path)
 
-    def location(self, offset: int | None = None) -> SourceLocation:
+    def location(self, offset: builtins.int | None = None) -> SourceLocation:
         return self.doc.location(self.path, offset)
 
-    def raw_text(self) -> str | None:
+    def raw_text(self) -> builtins.str | None:
         """The scalar exactly as written when it was unquoted (None for quoted or non-scalars)."""
         mark = self.doc.marks.get(self.path)
         return mark.raw if mark is not None else None
 
-    def number_text(self) -> str | None:
+    def number_text(self) -> builtins.str | None:
         """An unquoted number exactly as written (`010`, or `1:00:00` where a YAML 1.1 reader composed
         it), or None: no number, or its text is unknown (a composed value of a file hpcplace cannot read
         back)."""
@@ -486,11 +492,12 @@ class View:
         except (yaml.YAMLError, ValueError, OverflowError):
             return None
 
-    def error(self, message: str, *, hint: str | None = None, offset: int | None = None) -> SpecError:
+    def error(self, message: builtins.str, *, hint: builtins.str | None = None,
+              offset: builtins.int | None = None) -> SpecError:
         where = f"`{self.dotted()}`: " if self.path else ""
         return SpecError(where + message, hint=hint, location=self.location(offset))
 
-    def key_error(self, message: str, *, hint: str | None = None) -> SpecError:
+    def key_error(self, message: builtins.str, *, hint: builtins.str | None = None) -> SpecError:
         """An error about this value's key (unknown, duplicate...): points at the key itself."""
         key_path = self.path + (KEY,)
         loc = self.doc.location(key_path) if key_path in self.doc.marks else self.location()

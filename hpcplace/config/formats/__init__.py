@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from hpcplace.errors import SourceLocation, SpecError
-from hpcplace.config.hydra_config import compose, mark_override, needs_hydra, searchpath_env, split_overrides
 from hpcplace.config.formats.common import SiteGpus
+from hpcplace.config.hydra_config import compose, mark_override, needs_hydra, searchpath_env, split_overrides
 from hpcplace.config.spec import ExperimentSpec
 from hpcplace.config.yaml_source import YamlDocument, closest, load_yaml_file, scalar_value
+from hpcplace.errors import SourceLocation, SpecError
 
 FORMATS = ("native", "rlinf", "roll", "areal")
 
@@ -82,7 +83,7 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str], *, hydra_keys: 
             raise SpecError(f"override {item!r}: {exc.message}", hint=exc.hint, location=where) from None
         adds = len(key) - len(key.lstrip("+"))  # Hydra: `+key=value` adds, `++key=value` adds or overrides
         key = key.lstrip("+")
-        node = data
+        node: Any = data  # a mapping or a list, as the path goes down
         parts = key.strip().split(".")
         if any(not p for p in parts):
             raise SpecError(f"invalid override {item!r}: empty key in {key.strip()!r}",
@@ -104,18 +105,18 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str], *, hydra_keys: 
                                 hint="overrides set keys inside mappings (and list items by position)")
             path.append(at)
             if depth == len(parts) - 1:
-                node[at] = value  # type: ignore[index]
+                node[at] = value
             else:
-                if node[at] is None if isinstance(node, list) else node.get(at) is None:  # type: ignore[union-attr]
-                    node[at] = {}  # type: ignore[index]
-                node = node[at]  # type: ignore[index]
+                if (node.get(at) if isinstance(node, dict) else node[at]) is None:
+                    node[at] = {}
+                node = node[at]
     marks = dict(doc.marks)
     for item in overrides:
         mark_override(item, marks)
     return YamlDocument(doc.path, data, marks)
 
 
-def _check_hydra_key(data: dict, parts: list[str], adding: bool, item: str, where: SourceLocation) -> None:
+def _check_hydra_key(data: dict[str, Any], parts: list[str], adding: bool, item: str, where: SourceLocation) -> None:
     """Hydra's override rules (it raises the same for these): `a.b=v` needs `a.b` to exist, `+a.b=v` needs
     it not to."""
     node: object = data

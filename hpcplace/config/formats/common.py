@@ -6,8 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcplace.config.slurm_options import SLURM_JOB_OPTIONS
 from hpcplace.config.spec import (
-    SLURM_JOB_OPTIONS, ComponentSpec, check_name, component_settings, parse_memory_mb, slurm_options,
+    ComponentSpec,
+    check_name,
+    component_settings,
+    parse_memory_mb,
+    slurm_options,
 )
 from hpcplace.config.yaml_source import View
 
@@ -61,19 +66,27 @@ def slurm_facts(view: View | None, label: str | None = None, base: SlurmFacts | 
         child.check_keys(SLURM_GROUP_KEYS)
         view = child
 
-    def opt(key: str, kind: str) -> object:
+    def given(key: str) -> View | None:
         c = view.get(key)
-        if c is None or c.value is None:
-            return getattr(facts, "mem_per_node_mb" if key == "mem_per_node" else key)
-        if kind == "int":
-            return c.int(minimum=0)
-        if kind == "mem":
-            return parse_memory_mb(c)
-        return c.str() if not isinstance(c.value, int) else str(c.value)
+        return None if c is None or c.value is None else c
 
-    return SlurmFacts(opt("partition", "str"), opt("gpus_per_node", "int"), opt("gpu_type", "str"),  # type: ignore[arg-type]
-                      opt("cpus_per_node", "int"), opt("mem_per_node", "mem"), opt("constraint", "str"),  # type: ignore[arg-type]
-                      opt("account", "str"), opt("qos", "str"), opt("hardware_gres", "str"))  # type: ignore[arg-type]
+    def opt_str(key: str, default: str | None) -> str | None:
+        c = given(key)
+        return default if c is None else c.str() if not isinstance(c.value, int) else str(c.value)
+
+    def opt_int(key: str, default: int | None) -> int | None:
+        c = given(key)
+        return default if c is None else c.int(minimum=0)
+
+    def opt_mem(default: int | None) -> int | None:
+        c = given("mem_per_node")
+        return default if c is None else parse_memory_mb(c)
+
+    return SlurmFacts(opt_str("partition", facts.partition), opt_int("gpus_per_node", facts.gpus_per_node),
+                      opt_str("gpu_type", facts.gpu_type), opt_int("cpus_per_node", facts.cpus_per_node),
+                      opt_mem(facts.mem_per_node_mb), opt_str("constraint", facts.constraint),
+                      opt_str("account", facts.account), opt_str("qos", facts.qos),
+                      opt_str("hardware_gres", facts.hardware_gres))
 
 
 SLURM_BLOCK_KEYS = SLURM_GROUP_KEYS | SLURM_JOB_OPTIONS | {"node_groups", "cpu_partition", "cpu_nodes"}

@@ -3,16 +3,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import Hardware, NodeGroup
-from hpcplace.errors import SpecError
-from hpcplace.config.formats.common import SiteGpus, hpcplace_block, slurm_facts, slurm_job_options
+from hpcplace.config.formats.common import SiteGpus, SlurmFacts, hpcplace_block, slurm_facts, slurm_job_options
 from hpcplace.config.rank_syntax import RankSyntaxError, parse_range
-from hpcplace.config.spec import (EVAL, HYBRID, MODEL_PARALLEL, MULTI_AGENT, ComponentSpec, ExperimentSpec,
-                                  build_cluster, check_name, placement_entries)
+from hpcplace.config.spec import (
+    EVAL,
+    HYBRID,
+    MODEL_PARALLEL,
+    MULTI_AGENT,
+    ComponentSpec,
+    ExperimentSpec,
+    PlacementEntry,
+    build_cluster,
+    check_name,
+    placement_entries,
+)
 from hpcplace.config.yaml_source import View, YamlDocument, did_you_mean
+from hpcplace.errors import SpecError
 
 
 def _node_ranks(view: View, num_nodes: int) -> list[int]:
@@ -105,7 +116,7 @@ def _env_configs(view: View | None, label: str, ranks: list[int], num_nodes: int
                 key_owner[key] = i
         pv = entry.get("python_interpreter_path")
         path = None if pv is None or pv.value is None else pv.str()  # null: unset (RLinf)
-        if path is not None and not path.strip():
+        if pv is not None and path is not None and not path.strip():
             raise pv.error("python_interpreter_path is empty", hint="give a path, or null for the job's Python")
         for r in mine:
             node_env[r].update(env)
@@ -165,7 +176,7 @@ def parse_rlinf(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experim
             facts = slurm_facts(slurm_view, label, defaults)
             hardware = _hardware(gv.require("hardware"), label, ranks) if gv.get("hardware") else None
             declared.append((ranks, _group(label, ranks, facts, gv, hardware,
-                                           gv.get("ignore_hardware").bool() if gv.get("ignore_hardware") else False,
+                                           v.bool() if (v := gv.get("ignore_hardware")) else False,
                                            *_env_configs(gv.get("env_configs"), label, ranks, num_nodes),
                                            site_gpus, notes)))
     # Nodes outside every declared group form implicit groups in the default partition (one per run of
@@ -266,7 +277,7 @@ def _require_sections(root: View, placement_view: View, placed: set[str], placem
                 hint=f"add `{engine}: {{tensor_parallel_size: 1}}` (or the engine's own rollout settings)")
 
 
-def _check_recompute_logprobs(root: View, placements: tuple) -> None:  # type: ignore[type-arg]
+def _check_recompute_logprobs(root: View, placements: Sequence[PlacementEntry]) -> None:
     algorithm = root.get("algorithm")
     flag = algorithm.get("recompute_logprobs") if algorithm is not None and isinstance(algorithm.value, dict) else None
     if flag is not None and flag.deref().value is False:
@@ -277,7 +288,7 @@ def _check_recompute_logprobs(root: View, placements: tuple) -> None:  # type: i
                              "(RLinf asserts this)")
 
 
-def _group(label: str, ranks: list[int], facts, view: View, hardware: Hardware | None, ignore: bool,  # type: ignore[no-untyped-def]
+def _group(label: str, ranks: list[int], facts: SlurmFacts, view: View, hardware: Hardware | None, ignore: bool,
            node_env: tuple[dict[str, str], ...], interpreter: tuple[str | None, ...],
            site_gpus: SiteGpus | None, notes: list[str]) -> NodeGroup:
     gpus = facts.gpus_per_node

@@ -263,8 +263,8 @@ def parse_roll(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experime
                         qos=facts.qos, location=gpn_view.location())]
     cpu_partition = slurm_view.get("cpu_partition") if slurm_view is not None else None
     cpu_nodes = 0
-    if cpu_workers and cpu_partition is not None:
-        cpu_nodes_view = slurm_view.get("cpu_nodes")  # type: ignore[union-attr]
+    if cpu_workers and cpu_partition is not None and slurm_view is not None:
+        cpu_nodes_view = slurm_view.get("cpu_nodes")
         cpu_nodes = limits.nodes(cpu_nodes_view.int(minimum=1), cpu_nodes_view.location(),
                                  "cpu_nodes") if cpu_nodes_view is not None else 1
         groups.append(NodeGroup(label="cpu", partition=cpu_partition.str(), num_nodes=cpu_nodes,
@@ -375,8 +375,8 @@ def _gpus_per_worker(name: str, worker: View, given_view: View | None, notes: li
         per = tp_pp
     elif strategy is not None and strategy not in ("hf_infer", "vllm", "sglang") and per > 1:
         per = 1
-    if given is not None and given != per:
-        notes.append(f"{name}: num_gpus_per_worker {given} ({given_view.location()}) is replaced by ROLL's {per} "  # type: ignore[union-attr]
+    if given_view is not None and given is not None and given != per:
+        notes.append(f"{name}: num_gpus_per_worker {given} ({given_view.location()}) is replaced by ROLL's {per} "
                      + ("(vLLM tensor_parallel_size * pipeline_parallel_size)" if tp_pp is not None
                         else f"(strategy {strategy} runs one GPU per worker)"))
     return per
