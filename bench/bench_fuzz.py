@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.safety.fuzzing import Chooser, make_case, run_case  # noqa: E402
+from tests.safety.fuzzing import Chooser, make_case, run_case
 
 HANG_S = 30
 

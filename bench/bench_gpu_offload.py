@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     import torch
 
-    from hpcplace.runtime.memory import CpuBackend, TorchMemorySaverBackend
     from hpcplace.runtime import gpu_checks
+    from hpcplace.runtime.memory import CpuBackend, TorchMemorySaverBackend
 
     nbytes = int(args.gib * GIB) // 4 * 4
     memory = TorchMemorySaverBackend() if args.device == "cuda" else CpuBackend()

@@ -13,6 +13,7 @@ Prints one markdown table.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -63,7 +64,7 @@ def run_case(name: str, phases, members, devices, turns: int, pause_mib: int) ->
                 by_gen[e["generation"]][e["event"]].append(e["t"])
         gens = sorted(by_gen)
         gaps = [(min(by_gen[b]["onload_begin"]) - max(by_gen[a]["offload_end"])) / 1e3
-                for a, b in zip(gens, gens[1:])]
+                for a, b in itertools.pairwise(gens)]
     per_turn = statistics.median(o["per_turn_s"] for o in outs) * 1e6 / len(phases)
     return name, statistics.median(gaps), sorted(gaps)[int(len(gaps) * 0.99) - 1], per_turn
 

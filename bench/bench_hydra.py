@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hpcplace.plan.planner import plan_from_file  # noqa: E402
+from hpcplace.plan.planner import plan_from_file
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "hydra"
 

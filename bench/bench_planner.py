@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hpcplace.plan.planner import plan_from_spec  # noqa: E402
-from hpcplace.config.yaml_source import load_yaml_text  # noqa: E402
+from hpcplace.config.yaml_source import load_yaml_text
+from hpcplace.plan.planner import plan_from_spec
 
 
 def big_spec_yaml(nodes: int) -> str:

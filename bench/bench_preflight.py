@@ -28,9 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hpcplace.slurm import submit  # noqa: E402
 from hpcplace.plan.plan import Plan  # noqa: E402
 from hpcplace.plan.planner import plan_from_file  # noqa: E402
+from hpcplace.slurm import submit  # noqa: E402
 
 SMALL = """name: preflight-bench
 cluster:
@@ -90,7 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    from tests.slurm.conftest import ensure_cluster, _status  # boots the cluster; sets the fake GPUs' device dir
+    from tests.slurm.conftest import _status, ensure_cluster  # boots the cluster; sets the fake GPUs' device dir
 
     mode = _status()
     ensure_cluster(mode if mode in ("yes", "no") else "no")

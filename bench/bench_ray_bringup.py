@@ -21,9 +21,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hpcplace.slurm import submit  # noqa: E402
 from hpcplace.config.launch import LaunchSpec  # noqa: E402
 from hpcplace.plan.planner import plan_from_file  # noqa: E402
+from hpcplace.slurm import submit  # noqa: E402
 
 GROUPS = [
     "    - {label: a800, partition: a800, nodes: %d, gpus_per_node: 8, gpu_type: a800}",

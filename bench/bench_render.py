@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -61,7 +61,7 @@ def bench_render(nodes: int = 1024, repeat: int = 5) -> None:
     print(f"plan: {nodes} nodes, {plan.cluster.num_gpus} GPUs, {plan.num_processes} processes, "
           f"{len(plan.components)} components; {len(job.steps)} steps, "
           f"{sum(len(s.segments) for s in job.steps)} srun segments")
-    print("| what | median of %d | max |" % repeat)
+    print(f"| what | median of {repeat} | max |")
     print("|---|---:|---:|")
     print(f"| lower Plan -> SlurmJob | {statistics.median(lows):.3f} s | {max(lows):.3f} s |")
     print(f"| lower + render job.sbatch ({size / 1024:.1f} KiB) | {statistics.median(scripts):.3f} s | "
@@ -92,7 +92,7 @@ def bench_submit(repeat: int = 5) -> None:
     env = dict(os.environ)
     env.setdefault("SLURM_CONF", "/tmp/hpcplace-slurm/etc/slurm.conf")
     results = []
-    for i in range(repeat):
+    for _ in range(repeat):
         with tempfile.TemporaryDirectory(prefix="hpcplace-bench-submit-") as tmp:
             starts = Path(tmp) / "starts"
             starts.mkdir()

@@ -20,12 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hpcplace.cli import main  # noqa: E402
-from hpcplace.config.formats import load_spec  # noqa: E402
-from hpcplace.plan.planner import plan_from_spec  # noqa: E402
-from hpcplace.tune.tune import search  # noqa: E402
-from hpcplace.tune.tune_config import build_setup  # noqa: E402
-from hpcplace.tune.tune_profile import parse_profile  # noqa: E402
+from hpcplace.cli import main
+from hpcplace.config.formats import load_spec
+from hpcplace.plan.planner import plan_from_spec
+from hpcplace.tune.tune import search
+from hpcplace.tune.tune_config import build_setup
+from hpcplace.tune.tune_profile import parse_profile
 
 CONFIG = """\
 name: bench-tune

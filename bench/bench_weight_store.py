@@ -113,7 +113,7 @@ def run(size_gib: float, base: str, repeat: int) -> list[tuple[str, float, str]]
     rows.append(("consume, first (map + copy)", gbs(first_consume), f"{memcpy_s / first_consume:.2f}x"))
     open_s = min(timed(lambda: reader.consume().release(), repeat))
     rows.append(("consume, zero-copy views only (latency)", float("nan"), f"{open_s * 1e3:.2f} ms"))
-    slot = reader._slots[int(ws._read_control(reader._fd)["slot"])]  # noqa: SLF001 - bench internals
+    slot = reader._slots[int(ws._read_control(reader._fd)["slot"])]  # the store's internals: a bench
     sampled = min(timed(lambda: ws.checksum(slot.data, "sampled", 1), repeat))
     full = timed(lambda: ws.checksum(slot.data, "full", 1))[0]
     rows.append(("checksum sampled (1024 x 4 KiB crc32)", float("nan"), f"{sampled * 1e3:.2f} ms"))

@@ -193,7 +193,7 @@ def error_messages() -> str:
         parts += [f"### {title}", ""]
         if name:
             parts += ["```yaml", f"# {name}", text.rstrip(), "```", ""]
-        parts += ["```console", f"$ hpcplace {' '.join(argv)}", message, f"$ echo $?", str(code), "```", ""]
+        parts += ["```console", f"$ hpcplace {' '.join(argv)}", message, "$ echo $?", str(code), "```", ""]
     return "\n".join(parts)
 
 

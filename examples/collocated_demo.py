@@ -39,7 +39,7 @@ def make_policy() -> torch.nn.Module:
 
 def fingerprint(model: torch.nn.Module) -> int:
     crc = 0
-    for name, tensor in sorted(model.state_dict().items()):
+    for _name, tensor in sorted(model.state_dict().items()):
         crc = zlib.crc32(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes(), crc)
     return crc
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from itertools import pairwise
 
 
 def read_events(path: str) -> list[dict]:
@@ -26,7 +27,7 @@ def check_invariants(events: list[dict], phases: list[list[str]]) -> dict[int, s
             by_device[device].append((t["onload_begin"], t["offload_end"], component))
     for device, spans in by_device.items():
         spans.sort()
-        for (s1, e1, c1), (s2, e2, c2) in zip(spans, spans[1:]):
+        for (_, e1, c1), (s2, _, c2) in pairwise(spans):
             if c1 != c2:
                 assert e1 < s2, f"device {device}: {c1} owned until {e1}, {c2} onloaded at {s2}"
     gens: dict[int, set[str]] = defaultdict(set)
@@ -35,7 +36,7 @@ def check_invariants(events: list[dict], phases: list[list[str]]) -> dict[int, s
     for g, components in gens.items():
         assert any(components <= set(p) for p in phases), f"generation {g} mixes phases: {components}"
     ordered = sorted(gens)
-    for g, nxt in zip(ordered, ordered[1:]):
+    for g, nxt in pairwise(ordered):
         last_off = max(t["offload_end"] for (c, r, gg), t in turns.items() if gg == g)
         first_on = min(t["onload_begin"] for (c, r, gg), t in turns.items() if gg == nxt)
         assert last_off < first_on, f"generation {nxt} onloaded before generation {g} finished offloading"

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from colocate_invariants import check_invariants, read_events
+
 from hpcplace.runtime.colocate import CollocationError, Cycle, GroupSchedule, schedule_from_plan
 from hpcplace.runtime.memory import CpuBackend
 from hpcplace.runtime.shm_dir import ShmDirError
@@ -190,9 +190,8 @@ def test_failed_offload_marks_the_group_failed(job: str) -> None:
     def broken() -> None:
         raise OSError("cannot release")
 
-    with pytest.raises(OSError):
-        with actor.turn(offload=broken):
-            pass
+    with pytest.raises(OSError), actor.turn(offload=broken):
+        pass
     with pytest.raises(CollocationError, match="failed to offload"):
         rollout.wait_for_turn(timeout=2)
     actor.close()
@@ -205,9 +204,8 @@ def test_misuse_is_refused(job: str) -> None:
     with Cycle(job, schedule, component="actor", rank=0) as cycle:
         with pytest.raises(CollocationError, match="already running"):
             Cycle(job, schedule, component="actor", rank=0)
-        with pytest.raises(CollocationError, match="cannot take a turn as"):
-            with cycle.turn("rollout"):
-                pass
+        with pytest.raises(CollocationError, match="cannot take a turn as"), cycle.turn("rollout"):
+            pass
         with pytest.raises(CollocationError, match="only allowed during a turn"):
             cycle.request_next("rollout")
         other = GroupSchedule("g", (("rollout",), ("actor",)), {"actor": (0,), "rollout": (0,)}, {})

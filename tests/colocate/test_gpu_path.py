@@ -14,7 +14,13 @@ import pytest
 import torch
 
 from hpcplace.runtime import devices, gpu_checks, memory, preload
-from hpcplace.runtime.memory import CpuBackend, MemoryBackendError, MemoryStateError, TorchMemorySaverBackend, make_backend
+from hpcplace.runtime.memory import (
+    CpuBackend,
+    MemoryBackendError,
+    MemoryStateError,
+    TorchMemorySaverBackend,
+    make_backend,
+)
 from tests.gpu.fake_gpu import fake_gpu_dir, fake_memory_saver
 
 
@@ -53,12 +59,10 @@ def test_backend_uses_hpcplace_tags_and_refuses_a_paused_region(fake_gpu: Path) 
     with backend.region("weights"):
         pass
     backend.pause("weights")
-    with pytest.raises(MemoryStateError, match="paused memory tag 'weights'"):
-        with backend.region("weights"):
-            pass
-    with pytest.raises(MemoryStateError, match="paused"):
-        with backend.cuda_graph(object(), tag="weights"):
-            pass
+    with pytest.raises(MemoryStateError, match="paused memory tag 'weights'"), backend.region("weights"):
+        pass
+    with pytest.raises(MemoryStateError, match="paused"), backend.cuda_graph(object(), tag="weights"):
+        pass
     backend.resume("weights")
     assert calls() == [("region", "hpcplace.weights"), ("pause", "hpcplace.weights"),
                        ("resume", "hpcplace.weights")]
@@ -75,7 +79,7 @@ def test_one_backend_per_process_and_tags_of_another_library_are_refused(fake_gp
         TorchMemorySaverBackend()
     assert make_backend("auto") is first  # auto shares the process's backend
     first.add_tag("weights")
-    with pytest.raises(MemoryBackendError, match="'hpcplace.kv_cache' is already in use by another"):
+    with pytest.raises(MemoryBackendError, match=r"'hpcplace\.kv_cache' is already in use by another"):
         first.add_tag("kv_cache")
     assert first.tags == ("weights",)
     first.pause()
@@ -103,7 +107,7 @@ def test_auto_refuses_the_silent_cpu_fallback_and_warns_when_asked(fake_gpu: Pat
     with pytest.warns(RuntimeWarning, match="CPU stand-in as asked"):
         backend = make_backend("auto", cpu_fallback=True)
     assert isinstance(backend, CpuBackend)
-    with pytest.raises(MemoryBackendError, match="refusing to adopt 'weights'.*meta"):
+    with pytest.raises(MemoryBackendError, match=r"refusing to adopt 'weights'.*meta"):
         CpuBackend().adopt("weights", model)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
@@ -126,8 +130,8 @@ def test_a_mapped_hook_that_ld_preload_no_longer_names_is_refused(fake_gpu: Path
     with pytest.raises(MemoryBackendError, match="LD_PRELOAD names 0 torch_memory_saver entries"):
         TorchMemorySaverBackend()
     import torch_memory_saver
-    with pytest.raises(AssertionError, match="invalid LD_PRELOAD"):
-        with torch_memory_saver.torch_memory_saver.region(tag="weights"):
+    with pytest.raises(AssertionError, match="invalid LD_PRELOAD"), \
+            torch_memory_saver.torch_memory_saver.region(tag="weights"):
             pass
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.plan.planner import plan_from_file
 from hpcplace.plan.plan import plan_to_json
+from hpcplace.plan.planner import plan_from_file
 from hpcplace.runtime import shm_dir
 from hpcplace.runtime.colocate import Cycle, GroupSchedule
 
@@ -38,7 +38,7 @@ def test_two_nodes_in_one_job_directory_never_share_a_baton(tmp_path: Path) -> N
                                  members={"actor": ranks, "rollout": ranks},
                                  devices={"actor": ("0", "1"), "rollout": ("0", "1")})
         nodes[node] = (path, [Cycle(path, schedule, component=c, rank=r) for c in ("actor", "rollout") for r in ranks])
-    for node, (path, cycles) in nodes.items():
+    for _, cycles in nodes.values():
         for cycle in cycles:
             assert cycle.state()["members"] == cycles[0].state()["members"]
     for cycle in nodes["a800-1"][1]:

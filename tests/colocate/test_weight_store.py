@@ -91,7 +91,7 @@ def test_flip_is_atomic_under_a_concurrent_writer(job: str) -> None:
                 for name, tensor in snap.tensors.items():
                     assert bool((tensor == value).all()), f"{name} torn in version {snap.version}"
                 seen.append(snap.version)
-        out, err = writer.communicate(timeout=30)
+        _, err = writer.communicate(timeout=30)
         assert writer.returncode == 0, err
     finally:
         if reader is not None:
@@ -170,16 +170,15 @@ def test_misuse_is_refused(job: str) -> None:
             WeightPublisher(job, "m")
         with pytest.raises(WeightStoreError, match="another set of tensors"):
             publisher.publish({"w": torch.zeros(5)})
-        with pytest.raises(WeightStoreError, match="missing"):
-            with publisher.begin({"w": torch.zeros(4)}):
-                pass
+        with pytest.raises(WeightStoreError, match="missing"), publisher.begin({"w": torch.zeros(4)}):
+            pass
         with publisher.begin({"w": torch.zeros(4)}) as writer:
             with pytest.raises(WeightStoreError, match="already being written"):
                 publisher.begin({"w": torch.zeros(4)})
             writer.write("w", torch.zeros(4))
-        with pytest.raises(WeightStoreError, match="the store holds"):
-            with publisher.begin({"w": torch.zeros(4)}) as writer:
-                writer.write("w", torch.zeros(4, dtype=torch.float64))
+        with pytest.raises(WeightStoreError, match="the store holds"), \
+                publisher.begin({"w": torch.zeros(4)}) as writer:
+            writer.write("w", torch.zeros(4, dtype=torch.float64))
         assert publisher.publish({"w": torch.ones(4)}) == 3  # failed attempts left no trace
     with WeightPublisher(job, "m") as again:  # a restarted publisher continues the versions
         with pytest.raises(WeightStoreError, match="another layout"):
@@ -210,9 +209,8 @@ def tiny_tmpfs(tmp_path: Path):
 def test_too_small_shm_gives_a_clear_error_and_writes_nothing(tiny_tmpfs: Path) -> None:
     job = str(tiny_tmpfs / "hpcplace-small")
     sd = {"w": torch.zeros(6 << 20, dtype=torch.uint8)}  # two slots need > 12 MiB
-    with WeightPublisher(job, "big") as publisher:
-        with pytest.raises(WeightStoreError) as info:
-            publisher.publish(sd)
+    with WeightPublisher(job, "big") as publisher, pytest.raises(WeightStoreError) as info:
+        publisher.publish(sd)
     message = str(info.value)
     assert "needs 12.0 MiB" in message and "free" in message and "HINT" in message
     # only the publisher's own small files (control is reserved when the store is opened)

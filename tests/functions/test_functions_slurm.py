@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.slurm import submit
 from hpcplace.functions import FunctionError, submit_functions
 from hpcplace.runtime import process_info
+from hpcplace.slurm import submit
 from tests.slurm.conftest import REPO, LiveCluster, slurm_cluster  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slurm

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from hpcplace.config.cluster import Cluster, Hardware, NodeGroup
-from hpcplace.errors import HpcplaceError
 from hpcplace.config.formats import load_spec
+from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry
+from hpcplace.errors import HpcplaceError
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.planner import plan_from_spec
-from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry
 
 
 def group(label: str, gpus: int | Sequence[int] = 8, *, nodes: int | None = None, gpu_type: str | None = None,
@@ -42,7 +42,7 @@ def plan_of(clu: Cluster, placements: dict[str, str | tuple[str | Sequence[str] 
         names = tuple(n.strip() for n in key.split(","))
         if isinstance(value, tuple):
             ng, text = value
-            labels = None if ng is None else (tuple(l.strip() for l in ng.split(",")) if isinstance(ng, str)
+            labels = None if ng is None else (tuple(label.strip() for label in ng.split(",")) if isinstance(ng, str)
                                                else tuple(ng))
         else:
             labels, text = None, value

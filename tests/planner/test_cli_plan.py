@@ -39,8 +39,8 @@ def test_there_are_example_configs() -> None:
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_plan_summary_for_every_config(capsys: pytest.CaptureFixture[str], config: Path) -> None:
-    from hpcplace.plan.runnable import commandless_components
     from hpcplace.plan.planner import plan_from_file
+    from hpcplace.plan.runnable import commandless_components
 
     code, out, err = run_cli(capsys, str(config))
     assert code == 0, err

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.errors import HpcplaceError, SpecError
 from hpcplace.config.formats import detect_format, load_spec
+from hpcplace.errors import HpcplaceError, SpecError
 from hpcplace.plan.planner import plan_from_file, plan_from_spec
 from tests.planner.conftest import Yaml, gpus_of
 

@@ -63,7 +63,7 @@ def test_collocated_strided_example_config() -> None:
     plan = plan_from_file(CONFIGS / "model-parallel-strided.yaml")
     rollout = plan.component("rollout").processes
     assert [p.local_hardware_ranks for p in rollout] == [(0, 2), (1, 3), (4, 6), (5, 7)]
-    assert [p.visible_accelerators for p in rollout][0] == ("0", "2")
+    assert rollout[0].visible_accelerators == ("0", "2")
     assert plan.weight_sync is not None and plan.weight_sync.rollout_stride == 2
     assert [g.components for g in plan.collocation_groups] == [("actor", "rollout")]
 

@@ -12,15 +12,14 @@ from dataclasses import replace
 
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 
+from hpcplace.config.rank_syntax import SpreadLists, expand_rank_map, parse_rank_map
 from hpcplace.errors import HpcplaceError, PlanError
 from hpcplace.plan.placement import Placement, resource_space
 from hpcplace.plan.plan import plan_to_json, write_plan_json
 from hpcplace.plan.process_table import Processes, build_processes, node_processes
-from hpcplace.config.rank_syntax import SpreadLists, expand_rank_map, parse_rank_map
-from hpcplace.slurm.render import write_plan_files
 from hpcplace.runtime.plan_index import PlanIndex, index_path, write_index
+from hpcplace.slurm.render import write_plan_files
 from tests.planner.conftest import cluster, group, plan_of
 from tests.planner.test_properties import SETTINGS, cases
 

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from hpcplace.config.cluster import Cluster, Hardware, NodeGroup
+from hpcplace.config.spec import ExperimentSpec, PlacementEntry
 from hpcplace.errors import HpcplaceError
 from hpcplace.plan.planner import plan_from_spec
-from hpcplace.config.spec import ExperimentSpec, PlacementEntry
 from hpcplace.plan.strategies import Packed
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -324,7 +324,7 @@ def test_planner_accepts_exactly_what_the_reference_accepts(case) -> None:
     for p in procs:
         per_node[p.cluster_node_rank].append(p.rank)
         order.setdefault(p.cluster_node_rank, len(order))
-    for node, ranks in per_node.items():
+    for ranks in per_node.values():
         assert [procs[r].local_rank for r in ranks] == list(range(len(ranks)))
         assert {procs[r].local_world_size for r in ranks} == {len(ranks)}
     assert [p.placement_node_rank for p in procs] == [order[p.cluster_node_rank] for p in procs]

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from hpcplace.errors import PlanError
 from hpcplace.config.rank_syntax import (
-    RankMapPart, RankSyntaxError, expand_rank_map, parse_rank_map, parse_range,
+    RankMapPart,
+    RankSyntaxError,
+    expand_rank_map,
+    parse_range,
+    parse_rank_map,
 )
+from hpcplace.errors import PlanError
 
 
 def expand(text: str, total: int = 16) -> list[list[int]]:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from hpcplace.cli import main
+from hpcplace.config.formats import load_spec
 from hpcplace.plan.plan import plan_to_json
 from hpcplace.plan.planner import plan_from_file, plan_from_spec
-from hpcplace.config.formats import load_spec
 from hpcplace.slurm.slurm_job import lower
 from tests.planner.conftest import Yaml, cluster, group, plan_of
 

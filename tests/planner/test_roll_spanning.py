@@ -10,22 +10,20 @@ SGLang runs a multi-node worker w on ROLL nodes w*n..w*n+n-1 (whole nodes)."""
 from __future__ import annotations
 
 import json
-import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from dataclasses import replace
-
 from hpcplace.cli import main
-from hpcplace.config.launch import LaunchSpec
-from hpcplace.errors import HpcplaceError, SpecError
 from hpcplace.config.formats import load_spec
+from hpcplace.config.launch import LaunchSpec
+from hpcplace.errors import SpecError
 from hpcplace.plan.plan import plan_to_json
 from hpcplace.plan.planner import plan_from_file, plan_from_spec
 from hpcplace.ray.ray_cluster import ray_nodes, ray_summary
-from hpcplace.slurm.render import render_run
 from hpcplace.runtime.ray_node import node_facts
+from hpcplace.slurm.render import render_run
 from hpcplace.slurm.slurm_job import lower
 from hpcplace.slurm.submit import load_plan
 from tests.planner.conftest import Yaml

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from hpcplace.cli import main
-from hpcplace.errors import HpcplaceError
 from hpcplace.config.formats import detect_format, load_spec
+from hpcplace.errors import HpcplaceError
 from hpcplace.plan.planner import plan_from_file, plan_from_spec
 from hpcplace.slurm.slurm_job import lower
 from tests.planner.conftest import Yaml, gpus_of
@@ -80,7 +80,7 @@ def _areal_parser():  # type: ignore[no-untyped-def]
     if spec is None or spec.submodule_search_locations is None:
         pytest.skip("areal==1.0.4 is not installed (scripts/test-all.sh installs tests/requirements-frameworks.txt)")
     pytest.importorskip("lark")
-    source = Path(list(spec.submodule_search_locations)[0]) / "api" / "alloc_mode.py"
+    source = Path(next(iter(spec.submodule_search_locations))) / "api" / "alloc_mode.py"
 
     class SchedulingStrategyType(str, Enum):  # as in areal.api.cli_args
         separation = "separation"
@@ -262,8 +262,10 @@ def test_hydra_overrides_on_the_command_line(shared: None) -> None:
     spec = load_spec(HYDRA / "main.yaml", overrides=["cluster.num_nodes=3", "slurm.gpus_per_node=4"])
     assert spec.cluster.node_groups[0].gpus_per_node == (4, 4, 4)
     assert "override cluster.num_nodes=3" in spec.composed
-    err = pytest.raises(HpcplaceError, plan_from_spec,
-                        load_spec(HYDRA / "main.yaml", overrides=["model@actor.model=large"])).value
+    composed = load_spec(HYDRA / "main.yaml", overrides=["model@actor.model=large"])
+    with pytest.raises(HpcplaceError) as info:
+        plan_from_spec(composed)
+    err = info.value
     # tp 4 from model/large.yaml: the rollout's 6 GPUs no longer split; the error names the composed file
     assert str(err).startswith(f"{(HYDRA / 'shared' / 'placement' / 'disaggregated.yaml').resolve()}:4:12: rollout")
 

@@ -18,7 +18,7 @@ import yaml
 from hpcplace.slurm import submit
 from tests.ray.framework_checks import node_table, rlinf_mismatches
 from tests.ray.test_ray_slurm import _small_ray, assert_clean  # noqa: F401 - fixture
-from tests.slurm.conftest import LiveCluster, slurm_cluster, submit_cli, wait_done  # noqa: F401 - fixture
+from tests.slurm.conftest import LiveCluster, submit_cli, wait_done  # slurm_cluster: tests/ray/conftest.py
 
 pytestmark = pytest.mark.slurm
 
@@ -88,7 +88,7 @@ def test_rlinf_interleaved_node_ranks_agree_with_the_plan(slurm_cluster: LiveClu
     first, cpu 3): RLinf's node rank 2 is the a800 component's SECOND host and rank 1 the rtx4090
     host between them; RLinf's node groups, labels, accelerators, placements and workers equal the
     plan, the driver runs on rank 0's host, and no node keeps a node-local dir."""
-    report, plan, hosts = run_rlinf(tmp_path, INTERLEAVED)
+    report, _, hosts = run_rlinf(tmp_path, INTERLEAVED)
     a800_1, a800_2, rtx = hosts[(0, 0)], hosts[(0, 1)], hosts[(1, 0)]
     assert {r["node_rank"]: report["ray_node_hosts"][r["ray_id"]] for r in report["nodes"]} == {
         0: a800_1, 1: rtx, 2: a800_2, 3: hosts[(2, 0)]}
@@ -158,7 +158,7 @@ def test_roll_worker_wider_than_a_node_lands_as_planned(slurm_cluster: LiveClust
         "actor_infer": {"device_mapping": "list(range(8,16))+list(range(0,8))",
                         "strategy_args": {"strategy_name": "vllm", "strategy_config": {"tensor_parallel_size": 16}}},
     }, sort_keys=False), encoding="utf-8")
-    run_dir, plan, hosts = run_job(tmp_path, config)
+    _, plan, hosts = run_job(tmp_path, config)
     report = json.loads(report_path.read_text())
     table = node_table(plan)
 

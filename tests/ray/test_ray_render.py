@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from hpcplace.cli import main as cli_main
-from hpcplace.errors import SpecError
 from hpcplace.config.launch import LaunchSpec, split_driver_argv
+from hpcplace.errors import SpecError
 from hpcplace.plan.plan import plan_to_json
 from hpcplace.plan.planner import plan_from_file
 from hpcplace.ray.ray_cluster import ray_nodes

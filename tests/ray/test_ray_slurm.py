@@ -14,8 +14,16 @@ from pathlib import Path
 import pytest
 
 from hpcplace.slurm import submit
-from tests.slurm.conftest import (LiveCluster, cli, cluster_nodes, ensure_cluster, hostile_values, node_root,
-                                  submit_cli, wait_done)
+from tests.slurm.conftest import (
+    LiveCluster,
+    cli,
+    cluster_nodes,
+    ensure_cluster,
+    hostile_values,
+    node_root,
+    submit_cli,
+    wait_done,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -252,7 +260,7 @@ def test_missing_node_fails_within_join_timeout(slurm_cluster: LiveCluster, tmp_
     hang.mkdir()
     (hang / "sitecustomize.py").write_text("import time\ntime.sleep(3600)\n")
     config = CONFIG.replace("- {label: cpu, partition: cpu, nodes: 1}",
-                            "- {label: cpu, partition: cpu, nodes: 1, env: {PYTHONPATH: %s}}" % json.dumps(str(hang)))
+                            f"- {{label: cpu, partition: cpu, nodes: 1, env: {{PYTHONPATH: {json.dumps(str(hang))}}}}}")
     job_id, run_dir = ray_submit(tmp_path, [sys.executable, str(PROBE), str(out)], join_timeout=25, config=config)
     status = wait_done(run_dir, 150)
     batch = "".join(p.read_text() for p in (tmp_path / "run" / "logs").glob("batch-*.out"))
@@ -267,7 +275,6 @@ def test_missing_node_fails_within_join_timeout(slurm_cluster: LiveCluster, tmp_
 def test_hostile_driver_argv_never_reaches_a_shell(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
     canary = tmp_path / "canary"
     values = hostile_values(canary) + [":", "a : b"]
-    out = tmp_path / "probe.json"
     args_file = tmp_path / "args.json"
     code = "import json,sys; json.dump(sys.argv[1:], open(sys.argv[1], 'w'))"
     job_id, run_dir = ray_submit(tmp_path, [sys.executable, "-c", code, str(args_file), *values], {"HP_X": values[2]})

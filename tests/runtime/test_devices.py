@@ -6,8 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.runtime.devices import (BY_UUID, LOCAL_MAP, NONE, PHYSICAL, STEP_LOCAL, VIRTUAL, NvmlDevice, check_devices,
-                                      choose_devices, device_environment, query_nvml)
+from hpcplace.runtime.devices import (
+    BY_UUID,
+    LOCAL_MAP,
+    NONE,
+    PHYSICAL,
+    STEP_LOCAL,
+    VIRTUAL,
+    NvmlDevice,
+    check_devices,
+    choose_devices,
+    device_environment,
+    query_nvml,
+)
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.shim import Options, resolve
 from tests.runtime.conftest import LAB_CONFIG, step_envs, write_plan

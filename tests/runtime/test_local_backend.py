@@ -140,7 +140,7 @@ def test_local_gpus_from_the_shell(tmp_path: Path) -> None:
     assert {e["CUDA_VISIBLE_DEVICES"] for e in envs.values()} == {"5"}
     assert {e["HPCPLACE_DEVICE_MODE"] for e in envs.values()} == {"local-map"}
     assert [envs[f"trainer {r}"]["VISIBLE_DEVICES"] for r in range(4)] == ["0", "1", "0", "1"]
-    assert list((tmp_path / "runs").iterdir())[0].name.startswith("localtest-local-")
+    assert next(iter((tmp_path / "runs").iterdir())).name.startswith("localtest-local-")
 
 
 def test_dry_run_starts_nothing(tmp_path: Path) -> None:

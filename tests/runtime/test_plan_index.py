@@ -144,6 +144,5 @@ def test_same_size_edit_is_caught_at_lookup(lab_plan: Path) -> None:
     assert len(a) == len(b)
     lines[first], lines[first + 2] = b, a
     lab_plan.write_text("\n".join(lines))
-    with PlanIndex(lab_plan) as index:
-        with pytest.raises(ShimError, match="index is stale"):
-            index.process(0, 0)
+    with PlanIndex(lab_plan) as index, pytest.raises(ShimError, match="index is stale"):
+        index.process(0, 0)

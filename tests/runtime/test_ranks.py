@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from hpcplace.errors import SpecError
-from hpcplace.runtime.plan_index import write_index
 from hpcplace.runtime import ProcessEnv, process_info
 from hpcplace.runtime.errors import ShimError
+from hpcplace.runtime.plan_index import write_index
 from hpcplace.runtime.ranks import PORT_BASE, PORT_SPAN, master_port, merge_environment, shm_dir
 from hpcplace.runtime.shim import Options, Resolved, resolve
 from tests.runtime.conftest import LAB_CONFIG, REPO, step_envs, task_env, write_plan

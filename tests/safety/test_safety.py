@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.config import limits
 from hpcplace.cli import main as cli_main
+from hpcplace.config import limits
+from hpcplace.config.safe_words import check_srun_argv, env_name_problem, reserved_env_names
 from hpcplace.errors import HpcplaceError, SpecError
 from hpcplace.plan.planner import plan_from_file
-from hpcplace.slurm.render import render_run, render_script
 from hpcplace.runtime import master_port as mp
-from hpcplace.config.safe_words import check_srun_argv, env_name_problem, reserved_env_names
+from hpcplace.slurm.render import render_run, render_script
 from hpcplace.slurm.slurm_job import lower
 
 NATIVE = """\

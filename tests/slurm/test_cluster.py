@@ -18,12 +18,24 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.slurm import submit, validate
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.planner import plan_from_file
+from hpcplace.slurm import submit, validate
 from hpcplace.slurm.slurm_job import lower
-from tests.slurm.conftest import (CLUSTER_DIR, REPO, REPORTER, JobShm, LiveCluster, RunStatus, cli, config_yaml,
-                                  ensure_cluster, submit_cli, wait_done, with_command)
+from tests.slurm.conftest import (
+    CLUSTER_DIR,
+    REPO,
+    REPORTER,
+    JobShm,
+    LiveCluster,
+    RunStatus,
+    cli,
+    config_yaml,
+    ensure_cluster,
+    submit_cli,
+    wait_done,
+    with_command,
+)
 
 pytestmark = pytest.mark.slurm
 

@@ -17,8 +17,17 @@ from pathlib import Path
 import pytest
 
 from tests.colocate.colocate_invariants import check_invariants, read_events
-from tests.slurm.conftest import (REPO, JobShm, LiveCluster, cluster_nodes, ensure_cluster, node_root, shared_paths,
-                                  submit_cli, wait_done)
+from tests.slurm.conftest import (
+    REPO,
+    JobShm,
+    LiveCluster,
+    cluster_nodes,
+    ensure_cluster,
+    node_root,
+    shared_paths,
+    submit_cli,
+    wait_done,
+)
 
 pytestmark = pytest.mark.slurm
 

@@ -6,12 +6,19 @@ from dataclasses import replace
 
 import pytest
 
+from hpcplace.config.rank_syntax import compress_ranks
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.planner import plan_from_file
-from hpcplace.config.rank_syntax import compress_ranks
 from hpcplace.slurm.slurm_job import (
-    consecutive_runs, gpu_bind, gpu_mask, lower, sbatch_time_ok, segment_srun_args, slug,
-    time_limit_seconds, unique_slugs,
+    consecutive_runs,
+    gpu_bind,
+    gpu_mask,
+    lower,
+    sbatch_time_ok,
+    segment_srun_args,
+    slug,
+    time_limit_seconds,
+    unique_slugs,
 )
 from tests.slurm.conftest import REPO, plan_yaml
 
@@ -118,7 +125,7 @@ def test_strided_multi_gpu_processes(tmp_path) -> None:  # type: ignore[no-untyp
     plan = plan_from_file(REPO / "configs" / "model-parallel-strided.yaml")
     for step in lower(plan).steps:
         for seg in step.segments:
-            for k, gpus in enumerate(seg.task_gpus):
+            for gpus in seg.task_gpus:
                 assert len(gpus) >= 1
             if any(len(g) > 1 for g in seg.task_gpus):
                 assert seg.gpu_bind and seg.gpu_bind.startswith("mask_gpu:")
@@ -209,7 +216,7 @@ def test_stop_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
         assert f"--signal={default}" in lower(replace(plan, slurm={"time": limit})).components[0].sbatch_args, limit
     assert [time_limit_seconds(t) for t in ("1", "1:30", "1:00:00", "2-0", "1-2:03", "1-0:0:5", "INFINITE", "")] == [
         60, 90, 3600, 172800, 93780, 86405, None, None]
-    with pytest.raises(SpecError, match="is not shorter than slurm.time"):
+    with pytest.raises(SpecError, match=r"is not shorter than slurm\.time"):
         lower(replace(plan, slurm={"time": "2", "signal_before_limit": "USR1@120"}))
     off = lower(replace(plan, slurm={"signal_before_limit": "false"}))
     assert not any(a.startswith("--signal") for a in off.components[0].sbatch_args)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.slurm import submit
 from hpcplace.config.launch import LaunchSpec
 from hpcplace.plan.plan import Plan
+from hpcplace.slurm import submit
 from tests.slurm.conftest import CLUSTER_DIR, REPORTER, LiveCluster, plan_yaml, wait_done
 
 pytestmark = pytest.mark.slurm
@@ -129,7 +129,7 @@ def test_fewer_gpus_than_planned_fail_the_job(slurm_cluster: LiveCluster, tmp_pa
 def test_full_dev_shm_fails_the_job(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
     """The nodes' /dev/shm is a 2 GiB tmpfs (HPCPLACE_SLURM_NODE_SHM): a job needing 3 GiB per node."""
     plan = plan_yaml(tmp_path, SMALL + "slurm: {shm_per_node: 3G}\n")
-    log, preflight, _ = run_failing(plan, tmp_path / "run")
+    _, preflight, _ = run_failing(plan, tmp_path / "run")
     for host in ("rtx4090-1", "cpu-1"):
         assert re.search(rf"{host}: FAILED: /dev/shm has [0-9.]+ GiB free, the plan needs 3.0 GiB per node "
                          r"\(slurm.shm_per_node\)", preflight), preflight

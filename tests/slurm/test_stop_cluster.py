@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.slurm import submit
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.planner import plan_from_file
+from hpcplace.slurm import submit
 from tests.slurm.conftest import REPO, LiveCluster, cli, config_yaml, run_status, submit_cli, wait_done, with_command
 from tests.slurm.test_cluster import shm_dir
 
