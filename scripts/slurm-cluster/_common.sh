@@ -4,6 +4,66 @@
 
 # State directory: config, spool, logs, pid files, fake devices, MariaDB data.
 HPCP_DIR="${HPCPLACE_SLURM_DIR:-/tmp/hpcplace-slurm}"
+# The Slurm tools that match the running cluster (a newer release's, see up.sh) come first.
+if [[ -d "$HPCP_DIR/bin" ]]; then
+    PATH="$HPCP_DIR/bin:$PATH"
+fi
+
+# Which Slurm: the packages of one Debian release. bookworm's (22.05) run on this machine itself;
+# trixie's (24.11) and sid's (26.05) need a newer glibc and run in a root filesystem of their own
+# release (install.sh builds it, up.sh boots every daemon inside it). The version numbers are what the
+# registry served when this was written: the scripts record the version they really booted.
+HPCP_SUITES=(bookworm trixie sid)
+HPCP_SUITE="${HPCPLACE_SLURM:-bookworm}"
+HPCP_ROOT_CACHE="${HPCPLACE_SLURM_ROOT_CACHE:-/var/cache/hpcplace}"
+
+hpcp_suite_of() { # bookworm|trixie|sid|22.05|24.11|26.05 -> the Debian release; 1 if unknown
+    case "$1" in
+        bookworm | 22.05) echo bookworm ;;
+        trixie | 24.11) echo trixie ;;
+        sid | 26.05) echo sid ;;
+        *) return 1 ;;
+    esac
+}
+
+hpcp_rootfs() { # SUITE -> its root filesystem ("" for bookworm: this machine's own)
+    if [[ "$1" != bookworm ]]; then echo "$HPCP_ROOT_CACHE/slurm-$1/root"; fi
+}
+
+hpcp_root_slurm_version() { # ROOT -> "26.05.5"
+    chroot "$1" /usr/sbin/slurmd -V | awk '{print $2}'
+}
+
+# `--slurm S` (the only option of install.sh; up.sh parses its own options and calls hpcp_set_suite).
+hpcp_parse_slurm_option() { # SCRIPT_NAME "$@"
+    local name="$1"
+    shift
+    while [[ "$#" -gt 0 ]]; do
+        case "$1" in
+            --slurm)
+                [[ "$#" -ge 2 ]] || { echo "usage: $name [--slurm ${HPCP_SUITES[*]}]" >&2; exit 2; }
+                hpcp_set_suite "$2"
+                shift 2
+                ;;
+            --slurm=*)
+                hpcp_set_suite "${1#*=}"
+                shift
+                ;;
+            *)
+                echo "usage: $name [--slurm ${HPCP_SUITES[*]}]" >&2
+                exit 2
+                ;;
+        esac
+    done
+    hpcp_set_suite "$HPCP_SUITE"
+}
+
+hpcp_set_suite() { # NAME_OR_VERSION
+    HPCP_SUITE="$(hpcp_suite_of "$1")" || {
+        echo "unknown Slurm release: $1 (allowed: bookworm or 22.05, trixie or 24.11, sid or 26.05)" >&2
+        exit 2
+    }
+}
 # Private network: bridge on the host, one veth + network namespace per node.
 HPCP_NET="${HPCPLACE_SLURM_NET:-10.77.0}"        # first three octets of a /24
 HPCP_BRIDGE="hpcpbr0"

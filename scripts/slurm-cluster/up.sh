@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# Boot a fresh hpcplace Slurm test cluster (Slurm 22.05, Debian 12) on this machine.
+# Boot a fresh hpcplace Slurm test cluster on this machine.
 #
-#   scripts/slurm-cluster/up.sh [--constrain-devices yes|no]     (default: no)
+#   scripts/slurm-cluster/up.sh [--slurm bookworm|trixie|sid] [--constrain-devices yes|no]
+#
+# --slurm (default $HPCPLACE_SLURM, else bookworm): which Debian release's Slurm (22.05 | 24.11 | 26.05
+# are accepted as names too). bookworm's runs on this machine; trixie's and sid's run in the release's
+# own root filesystem (install.sh builds it): every daemon and every job sees that release's OS, while
+# the shared paths (the state dir, $HPCPLACE_SLURM_SHARED, /home, /root, /work, /srv, /var/tmp) are
+# bound in as a site shares its filesystems, and $DIR/bin holds the release's client tools for this
+# machine (env.sh puts it first on PATH).
 #
 # Tears down a running cluster first, wipes Slurm state AND the accounting database, then starts
 # MariaDB, slurmdbd, slurmctld and one slurmd per node, each node in its own network + UTS + mount
@@ -18,7 +25,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/_common.sh"
 
 usage() {
-    echo "usage: $0 [--constrain-devices yes|no]" >&2
+    echo "usage: $0 [--slurm bookworm|trixie|sid] [--constrain-devices yes|no]" >&2
     exit 2
 }
 
@@ -35,6 +42,15 @@ while [[ "$#" -gt 0 ]]; do
             constrain_devices="${1#*=}"
             shift
             ;;
+        --slurm)
+            [[ "$#" -ge 2 ]] || usage
+            hpcp_set_suite "$2"
+            shift 2
+            ;;
+        --slurm=*)
+            hpcp_set_suite "${1#*=}"
+            shift
+            ;;
         -h | --help) usage ;;
         *) usage ;;
     esac
@@ -44,12 +60,21 @@ case "$constrain_devices" in
     *) usage ;;
 esac
 
+hpcp_set_suite "$HPCP_SUITE"
 hpcp_require_root "boot"
 hpcp_check_dir
 hpcp_serialize "${args[@]}"
-for tool in slurmctld slurmd slurmdbd srun sbatch sacct munged mariadbd mariadb-install-db ip nsenter unshare; do
+root="$(hpcp_rootfs "$HPCP_SUITE")"
+host_tools=(munged mariadbd mariadb-install-db ip nsenter unshare chroot)
+if [[ -z "$root" ]]; then
+    host_tools+=(slurmctld slurmd slurmdbd srun sbatch sacct)
+elif [[ ! -r "$root/.hpcplace-root" ]]; then
+    echo "no $HPCP_SUITE root filesystem at $root: run scripts/slurm-cluster/install.sh --slurm $HPCP_SUITE first" >&2
+    exit 1
+fi
+for tool in "${host_tools[@]}"; do
     if ! command -v "$tool" >/dev/null 2>&1; then
-        echo "missing $tool: run scripts/slurm-cluster/install.sh first" >&2
+        echo "missing $tool: run scripts/slurm-cluster/install.sh --slurm $HPCP_SUITE first" >&2
         exit 1
     fi
 done
@@ -63,6 +88,14 @@ shared_error() {
     exit 2
 }
 shared_candidates=("$HPCP_DIR")
+if [[ -n "$root" ]]; then
+    # A node in another release's root filesystem sees none of this machine's files unless bound:
+    # bind what a site shares (homes, work and scratch areas), so that both kinds of cluster show the
+    # same files on every node (the OS itself, /tmp and /dev/shm excepted).
+    for path in /home /root /work /srv /var/tmp; do
+        if [[ -d "$path" ]]; then shared_candidates+=("$path"); fi
+    done
+fi
 IFS=: read -r -a shared_raw <<<"${HPCPLACE_SLURM_SHARED:-}"
 for path in "${shared_raw[@]}"; do
     [[ -n "$path" ]] || continue
@@ -155,7 +188,8 @@ phase "teardown done"
 for sub in etc spool log run dev mysql mnt; do
     rm -rf "${DIR:?}/$sub"
 done
-rm -f "$DIR/env.sh" "$DIR/mode" "$DIR/up" "$DIR/shared"
+rm -rf "$DIR/bin"
+rm -f "$DIR/env.sh" "$DIR/mode" "$DIR/up" "$DIR/shared" "$DIR/slurm" "$DIR/version"
 mkdir -p "$etc" "$run" "$logs" "$DIR/spool/ctld" "$DIR/dev" "$DIR/mysql"
 chmod 0755 "$DIR" "$DIR/spool"
 for node in "${HPCP_NODES[@]}"; do
@@ -212,7 +246,37 @@ if ! munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
     cp /run/munge/munged.pid "$run/munged.ours" 2>/dev/null || true
 fi
 
+if [[ -n "$root" ]]; then
+    # Every node of a newer release runs its own munged (from 24.11 on, one munged shared by every node
+    # makes each multi-node launch fail: the second node's decode of a job credential is refused as a
+    # replay); they all use this machine's key, owned by the root filesystem's own munge user.
+    install -m 0400 /etc/munge/munge.key "$root/etc/munge/munge.key"
+    chroot "$root" chown munge:munge /etc/munge /etc/munge/munge.key
+    chmod 0700 "$root/etc/munge"
+fi
+
 phase "munge ok"
+
+# ---------------------------------------------------------------- the release's Slurm, for this machine
+# A newer release's client tools run here through its own loader and libraries (no chroot: they see
+# this machine's files, as a login node does); the root filesystem's path resolves inside it too
+# (install.sh), so slurm.conf's PluginDir is right on both sides.
+if [[ -n "$root" ]]; then
+    mkdir -p "$DIR/bin"
+    libs="$root/usr/lib/x86_64-linux-gnu:$root/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu/slurm-wlm"
+    for tool in sbatch srun salloc squeue scontrol sacct sacctmgr scancel sinfo sattach sstat sprio sshare sreport; do
+        [[ -x "$root/usr/bin/$tool" ]] || continue
+        printf '#!/bin/sh\n# %s of Slurm from %s (scripts/slurm-cluster/up.sh)\nexec %q --library-path %q --argv0 %q %q "$@"\n' \
+            "$tool" "$root" "$root/lib64/ld-linux-x86-64.so.2" "$libs" "$tool" "$root/usr/bin/$tool" >"$DIR/bin/$tool"
+        chmod 0755 "$DIR/bin/$tool"
+    done
+    slurm_version="$(hpcp_root_slurm_version "$root")"
+else
+    slurm_version="$(slurmd -V | awk '{print $2}')"
+fi
+echo "$HPCP_SUITE" >"$DIR/slurm"
+echo "$slurm_version" >"$DIR/version"
+phase "slurm $slurm_version ($HPCP_SUITE)"
 
 # ---------------------------------------------------------------- network: bridge + one netns per node
 ip link add "$HPCP_BRIDGE" type bridge
@@ -255,6 +319,19 @@ make_gpus a800-2 8
 make_gpus rtx4090-1 4
 
 # ---------------------------------------------------------------- configuration
+# What differs between the releases' slurm.conf: 23.11 renamed CryptoType to CredType (crypto/munge ->
+# cred/munge) and dropped switch/none; a newer release's plugins live in its root filesystem.
+version_settings() {
+    if [[ -z "$root" ]]; then
+        printf '%s\n' "CryptoType=crypto/munge" "SwitchType=switch/none"
+    else
+        printf '%s\n' "CredType=cred/munge" "PluginDir=$root/usr/lib/x86_64-linux-gnu/slurm-wlm"
+    fi
+}
+cgroup_settings() {
+    # The test machine mounts cgroup v1 (and an empty unified hierarchy): say which, never autodetect.
+    if [[ -n "$root" ]]; then echo "CgroupPlugin=cgroup/v1"; fi
+}
 cat >"$etc/slurm.conf" <<EOF
 # Generated by scripts/slurm-cluster/up.sh -- hpcplace test cluster (constrain_devices=$constrain_devices)
 ClusterName=$HPCP_CLUSTER
@@ -262,7 +339,7 @@ SlurmctldHost=$ctl_host($HPCP_HOST_IP)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-CryptoType=crypto/munge
+$(version_settings)
 SlurmctldPort=6817
 SlurmdPort=6818
 StateSaveLocation=$DIR/spool/ctld
@@ -275,7 +352,6 @@ SlurmctldDebug=info
 SlurmdDebug=info
 MailProg=/bin/true
 MpiDefault=none
-SwitchType=switch/none
 ProctrackType=proctrack/cgroup
 TaskPlugin=task/cgroup
 SlurmdParameters=config_overrides
@@ -322,6 +398,7 @@ NodeName=robot-1 Name=robot Count=4
 EOF
 
 cat >"$etc/cgroup.conf" <<EOF
+$(cgroup_settings)
 CgroupMountpoint=/sys/fs/cgroup
 ConstrainCores=no
 ConstrainRAMSpace=no
@@ -356,13 +433,23 @@ phase "config written"
 # The shared paths (the state dir and $HPCPLACE_SLURM_SHARED: a checkout and its venv, as a real site
 # shares /home) stay visible on every node: each one under /tmp is bound into the node's new /tmp
 # (a tmpfs staged at $DIR/mnt/<node>, filled, then moved onto /tmp).
+# A newer release's node: its root filesystem becomes the node's / (kernel interfaces bound in, the shared
+# paths bound at their own paths, its own munged on a private /run/munge), then slurmd starts in it.
 # shellcheck disable=SC2016  # $1, $2... are expanded by the inner bash
 node_boot='
 set -e
-node=$1 stage=$2/mnt/$1 shm_size=$3 tmp_size=$4
-shift 4
+node=$1 stage=$2/mnt/$1 shm_size=$3 tmp_size=$4 root=$5
+shift 5
 hostname "$node"
-mount -t tmpfs -o "size=$shm_size,mode=1777,nosuid,nodev" "hpcp-shm-$node" /dev/shm
+if [ -n "$root" ]; then
+    mount --rbind /proc "$root/proc"
+    mount --rbind /sys "$root/sys"
+    mount --rbind /dev "$root/dev"
+    mount --bind /etc/hosts "$root/etc/hosts"
+    mkdir -p "$root/run/munge"
+    mount -t tmpfs -o size=16m,mode=0755 "hpcp-munge-$node" "$root/run/munge"
+fi
+mount -t tmpfs -o "size=$shm_size,mode=1777,nosuid,nodev" "hpcp-shm-$node" "$root/dev/shm"
 mount -t tmpfs -o "size=$tmp_size,mode=1777,nosuid,nodev" "hpcp-tmp-$node" "$stage"
 for path in "$@"; do
     case "$path/" in
@@ -370,10 +457,22 @@ for path in "$@"; do
             mkdir -p "$stage${path#/tmp}"
             mount --bind "$path" "$stage${path#/tmp}"
             ;;
+        *)
+            if [ -n "$root" ]; then
+                mkdir -p "$root$path"
+                mount --bind "$path" "$root$path"
+            fi
+            ;;
     esac
 done
-mount --move "$stage" /tmp
-exec slurmd -N "$node"
+mount --move "$stage" "$root/tmp"
+if [ -z "$root" ]; then
+    exec slurmd -N "$node"
+fi
+exec chroot "$root" /bin/sh -c "chown munge:munge /run/munge &&
+    runuser -u munge -- /usr/sbin/munged --socket=/run/munge/munge.socket.2 --pid-file=/run/munge/munged.pid \
+        --log-file=/run/munge/munged.log --seed-file=/run/munge/munged.seed &&
+    exec /usr/sbin/slurmd -N \"\$0\"" "$node"
 '
 printf '%s\n' "${shared[@]}" >"$DIR/shared"
 for node in "${HPCP_NODES[@]}"; do
@@ -381,21 +480,45 @@ for node in "${HPCP_NODES[@]}"; do
     mkdir -p "$DIR/mnt/$node"
     # NOT `ip netns exec`: it remounts /sys and hides the cgroup hierarchy from slurmd.
     nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private \
-        bash -c "$node_boot" bash "$node" "$DIR" "$HPCP_NODE_SHM_SIZE" "$HPCP_NODE_TMP_SIZE" "${shared[@]}" \
+        bash -c "$node_boot" bash "$node" "$DIR" "$HPCP_NODE_SHM_SIZE" "$HPCP_NODE_TMP_SIZE" "$root" "${shared[@]}" \
         </dev/null >"$logs/slurmd-$node.out" 2>&1 ||
         fail "slurmd $node did not start"
 done
 
 phase "slurmds started"
 
+# slurmdbd and slurmctld of a newer release run inside its root filesystem too (own mount namespace,
+# this machine's network and munged).
+# shellcheck disable=SC2016  # expanded by the inner bash
+root_boot='
+set -e
+root=$1 dir=$2
+shift 2
+mount --rbind /proc "$root/proc"
+mount --rbind /sys "$root/sys"
+mount --rbind /dev "$root/dev"
+mount --bind /etc/hosts "$root/etc/hosts"
+mkdir -p "$root/run/munge" "$root$dir"
+mount --bind /run/munge "$root/run/munge"
+mount --bind "$dir" "$root$dir"
+exec chroot "$root" "$@"
+'
+in_root() { # DAEMON...
+    if [[ -z "$root" ]]; then
+        "$@"
+    else
+        unshare --mount --propagation private bash -c "$root_boot" bash "$root" "$DIR" "$@"
+    fi
+}
+
 wait "$mariadb_job" || fail "MariaDB did not start (see also $logs/mariadb-install.out)"
 phase "mariadb up"
 
-slurmdbd </dev/null >"$logs/slurmdbd.out" 2>&1 || fail "slurmdbd did not start"
+in_root slurmdbd </dev/null >"$logs/slurmdbd.out" 2>&1 || fail "slurmdbd did not start"
 wait_for 20 "slurmdbd on port 6819" tcp_open 127.0.0.1 6819
 phase "slurmdbd up"
 
-slurmctld </dev/null >"$logs/slurmctld.out" 2>&1 || fail "slurmctld did not start"
+in_root slurmctld </dev/null >"$logs/slurmctld.out" 2>&1 || fail "slurmctld did not start"
 wait_for 20 "slurmctld to answer" scontrol ping
 phase "slurmctld up"
 
@@ -451,10 +574,11 @@ cat >"$DIR/env.sh" <<EOF
 # source me: the hpcplace Slurm test cluster (scripts/slurm-cluster/up.sh)
 export HPCPLACE_SLURM_DIR=$DIR
 export SLURM_CONF=$SLURM_CONF
+$(if [[ -n "$root" ]]; then printf 'export PATH=%q:"$PATH"\n' "$DIR/bin"; fi)
 # the nodes' GPU device files (fake, per node) for the job's start-up check: no /dev/nvidia* here
 export HPCPLACE_GPU_DEVICE_DIR='$DIR/dev/{node}'
 EOF
 echo "constrain_devices=$constrain_devices" >"$DIR/mode"
 touch "$DIR/up"
 
-echo "slurm cluster up (constrain_devices=$constrain_devices) in $(hpcp_elapsed "$start")s"
+echo "slurm cluster up (slurm $slurm_version $HPCP_SUITE, constrain_devices=$constrain_devices) in $(hpcp_elapsed "$start")s"

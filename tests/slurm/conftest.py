@@ -23,6 +23,9 @@ from hpcplace.plan.planner import plan_from_file
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SCRIPTS = REPO / "scripts" / "slurm-cluster"
 CLUSTER_DIR = Path(os.environ.get("HPCPLACE_SLURM_DIR", "/tmp/hpcplace-slurm"))
+# Which Debian release's Slurm the tier runs on (scripts/slurm-cluster/up.sh --slurm): bookworm (22.05,
+# this machine's own packages), trixie (24.11) or sid (26.05) in their own root filesystems.
+SLURM_RELEASE = os.environ.get("HPCPLACE_SLURM", "bookworm")
 REPORTER = Path(__file__).with_name("reporter.py")
 # One test cluster per machine: test sessions from several checkouts take turns through this lock,
 # and a cluster booted by another checkout's scripts is rebooted with this checkout's.
@@ -214,6 +217,7 @@ class JobShm:
 class LiveCluster:
     env: dict[str, str]
     mode: str  # ConstrainDevices: "yes" | "no"
+    version: tuple[int, int, int]  # the Slurm it booted, e.g. (26, 5, 5)
 
     def run(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout, check=False)
@@ -223,21 +227,27 @@ def _required() -> bool:
     return os.environ.get("CI") == "true" or os.environ.get("HPCPLACE_REQUIRE_SLURM") == "true"
 
 
-def _status() -> str | None:
+def _status() -> dict[str, str]:
+    """What status.sh says of the running cluster (`constrain_devices`, `slurm`, `version`); {} when down."""
     res = subprocess.run([str(CLUSTER_SCRIPTS / "status.sh")], capture_output=True, text=True, check=False)
     if res.returncode != 0:
-        return None
-    for word in res.stdout.split():
-        if word.startswith("constrain_devices="):
-            return word.split("=", 1)[1]
-    return "unknown"
+        return {}
+    return dict(word.split("=", 1) for word in res.stdout.split() if "=" in word)
+
+
+def booted_version() -> tuple[int, int, int]:
+    """The Slurm version the running test cluster booted (up.sh records it): version-specific tests
+    read it, so a newer release is tested for what it really prints."""
+    text = (CLUSTER_DIR / "version").read_text(encoding="utf-8").strip()
+    major, minor, micro = (int(part) for part in re.findall(r"\d+", text)[:3])
+    return major, minor, micro
 
 
 def shared_paths() -> list[str]:
     """What every node must see as this process does (a real site shares /home): this checkout, the
     venv the tests run in, and $HPCPLACE_SLURM_SHARED (scripts/test-all.sh puts its venv there)."""
     extra = [p for p in os.environ.get("HPCPLACE_SLURM_SHARED", "").split(":") if p]
-    return sorted({os.path.realpath(p) for p in [str(REPO), sys.prefix, *extra]})
+    return sorted({os.path.realpath(p) for p in [str(REPO), sys.prefix, sys.base_prefix, *extra]})
 
 
 def _unshared(wanted: list[str]) -> list[str]:
@@ -253,8 +263,8 @@ def _unshared(wanted: list[str]) -> list[str]:
 
 def _boot(mode: str) -> None:
     env = {**os.environ, "HPCPLACE_SLURM_SHARED": ":".join(shared_paths())}
-    res = subprocess.run([str(CLUSTER_SCRIPTS / "up.sh"), "--constrain-devices", mode], capture_output=True,
-                         text=True, check=False, timeout=300, env=env)
+    res = subprocess.run([str(CLUSTER_SCRIPTS / "up.sh"), "--slurm", SLURM_RELEASE, "--constrain-devices", mode],
+                         capture_output=True, text=True, check=False, timeout=300, env=env)
     if res.returncode == 77:
         _unavailable(f"the Slurm test cluster needs root: {res.stderr.strip()}")
     if res.returncode != 0:
@@ -282,25 +292,32 @@ def ensure_cluster(mode: str) -> LiveCluster:
         _unavailable("the Slurm test cluster needs root (scripts/slurm-cluster/up.sh)")
     if not (CLUSTER_SCRIPTS / "up.sh").exists():
         _unavailable("scripts/slurm-cluster/up.sh is missing")
-    if subprocess.run(["sh", "-c", "command -v slurmctld sbatch"], capture_output=True, check=False).returncode:
-        install = subprocess.run([str(CLUSTER_SCRIPTS / "install.sh")], capture_output=True, text=True, check=False)
-        if install.returncode != 0:
-            _unavailable(f"cannot install Slurm: {install.stderr.strip()[-500:]}")
+    install = subprocess.run([str(CLUSTER_SCRIPTS / "install.sh"), "--slurm", SLURM_RELEASE], capture_output=True,
+                             text=True, check=False)
+    if install.returncode != 0:
+        _unavailable(f"cannot install Slurm ({SLURM_RELEASE}): {install.stderr.strip()[-500:]}")
     _hold_cluster_lock()
     owner = CLUSTER_OWNER.read_text() if CLUSTER_OWNER.exists() else ""
-    if _status() != mode or owner != str(REPO) or _unshared(shared_paths()):
+    status = _status()
+    if (status.get("constrain_devices") != mode or status.get("slurm") != SLURM_RELEASE or owner != str(REPO)
+            or _unshared(shared_paths())):
         _boot(mode)
         CLUSTER_OWNER.write_text(str(REPO))
+    # A newer release's client tools (up.sh writes them to $DIR/bin) come first, for the tests and for
+    # every `hpcplace` they run, as a site's Slurm module puts its own on PATH.
+    tools = str(CLUSTER_DIR / "bin")
+    path = [p for p in os.environ.get("PATH", os.defpath).split(os.pathsep) if p != tools]
+    os.environ["PATH"] = os.pathsep.join(([tools] if (CLUSTER_DIR / "bin").is_dir() else []) + path)
     env = dict(os.environ)
     env["SLURM_CONF"] = str(CLUSTER_DIR / "etc" / "slurm.conf")
     os.environ["SLURM_CONF"] = env["SLURM_CONF"]
     # The jobs' preflight finds each node's fake GPUs here (runtime/preflight.py; sbatch passes it on).
     env["HPCPLACE_GPU_DEVICE_DIR"] = os.environ["HPCPLACE_GPU_DEVICE_DIR"] = str(CLUSTER_DIR / "dev" / "{node}")
-    return LiveCluster(env, mode)
+    return LiveCluster(env, mode, booted_version())
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> LiveCluster:
     """The cluster as it is (booting it with ConstrainDevices=no when down)."""
-    mode = _status()
+    mode = _status().get("constrain_devices", "no")
     return ensure_cluster(mode if mode in ("yes", "no") else "no")
