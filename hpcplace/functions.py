@@ -16,8 +16,8 @@ Components not given a callable keep their command.
 from __future__ import annotations
 
 import os
-import shlex
 import pickle
+import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -160,7 +160,7 @@ def _load_plan(config: str | os.PathLike[str] | Plan, overrides: Sequence[str]) 
         return config
     from hpcplace.plan.planner import plan_from_file
 
-    return plan_from_file(config, overrides=overrides)
+    return plan_from_file(os.fspath(config), overrides=overrides)
 
 
 def function_plan(plan: Plan, functions: Mapping[str, Callable[..., Any]], run_dir: str | os.PathLike[str], *,

@@ -11,10 +11,14 @@ from pathlib import Path
 
 from hpcplace.errors import SpecError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from hpcplace.slurm.attach import LiveRun, Target
+
 RUN_HELP = "a run directory written by `hpcplace submit` (or, for exec/shell, by `hpcplace run --local -o DIR`)"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("attach", help="run a driver on a running Ray-mode job's head (a new step)")
     p.add_argument("run", metavar="RUN", help="a run directory written by `hpcplace submit`")
     p.add_argument("--concurrent", action="store_true",
@@ -41,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(func=run_release)
 
 
-def _open_run(target: str):  # type: ignore[no-untyped-def]
+def _open_run(target: str) -> LiveRun:
     """attach.open_run, with an unreadable run directory said in one line (a damaged plan.json: load_plan)."""
     from hpcplace.slurm import attach
 
@@ -57,11 +61,11 @@ def _say(text: str) -> None:
 
 
 def run_attach(args: argparse.Namespace) -> int:
-    from dataclasses import replace
     import shutil
+    from dataclasses import replace
 
-    from hpcplace.slurm import attach
     from hpcplace.config.launch import resolve_driver_interpreter
+    from hpcplace.slurm import attach
 
     if not args.driver:
         raise SpecError("attach needs a driver", hint="hpcplace attach RUN --driver -- python main.py ...")
@@ -88,7 +92,7 @@ def run_attach(args: argparse.Namespace) -> int:
     return rc
 
 
-def _target(args: argparse.Namespace, run):  # type: ignore[no-untyped-def]
+def _target(args: argparse.Namespace, run: LiveRun) -> Target:
     from hpcplace.slurm import attach
 
     if args.node is not None:
@@ -140,8 +144,7 @@ def run_shell(args: argparse.Namespace) -> int:
 
 
 def run_release(args: argparse.Namespace) -> int:
-    from hpcplace.slurm import attach
-    from hpcplace.slurm import submit
+    from hpcplace.slurm import attach, submit
 
     run = _open_run(args.run)
     if not run.plan.launch.hold:
@@ -155,11 +158,13 @@ def run_release(args: argparse.Namespace) -> int:
     print(f"released job {run.job_id}: it stops its steps, cleans its nodes and ends")
     if args.wait:
         deadline = time.monotonic() + args.timeout
-        while not status.done:
+        while True:  # not yet done (said above)
             if time.monotonic() > deadline:
                 raise SpecError(f"job {run.job_id} has not ended {args.timeout:g} s after its release",
                                 hint=f"`hpcplace status {shlex.quote(str(run.run_dir))}`; `hpcplace cancel` stops it")
             time.sleep(0.5)
             status = submit.job_status(run.job_id)
+            if status.done:
+                break
         print(f"job {run.job_id}: {status.state}")
     return 0

@@ -13,6 +13,7 @@ from hpcplace.config.formats.common import SiteGpuCount, SiteGpus
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from hpcplace.errors import SlurmError
+    from hpcplace.plan.plan import Plan
     from hpcplace.slurm.validate import ClusterFacts
 
 
@@ -29,8 +30,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_overrides(args: argparse.Namespace) -> list[str]:
     """--set values, then the Hydra-style overrides written after the config."""
-    from hpcplace.errors import SpecError
     from hpcplace.config.hydra_config import HYDRA_OVERRIDE
+    from hpcplace.errors import SpecError
 
     extra = list(getattr(args, "hydra_overrides", []) or [])
     for text in extra:
@@ -102,16 +103,16 @@ def local_site_gpus() -> SiteGpus:
     return lookup
 
 
-def plan_with_launch(args: argparse.Namespace, cluster: LiveCluster | None = None):  # type: ignore[no-untyped-def]
+def plan_with_launch(args: argparse.Namespace, cluster: LiveCluster | None = None) -> Plan:
     """Plan the config, with `--driver -- CMD...` (if given) applied to its launch block. GPU counts the
     config leaves to run time come from the live cluster (`cluster`, to share its facts with the
     command's validation), or for a run on this machine (--local) from this machine."""
     from dataclasses import replace
 
     from hpcplace.config.launch import with_driver, with_hold
-    from hpcplace.plan.runnable import driven_by_framework
     from hpcplace.plan.driver_config import driver_config_problem
     from hpcplace.plan.planner import plan_from_file
+    from hpcplace.plan.runnable import driven_by_framework
 
     site = local_site_gpus() if getattr(args, "local", False) else (cluster or LiveCluster()).site_gpus
     plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args), site_gpus=site)
@@ -153,7 +154,7 @@ def write_output(option: str, path: Path, text: str, *, example: str) -> None:
                         hint="give a writable file path") from None
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("plan", help="expand a config into the exact per-process plan")
     add_config_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the versioned plan JSON")
@@ -167,10 +168,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcplace.plan.gpumap import summary, svg
-    from hpcplace.plan.runnable import nothing_to_run
-    from hpcplace.plan.plan import write_plan_json
     from hpcplace.errors import SpecError
+    from hpcplace.plan.gpumap import summary, svg
+    from hpcplace.plan.plan import write_plan_json
+    from hpcplace.plan.runnable import nothing_to_run
     from hpcplace.slurm.render import check_renders
 
     if args.max_nodes < 1:

@@ -8,7 +8,7 @@ from hpcplace.commands.plan_cmd import add_config_arguments, add_driver_argument
 from hpcplace.errors import SpecError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "run", help="run every process of the plan (--local: on this machine, without Slurm)",
         description="Run the plan on this machine: every process with exactly the environment the in-job "

@@ -16,7 +16,9 @@ from hpcplace.commands.plan_cmd import LiveCluster, add_config_arguments, add_dr
 from hpcplace.errors import SlurmError, SpecError
 
 if TYPE_CHECKING:
+    from hpcplace.plan.plan import Plan
     from hpcplace.slurm.slurm_cli import SlurmVersion
+    from hpcplace.slurm.submit import JobStatus, Submission
 
 
 def _launcher_args(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +54,7 @@ TARGET_HELP = ("a run directory written by `hpcplace submit` (it holds run.json 
                "id such as 1234 (its run directory is found from the job's working directory)")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("render", help="write DIR/job.sbatch and DIR/plan.json without submitting")
     add_config_arguments(p)
     add_run_dir_argument(p, RUN_DIR_DEFAULT)
@@ -151,7 +153,7 @@ def _absolute_program(program: str) -> str:
     return os.path.abspath(found)
 
 
-def _plan(args: argparse.Namespace, cluster: LiveCluster | None = None):  # type: ignore[no-untyped-def]
+def _plan(args: argparse.Namespace, cluster: LiveCluster | None = None) -> Plan:
     """The plan with `--driver` applied and a bare `python` driver made the submitting environment's."""
     from dataclasses import replace
 
@@ -162,7 +164,7 @@ def _plan(args: argparse.Namespace, cluster: LiveCluster | None = None):  # type
     return plan if launch == plan.launch else replace(plan, launch=launch)
 
 
-def _runnable_plan(args: argparse.Namespace, cluster: LiveCluster | None = None):  # type: ignore[no-untyped-def]
+def _runnable_plan(args: argparse.Namespace, cluster: LiveCluster | None = None) -> Plan:
     """`_plan`, refused when its processes would have nothing to run ("no driver, no job")."""
     from hpcplace.plan.runnable import check_runnable
 
@@ -173,7 +175,7 @@ def _runnable_plan(args: argparse.Namespace, cluster: LiveCluster | None = None)
     return plan
 
 
-def _run_dir(args: argparse.Namespace, plan) -> Path:  # type: ignore[no-untyped-def]
+def _run_dir(args: argparse.Namespace, plan: Plan) -> Path:
     from hpcplace.slurm import submit
 
     if args.run_dir:
@@ -181,10 +183,10 @@ def _run_dir(args: argparse.Namespace, plan) -> Path:  # type: ignore[no-untyped
     return submit.default_run_dir(plan, plan.slurm.get("output_dir") or "runs", datetime.now())
 
 
-def _warn_unshared(plan, launcher: tuple[str, ...], run_dir: Path) -> None:  # type: ignore[no-untyped-def]
+def _warn_unshared(plan: Plan, launcher: tuple[str, ...], run_dir: Path) -> None:
     """Warn (stderr) about every path the job needs on the nodes that lies on this host alone."""
-    from hpcplace.slurm.shared_fs import CheckedPath, path_warnings, read_mounts
     from hpcplace.config.spec import shared_paths
+    from hpcplace.slurm.shared_fs import CheckedPath, path_warnings, read_mounts
 
     workdir = launcher[launcher.index("--chdir") + 1]
     paths = [CheckedPath.of("the launcher", launcher[0],
@@ -210,7 +212,7 @@ def _warn_unshared(plan, launcher: tuple[str, ...], run_dir: Path) -> None:  # t
         print(f"hpcplace: warning: {problem}", file=sys.stderr)
 
 
-def _ray_missing(plan, launcher: tuple[str, ...]) -> str | None:  # type: ignore[no-untyped-def]
+def _ray_missing(plan: Plan, launcher: tuple[str, ...]) -> str | None:
     """The Ray launch mode runs `python -m ray` on every node with the launcher's Python: this environment's,
     unless --launcher names another. Said now, not after the queue wait (the job's preflight stops on it)."""
     import importlib.util
@@ -223,7 +225,7 @@ def _ray_missing(plan, launcher: tuple[str, ...]) -> str | None:  # type: ignore
             "ray: the job would stop at its preflight; pip install 'hpcplace[ray]' into it")
 
 
-def _job_files(plan, workdir: str) -> list[tuple[str, str, str, str]]:  # type: ignore[no-untyped-def]
+def _job_files(plan: Plan, workdir: str) -> list[tuple[str, str, str, str]]:
     """(who, "program"|"script", as written, absolute path) of every program given by path and Python script
     (`python train.py`) the job starts: the components' commands, or the Ray driver (bare program names are
     looked up on the nodes' PATH, which is theirs to say)."""
@@ -241,7 +243,7 @@ def _job_files(plan, workdir: str) -> list[tuple[str, str, str, str]]:  # type: 
     return files
 
 
-def missing_files(plan, workdir: str) -> list[str]:  # type: ignore[no-untyped-def]
+def missing_files(plan: Plan, workdir: str) -> list[str]:
     """The job's programs and scripts (_job_files) that are not there: the job's preflight would fail on
     them after the queue wait."""
     lines = []
@@ -311,7 +313,7 @@ def run_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validate_warn(plan, cluster: LiveCluster | None = None,  # type: ignore[no-untyped-def]
+def _validate_warn(plan: Plan, cluster: LiveCluster | None = None,
                    version: SlurmVersion | None = None) -> None:
     from hpcplace.slurm import validate
 
@@ -319,15 +321,15 @@ def _validate_warn(plan, cluster: LiveCluster | None = None,  # type: ignore[no-
         print(f"hpcplace: warning: {w}", file=sys.stderr)
 
 
-def _sbatch(plan, args: argparse.Namespace, launcher: tuple[str, ...], run_dir: Path,  # type: ignore[no-untyped-def]
-            version: SlurmVersion):
+def _sbatch(plan: Plan, args: argparse.Namespace, launcher: tuple[str, ...], run_dir: Path,
+            version: SlurmVersion) -> Submission:
     from hpcplace.slurm import submit
 
     return submit.submit(plan, run_dir, launcher=launcher, template_dir=args.template_dir, timeout=args.timeout,
                          say=lambda s: print(f"hpcplace: {s}", file=sys.stderr), slurm_version=version)
 
 
-def submit_checked(plan, args: argparse.Namespace, launcher: tuple[str, ...], run_dir: Path):  # type: ignore[no-untyped-def]
+def submit_checked(plan: Plan, args: argparse.Namespace, launcher: tuple[str, ...], run_dir: Path) -> Submission:
     """What `hpcplace submit` does after planning, for other commands that submit (`tune --submit-top`):
     warn about paths the nodes cannot see, read the site's Slurm version (refused when too old), check the
     live cluster, sbatch once per run directory."""
@@ -404,21 +406,25 @@ def run_status(args: argparse.Namespace) -> int:
     return submit.status_exit_code(status)
 
 
-def _launch_failure(status, run_dir: Path, job_id: str) -> list[str]:  # type: ignore[no-untyped-def]
-    """Slurm's bare JobLaunchFailure, explained: the batch script never started on the node; without its
-    log in the run directory, the node could not enter that directory."""
-    if not any(c.reason == "JobLaunchFailure" for c in status.components):
-        return []
+def _launch_failure(status: JobStatus, run_dir: Path, job_id: str) -> list[str]:
+    """A job that failed without writing its batch log, explained: the node could not enter the run
+    directory. Slurm says so in two ways: up to 25.05 the batch script never starts (a bare
+    JobLaunchFailure); 26.05 starts it anyway, and it fails at once (NonZeroExitCode, exit 1)."""
     batch_log = run_dir / "logs" / f"batch-{job_id}.out"
-    if batch_log.exists():
+    launch_failed = any(c.reason == "JobLaunchFailure" for c in status.components)
+    if launch_failed and batch_log.exists():
         return ["  the batch script never started on the node (Slurm: JobLaunchFailure): the node's slurmd log "
                 "has Slurm's own words"]
-    return [f"  the batch script never started on the node (Slurm: JobLaunchFailure), and wrote no {batch_log}: "
+    if batch_log.exists() or not (launch_failed or status.state == "FAILED"):
+        return []
+    started = ("the batch script never started on the node (Slurm: JobLaunchFailure)" if launch_failed
+               else "the batch script failed at once")
+    return [f"  {started}, and wrote no {batch_log}: "
             f"the run directory {run_dir} (the job's working directory) must be on storage every node mounts, "
             "as must the venv; `hpcplace submit` warns when it is not"]
 
 
-def _run_plan(run_dir: Path):  # type: ignore[no-untyped-def]
+def _run_plan(run_dir: Path) -> Plan | None:
     """The run directory's plan, or None when it cannot be read (status then says less, never fails)."""
     from hpcplace.slurm import submit
 
@@ -428,7 +434,7 @@ def _run_plan(run_dir: Path):  # type: ignore[no-untyped-def]
         return None
 
 
-def _hold_status(run_dir: Path, plan, state: str) -> list[str]:  # type: ignore[no-untyped-def]
+def _hold_status(run_dir: Path, plan: Plan | None, state: str) -> list[str]:
     """A held job: that it is held and how to attach; the Ray dashboard's address (hpcplace.slurm.attach)."""
     import json
     import socket
@@ -444,7 +450,7 @@ def _hold_status(run_dir: Path, plan, state: str) -> list[str]:  # type: ignore[
     return hold_lines(run_dir, plan, state, head if isinstance(head, dict) else None, socket.gethostname())
 
 
-def _job_and_run(target: str):  # type: ignore[no-untyped-def]
+def _job_and_run(target: str) -> tuple[str, Path | None, JobStatus]:
     """`RUN|JOBID` -> (job id, run directory or None, Slurm's status of the job). A job id finds its run
     directory through the job's working directory (or batch script, or batch log); a run directory's
     recorded job must still be that run's (job ids restart when a cluster's state is reset)."""
@@ -513,11 +519,11 @@ def _ray_errors(run_dir: Path) -> list[str]:
     return lines
 
 
-def _ray_logs(args: argparse.Namespace, run_dir: Path, plan) -> int:  # type: ignore[no-untyped-def]
+def _ray_logs(args: argparse.Namespace, run_dir: Path, plan: Plan) -> int:
     """Ray mode logs: the driver (`--component driver`) and each node's raylet (`--component ray
     [--rank NODE_RANK]`), from logs/driver.out and logs/ray.<host>.out."""
-    from hpcplace.slurm import submit
     from hpcplace.ray.ray_cluster import ray_nodes
+    from hpcplace.slurm import submit
 
     if args.component not in (None, "driver", "ray"):
         raise SpecError(f"the Ray launch mode has no component {args.component!r} to show",

@@ -17,16 +17,25 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from hpcplace.commands.plan_cmd import (add_config_arguments, add_driver_argument, check_output, config_overrides,
-                                        write_output)
+from hpcplace.commands.plan_cmd import (
+    add_config_arguments,
+    add_driver_argument,
+    check_output,
+    config_overrides,
+    write_output,
+)
 from hpcplace.errors import HpcplaceError, SpecError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from hpcplace.tune.tune import Candidate
 
 TUNE_RECORD = "tune.json"
 RUN_MARKERS = (TUNE_RECORD, "run.json", "plan.json")  # a run directory holds at least one of them
 METRIC_RE = re.compile(r"hpcplace-metric((?:\s+[A-Za-z_][A-Za-z0-9_.]*=\S+)+)")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from hpcplace.commands.slurm_cmds import _template_args
     from hpcplace.tune.tune import OBJECTIVES
 
@@ -90,7 +99,7 @@ def run_tune(args: argparse.Namespace) -> int:
         text = Path(args.config).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read config file {args.config}: {exc}") from None
-    accepted = []
+    accepted: list[tuple[Candidate, str]] = []
     refused: list[str] = []
     for cand in found:
         variant = rewrite(text, args.config, setup, cand)
@@ -135,12 +144,12 @@ def run_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _variant_slug(cand) -> str:  # type: ignore[no-untyped-def]
+def _variant_slug(cand: Candidate) -> str:
     text = "_".join(f"{'+'.join(s.members)}-{s.group}{s.count}" for s in cand.stages)
     return re.sub(r"[^A-Za-z0-9_.+-]", "-", text)[:120]
 
 
-def _submit_top(args: argparse.Namespace, name: str, chosen: list) -> None:  # type: ignore[type-arg]
+def _submit_top(args: argparse.Namespace, name: str, chosen: list[tuple[Candidate, str]]) -> None:
     """Each variant through `hpcplace submit`'s own path: --driver applied, a bare `python` made absolute,
     refused with nothing to run, unshared paths warned about, the live cluster checked."""
     from hpcplace.commands.slurm_cmds import _launcher, _runnable_plan, submit_checked

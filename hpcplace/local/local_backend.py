@@ -33,11 +33,11 @@ from typing import BinaryIO
 
 from hpcplace.errors import HpcplaceError
 from hpcplace.plan.plan import Plan, plan_to_json
+from hpcplace.runtime import shm_dir as shm_dir_module
 from hpcplace.runtime.devices import LOCAL_MAP, parse_device_list, query_nvml
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.plan_index import write_index
 from hpcplace.runtime.ranks import compute_process_env, environment_changes, merge_environment, plan_environment
-from hpcplace.runtime import shm_dir as shm_dir_module
 from hpcplace.runtime.shm_dir import ShmDirError, make_node_dir, remove_job_dir
 from hpcplace.runtime.slurm_env import node_name_at, synthetic_snapshot
 
@@ -285,7 +285,7 @@ def resolve_workdir(workdir: str | os.PathLike[str] | None) -> str:
     """--workdir DIR as an absolute directory (default: the current directory)."""
     where = os.path.abspath(workdir if workdir is not None else os.getcwd())
     if not os.path.isdir(where):
-        raise LocalRunError(f"--workdir {os.fspath(workdir)!r} is not a directory",
+        raise LocalRunError(f"--workdir {os.fspath(workdir) if workdir is not None else where!r} is not a directory",
                             hint="give the directory the components' commands run in")
     return where
 
@@ -479,7 +479,7 @@ class _Supervisor:
     def close(self, key: selectors.SelectorKey) -> None:
         self.selector.unregister(key.fileobj)
         key.data.feed(b"")
-        key.fileobj.close()  # type: ignore[union-attr]
+        key.fileobj.close()  # type: ignore[union-attr]  # registered: the children's pipes, file objects
 
     def reap(self) -> None:
         for pid, (proc, popen) in list(self.running.items()):

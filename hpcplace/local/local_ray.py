@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from hpcplace.errors import HpcplaceError
 from hpcplace.plan.plan import Plan, plan_to_json
@@ -39,7 +40,7 @@ class LocalRayUsageError(LocalRayError):
     exit_code = 2
 
 
-def local_raylet_facts(plan: Plan) -> dict:
+def local_raylet_facts(plan: Plan) -> dict[str, Any]:
     """The single local raylet: every planned node's resources on one node (pure)."""
     nodes = ray_nodes(plan)
     resources: dict[str, int] = {}
@@ -75,8 +76,8 @@ def run_ray_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None
     whose program or Python script is not found from there is refused before anything starts."""
     from hpcplace.local.local_backend import WORKDIR_HINT, new_run_id, resolve_workdir, startable_problem
     from hpcplace.runtime.plan_index import write_index
-    from hpcplace.runtime.ray_node import port_candidates, port_free, stop_tree, wait_for
     from hpcplace.runtime.ray_driver import driver_env
+    from hpcplace.runtime.ray_node import port_candidates, port_free, stop_tree, wait_for
 
     base = dict(os.environ if environ is None else environ)
     from hpcplace.slurm.render import make_run_dir
@@ -112,7 +113,7 @@ def run_ray_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None
             "--labels=" + ",".join(f"{k}={v}" for k, v in facts["labels"].items()), f"--temp-dir={temp}",
             f"--object-spilling-directory={temp}/spill", "--dashboard-agent-listen-port=0",
             "--min-worker-port=0", "--max-worker-port=0", *shlex.split(base.get("HPCPLACE_RAY_ARGS", ""))]
-    log = open(directory / "ray-head.log", "wb")
+    log = open(directory / "ray-head.log", "wb")  # noqa: SIM115 - the head's log: closed in the finally below
     print(f"hpcplace: starting a local Ray head on port {port} ({facts['num_cpus']} CPU(s), {facts['num_gpus']} "
           f"GPU(s), resources {facts['resources']}); run dir {directory}", file=sys.stderr)
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)

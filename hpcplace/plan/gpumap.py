@@ -7,12 +7,12 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from html import escape
 
 from hpcplace.config.cluster import Node
+from hpcplace.config.rank_syntax import compress_ranks as compress
+from hpcplace.config.rank_syntax import plural
 from hpcplace.config.spec import SpanningWorkers
 from hpcplace.plan.placement import Placement
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.process_table import node_processes
-from hpcplace.config.rank_syntax import compress_ranks as compress
-from hpcplace.config.rank_syntax import plural
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
@@ -101,9 +101,9 @@ def summary(plan: Plan, *, max_nodes: int = 64) -> str:
                      + (f"  [{'; '.join(extra)}]" if extra else ""))
         if comp.spanning is not None:
             lines += ["      " + line for line in spanning_lines(comp.spanning, comp.processes)]
-    for g in plan.collocation_groups:
-        lines.append(f"  {g.name}: {' + '.join(g.components)} share {g.resource_type}; turns: "
-                     + " -> ".join("[" + ", ".join(p) + "]" for p in g.phases))
+    for cg in plan.collocation_groups:
+        lines.append(f"  {cg.name}: {' + '.join(cg.components)} share {cg.resource_type}; turns: "
+                     + " -> ".join("[" + ", ".join(p) + "]" for p in cg.phases))
     if plan.weight_sync:
         ws = plan.weight_sync
         lines.append(f"  model-parallel: {ws.mode}; actor tp={ws.actor_tp} pp={ws.actor_pp}, rollout tp={ws.rollout_tp}"

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, repeat
 from operator import add
-from typing import TYPE_CHECKING, BinaryIO, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO, cast
 
 from hpcplace.config.cluster import Charge, Cluster, Hardware, Node, NodeGroup, charges
 from hpcplace.config.launch import STEPS, LaunchSpec
@@ -234,8 +234,9 @@ def iter_plan_json(plan: Plan, spans: list[ProcessSpans] | None = None, *,
         lines = []
         pos += len(text)
         yield text
-        comp_spans = ProcessSpans() if spans is not None else None
+        comp_spans = None
         if spans is not None:
+            comp_spans = ProcessSpans()
             spans.append(comp_spans)
         prefix = _INDENT
         for records, lens in _record_chunks(comp.processes, comp_spans is not None):
@@ -260,9 +261,14 @@ def write_plan_json(plan: Plan, out: TextIO | BinaryIO, spans: list[ProcessSpans
     """Stream plan.json into `out` (a text or, faster, a binary file); returns the number of bytes
     (= characters) written."""
     written = 0
-    binary = not isinstance(out, io.TextIOBase)
+    if isinstance(out, io.TextIOBase):
+        for piece in iter_plan_json(plan, spans, header=header):
+            out.write(piece)
+            written += len(piece)
+        return written
+    raw = cast(BinaryIO, out)  # not a text file: a binary one
     for piece in iter_plan_json(plan, spans, header=header):
-        out.write(piece.encode("ascii") if binary else piece)
+        raw.write(piece.encode("ascii"))
         written += len(piece)
     return written
 

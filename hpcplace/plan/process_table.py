@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import NamedTuple, overload
 
 from hpcplace.config.cluster import Cluster, Node
+from hpcplace.config.rank_syntax import RankMapPart, SpreadLists
 from hpcplace.errors import PlanError
 from hpcplace.plan.placement import NO_ACCELERATOR, Placement, ResourceSpace
-from hpcplace.config.rank_syntax import RankMapPart, SpreadLists
 
 
 class Slot(NamedTuple):
@@ -63,7 +63,7 @@ def accelerator_type(node: Node) -> str:
 class Processes(Sequence[Placement]):
     """The processes of one component, rank order; see the module docstring."""
 
-    __slots__ = ("runs", "_firsts", "_order", "_count", "_len", "_nodes")
+    __slots__ = ("_count", "_firsts", "_len", "_nodes", "_order", "runs")
 
     def __init__(self, runs: Sequence[Run]) -> None:
         self.runs: tuple[Run, ...] = tuple(runs)
@@ -165,7 +165,7 @@ class Processes(Sequence[Placement]):
         for n, run in first.items():
             runs = merged.get(n)
             if runs is None:
-                ranks = range(run.first_rank, run.first_rank + len(run.slots))
+                ranks: Sequence[int] = range(run.first_rank, run.first_rank + len(run.slots))
                 out.append(NodeProcesses(n, run.node.group_index, run.node.index_in_group, self._order[n],
                                          ranks, run.slots))
             else:
@@ -225,10 +225,7 @@ def build_processes(cluster: Cluster, space: ResourceSpace, resource_lists: Sequ
         kind = kind_of[first]
         if kind == "gpu":
             local = tuple(local_of[r] for r in resources)
-            if isolate_accelerator:
-                visible = tuple(str(x) for x in local)
-            else:
-                visible = _all(all_gpus, node.rank, node.gpus)
+            visible = tuple(str(x) for x in local) if isolate_accelerator else _all(all_gpus, node.rank, node.gpus)
             isolated, hw = isolate_accelerator, local
         else:
             visible = _all(all_gpus, node.rank, node.gpus)

@@ -16,10 +16,10 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from hpcplace.errors import SpecError
 from hpcplace.config.launch import BARE_PYTHON_RE
-from hpcplace.plan.plan import Plan
 from hpcplace.config.rank_syntax import compress_ranks
+from hpcplace.errors import SpecError
+from hpcplace.plan.plan import Plan
 from hpcplace.runtime.ray_node import framework_node_env
 
 RAY_STEP = "ray"

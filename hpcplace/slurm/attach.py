@@ -15,6 +15,7 @@ The pure half (argv of the steps) is tested without Slurm; the rest is the I/O a
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -27,19 +28,29 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-from hpcplace.slurm import slurm_cli
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.plan import Plan
-from hpcplace.slurm.slurm_job import (LEAKED_GPU_VARIABLES, NO_GRES, STEP_REQUEST_VARIABLES, WHOLE_NODE_CPUS, SlurmJob,
-                                      lower)
+from hpcplace.slurm import slurm_cli
+from hpcplace.slurm.slurm_job import (
+    LEAKED_GPU_VARIABLES,
+    NO_GRES,
+    STEP_REQUEST_VARIABLES,
+    WHOLE_NODE_CPUS,
+    SlurmJob,
+    lower,
+)
 
 ATTACH_STEP = "attach"  # the job name of attached drivers' steps (squeue --steps shows it)
 EXEC_STEP = "exec"
 RELEASE_PREFIX = ".release-"  # + job id: the marker a held job's batch script waits for
 HOLD_FILE = "hold.json"  # written by a held job once it holds (templates/hold.sh.j2)
 COMMANDS_DIR = "attach"  # the command files of attached steps, in the run directory
+
+
+if TYPE_CHECKING:
+    from hpcplace.slurm.submit import JobStatus
 
 
 class NotRunningError(SpecError):
@@ -96,7 +107,7 @@ def recorded_launcher(run_dir: Path) -> tuple[str, ...]:
                      hint="resubmit with this hpcplace version")
 
 
-def owned_status(job_id: str, run_dir: Path, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S):  # type: ignore[no-untyped-def]
+def owned_status(job_id: str, run_dir: Path, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> JobStatus:
     """The job's status, refused when the id recorded in `run_dir` now names another run's job (ids restart
     when a cluster's state is reset): attach, exec and release never reach into someone else's job."""
     from hpcplace.slurm import run_report, submit
@@ -261,8 +272,8 @@ def release(run: LiveRun) -> Path:
     return path
 
 
-def _copy(src: BinaryIO, sinks: Sequence[BinaryIO], lock: threading.Lock) -> None:
-    for chunk in iter(lambda: src.read1(65536), b""):  # type: ignore[attr-defined]
+def _copy(src: io.BufferedReader, sinks: Sequence[BinaryIO], lock: threading.Lock) -> None:  # a PIPE: read1
+    for chunk in iter(lambda: src.read1(65536), b""):
         with lock:
             for sink in sinks:
                 sink.write(chunk)

@@ -19,16 +19,28 @@ from pathlib import Path
 
 import jinja2
 
+from hpcplace.config.rank_syntax import compress_ranks
+from hpcplace.config.safe_words import check_srun_argv
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.gpumap import spanning_lines
 from hpcplace.plan.plan import Plan, ProcessSpans, component_header, plan_header, write_plan_json
 from hpcplace.plan.process_table import node_processes
-from hpcplace.config.rank_syntax import compress_ranks
-from hpcplace.config.safe_words import check_srun_argv
 from hpcplace.slurm.slurm_job import (
-    LEAKED_GPU_VARIABLES, PREFLIGHT_LOG_PATTERN, PREFLIGHT_LOG_VARIABLE, RANK_LOG_VARIABLE, STEP_REQUEST_VARIABLES,
-    Segment, SlurmJob, Step, all_nodes_srun_args, driver_step_args, lower, preflight_srun_args, rank_log_pattern,
-    ray_step_segments, segment_srun_args,
+    LEAKED_GPU_VARIABLES,
+    PREFLIGHT_LOG_PATTERN,
+    PREFLIGHT_LOG_VARIABLE,
+    RANK_LOG_VARIABLE,
+    STEP_REQUEST_VARIABLES,
+    Segment,
+    SlurmJob,
+    Step,
+    all_nodes_srun_args,
+    driver_step_args,
+    lower,
+    preflight_srun_args,
+    rank_log_pattern,
+    ray_step_segments,
+    segment_srun_args,
 )
 
 TEMPLATE = "job.sbatch.j2"
@@ -172,12 +184,12 @@ def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
     lines += [f"composed: {item}" for item in plan.composed]
     lines += ["",
              "het component <- node group: partition, nodes, GRES"]
-    for comp in job.components:
-        ranks = compress_ranks(comp.node_ranks or range(comp.first_node_rank, comp.first_node_rank + comp.num_nodes))
-        lines.append(f"  {comp.het_group}: {comp.label} -> partition {comp.partition or '(none given: Slurm default)'}, {comp.num_nodes} node(s) "
-                     f"(cluster node ranks {ranks}), GRES {comp.gres or 'none'}")
-        if comp.charge is not None and (comp.charge.account or comp.charge.qos):
-            lines.append(f"     charged to {comp.charge.describe(comp.label)}")
+    for hc in job.components:
+        ranks = compress_ranks(hc.node_ranks or range(hc.first_node_rank, hc.first_node_rank + hc.num_nodes))
+        lines.append(f"  {hc.het_group}: {hc.label} -> partition {hc.partition or '(none given: Slurm default)'}, "
+                     f"{hc.num_nodes} node(s) (cluster node ranks {ranks}), GRES {hc.gres or 'none'}")
+        if hc.charge is not None and (hc.charge.account or hc.charge.qos):
+            lines.append(f"     charged to {hc.charge.describe(hc.label)}")
     lines += ["", "component: ranks -> nodes (index within the het component) and GPUs per local task"]
     steps_of: dict[str, list[Step]] = {}
     for step in job.steps:

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from hpcplace.errors import HpcplaceError, SlurmError
+from hpcplace.plan.plan import Plan
 from hpcplace.slurm import slurm_cli, submit
 from hpcplace.slurm.submit import JobStatus
 
@@ -207,7 +208,7 @@ def failure_lines(failure: Failure, log_path: Path | None, log_text: str | None)
     return out
 
 
-def failing_log(run_dir: Path, failure: Failure, plan) -> Path | None:  # type: ignore[no-untyped-def]
+def failing_log(run_dir: Path, failure: Failure, plan: Plan) -> Path | None:
     """The log file of the rank that failed first (steps mode: logs/<step>.<host>.<task>.out; the Ray
     driver: logs/driver.out)."""
     from hpcplace.slurm.slurm_job import lower

@@ -33,7 +33,7 @@ class CheckedPath:
     fix: str
 
     @classmethod
-    def of(cls, what: str, path: str, fix: str) -> "CheckedPath":
+    def of(cls, what: str, path: str, fix: str) -> CheckedPath:
         return cls(what, os.path.abspath(path), fix)
 
 

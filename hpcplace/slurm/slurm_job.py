@@ -17,15 +17,24 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
+from typing import TypeVar
 
 from hpcplace.config.cluster import Charge, NodeGroup, charges
-from hpcplace.plan.runnable import commandless_components
+from hpcplace.config.slurm_options import (
+    DEFAULT_LIMIT_SIGNAL,
+    SLURM_JOB_OPTIONS,
+    extra_args,
+    flag,
+    kill_wait,
+    limit_signal,
+    sbatch_time_ok,
+    time_limit_seconds,
+)
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.plan import ComponentPlan, Plan
 from hpcplace.plan.process_table import LocalRankError, NodeProcesses, Slot, node_processes
+from hpcplace.plan.runnable import commandless_components
 from hpcplace.ray.ray_cluster import DRIVER_STEP, RAY_STEP, head_node
-from hpcplace.config.slurm_options import (DEFAULT_LIMIT_SIGNAL, SLURM_JOB_OPTIONS, extra_args, flag, kill_wait,
-                                           limit_signal, sbatch_time_ok, time_limit_seconds)
 
 # Variables the batch step leaks into every step; `srun --export` cannot clear them (lab facts).
 LEAKED_GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURM_JOB_GPUS")
@@ -173,10 +182,15 @@ def gpu_bind(task_gpus: Sequence[Sequence[str]]) -> str:
     return "mask_gpu:" + ",".join(gpu_mask(g) for g in task_gpus)
 
 
-def consecutive_runs(items: Sequence[tuple[int, object]]) -> list[tuple[int, int, object]]:
+_K = TypeVar("_K")
+# A node's layout, the key its segment is grouped by: (tasks, GPUs, the GPU binding, each task's GPUs)
+_Layout = tuple[int, int, str | None, tuple[tuple[str, ...], ...]]
+
+
+def consecutive_runs(items: Sequence[tuple[int, _K]]) -> list[tuple[int, int, _K]]:
     """[(index, key), ...] sorted by index -> [(first index, count, key)] for runs of consecutive
     indices with equal keys."""
-    runs: list[tuple[int, int, object]] = []
+    runs: list[tuple[int, int, _K]] = []
     for index, key in items:
         if runs:
             first, count, last_key = runs[-1]
@@ -412,8 +426,8 @@ def _component_steps(plan: Plan, comp: ComponentPlan, name: str) -> list[Step]:
         raise SpecError(f"component {comp.name!r}: cpus_per_process must be >= 1")
     cluster = plan.cluster
     views = sorted(_node_views(comp), key=lambda v: (v.het_group, v.group_node_index))
-    keys: dict[tuple[int, int], object] = {}  # (id of a slots tuple, GPUs of the node) -> layout key
-    per_group: dict[int, list[tuple[int, object]]] = {}
+    keys: dict[tuple[int, int], _Layout] = {}  # (id of a slots tuple, GPUs of the node) -> layout key
+    per_group: dict[int, list[tuple[int, tuple[_Layout, Sequence[int]]]]] = {}
     for view in views:
         g, j = view.het_group, view.group_node_index
         node_gpus = cluster.node_groups[g].gpus_per_node[j]
@@ -429,7 +443,7 @@ def _component_steps(plan: Plan, comp: ComponentPlan, name: str) -> list[Step]:
         keyed = [(j, key) for j, (key, _ranks) in items]
         ranks_of = {j: ranks for j, (_key, ranks) in items}
         for first, count, key in consecutive_runs(keyed):
-            ntasks, node_gpus, bind, task_gpus = key  # type: ignore[misc]
+            ntasks, node_gpus, bind, task_gpus = key
             ranks = tuple(chain.from_iterable(ranks_of[j] for j in range(first, first + count)))
             segments_by_group.setdefault(g, []).append(Segment(
                 het_group=g, relative=first, num_nodes=count, tasks_per_node=ntasks,

@@ -21,15 +21,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from hpcplace.slurm import slurm_cli
-from hpcplace.errors import SlurmError, SpecError
 from hpcplace.config.cluster import Cluster, Hardware, NodeGroup
 from hpcplace.config.launch import launch_from_json
+from hpcplace.config.spec import SpanningWorkers
+from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.placement import Placement
-from hpcplace.plan.plan import SCHEMA, ComponentPlan, Plan, SpanningWorkers, iter_plan_json
+from hpcplace.plan.plan import SCHEMA, ComponentPlan, Plan, iter_plan_json
+from hpcplace.slurm import slurm_cli
 from hpcplace.slurm.render import (
-    DEFAULT_LAUNCHER, LIBRARY_NAME, PLAN_NAME, SCRIPT_NAME, make_run_dir, render_library, render_run, render_script, sha256_text,
+    DEFAULT_LAUNCHER,
+    LIBRARY_NAME,
+    PLAN_NAME,
+    SCRIPT_NAME,
+    make_run_dir,
+    render_library,
+    render_run,
+    render_script,
+    sha256_text,
 )
 from hpcplace.slurm.slurm_job import SlurmJob, lower, rank_log_name, slug
 
@@ -361,8 +371,8 @@ def job_status(job_id: str, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> 
         comps = tuple(ComponentState(
             int(r["JobID"].split("+")[1]) if "+" in r["JobID"] else 0, r["JobID"], r["Partition"], r["State"],
             r["NodeList"], "", r["ExitCode"], r["Elapsed"]) for r in acct if "." not in r["JobID"])
-        lead = next((r for r in acct if "." not in r["JobID"]), {})
-        return JobStatus(job_id, comps, steps, "sacct", lead.get("WorkDir", ""), lead.get("Submit", ""))
+        acct_lead = next((r for r in acct if "." not in r["JobID"]), {})
+        return JobStatus(job_id, comps, steps, "sacct", acct_lead.get("WorkDir", ""), acct_lead.get("Submit", ""))
     return JobStatus(job_id, (), (), "none")
 
 
@@ -550,7 +560,7 @@ def load_plan(path: Path) -> Plan:
                         hint="give the run directory `hpcplace submit` printed after the job id") from None
 
 
-def _plan_of(data: dict, path: Path) -> Plan:
+def _plan_of(data: dict[str, Any], path: Path) -> Plan:
     if data.get("schema") != SCHEMA:
         raise SlurmError(f"{path}: schema {data.get('schema')!r}, expected {SCHEMA!r}")
     groups = []

@@ -8,13 +8,14 @@ A node that is DOWN or DRAINED still counts (it may come back) but is reported a
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from hpcplace.slurm import slurm_cli
-from hpcplace.errors import SlurmError
 from hpcplace.config.formats.common import SiteGpuCount
-from hpcplace.plan.runnable import commandless_components, nothing_to_run_hint
+from hpcplace.errors import SlurmError
 from hpcplace.plan.plan import Plan
+from hpcplace.plan.runnable import commandless_components, nothing_to_run_hint
+from hpcplace.slurm import slurm_cli
 from hpcplace.slurm.slurm_job import SlurmJob, lower
 
 UNUSABLE_STATES = ("DOWN", "DRAIN", "FAIL", "FUTURE", "NOT_RESPONDING", "MAINT", "POWERED_DOWN")
@@ -187,7 +188,7 @@ def check(plan: Plan, facts: ClusterFacts, job: SlurmJob | None = None) -> Repor
                                                       for j in range(hc.num_nodes)])
         mem_need = max([group.mem_per_node_mb or 0] + [needs.get((hc.het_group, j), (0, 0))[1]
                                                         for j in range(hc.num_nodes)])
-        tests = [
+        tests: list[tuple[str, Callable[..., bool]]] = [  # a default argument binds each check's value
             (f"GRES {hc.gres}", lambda n, g=hc.gres: g is None or _gres_ok(n, g)),
             (f"{cpu_need} CPUs", lambda n, c=cpu_need: n.cpus >= c),
             (f"{mem_need} MB memory", lambda n, m=mem_need: n.memory_mb >= m),

@@ -190,7 +190,7 @@ def evaluate(problem: Problem, stages: Sequence[tuple[tuple[str, ...], str, int]
     starts = _layout(problem, stages)
     if starts is None:
         return None
-    transfers = tuple(_transfer(problem, by_name[a[0][-1]], a[1], b[1]) for a, b in zip(stages, stages[1:]))
+    transfers = tuple(_transfer(problem, by_name[a[0][-1]], a[1], b[1]) for a, b in itertools.pairwise(stages))
     gpus = sum(n for _, label, n in stages if _group(problem, label).kind == "gpu")
     warnings = []
     for members, label, n in stages:
@@ -242,8 +242,12 @@ def _pareto(members: Sequence[Component], group: Group) -> tuple[list[int], list
     return ns, ss
 
 
+# (stage members, group label) -> their Pareto front: counts and seconds (_pareto), shared by every structure
+ParetoCache = dict[tuple[tuple[str, ...], str], tuple[list[int], list[float]]]
+
+
 def best_counts(problem: Problem, shape: Sequence[tuple[tuple[str, ...], str]], bound: float = math.inf,
-                cache: dict | None = None) -> Candidate | None:  # type: ignore[type-arg]
+                cache: ParetoCache | None = None) -> Candidate | None:
     """The best counts for one structure (exact branch and bound), or None if none beats `bound`."""
     by_name = {c.name: c for c in problem.chain}
     groups = {g.label: g for g in problem.groups}
@@ -256,7 +260,7 @@ def best_counts(problem: Problem, shape: Sequence[tuple[tuple[str, ...], str]], 
         options.append(cache[key])
     if any(not ns for ns, _ in options):
         return None
-    transfers = [_transfer(problem, by_name[a[0][-1]], a[1], b[1]) for a, b in zip(shape, shape[1:])]
+    transfers = [_transfer(problem, by_name[a[0][-1]], a[1], b[1]) for a, b in itertools.pairwise(shape)]
     fixed = [x for x in transfers if x > 0]
     fixed_sum, fixed_max = sum(fixed), max(fixed, default=0.0)
     B = problem.batches
@@ -274,7 +278,7 @@ def best_counts(problem: Problem, shape: Sequence[tuple[tuple[str, ...], str]], 
     negs = [[-x for x in ss] for _, ss in options]
     levels = {key: sorted({x for j in js for x in options[j][1]}) for key, js in ahead.items()}
     memo: dict[tuple[int, str, int], float] = {}
-    at_most = []  # stage -> capacity left -> position of the largest count that fits (-1: none)
+    at_most: list[list[int]] = []  # stage -> capacity left -> position of the largest count that fits (-1: none)
     for ns, _ in options:
         row, pos = [], -1
         for cap in range(groups[labels[len(at_most)]].capacity + 1):
@@ -298,14 +302,14 @@ def best_counts(problem: Problem, shape: Sequence[tuple[tuple[str, ...], str]], 
             while lo < hi:
                 mid = (lo + hi) // 2
                 need = [fewest_at(j, taus[mid]) for j in js]
-                if all(n is not None for n in need) and sum(need) <= cap:  # type: ignore[arg-type]
+                if all(n is not None for n in need) and sum(need) <= cap:  # type: ignore[arg-type]  # all() above: no None
                     hi = mid
                 else:
                     lo = mid + 1
             memo[key] = taus[lo] if lo < len(taus) else math.inf
         return memo[key]
 
-    def bound(i: int, left: dict[str, int], s_sum: float, s_max: float, gpus: int) -> float:
+    def lower_bound(i: int, left: dict[str, int], s_sum: float, s_max: float, gpus: int) -> float:
         """A lower bound of the score of any completion of counts[:i] (exact when i == k)."""
         total, top, fewest = 0.0, s_max, gpus
         for j in range(i, k):
@@ -323,7 +327,7 @@ def best_counts(problem: Problem, shape: Sequence[tuple[tuple[str, ...], str]], 
         if i == k:
             if _layout(problem, [(shape[j][0], labels[j], counts[j]) for j in range(k)]) is None:
                 return
-            score = bound(k, left, s_sum, s_max, gpus)
+            score = lower_bound(k, left, s_sum, s_max, gpus)
             if score < limit[0]:
                 limit[0] = score
                 best.append((score, tuple(counts)))
@@ -340,7 +344,7 @@ def best_counts(problem: Problem, shape: Sequence[tuple[tuple[str, ...], str]], 
                 more = [fewest_at(j, m_limit) if is_gpu[j] else 0 for j in range(i, k)]
                 if any(n is None for n in more):
                     return
-                fewest = max(fewest, gpus + sum(more))  # type: ignore[arg-type]
+                fewest = max(fewest, gpus + sum(more))  # type: ignore[arg-type]  # any() above: no None
                 m_limit = (limit[0] * 3600.0 / fewest * B - s_sum - fixed_sum) / (B - 1)
             lo = bisect.bisect_left(negs[i], -m_limit)
             rest = 0
@@ -356,7 +360,7 @@ def best_counts(problem: Problem, shape: Sequence[tuple[tuple[str, ...], str]], 
             counts[i] = ns[pos]
             left[label] -= ns[pos]
             args = (s_sum + ss[pos], max(s_max, ss[pos]), gpus + (ns[pos] if is_gpu[i] else 0))
-            lb = bound(i + 1, left, *args)
+            lb = lower_bound(i + 1, left, *args)
             if lb < limit[0]:
                 dfs(i + 1, left, *args)
             left[label] += ns[pos]
@@ -387,7 +391,7 @@ def search(problem: Problem, top: int = 5,
     if problem.objective not in OBJECTIVES:
         raise ValueError(problem.objective)
     shapes = structures(problem)
-    cache: dict = {}  # type: ignore[type-arg]
+    cache: ParetoCache = {}
     heap: list[tuple[float, int, Candidate]] = []  # max-heap by -score of the best `top`
     for n, shape in enumerate(shapes):
         bound = -heap[0][0] if len(heap) >= top else math.inf
@@ -421,7 +425,7 @@ def baselines(problem: Problem) -> list[Baseline]:
             if g.kind in kinds:
                 s = stage_seconds([by_name[n] for n in names], g, g.capacity)
                 if s is None:
-                    ns, ss = _pareto([by_name[n] for n in names], g)
+                    _, ss = _pareto([by_name[n] for n in names], g)
                     s = ss[-1] if ss else None
                 if s is not None:
                     scored.append((s, g.label))

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import yaml
 
+from hpcplace.config.spec import MODEL_PARALLEL, ExperimentSpec
 from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.process_table import node_processes
-from hpcplace.config.spec import MODEL_PARALLEL, ExperimentSpec
 from hpcplace.tune.tune import Candidate, Component, Group, Problem, Rules
 from hpcplace.tune.tune_profile import Profile
 
@@ -49,7 +49,7 @@ class Setup:
 
 def _shape(spec: ExperimentSpec, plan: Plan, name: str) -> Shape:
     comp = plan.component(name)
-    if spec.model_parallel and name in _MP_NAMES or name in spec.packed:
+    if (spec.model_parallel and name in _MP_NAMES) or name in spec.packed:
         return Shape(1, 1, True)
     resources = sum(len(s.local_hardware_ranks) or 1 for v in node_processes(comp.processes) for s in v.slots)
     distinct = len({(v.cluster_node_rank, r) for v in node_processes(comp.processes) for s in v.slots
@@ -168,8 +168,8 @@ def rewrite(text: str, path: str, setup: Setup, cand: Candidate) -> str:
 def plan_text(text: str, like: str, *, format: str | None, overrides: Sequence[str]) -> Plan:
     """Plan a rewritten config as `hpcplace plan` would (written next to the input, for Hydra's
     relative `defaults:`; removed afterwards)."""
-    from hpcplace.slurm.render import check_renders
     from hpcplace.plan.planner import plan_from_file
+    from hpcplace.slurm.render import check_renders
 
     folder = Path(like).resolve().parent
     fd, tmp = tempfile.mkstemp(prefix=".hpcplace-tune-", suffix=".yaml", dir=folder)

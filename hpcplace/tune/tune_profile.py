@@ -23,11 +23,12 @@ the two nearest measured points; beyond them it follows the nearest segment's me
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
-from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.config.spec import check_name
 from hpcplace.config.yaml_source import View, load_yaml_file
+from hpcplace.errors import SourceLocation, SpecError
 
 DEFAULT_EFFICIENCY = 0.9
 DEFAULT_BYTES_PER_PARAM = 2.0
@@ -56,7 +57,7 @@ class Curve:
             return 1.0 / _extend(1.0 / pts[0][1], pts[0][0], n, _segment_efficiency(pts[0], pts[1]))
         if n > pts[-1][0]:
             return 1.0 / _extend(1.0 / pts[-1][1], pts[-1][0], n, _segment_efficiency(pts[-2], pts[-1]))
-        for (n1, t1), (n2, t2) in zip(pts, pts[1:]):
+        for (n1, t1), (n2, t2) in pairwise(pts):
             if n1 < n < n2:
                 v1, v2 = 1.0 / t1, 1.0 / t2
                 return 1.0 / (v1 + (v2 - v1) * (n - n1) / (n2 - n1))

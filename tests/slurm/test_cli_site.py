@@ -9,22 +9,21 @@ import json
 import os
 import shutil
 import stat
-import time
 import sys
 import textwrap
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from hpcplace.config import launch
-
-from hpcplace.slurm import shared_fs, slurm_cli, validate
 from hpcplace.cli import build_parser, main
 from hpcplace.commands.slurm_cmds import default_launcher
+from hpcplace.config import launch
 from hpcplace.errors import SpecError
 from hpcplace.plan import runnable
 from hpcplace.plan.planner import plan_from_file
+from hpcplace.slurm import shared_fs, slurm_cli, validate
 from hpcplace.slurm.shared_fs import CheckedPath, Mount
 from tests.slurm.conftest import REPO
 from tests.slurm.test_submit_fake import _calls, fake_slurm  # noqa: F401  (the fixture)

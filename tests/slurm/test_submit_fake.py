@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcplace.slurm import slurm_cli, submit, validate
 from hpcplace.errors import HpcplaceError, SlurmError
 from hpcplace.plan.plan import Plan, plan_to_json
 from hpcplace.plan.planner import plan_from_file
+from hpcplace.slurm import slurm_cli, submit, validate
 from tests.slurm.conftest import REPO
 
 DATA = Path(__file__).with_name("data") / "slurm-22.05.8"  # recorded on the 22.05.8 test cluster
@@ -171,7 +171,7 @@ def test_live_lock_refuses(hetero: Plan, tmp_path: Path, fake_slurm: Path) -> No
     other = subprocess.Popen(["sleep", "30"])  # another `hpcplace submit` still running
     try:
         (run_dir / "submit.lock").write_text(json.dumps({"pid": other.pid, "host": os.uname().nodename}))
-        with pytest.raises(SlurmError, match="another submission .* is running"):
+        with pytest.raises(SlurmError, match=r"another submission .* is running"):
             submit.submit(hetero, run_dir)
     finally:
         other.kill()
@@ -237,7 +237,7 @@ def test_submitit_watcher_reads_het_components() -> None:
 def test_cancel_and_resolve(tmp_path: Path, fake_slurm: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    with pytest.raises(submit.UnknownJobError, match="was never submitted to Slurm: no job id in run.json"):
+    with pytest.raises(submit.UnknownJobError, match=r"was never submitted to Slurm: no job id in run\.json"):
         submit.resolve_job(str(run_dir))
     (run_dir / "run.json").write_text(json.dumps({"job_id": "55"}))
     assert submit.resolve_job(str(run_dir)) == ("55", run_dir.absolute())

@@ -22,10 +22,9 @@ import pytest
 
 from hpcplace.plan.planner import plan_from_file
 from hpcplace.slurm import submit
-from hpcplace.slurm.attach import step_args, step_environment, node_target
+from hpcplace.slurm.attach import node_target, step_args, step_environment
 from hpcplace.slurm.render import render_run, render_script
-from hpcplace.slurm.slurm_job import (RANK_LOG_VARIABLE, STEP_REQUEST_VARIABLES, lower, rank_log_name,
-                                      rank_log_pattern)
+from hpcplace.slurm.slurm_job import RANK_LOG_VARIABLE, STEP_REQUEST_VARIABLES, lower, rank_log_name, rank_log_pattern
 from tests.runtime.conftest import LAB_CONFIG, base_env, shim_command, step_envs, write_plan
 from tests.slurm.conftest import REPO
 from tests.slurm.test_script import FAKEBIN, run_script
@@ -83,7 +82,7 @@ def test_every_srun_names_its_cpus_memory_and_gres(config: str, mode: str) -> No
         plan = replace(plan, launch=LaunchSpec("ray", ("python3", "driver.py"), {}, 60))
     try:
         script = render_script(plan, "/r")
-    except Exception as exc:  # a config the Ray mode (or the steps mode) refuses is not this test's
+    except Exception as exc:  # noqa: BLE001 - a config the Ray mode (or the steps mode) refuses is not this test's
         pytest.skip(f"{config} does not render in the {mode} mode: {exc}")
     parts = srun_segments(script)
     assert len(parts) >= 4, parts  # clean-up, guard, preflight, and the steps
@@ -143,7 +142,7 @@ def test_the_job_script_runs_no_srun_with_the_allocations_requests(tmp_path: Pat
         names = {line.split("=", 1)[0] for line in env.splitlines()}
         assert not names & set(REQUESTS), names & set(REQUESTS)
         assert "SLURM_JOB_ID" in names and "SLURM_JOB_NODELIST_HET_GROUP_1" in names
-    assert {v for v in STEP_REQUEST_VARIABLES} >= {k.split("_HET_GROUP_")[0].split("_PACK_GROUP_")[0] for k in REQUESTS}
+    assert set(STEP_REQUEST_VARIABLES) >= {k.split("_HET_GROUP_")[0].split("_PACK_GROUP_")[0] for k in REQUESTS}
 
 
 # ---- 2. per-rank log files named by component and plan rank ------------------------------------------
@@ -237,7 +236,7 @@ def test_logs_and_status_show_the_rank_named_file(tmp_path: Path, capsys: pytest
 def _preflight(tmp_path: Path, err: str, nodes: str = "") -> tuple[list[str], str]:
     plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
     rendered = render_run(plan, tmp_path / "run")
-    res, calls, _ = run_script(rendered.run_dir, tmp_path, FAKE_PREFLIGHT=nodes or "node-b=hpcplace-preflight: node-b: ok",
+    res, _, _ = run_script(rendered.run_dir, tmp_path, FAKE_PREFLIGHT=nodes or "node-b=hpcplace-preflight: node-b: ok",
                                FAKE_PREFLIGHT_ERR=err)
     assert res.returncode == 1, res.stderr
     return (rendered.run_dir / "logs" / "preflight.txt").read_text().splitlines(), res.stderr
