@@ -392,7 +392,8 @@ class _Stream:
             self.sink.flush()
 
 
-def _exit_code(returncode: int) -> int:
+def shell_exit_code(returncode: int) -> int:
+    """A child's return code as a shell reports it: 128 + N for a child killed by signal N."""
     return 128 - returncode if returncode < 0 else returncode
 
 
@@ -488,7 +489,7 @@ class _Supervisor:
                 continue
             del self.running[pid]
             if code != 0 and self.first_failure is None and self.deadline is None:
-                self.first_failure = _exit_code(code)
+                self.first_failure = shell_exit_code(code)
                 self.say(f"[{proc.label}] exited with {self.first_failure}; stopping every process")
                 self.begin_stop()
 

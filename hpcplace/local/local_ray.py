@@ -74,7 +74,13 @@ def run_ray_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None
                     workdir: str | os.PathLike[str] | None = None) -> int:
     """The local Ray head, then the driver, both in `workdir` (default: the current directory); a driver
     whose program or Python script is not found from there is refused before anything starts."""
-    from hpcplace.local.local_backend import WORKDIR_HINT, new_run_id, resolve_workdir, startable_problem
+    from hpcplace.local.local_backend import (
+        WORKDIR_HINT,
+        new_run_id,
+        resolve_workdir,
+        shell_exit_code,
+        startable_problem,
+    )
     from hpcplace.runtime.plan_index import write_index
     from hpcplace.runtime.ray_driver import driver_env
     from hpcplace.runtime.ray_node import port_candidates, port_free, stop_tree, wait_for
@@ -141,7 +147,7 @@ def run_ray_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None
         except OSError as exc:
             raise LocalRayError(f"cannot run the driver {plan.launch.driver[0]!r}: {exc.strerror}") from None
         try:
-            return _exit_code(_wait_driver(driver, proc, directory / "ray-head.log"))
+            return shell_exit_code(_wait_driver(driver, proc, directory / "ray-head.log"))
         except KeyboardInterrupt:
             driver.send_signal(signal.SIGINT)
             try:
@@ -171,7 +177,3 @@ def _wait_driver(driver: subprocess.Popen[bytes], head: subprocess.Popen[bytes],
         if head.poll() is not None:
             raise LocalRayError(f"the local Ray head exited with code {head.returncode} while the driver ran: "
                                 "stopping the driver", hint=f"see {head_log}")
-
-
-def _exit_code(rc: int) -> int:
-    return 128 - rc if rc < 0 else rc
