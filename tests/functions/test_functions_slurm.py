@@ -57,7 +57,7 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def test_every_rank_returns_its_value(slurm_cluster: LiveCluster, config: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_every_rank_returns_its_value(slurm_cluster: LiveCluster, config: Path, tmp_path: Path) -> None:
     job = submit_functions(config, {"actor": where, "rollout": where}, run_dir=tmp_path / "run", args=("x",))
     assert job.job_id is not None
     assert job.wait(timeout=TIMEOUT_S) == "COMPLETED"
@@ -78,7 +78,7 @@ def test_every_rank_returns_its_value(slurm_cluster: LiveCluster, config: Path, 
     assert [r["cuda"] for r in results["rollout"]] == ["", ""]
 
 
-def test_a_raising_rank_fails_the_job_and_is_named(slurm_cluster: LiveCluster, config: Path,  # noqa: F811
+def test_a_raising_rank_fails_the_job_and_is_named(slurm_cluster: LiveCluster, config: Path,
                                                    tmp_path: Path) -> None:
     t0 = time.monotonic()
     job = submit_functions(config, {"actor": fail_on_rank_1, "rollout": fail_on_rank_1}, run_dir=tmp_path / "run",

@@ -55,7 +55,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 # ---- no driver, no job ---------------------------------------------------------------------------
 
 def test_framework_config_without_driver_warns_on_plan_and_is_refused_by_render_submit_run(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_slurm: Path) -> None:  # noqa: F811
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_slurm: Path) -> None:
     code, out, err = _cli(capsys, "plan", str(RLINF))
     assert code == 0 and out.startswith("plan '")
     assert err.count("\n") == 1 and err.startswith("hpcplace: warning: nothing to run: no component of ")
@@ -218,7 +218,7 @@ def test_shared_paths_key(tmp_path: Path) -> None:
 
 
 def test_submit_and_validate_warn_about_unshared_paths_on_stderr(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_slurm: Path) -> None:  # noqa: F811
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_slurm: Path) -> None:
     text = HETERO.read_text() + "\n  shared_paths: [/nowhere-shared]\n"
     assert "\nslurm:" in HETERO.read_text()
     path = _write(tmp_path, text)
@@ -235,7 +235,7 @@ def test_submit_and_validate_warn_about_unshared_paths_on_stderr(
 # ---- -o, defaults, --version, help ------------------------------------------------------------------
 
 def test_o_is_the_run_dir_everywhere_and_render_has_submits_default(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_slurm: Path) -> None:  # noqa: F811
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_slurm: Path) -> None:
     for cmd in ("render", "submit"):
         for flag in ("-o", "--run-dir"):
             run_dir = tmp_path / f"{cmd}{flag}"
@@ -288,7 +288,7 @@ def test_run_without_local_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_missing_run_dir_or_job_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                             fake_slurm: Path) -> None:  # noqa: F811
+                                             fake_slurm: Path) -> None:
     missing = str(tmp_path / "no-such-run")
     (fake_slurm / "sacct.out").write_text("")  # neither the controller nor accounting knows job 999
     for argv in (["status", missing], ["cancel", missing], ["logs", missing], ["status", "999"], ["cancel", "999"]):
@@ -373,7 +373,7 @@ def test_no_controller_detection_is_one_pure_check() -> None:
 
 # ---- a failed submit leaves nothing behind ------------------------------------------------------------
 
-def test_refused_submit_removes_the_run_dir_it_created_only(tmp_path: Path, fake_slurm: Path,  # noqa: F811
+def test_refused_submit_removes_the_run_dir_it_created_only(tmp_path: Path, fake_slurm: Path,
                                                             monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("FAKE_SBATCH", "partition")

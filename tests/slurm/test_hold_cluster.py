@@ -90,7 +90,7 @@ def exec_env(run_dir: Path, *where: str) -> dict[str, str]:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def test_held_ray_cluster_attach_exec_interrupt_cancel(lab: LiveCluster, tmp_path: Path) -> None:  # noqa: F811
+def test_held_ray_cluster_attach_exec_interrupt_cancel(lab: LiveCluster, tmp_path: Path) -> None:
     config = tmp_path / "ray.yaml"
     config.write_text(RAY_CONFIG, encoding="utf-8")
     run_dir = tmp_path / "run"

@@ -295,7 +295,7 @@ def hetero() -> Plan:
 
 
 def test_submit_records_the_version_once_and_old_run_json_still_loads(
-        tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+        tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (fake_slurm / "version.out").write_text("slurm 24.11.5\n")
     run_dir = tmp_path / "run"
     assert main(["submit", str(HETERO), "-o", str(run_dir)]) == 0
@@ -310,7 +310,7 @@ def test_submit_records_the_version_once_and_old_run_json_still_loads(
 
 
 def test_an_old_slurm_is_refused_before_anything_is_submitted(
-        tmp_path: Path, fake_slurm: Path, hetero: Plan, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+        tmp_path: Path, fake_slurm: Path, hetero: Plan, capsys: pytest.CaptureFixture[str]) -> None:
     (fake_slurm / "version.out").write_text("slurm 21.08.8\n")
     for argv in (["submit", str(HETERO), "-o", str(tmp_path / "run")], ["validate", str(HETERO)],
                  ["submit", str(HETERO), "-o", str(tmp_path / "run"), "--no-validate"]):
@@ -323,7 +323,7 @@ def test_an_old_slurm_is_refused_before_anything_is_submitted(
     assert _calls(fake_slurm) == [] and not (tmp_path / "run").exists()
 
 
-def test_a_version_that_cannot_be_read_is_one_clear_error(tmp_path: Path, fake_slurm: Path,  # noqa: F811
+def test_a_version_that_cannot_be_read_is_one_clear_error(tmp_path: Path, fake_slurm: Path,
                                                           hetero: Plan) -> None:
     (fake_slurm / "version.out").write_text("scontrol: unrecognized option '--version'\n")
     with pytest.raises(SlurmError, match=r"`scontrol --version` printed .* not a Slurm version such as 'slurm "
@@ -333,7 +333,7 @@ def test_a_version_that_cannot_be_read_is_one_clear_error(tmp_path: Path, fake_s
     assert _calls(fake_slurm) == []
 
 
-def test_validate_says_the_version(fake_slurm: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+def test_validate_says_the_version(fake_slurm: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(HETERO)]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0] == ("ok: Slurm 22.05.8: supported (22.05 and newer; what differs per version: "
@@ -341,7 +341,7 @@ def test_validate_says_the_version(fake_slurm: Path, capsys: pytest.CaptureFixtu
 
 
 def test_status_shows_the_version_and_reads_exit_codes_in_its_encoding(
-        tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+        tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "run"
     assert main(["submit", str(HETERO), "-o", str(run_dir)]) == 0  # recorded under 22.05.8 (the fixture's)
     sample = _sample("26.05.5", "sacct-exit-codes.txt")

@@ -63,7 +63,7 @@ def _rank_log(run_dir: Path, component: str, rank: int) -> Path:
 
 # ---- 1. status --watch sees the end within seconds --------------------------------------------------
 
-def test_watch_looks_at_least_every_five_seconds(fake_slurm: Path,  # noqa: F811
+def test_watch_looks_at_least_every_five_seconds(fake_slurm: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     delays: list[int] = []
 
@@ -86,7 +86,7 @@ def test_watch_looks_at_least_every_five_seconds(fake_slurm: Path,  # noqa: F811
 
 # ---- 2. a job id finds its run directory -------------------------------------------------------------
 
-def test_status_and_logs_of_a_job_id_find_the_run_directory(tmp_path: Path, fake_slurm: Path,  # noqa: F811
+def test_status_and_logs_of_a_job_id_find_the_run_directory(tmp_path: Path, fake_slurm: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = _run_dir(tmp_path, capsys)
     _slurm_job(fake_slurm, run_dir)
@@ -105,7 +105,7 @@ def test_status_and_logs_of_a_job_id_find_the_run_directory(tmp_path: Path, fake
     assert f"inference rank 1 (het 1 node 0 (rtx4090-1), task 1): {run_dir}/logs/inference.rank1.out" in out
 
 
-def test_a_job_id_whose_directory_is_no_run_is_said_so(tmp_path: Path, fake_slurm: Path,  # noqa: F811
+def test_a_job_id_whose_directory_is_no_run_is_said_so(tmp_path: Path, fake_slurm: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     _slurm_job(fake_slurm, tmp_path)  # not a run directory
     code, out, _err = _cli(capsys, "status", "12")
@@ -116,7 +116,7 @@ def test_a_job_id_whose_directory_is_no_run_is_said_so(tmp_path: Path, fake_slur
 
 # ---- 3. Ray node errors reach status, also when the head never came up ------------------------------
 
-def test_status_shows_ray_node_errors_without_a_head(tmp_path: Path, fake_slurm: Path,  # noqa: F811
+def test_status_shows_ray_node_errors_without_a_head(tmp_path: Path, fake_slurm: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = _run_dir(tmp_path, capsys, "--driver", "--", "python", "driver.py", config=ROLL)
     _slurm_job(fake_slurm, run_dir, "FAILED")
@@ -142,7 +142,7 @@ hpcplace: component 'inference' failed first: the job fails with exit code 7
 """
 
 
-def test_status_summarises_the_failure(tmp_path: Path, fake_slurm: Path,  # noqa: F811
+def test_status_summarises_the_failure(tmp_path: Path, fake_slurm: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = _run_dir(tmp_path, capsys)
     _slurm_job(fake_slurm, run_dir, "FAILED")
@@ -183,7 +183,7 @@ def test_failure_of_an_older_library_and_of_an_earlier_attempt() -> None:
 
 # ---- 5. a recorded job id that now names another run's job --------------------------------------------
 
-def test_status_and_cancel_refuse_a_job_of_another_run(tmp_path: Path, fake_slurm: Path,  # noqa: F811
+def test_status_and_cancel_refuse_a_job_of_another_run(tmp_path: Path, fake_slurm: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = _run_dir(tmp_path, capsys)
     _slurm_job(fake_slurm, "/home/someone/other-run", "RUNNING")
@@ -196,7 +196,7 @@ def test_status_and_cancel_refuse_a_job_of_another_run(tmp_path: Path, fake_slur
     assert not (fake_slurm / "scancel.calls").exists()  # the other run's job was left alone
 
 
-def test_attach_exec_and_release_refuse_a_job_of_another_run(tmp_path: Path, fake_slurm: Path,  # noqa: F811
+def test_attach_exec_and_release_refuse_a_job_of_another_run(tmp_path: Path, fake_slurm: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = _run_dir(tmp_path, capsys, "--hold", "--driver", "--", "python3", "x.py")
     _slurm_job(fake_slurm, "/home/someone/other-run", "RUNNING")
@@ -252,7 +252,7 @@ def test_logs_of_a_rendered_directory_sbatched_by_hand(tmp_path: Path, capsys: p
 
 # ---- 9. submitting a submitted directory again --------------------------------------------------------
 
-def test_submit_again_says_nothing_was_submitted(tmp_path: Path, fake_slurm: Path,  # noqa: F811
+def test_submit_again_says_nothing_was_submitted(tmp_path: Path, fake_slurm: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "run"
     code, out, _err = _cli(capsys, "submit", HETERO, "-o", run_dir)
@@ -267,7 +267,7 @@ def test_submit_again_says_nothing_was_submitted(tmp_path: Path, fake_slurm: Pat
 
 
 def test_a_job_that_failed_before_its_steps_shows_the_end_of_its_batch_log(
-        tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+        tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """No FAILED: block (the script stopped before any step: its library was edited): the batch log's end."""
     run_dir = _run_dir(tmp_path, capsys)
     _slurm_job(fake_slurm, run_dir, "FAILED")
