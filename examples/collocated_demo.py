@@ -64,7 +64,10 @@ def release_cached() -> None:
 
 
 def maybe_init_distributed(world_size: int, rank: int) -> bool:
-    """Average the actor's gradients over its ranks when the shim gave a rendezvous address."""
+    """Average the actor's gradients over its ranks when the shim gave a rendezvous address.
+
+    Call it after everything else is built (the optimizer above all): a module imported after the
+    group exists can keep it alive past destroy_process_group (see `teardown_distributed`)."""
     if world_size < 2 or not os.environ.get("MASTER_ADDR") or not os.environ.get("MASTER_PORT"):
         return False
     import torch.distributed as dist
@@ -72,13 +75,49 @@ def maybe_init_distributed(world_size: int, rank: int) -> bool:
     return True
 
 
+# The threads of a live gloo process group (and of rank 0's TCPStore server), by their names.
+GLOO_THREADS = ("gloo_tcp_loop", "pt_gloo_runloop", "pt_tcpstore_uv")
+
+
+def gloo_threads() -> list[str]:
+    """This process's threads that belong to a gloo process group (Linux: /proc/self/task/*/comm)."""
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                names.append(f.read().strip())
+        except FileNotFoundError:  # a thread that just ended
+            continue
+    return sorted(n for n in names if n.startswith(GLOO_THREADS))
+
+
+def teardown_distributed() -> None:
+    """Every rank done (barrier), then the group destroyed here, while every peer is still alive:
+    its worker and transport threads joined, its sockets closed, rank 0's store stopped.
+
+    A group still alive at interpreter exit is torn down by finalization instead, after its peers
+    have exited: gloo's threads then abort the process ("terminate called without an active
+    exception") after the work is done. destroy_process_group only drops torch.distributed's own
+    references; torch._dynamo, imported by the first torch.optim optimizer, takes ten more when it
+    is imported after init_process_group, which kept the group (and its threads) alive to the end.
+    Hence the optimizer is built before the group, and this checks that the threads are gone."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
+    left = gloo_threads()
+    if left:
+        raise RuntimeError(f"the gloo process group outlived destroy_process_group (threads {left}): "
+                           "something took a reference to it; create it after every other import")
+
+
 def run_actor(cycle: Cycle, job_dir: str, rank: int, world_size: int, cycles: int, lr: float) -> None:
     model = make_policy()
     memory = make_backend("auto")
     device = "cpu" if isinstance(memory, CpuBackend) else "cuda"
     memory.adopt("weights", model, backup=True)  # the trainer keeps its weights across offloads
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)  # before the group: it imports torch._dynamo
     distributed = maybe_init_distributed(world_size, rank)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     publisher = WeightPublisher(job_dir, f"actor-{rank}")
     targets = os.environ.get("HPCPLACE_WEIGHT_SYNC_TARGETS", "")
     rollout_rank = int(targets.split(",")[0].split(":")[0]) if targets else rank
@@ -111,10 +150,8 @@ def run_actor(cycle: Cycle, job_dir: str, rank: int, world_size: int, cycles: in
                   f"(node {NODE})", flush=True)
     batches.close()
     publisher.close()
-    if distributed:  # tear gloo down before exit: its threads alive at exit abort the process
-        import torch.distributed as dist
-        dist.barrier()
-        dist.destroy_process_group()
+    if distributed:
+        teardown_distributed()
 
 
 def run_rollout(cycle: Cycle, job_dir: str, rank: int, cycles: int) -> None:
@@ -169,10 +206,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    # Everything is done and cleaned up. Leave without C++ static destructors: gloo's threads can
-    # outlive destroy_process_group and abort the process at exit ("terminate called without an
-    # active exception"), turning a finished run into a failed task.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    sys.exit(main())
