@@ -1,7 +1,7 @@
 """The site's Slurm, whatever its version (issue 30), without a cluster: the version read once and
 refused when too old, recorded in run.json and shown by `status`; the parsers over what each version
-printed (tests/slurm/data/slurm-<version>/, recorded; handwritten/, written in the documented format until
-recorded: RECORD.md); exit codes right under both sacct encodings."""
+printed (tests/slurm/data/slurm-<version>/, recorded on the project's test cluster of that release: RECORD.md);
+exit codes right under both sacct encodings."""
 
 from __future__ import annotations
 
@@ -28,31 +28,20 @@ V26 = SlurmVersion(26, 5, 5)
 
 
 def _versions() -> list[str]:
-    """Every version with text in data/, recorded or hand-written (`22.05.8`, ...)."""
-    dirs = [*DATA.glob("slurm-*"), *(DATA / "handwritten").glob("slurm-*")]
-    return sorted({d.name.removeprefix("slurm-") for d in dirs if d.is_dir()})
+    """Every version recorded in data/ (`22.05.8`, ...)."""
+    return sorted(d.name.removeprefix("slurm-") for d in DATA.glob("slurm-*") if d.is_dir())
 
 
-def _sample(version: str, name: str) -> tuple[str, bool] | None:
-    """(text without `#` lines, recorded?) of `name` for `version`: the recording when there is one."""
-    for path, recorded in ((DATA / f"slurm-{version}" / name, True),
-                           (DATA / "handwritten" / f"slurm-{version}" / name, False)):
-        if path.is_file():
-            lines = path.read_text(encoding="utf-8").splitlines()
-            return "\n".join(line for line in lines if not line.startswith("#")) + "\n", recorded
-    return None
-
-
-def _samples(name: str) -> list[tuple[str, str, bool]]:
-    found = [(v, *s) for v in _versions() if (s := _sample(v, name)) is not None]
-    assert found, f"no version has {name} (tests/slurm/data/RECORD.md)"
-    return found
+def _sample(version: str, name: str) -> str | None:
+    """What `version` printed for `name` (None: not recorded for that version)."""
+    path = DATA / f"slurm-{version}" / name
+    return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
 def _version_of(folder: str) -> SlurmVersion:
     sample = _sample(folder, "scontrol-version.txt")
     assert sample is not None, f"slurm-{folder} has no scontrol-version.txt"
-    version = slurm_cli.parse_version(sample[0])
+    version = slurm_cli.parse_version(sample)
     assert version is not None and str(version) == folder, (folder, sample)
     return version
 
@@ -64,7 +53,7 @@ def test_every_data_folder_is_the_version_its_scontrol_printed(version: str) -> 
     assert _version_of(version) >= slurm_cli.OLDEST_SUPPORTED
     sinfo = _sample(version, "sinfo-version.txt")
     if sinfo is not None:  # sinfo and scontrol of one install say the same
-        assert slurm_cli.parse_version(sinfo[0]) == _version_of(version)
+        assert slurm_cli.parse_version(sinfo) == _version_of(version)
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -173,7 +162,7 @@ def test_recorded_sacct_exit_codes_read_as_the_scenario_ran(version: str) -> Non
     if sample is None:
         pytest.skip(f"slurm-{version}: sacct-exit-codes.txt not recorded (RECORD.md step 4)")
     slurm = _version_of(version)
-    rows = {r["JobName"]: r for r in slurm_cli.parse_parsable(sample[0], slurm_cli.SACCT_JOB_FIELDS)}
+    rows = {r["JobName"]: r for r in slurm_cli.parse_parsable(sample, slurm_cli.SACCT_JOB_FIELDS)}
     assert {"exit7", "killed15", "exit143", "ok"} <= set(rows), rows
     read = {name: exit_status(r["ExitCode"], source="sacct", version=slurm) for name, r in rows.items()}
     assert read["exit7"] is not None and read["exit7"].printed == "7:0"
@@ -188,19 +177,18 @@ def test_recorded_sacct_exit_codes_read_as_the_scenario_ran(version: str) -> Non
 
 # ---- scontrol show job of every version ------------------------------------------------------------
 
-def _job_samples() -> list[tuple[str, str, bool]]:
+def _job_samples() -> list[tuple[str, str]]:
     """`scontrol show job -o` of a het job, per version: the scenario's, else the first cluster's."""
     out = []
     for version in _versions():
         sample = _sample(version, "scontrol-show-job-het.txt") or _sample(version, "scontrol-show-job-running.txt")
         if sample is not None:
-            out.append((version, *sample))
+            out.append((version, sample))
     return out
 
 
-@pytest.mark.parametrize("version,text,recorded", _job_samples(), ids=[s[0] for s in _job_samples()])
-def test_scontrol_show_job_of_each_version_parses_to_the_same_records(version: str, text: str,
-                                                                      recorded: bool) -> None:
+@pytest.mark.parametrize("version,text", _job_samples(), ids=[s[0] for s in _job_samples()])
+def test_scontrol_show_job_of_each_version_parses_to_the_same_records(version: str, text: str) -> None:
     slurm = _version_of(version)
     records = [slurm_cli.parse_job_record(slurm_cli.parse_key_values(line), slurm)
                for line in text.splitlines() if line.strip()]
@@ -221,8 +209,8 @@ def test_scontrol_show_job_of_each_version_parses_to_the_same_records(version: s
 
 def test_the_22_05_record_reads_tres_and_its_known_values() -> None:
     """Recorded on the first (22.05.8) cluster: TRES= only, StdErr=/dev/null."""
-    text, recorded = _sample("22.05.8", "scontrol-show-job-running.txt") or ("", False)
-    assert recorded and "ReqTRES" not in text and " TRES=" in text
+    text = _sample("22.05.8", "scontrol-show-job-running.txt") or ""
+    assert "ReqTRES" not in text and " TRES=" in text
     lead = slurm_cli.parse_job_record(slurm_cli.parse_key_values(text.splitlines()[0]), V22)
     assert lead.alloc_tres == lead.req_tres == {"cpu": "1", "mem": "1000M", "node": "1", "billing": "1"}
     assert lead.std_err == "/dev/null" and lead.work_dir == "/tmp/hp3" and lead.exit_code == "0:0"
@@ -246,8 +234,8 @@ def test_nodes_and_partitions_of_each_version_give_cluster_facts(version: str) -
     if nodes is None or parts is None:
         pytest.skip(f"slurm-{version}: nodes/partitions not recorded (RECORD.md step 1)")
     facts = validate.parse_cluster_facts(
-        [slurm_cli.parse_key_values(x) for x in parts[0].splitlines() if x.strip()],
-        [slurm_cli.parse_key_values(x) for x in nodes[0].splitlines() if x.strip()])
+        [slurm_cli.parse_key_values(x) for x in parts.splitlines() if x.strip()],
+        [slurm_cli.parse_key_values(x) for x in nodes.splitlines() if x.strip()])
     assert facts.partitions and facts.nodes
     for node in facts.nodes:
         assert node.cpus > 0 and node.memory_mb > 0 and node.partitions, node
@@ -260,7 +248,7 @@ def test_nodes_and_partitions_of_each_version_give_cluster_facts(version: str) -
 def _steps_status(version: str) -> submit.JobStatus:
     sample = _sample(version, "sacct-exit-codes.txt")
     assert sample is not None
-    rows = slurm_cli.parse_parsable(sample[0], slurm_cli.SACCT_JOB_FIELDS)
+    rows = slurm_cli.parse_parsable(sample, slurm_cli.SACCT_JOB_FIELDS)
     comps = tuple(submit.ComponentState(int(r["JobID"].split("+")[1]), r["JobID"], r["Partition"], r["State"],
                                         r["NodeList"], "", r["ExitCode"], r["Elapsed"])
                   for r in rows if "." not in r["JobID"])
@@ -276,7 +264,7 @@ def test_status_shows_what_sacct_printed_and_what_it_means_on_each_version() -> 
     assert "exit=143:0 (128+SIGTERM) " in new
     for text in (old, new):
         assert "exit=0:15 (killed by SIGTERM) " in text and "exit=7:0" in text
-        assert text.splitlines()[0] == "job 12: RUNNING (from sacct)"
+        assert text.splitlines()[0] == "job 12: COMPLETED (from sacct)"  # the recorded job ran to its end
 
 
 def test_status_version_line() -> None:
@@ -346,7 +334,14 @@ def test_status_shows_the_version_and_reads_exit_codes_in_its_encoding(
     assert main(["submit", str(HETERO), "-o", str(run_dir)]) == 0  # recorded under 22.05.8 (the fixture's)
     sample = _sample("26.05.5", "sacct-exit-codes.txt")
     assert sample is not None
-    (fake_slurm / "sacct.out").write_text(sample[0].replace("/tmp/versions", str(run_dir)))
+    # the recording's job as this run's: its working directory and submit time are the run's
+    rows = slurm_cli.parse_parsable(sample, slurm_cli.SACCT_JOB_FIELDS)
+    recorded_dir, recorded_submit = rows[0]["WorkDir"], rows[0]["Submit"]
+    record = submit.read_record(run_dir)
+    assert record is not None
+    submitted = str(record["submitted_at"])[:19]
+    (fake_slurm / "sacct.out").write_text(sample.replace(recorded_dir, str(run_dir))
+                                          .replace(recorded_submit, submitted))
     (fake_slurm / "version.out").write_text("slurm-wlm 26.05.5\n")  # the site upgraded since
     capsys.readouterr()
     assert main(["status", str(run_dir)]) == 0
