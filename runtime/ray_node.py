@@ -325,6 +325,18 @@ def parse_args(argv: Sequence[str]) -> tuple[str, str | None] | None:
     return plan_path, chdir
 
 
+def _write_node_log(run_dir: str, node: str) -> None:
+    """This node's output from here on in logs/ray.<node>.out, named by SLURMD_NODENAME (the name
+    logs/nodes.txt holds) and written by this process itself: srun's `%N` is the hostname before
+    Slurm 25.11 and the NodeName after (runtime/task_log.py). What came before is in logs/ray.srun.out."""
+    from hpcplace.runtime.task_log import fill, redirect_output
+
+    path = fill(os.path.join(run_dir, "logs", "ray.{node}.out"), "node", node)
+    why = redirect_output(path) if path else f"no log file for node {node!r}"
+    if why:
+        sys.stderr.write(f"hpcplace-ray: {node}: warning: {why}\n")
+
+
 def main(argv: Sequence[str]) -> int:
     parsed = parse_args(argv)
     if parsed is None:
@@ -345,6 +357,7 @@ def main(argv: Sequence[str]) -> int:
         launch = header.get("launch") or {}
         node = node_facts(header, g, j, needed)
         host = snapshot.node_name
+        _write_node_log(run_dir, host)
         where = f"Ray node rank {node['rank']} on {host} (node group {node['label']}, het group {g} node {j})"
         head = node["rank"] == 0
         job_id = snapshot.job_id

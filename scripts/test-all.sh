@@ -43,6 +43,8 @@ export HPCPLACE_REQUIRE_SLURM="${CI:-false}"
 # the cluster with these (and itself adds the checkout and the running venv).
 export HPCPLACE_SLURM_SHARED="$root_dir:$venv${HPCPLACE_SLURM_SHARED:+:$HPCPLACE_SLURM_SHARED}"
 status=0
+# Lint and types: ruff check, ruff format --check and mypy --strict, zero findings.
+HPCPLACE_VENV="$venv" scripts/lint.sh || status=$?
 # The docs site, strict (a broken link, a missing page or a failing generated part fails CI).
 scripts/build-docs.sh || status=$?
 # A test stuck for 5 minutes prints every thread's stack (then goes on), so a hang is diagnosable.

@@ -534,7 +534,7 @@ def ray_step_segments(job: SlurmJob, plan: Plan) -> tuple[tuple[str, ...], ...]:
         args = [f"--het-group={comp.het_group}"] if job.is_het else []
         args += [f"--nodes={comp.num_nodes}", f"--ntasks={comp.num_nodes}", "--ntasks-per-node=1", WHOLE_NODE_CPUS,
                  "--mem=0", comp.gres_arg]
-        args += ["--overlap", "--kill-on-bad-exit=1", f"--job-name={RAY_STEP}", f"--output=logs/{RAY_STEP}.%N.out"]
+        args += ["--overlap", "--kill-on-bad-exit=1", f"--job-name={RAY_STEP}", f"--output=logs/{RAY_STEP}.srun.out"]
         out.append(tuple(args))
     return tuple(out)
 
