@@ -212,6 +212,8 @@ def _spread(part: RankMapPart, i: int) -> list[int]:
 
 def compress_ranks(ranks: Iterable[int]) -> str:
     """`[0,1,2,5,7,8]` -> `"0-2,5,7-8"` (order kept; runs of +1 collapse)."""
+    if isinstance(ranks, range) and ranks.step == 1 and len(ranks) > 1:
+        return f"{ranks.start}-{ranks.stop - 1}"  # one run, nothing to look at
     if isinstance(ranks, (tuple, list, range)) and len(ranks) > 1:
         first = ranks[0]
         if isinstance(first, int) and tuple(ranks) == tuple(range(first, first + len(ranks))):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import chain
 from typing import TypeVar
 
@@ -100,7 +101,7 @@ class Segment:
     gpu_type: str | None
     gpu_bind: str | None
     task_gpus: tuple[tuple[str, ...], ...]  # per local task id: physical GPUs (for the comment)
-    ranks: tuple[int, ...]  # in task order: node-major, then local rank
+    ranks: range | tuple[int, ...]  # in task order: node-major, then local rank (`joined_ranks`)
 
     @property
     def num_tasks(self) -> int:
@@ -118,10 +119,11 @@ class Step:
     command: tuple[str, ...]
     collocation_group: str | None
 
-    @property
-    def ranks(self) -> tuple[int, ...]:
-        """Component ranks in srun task order (SLURM_PROCID): segments in order, node-major."""
-        return tuple(chain.from_iterable(seg.ranks for seg in self.segments))
+    @cached_property
+    def ranks(self) -> range | tuple[int, ...]:
+        """Component ranks in srun task order (SLURM_PROCID): segments in order, node-major
+        (`joined_ranks`; computed once per step)."""
+        return joined_ranks(seg.ranks for seg in self.segments)
 
     @property
     def num_tasks(self) -> int:
@@ -180,6 +182,27 @@ def gpu_bind(task_gpus: Sequence[Sequence[str]]) -> str:
     if all(len(g) == 1 for g in task_gpus):
         return "map_gpu:" + ",".join(g[0] for g in task_gpus)
     return "mask_gpu:" + ",".join(gpu_mask(g) for g in task_gpus)
+
+
+def joined_ranks(parts: Iterable[Sequence[int]]) -> range | tuple[int, ...]:
+    """The ranks of `parts` one after the other: a `range` when they make one consecutive run (the
+    usual case, and then nothing is copied: a step of a 16,384-node plan holds up to 1.3 million
+    ranks), else a tuple. Always the same form for the same ranks, so segments and steps compare
+    equal whatever sequences they were built from."""
+    parts = list(parts)
+    start: int | None = None
+    stop = 0
+    for part in parts:
+        if not part:
+            continue
+        first = part[0]
+        if start is None:
+            start = stop = first
+        run = range(first, first + len(part))
+        if first != stop or not (part == run if isinstance(part, range) else tuple(part) == tuple(run)):
+            return tuple(chain.from_iterable(parts))
+        stop = run.stop
+    return () if start is None else range(start, stop)
 
 
 _K = TypeVar("_K")
@@ -444,7 +467,7 @@ def _component_steps(plan: Plan, comp: ComponentPlan, name: str) -> list[Step]:
         ranks_of = {j: ranks for j, (_key, ranks) in items}
         for first, count, key in consecutive_runs(keyed):
             ntasks, node_gpus, bind, task_gpus = key
-            ranks = tuple(chain.from_iterable(ranks_of[j] for j in range(first, first + count)))
+            ranks = joined_ranks(ranks_of[j] for j in range(first, first + count))
             segments_by_group.setdefault(g, []).append(Segment(
                 het_group=g, relative=first, num_nodes=count, tasks_per_node=ntasks,
                 cpus_per_task=comp.cpus_per_process, mem_mb=mem_per_task * ntasks,

@@ -13,6 +13,7 @@ from hpcplace.slurm.slurm_job import (
     consecutive_runs,
     gpu_bind,
     gpu_mask,
+    joined_ranks,
     lower,
     sbatch_time_ok,
     segment_srun_args,
@@ -45,6 +46,17 @@ def test_compress_ranks() -> None:
     assert compress_ranks([3, 2, 1]) == "3,2,1"  # order kept: only +1 runs collapse
     assert compress_ranks([]) == ""
     assert compress_ranks(range(65536)) == "0-65535"
+    assert compress_ranks(range(4, 5)) == "4"
+    assert compress_ranks(range(0, 6, 2)) == "0,2,4"
+
+
+def test_joined_ranks() -> None:
+    assert joined_ranks([range(8), range(8, 16)]) == range(16)  # one run: a range, nothing copied
+    assert joined_ranks([(0, 1, 2), range(3, 5), (5,)]) == range(6)  # the same form whatever the parts
+    assert joined_ranks([range(2), range(4, 6)]) == (0, 1, 4, 5)
+    assert joined_ranks([(0, 2, 1), range(3, 5)]) == (0, 2, 1, 3, 4)
+    assert joined_ranks([range(0, 6, 2)]) == (0, 2, 4)
+    assert joined_ranks([]) == ()
 
 
 def test_gpu_mask_and_bind() -> None:
@@ -106,10 +118,10 @@ def test_irregular_layout_in_one_group_becomes_two_steps(tmp_path) -> None:  # t
     first, second = steps[0].segments[0], steps[1].segments[0]
     assert (first.relative, first.num_nodes, first.tasks_per_node) == (0, 1, 9)
     assert first.gpu_bind == "map_gpu:0,0,1,1,3,4,5,7,7"
-    assert first.ranks == tuple(range(9))
+    assert first.ranks == range(9)  # consecutive ranks are kept as a range
     assert (second.relative, second.num_nodes, second.tasks_per_node) == (1, 1, 6)
     assert second.gpu_bind == "map_gpu:0,0,1,1,2,2"
-    assert second.ranks == tuple(range(9, 15))
+    assert second.ranks == range(9, 15)
 
 
 def test_component_spanning_groups_is_one_colon_step(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -117,7 +129,7 @@ def test_component_spanning_groups_is_one_colon_step(tmp_path) -> None:  # type:
     job = lower(plan)
     (step,) = job.steps
     assert [(s.het_group, s.num_nodes, s.tasks_per_node) for s in step.segments] == [(0, 2, 8), (1, 1, 4)]
-    assert step.ranks == tuple(range(20))  # srun task order = PROCID order
+    assert step.ranks == range(20)  # srun task order = PROCID order
     assert [segment_srun_args(job, step, s)[0] for s in step.segments] == ["--het-group=0", "--het-group=1"]
 
 
