@@ -20,7 +20,6 @@ from hpcplace.config.launch import BARE_PYTHON_RE
 from hpcplace.config.rank_syntax import compress_ranks
 from hpcplace.errors import SpecError
 from hpcplace.plan.plan import Plan
-from hpcplace.runtime.ray_node import framework_node_env
 
 RAY_STEP = "ray"
 DRIVER_STEP = "driver"
@@ -61,6 +60,10 @@ def group_resource(label: str) -> str:
 
 def ray_nodes(plan: Plan) -> tuple[RayNode, ...]:
     """Every node of the plan's cluster, in cluster node rank order (nodes[0] is the head)."""
+    # imported here: the node-side module brings subprocess, socket and the plan index, which every
+    # command importing the slurm stage (plan, render) would otherwise load for the Ray mode only
+    from hpcplace.runtime.ray_node import framework_node_env
+
     if not plan.launch.is_ray:
         raise SpecError("the plan is not in the ray launch mode", hint="set launch.mode: ray")
     cpus_needed: dict[int, int] = {}
@@ -94,6 +97,8 @@ def head_node(plan: Plan) -> RayNode:
 
 def ray_summary(plan: Plan) -> list[str]:
     """The script's comment lines: which host is which node rank, and what each raylet gets."""
+    from hpcplace.runtime.ray_node import framework_node_env
+
     launch = plan.launch
     nodes = ray_nodes(plan)
     lines = [f"Ray cluster: {len(nodes)} node(s), one raylet each, all started by one srun step; "
