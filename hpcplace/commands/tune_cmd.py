@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import sys
 import time
 from datetime import datetime
@@ -37,7 +36,7 @@ METRIC_RE = re.compile(r"hpcplace-metric((?:\s+[A-Za-z_][A-Za-z0-9_.]*=\S+)+)")
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from hpcplace.commands.slurm_cmds import _template_args
-    from hpcplace.tune.tune import OBJECTIVES
+    from hpcplace.tune import OBJECTIVES
 
     p = subparsers.add_parser("tune", help="search placements over the config's node groups from measured costs")
     add_config_arguments(p)
@@ -207,6 +206,8 @@ def read_metrics(run_dir: Path) -> list[float]:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    import statistics  # here: random, fractions and decimal come with it, and no other command needs them
+
     rows = []
     for run in args.runs:
         run_dir = Path(run)

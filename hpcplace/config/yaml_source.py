@@ -7,7 +7,6 @@ Errors about configuration must point at file:line:col, so parsers read the docu
 from __future__ import annotations
 
 import builtins  # View has methods named str, int and bool: its annotations name the types through builtins
-import difflib
 import os
 import re
 import shlex
@@ -302,6 +301,8 @@ _INTERPOLATION = re.compile(r"^\$\{\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)
 
 def closest(word: str, known: Iterable[str]) -> str | None:
     """The near miss for `word` among `known`, or None."""
+    import difflib  # only for a config with a mistake in it: not on every command's start-up
+
     close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.75)
     return close[0] if close else None
 

@@ -24,9 +24,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from hpcplace.tune import OBJECTIVES
 from hpcplace.tune.tune_profile import ComponentProfile
-
-OBJECTIVES = ("time", "gpu-hours")
 
 
 @dataclass(frozen=True)
