@@ -312,77 +312,95 @@ def _record_chunks(processes: Sequence[Placement], lengths: bool = False) -> Ite
             j += 1
         batch = runs[i:j]
         b = j - i
+        cycle, fixed = template.cycle(run.first_local)
         ranks = list(map(str, range(run.first_rank, run.first_rank + b * m)))
-        locals_ = template.locals(run.first_local) * b
         node_ranks = [r.node.rank for r in batch]
-        facts = (list(map(str, node_ranks)), list(map(str, map(processes.placement_node_rank, node_ranks))),
-                 list(map(str, map(processes.local_world_size, node_ranks))),
-                 [str(r.node.index_in_group) for r in batch])
-        per_record = [list(chain.from_iterable(map(repeat, f, repeat(m, b)))) for f in facts]
-        parts = template.pieces * b
-        parts[-1] = template.last
+        nodes = list(map(add, repeat(template.node_head, b), map(add, map(str, node_ranks), map(
+            add, repeat(template.node_middle, b), map(str, map(processes.placement_node_rank, node_ranks))))))
+        sizes = list(map(str, map(processes.local_world_size, node_ranks)))
+        indices = [str(r.node.index_in_group) for r in batch]
+        parts = cycle * b
+        parts[0] = _SEP + _RECORD_START if buf else _RECORD_START  # the previous record's end is not in this batch
+        parts.append(template.last)
         parts[1::_HOLES] = ranks
-        parts[3::_HOLES] = per_record[0]
-        parts[5::_HOLES] = per_record[1]
-        parts[7::_HOLES] = locals_
-        parts[9::_HOLES] = per_record[2]
-        parts[11::_HOLES] = per_record[3]
+        parts[2::_HOLES] = chain.from_iterable(map(repeat, nodes, repeat(m, b)))
+        parts[4::_HOLES] = chain.from_iterable(map(repeat, sizes, repeat(m, b)))
+        parts[6::_HOLES] = chain.from_iterable(map(repeat, indices, repeat(m, b)))
         buf.append("".join(parts))
-        if lengths:  # literal length + the four node numbers + rank + local rank, all in C-level maps
-            node_len = map(add, map(add, map(len, facts[0]), map(len, facts[1])),
-                           map(add, map(len, facts[2]), map(len, facts[3])))
-            lens += map(add, map(add, template.fixed * b, chain.from_iterable(map(repeat, node_len, repeat(m, b)))),
-                        map(add, map(len, ranks), map(len, locals_)))
+        if lengths:  # literal length + the node's numbers + the rank, all in C-level maps
+            node_len = map(add, map(len, nodes), map(add, map(len, sizes), map(len, indices)))
+            lens += map(add, map(add, fixed * b, chain.from_iterable(map(repeat, node_len, repeat(m, b)))),
+                        map(len, ranks))
         count += b * m
         i = j
         if count >= _CHUNK:
-            yield _SEP.join(buf), lens
+            yield "".join(buf), lens
             buf, lens, count = [], [], 0
     if buf:
-        yield _SEP.join(buf), lens
+        yield "".join(buf), lens
 
 
 _FIELD_MARKS = (("rank", -1001), ("cluster_node_rank", -1002), ("placement_node_rank", -1003),
                 ("local_rank", -1004), ("local_world_size", -1005), ("group_node_index", -1006))
-_HOLES = 2 * len(_FIELD_MARKS) + 1  # list items per record: 7 literal pieces around 6 numbers
+_RECORD_START = '{"rank":'
+# List items per record: the previous record's end (with `_SEP`) and this one's start, the rank, the node's
+# cluster and placement node ranks, the slot's text up to local_world_size (its local rank in it), the
+# node's local_world_size, the slot's text up to group_node_index, the node's group_node_index.
+_HOLES = 7
 
 
 @dataclass(frozen=True)
 class _RunTemplate:
-    """process_json of each slot of a run split around rank, cluster_node_rank, placement_node_rank,
-    local_rank, local_world_size and group_node_index (placeholders ""), every record followed by
-    `_SEP` (`last`: the run's last piece without it); `fixed`: per record the length of its literal
-    text (without the separator)."""
+    """process_json of each slot of a run split around the numbers that vary per node or per process:
+    `node_head` + cluster_node_rank + `node_middle` + placement_node_rank is a node's piece; per slot k,
+    `text[k]` are the literal pieces: after the placement node rank up to the local rank, from it to
+    local_world_size, from there to group_node_index, and the record's end (`last`: the run's last
+    record's end)."""
 
-    pieces: list[str]
+    node_head: str
+    node_middle: str
+    text: list[tuple[str, str, str, str]]
     last: str
-    fixed: list[int]
-    _locals: dict[int, list[str]] = field(default_factory=dict)
+    _cycles: dict[int, tuple[list[str], list[int]]] = field(default_factory=dict)
 
-    def locals(self, first_local: int) -> list[str]:
-        """The run's local ranks from `first_local`, as text."""
-        got = self._locals.get(first_local)
+    def cycle(self, first_local: int) -> tuple[list[str], list[int]]:
+        """The `_HOLES` list items of the run's records, local ranks from `first_local` filled in and
+        the other numbers left as "" (the first item ends the previous run's last record); and per
+        record the length of its literal text."""
+        got = self._cycles.get(first_local)
         if got is None:
-            got = self._locals[first_local] = list(map(str, range(first_local, first_local + len(self.fixed))))
+            items: list[str] = []
+            fixed: list[int] = []
+            end = self.last
+            for k, (to_local, to_size, to_index, record_end) in enumerate(self.text):
+                slot = to_local + str(first_local + k) + to_size
+                items += [end + _SEP + _RECORD_START, "", "", slot, "", to_index, ""]
+                fixed.append(len(_RECORD_START) + len(slot) + len(to_index) + len(record_end))
+                end = record_end
+            got = self._cycles[first_local] = (items, fixed)
         return got
 
     @staticmethod
     def of(slots: Sequence[Slot], node: Node, strings: dict[str | None, str]) -> _RunTemplate:
         from hpcplace.plan.process_table import accelerator_type
 
-        out: list[str] = []
-        fixed: list[int] = []
+        heads: set[tuple[str, str, str]] = set()
+        text: list[tuple[str, str, str, str]] = []
         for slot in slots:
             marks = Placement(-1001, -1002, -1003, slot.local_accelerator_rank, accelerator_type(node), -1004,
                               -1005, slot.visible_accelerators, slot.isolate_accelerator, slot.local_hardware_ranks,
                               node.group_label, node.partition, node.group_index, -1006, slot.resource_type)
             rest = process_json(marks, strings)
+            pieces = []
             for field_name, mark in _FIELD_MARKS:
                 head, sep, rest = rest.partition(f'"{field_name}":{mark},"')
                 if not sep:
                     raise AssertionError(f"record template: field {field_name!r} not found")  # our own format
-                out += [head + f'"{field_name}":', ""]
+                pieces.append(head + f'"{field_name}":')
                 rest = ',"' + rest
-            out.append(rest + _SEP)
-            fixed.append(sum(map(len, out[-_HOLES:])) - len(_SEP))
-        return _RunTemplate(out, out[-1][:-len(_SEP)], fixed)
+            heads.add((pieces[0], pieces[1], pieces[2]))
+            text.append((pieces[3], pieces[4], pieces[5], rest))
+        ((start, node_head, node_middle),) = heads  # the same for every slot: the record's first fields
+        if start != _RECORD_START:
+            raise AssertionError(f"record template: starts {start!r}")  # our own format
+        return _RunTemplate(node_head, node_middle, text, text[-1][3])
