@@ -270,6 +270,9 @@ if [[ -n "$root" ]]; then
             "$tool" "$root" "$root/lib64/ld-linux-x86-64.so.2" "$libs" "$tool" "$root/usr/bin/$tool" >"$DIR/bin/$tool"
         chmod 0755 "$DIR/bin/$tool"
     done
+    # from here on (scontrol ping, sinfo, sacctmgr, the health sruns) the release's own tools: a
+    # 22.05 scontrol never gets an answer from a 26.05 slurmctld
+    PATH="$DIR/bin:$PATH"
     slurm_version="$(hpcp_root_slurm_version "$root")"
 else
     slurm_version="$(slurmd -V | awk '{print $2}')"

@@ -268,7 +268,9 @@ def _boot(mode: str) -> None:
     if res.returncode == 77:
         _unavailable(f"the Slurm test cluster needs root: {res.stderr.strip()}")
     if res.returncode != 0:
-        pytest.fail(f"scripts/slurm-cluster/up.sh failed (rc {res.returncode}):\n{res.stderr[-4000:]}")
+        why = [line for line in res.stderr.splitlines() if "boot FAILED" in line]
+        pytest.fail(f"scripts/slurm-cluster/up.sh --slurm {SLURM_RELEASE} failed (rc {res.returncode}): "
+                    f"{' '.join(why) or '(no reason printed)'}\n{res.stderr[-4000:]}")
 
 
 def _unavailable(reason: str) -> None:
