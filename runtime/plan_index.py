@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 
 from hpcplace.runtime.errors import ShimError
 
@@ -177,26 +178,44 @@ _SLOTS_CHUNK = struct.Struct("<" + "I" * _CHUNK)
 def _pack_tables(offsets: Sequence[int], lengths: Sequence[int], node_slots: dict[int, list[tuple[int, int]]],
                  slots: list[Sequence[int]], blob: bytearray) -> dict[str, object]:
     """Append one component's rank, node and slot tables to `blob`; their positions, for the header."""
+    from array import array  # the writer's side only (render): the shim reads the tables with struct
+
+    if len(offsets) != len(lengths):
+        raise ValueError(f"{len(offsets)} offsets, {len(lengths)} lengths")
+    # a million processes: the tables laid out by C copies of arrays, not struct.pack of every number
+    native = sys.byteorder == "little" and array("I").itemsize == 4  # `<I` is then a C unsigned int
     ranks_at = len(blob)
-    for i in range(0, len(offsets), _CHUNK):
-        o, n = offsets[i:i + _CHUNK], lengths[i:i + _CHUNK]
-        flat: list[int] = [0] * (2 * len(o))
-        flat[0::2], flat[1::2] = o, n
-        blob += (_RANKS_CHUNK if len(o) == _CHUNK else struct.Struct("<" + "QI" * len(o))).pack(*flat)
+    if native:  # `<QI` records: three 32-bit words each (offset low, offset high, length)
+        records = bytearray(12 * len(offsets))
+        words, wide = memoryview(records).cast("I"), memoryview(array("Q", offsets)).cast("B").cast("I")
+        words[0::3], words[1::3], words[2::3] = wide[0::2], wide[1::2], memoryview(array("I", lengths))
+        blob += records
+    else:
+        for i in range(0, len(offsets), _CHUNK):
+            o, n = offsets[i:i + _CHUNK], lengths[i:i + _CHUNK]
+            flat: list[int] = [0] * (2 * len(o))
+            flat[0::2], flat[1::2] = o, n
+            blob += (_RANKS_CHUNK if len(o) == _CHUNK else struct.Struct("<" + "QI" * len(o))).pack(*flat)
     nodes: dict[str, list[int]] = {}
     for g, table in sorted(node_slots.items()):
         nodes[str(g)] = [len(blob), len(table)]
-        flat = [x for pair in table for x in pair]
-        blob += struct.pack(f"<{len(flat)}I", *flat)
+        pairs = [x for pair in table for x in pair]
+        blob += struct.pack(f"<{len(pairs)}I", *pairs)
     slots_at = len(blob)
-    pending: list[int] = []
-    for ranks in slots:
-        pending.extend(ranks)
-        if len(pending) >= _CHUNK:
+    if native:
+        slot_ranks = array("I")
+        for ranks in slots:
+            slot_ranks.extend(ranks)
+        blob += slot_ranks.tobytes()
+    else:
+        pending: list[int] = []
+        for ranks in slots:
+            pending.extend(ranks)
+            if len(pending) >= _CHUNK:
+                blob += struct.pack(f"<{len(pending)}I", *pending)
+                pending = []
+        if pending:
             blob += struct.pack(f"<{len(pending)}I", *pending)
-            pending = []
-    if pending:
-        blob += struct.pack(f"<{len(pending)}I", *pending)
     blob += b"\0" * (_align8(len(blob)) - len(blob))
     return {"ranks": ranks_at, "slots": slots_at, "nodes": nodes}
 
