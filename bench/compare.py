@@ -2,7 +2,7 @@
 
     python bench/compare.py 57a2c3a                 # this working tree against commit 57a2c3a
     python bench/compare.py HEAD~5 --repeat 7       # more repetitions (medians of 7)
-    python bench/compare.py v0.1 --only plan --only render --big-only
+    python bench/compare.py v0.1 --only plan --only render --nodes 16384
 
 Both sides are installed the same way, into temporary folders, with this interpreter: REV from a
 `git worktree` of it, this side from a copy of the working tree (tracked and untracked files git does
