@@ -76,17 +76,22 @@ def main() -> int:
         for done, (counts, found, slow) in enumerate(pool.imap_unordered(worker, jobs), 1):
             total.update(counts)
             if done % 20 == 0:
-                print(f"... {sum(total.values())} cases, {time.perf_counter() - t0:.0f} s, "
-                      f"bad {sum(v for k, v in total.items() if k not in ('ok', 'error', 'slow'))}", flush=True)
+                print(
+                    f"... {sum(total.values())} cases, {time.perf_counter() - t0:.0f} s, "
+                    f"bad {sum(v for k, v in total.items() if k not in ('ok', 'error', 'slow'))}",
+                    flush=True,
+                )
             for k, v in found.items():
                 examples.setdefault(k, v)
             slowest = max(slowest, slow)
     elapsed = time.perf_counter() - t0
     # A case that plans a million processes is legitimately slow (within the caps): reported, not failed.
     bad = sum(v for k, v in total.items() if k not in ("ok", "error", "slow"))
-    print(f"{sum(total.values())} cases (seed {args.seed}) in {elapsed:.0f} s: {total['ok']} planned and rendered, "
-          f"{total['error']} clear errors with a location; tracebacks {total['traceback']}, errors without a "
-          f"location {total['no-location']}, slow {total['slow']}, hangs {total['hang']}; slowest case {slowest:.2f} s")
+    print(
+        f"{sum(total.values())} cases (seed {args.seed}) in {elapsed:.0f} s: {total['ok']} planned and rendered, "
+        f"{total['error']} clear errors with a location; tracebacks {total['traceback']}, errors without a "
+        f"location {total['no-location']}, slow {total['slow']}, hangs {total['hang']}; slowest case {slowest:.2f} s"
+    )
     for key, text in list(examples.items())[:30]:
         print(f"--- {key}\n{text}\n")
     return 1 if bad else 0

@@ -28,6 +28,7 @@ GIB = 1 << 30
 def fingerprint(tensors: list[Any]) -> str:
     """Cheap and content-sensitive: the int64 sum of every 32-bit word, and the bytes of both ends."""
     import torch
+
     digest = hashlib.sha256()
     for t in tensors:
         words = t.view(torch.int32)
@@ -47,6 +48,7 @@ class Meter:
         if device == "cuda":
             import pynvml
             import torch
+
             pynvml.nvmlInit()
             uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
             self.kind = "cudaMemGetInfo"
@@ -60,8 +62,10 @@ class Meter:
 
     def used(self) -> int:
         import torch
+
         if self.handle is not None:
             import pynvml
+
             torch.cuda.synchronize()
             return int(pynvml.nvmlDeviceGetMemoryInfo(self.handle).used)
         if self.device == "cuda":
@@ -74,6 +78,7 @@ class Meter:
 
 def sync(device: str) -> None:
     import torch
+
     if device == "cuda":
         torch.cuda.synchronize()
 
@@ -81,6 +86,7 @@ def sync(device: str) -> None:
 def plain_copy_s(nbytes: int, device: str, repeats: int = 3) -> float:
     """Best of `repeats`: device -> host -> device of `nbytes` (pinned host memory on CUDA)."""
     import torch
+
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     src.fill_(7)
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=(device == "cuda"))
@@ -109,8 +115,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=float, default=4.0, help="GiB of weights to offload (default 4)")
     parser.add_argument("--cycles", type=int, default=5)
-    parser.add_argument("--retain-cycles", type=int, default=0,
-                        help="then as many cycles with torch_memory_saver's retain_cpu_backup on (GPU only)")
+    parser.add_argument(
+        "--retain-cycles",
+        type=int,
+        default=0,
+        help="then as many cycles with torch_memory_saver's retain_cpu_backup on (GPU only)",
+    )
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args(argv)
@@ -123,8 +133,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     memory = TorchMemorySaverBackend() if args.device == "cuda" else CpuBackend()
     memory.add_tag("weights", nbytes=nbytes, backup=True)
     chunk = 256 << 20  # like a model: many tensors, not one
-    weights = [memory.empty("weights", (min(chunk, nbytes - off) // 4,), torch.float32)
-               for off in range(0, nbytes, chunk)]
+    weights = [
+        memory.empty("weights", (min(chunk, nbytes - off) // 4,), torch.float32) for off in range(0, nbytes, chunk)
+    ]
     generator = torch.Generator(device=args.device).manual_seed(0)
     for w in weights:
         w.uniform_(generator=generator)
@@ -145,9 +156,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             memory.resume("weights")
             sync(args.device)
             onload_s = time.perf_counter() - t0
-            done.append({"cycle": i, "freed_bytes": before - paused, "offload_s": offload_s, "onload_s": onload_s,
-                         "offload_gbps": nbytes / offload_s / 1e9, "onload_gbps": nbytes / onload_s / 1e9,
-                         "fingerprint": fingerprint(weights)})
+            done.append(
+                {
+                    "cycle": i,
+                    "freed_bytes": before - paused,
+                    "offload_s": offload_s,
+                    "onload_s": onload_s,
+                    "offload_gbps": nbytes / offload_s / 1e9,
+                    "onload_gbps": nbytes / onload_s / 1e9,
+                    "fingerprint": fingerprint(weights),
+                }
+            )
         return done
 
     cycles = run_cycles(args.cycles)
@@ -155,13 +174,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cycle_s = statistics.median(c["offload_s"] + c["onload_s"] for c in cycles)
     result = {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-        "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
         "driver": (lambda d: d and {"version": d.version, "cuda": d.cuda_text})(gpu_checks.driver_info()),
-        "backend": memory.name, "meter": meter.kind, "bytes": nbytes, "cycles": cycles,
-        "fingerprint_before": first, "fingerprints_equal": all(c["fingerprint"] == first for c in cycles),
+        "backend": memory.name,
+        "meter": meter.kind,
+        "bytes": nbytes,
+        "cycles": cycles,
+        "fingerprint_before": first,
+        "fingerprints_equal": all(c["fingerprint"] == first for c in cycles),
         "min_freed_fraction": min(c["freed_bytes"] for c in cycles) / nbytes,
-        "offload_onload_s_median": cycle_s, "plain_copy_s": copy_s, "plain_copy_gbps": 2 * nbytes / copy_s / 1e9,
-        "ratio": copy_s / cycle_s, "goal_ratio": 0.8,
+        "offload_onload_s_median": cycle_s,
+        "plain_copy_s": copy_s,
+        "plain_copy_gbps": 2 * nbytes / copy_s / 1e9,
+        "ratio": copy_s / cycle_s,
+        "goal_ratio": 0.8,
     }
     write(result, args.json)
     # torch_memory_saver pins a new backup at every pause and frees it at every resume (csrc/cpu_backup.h)
@@ -171,8 +198,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         retained = run_cycles(args.retain_cycles)
         steady = statistics.median(c["offload_s"] + c["onload_s"] for c in retained[1:] or retained)
         result["retained_cpu_backup"] = {
-            "cycles": retained, "fingerprints_equal": all(c["fingerprint"] == first for c in retained),
-            "offload_onload_s_median": steady, "ratio": copy_s / steady}
+            "cycles": retained,
+            "fingerprints_equal": all(c["fingerprint"] == first for c in retained),
+            "offload_onload_s_median": steady,
+            "ratio": copy_s / steady,
+        }
         write(result, args.json)
     weights.clear()  # the tensors go before the backend closes
     memory.close()

@@ -50,11 +50,20 @@ def run_case(name: str, phases, members, devices, turns: int, pause_mib: int) ->
         procs = []
         for component, ranks in members.items():
             for rank in ranks:
-                args = {"job": os.path.join(tmp, "job"), "phases": phases, "members": members, "devices": devices,
-                        "component": component, "rank": rank, "turns": turns, "events": events,
-                        "pause_mib": pause_mib}
-                procs.append(subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(args)],
-                                              stdout=subprocess.PIPE, text=True))
+                args = {
+                    "job": os.path.join(tmp, "job"),
+                    "phases": phases,
+                    "members": members,
+                    "devices": devices,
+                    "component": component,
+                    "rank": rank,
+                    "turns": turns,
+                    "events": events,
+                    "pause_mib": pause_mib,
+                }
+                procs.append(
+                    subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(args)], stdout=subprocess.PIPE, text=True)
+                )
         outs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
         assert all(p.returncode == 0 for p in procs)
         by_gen: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
@@ -63,8 +72,9 @@ def run_case(name: str, phases, members, devices, turns: int, pause_mib: int) ->
                 e = json.loads(line)
                 by_gen[e["generation"]][e["event"]].append(e["t"])
         gens = sorted(by_gen)
-        gaps = [(min(by_gen[b]["onload_begin"]) - max(by_gen[a]["offload_end"])) / 1e3
-                for a, b in itertools.pairwise(gens)]
+        gaps = [
+            (min(by_gen[b]["onload_begin"]) - max(by_gen[a]["offload_end"])) / 1e3 for a, b in itertools.pairwise(gens)
+        ]
     per_turn = statistics.median(o["per_turn_s"] for o in outs) * 1e6 / len(phases)
     return name, statistics.median(gaps), sorted(gaps)[int(len(gaps) * 0.99) - 1], per_turn
 
@@ -77,12 +87,27 @@ def main(argv: list[str] | None = None) -> int:
     two = {"actor": ["0"], "rollout": ["0"]}
     cases = [
         ("actor <-> rollout, 1 rank each", [["actor"], ["rollout"]], {"actor": [0], "rollout": [0]}, two, 0),
-        ("actor <-> rollout, 2 ranks each", [["actor"], ["rollout"]], {"actor": [0, 1], "rollout": [0, 1]},
-         {"actor": ["0", "1"], "rollout": ["0", "1"]}, 0),
-        ("[env + rollout] -> [actor x2] (hybrid)", [["env", "rollout"], ["actor"]],
-         {"env": [0], "rollout": [0], "actor": [0, 1]}, {"env": ["0"], "rollout": ["1"], "actor": ["0", "1"]}, 0),
-        (f"actor <-> rollout, 1 rank each, CPU backend {args.pause_mib} MiB pause/resume",
-         [["actor"], ["rollout"]], {"actor": [0], "rollout": [0]}, two, args.pause_mib),
+        (
+            "actor <-> rollout, 2 ranks each",
+            [["actor"], ["rollout"]],
+            {"actor": [0, 1], "rollout": [0, 1]},
+            {"actor": ["0", "1"], "rollout": ["0", "1"]},
+            0,
+        ),
+        (
+            "[env + rollout] -> [actor x2] (hybrid)",
+            [["env", "rollout"], ["actor"]],
+            {"env": [0], "rollout": [0], "actor": [0, 1]},
+            {"env": ["0"], "rollout": ["1"], "actor": ["0", "1"]},
+            0,
+        ),
+        (
+            f"actor <-> rollout, 1 rank each, CPU backend {args.pause_mib} MiB pause/resume",
+            [["actor"], ["rollout"]],
+            {"actor": [0], "rollout": [0]},
+            two,
+            args.pause_mib,
+        ),
     ]
     print(f"{os.cpu_count()} CPUs, {args.turns} turns per process", file=sys.stderr)
     print("| schedule | hand-off median (us) | hand-off p99 (us) | wall per turn (us) |")

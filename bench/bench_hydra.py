@@ -51,6 +51,7 @@ def main() -> None:
         t0 = time.perf_counter()
         import hydra  # noqa: F401
         import omegaconf  # noqa: F401
+
         first_import = time.perf_counter() - t0
         plan_from_file(flat)
         plan_from_file(FIXTURES / "main.yaml")
@@ -61,8 +62,10 @@ def main() -> None:
     print(f"first import of hydra + omegaconf: {first_import * 1000:.0f} ms (once per process)")
     print(f"plan, flat config:     {t_flat * 1000:.1f} ms (median)")
     print(f"plan, Hydra-composed:  {t_hydra * 1000:.1f} ms (median)")
-    print(f"composition adds:      {(t_hydra - t_flat) * 1000:.1f} ms wall, {(c_hydra - c_flat) * 1000:.1f} ms CPU "
-          "(target <= 200 ms; on a loaded machine wall time includes waiting for a core)")
+    print(
+        f"composition adds:      {(t_hydra - t_flat) * 1000:.1f} ms wall, {(c_hydra - c_flat) * 1000:.1f} ms CPU "
+        "(target <= 200 ms; on a loaded machine wall time includes waiting for a core)"
+    )
 
 
 if __name__ == "__main__":

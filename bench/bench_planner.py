@@ -125,8 +125,11 @@ def cli_table(command: str, sizes: list[int], repeat: int) -> None:
                 processes = count_records(out)
                 size = out.stat().st_size / 2**20
             walls, cpus, rss = zip(*runs)
-            print(f"| {kind} | {nodes} | {processes} | {statistics.median(walls):.2f} s | "
-                  f"{statistics.median(cpus):.2f} s | {max(rss):.0f} MiB | {size:.0f} MiB |", flush=True)
+            print(
+                f"| {kind} | {nodes} | {processes} | {statistics.median(walls):.2f} s | "
+                f"{statistics.median(cpus):.2f} s | {max(rss):.0f} MiB | {size:.0f} MiB |",
+                flush=True,
+            )
 
 
 def main() -> None:
@@ -159,8 +162,9 @@ def in_process() -> None:
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         gpus = plan.cluster.num_gpus
-        print(f"| {nodes} | {gpus} | {plan.num_processes} | {statistics.median(times):.3f} s | "
-              f"{peak / 2**20:.0f} MiB |")
+        print(
+            f"| {nodes} | {gpus} | {plan.num_processes} | {statistics.median(times):.3f} s | {peak / 2**20:.0f} MiB |"
+        )
 
 
 def load_spec_text(text: str):  # type: ignore[no-untyped-def]

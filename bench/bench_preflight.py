@@ -66,13 +66,23 @@ def invisible_venv(out: Path) -> float:
     try:
         shutil.copy2(shutil.which("hpcplace-run") or "", private / "hpcplace-run")
         (out / "c.yaml").write_text(SMALL)
-        done = submit.submit(trivial(plan_from_file(out / "c.yaml")), out / "run", launcher=(str(private / "hpcplace-run"),))
+        done = submit.submit(
+            trivial(plan_from_file(out / "c.yaml")), out / "run", launcher=(str(private / "hpcplace-run"),)
+        )
         status = wait(done.job_id)
     finally:
         shutil.rmtree(private)
     assert status.state == "FAILED" and (out / "run" / "logs" / "preflight.txt").exists(), batch_log(out / "run")
-    times = subprocess.run(["sacct", "-n", "-P", "-X", "-j", done.job_id, "-o", "Start,End"], capture_output=True,
-                           text=True, check=True).stdout.split()[0].split("|")
+    times = (
+        subprocess.run(
+            ["sacct", "-n", "-P", "-X", "-j", done.job_id, "-o", "Start,End"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.split()[0]
+        .split("|")
+    )
     start, end = (datetime.fromisoformat(t).timestamp() for t in times)
     return end - start
 
@@ -99,20 +109,25 @@ def main() -> None:
     fail, small, hetero = [], [], []
     for i in range(args.repeat):
         for name, results, run in (
-                ("fail", fail, lambda d: invisible_venv(d)),
-                ("small", small, lambda d: good((d / "c.yaml").write_text(SMALL) and plan_from_file(d / "c.yaml"), d)),
-                ("hetero", hetero, lambda d: good(plan_from_file(REPO / "configs" / "hetero-partitions.yaml"), d))):
+            ("fail", fail, lambda d: invisible_venv(d)),
+            ("small", small, lambda d: good((d / "c.yaml").write_text(SMALL) and plan_from_file(d / "c.yaml"), d)),
+            ("hetero", hetero, lambda d: good(plan_from_file(REPO / "configs" / "hetero-partitions.yaml"), d)),
+        ):
             d = root / f"{name}{i}"
             d.mkdir()
             results.append(run(d))
     print(f"ConstrainDevices={mode}; median of {args.repeat}:")
     print("| job | measured | median | runs |")
     print("|---|---|---:|---|")
-    print(f"| venv the nodes cannot see (2 nodes) | job start -> FAILED (sacct) | {statistics.median(fail):.0f} s | "
-          f"{', '.join(f'{v:.0f}' for v in fail)} |")
+    print(
+        f"| venv the nodes cannot see (2 nodes) | job start -> FAILED (sacct) | {statistics.median(fail):.0f} s | "
+        f"{', '.join(f'{v:.0f}' for v in fail)} |"
+    )
     for label, values in (("good job, 2 nodes", small), ("good job, hetero-partitions (5 nodes)", hetero)):
-        print(f"| {label} | preflight step (added start-up) | {statistics.median(values):.1f} s | "
-              f"{', '.join(f'{v:.1f}' for v in values)} |")
+        print(
+            f"| {label} | preflight step (added start-up) | {statistics.median(values):.1f} s | "
+            f"{', '.join(f'{v:.1f}' for v in values)} |"
+        )
     shutil.rmtree(root, ignore_errors=True)
 
 

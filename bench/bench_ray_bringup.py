@@ -34,12 +34,21 @@ GROUPS = [
 
 
 def config(nodes: int) -> str:
-    groups = [GROUPS[0] % min(nodes, 2)] + GROUPS[1:1 + max(nodes - 2, 0)]
-    placement = {"a800": 'actor: {node_group: a800, placement: "0"}', "rtx": 'rollout: {node_group: rtx, placement: "0"}',
-                 "cpu": 'env: {node_group: cpu, placement: "0"}', "robot": 'arm: {node_group: robot, placement: "0"}'}
-    used = ["a800"] + ["rtx", "cpu", "robot"][:max(nodes - 2, 0)]
-    return ("name: ray-bench\ncluster:\n  node_groups:\n" + "\n".join(groups) + "\n  component_placement:\n"
-            + "\n".join("    " + placement[u] for u in used) + "\n")
+    groups = [GROUPS[0] % min(nodes, 2)] + GROUPS[1 : 1 + max(nodes - 2, 0)]
+    placement = {
+        "a800": 'actor: {node_group: a800, placement: "0"}',
+        "rtx": 'rollout: {node_group: rtx, placement: "0"}',
+        "cpu": 'env: {node_group: cpu, placement: "0"}',
+        "robot": 'arm: {node_group: robot, placement: "0"}',
+    }
+    used = ["a800"] + ["rtx", "cpu", "robot"][: max(nodes - 2, 0)]
+    return (
+        "name: ray-bench\ncluster:\n  node_groups:\n"
+        + "\n".join(groups)
+        + "\n  component_placement:\n"
+        + "\n".join("    " + placement[u] for u in used)
+        + "\n"
+    )
 
 
 def one(nodes: int, out: Path) -> dict:
@@ -53,8 +62,12 @@ def one(nodes: int, out: Path) -> dict:
         time.sleep(0.3)
     data = json.loads((out / "run" / "ray" / "bringup.json").read_text())
     t0 = data["job_start"]
-    return {"nodes": nodes, "head_ready": data["head_ready"] - t0, "all_joined": data["all_joined"] - t0,
-            "driver_started": data["driver_start"] - t0}
+    return {
+        "nodes": nodes,
+        "head_ready": data["head_ready"] - t0,
+        "all_joined": data["all_joined"] - t0,
+        "driver_started": data["driver_start"] - t0,
+    }
 
 
 def main() -> None:
@@ -66,11 +79,16 @@ def main() -> None:
     ensure_cluster("no")
     os.environ.setdefault("HPCPLACE_RAY_ARGS", "--object-store-memory=80000000")
     root = REPO / "runs" / f"bench-ray-{int(time.time())}"
-    print(f"{'nodes':>5} {'head ready':>11} {'all joined':>11} {'driver started':>15}   (s after job start; median of {args.repeat})")
+    print(
+        f"{'nodes':>5} {'head ready':>11} {'all joined':>11} {'driver started':>15}   (s after job start; median of {args.repeat})"
+    )
     for nodes in (1, 2, 3, 4, 5):
         rows = [one(nodes, root / f"n{nodes}-{r}") for r in range(args.repeat)]
         med = {k: sorted(r[k] for r in rows)[len(rows) // 2] for k in ("head_ready", "all_joined", "driver_started")}
-        print(f"{nodes:>5} {med['head_ready']:>11.2f} {med['all_joined']:>11.2f} {med['driver_started']:>15.2f}", flush=True)
+        print(
+            f"{nodes:>5} {med['head_ready']:>11.2f} {med['all_joined']:>11.2f} {med['driver_started']:>15.2f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -58,16 +58,22 @@ def bench_render(nodes: int = 1024, repeat: int = 5) -> None:
             runs.append(t3 - t2)
         size = len(text.encode())
         plan_size = (Path(tmp) / "run0" / "plan.json").stat().st_size
-    print(f"plan: {nodes} nodes, {plan.cluster.num_gpus} GPUs, {plan.num_processes} processes, "
-          f"{len(plan.components)} components; {len(job.steps)} steps, "
-          f"{sum(len(s.segments) for s in job.steps)} srun segments")
+    print(
+        f"plan: {nodes} nodes, {plan.cluster.num_gpus} GPUs, {plan.num_processes} processes, "
+        f"{len(plan.components)} components; {len(job.steps)} steps, "
+        f"{sum(len(s.segments) for s in job.steps)} srun segments"
+    )
     print(f"| what | median of {repeat} | max |")
     print("|---|---:|---:|")
     print(f"| lower Plan -> SlurmJob | {statistics.median(lows):.3f} s | {max(lows):.3f} s |")
-    print(f"| lower + render job.sbatch ({size / 1024:.1f} KiB) | {statistics.median(scripts):.3f} s | "
-          f"{max(scripts):.3f} s |")
-    print(f"| render_run: job.sbatch + plan.json ({plan_size / 2**20:.1f} MiB) + index, written | "
-          f"{statistics.median(runs):.3f} s | {max(runs):.3f} s |")
+    print(
+        f"| lower + render job.sbatch ({size / 1024:.1f} KiB) | {statistics.median(scripts):.3f} s | "
+        f"{max(scripts):.3f} s |"
+    )
+    print(
+        f"| render_run: job.sbatch + plan.json ({plan_size / 2**20:.1f} MiB) + index, written | "
+        f"{statistics.median(runs):.3f} s | {max(runs):.3f} s |"
+    )
 
 
 SUBMIT_CONFIG = """
@@ -102,8 +108,12 @@ def bench_submit(repeat: int = 5) -> None:
             config.write_text(SUBMIT_CONFIG.format(cmd=cmd))
             run_dir = Path(tmp) / "run"
             t0 = time.time()
-            res = subprocess.run([sys.executable, "-m", "hpcplace.cli", "submit", str(config), "-o", str(run_dir)],
-                                 env=env, capture_output=True, text=True)
+            res = subprocess.run(
+                [sys.executable, "-m", "hpcplace.cli", "submit", str(config), "-o", str(run_dir)],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             t_submitted = time.time()
             if res.returncode != 0:
                 raise SystemExit(f"submit failed: {res.stderr}")
@@ -122,8 +132,10 @@ def bench_submit(repeat: int = 5) -> None:
     print("|---:|---:|---:|---:|")
     for i, (sub, last, first) in enumerate(results):
         print(f"| {i + 1} | {sub:.2f} s | {first:.2f} s | {last:.2f} s |")
-    print(f"| median | {statistics.median(r[0] for r in results):.2f} s | "
-          f"{statistics.median(r[2] for r in results):.2f} s | {statistics.median(r[1] for r in results):.2f} s |")
+    print(
+        f"| median | {statistics.median(r[0] for r in results):.2f} s | "
+        f"{statistics.median(r[2] for r in results):.2f} s | {statistics.median(r[1] for r in results):.2f} s |"
+    )
 
 
 def main() -> None:

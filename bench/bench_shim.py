@@ -56,15 +56,28 @@ components:
 """
 
 SMALL_TASK = {  # actor rank 3 on a800-2, --het-group=0 step of het job 120
-    "SLURM_JOB_ID": "120", "SLURM_HET_SIZE": "3", "SLURM_JOB_ID_HET_GROUP_0": "120",
-    "SLURM_JOB_NODELIST_HET_GROUP_0": "a800-[1-2]", "SLURM_JOB_NODELIST_HET_GROUP_1": "rtx4090-1",
-    "SLURM_JOB_NODELIST_HET_GROUP_2": "cpu-1", "SLURMD_NODENAME": "a800-2", "SLURM_PROCID": "3",
-    "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_STEP_NUM_TASKS": "4", "CUDA_VISIBLE_DEVICES": "4,5,6,7",
+    "SLURM_JOB_ID": "120",
+    "SLURM_HET_SIZE": "3",
+    "SLURM_JOB_ID_HET_GROUP_0": "120",
+    "SLURM_JOB_NODELIST_HET_GROUP_0": "a800-[1-2]",
+    "SLURM_JOB_NODELIST_HET_GROUP_1": "rtx4090-1",
+    "SLURM_JOB_NODELIST_HET_GROUP_2": "cpu-1",
+    "SLURMD_NODENAME": "a800-2",
+    "SLURM_PROCID": "3",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "1",
+    "SLURM_STEP_NUM_TASKS": "4",
+    "CUDA_VISIBLE_DEVICES": "4,5,6,7",
     "SLURM_JOB_GPUS": "0,1",
 }
 BIG_TASK = {  # the last process of the big plan
-    "SLURM_JOB_ID": "121", "SLURM_JOB_NODELIST": "gpu[0001-8192]", "SLURMD_NODENAME": "gpu8192",
-    "SLURM_PROCID": "65535", "SLURM_LOCALID": "7", "SLURM_STEP_NUM_TASKS": "65536", "CUDA_VISIBLE_DEVICES": "7",
+    "SLURM_JOB_ID": "121",
+    "SLURM_JOB_NODELIST": "gpu[0001-8192]",
+    "SLURMD_NODENAME": "gpu8192",
+    "SLURM_PROCID": "65535",
+    "SLURM_LOCALID": "7",
+    "SLURM_STEP_NUM_TASKS": "65536",
+    "CUDA_VISIBLE_DEVICES": "7",
 }
 
 
@@ -109,27 +122,52 @@ def main() -> int:
         }
         for label, plan, task in (("small plan", small, SMALL_TASK), ("65,536-process plan", big, BIG_TASK)):
             shim_args = ["--plan", str(plan), "--component", "actor", "--", "true"]
-            cases[f"`python -m hpcplace.runtime` ({label})"] = ([python, "-m", "hpcplace.runtime", *shim_args],
-                                                                 {**base, **task})
+            cases[f"`python -m hpcplace.runtime` ({label})"] = (
+                [python, "-m", "hpcplace.runtime", *shim_args],
+                {**base, **task},
+            )
             if script:
                 cases[f"`hpcplace-run` ({label})"] = ([script, *shim_args], {**base, **task})
         if args.clean:
             target, source = Path(tmp, "install"), Path(tmp, "source")
-            shutil.copytree(Path(__file__).resolve().parents[1], source, ignore=shutil.ignore_patterns(
-                ".git", "build", "runs", "tests", ".*", "*.egg-info", "__pycache__"))  # keep the checkout clean
-            subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                            "--target", str(target), str(source)], check=True, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+            shutil.copytree(
+                Path(__file__).resolve().parents[1],
+                source,
+                ignore=shutil.ignore_patterns(".git", "build", "runs", "tests", ".*", "*.egg-info", "__pycache__"),
+            )  # keep the checkout clean
+            subprocess.run(
+                [
+                    python,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--no-deps",
+                    "--no-build-isolation",
+                    "--target",
+                    str(target),
+                    str(source),
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             clean = {**base, "PYTHONPATH": str(target)}
             cases["clean: bare `python3 -S -c pass`"] = ([python, "-S", "-c", "pass"], base)
             for label, plan, task in (("small plan", small, SMALL_TASK), ("65,536-process plan", big, BIG_TASK)):
                 shim_args = ["--plan", str(plan), "--component", "actor", "--", "true"]
                 cases[f"clean: `python -S -m hpcplace.runtime` ({label})"] = (
-                    [python, "-S", "-m", "hpcplace.runtime", *shim_args], {**clean, **task})
+                    [python, "-S", "-m", "hpcplace.runtime", *shim_args],
+                    {**clean, **task},
+                )
                 cases[f"clean: shim imported directly, no runpy ({label})"] = (
-                    [python, "-S", "-c", DIRECT, *shim_args], {**clean, **task})
-        in_process = {label: _in_process(plan, task) for label, plan, task in
-                      (("small plan", small, SMALL_TASK), ("65,536-process plan", big, BIG_TASK))}
+                    [python, "-S", "-c", DIRECT, *shim_args],
+                    {**clean, **task},
+                )
+        in_process = {
+            label: _in_process(plan, task)
+            for label, plan, task in (("small plan", small, SMALL_TASK), ("65,536-process plan", big, BIG_TASK))
+        }
         times: dict[str, list[float]] = {name: [] for name in cases}
         for argv, env in cases.values():  # warm the page cache and .pyc files
             timed(argv, env)
@@ -140,8 +178,10 @@ def main() -> int:
             shutil.rmtree(f"/dev/shm/hpcplace-{job}", ignore_errors=True)
     bare = statistics.median(times["bare `python3 -c pass`"])
     clean_bare = statistics.median(times.get("clean: bare `python3 -S -c pass`", [bare]))
-    print(f"python {sys.version.split()[0]} at {python}; hpcplace-run at {script}; {args.runs} runs per case, "
-          "interleaved\n")
+    print(
+        f"python {sys.version.split()[0]} at {python}; hpcplace-run at {script}; {args.runs} runs per case, "
+        "interleaved\n"
+    )
     print("| case | median ms | p90 ms | x bare python |")
     print("|---|---:|---:|---:|")
     for name, values in times.items():
@@ -158,8 +198,9 @@ def main() -> int:
 
 
 def _in_process(plan: Path, task: dict[str, str]) -> float:
-    options = Options(plan=str(plan), component="actor", command=("true",), chdir=None, print_env=False, verify=False,
-                      verbose=False)
+    options = Options(
+        plan=str(plan), component="actor", command=("true",), chdir=None, print_env=False, verify=False, verbose=False
+    )
     samples = []
     for _ in range(200):
         start = time.perf_counter()

@@ -93,12 +93,13 @@ def main_bench() -> None:
             out = io.StringIO()
             t = time.perf_counter()
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-                rc = main(["tune", str(config), "--profile", str(profile), "--top", "5",
-                           "--objective", args.objective])
+                rc = main(["tune", str(config), "--profile", str(profile), "--top", "5", "--objective", args.objective])
             cli.append(time.perf_counter() - t)
             assert rc == 0, out.getvalue()
-        print(f"{gpus} GPUs, {len(setup.problem.groups)} partitions, {len(setup.problem.chain)} components, "
-              f"objective {args.objective}")
+        print(
+            f"{gpus} GPUs, {len(setup.problem.groups)} partitions, {len(setup.problem.chain)} components, "
+            f"objective {args.objective}"
+        )
         print(f"best: {found[0].time_s:.2f} s/iter, {found[0].gpu_hours:.3f} GPU-h/iter: {found[0].describe()}")
         print(f"search (top 5), median of {args.repeat}: {statistics.median(pure):.2f} s")
         print(f"`hpcplace tune --top 5` in-process, median of {args.repeat}: {statistics.median(cli):.2f} s")

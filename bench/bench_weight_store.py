@@ -30,10 +30,13 @@ HIDDEN, FFN, VOCAB = 4096, 11008, 32000
 def llm_state_dict(target_gib: float) -> dict[str, torch.Tensor]:
     """Embedding + as many layers as fit (+ lm_head when room is left), filled with random bf16."""
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (VOCAB, HIDDEN)}
-    layer = {**{f"self_attn.{p}_proj.weight": (HIDDEN, HIDDEN) for p in "qkvo"},
-             **{f"mlp.{p}_proj.weight": (FFN, HIDDEN) for p in ("gate", "up")},
-             "mlp.down_proj.weight": (HIDDEN, FFN),
-             "input_layernorm.weight": (HIDDEN,), "post_attention_layernorm.weight": (HIDDEN,)}
+    layer = {
+        **{f"self_attn.{p}_proj.weight": (HIDDEN, HIDDEN) for p in "qkvo"},
+        **{f"mlp.{p}_proj.weight": (FFN, HIDDEN) for p in ("gate", "up")},
+        "mlp.down_proj.weight": (HIDDEN, FFN),
+        "input_layernorm.weight": (HIDDEN,),
+        "post_attention_layernorm.weight": (HIDDEN,),
+    }
     size = lambda s: 2 * (s[0] * (s[1] if len(s) > 1 else 1))  # noqa: E731
     total = size(shapes["model.embed_tokens.weight"])
     layer_bytes = sum(size(s) for s in layer.values())
@@ -69,7 +72,7 @@ def memcpy(sd: dict[str, torch.Tensor], buffer: torch.Tensor) -> None:
         n = t.numel() * t.element_size()
         if offset + n > buffer.numel():
             offset = 0
-        buffer[offset:offset + n].view(t.dtype).view(t.shape).copy_(t)
+        buffer[offset : offset + n].view(t.dtype).view(t.shape).copy_(t)
         offset += (n + 63) // 64 * 64
 
 
@@ -105,10 +108,20 @@ def run(size_gib: float, base: str, repeat: int) -> list[tuple[str, float, str]]
     memcpy_s, publish_s, consume_s = (min(samples[k]) for k in ("memcpy", "publish", "consume"))
     ratio = lambda k: statistics.median(m / x for m, x in zip(samples["memcpy"], samples[k]))  # noqa: E731
     rows.append(("memcpy (pre-touched target, same copies)", gbs(memcpy_s), "1.00x"))
-    rows.append(("publish, steady state (sampled crc32)", gbs(publish_s),
-                 f"{memcpy_s / publish_s:.2f}x (per-round median {ratio('publish'):.2f}x)"))
-    rows.append(("consume + copy into model tensors, steady", gbs(consume_s),
-                 f"{memcpy_s / consume_s:.2f}x (per-round median {ratio('consume'):.2f}x)"))
+    rows.append(
+        (
+            "publish, steady state (sampled crc32)",
+            gbs(publish_s),
+            f"{memcpy_s / publish_s:.2f}x (per-round median {ratio('publish'):.2f}x)",
+        )
+    )
+    rows.append(
+        (
+            "consume + copy into model tensors, steady",
+            gbs(consume_s),
+            f"{memcpy_s / consume_s:.2f}x (per-round median {ratio('consume'):.2f}x)",
+        )
+    )
     rows.append(("publish, first (fallocate + first touch of 2 slots)", gbs(first), f"{memcpy_s / first:.2f}x"))
     rows.append(("consume, first (map + copy)", gbs(first_consume), f"{memcpy_s / first_consume:.2f}x"))
     open_s = min(timed(lambda: reader.consume().release(), repeat))
@@ -133,6 +146,7 @@ def run(size_gib: float, base: str, repeat: int) -> list[tuple[str, float, str]]
     gc.collect()
 
     from safetensors.torch import load_file, save_file
+
     path = os.path.join(job, "sd.safetensors")
     save = timed(lambda: save_file(sd, path))[0]
     rows.append(("safetensors save_file to shm", gbs(save), f"{memcpy_s / save:.2f}x"))

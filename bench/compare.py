@@ -110,8 +110,21 @@ def sh(argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | No
 
 def install(source: Path, site: Path) -> None:
     """pip's own layout of the tree (package-dir included: runtime/ becomes hpcplace/runtime)."""
-    sh([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-compile",
-        "--target", str(site), str(source)])
+    sh(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-compile",
+            "--target",
+            str(site),
+            str(source),
+        ]
+    )
 
 
 def copy_working_tree(dest: Path) -> None:
@@ -124,8 +137,10 @@ def copy_working_tree(dest: Path) -> None:
             shutil.copy2(src, dest / name)
 
 
-PROBE = ("import hpcplace, hpcplace.runtime, hpcplace.templates, os; "
-         "print(os.path.dirname(hpcplace.__file__), os.path.dirname(hpcplace.runtime.__file__))")
+PROBE = (
+    "import hpcplace, hpcplace.runtime, hpcplace.templates, os; "
+    "print(os.path.dirname(hpcplace.__file__), os.path.dirname(hpcplace.runtime.__file__))"
+)
 
 
 def make_side(label: str, source: Path, site: Path, cwd: Path) -> Side:
@@ -167,8 +182,10 @@ def ratio(new: float, old: float) -> str:
 
 def run_cases(cases: list[Case], sides: tuple[Side, Side], repeat: int, cwd: Path) -> None:
     old, new = sides
-    print(f"| benchmark (fresh process, median of {repeat}) | wall {old.label} | wall {new.label} | ratio "
-          f"| CPU {old.label} | CPU {new.label} | ratio | peak RSS {old.label} → {new.label} |")
+    print(
+        f"| benchmark (fresh process, median of {repeat}) | wall {old.label} | wall {new.label} | ratio "
+        f"| CPU {old.label} | CPU {new.label} | ratio | peak RSS {old.label} → {new.label} |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for case in cases:
         runs: dict[str, list[Run]] = {old.label: [], new.label: []}
@@ -191,9 +208,12 @@ def run_cases(cases: list[Case], sides: tuple[Side, Side], repeat: int, cwd: Pat
         a, b = runs[old.label], runs[new.label]
         wall_a, wall_b = (statistics.median(r.wall for r in x) for x in (a, b))
         cpu_a, cpu_b = (statistics.median(r.cpu for r in x) for x in (a, b))
-        print(f"| {case.name} | {wall_a:.3f} s | {wall_b:.3f} s | {ratio(wall_b, wall_a)} | {cpu_a:.3f} s | "
-              f"{cpu_b:.3f} s | {ratio(cpu_b, cpu_a)} | {max(r.rss_mib for r in a):.0f} → "
-              f"{max(r.rss_mib for r in b):.0f} MiB |", flush=True)
+        print(
+            f"| {case.name} | {wall_a:.3f} s | {wall_b:.3f} s | {ratio(wall_b, wall_a)} | {cpu_a:.3f} s | "
+            f"{cpu_b:.3f} s | {ratio(cpu_b, cpu_a)} | {max(r.rss_mib for r in a):.0f} → "
+            f"{max(r.rss_mib for r in b):.0f} MiB |",
+            flush=True,
+        )
 
 
 NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
@@ -231,7 +251,9 @@ def run_scripts(scripts: list[Script], sides: tuple[Side, Side], repeat: int, cw
                 for side in order(rep, sides):
                     done = subprocess.run(argv, env=side.env(), cwd=cwd, capture_output=True, text=True)
                     if done.returncode != 0:
-                        raise RuntimeError(f"{side.label}: {(done.stderr.strip() or done.stdout.strip()).splitlines()[-1]}")
+                        raise RuntimeError(
+                            f"{side.label}: {(done.stderr.strip() or done.stdout.strip()).splitlines()[-1]}"
+                        )
                     values[side.label].append(table_cells(done.stdout))
         except RuntimeError as exc:
             print(f"\n{shown}: skipped, failed on {str(exc)[:300]}")
@@ -274,15 +296,28 @@ components:
   actor: {command: ["true"]}
 """
 SMALL_TASK = {  # actor rank 3 on a800-2 (bench_shim's task)
-    "SLURM_JOB_ID": "120", "SLURM_HET_SIZE": "3", "SLURM_JOB_ID_HET_GROUP_0": "120",
-    "SLURM_JOB_NODELIST_HET_GROUP_0": "a800-[1-2]", "SLURM_JOB_NODELIST_HET_GROUP_1": "rtx4090-1",
-    "SLURM_JOB_NODELIST_HET_GROUP_2": "cpu-1", "SLURMD_NODENAME": "a800-2", "SLURM_PROCID": "3",
-    "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_STEP_NUM_TASKS": "4", "CUDA_VISIBLE_DEVICES": "4,5,6,7",
+    "SLURM_JOB_ID": "120",
+    "SLURM_HET_SIZE": "3",
+    "SLURM_JOB_ID_HET_GROUP_0": "120",
+    "SLURM_JOB_NODELIST_HET_GROUP_0": "a800-[1-2]",
+    "SLURM_JOB_NODELIST_HET_GROUP_1": "rtx4090-1",
+    "SLURM_JOB_NODELIST_HET_GROUP_2": "cpu-1",
+    "SLURMD_NODENAME": "a800-2",
+    "SLURM_PROCID": "3",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "1",
+    "SLURM_STEP_NUM_TASKS": "4",
+    "CUDA_VISIBLE_DEVICES": "4,5,6,7",
     "SLURM_JOB_GPUS": "0,1",
 }
 BIG_TASK = {  # the last process of the big plan
-    "SLURM_JOB_ID": "121", "SLURM_JOB_NODELIST": "gpu[0001-8192]", "SLURMD_NODENAME": "gpu8192",
-    "SLURM_PROCID": "65535", "SLURM_LOCALID": "7", "SLURM_STEP_NUM_TASKS": "65536", "CUDA_VISIBLE_DEVICES": "7",
+    "SLURM_JOB_ID": "121",
+    "SLURM_JOB_NODELIST": "gpu[0001-8192]",
+    "SLURMD_NODENAME": "gpu8192",
+    "SLURM_PROCID": "65535",
+    "SLURM_LOCALID": "7",
+    "SLURM_STEP_NUM_TASKS": "65536",
+    "CUDA_VISIBLE_DEVICES": "7",
 }
 
 
@@ -298,8 +333,17 @@ def command(*args: str) -> Callable[[Side, int], list[str]]:
 
 def shim(work: Path, job: str) -> Callable[[Side, int], list[str]]:
     """The shim on its side's own plan.json (rendered by that side)."""
-    return lambda side, _rep: [sys.executable, "-m", "hpcplace.runtime", "--plan",
-                               str(work / f"shim-{job}-{side.label}" / "plan.json"), "--component", "actor", "--", "true"]
+    return lambda side, _rep: [
+        sys.executable,
+        "-m",
+        "hpcplace.runtime",
+        "--plan",
+        str(work / f"shim-{job}-{side.label}" / "plan.json"),
+        "--component",
+        "actor",
+        "--",
+        "true",
+    ]
 
 
 def remover(path: Path | str) -> Callable[[], None]:
@@ -313,11 +357,19 @@ def build_cases(work: Path, sides: tuple[Side, Side], sizes: list[int], only: li
         for kind, make in specs.items():
             config = work / f"{kind}-{nodes}.yaml"
             config.write_text(make(nodes))
-            cases.append(Case(f"plan --json, {kind} {nodes} nodes", command("plan", "--json", str(config)),
-                              stdout=work / "plan.json"))
+            cases.append(
+                Case(
+                    f"plan --json, {kind} {nodes} nodes",
+                    command("plan", "--json", str(config)),
+                    stdout=work / "plan.json",
+                )
+            )
             out = work / "render-out"
-            cases.append(Case(f"render, {kind} {nodes} nodes", command("render", str(config), "-o", str(out)),
-                              after=remover(out)))
+            cases.append(
+                Case(
+                    f"render, {kind} {nodes} nodes", command("render", str(config), "-o", str(out)), after=remover(out)
+                )
+            )
     biggest = work / f"uniform-{max(sizes)}.yaml"
     cases.append(Case(f"plan (summary), uniform {max(sizes)} nodes", command("plan", str(biggest))))
     for label, text, task in (("small plan", SHIM_SMALL, SMALL_TASK), ("65,536 processes", SHIM_BIG, BIG_TASK)):
@@ -327,8 +379,14 @@ def build_cases(work: Path, sides: tuple[Side, Side], sizes: list[int], only: li
             run_dir = work / f"shim-{task['SLURM_JOB_ID']}-{side.label}"
             sh(cli(side, "render", str(config), "-o", str(run_dir)), env=side.env(), cwd=work)
         job = task["SLURM_JOB_ID"]
-        cases.append(Case(f"shim start-up (`python -m hpcplace.runtime ... -- true`), {label}", shim(work, job),
-                          env=task, after=remover(f"/dev/shm/hpcplace-{job}")))
+        cases.append(
+            Case(
+                f"shim start-up (`python -m hpcplace.runtime ... -- true`), {label}",
+                shim(work, job),
+                env=task,
+                after=remover(f"/dev/shm/hpcplace-{job}"),
+            )
+        )
     cases += [tune_case(work), hydra_case()]
     return [c for c in cases if not only or any(word in c.name for word in only)]
 
@@ -340,16 +398,19 @@ def tune_case(work: Path) -> Case:
     config, profile = work / "tune.yaml", work / "tune-profile.yaml"
     config.write_text(bench_tune.CONFIG)
     profile.write_text(bench_tune.PROFILE)
-    return Case("tune (1,024 GPUs, 3 partitions, top 5)",
-                command("tune", str(config), "--profile", str(profile), "--top", "5"))
+    return Case(
+        "tune (1,024 GPUs, 3 partitions, top 5)", command("tune", str(config), "--profile", str(profile), "--top", "5")
+    )
 
 
 def hydra_case() -> Case:
     """bench_hydra's Hydra-composed experiment (this side's fixture files, for both sides)."""
     fixtures = ROOT / "tests" / "fixtures" / "hydra"
-    return Case("plan (summary) of bench_hydra's Hydra-composed experiment",
-                command("plan", str(fixtures / "main.yaml")),
-                env={"HPCPLACE_FIXTURE_SHARED": str(fixtures / "shared")})
+    return Case(
+        "plan (summary) of bench_hydra's Hydra-composed experiment",
+        command("plan", str(fixtures / "main.yaml")),
+        env={"HPCPLACE_FIXTURE_SHARED": str(fixtures / "shared")},
+    )
 
 
 def main() -> int:
@@ -374,19 +435,36 @@ def main() -> int:
             old = make_side(args.rev, old_tree, base / "site-rev", work)
             new = make_side(head + ("+changes" if dirty else ""), new_tree, base / "site-this", work)
             sides = (old, new)
-            cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                        if line.startswith("model name")), platform.processor())
-            print(f"hpcplace benchmarks: {new.label} against {args.rev} ({rev[:12]}), "
-                  f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
-            print(f"machine: {platform.node()}, {os.cpu_count()} CPUs ({cpu}), load average "
-                  f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; Python {platform.python_version()}")
+            cpu = next(
+                (
+                    line.split(":", 1)[1].strip()
+                    for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")
+                ),
+                platform.processor(),
+            )
+            print(
+                f"hpcplace benchmarks: {new.label} against {args.rev} ({rev[:12]}), "
+                f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
+            )
+            print(
+                f"machine: {platform.node()}, {os.cpu_count()} CPUs ({cpu}), load average "
+                f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; Python {platform.python_version()}"
+            )
             for side in sides:
                 print(f"  {side.label}: {side.imports}")
             print("\nskipped: " + "; ".join(f"{k}: {v}" for k, v in SKIPPED.items()) + "\n")
             run_cases(build_cases(work, sides, args.nodes or [1024, 16384], args.only), sides, args.repeat, work)
             if not args.no_scripts and not args.only:
-                run_scripts([Script("bench_weight_store.py", ("--sizes", "1", "--repeat", "3")),
-                             Script("bench_handoff.py", ("--turns", "100"))], sides, min(args.repeat, 3), work)
+                run_scripts(
+                    [
+                        Script("bench_weight_store.py", ("--sizes", "1", "--repeat", "3")),
+                        Script("bench_handoff.py", ("--turns", "100")),
+                    ],
+                    sides,
+                    min(args.repeat, 3),
+                    work,
+                )
             print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
         finally:
             sh(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old_tree)])

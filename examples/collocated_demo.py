@@ -29,7 +29,7 @@ from hpcplace.runtime.weight_store import WeightPublisher, WeightReader
 VOCAB, HIDDEN, SEQ, BATCH, TARGET = 16, 64, 12, 256, 7
 # This node's state directory (HPCPLACE_SHM_DIR = /dev/shm/hpcplace-<jobid>/node-<node>): every
 # weight store and baton below is this node's own; the name only labels the output.
-NODE = os.path.basename(os.environ.get("HPCPLACE_SHM_DIR", "node-?"))[len("node-"):]
+NODE = os.path.basename(os.environ.get("HPCPLACE_SHM_DIR", "node-?"))[len("node-") :]
 
 
 def make_policy() -> torch.nn.Module:
@@ -44,7 +44,9 @@ def fingerprint(model: torch.nn.Module) -> int:
     return crc
 
 
-def generate(model: torch.nn.Module, scratch: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def generate(
+    model: torch.nn.Module, scratch: torch.Tensor, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample BATCH sequences token by token; `scratch` (the "kv cache") holds the hidden states."""
     device = scratch.device
     tokens = torch.zeros(BATCH, SEQ + 1, dtype=torch.long, device=device)
@@ -71,6 +73,7 @@ def maybe_init_distributed(world_size: int, rank: int) -> bool:
     if world_size < 2 or not os.environ.get("MASTER_ADDR") or not os.environ.get("MASTER_PORT"):
         return False
     import torch.distributed as dist
+
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=120))
     return True
 
@@ -107,8 +110,10 @@ def teardown_distributed() -> None:
     dist.destroy_process_group()
     left = gloo_threads()
     if left:
-        raise RuntimeError(f"the gloo process group outlived destroy_process_group (threads {left}): "
-                           "something took a reference to it; create it after every other import")
+        raise RuntimeError(
+            f"the gloo process group outlived destroy_process_group (threads {left}): "
+            "something took a reference to it; create it after every other import"
+        )
 
 
 def run_actor(cycle: Cycle, job_dir: str, rank: int, world_size: int, cycles: int, lr: float) -> None:
@@ -137,6 +142,7 @@ def run_actor(cycle: Cycle, job_dir: str, rank: int, world_size: int, cycles: in
             loss.backward()
             if distributed:
                 import torch.distributed as dist
+
                 for p in model.parameters():
                     dist.all_reduce(p.grad)
                     p.grad /= world_size
@@ -145,9 +151,12 @@ def run_actor(cycle: Cycle, job_dir: str, rank: int, world_size: int, cycles: in
             kept = fingerprint(model)
             version = publisher.publish({**model.state_dict(), "fingerprint": torch.tensor(kept)})
             assert version == i + 1, (version, i)
-            print(f"actor[{rank}] gen {generation}: trained on batch {i} (mean reward "
-                  f"{float(rewards.mean()):.3f}), published weights v{version} fp={kept:08x} "
-                  f"(node {NODE})", flush=True)
+            print(
+                f"actor[{rank}] gen {generation}: trained on batch {i} (mean reward "
+                f"{float(rewards.mean()):.3f}), published weights v{version} fp={kept:08x} "
+                f"(node {NODE})",
+                flush=True,
+            )
     batches.close()
     publisher.close()
     if distributed:
@@ -175,11 +184,13 @@ def run_rollout(cycle: Cycle, job_dir: str, rank: int, cycles: int) -> None:
                             param.copy_(snap.tensors[name])
                     assert fingerprint(model) == int(snap.tensors["fingerprint"]), "weights differ from the actor's"
             tokens, rewards = generate(model, scratch, generator)
-            print(f"rollout[{rank}] gen {generation}: weights v{i} fp={fingerprint(model):08x}, "
-                  f"mean reward {float(rewards.mean()):.3f} (node {NODE}, from actor-{sources[0]})", flush=True)
+            print(
+                f"rollout[{rank}] gen {generation}: weights v{i} fp={fingerprint(model):08x}, "
+                f"mean reward {float(rewards.mean()):.3f} (node {NODE}, from actor-{sources[0]})",
+                flush=True,
+            )
             if i < cycles:
-                publisher.publish({"tokens": tokens.cpu(), "rewards": rewards.cpu(),
-                                   "policy_version": torch.tensor(i)})
+                publisher.publish({"tokens": tokens.cpu(), "rewards": rewards.cpu(), "policy_version": torch.tensor(i)})
     weights.close()
     publisher.close()
 

@@ -27,8 +27,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if ("default" in text or action.default in (None, False, [], argparse.SUPPRESS)
-                or not action.option_strings):
+        if "default" in text or action.default in (None, False, [], argparse.SUPPRESS) or not action.option_strings:
             return text
         return f"{text} (default: %(default)s)"
 
@@ -85,8 +84,10 @@ EXAMPLES = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="hpcplace", formatter_class=HelpFormatter,
-        description="Exact process placement for RL post-training on heterogeneous Slurm clusters.")
+        prog="hpcplace",
+        formatter_class=HelpFormatter,
+        description="Exact process placement for RL post-training on heterogeneous Slurm clusters.",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
@@ -115,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = None
     if words[:1] == ["exec"] and "--" in rest:  # `exec RUN ... -- CMD...`: CMD is never read by argparse
         i = rest.index("--")
-        rest, command = rest[:i], rest[i + 1:]
+        rest, command = rest[:i], rest[i + 1 :]
     args, unknown = parser.parse_known_args(rest)
     if unknown and hasattr(args, "hydra_overrides") and not any(w.startswith("-") for w in unknown):
         args.hydra_overrides = [*args.hydra_overrides, *unknown]  # Hydra-style overrides after options too

@@ -22,8 +22,7 @@ class HpcplaceError(Exception):
 
     exit_code = 1
 
-    def __init__(self, message: str, *, hint: str | None = None,
-                 location: SourceLocation | None = None) -> None:
+    def __init__(self, message: str, *, hint: str | None = None, location: SourceLocation | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint

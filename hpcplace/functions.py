@@ -92,8 +92,10 @@ class FunctionJob:
             if status.source == "none" or status.done:  # "none": Slurm has forgotten it (long finished)
                 return "UNKNOWN" if status.source == "none" else status.state
             if deadline is not None and time.monotonic() >= deadline:
-                raise FunctionError(f"job {self.job_id} is still {status.state} after {timeout:g} s",
-                                    hint=f"wait again, or stop it: hpcplace cancel {shlex.quote(str(self.run_dir))}")
+                raise FunctionError(
+                    f"job {self.job_id} is still {status.state} after {timeout:g} s",
+                    hint=f"wait again, or stop it: hpcplace cancel {shlex.quote(str(self.run_dir))}",
+                )
             time.sleep(interval)
 
     def results(self, timeout: float | None = None) -> dict[str, list[Any]]:
@@ -102,10 +104,16 @@ class FunctionJob:
         Raises FunctionError naming the component and rank (with its traceback) if a rank raised,
         or naming the ranks that left no result (stopped by another rank's failure, killed, ...)."""
         state = self.wait(timeout)
-        records = {c.name: [_read_record(self.run_dir / RESULTS_DIR / f"{c.stem}.{r}.pkl")
-                            for r in range(c.world_size)] for c in self.components}
-        failed = [(name, rank, rec) for name, recs in records.items() for rank, rec in enumerate(recs)
-                  if rec is not None and not rec.get("ok")]
+        records = {
+            c.name: [_read_record(self.run_dir / RESULTS_DIR / f"{c.stem}.{r}.pkl") for r in range(c.world_size)]
+            for c in self.components
+        }
+        failed = [
+            (name, rank, rec)
+            for name, recs in records.items()
+            for rank, rec in enumerate(recs)
+            if rec is not None and not rec.get("ok")
+        ]
         if failed:
             name, rank, rec = failed[0]
             others = ", ".join(f"{n} rank {r}" for n, r, _ in failed[1:])
@@ -119,8 +127,10 @@ class FunctionJob:
             shown = ", ".join(f"{n} rank {r}" for n, r in missing[:16]) + (" ..." if len(missing) > 16 else "")
             name, rank = missing[0]
             how = f"exit code {self.exit_code}" if self.local else f"job state {state}"
-            raise FunctionError(f"{len(missing)} rank(s) left no result ({how}): {shown}",
-                                hint=self._log_hint(name, rank, first_failure=True))
+            raise FunctionError(
+                f"{len(missing)} rank(s) left no result ({how}): {shown}",
+                hint=self._log_hint(name, rank, first_failure=True),
+            )
         return {name: [rec["value"] for rec in recs if rec is not None] for name, recs in records.items()}
 
     def cancel(self) -> None:
@@ -145,8 +155,10 @@ def _read_record(path: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except Exception as exc:  # noqa: BLE001 - e.g. a class the result needs is not importable here
-        raise FunctionError(f"cannot read the result {path}: {type(exc).__name__}: {exc}",
-                            hint="results are unpickled here: the classes they use must be importable") from None
+        raise FunctionError(
+            f"cannot read the result {path}: {type(exc).__name__}: {exc}",
+            hint="results are unpickled here: the classes they use must be importable",
+        ) from None
     if not isinstance(record, dict) or "ok" not in record:
         raise FunctionError(f"{path} is not a result record of hpcplace.runtime.call")
     return record
@@ -154,6 +166,7 @@ def _read_record(path: Path) -> dict[str, Any] | None:
 
 # ------------------------------------------------------------------------------------------------
 # preparing a run directory
+
 
 def _load_plan(config: str | os.PathLike[str] | Plan, overrides: Sequence[str]) -> Plan:
     if isinstance(config, Plan):
@@ -163,8 +176,13 @@ def _load_plan(config: str | os.PathLike[str] | Plan, overrides: Sequence[str]) 
     return plan_from_file(os.fspath(config), overrides=overrides)
 
 
-def function_plan(plan: Plan, functions: Mapping[str, Callable[..., Any]], run_dir: str | os.PathLike[str], *,
-                  python: str = sys.executable) -> tuple[Plan, tuple[FunctionComponent, ...]]:
+def function_plan(
+    plan: Plan,
+    functions: Mapping[str, Callable[..., Any]],
+    run_dir: str | os.PathLike[str],
+    *,
+    python: str = sys.executable,
+) -> tuple[Plan, tuple[FunctionComponent, ...]]:
     """The plan with each named component's command replaced by
     `python -m hpcplace.runtime.call RUN/functions/<stem>.pkl RUN/results` (pure; writes nothing)."""
     names = [c.name for c in plan.components]
@@ -172,15 +190,19 @@ def function_plan(plan: Plan, functions: Mapping[str, Callable[..., Any]], run_d
         raise FunctionError("no functions given", hint="pass {component name: callable, ...}")
     unknown = [n for n in functions if n not in names]
     if unknown:
-        raise FunctionError(f"no component {', '.join(repr(n) for n in unknown)} in plan {plan.name!r}",
-                            hint=f"components: {', '.join(names)}")
+        raise FunctionError(
+            f"no component {', '.join(repr(n) for n in unknown)} in plan {plan.name!r}",
+            hint=f"components: {', '.join(names)}",
+        )
     for name, fn in functions.items():
         if not callable(fn):
             raise FunctionError(f"the function for component {name!r} is not callable: {fn!r}")
     idle = [c.name for c in plan.components if c.name not in functions and not c.command]
     if idle:
-        raise FunctionError(f"component(s) {', '.join(repr(n) for n in idle)} have neither a function nor a command",
-                            hint="pass a function for each, or give them `command:` in the config")
+        raise FunctionError(
+            f"component(s) {', '.join(repr(n) for n in idle)} have neither a function nor a command",
+            hint="pass a function for each, or give them `command:` in the config",
+        )
     root = Path(os.path.abspath(run_dir))
     stems = dict(zip(names, unique_slugs(names)))
     chosen, components = [], []
@@ -193,9 +215,14 @@ def function_plan(plan: Plan, functions: Mapping[str, Callable[..., Any]], run_d
     return replace(plan, components=tuple(chosen)), tuple(components)
 
 
-def write_functions(run_dir: str | os.PathLike[str], functions: Mapping[str, Callable[..., Any]],
-                    components: Sequence[FunctionComponent], *, args: Sequence[Any] = (),
-                    kwargs: Mapping[str, Any] | None = None) -> None:
+def write_functions(
+    run_dir: str | os.PathLike[str],
+    functions: Mapping[str, Callable[..., Any]],
+    components: Sequence[FunctionComponent],
+    *,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+) -> None:
     """Pickle each `fn(*args, **kwargs)` with submitit's DelayedSubmission (cloudpickle) into
     run_dir/functions/ (all or nothing: written aside, then renamed into place) and create run_dir/results/."""
     import shutil
@@ -215,9 +242,11 @@ def write_functions(run_dir: str | os.PathLike[str], functions: Mapping[str, Cal
             try:
                 DelayedSubmission(functions[comp.name], *args, **dict(kwargs or {})).dump(aside / f"{comp.stem}.pkl")
             except Exception as exc:  # noqa: BLE001 - cloudpickle raises many kinds
-                raise FunctionError(f"cannot pickle the function of component {comp.name!r}: {type(exc).__name__}: "
-                                    f"{exc}", hint="the callable and its arguments must be picklable by cloudpickle "
-                                                   "(no open files, locks or sockets)") from None
+                raise FunctionError(
+                    f"cannot pickle the function of component {comp.name!r}: {type(exc).__name__}: {exc}",
+                    hint="the callable and its arguments must be picklable by cloudpickle "
+                    "(no open files, locks or sockets)",
+                ) from None
         os.rename(aside, final)
     finally:
         shutil.rmtree(aside, ignore_errors=True)
@@ -227,11 +256,20 @@ def write_functions(run_dir: str | os.PathLike[str], functions: Mapping[str, Cal
 # ------------------------------------------------------------------------------------------------
 # entry points
 
-def submit_functions(config: str | os.PathLike[str] | Plan, functions: Mapping[str, Callable[..., Any]], *,
-                     run_dir: str | os.PathLike[str] | None = None, args: Sequence[Any] = (),
-                     kwargs: Mapping[str, Any] | None = None, local: bool = False, overrides: Sequence[str] = (),
-                     workdir: str | os.PathLike[str] | None = None, launcher: Sequence[str] | None = None,
-                     validate: bool = True) -> FunctionJob:
+
+def submit_functions(
+    config: str | os.PathLike[str] | Plan,
+    functions: Mapping[str, Callable[..., Any]],
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    local: bool = False,
+    overrides: Sequence[str] = (),
+    workdir: str | os.PathLike[str] | None = None,
+    launcher: Sequence[str] | None = None,
+    validate: bool = True,
+) -> FunctionJob:
     """Run each named component's ranks as `fn(*args, **kwargs)`: as one Slurm het job (returns once
     submitted), or with `local=True` on this machine through the local backend (returns when done).
 
@@ -241,8 +279,10 @@ def submit_functions(config: str | os.PathLike[str] | Plan, functions: Mapping[s
     plan = _load_plan(config, overrides)
     if local:
         if workdir is not None or launcher is not None:
-            raise FunctionError("workdir and launcher apply to Slurm runs only",
-                                hint="a local run uses this interpreter in the current directory")
+            raise FunctionError(
+                "workdir and launcher apply to Slurm runs only",
+                hint="a local run uses this interpreter in the current directory",
+            )
         from hpcplace.local.local_backend import new_run_id, run_plan_locally
 
         root = Path(run_dir) if run_dir is not None else Path("runs") / new_run_id(plan.name)
@@ -268,9 +308,16 @@ def submit_functions(config: str | os.PathLike[str] | Plan, functions: Mapping[s
     return FunctionJob(done.run_dir, done.job_id, comps)
 
 
-def run_functions_local(config: str | os.PathLike[str] | Plan, functions: Mapping[str, Callable[..., Any]], *,
-                        run_dir: str | os.PathLike[str] | None = None, args: Sequence[Any] = (),
-                        kwargs: Mapping[str, Any] | None = None, overrides: Sequence[str] = ()) -> FunctionJob:
+def run_functions_local(
+    config: str | os.PathLike[str] | Plan,
+    functions: Mapping[str, Callable[..., Any]],
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    overrides: Sequence[str] = (),
+) -> FunctionJob:
     """`submit_functions(..., local=True)`: every rank on this machine, synchronously."""
-    return submit_functions(config, functions, run_dir=run_dir, args=args, kwargs=kwargs, local=True,
-                            overrides=overrides)
+    return submit_functions(
+        config, functions, run_dir=run_dir, args=args, kwargs=kwargs, local=True, overrides=overrides
+    )

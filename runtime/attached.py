@@ -32,8 +32,10 @@ def read_argv(path: str) -> tuple[str, ...]:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError) as exc:
-        raise ShimError(f"cannot read the command file {path}: {exc}",
-                        hint="it is written by `hpcplace exec|attach` into the run directory") from None
+        raise ShimError(
+            f"cannot read the command file {path}: {exc}",
+            hint="it is written by `hpcplace exec|attach` into the run directory",
+        ) from None
     if not isinstance(data, list) or not data or not all(isinstance(a, str) for a in data) or not data[0]:
         raise ShimError(f"{path} holds no command (a non-empty JSON list of strings)")
     return tuple(data)
@@ -50,8 +52,10 @@ def job_node_lists(run_dir: str) -> dict[int, list[str]]:
                 if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
                     out.setdefault(int(parts[0]), {})[int(parts[1])] = parts[2]
     except OSError as exc:
-        raise ShimError(f"cannot read {path}: {exc.strerror}",
-                        hint="the job writes it when it starts: is it running, from this run directory?") from None
+        raise ShimError(
+            f"cannot read {path}: {exc.strerror}",
+            hint="the job writes it when it starts: is it running, from this run directory?",
+        ) from None
     return {g: [nodes[j] for j in sorted(nodes)] for g, nodes in sorted(out.items())}
 
 
@@ -60,8 +64,17 @@ def attached_snapshot(snapshot: SlurmSnapshot, run_dir: str) -> SlurmSnapshot:
     lists = job_node_lists(run_dir)
     if not lists:
         raise ShimError(f"{os.path.join(run_dir, NODES_FILE)} names no node")
-    groups = tuple(HetGroup(index=g, job_id=snapshot.job_id, nodelist=",".join(lists.get(g, [])), partition=None,
-                            num_tasks=None, tasks_per_node=None) for g in range(max(lists) + 1))
+    groups = tuple(
+        HetGroup(
+            index=g,
+            job_id=snapshot.job_id,
+            nodelist=",".join(lists.get(g, [])),
+            partition=None,
+            num_tasks=None,
+            tasks_per_node=None,
+        )
+        for g in range(max(lists) + 1)
+    )
     return snapshot.replace(groups=groups, het_size=len(groups))
 
 
@@ -72,9 +85,11 @@ def check_rank_node(snapshot: SlurmSnapshot, process: dict[str, Any], het_groups
     if where != planned:
         g, j = planned
         host = snapshot.groups[g].nodelist.split(",")[j] if g < len(snapshot.groups) else "?"
-        raise ShimError(f"{what} lives on het group {g} node {j} ({host}), but this step runs on "
-                        f"{snapshot.node_name} (het group {where[0]} node {where[1]})",
-                        hint="start it with srun --het-group/--relative of the rank's node (hpcplace exec does)")
+        raise ShimError(
+            f"{what} lives on het group {g} node {j} ({host}), but this step runs on "
+            f"{snapshot.node_name} (het group {where[0]} node {where[1]})",
+            hint="start it with srun --het-group/--relative of the rank's node (hpcplace exec does)",
+        )
 
 
 def published_master_port(run_dir: str, job_id: str, component: str) -> int | None:
@@ -123,8 +138,12 @@ def node_main(argv: Sequence[str]) -> int:
                     where = (g, j)
         if where is None:
             raise ShimError(f"the plan has no node rank {rank}")
-        check_rank_node(snapshot, {"het_group": where[0], "group_node_index": where[1]}, range(len(snapshot.groups)),
-                        f"node rank {rank}")
+        check_rank_node(
+            snapshot,
+            {"het_group": where[0], "group_node_index": where[1]},
+            range(len(snapshot.groups)),
+            f"node rank {rank}",
+        )
         launch = header.get("launch") or {}
         env = dict(os.environ)  # the step's own GPU variables: Slurm set them for this step (the node's GPUs)
         env.update(launch.get("env") or {})

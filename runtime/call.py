@@ -27,8 +27,10 @@ PROG = "python -m hpcplace.runtime.call"
 def _rank(environ: Mapping[str, str]) -> str:
     rank = environ.get("HPCPLACE_RANK", "")
     if not rank.isdigit():
-        raise ShimError("HPCPLACE_RANK is not set: this program runs one rank of a function component",
-                        hint="start it through hpcplace-run (hpcplace.functions.submit_functions does)")
+        raise ShimError(
+            "HPCPLACE_RANK is not set: this program runs one rank of a function component",
+            hint="start it through hpcplace-run (hpcplace.functions.submit_functions does)",
+        )
     return rank
 
 

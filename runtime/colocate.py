@@ -103,20 +103,22 @@ class GroupSchedule:
         if not self.phases or any(not p for p in self.phases):
             raise CollocationError(f"collocation group {self.name!r} has an empty phase list or phase")
         if len(set(components)) != len(components):
-            raise CollocationError(f"collocation group {self.name!r}: a component appears in two phases "
-                                   f"{[list(p) for p in self.phases]}")
+            raise CollocationError(
+                f"collocation group {self.name!r}: a component appears in two phases {[list(p) for p in self.phases]}"
+            )
         unknown = set(self.members) - set(components)
         if unknown:
             raise CollocationError(f"collocation group {self.name!r}: {sorted(unknown)} are in no phase")
         for phase in self.phases:
             for i, a in enumerate(phase):
-                for b in phase[i + 1:]:
+                for b in phase[i + 1 :]:
                     shared = set(self.devices.get(a, ())) & set(self.devices.get(b, ()))
                     if shared:
                         raise CollocationError(
                             f"collocation group {self.name!r}: {a} and {b} run in the same phase but share "
                             f"devices {sorted(shared)} on this node",
-                            hint="components of one phase must use disjoint devices; put them in separate phases")
+                            hint="components of one phase must use disjoint devices; put them in separate phases",
+                        )
 
 
 def _key(component: str, rank: int) -> str:
@@ -133,7 +135,7 @@ def _proc_start_time(pid: int) -> str | None:
             data = fh.read()
     except OSError:
         return None
-    return data[data.rindex(b")") + 2:].split()[19].decode()
+    return data[data.rindex(b")") + 2 :].split()[19].decode()
 
 
 def _pid_namespace() -> str:
@@ -146,15 +148,26 @@ def _pid_namespace() -> str:
 class Cycle:
     """This process's handle on its node's baton for one collocation group (one per process)."""
 
-    def __init__(self, job_dir: str, schedule: GroupSchedule, *, component: str, rank: int,
-                 start: str | None = None, on_owner_death: str = "error", event_log: str | None = None,
-                 liveness_interval: float = 0.1) -> None:
+    def __init__(
+        self,
+        job_dir: str,
+        schedule: GroupSchedule,
+        *,
+        component: str,
+        rank: int,
+        start: str | None = None,
+        on_owner_death: str = "error",
+        event_log: str | None = None,
+        liveness_interval: float = 0.1,
+    ) -> None:
         schedule.validate()
         if on_owner_death not in POLICIES:
             raise CollocationError(f"unknown owner-death policy {on_owner_death!r}", hint=f"one of {POLICIES}")
         if rank not in schedule.members.get(component, ()):
-            raise CollocationError(f"{component} rank {rank} is not a member of collocation group "
-                                   f"{schedule.name!r} on this node (members: {dict(schedule.members)})")
+            raise CollocationError(
+                f"{component} rank {rank} is not a member of collocation group "
+                f"{schedule.name!r} on this node (members: {dict(schedule.members)})"
+            )
         self.schedule = schedule
         self.component = component
         self.rank = rank
@@ -163,7 +176,7 @@ class Cycle:
         self.liveness_interval = liveness_interval
         self._event_log = event_log
         base = os.path.basename(os.path.normpath(job_dir))
-        self._node = base[len("node-"):] if base.startswith("node-") else ""  # for the event log
+        self._node = base[len("node-") :] if base.startswith("node-") else ""  # for the event log
         self._turn_generation: int | None = None
         self._phase_of = {c: i for i, phase in enumerate(schedule.phases) for c in phase}
         if start is not None and start not in self._phase_of:
@@ -171,8 +184,9 @@ class Cycle:
         self._closed = True
         self._job_fd = shm_dir.open_private_dir(job_dir)
         try:
-            self._fd = shm_dir.open_private_subdir(self._job_fd, f"colocate-{_file_part(schedule.name)}",
-                                                   label=f"{job_dir}/colocate-{schedule.name}")
+            self._fd = shm_dir.open_private_subdir(
+                self._job_fd, f"colocate-{_file_part(schedule.name)}", label=f"{job_dir}/colocate-{schedule.name}"
+            )
         except BaseException:
             os.close(self._job_fd)
             raise
@@ -184,8 +198,9 @@ class Cycle:
             self._bell_fd = self._open_bell()
             with self._locked():
                 try:  # preallocated: later hand-offs need no new space on a full /dev/shm
-                    self._state_file = shm_dir.RecordFile(self._fd, "state", STATE_CAPACITY,
-                                                          what=f"collocation group {schedule.name!r} state")
+                    self._state_file = shm_dir.RecordFile(
+                        self._fd, "state", STATE_CAPACITY, what=f"collocation group {schedule.name!r} state"
+                    )
                 except shm_dir.ShmDirError as exc:
                     raise CollocationError(exc.message, hint=exc.hint) from None
                 state = self._read_state()
@@ -194,8 +209,10 @@ class Cycle:
                 else:
                     self._check_same_schedule(state, start)
                     if self.key in state["left"]:
-                        raise CollocationError(f"{self.key} already left collocation group {schedule.name!r} "
-                                               "(closed or declared dead); a rank cannot rejoin")
+                        raise CollocationError(
+                            f"{self.key} already left collocation group {schedule.name!r} "
+                            "(closed or declared dead); a rank cannot rejoin"
+                        )
         except BaseException:
             self._close_fds()
             raise
@@ -204,8 +221,14 @@ class Cycle:
 
     # ------------------------------------------------------------------ construction from the plan
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, *, start: str | None = None,
-                 on_owner_death: str = "error", event_log: str | None = None) -> Cycle:
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        start: str | None = None,
+        on_owner_death: str = "error",
+        event_log: str | None = None,
+    ) -> Cycle:
         """The Cycle of the process the shim started: reads HPCPLACE_PLAN, HPCPLACE_COMPONENT,
         HPCPLACE_RANK, HPCPLACE_SHM_DIR (or HPCPLACE_JOB_ID), HPCPLACE_COLLOCATION_GROUP,
         HPCPLACE_NODE_RANK, and the group from plan.json. HPCPLACE_COLLOCATE_EVENTS (optional)
@@ -213,13 +236,17 @@ class Cycle:
         env = os.environ if environ is None else environ
         missing = [v for v in ("HPCPLACE_PLAN", "HPCPLACE_COMPONENT", "HPCPLACE_RANK") if not env.get(v)]
         if missing:
-            raise CollocationError(f"{', '.join(missing)} not set: this process was not started by hpcplace-run",
-                                   hint="run through the shim (hpcplace run ...), or build Cycle(...) explicitly")
+            raise CollocationError(
+                f"{', '.join(missing)} not set: this process was not started by hpcplace-run",
+                hint="run through the shim (hpcplace run ...), or build Cycle(...) explicitly",
+            )
         component, rank = env["HPCPLACE_COMPONENT"], int(env["HPCPLACE_RANK"])
         group = env.get("HPCPLACE_COLLOCATION_GROUP")
         if not group:
-            raise CollocationError(f"component {component!r} is in no collocation group",
-                                   hint="only components that share devices take turns; check the placement")
+            raise CollocationError(
+                f"component {component!r} is in no collocation group",
+                hint="only components that share devices take turns; check the placement",
+            )
         job_dir = shm_dir.node_dir_from_env(env)
         if job_dir is None:
             raise CollocationError("neither HPCPLACE_SHM_DIR nor HPCPLACE_JOB_ID is set")
@@ -229,16 +256,25 @@ class Cycle:
             raise CollocationError(exc.message, hint=exc.hint) from None
         node = int(env["HPCPLACE_NODE_RANK"]) if env.get("HPCPLACE_NODE_RANK") else None
         schedule = schedule_from_plan(env["HPCPLACE_PLAN"], group, component=component, rank=rank, node=node)
-        return cls(job_dir, schedule, component=component, rank=rank, start=start,
-                   on_owner_death=on_owner_death, event_log=event_log or env.get("HPCPLACE_COLLOCATE_EVENTS"))
+        return cls(
+            job_dir,
+            schedule,
+            component=component,
+            rank=rank,
+            start=start,
+            on_owner_death=on_owner_death,
+            event_log=event_log or env.get("HPCPLACE_COLLOCATE_EVENTS"),
+        )
 
     # ------------------------------------------------------------------ files
     def _claim_rank_file(self) -> int:
         """Create our rank file already locked (under a temporary name, then renamed into place),
         so a prober never sees it unlocked while we are alive."""
         name = f"rank.{_file_part(self.component)}.{self.rank}"
-        running = CollocationError(f"{self.key} of collocation group {self.schedule.name!r} is already running "
-                                   "on this node (its rank file is locked by a live process)")
+        running = CollocationError(
+            f"{self.key} of collocation group {self.schedule.name!r} is already running "
+            "on this node (its rank file is locked by a live process)"
+        )
         try:
             old = shm_dir.open_file(self._fd, name, os.O_RDONLY)
         except FileNotFoundError:
@@ -259,9 +295,11 @@ class Cycle:
             except OSError as exc:
                 os.unlink(tmp, dir_fd=self._fd)
                 if exc.errno == errno.ENOSPC:
-                    raise CollocationError(f"no space left on /dev/shm for {self.key}'s rank file in collocation "
-                                           f"group {self.schedule.name!r}",
-                                           hint="/dev/shm is full (another job or tenant?); free it") from None
+                    raise CollocationError(
+                        f"no space left on /dev/shm for {self.key}'s rank file in collocation "
+                        f"group {self.schedule.name!r}",
+                        hint="/dev/shm is full (another job or tenant?); free it",
+                    ) from None
                 raise
             os.replace(tmp, name, src_dir_fd=self._fd, dst_dir_fd=self._fd)
             if os.stat(name, dir_fd=self._fd, follow_symlinks=False).st_ino != os.fstat(fd).st_ino:
@@ -289,8 +327,9 @@ class Cycle:
                 if component == self.component and rank == self.rank:
                     continue
                 try:
-                    fd = shm_dir.open_file(self._fd, f"bell.{_file_part(component)}.{rank}",
-                                           os.O_WRONLY | os.O_NONBLOCK)
+                    fd = shm_dir.open_file(
+                        self._fd, f"bell.{_file_part(component)}.{rank}", os.O_WRONLY | os.O_NONBLOCK
+                    )
                 except OSError:
                     continue  # not started yet (no FIFO) or nobody reading (ENXIO): nothing to wake
                 try:
@@ -331,17 +370,24 @@ class Cycle:
         try:
             self._records().write(json.dumps(state, sort_keys=True).encode())
         except shm_dir.ShmDirError as exc:
-            raise CollocationError(exc.message, hint="too many ranks or dead-rank records for one group's "
-                                                     "state record") from None
+            raise CollocationError(
+                exc.message, hint="too many ranks or dead-rank records for one group's state record"
+            ) from None
 
     # ------------------------------------------------------------------ the schedule
     def _schedule_json(self) -> dict[str, Any]:
-        return {"phases": [list(p) for p in self.schedule.phases],
-                "members": {c: list(r) for c, r in sorted(self.schedule.members.items())}}
+        return {
+            "phases": [list(p) for p in self.schedule.phases],
+            "members": {c: list(r) for c, r in sorted(self.schedule.members.items())},
+        }
 
     def _live_keys(self, phase: int, left: Sequence[str]) -> list[str]:
-        return [_key(c, r) for c in self.schedule.phases[phase]
-                for r in self.schedule.members.get(c, ()) if _key(c, r) not in left]
+        return [
+            _key(c, r)
+            for c in self.schedule.phases[phase]
+            for r in self.schedule.members.get(c, ())
+            if _key(c, r) not in left
+        ]
 
     def _next_phase(self, after: int | None, left: Sequence[str]) -> int | None:
         """The first phase from `after` on (cyclically, `after` itself last) with a live rank here."""
@@ -356,9 +402,20 @@ class Cycle:
     def _initial_state(self, start: str | None) -> dict[str, Any]:
         first = self._phase_of[start] if start is not None else 0
         phase = self._next_phase(first - 1 if first else None, [])
-        return {"protocol": PROTOCOL, "group": self.schedule.name, **self._schedule_json(),
-                "start": start, "generation": 0, "phase": phase, "done": [], "left": [], "dead": [],
-                "requested": None, "failed": None, "onloading": {}}
+        return {
+            "protocol": PROTOCOL,
+            "group": self.schedule.name,
+            **self._schedule_json(),
+            "start": start,
+            "generation": 0,
+            "phase": phase,
+            "done": [],
+            "left": [],
+            "dead": [],
+            "requested": None,
+            "failed": None,
+            "onloading": {},
+        }
 
     def _check_same_schedule(self, state: dict[str, Any], start: str | None) -> None:
         if state.get("protocol") != PROTOCOL:
@@ -369,7 +426,8 @@ class Cycle:
             raise CollocationError(
                 f"ranks of collocation group {self.schedule.name!r} disagree on the schedule: "
                 f"{self.key} has {mine} start={start!r}, the group has {theirs} start={state.get('start')!r}",
-                hint="every rank must read the same plan.json and pass the same start")
+                hint="every rank must read the same plan.json and pass the same start",
+            )
 
     def _advance_if_complete(self, state: dict[str, Any]) -> bool:
         phase = state["phase"]
@@ -424,18 +482,29 @@ class Cycle:
                 return
             phase = list(self.schedule.phases[state["phase"]])
             onloading = state.get("onloading", {})
-            dead = [(k, f"failed to onload in generation {onloading[k]}: it died inside memory resume "
-                        f"(torch_memory_saver exits the process when a resume fails, e.g. out of device memory); "
-                        f"{why}" if k in onloading else why) for k, why in dead]
+            dead = [
+                (
+                    k,
+                    f"failed to onload in generation {onloading[k]}: it died inside memory resume "
+                    f"(torch_memory_saver exits the process when a resume fails, e.g. out of device memory); "
+                    f"{why}"
+                    if k in onloading
+                    else why,
+                )
+                for k, why in dead
+            ]
             text = "; ".join(f"{k} ({why})" for k, why in dead)
             if self.on_owner_death == "error":
-                state["failed"] = (f"collocation group {self.schedule.name!r}: owner(s) of phase {phase} died "
-                                   f"during generation {state['generation']}: {text}")
+                state["failed"] = (
+                    f"collocation group {self.schedule.name!r}: owner(s) of phase {phase} died "
+                    f"during generation {state['generation']}: {text}"
+                )
             else:
                 for k, why in dead:
                     state["left"].append(k)
-                    state["dead"].append({"rank": k, "why": why, "generation": state["generation"],
-                                          "noticed_by": self.key})
+                    state["dead"].append(
+                        {"rank": k, "why": why, "generation": state["generation"], "noticed_by": self.key}
+                    )
                 self._advance_if_complete(state)
             self._write_state(state)
         self._ring_all()
@@ -444,9 +513,18 @@ class Cycle:
     def _event(self, event: str, generation: int) -> None:
         if not self._event_log:
             return
-        line = json.dumps({"t": time.monotonic_ns(), "event": event, "node": self._node, "component": self.component,
-                           "rank": self.rank, "pid": os.getpid(), "generation": generation,
-                           "devices": list(self.schedule.devices.get(self.component, ()))})
+        line = json.dumps(
+            {
+                "t": time.monotonic_ns(),
+                "event": event,
+                "node": self._node,
+                "component": self.component,
+                "rank": self.rank,
+                "pid": os.getpid(),
+                "generation": generation,
+                "devices": list(self.schedule.devices.get(self.component, ())),
+            }
+        )
         fd = os.open(self._event_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             os.write(fd, (line + "\n").encode())
@@ -472,8 +550,10 @@ class Cycle:
                 return int(state["generation"])
             now = time.monotonic()
             if deadline is not None and now >= deadline:
-                raise CollocationError(f"{self.key}: no turn within {timeout} s "
-                                       f"(phase {list(self.schedule.phases[phase])} owns the devices)")
+                raise CollocationError(
+                    f"{self.key}: no turn within {timeout} s "
+                    f"(phase {list(self.schedule.phases[phase])} owns the devices)"
+                )
             if now >= next_check:
                 self._check_owners()
                 next_check = time.monotonic() + self.liveness_interval
@@ -482,9 +562,15 @@ class Cycle:
             self._sleep_on_bell(max(wait, 0.0))
 
     @contextmanager
-    def turn(self, component: str | None = None, *, memory: Any = None,
-             onload: Callable[[], None] | None = None, offload: Callable[[], None] | None = None,
-             timeout: float | None = None) -> Iterator[int]:
+    def turn(
+        self,
+        component: str | None = None,
+        *,
+        memory: Any = None,
+        onload: Callable[[], None] | None = None,
+        offload: Callable[[], None] | None = None,
+        timeout: float | None = None,
+    ) -> Iterator[int]:
         """Own the devices for one turn: wait, onload (memory.resume() of paused tags, then `onload`),
         run the body, offload (`offload`, then memory.pause() of resident tags), pass the turn on.
         Yields the generation number."""
@@ -536,8 +622,9 @@ class Cycle:
             with self._locked():
                 state = self._read_state()
                 assert state is not None
-                state["failed"] = (f"{self.key} failed to offload in generation {generation}: "
-                                   f"{type(exc).__name__}: {exc}")
+                state["failed"] = (
+                    f"{self.key} failed to offload in generation {generation}: {type(exc).__name__}: {exc}"
+                )
                 self._write_state(state)
             self._ring_all()
             raise
@@ -546,8 +633,10 @@ class Cycle:
             state = self._read_state()
             assert state is not None
             if state["generation"] != generation:
-                raise CollocationError(f"{self.key}: generation moved from {generation} to "
-                                       f"{state['generation']} during its turn (declared dead?)")
+                raise CollocationError(
+                    f"{self.key}: generation moved from {generation} to "
+                    f"{state['generation']} during its turn (declared dead?)"
+                )
             state["done"].append(self.key)
             self._advance_if_complete(state)
             self._write_state(state)
@@ -578,7 +667,8 @@ class Cycle:
             if state["requested"] not in (None, index):
                 raise CollocationError(
                     f"{self.key} requests phase {list(self.schedule.phases[index])} but another owner already "
-                    f"requested {list(self.schedule.phases[state['requested']])}")
+                    f"requested {list(self.schedule.phases[state['requested']])}"
+                )
             state["requested"] = index
             self._write_state(state)
 
@@ -639,8 +729,9 @@ def _load_plan(path: str) -> dict[str, Any]:
         raise CollocationError(f"plan {path} is not valid JSON: {exc}") from None
 
 
-def schedule_from_plan(plan_path: str, group: str, *, component: str, rank: int,
-                       node: int | None = None) -> GroupSchedule:
+def schedule_from_plan(
+    plan_path: str, group: str, *, component: str, rank: int, node: int | None = None
+) -> GroupSchedule:
     """This node's view of collocation group `group`: phases from the plan header, and the ranks
     and devices of each member component whose processes sit on this node (the node of
     `component` rank `rank` unless `node` is given). Uses plan.json's byte-offset index when it
@@ -650,6 +741,7 @@ def schedule_from_plan(plan_path: str, group: str, *, component: str, rank: int,
     if not os.path.exists(index_path(plan_path)):
         return _schedule_from_json(plan_path, group, component=component, rank=rank, node=node)
     from hpcplace.runtime.errors import ShimError
+
     try:
         with PlanIndex(plan_path) as index:
             header = _group_header(index.plan, group, plan_path)
@@ -662,11 +754,18 @@ def schedule_from_plan(plan_path: str, group: str, *, component: str, rank: int,
                 procs_of[name] = []
                 for g in index.het_groups(ci):
                     listed = node_groups[g].get("node_ranks")  # only when not one contiguous block
-                    j = (listed.index(node) if node in listed else -1) if listed else \
-                        node - int(node_groups[g]["first_node_rank"])
+                    j = (
+                        (listed.index(node) if node in listed else -1)
+                        if listed
+                        else node - int(node_groups[g]["first_node_rank"])
+                    )
                     if 0 <= j < int(node_groups[g]["num_nodes"]):
-                        procs_of[name] += [p for k in range(index.processes_on(ci, g, j))
-                                           for p in [index.process_at(ci, g, j, k)] if p is not None]
+                        procs_of[name] += [
+                            p
+                            for k in range(index.processes_on(ci, g, j))
+                            for p in [index.process_at(ci, g, j, k)]
+                            if p is not None
+                        ]
     except ShimError as exc:
         raise CollocationError(exc.message, hint=exc.hint) from None
     return _schedule(group, header, procs_of)
@@ -675,14 +774,14 @@ def schedule_from_plan(plan_path: str, group: str, *, component: str, rank: int,
 def _group_header(plan: Mapping[str, Any], group: str, plan_path: str) -> dict[str, Any]:
     groups = {g["name"]: g for g in plan.get("collocation_groups", [])}
     if group not in groups:
-        raise CollocationError(f"collocation group {group!r} is not in plan {plan_path}",
-                               hint=f"groups in the plan: {sorted(groups)}")
+        raise CollocationError(
+            f"collocation group {group!r} is not in plan {plan_path}", hint=f"groups in the plan: {sorted(groups)}"
+        )
     header: dict[str, Any] = groups[group]
     return header
 
 
-def _schedule_from_json(plan_path: str, group: str, *, component: str, rank: int,
-                        node: int | None) -> GroupSchedule:
+def _schedule_from_json(plan_path: str, group: str, *, component: str, rank: int, node: int | None) -> GroupSchedule:
     plan = _load_plan(plan_path)
     header = _group_header(plan, group, plan_path)
     components = {c["name"]: c for c in plan.get("components", [])}
@@ -691,15 +790,20 @@ def _schedule_from_json(plan_path: str, group: str, *, component: str, rank: int
         if not mine:
             raise CollocationError(f"{component} rank {rank} is not in plan {plan_path}")
         node = int(mine[0]["cluster_node_rank"])
-    procs_of = {name: [p for p in components.get(name, {}).get("processes", []) if p["cluster_node_rank"] == node]
-                for name in header["components"]}
+    procs_of = {
+        name: [p for p in components.get(name, {}).get("processes", []) if p["cluster_node_rank"] == node]
+        for name in header["components"]
+    }
     return _schedule(group, header, procs_of)
 
 
 def _schedule(group: str, header: Mapping[str, Any], procs_of: Mapping[str, list[dict[str, Any]]]) -> GroupSchedule:
     members = {name: tuple(sorted(p["rank"] for p in procs)) for name, procs in procs_of.items() if procs}
-    devices = {name: tuple(sorted({d for p in procs for d in p["visible_accelerators"]}, key=_device_order))
-               for name, procs in procs_of.items() if procs}
+    devices = {
+        name: tuple(sorted({d for p in procs for d in p["visible_accelerators"]}, key=_device_order))
+        for name, procs in procs_of.items()
+        if procs
+    }
     phases = tuple(tuple(p) for p in header.get("phases") or [[c] for c in header["components"]])
     return GroupSchedule(name=group, phases=phases, members=members, devices=devices)
 

@@ -69,8 +69,9 @@ def _is_uuid(text: str) -> bool:
     return text.startswith(("GPU-", "MIG-"))
 
 
-def choose_devices(planned: tuple[str, ...], seen: str | None, *,
-                   local_gpus: tuple[str, ...] | None = None) -> DeviceChoice:
+def choose_devices(
+    planned: tuple[str, ...], seen: str | None, *, local_gpus: tuple[str, ...] | None = None
+) -> DeviceChoice:
     """Decide CUDA_VISIBLE_DEVICES for a process with planned physical GPUs `planned`.
 
     `seen` is the task's CUDA_VISIBLE_DEVICES as Slurm left it. `local_gpus` is only for the local
@@ -85,39 +86,61 @@ def choose_devices(planned: tuple[str, ...], seen: str | None, *,
         return _local_choice(planned, seen, local_gpus)
     given = parse_device_list(seen)
     if not given:
-        return DeviceChoice(visible=planned, planned=planned, seen=seen, mode=PHYSICAL,
-                            note="Slurm set no CUDA_VISIBLE_DEVICES: exporting the planned physical ids")
+        return DeviceChoice(
+            visible=planned,
+            planned=planned,
+            seen=seen,
+            mode=PHYSICAL,
+            note="Slurm set no CUDA_VISIBLE_DEVICES: exporting the planned physical ids",
+        )
     if any(_is_uuid(g) for g in given):
         if all(_is_uuid(g) for g in given) and len(given) == len(planned):
-            return DeviceChoice(visible=given, planned=planned, seen=seen, mode=BY_UUID,
-                                note=f"GPU UUIDs from the environment for physical {','.join(planned)}")
+            return DeviceChoice(
+                visible=given,
+                planned=planned,
+                seen=seen,
+                mode=BY_UUID,
+                note=f"GPU UUIDs from the environment for physical {','.join(planned)}",
+            )
         raise ShimError(
             f"this task was given CUDA_VISIBLE_DEVICES={seen!r}, but the plan puts it on {len(planned)} GPU(s) "
             f"(physical {','.join(planned)}): UUIDs must name exactly the planned GPUs, and not be mixed with indices",
-            hint="bind each task to its planned GPUs (--gpu-bind=map_gpu:...), or give one UUID per planned GPU")
+            hint="bind each task to its planned GPUs (--gpu-bind=map_gpu:...), or give one UUID per planned GPU",
+        )
     if set(planned) <= set(given):
         note = "physical ids from Slurm"
         if len(given) > len(planned):
             note += f", narrowed from {seen!r} to the planned ones"
         return DeviceChoice(visible=planned, planned=planned, seen=seen, mode=PHYSICAL, note=note)
     if len(given) == len(planned) and sorted(given) == sorted(str(i) for i in range(len(given))):
-        return DeviceChoice(visible=given, planned=planned, seen=seen, mode=STEP_LOCAL,
-                            note=f"step-local ids from Slurm (ConstrainDevices=yes) for physical {','.join(planned)}")
+        return DeviceChoice(
+            visible=given,
+            planned=planned,
+            seen=seen,
+            mode=STEP_LOCAL,
+            note=f"step-local ids from Slurm (ConstrainDevices=yes) for physical {','.join(planned)}",
+        )
     raise ShimError(
         f"Slurm gave this task CUDA_VISIBLE_DEVICES={seen!r}, but the plan puts it on physical GPU(s) "
         f"{','.join(planned)} ({len(planned)} GPU(s)); neither the physical ids nor {len(planned)} step-local ids",
         hint="the srun step must bind each task to exactly its planned GPUs (--gpu-bind=map_gpu:... or "
-             "mask_gpu:..., typed --gpus-per-task always with --gpu-bind)")
+        "mask_gpu:..., typed --gpus-per-task always with --gpu-bind)",
+    )
 
 
 def _local_choice(planned: tuple[str, ...], seen: str | None, local_gpus: tuple[str, ...]) -> DeviceChoice:
     if not local_gpus:
-        return DeviceChoice(visible=planned, planned=planned, seen=seen, mode=VIRTUAL,
-                            note="no GPU on this machine: the planned ids are exported as virtual devices")
+        return DeviceChoice(
+            visible=planned,
+            planned=planned,
+            seen=seen,
+            mode=VIRTUAL,
+            note="no GPU on this machine: the planned ids are exported as virtual devices",
+        )
     visible: list[str] = []
     for p in planned:
         if not _is_index(p):
-            raise ShimError(f"planned GPU id {p!r} is not an index", hint="plan.json lists GPUs as \"0\"..\"7\"")
+            raise ShimError(f"planned GPU id {p!r} is not an index", hint='plan.json lists GPUs as "0".."7"')
         mapped = local_gpus[int(p) % len(local_gpus)]
         if mapped not in visible:
             visible.append(mapped)
@@ -135,6 +158,7 @@ def device_environment(choice: DeviceChoice) -> dict[str, str]:
 # ----------------------------------------------------------------------------------------------
 # NVML verification (nvidia-ml-py, imported lazily: never on the path of CPU-only processes)
 # ----------------------------------------------------------------------------------------------
+
 
 class NvmlDevice(Frozen):
     """A GPU this task can open, in NVML (= CUDA with CUDA_DEVICE_ORDER=PCI_BUS_ID) order."""
@@ -185,8 +209,9 @@ def _squash(text: str) -> str:
     return "".join(ch for ch in text.lower() if ch.isalnum())
 
 
-def check_devices(choice: DeviceChoice, devices: tuple[NvmlDevice, ...], gpu_type: str | None,
-                  node: str) -> tuple[list[str], list[str]]:
+def check_devices(
+    choice: DeviceChoice, devices: tuple[NvmlDevice, ...], gpu_type: str | None, node: str
+) -> tuple[list[str], list[str]]:
     """(errors, warnings) comparing the choice with what NVML lets this task open."""
     errors: list[str] = []
     warnings: list[str] = []
@@ -199,10 +224,12 @@ def check_devices(choice: DeviceChoice, devices: tuple[NvmlDevice, ...], gpu_typ
             if not _is_index(p):
                 continue
             # CUDA (CUDA_DEVICE_ORDER=PCI_BUS_ID) and NVML count in the same order; hidden GPUs keep their index
-            match = ([d for d in devices if d.nvml_index == int(p)] or [d for d in devices if d.minor == int(p)])
+            match = [d for d in devices if d.nvml_index == int(p)] or [d for d in devices if d.minor == int(p)]
             if not match:
-                errors.append(f"GPU {p} is planned on {node}, but this task cannot open it (it can open "
-                              f"{len(devices)} GPU(s): {listed})")
+                errors.append(
+                    f"GPU {p} is planned on {node}, but this task cannot open it (it can open "
+                    f"{len(devices)} GPU(s): {listed})"
+                )
             else:
                 chosen.append(match[0])
     elif choice.mode == BY_UUID:
@@ -212,28 +239,33 @@ def check_devices(choice: DeviceChoice, devices: tuple[NvmlDevice, ...], gpu_typ
                 continue
             match = [d for d in devices if d.uuid.startswith(u)]  # CUDA accepts a unique UUID prefix
             if not match:
-                errors.append(f"CUDA_VISIBLE_DEVICES names {u} on {node}, but this task cannot open a GPU with "
-                              f"that UUID ({listed})")
+                errors.append(
+                    f"CUDA_VISIBLE_DEVICES names {u} on {node}, but this task cannot open a GPU with "
+                    f"that UUID ({listed})"
+                )
                 continue
             chosen.append(match[0])
         physical = sorted(d.nvml_index for d in chosen)
-        if len(chosen) == len(choice.planned) and physical != sorted(
-                int(p) for p in choice.planned if _is_index(p)):
-            warnings.append(f"the GPUs named by UUID have NVML indices {physical}, the plan says "
-                            f"{','.join(choice.planned)}")
+        if len(chosen) == len(choice.planned) and physical != sorted(int(p) for p in choice.planned if _is_index(p)):
+            warnings.append(
+                f"the GPUs named by UUID have NVML indices {physical}, the plan says {','.join(choice.planned)}"
+            )
     else:
         k = len(choice.visible)
         if len(devices) != k:
             errors.append(
                 f"CUDA_VISIBLE_DEVICES={choice.seen!r} was read as {k} step-local id(s) (ConstrainDevices=yes) "
                 f"for planned physical GPU(s) {','.join(choice.planned)}, but this task can open {len(devices)} "
-                f"GPU(s) ({listed}): Slurm bound it to other GPUs than planned")
+                f"GPU(s) ({listed}): Slurm bound it to other GPUs than planned"
+            )
         else:
             chosen = list(devices)
             minors = sorted(d.minor for d in devices if d.minor is not None)
             if len(minors) == k and minors != sorted(int(p) for p in choice.planned if _is_index(p)):
-                warnings.append(f"the GPUs this task can open have minor numbers {minors}, the plan says "
-                                f"{','.join(choice.planned)} (fine if gres.conf does not list /dev/nvidia* in order)")
+                warnings.append(
+                    f"the GPUs this task can open have minor numbers {minors}, the plan says "
+                    f"{','.join(choice.planned)} (fine if gres.conf does not list /dev/nvidia* in order)"
+                )
     if gpu_type and chosen and gpu_type.lower() != "gpu":
         wanted = _squash(gpu_type)
         strange = [d.name for d in chosen if wanted not in _squash(d.name)]

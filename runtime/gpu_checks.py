@@ -23,6 +23,7 @@ ALLOC_CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 
 # --------------------------------------------------------------------------- torch (without importing it)
 
+
 def package_dir(name: str) -> str | None:
     """The directory of an installed top-level package, found without importing it (None: not installed)."""
     spec = importlib.util.find_spec(name)
@@ -70,6 +71,7 @@ def _parse_version(text: str) -> tuple[int, int] | None:
 
 
 # --------------------------------------------------------------------------- the driver (NVML)
+
 
 @dataclass(frozen=True)
 class DriverInfo:
@@ -121,12 +123,15 @@ def cuda_driver_problem() -> str | None:
     if driver is None or driver.cuda[0] >= wanted[0]:
         return None
     have = driver.cuda_text
-    return (f"the NVIDIA driver {driver.version} supports CUDA up to {have}; this torch was built for CUDA "
-            f"{wanted[0]}.{wanted[1]}: install a torch built for CUDA <= {have} (e.g. pip install torch "
-            f"--index-url https://download.pytorch.org/whl/cu{driver.cuda[0]}{driver.cuda[1]}) or update the driver")
+    return (
+        f"the NVIDIA driver {driver.version} supports CUDA up to {have}; this torch was built for CUDA "
+        f"{wanted[0]}.{wanted[1]}: install a torch built for CUDA <= {have} (e.g. pip install torch "
+        f"--index-url https://download.pytorch.org/whl/cu{driver.cuda[0]}{driver.cuda[1]}) or update the driver"
+    )
 
 
 # --------------------------------------------------------------------------- torch_memory_saver's hook
+
 
 def allocator_bypass_problem(environ: Mapping[str, str] | None = None) -> str | None:
     """Allocator settings under which torch allocates without cudaMalloc, so the preload hook never sees the
@@ -137,13 +142,17 @@ def allocator_bypass_problem(environ: Mapping[str, str] | None = None) -> str | 
         for item in env.get(var, "").split(","):
             key, _, value = (s.strip() for s in item.partition(":"))
             if key == "expandable_segments" and value.lower() == "true":
-                return (f"{var}={env[var]!r} turns on expandable segments: torch then maps memory with "
-                        f"cuMemCreate/cuMemMap, which torch_memory_saver's hook never sees, so a pause frees "
-                        f"nothing: remove expandable_segments:True from {var} for offloading components")
+                return (
+                    f"{var}={env[var]!r} turns on expandable segments: torch then maps memory with "
+                    f"cuMemCreate/cuMemMap, which torch_memory_saver's hook never sees, so a pause frees "
+                    f"nothing: remove expandable_segments:True from {var} for offloading components"
+                )
             if key == "backend" and value == "cudaMallocAsync":
-                return (f"{var}={env[var]!r} selects the cudaMallocAsync allocator, which torch_memory_saver's "
-                        f"hook never sees, so a pause frees nothing: remove backend:cudaMallocAsync from {var} "
-                        f"for offloading components")
+                return (
+                    f"{var}={env[var]!r} selects the cudaMallocAsync allocator, which torch_memory_saver's "
+                    f"hook never sees, so a pause frees nothing: remove backend:cudaMallocAsync from {var} "
+                    f"for offloading components"
+                )
     return None
 
 
@@ -175,16 +184,22 @@ def memory_saver_hook_problem(pid: int | str = "self", environ: Mapping[str, str
         if named:
             missing = [p for p in named if not os.path.isfile(p)]
             why = f"{missing[0]} does not exist" if missing else "the loader could not load it (see ldd on it)"
-            return (f"LD_PRELOAD names {named[0]} but the hook is not mapped into the process: {why}; "
-                    f"start it through hpcplace-run, which sets a preload that loads")
-        return ("torch_memory_saver's preload hook is not loaded in this process (LD_PRELOAD does not name "
-                "it): start it through hpcplace-run for an offloading component, or set LD_PRELOAD to "
-                f"{HOOK_STEM}_cu<major>.abi3.so from the torch_memory_saver package")
+            return (
+                f"LD_PRELOAD names {named[0]} but the hook is not mapped into the process: {why}; "
+                f"start it through hpcplace-run, which sets a preload that loads"
+            )
+        return (
+            "torch_memory_saver's preload hook is not loaded in this process (LD_PRELOAD does not name "
+            "it): start it through hpcplace-run for an offloading component, or set LD_PRELOAD to "
+            f"{HOOK_STEM}_cu<major>.abi3.so from the torch_memory_saver package"
+        )
     # The library opens its hook by the one LD_PRELOAD entry naming it (hooks/mode_preload.py asserts
     # exactly one), not by what is mapped: a variable changed after the start fails its first region.
     named = [p for p in env.get("LD_PRELOAD", "").split(":") if "torch_memory_saver" in p]
     if len(named) != 1:
-        return (f"torch_memory_saver's hook {hook} is mapped, but LD_PRELOAD names {len(named)} torch_memory_saver "
-                f"entries ({env.get('LD_PRELOAD', '')!r}); the library finds its hook through exactly one: keep "
-                f"LD_PRELOAD as hpcplace-run set it")
+        return (
+            f"torch_memory_saver's hook {hook} is mapped, but LD_PRELOAD names {len(named)} torch_memory_saver "
+            f"entries ({env.get('LD_PRELOAD', '')!r}); the library finds its hook through exactly one: keep "
+            f"LD_PRELOAD as hpcplace-run set it"
+        )
     return allocator_bypass_problem(env)

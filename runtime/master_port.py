@@ -55,8 +55,10 @@ def choose_and_publish(path: str, ports: list[int], is_free: Callable[[int], boo
                 f.write(str(port))
             os.replace(tmp, path)
             return port
-    raise ShimError(f"no free MASTER_PORT among {len(ports)} candidates ({ports[0]}, ...) on this node",
-                    hint="other jobs on this node hold them; run with `slurm: {exclusive: true}`")
+    raise ShimError(
+        f"no free MASTER_PORT among {len(ports)} candidates ({ports[0]}, ...) on this node",
+        hint="other jobs on this node hold them; run with `slurm: {exclusive: true}`",
+    )
 
 
 def wait_published(path: str, timeout_s: float = WAIT_S, poll_s: float = 0.02) -> int:
@@ -71,7 +73,8 @@ def wait_published(path: str, timeout_s: float = WAIT_S, poll_s: float = 0.02) -
         except FileNotFoundError:
             pass
         if time.monotonic() > deadline:
-            raise ShimError(f"rank 0 did not publish MASTER_PORT in {path} within {timeout_s:.0f} s",
-                            hint="rank 0 of this component failed to start, or the run directory is not shared "
-                                 "between the nodes")
+            raise ShimError(
+                f"rank 0 did not publish MASTER_PORT in {path} within {timeout_s:.0f} s",
+                hint="rank 0 of this component failed to start, or the run directory is not shared between the nodes",
+            )
         time.sleep(poll_s)

@@ -52,23 +52,28 @@ class MemoryStateError(MemoryBackendError):
 
 # --------------------------------------------------------------------------- the preload (stdlib)
 
+
 def torch_memory_saver_unavailable_reason(environ: Mapping[str, str]) -> str | None:
     """Why torch_memory_saver's preload hook must NOT be set for a process with `environ` (None: it can
     be). Its LD_PRELOAD makes every process fail to start where no libcuda exists (runtime/preload.py)."""
     from hpcplace.runtime.preload import unavailable_reason
+
     return unavailable_reason(environ)
 
 
-def torch_memory_saver_env(environ: Mapping[str, str], *, probe: bool = True,
-                           command: tuple[str, ...] = ()) -> dict[str, str]:
+def torch_memory_saver_env(
+    environ: Mapping[str, str], *, probe: bool = True, command: tuple[str, ...] = ()
+) -> dict[str, str]:
     """The variables to add for a process that will use torch_memory_saver: LD_PRELOAD with its hook
     (for the torch of `command`'s interpreter) and LD_LIBRARY_PATH with torch's libcudart first.
     Empty unless a GPU and libcuda are present (runtime/preload.py)."""
     from hpcplace.runtime.preload import preload_env
+
     return preload_env(environ, command=command, probe=probe)[0]
 
 
 # --------------------------------------------------------------------------- the state machine
+
 
 class MemoryBackend:
     """pause/resume per tag, with the resident/paused state machine enforced here."""
@@ -113,8 +118,10 @@ class MemoryBackend:
         tags = self._select(tag)
         already = [t for t in tags if self._state[t] == PAUSED]
         if already:
-            raise MemoryStateError(f"{self.name}: memory tag(s) {already} already paused (double pause)",
-                                   hint="pause and resume must alternate per tag")
+            raise MemoryStateError(
+                f"{self.name}: memory tag(s) {already} already paused (double pause)",
+                hint="pause and resume must alternate per tag",
+            )
         self._before_pause(tags)
         for t in tags:
             self._pause(t)
@@ -125,8 +132,10 @@ class MemoryBackend:
         tags = self._select(tag)
         already = [t for t in tags if self._state[t] == RESIDENT]
         if already:
-            raise MemoryStateError(f"{self.name}: memory tag(s) {already} not paused (double resume)",
-                                   hint="pause and resume must alternate per tag")
+            raise MemoryStateError(
+                f"{self.name}: memory tag(s) {already} not paused (double resume)",
+                hint="pause and resume must alternate per tag",
+            )
         for t in tags:
             self._resume(t)
             self._state[t] = RESIDENT
@@ -168,6 +177,7 @@ class MemoryBackend:
 
     def _empty(self, tag: str, shape: tuple[int, ...], dtype: Any) -> Any:
         import torch
+
         return torch.empty(shape, dtype=dtype)
 
 
@@ -212,9 +222,13 @@ class CpuBackend(MemoryBackend):
                 f"cpu backend: refusing to adopt {tag!r}: its tensors are on {', '.join(devices)} and would "
                 f"silently leave the GPU for host memory",
                 hint="use the torch_memory_saver backend on GPUs (started through hpcplace-run), or opt in "
-                     "with make_backend('auto', cpu_fallback=True)")
-        warnings.warn(f"cpu backend: adopting {tag!r} moves its tensors from {', '.join(devices)} to host "
-                      f"memory (cpu_fallback)", RuntimeWarning, stacklevel=3)
+                "with make_backend('auto', cpu_fallback=True)",
+            )
+        warnings.warn(
+            f"cpu backend: adopting {tag!r} moves its tensors from {', '.join(devices)} to host memory (cpu_fallback)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     def capacity(self, tag: str) -> int:
         return len(self._maps[self._known(tag)])
@@ -227,19 +241,22 @@ class CpuBackend(MemoryBackend):
         """`nbytes` of the tag's region as a memoryview (for callers that do not use torch)."""
         self._resident(tag, "allocate in")
         start = self._reserve(tag, nbytes)
-        return memoryview(self._maps[tag])[start:start + nbytes]
+        return memoryview(self._maps[tag])[start : start + nbytes]
 
     def _reserve(self, tag: str, nbytes: int) -> int:
         start = self._used[tag]
         if start + nbytes > len(self._maps[tag]):
             raise MemoryBackendError(
                 f"cpu backend: tag {tag!r} is full ({len(self._maps[tag])} bytes reserved, "
-                f"{start} used, {nbytes} more needed)", hint="declare a larger nbytes in add_tag()")
+                f"{start} used, {nbytes} more needed)",
+                hint="declare a larger nbytes in add_tag()",
+            )
         self._used[tag] = _padded(start + nbytes)
         return start
 
     def _empty(self, tag: str, shape: tuple[int, ...], dtype: Any) -> Any:
         import torch
+
         count = 1
         for d in shape:
             count *= d
@@ -266,7 +283,7 @@ class CpuBackend(MemoryBackend):
         if fd is None:
             return  # no backup: the region comes back as zero pages on first touch
         try:
-            view = memoryview(self._maps[tag])[:self._used[tag]]
+            view = memoryview(self._maps[tag])[: self._used[tag]]
             done = 0
             while done < len(view):
                 got = os.preadv(fd, [view[done:]], done)
@@ -303,16 +320,18 @@ def torch_memory_saver_problem(hook_mode: str = "preload") -> str | None:
     driver = gpu_checks.cuda_driver_problem()
     if driver is not None:
         return driver
-    hook = (gpu_checks.memory_saver_hook_problem() if hook_mode == "preload"
-            else gpu_checks.allocator_bypass_problem())
+    hook = gpu_checks.memory_saver_hook_problem() if hook_mode == "preload" else gpu_checks.allocator_bypass_problem()
     if hook is not None:
         return hook
     import torch
+
     if torch.version.cuda is None:
         return f"this torch ({torch.__version__}) is not a CUDA build: bring your site's CUDA torch"
     if not torch.cuda.is_available():
-        return (f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA device "
-                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+        return (
+            f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA device "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+        )
     return None
 
 
@@ -331,13 +350,17 @@ class TorchMemorySaverBackend(MemoryBackend):
             raise MemoryBackendError(
                 "a torch_memory_saver backend already exists in this process: torch_memory_saver keeps one "
                 "allocation map per process, so two backends would pause each other's memory",
-                hint="share the first backend (hpcplace.runtime.memory.active_backend()) or close() it first")
+                hint="share the first backend (hpcplace.runtime.memory.active_backend()) or close() it first",
+            )
         reason = torch_memory_saver_problem(hook_mode)
         if reason is not None:
-            raise MemoryBackendError(f"torch_memory_saver backend unavailable: {reason}",
-                                     hint="fix the cause above; to run on the CPU stand-in instead (the model "
-                                          "leaves the GPU), make_backend('auto', cpu_fallback=True)")
+            raise MemoryBackendError(
+                f"torch_memory_saver backend unavailable: {reason}",
+                hint="fix the cause above; to run on the CPU stand-in instead (the model "
+                "leaves the GPU), make_backend('auto', cpu_fallback=True)",
+            )
         from torch_memory_saver import torch_memory_saver
+
         if hook_mode != "preload":
             torch_memory_saver.hook_mode = hook_mode
         self._tms = torch_memory_saver
@@ -355,7 +378,8 @@ class TorchMemorySaverBackend(MemoryBackend):
             raise MemoryBackendError(
                 f"torch_memory_saver tag {self._library_tag(tag)!r} is already in use by another user of "
                 f"torch_memory_saver in this process: pausing it would pause their memory too",
-                hint="use another tag name, or the other library's offload for this memory")
+                hint="use another tag name, or the other library's offload for this memory",
+            )
 
     @contextmanager
     def region(self, tag: str) -> Iterator[None]:
@@ -374,6 +398,7 @@ class TorchMemorySaverBackend(MemoryBackend):
 
     def _empty(self, tag: str, shape: tuple[int, ...], dtype: Any) -> Any:
         import torch
+
         with self.region(tag):
             return torch.empty(shape, dtype=dtype, device="cuda")
 
@@ -389,6 +414,7 @@ class TorchMemorySaverBackend(MemoryBackend):
 
     def _before_pause(self, tags: list[str]) -> None:
         import torch
+
         torch.cuda.synchronize()
 
     def _pause(self, tag: str) -> None:
@@ -401,8 +427,11 @@ class TorchMemorySaverBackend(MemoryBackend):
         """Give up the per-process slot (refused while a tag is paused: its memory would stay unmapped)."""
         global _ACTIVE
         if self.any_paused:
-            raise MemoryStateError(f"torch_memory_saver backend: cannot close with paused tag(s) "
-                                   f"{[t for t in self.tags if self.state(t) == PAUSED]}", hint="resume them first")
+            raise MemoryStateError(
+                f"torch_memory_saver backend: cannot close with paused tag(s) "
+                f"{[t for t in self.tags if self.state(t) == PAUSED]}",
+                hint="resume them first",
+            )
         if _ACTIVE is self:
             _ACTIVE = None
 
@@ -415,14 +444,16 @@ def active_backend() -> TorchMemorySaverBackend | None:
 def _gpu_process() -> bool:
     """Whether this process is meant to run on a GPU: a visible NVIDIA device and a CUDA torch."""
     from hpcplace.runtime import devices
+
     if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or not os.path.exists(devices.NVIDIA_CONTROL):
         return False
     import torch
+
     return torch.version.cuda is not None
 
 
 def make_backend(kind: str = "auto", *, cpu_fallback: bool | None = None) -> MemoryBackend:
-    """"auto": torch_memory_saver in a GPU process (refused with the reason when it cannot release GPU
+    """ "auto": torch_memory_saver in a GPU process (refused with the reason when it cannot release GPU
     memory), the CPU backend where there is no GPU. `cpu_fallback=True` (or HPCPLACE_MEMORY_CPU_FALLBACK=1)
     takes the CPU stand-in in a GPU process instead, with a warning: adopted models then leave the GPU."""
     if kind == "auto":
@@ -438,13 +469,18 @@ def make_backend(kind: str = "auto", *, cpu_fallback: bool | None = None) -> Mem
                 cpu_fallback = os.environ.get("HPCPLACE_MEMORY_CPU_FALLBACK") == "1"
             if not cpu_fallback:
                 raise
-            message = (f"hpcplace: {exc.message}; using the CPU stand-in as asked (cpu_fallback): adopted "
-                       f"models and their offloads move to host memory")
+            message = (
+                f"hpcplace: {exc.message}; using the CPU stand-in as asked (cpu_fallback): adopted "
+                f"models and their offloads move to host memory"
+            )
             warnings.warn(message, RuntimeWarning, stacklevel=2)
             print(message, file=sys.stderr, flush=True)
             return CpuBackend(allow_device_tensors=True)
-    factories: dict[str, Callable[[], MemoryBackend]] = {"torch_memory_saver": TorchMemorySaverBackend, "cpu": CpuBackend,
-                                                         "noop": NoopBackend}
+    factories: dict[str, Callable[[], MemoryBackend]] = {
+        "torch_memory_saver": TorchMemorySaverBackend,
+        "cpu": CpuBackend,
+        "noop": NoopBackend,
+    }
     if kind not in factories:
         raise MemoryBackendError(f"unknown memory backend {kind!r}", hint=f"one of: auto, {', '.join(factories)}")
     return factories[kind]()

@@ -60,6 +60,7 @@ def index_path(plan_path: str | os.PathLike[str]) -> str:
 # Parsing JSON without importing `json` (and `re`)
 # ----------------------------------------------------------------------------------------------
 
+
 class _ScannerContext:
     strict = True
     object_hook = None
@@ -81,24 +82,27 @@ def loads(text: str, what: str) -> object:
     if _scan is None:
         try:
             from _json import make_scanner
+
             _scan = make_scanner(_ScannerContext)  # type: ignore[arg-type]  # a duck-typed context; typeshed asks for a scanner
         except ImportError:  # an interpreter without the C accelerator: the pure-Python path
             import json
+
             _scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__; typeshed omits it
     try:
         value, end = _scan(text, 0)
     except (StopIteration, ValueError, RecursionError) as exc:
-        raise ShimError(f"cannot parse {what}: {exc!r}",
-                        hint="re-render the plan (`hpcplace plan --json`/`hpcplace submit`)") from None
+        raise ShimError(
+            f"cannot parse {what}: {exc!r}", hint="re-render the plan (`hpcplace plan --json`/`hpcplace submit`)"
+        ) from None
     if text[end:].strip():
-        raise ShimError(f"cannot parse {what}: extra data at character {end}",
-                        hint="re-render the plan")
+        raise ShimError(f"cannot parse {what}: extra data at character {end}", hint="re-render the plan")
     return value
 
 
 # ----------------------------------------------------------------------------------------------
 # Writer
 # ----------------------------------------------------------------------------------------------
+
 
 def write_index(plan_json_path: str | os.PathLike[str]) -> Path:
     """Write `<plan.json>.idx` (atomically) and return its path. Raises ShimError on a bad layout."""
@@ -109,15 +113,29 @@ def write_index(plan_json_path: str | os.PathLike[str]) -> Path:
     doc, spans = _parse_plan(path, data)
     groups = doc.get("node_groups") or []
     tables_blob = bytearray()
-    tables = [_component_tables(path, comp, comp_spans, groups, tables_blob)
-              for comp, comp_spans in zip(doc["components"], spans, strict=True)]
-    return _write(path, len(data), {k: v for k, v in doc.items() if k != "components"},
-                  [{k: v for k, v in c.items() if k != "processes"} for c in doc["components"]], tables, tables_blob)
+    tables = [
+        _component_tables(path, comp, comp_spans, groups, tables_blob)
+        for comp, comp_spans in zip(doc["components"], spans, strict=True)
+    ]
+    return _write(
+        path,
+        len(data),
+        {k: v for k, v in doc.items() if k != "components"},
+        [{k: v for k, v in c.items() if k != "processes"} for c in doc["components"]],
+        tables,
+        tables_blob,
+    )
 
 
-def write_index_from_parts(plan_json_path: str | os.PathLike[str], *, plan_size: int, plan: dict[str, Any],
-                           components: list[dict[str, Any]], spans: list[tuple[Sequence[int], Sequence[int]]],
-                           nodes: list[dict[tuple[int, int], Sequence[int]]]) -> Path:
+def write_index_from_parts(
+    plan_json_path: str | os.PathLike[str],
+    *,
+    plan_size: int,
+    plan: dict[str, Any],
+    components: list[dict[str, Any]],
+    spans: list[tuple[Sequence[int], Sequence[int]]],
+    nodes: list[dict[tuple[int, int], Sequence[int]]],
+) -> Path:
     """The same index as `write_index`, from what the writer of plan.json already knows, so a
     million-process plan is never read back and parsed: `plan` and `components` are the header
     parts of plan.json (components without "processes"), `spans` per component the (offsets,
@@ -133,8 +151,9 @@ def write_index_from_parts(plan_json_path: str | os.PathLike[str], *, plan_size:
     tables = []
     for comp, (offsets, lengths), by_node in zip(components, spans, nodes, strict=True):
         if not len(offsets) == len(lengths) == comp["world_size"]:
-            raise ShimError(f"{path}: component {comp['name']!r}: {len(offsets)} records for world size "
-                            f"{comp['world_size']}")
+            raise ShimError(
+                f"{path}: component {comp['name']!r}: {len(offsets)} records for world size {comp['world_size']}"
+            )
         node_slots: dict[int, list[tuple[int, int]]] = {}
         slots: list[Sequence[int]] = []
         first = 0
@@ -149,12 +168,17 @@ def write_index_from_parts(plan_json_path: str | os.PathLike[str], *, plan_size:
     return _write(path, plan_size, plan, components, tables, blob)
 
 
-def _write(path: Path, plan_size: int, plan: dict[str, Any], components: list[dict[str, Any]], tables: list[dict[str, Any]],
-           tables_blob: bytearray) -> Path:
+def _write(
+    path: Path,
+    plan_size: int,
+    plan: dict[str, Any],
+    components: list[dict[str, Any]],
+    tables: list[dict[str, Any]],
+    tables_blob: bytearray,
+) -> Path:
     from pathlib import Path
 
-    header = {"schema": INDEX_SCHEMA, "plan_size": plan_size, "plan": plan, "components": components,
-              "tables": tables}
+    header = {"schema": INDEX_SCHEMA, "plan_size": plan_size, "plan": plan, "components": components, "tables": tables}
     import json
 
     head = json.dumps(header, separators=(",", ":")).encode()
@@ -175,8 +199,13 @@ _RANKS_CHUNK = struct.Struct("<" + "QI" * _CHUNK)
 _SLOTS_CHUNK = struct.Struct("<" + "I" * _CHUNK)
 
 
-def _pack_tables(offsets: Sequence[int], lengths: Sequence[int], node_slots: dict[int, list[tuple[int, int]]],
-                 slots: list[Sequence[int]], blob: bytearray) -> dict[str, object]:
+def _pack_tables(
+    offsets: Sequence[int],
+    lengths: Sequence[int],
+    node_slots: dict[int, list[tuple[int, int]]],
+    slots: list[Sequence[int]],
+    blob: bytearray,
+) -> dict[str, object]:
     """Append one component's rank, node and slot tables to `blob`; their positions, for the header."""
     from array import array  # the writer's side only (render): the shim reads the tables with struct
 
@@ -192,7 +221,7 @@ def _pack_tables(offsets: Sequence[int], lengths: Sequence[int], node_slots: dic
         blob += records
     else:
         for i in range(0, len(offsets), _CHUNK):
-            o, n = offsets[i:i + _CHUNK], lengths[i:i + _CHUNK]
+            o, n = offsets[i : i + _CHUNK], lengths[i : i + _CHUNK]
             flat: list[int] = [0] * (2 * len(o))
             flat[0::2], flat[1::2] = o, n
             blob += (_RANKS_CHUNK if len(o) == _CHUNK else struct.Struct("<" + "QI" * len(o))).pack(*flat)
@@ -236,8 +265,9 @@ def _parse_plan(path: Path, data: bytes) -> tuple[dict[str, Any], list[list[tupl
     try:
         doc = json.loads(data)
     except ValueError as exc:
-        raise ShimError(f"{path}: not valid JSON: {exc}",
-                        hint="write plan.json with hpcplace.plan.plan.plan_to_json") from None
+        raise ShimError(
+            f"{path}: not valid JSON: {exc}", hint="write plan.json with hpcplace.plan.plan.plan_to_json"
+        ) from None
     if not isinstance(doc, dict) or doc.get("schema") != PLAN_SCHEMA:
         raise ShimError(f"{path}: not an hpcplace plan (schema {PLAN_SCHEMA!r} expected)")
     components = doc.get("components")
@@ -268,28 +298,36 @@ def _parse_plan(path: Path, data: bytes) -> tuple[dict[str, Any], list[list[tupl
             spans.append([])
             inside = compact == b'"processes":['
     if len(spans) != len(components):
-        raise ShimError(f"{path}: found {len(spans)} process lists for {len(components)} components",
-                        hint="write plan.json with hpcplace.plan.plan.plan_to_json (one process per line)")
+        raise ShimError(
+            f"{path}: found {len(spans)} process lists for {len(components)} components",
+            hint="write plan.json with hpcplace.plan.plan.plan_to_json (one process per line)",
+        )
     for comp, comp_spans in zip(components, spans, strict=True):
         processes = comp.get("processes")
         if not isinstance(processes, list) or len(processes) != len(comp_spans):
-            raise ShimError(f"{path}: component {comp.get('name')!r}: {len(comp_spans)} process lines for "
-                            f"{len(processes) if isinstance(processes, list) else 0} processes",
-                            hint="plan.json must keep one process per line; write it with "
-                                 "hpcplace.plan.plan.plan_to_json")
+            raise ShimError(
+                f"{path}: component {comp.get('name')!r}: {len(comp_spans)} process lines for "
+                f"{len(processes) if isinstance(processes, list) else 0} processes",
+                hint="plan.json must keep one process per line; write it with hpcplace.plan.plan.plan_to_json",
+            )
         if comp.get("world_size") != len(processes):
-            raise ShimError(f"{path}: component {comp.get('name')!r} has world_size {comp.get('world_size')} "
-                            f"but {len(processes)} processes")
+            raise ShimError(
+                f"{path}: component {comp.get('name')!r} has world_size {comp.get('world_size')} "
+                f"but {len(processes)} processes"
+            )
     return doc, spans
 
 
 def _layout(path: Path, lineno: int, why: str) -> ShimError:
-    return ShimError(f"{path}:{lineno}: {why}",
-                     hint="plan.json must keep one process per line; write it with hpcplace.plan.plan.plan_to_json")
+    return ShimError(
+        f"{path}:{lineno}: {why}",
+        hint="plan.json must keep one process per line; write it with hpcplace.plan.plan.plan_to_json",
+    )
 
 
-def _component_tables(path: Path, comp: dict[str, Any], spans: list[tuple[int, int]], groups: list[Any],
-                      blob: bytearray) -> dict[str, object]:
+def _component_tables(
+    path: Path, comp: dict[str, Any], spans: list[tuple[int, int]], groups: list[Any], blob: bytearray
+) -> dict[str, object]:
     name = comp.get("name")
     processes = comp["processes"]
     by_node: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
@@ -306,18 +344,26 @@ def _component_tables(path: Path, comp: dict[str, Any], spans: list[tuple[int, i
             raise ShimError(f"{path}: component {name!r} uses node {j} of het group {g}, which has {num_nodes}")
         entries.sort()
         if [e[0] for e in entries] != list(range(len(entries))) or any(e[2] != len(entries) for e in entries):
-            raise ShimError(f"{path}: component {name!r}: local ranks on node {j} of het group {g} are not "
-                            f"0..{len(entries) - 1} with local_world_size {len(entries)}")
+            raise ShimError(
+                f"{path}: component {name!r}: local ranks on node {j} of het group {g} are not "
+                f"0..{len(entries) - 1} with local_world_size {len(entries)}"
+            )
         table = node_slots.setdefault(g, [(0, 0)] * num_nodes)
         table[j] = (used, len(entries))
         used += len(entries)
-    return _pack_tables([o for o, _ in spans], [n for _, n in spans], node_slots,
-                        [[r for _lr, r, _lws in by_node[(g, j)]] for (g, j) in sorted(by_node)], blob)
+    return _pack_tables(
+        [o for o, _ in spans],
+        [n for _, n in spans],
+        node_slots,
+        [[r for _lr, r, _lws in by_node[(g, j)]] for (g, j) in sorted(by_node)],
+        blob,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
 # Reader
 # ----------------------------------------------------------------------------------------------
+
 
 class PlanIndex:
     """Open plan.json and its index; O(1) lookups by rank or by (het group, node, local rank)."""
@@ -328,16 +374,20 @@ class PlanIndex:
         try:
             self._plan_fd = os.open(self.plan_path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
-            raise ShimError(f"cannot open plan {self.plan_path}: {exc.strerror}",
-                            hint="pass the plan.json written with the job (--plan)") from None
+            raise ShimError(
+                f"cannot open plan {self.plan_path}: {exc.strerror}",
+                hint="pass the plan.json written with the job (--plan)",
+            ) from None
         try:
             self._idx_fd = os.open(idx, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             os.close(self._plan_fd)
-            raise ShimError(f"cannot open the plan index {idx}: {exc.strerror}",
-                            hint="it is written beside plan.json by the renderer; rebuild it with "
-                                 "`python -c 'from hpcplace.runtime.plan_index import write_index; "
-                                 "write_index(\"plan.json\")'`") from None
+            raise ShimError(
+                f"cannot open the plan index {idx}: {exc.strerror}",
+                hint="it is written beside plan.json by the renderer; rebuild it with "
+                "`python -c 'from hpcplace.runtime.plan_index import write_index; "
+                'write_index("plan.json")\'`',
+            ) from None
         prefix = os.pread(self._idx_fd, _PREFIX.size, 0)
         if len(prefix) != _PREFIX.size or prefix[:8] != MAGIC:
             self.close()
@@ -350,8 +400,10 @@ class PlanIndex:
             raise ShimError(f"{idx}: unsupported index schema", hint="rebuild it with this hpcplace's write_index")
         if os.fstat(self._plan_fd).st_size != header["plan_size"]:
             self.close()
-            raise ShimError(f"{self.plan_path} changed after its index was written",
-                            hint="rebuild the index with write_index(plan.json), or restore the plan")
+            raise ShimError(
+                f"{self.plan_path} changed after its index was written",
+                hint="rebuild the index with write_index(plan.json), or restore the plan",
+            )
         self._tables_start = _align8(_PREFIX.size + head_len)
         self.plan: dict[str, Any] = header["plan"]
         self.components: list[dict[str, Any]] = header["components"]
@@ -383,8 +435,9 @@ class PlanIndex:
     def _read(self, fd: int, offset: int, size: int) -> bytes:
         data = os.pread(fd, size, offset)
         if len(data) != size:
-            raise ShimError("the plan index points past the end of its file",
-                            hint="rebuild the index with write_index(plan.json)")
+            raise ShimError(
+                "the plan index points past the end of its file", hint="rebuild the index with write_index(plan.json)"
+            )
         return data
 
     def process(self, component: int, rank: int) -> dict[str, Any]:
@@ -397,11 +450,15 @@ class PlanIndex:
         line = self._read(self._plan_fd, offset, length).decode()
         record = loads(line, f"process {rank} of {comp['name']!r} in {self.plan_path}")
         if not isinstance(record, dict) or record.get("rank") != rank:
-            raise ShimError(f"{self.plan_path}: the index is stale (rank {rank} of {comp['name']!r} not found "
-                            "at its offset)", hint="rebuild the index with write_index(plan.json)")
+            raise ShimError(
+                f"{self.plan_path}: the index is stale (rank {rank} of {comp['name']!r} not found at its offset)",
+                hint="rebuild the index with write_index(plan.json)",
+            )
         return record
 
-    def process_at(self, component: int, het_group: int, group_node_index: int, local_rank: int) -> dict[str, Any] | None:
+    def process_at(
+        self, component: int, het_group: int, group_node_index: int, local_rank: int
+    ) -> dict[str, Any] | None:
         """The process on node j of het group g with this local rank; None if the plan has none there."""
         node = self._tables[component]["nodes"].get(str(het_group))
         if node is None or not 0 <= group_node_index < node[1] or local_rank < 0:

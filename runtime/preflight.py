@@ -47,6 +47,7 @@ SHM = "/dev/shm"
 # facts -> problems (pure)
 # ----------------------------------------------------------------------------------------------
 
+
 class GpuFacts(Frozen):
     """What the node shows: the minors of its nvidia<N> device files, the ones this task can open
     (ConstrainDevices=yes: only the job's), and CUDA_VISIBLE_DEVICES as Slurm set it for this step."""
@@ -70,23 +71,33 @@ def gpu_problems(facts: GpuFacts, expected: int, used: Sequence[int], where: str
     constrained = len(facts.openable) < len(facts.present)  # ConstrainDevices=yes hides the others
     shown = facts.openable if constrained else facts.present
     if len(shown) < expected:
-        what = (f"this job can open {len(shown)} of its {len(facts.present)} GPU device(s) ({_ids(shown)}; "
-                "ConstrainDevices=yes)" if constrained else
-                f"the node shows {len(shown)} GPU(s) ({facts.device_dir}/nvidia{{{_ids(shown)}}})")
-        fix = ("the cluster's gpus_per_node is wrong for this node, or a GPU is missing (nvidia-smi on the node)"
-               if shown else f"no GPU driver's device files on this node? ({DEVICE_DIR_VARIABLE} names where they "
-               "are when not in /dev; nvidia-smi on the node)")
+        what = (
+            f"this job can open {len(shown)} of its {len(facts.present)} GPU device(s) ({_ids(shown)}; "
+            "ConstrainDevices=yes)"
+            if constrained
+            else f"the node shows {len(shown)} GPU(s) ({facts.device_dir}/nvidia{{{_ids(shown)}}})"
+        )
+        fix = (
+            "the cluster's gpus_per_node is wrong for this node, or a GPU is missing (nvidia-smi on the node)"
+            if shown
+            else f"no GPU driver's device files on this node? ({DEVICE_DIR_VARIABLE} names where they "
+            "are when not in /dev; nvidia-smi on the node)"
+        )
         problems.append(f"{what}, but the plan expects {expected} on {where}: {fix}")
     missing = sorted(set(used) - set(facts.openable))
     if missing and len(shown) >= expected:
-        problems.append(f"the plan uses GPU(s) {_ids(missing)} on {where}, but this job cannot open "
-                        f"{facts.device_dir}/nvidia{{{_ids(missing)}}} (can open: {_ids(facts.openable)}): "
-                        "Slurm gave the job other GPUs than planned")
+        problems.append(
+            f"the plan uses GPU(s) {_ids(missing)} on {where}, but this job cannot open "
+            f"{facts.device_dir}/nvidia{{{_ids(missing)}}} (can open: {_ids(facts.openable)}): "
+            "Slurm gave the job other GPUs than planned"
+        )
     seen = [v for v in (facts.slurm_visible or "").split(",") if v.strip()]
     if facts.slurm_visible is not None and len(seen) != expected:
-        problems.append(f"Slurm gave this node's preflight step CUDA_VISIBLE_DEVICES={facts.slurm_visible!r} "
-                        f"({len(seen)} GPU(s)), but the plan expects {expected} on {where}: check the job's "
-                        "--gres and gres.conf")
+        problems.append(
+            f"Slurm gave this node's preflight step CUDA_VISIBLE_DEVICES={facts.slurm_visible!r} "
+            f"({len(seen)} GPU(s)), but the plan expects {expected} on {where}: check the job's "
+            "--gres and gres.conf"
+        )
     return problems
 
 
@@ -96,19 +107,22 @@ def gpu_warnings(facts: GpuFacts, expected: int) -> list[str]:
     constrained = len(facts.openable) < len(facts.present)
     shown = facts.openable if constrained else facts.present
     if expected and len(shown) > expected:
-        return [f"the node shows {len(shown)} GPU(s), the plan counts {expected} (gpus_per_node): the others stay unused"]
+        return [
+            f"the node shows {len(shown)} GPU(s), the plan counts {expected} (gpus_per_node): the others stay unused"
+        ]
     return []
 
 
 def shm_problems(path: str, write_error: str | None, free_bytes: int | None, needed_bytes: int | None) -> list[str]:
     """/dev/shm must be writable and, when the plan says how much the job needs per node, have it free."""
     if write_error is not None:
-        return [f"{path} is not writable ({write_error}): the weight store and the node-local "
-                "directory live there"]
+        return [f"{path} is not writable ({write_error}): the weight store and the node-local directory live there"]
     if needed_bytes and free_bytes is not None and free_bytes < needed_bytes:
-        return [f"{path} has {human(free_bytes)} free, the plan needs {human(needed_bytes)} per node "
-                "(slurm.shm_per_node): free it (stale files of earlier jobs?) or ask for nodes with more "
-                "memory for /dev/shm"]
+        return [
+            f"{path} has {human(free_bytes)} free, the plan needs {human(needed_bytes)} per node "
+            "(slurm.shm_per_node): free it (stale files of earlier jobs?) or ask for nodes with more "
+            "memory for /dev/shm"
+        ]
     return []
 
 
@@ -169,8 +183,7 @@ def resolve_program(program: str, path: str) -> str | None:
 
 def program_problem(check: ProgramCheck, cwd: str) -> str | None:
     """Why the node cannot start `check` (run from the working directory `cwd`), or None."""
-    shared = ("install it where every node sees it (a shared filesystem, not a node-local or private path "
-              "such as /tmp)")
+    shared = "install it where every node sees it (a shared filesystem, not a node-local or private path such as /tmp)"
     if check.resolved is None:
         program = check.program
         if "/" not in program:
@@ -182,19 +195,25 @@ def program_problem(check: ProgramCheck, cwd: str) -> str | None:
             return f"{check.what}: {program!r} is a directory, not a program"
         import shlex
 
-        return (f"{check.what}: {program!r} is not executable (chmod +x {shlex.quote(program)}, or start it with "
-                "its interpreter, e.g. bash script.sh)")
+        return (
+            f"{check.what}: {program!r} is not executable (chmod +x {shlex.quote(program)}, or start it with "
+            "its interpreter, e.g. bash script.sh)"
+        )
     interpreter = shebang_interpreter(check.resolved)
     if interpreter is not None and not os.access(interpreter, os.X_OK):
-        return (f"{check.what}: {check.program!r} starts with #!{interpreter}, which does not exist on this node "
-                "(or is not executable): fix its #! line, or install that interpreter where every node sees it")
+        return (
+            f"{check.what}: {check.program!r} starts with #!{interpreter}, which does not exist on this node "
+            "(or is not executable): fix its #! line, or install that interpreter where every node sees it"
+        )
     if check.script is not None and os.path.isdir(cwd):
         path = os.path.join(cwd, check.script)
         runnable = os.path.isfile(path) or os.path.isfile(os.path.join(path, "__main__.py"))  # `python3 app/`
         if not runnable:
             what = "is a directory without __main__.py" if os.path.isdir(path) else "does not exist on this node"
-            return (f"{check.what}: the script {check.script!r} ({path}) {what}: the program runs in {cwd}; "
-                    f"give the script's path from there, or an absolute path on a filesystem every node sees")
+            return (
+                f"{check.what}: the script {check.script!r} ({path}) {what}: the program runs in {cwd}; "
+                f"give the script's path from there, or an absolute path on a filesystem every node sees"
+            )
     return None
 
 
@@ -205,10 +224,12 @@ def shebang_interpreter(path: str) -> str | None:
 
 
 # What `ray start --include-dashboard=true` checks first (Ray's own function; absent in another Ray: no check).
-DASHBOARD_CHECK = ("import sys, ray._private.utils as u\n"
-                   "e = getattr(u, 'get_dashboard_dependency_error', lambda: None)()\n"
-                   "sys.exit(f'missing packages ({e}): pip install \"ray[default]\" into this Python, or drop "
-                   "launch.dashboard' if e else 0)")
+DASHBOARD_CHECK = (
+    "import sys, ray._private.utils as u\n"
+    "e = getattr(u, 'get_dashboard_dependency_error', lambda: None)()\n"
+    'sys.exit(f\'missing packages ({e}): pip install "ray[default]" into this Python, or drop '
+    "launch.dashboard' if e else 0)"
+)
 
 
 def child_problem(what: str, result: tuple[int | None, str], *, timeout: float) -> str | None:
@@ -225,6 +246,7 @@ def child_problem(what: str, result: tuple[int | None, str], *, timeout: float) 
 # ----------------------------------------------------------------------------------------------
 # gathering facts (I/O)
 # ----------------------------------------------------------------------------------------------
+
 
 def gpu_facts(node: str, environ: Mapping[str, str]) -> GpuFacts:
     """The node's nvidia<N> device files and which of them this task may open: a device file opens
@@ -246,8 +268,12 @@ def gpu_facts(node: str, environ: Mapping[str, str]) -> GpuFacts:
         except OSError as exc:
             if exc.errno in (errno.ENXIO, errno.ENODEV):
                 openable.append(minor)
-    return GpuFacts(device_dir=device_dir, present=tuple(present), openable=tuple(openable),
-                    slurm_visible=environ.get("CUDA_VISIBLE_DEVICES"))
+    return GpuFacts(
+        device_dir=device_dir,
+        present=tuple(present),
+        openable=tuple(openable),
+        slurm_visible=environ.get("CUDA_VISIBLE_DEVICES"),
+    )
 
 
 def shm_facts(path: str = SHM) -> tuple[str | None, int | None]:
@@ -274,8 +300,15 @@ def run_child(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tu
     import subprocess
 
     try:
-        res = subprocess.run(list(argv), env=dict(env), capture_output=True, text=True, timeout=timeout,
-                             stdin=subprocess.DEVNULL, check=False)
+        res = subprocess.run(
+            list(argv),
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return None, ""
     except OSError as exc:
@@ -283,11 +316,13 @@ def run_child(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tu
     return res.returncode, res.stdout + res.stderr
 
 
-_GPU_CHECKS = ("from hpcplace.runtime.gpu_checks import cuda_driver_problem, memory_saver_hook_problem\n"
-               "import sys\n"
-               "p = cuda_driver_problem() if sys.argv[1] == 'driver' else memory_saver_hook_problem()\n"
-               "print(p or '')\n"
-               "sys.exit(1 if p else 0)\n")
+_GPU_CHECKS = (
+    "from hpcplace.runtime.gpu_checks import cuda_driver_problem, memory_saver_hook_problem\n"
+    "import sys\n"
+    "p = cuda_driver_problem() if sys.argv[1] == 'driver' else memory_saver_hook_problem()\n"
+    "print(p or '')\n"
+    "sys.exit(1 if p else 0)\n"
+)
 
 
 def gpu_runtime_problems(python: str, env: Mapping[str, str], offload: bool, timeout: float) -> list[str]:
@@ -318,6 +353,7 @@ def gpu_runtime_problems(python: str, env: Mapping[str, str], offload: bool, tim
 # ----------------------------------------------------------------------------------------------
 # the task
 # ----------------------------------------------------------------------------------------------
+
 
 class NodePlan(Frozen):
     """What the plan puts on this node."""
@@ -354,10 +390,15 @@ def node_plan(index: PlanIndex, g: int, j: int, node: str, environ: Mapping[str,
         command = comp.get("command") or ()
         if n and command and not ray:
             program = str(command[0])
-            programs.append(ProgramCheck(what=f"component {comp['name']!r}", program=program,
-                                         resolved=resolve_program(program, path),
-                                         needs_runtime=bool(comp.get("collocation_group")),
-                                         script=python_script(command)))
+            programs.append(
+                ProgramCheck(
+                    what=f"component {comp['name']!r}",
+                    program=program,
+                    resolved=resolve_program(program, path),
+                    needs_runtime=bool(comp.get("collocation_group")),
+                    script=python_script(command),
+                )
+            )
     ray_python = None
     dashboard = False
     if ray:
@@ -366,20 +407,41 @@ def node_plan(index: PlanIndex, g: int, j: int, node: str, environ: Mapping[str,
         facts = node_facts(header, g, j)
         ray_python = facts.get("python") or sys.executable
         if ray_python != sys.executable:
-            programs.append(ProgramCheck(what="the raylet's interpreter (python_interpreter_path)", program=ray_python,
-                                         resolved=resolve_program(ray_python, path), needs_runtime=False))
+            programs.append(
+                ProgramCheck(
+                    what="the raylet's interpreter (python_interpreter_path)",
+                    program=ray_python,
+                    resolved=resolve_program(ray_python, path),
+                    needs_runtime=False,
+                )
+            )
         driver = launch.get("driver") or ()
         dashboard = facts["rank"] == 0 and bool(launch.get("dashboard"))
         if facts["rank"] == 0 and driver:
             program = str(driver[0])
-            programs.append(ProgramCheck(what="the Ray driver", program=program,
-                                         resolved=resolve_program(program, path), needs_runtime=False,
-                                         script=python_script(driver), needs="ray"))
+            programs.append(
+                ProgramCheck(
+                    what="the Ray driver",
+                    program=program,
+                    resolved=resolve_program(program, path),
+                    needs_runtime=False,
+                    script=python_script(driver),
+                    needs="ray",
+                )
+            )
     mb = (header.get("slurm") or {}).get("shm_per_node")
     shm = int(str(mb)) * 1024 * 1024 if str(mb or "").isdigit() else None
     where = f"{node} (node group {group['label']}, het group {g} node {j})"
-    return NodePlan(where=where, expected_gpus=expected, used_gpus=tuple(sorted(used)), programs=tuple(programs),
-                    offload=offload, ray_python=ray_python, shm_needed=shm, ray_dashboard=dashboard)
+    return NodePlan(
+        where=where,
+        expected_gpus=expected,
+        used_gpus=tuple(sorted(used)),
+        programs=tuple(programs),
+        offload=offload,
+        ray_python=ray_python,
+        shm_needed=shm,
+        ray_dashboard=dashboard,
+    )
 
 
 def check_node(plan: NodePlan, node: str, environ: Mapping[str, str], timeout: float) -> tuple[list[str], list[str]]:
@@ -405,21 +467,53 @@ def check_node(plan: NodePlan, node: str, environ: Mapping[str, str], timeout: f
         problem = program_problem(check, os.getcwd())
         if problem:
             problems.append(problem)
-        elif check.needs and is_python(check.program) and check.resolved and (
-                plan.ray_python is None or os.path.realpath(check.resolved) != os.path.realpath(plan.ray_python)):
-            jobs.append((f"{check.what}: {check.program} -c 'import {check.needs}'",
-                         [check.resolved, "-c", f"import {check.needs}"], dict(environ), True))
-        elif is_python(check.program) and check.resolved and os.path.realpath(check.resolved) != os.path.realpath(
-                sys.executable) and check.resolved not in pythons:
+        elif (
+            check.needs
+            and is_python(check.program)
+            and check.resolved
+            and (plan.ray_python is None or os.path.realpath(check.resolved) != os.path.realpath(plan.ray_python))
+        ):
+            jobs.append(
+                (
+                    f"{check.what}: {check.program} -c 'import {check.needs}'",
+                    [check.resolved, "-c", f"import {check.needs}"],
+                    dict(environ),
+                    True,
+                )
+            )
+        elif (
+            is_python(check.program)
+            and check.resolved
+            and os.path.realpath(check.resolved) != os.path.realpath(sys.executable)
+            and check.resolved not in pythons
+        ):
             pythons.append(check.resolved)
-            jobs.append((f"{check.what}: {check.program} -c 'import hpcplace.runtime'",
-                         [check.resolved, "-c", "import hpcplace.runtime"], dict(environ), check.needs_runtime))
+            jobs.append(
+                (
+                    f"{check.what}: {check.program} -c 'import hpcplace.runtime'",
+                    [check.resolved, "-c", "import hpcplace.runtime"],
+                    dict(environ),
+                    check.needs_runtime,
+                )
+            )
     if plan.ray_python is not None:
-        jobs.append((f"Ray: {plan.ray_python} -c 'import ray' (the raylet's `ray start`)",
-                     [plan.ray_python, "-c", "import ray"], dict(environ), True))
+        jobs.append(
+            (
+                f"Ray: {plan.ray_python} -c 'import ray' (the raylet's `ray start`)",
+                [plan.ray_python, "-c", "import ray"],
+                dict(environ),
+                True,
+            )
+        )
     if plan.ray_python is not None and plan.ray_dashboard:  # `ray start --include-dashboard=true` refuses it
-        jobs.append((f"Ray's dashboard (launch.dashboard) in {plan.ray_python}",
-                     [plan.ray_python, "-c", DASHBOARD_CHECK], dict(environ), True))
+        jobs.append(
+            (
+                f"Ray's dashboard (launch.dashboard) in {plan.ray_python}",
+                [plan.ray_python, "-c", DASHBOARD_CHECK],
+                dict(environ),
+                True,
+            )
+        )
     results: list[tuple[int | None, str] | None] = [None] * len(jobs)
 
     def run(i: int) -> None:
@@ -428,8 +522,10 @@ def check_node(plan: NodePlan, node: str, environ: Mapping[str, str], timeout: f
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(jobs))]
     gpu_runtime: list[str] = []
     if plan.expected_gpus:
+
         def gpu_checks() -> None:
             gpu_runtime.extend(gpu_runtime_problems(sys.executable, environ, plan.offload, timeout))
+
         threads.append(threading.Thread(target=gpu_checks, daemon=True))
     for t in threads:
         t.start()
@@ -483,8 +579,10 @@ def parse_args(argv: Sequence[str]) -> tuple[str | None, str | None]:
 
 def chdir_problem(path: str | None) -> str | None:
     if path and not os.path.isdir(path):
-        return (f"the working directory {path!r} (where the programs run) does not exist on this node: it must be "
-                "on a filesystem every node sees (or pass --workdir)")
+        return (
+            f"the working directory {path!r} (where the programs run) does not exist on this node: it must be "
+            "on a filesystem every node sees (or pass --workdir)"
+        )
     return None
 
 

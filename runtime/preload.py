@@ -26,11 +26,13 @@ from hpcplace.runtime.gpu_checks import HOOK_STEM, package_dir, torch_cuda_major
 from hpcplace.runtime.programs import shebang_words
 
 # Printed by the program's interpreter: where it finds the two packages (find_spec imports neither).
-_LOCATE = ("import importlib.util as u, json\n"
-           "def d(n):\n"
-           "    s = u.find_spec(n)\n"
-           "    return list(s.submodule_search_locations)[0] if s and s.submodule_search_locations else None\n"
-           "print(json.dumps({'torch': d('torch'), 'torch_memory_saver': d('torch_memory_saver')}))\n")
+_LOCATE = (
+    "import importlib.util as u, json\n"
+    "def d(n):\n"
+    "    s = u.find_spec(n)\n"
+    "    return list(s.submodule_search_locations)[0] if s and s.submodule_search_locations else None\n"
+    "print(json.dumps({'torch': d('torch'), 'torch_memory_saver': d('torch_memory_saver')}))\n"
+)
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
@@ -163,14 +165,17 @@ def unavailable_reason(environ: Mapping[str, str], packages: Packages | None = N
         return f"the torch of {packages.python} is missing or not a CUDA build"
     found = hook_library(packages)
     if found is None:
-        return (f"torch_memory_saver ({packages.torch_memory_saver}) has no preload hook for CUDA "
-                f"{torch_cuda_major(packages.torch)} (this torch's CUDA major)")
+        return (
+            f"torch_memory_saver ({packages.torch_memory_saver}) has no preload hook for CUDA "
+            f"{torch_cuda_major(packages.torch)} (this torch's CUDA major)"
+        )
     directory, why = cudart_choice(found[1], packages, environ)
     return None if directory is not None else f"{why} (the preload hook needs it)"
 
 
-def preload_env(environ: Mapping[str, str], *, command: Sequence[str] = (), probe: bool = True,
-                packages: Packages | None = None) -> tuple[dict[str, str], str]:
+def preload_env(
+    environ: Mapping[str, str], *, command: Sequence[str] = (), probe: bool = True, packages: Packages | None = None
+) -> tuple[dict[str, str], str]:
     """(variables to add for a program that uses torch_memory_saver, a sentence saying what was chosen or
     why nothing was). Empty unless a GPU and libcuda are present; with `probe`, /bin/true is started
     with the result first, so a preload that would stop every process from starting is never returned."""

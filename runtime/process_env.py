@@ -97,10 +97,12 @@ class ProcessEnv(Frozen):
             "HPCPLACE_RESOURCE_TYPE": self.resource_type,
             "HPCPLACE_DEVICE_MODE": self.device_mode,
             "HPCPLACE_COLLOCATION_GROUP": self.collocation_group,
-            "HPCPLACE_WEIGHT_SYNC_TARGETS": None if self.weight_sync_targets is None else
-            ",".join(f"{dp}:{tp}" for dp, tp in self.weight_sync_targets),
-            "HPCPLACE_WEIGHT_SYNC_SOURCES": None if self.weight_sync_sources is None else
-            ",".join(str(a) for a in self.weight_sync_sources),
+            "HPCPLACE_WEIGHT_SYNC_TARGETS": None
+            if self.weight_sync_targets is None
+            else ",".join(f"{dp}:{tp}" for dp, tp in self.weight_sync_targets),
+            "HPCPLACE_WEIGHT_SYNC_SOURCES": None
+            if self.weight_sync_sources is None
+            else ",".join(str(a) for a in self.weight_sync_sources),
         }
 
     @classmethod
@@ -108,34 +110,49 @@ class ProcessEnv(Frozen):
         """Read back what the shim set; ShimError naming every missing variable."""
         missing = [name for name in _REQUIRED if name not in environ]
         if missing:
-            raise ShimError(f"not started through hpcplace-run: missing {', '.join(missing)}",
-                            hint="start the program with `hpcplace-run --plan plan.json --component NAME -- CMD`")
+            raise ShimError(
+                f"not started through hpcplace-run: missing {', '.join(missing)}",
+                hint="start the program with `hpcplace-run --plan plan.json --component NAME -- CMD`",
+            )
         try:
             return cls(
-                plan_path=environ["HPCPLACE_PLAN"], component=environ["HPCPLACE_COMPONENT"],
-                job_id=environ["HPCPLACE_JOB_ID"], rank=int(environ["RANK"]), world_size=int(environ["WORLD_SIZE"]),
-                local_rank=int(environ["LOCAL_RANK"]), local_world_size=int(environ["LOCAL_WORLD_SIZE"]),
-                node_rank=int(environ["NODE_RANK"]), cluster_node_rank=int(environ["CLUSTER_NODE_RANK"]),
-                master_addr=environ["MASTER_ADDR"], master_port=int(environ["MASTER_PORT"]),
+                plan_path=environ["HPCPLACE_PLAN"],
+                component=environ["HPCPLACE_COMPONENT"],
+                job_id=environ["HPCPLACE_JOB_ID"],
+                rank=int(environ["RANK"]),
+                world_size=int(environ["WORLD_SIZE"]),
+                local_rank=int(environ["LOCAL_RANK"]),
+                local_world_size=int(environ["LOCAL_WORLD_SIZE"]),
+                node_rank=int(environ["NODE_RANK"]),
+                cluster_node_rank=int(environ["CLUSTER_NODE_RANK"]),
+                master_addr=environ["MASTER_ADDR"],
+                master_port=int(environ["MASTER_PORT"]),
                 visible_devices=_split(environ["CUDA_VISIBLE_DEVICES"]),
                 physical_devices=_split(environ["VISIBLE_DEVICES"]),
                 device_mode=environ["HPCPLACE_DEVICE_MODE"],
                 isolate_accelerator=environ["ISOLATE_ACCELERATOR"] == "1",
                 local_accelerator_rank=int(environ["LOCAL_ACCELERATOR_RANK"]),
                 local_hardware_ranks=tuple(int(r) for r in _split(environ["LOCAL_HARDWARE_RANKS"])),
-                accelerator_type=environ["ACCELERATOR_TYPE"], node_group_label=environ["NODE_GROUP_LABEL"],
-                partition=environ["HPCPLACE_PARTITION"], het_group=int(environ["HPCPLACE_HET_GROUP"]),
+                accelerator_type=environ["ACCELERATOR_TYPE"],
+                node_group_label=environ["NODE_GROUP_LABEL"],
+                partition=environ["HPCPLACE_PARTITION"],
+                het_group=int(environ["HPCPLACE_HET_GROUP"]),
                 group_node_index=int(environ["HPCPLACE_GROUP_NODE_INDEX"]),
-                resource_type=environ["HPCPLACE_RESOURCE_TYPE"], shm_dir=environ["HPCPLACE_SHM_DIR"],
+                resource_type=environ["HPCPLACE_RESOURCE_TYPE"],
+                shm_dir=environ["HPCPLACE_SHM_DIR"],
                 collocation_group=environ.get("HPCPLACE_COLLOCATION_GROUP"),
-                weight_sync_targets=None if "HPCPLACE_WEIGHT_SYNC_TARGETS" not in environ else tuple(
-                    _pair(item) for item in _split(environ["HPCPLACE_WEIGHT_SYNC_TARGETS"])),
-                weight_sync_sources=None if "HPCPLACE_WEIGHT_SYNC_SOURCES" not in environ else tuple(
-                    int(a) for a in _split(environ["HPCPLACE_WEIGHT_SYNC_SOURCES"])),
+                weight_sync_targets=None
+                if "HPCPLACE_WEIGHT_SYNC_TARGETS" not in environ
+                else tuple(_pair(item) for item in _split(environ["HPCPLACE_WEIGHT_SYNC_TARGETS"])),
+                weight_sync_sources=None
+                if "HPCPLACE_WEIGHT_SYNC_SOURCES" not in environ
+                else tuple(int(a) for a in _split(environ["HPCPLACE_WEIGHT_SYNC_SOURCES"])),
             )
         except ValueError as exc:
-            raise ShimError(f"malformed hpcplace variable in the environment: {exc}",
-                            hint="do not change the variables hpcplace-run sets") from None
+            raise ShimError(
+                f"malformed hpcplace variable in the environment: {exc}",
+                hint="do not change the variables hpcplace-run sets",
+            ) from None
 
 
 def _split(value: str) -> tuple[str, ...]:
@@ -148,8 +165,28 @@ def _pair(item: str) -> tuple[int, int]:
 
 
 _REQUIRED = (
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
-    "CUDA_VISIBLE_DEVICES", "VISIBLE_DEVICES", "ISOLATE_ACCELERATOR", "LOCAL_ACCELERATOR_RANK",
-    "LOCAL_HARDWARE_RANKS", "NODE_GROUP_LABEL", "CLUSTER_NODE_RANK", "ACCELERATOR_TYPE", "HPCPLACE_PLAN",
-    "HPCPLACE_COMPONENT", "HPCPLACE_JOB_ID", "HPCPLACE_SHM_DIR", "HPCPLACE_HET_GROUP",
-    "HPCPLACE_GROUP_NODE_INDEX", "HPCPLACE_PARTITION", "HPCPLACE_RESOURCE_TYPE", "HPCPLACE_DEVICE_MODE")
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES",
+    "VISIBLE_DEVICES",
+    "ISOLATE_ACCELERATOR",
+    "LOCAL_ACCELERATOR_RANK",
+    "LOCAL_HARDWARE_RANKS",
+    "NODE_GROUP_LABEL",
+    "CLUSTER_NODE_RANK",
+    "ACCELERATOR_TYPE",
+    "HPCPLACE_PLAN",
+    "HPCPLACE_COMPONENT",
+    "HPCPLACE_JOB_ID",
+    "HPCPLACE_SHM_DIR",
+    "HPCPLACE_HET_GROUP",
+    "HPCPLACE_GROUP_NODE_INDEX",
+    "HPCPLACE_PARTITION",
+    "HPCPLACE_RESOURCE_TYPE",
+    "HPCPLACE_DEVICE_MODE",
+)

@@ -60,8 +60,9 @@ def shm_node(snapshot: SlurmSnapshot, process: Mapping[str, Any]) -> str:
     return snapshot.node_name
 
 
-def weight_sync_peers(plan: Mapping[str, Any], component: str,
-                      rank: int) -> tuple[tuple[tuple[int, int], ...] | None, tuple[int, ...] | None]:
+def weight_sync_peers(
+    plan: Mapping[str, Any], component: str, rank: int
+) -> tuple[tuple[tuple[int, int], ...] | None, tuple[int, ...] | None]:
     """(targets, sources): rollout (dp, tp) shards an actor rank feeds / actor ranks feeding a rollout rank."""
     sync = plan.get("weight_sync")
     if not isinstance(sync, dict):
@@ -75,36 +76,60 @@ def weight_sync_peers(plan: Mapping[str, Any], component: str,
     return None, None
 
 
-def compute_process_env(*, plan: Mapping[str, Any], component: Mapping[str, Any], component_index: int,
-                        process: Mapping[str, Any], snapshot: SlurmSnapshot, plan_path: str, master_addr: str,
-                        local_gpus: tuple[str, ...] | None = None) -> tuple[ProcessEnv, DeviceChoice]:
+def compute_process_env(
+    *,
+    plan: Mapping[str, Any],
+    component: Mapping[str, Any],
+    component_index: int,
+    process: Mapping[str, Any],
+    snapshot: SlurmSnapshot,
+    plan_path: str,
+    master_addr: str,
+    local_gpus: tuple[str, ...] | None = None,
+) -> tuple[ProcessEnv, DeviceChoice]:
     """The ProcessEnv of one process (plan record + what Slurm gave the task) and the device decision."""
     name = str(component["name"])
     rank = int(process["rank"])
-    choice = choose_devices(tuple(process["visible_accelerators"]), snapshot.cuda_visible_devices,
-                            local_gpus=local_gpus)
+    choice = choose_devices(
+        tuple(process["visible_accelerators"]), snapshot.cuda_visible_devices, local_gpus=local_gpus
+    )
     targets, sources = weight_sync_peers(plan, name, rank)
     group = component.get("collocation_group")
     info = ProcessEnv(
-        plan_path=plan_path, component=name, job_id=snapshot.job_id, rank=rank,
+        plan_path=plan_path,
+        component=name,
+        job_id=snapshot.job_id,
+        rank=rank,
         world_size=int(component["world_size"]),
-        local_rank=process["local_rank"], local_world_size=process["local_world_size"],
-        node_rank=process["placement_node_rank"], cluster_node_rank=process["cluster_node_rank"],
-        master_addr=master_addr, master_port=master_port(snapshot.job_id, component_index),
-        visible_devices=choice.visible, physical_devices=choice.planned, device_mode=choice.mode,
+        local_rank=process["local_rank"],
+        local_world_size=process["local_world_size"],
+        node_rank=process["placement_node_rank"],
+        cluster_node_rank=process["cluster_node_rank"],
+        master_addr=master_addr,
+        master_port=master_port(snapshot.job_id, component_index),
+        visible_devices=choice.visible,
+        physical_devices=choice.planned,
+        device_mode=choice.mode,
         isolate_accelerator=bool(process["isolate_accelerator"]),
         local_accelerator_rank=process["local_accelerator_rank"],
         local_hardware_ranks=tuple(process["local_hardware_ranks"]),
-        accelerator_type=str(process["accelerator_type"]), node_group_label=str(process["node_group_label"]),
-        partition=process["partition"] or "", het_group=process["het_group"],  # "": Slurm's default partition
-        group_node_index=process["group_node_index"], resource_type=str(process["resource_type"]),
-        shm_dir=shm_dir(snapshot.job_id, shm_node(snapshot, process)), collocation_group=str(group) if group else None,
-        weight_sync_targets=targets, weight_sync_sources=sources)
+        accelerator_type=str(process["accelerator_type"]),
+        node_group_label=str(process["node_group_label"]),
+        partition=process["partition"] or "",
+        het_group=process["het_group"],  # "": Slurm's default partition
+        group_node_index=process["group_node_index"],
+        resource_type=str(process["resource_type"]),
+        shm_dir=shm_dir(snapshot.job_id, shm_node(snapshot, process)),
+        collocation_group=str(group) if group else None,
+        weight_sync_targets=targets,
+        weight_sync_sources=sources,
+    )
     return info, choice
 
 
-def plan_environment(plan: Mapping[str, Any], component: Mapping[str, Any],
-                     process: Mapping[str, Any]) -> dict[str, str]:
+def plan_environment(
+    plan: Mapping[str, Any], component: Mapping[str, Any], process: Mapping[str, Any]
+) -> dict[str, str]:
     """The user's env from plan.json: the node group's, then its node's (RLinf env_configs), then the
     component's (component wins), RLinf's order: node env_configs before the worker's own env."""
     env: dict[str, str] = {}
@@ -125,13 +150,17 @@ def environment_changes(info: ProcessEnv, extra: Mapping[str, str]) -> dict[str,
     changes = info.environment()
     bad = sorted(repr(name) for name, value in extra.items() if not _env_name_ok(name) or "\x00" in value)
     if bad:
-        raise ShimError(f"the plan's env for component {info.component!r} has invalid variables: {', '.join(bad)}",
-                        hint="names use letters, digits and '_' (not starting with a digit); values cannot hold NUL")
+        raise ShimError(
+            f"the plan's env for component {info.component!r} has invalid variables: {', '.join(bad)}",
+            hint="names use letters, digits and '_' (not starting with a digit); values cannot hold NUL",
+        )
     clash = sorted(name for name in extra if name in changes)
     if clash:
-        raise ShimError(f"the plan's env for component {info.component!r} sets {', '.join(clash)}, which "
-                        "hpcplace computes from the placement",
-                        hint="remove them from the component's / node group's env in the config")
+        raise ShimError(
+            f"the plan's env for component {info.component!r} sets {', '.join(clash)}, which "
+            "hpcplace computes from the placement",
+            hint="remove them from the component's / node group's env in the config",
+        )
     changes.update(extra)
     return changes
 
@@ -154,9 +183,11 @@ def merge_environment(base: Mapping[str, str], changes: Mapping[str, str | None]
             conflicts.append(f"{name}={current!r} (hpcplace sets {wanted})")
     if conflicts:
         names = " ".join(f"-u {c.split('=', 1)[0]}" for c in conflicts)
-        raise ShimError("refusing to overwrite variables already set in the environment: " + "; ".join(conflicts),
-                        hint=f"hpcplace computes these from the plan; unset them first (e.g. `env {names} ...`) "
-                             "or remove them from your job script / shell")
+        raise ShimError(
+            "refusing to overwrite variables already set in the environment: " + "; ".join(conflicts),
+            hint=f"hpcplace computes these from the plan; unset them first (e.g. `env {names} ...`) "
+            "or remove them from your job script / shell",
+        )
     merged = dict(base)
     for name, value in changes.items():
         if value is None:

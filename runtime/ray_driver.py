@@ -66,8 +66,9 @@ def joined_ranks(nodes: Sequence[Mapping[str, Any]]) -> set[int]:
     return out
 
 
-def missing_text(missing: Sequence[int], expected: Mapping[int, tuple[int, int, str]],
-                 host_of: Callable[[int, int], str]) -> str:
+def missing_text(
+    missing: Sequence[int], expected: Mapping[int, tuple[int, int, str]], host_of: Callable[[int, int], str]
+) -> str:
     parts = []
     for r in sorted(missing):
         g, j, label = expected[r]
@@ -75,18 +76,29 @@ def missing_text(missing: Sequence[int], expected: Mapping[int, tuple[int, int, 
     return "; ".join(parts)
 
 
-def driver_env(environ: Mapping[str, str], *, head: str, port: int, num_nodes: int, plan_path: str,
-               launch_env: Mapping[str, str]) -> dict[str, str]:
+def driver_env(
+    environ: Mapping[str, str], *, head: str, port: int, num_nodes: int, plan_path: str, launch_env: Mapping[str, str]
+) -> dict[str, str]:
     env = {k: v for k, v in environ.items() if k not in LEAKED}
     env.update(launch_env)
-    env.update({"RAY_ADDRESS": f"{head}:{port}", "RANK": "0", "WORLD_SIZE": str(num_nodes), "MASTER_ADDR": head,
-                "MASTER_PORT": str(port), "HPCPLACE_PLAN": os.path.abspath(plan_path),
-                "HPCPLACE_RUN_DIR": os.path.dirname(os.path.abspath(plan_path)), "RAY_USAGE_STATS_ENABLED": "0"})
+    env.update(
+        {
+            "RAY_ADDRESS": f"{head}:{port}",
+            "RANK": "0",
+            "WORLD_SIZE": str(num_nodes),
+            "MASTER_ADDR": head,
+            "MASTER_PORT": str(port),
+            "HPCPLACE_PLAN": os.path.abspath(plan_path),
+            "HPCPLACE_RUN_DIR": os.path.dirname(os.path.abspath(plan_path)),
+            "RAY_USAGE_STATS_ENABLED": "0",
+        }
+    )
     return env
 
 
-def wait_joined(address: str, expected: Mapping[int, tuple[int, int, str]], timeout: float,
-                host_of: Callable[[int, int], str]) -> float:
+def wait_joined(
+    address: str, expected: Mapping[int, tuple[int, int, str]], timeout: float, host_of: Callable[[int, int], str]
+) -> float:
     """Poll the GCS until every expected rank is alive; returns when. Raises ShimError naming the missing."""
     import logging
 
@@ -100,10 +112,11 @@ def wait_joined(address: str, expected: Mapping[int, tuple[int, int, str]], time
             if not missing:
                 return time.time()
             if time.monotonic() >= deadline:
-                raise ShimError(f"{len(missing)} of {len(expected)} Ray node(s) did not join within {timeout:g} s: "
-                                f"{missing_text(missing, expected, host_of)}",
-                                hint="see logs/ray.<host>.out of those hosts; raise launch.join_timeout if they are "
-                                     "just slow")
+                raise ShimError(
+                    f"{len(missing)} of {len(expected)} Ray node(s) did not join within {timeout:g} s: "
+                    f"{missing_text(missing, expected, host_of)}",
+                    hint="see logs/ray.<host>.out of those hosts; raise launch.join_timeout if they are just slow",
+                )
             time.sleep(0.2)
     finally:
         ray.shutdown()
@@ -116,7 +129,7 @@ def main(argv: Sequence[str]) -> int:
     if "--argv" in args[:-1]:  # an attached driver (hpcplace attach)
         i = args.index("--argv")
         argv_file = args[i + 1]
-        del args[i:i + 2]
+        del args[i : i + 2]
     parsed = parse_args(args)
     if parsed is None:
         return 2
@@ -149,22 +162,39 @@ def main(argv: Sequence[str]) -> int:
         try:
             info = wait_for("the Ray head", lambda: read_head(head_file, snapshot.job_id), timeout)
         except ShimError:
-            raise ShimError(f"the Ray head never came up within {timeout:g} s: "
-                            f"{missing_text([0], expected, host_of)}",
-                            hint="see logs/ray.<host>.out of the head") from None
+            raise ShimError(
+                f"the Ray head never came up within {timeout:g} s: {missing_text([0], expected, host_of)}",
+                hint="see logs/ray.<host>.out of the head",
+            ) from None
         t_head = time.time()
         address = f"{info['host']}:{info['port']}"
-        env = driver_env(os.environ, head=info["host"], port=int(info["port"]), num_nodes=len(expected),
-                         plan_path=plan_path, launch_env=launch.get("env") or {})
+        env = driver_env(
+            os.environ,
+            head=info["host"],
+            port=int(info["port"]),
+            num_nodes=len(expected),
+            plan_path=plan_path,
+            launch_env=launch.get("env") or {},
+        )
         joined = argv_file is not None and os.path.exists(bringup)  # an attach to a cluster that is up
         if not joined:
             t_joined = wait_joined(address, expected, max(timeout - (t_head - t0), 1.0), host_of)
             start = os.environ.get("HPCPLACE_JOB_START")
-            write_json(bringup, {
-                "nodes": len(expected), "driver_step_start": t0, "head_ready": t_head, "all_joined": t_joined,
-                "driver_start": time.time(), "job_start": float(start) if start else None})
-            say(f"all {len(expected)} Ray node(s) joined at {address} ({t_joined - t0:.2f} s after this step "
-                f"started); running the driver")
+            write_json(
+                bringup,
+                {
+                    "nodes": len(expected),
+                    "driver_step_start": t0,
+                    "head_ready": t_head,
+                    "all_joined": t_joined,
+                    "driver_start": time.time(),
+                    "job_start": float(start) if start else None,
+                },
+            )
+            say(
+                f"all {len(expected)} Ray node(s) joined at {address} ({t_joined - t0:.2f} s after this step "
+                f"started); running the driver"
+            )
         if chdir:
             os.chdir(chdir)
     except ShimError as exc:

@@ -57,6 +57,7 @@ def say(text: str) -> None:
 # ------------------------------------------------------------------------------------------------
 # pure parts
 
+
 def port_candidates(job_id: str, count: int = 64) -> list[int]:
     """GCS port candidates for a job: a per-job start (so two jobs rarely try the same port), then
     a fixed stride; the first free one is taken."""
@@ -86,12 +87,22 @@ def node_facts(header: dict[str, Any], g: int, j: int, cpus_needed: int = 0) -> 
     rank = group_node_ranks(group)[j]
     gpus = int(group["gpus_per_node"][j]) if group["gpus_per_node"] else 0
     cpus = group.get("cpus_per_node") or cpus_needed
-    return {"rank": rank, "het_group": g, "index": j, "label": group["label"], "partition": group["partition"],
-            "gpu_type": group.get("gpu_type") if gpus else None, "gpus": tuple(str(i) for i in range(gpus)),
-            "num_cpus": max(int(cpus), 1),
-            "env": {**(group.get("env") or {}), **_at(group.get("node_env"), j, {}),
-                    **framework_node_env((header.get("source") or {}).get("format"), rank)},
-            "python": _at(group.get("python_interpreter"), j, None)}
+    return {
+        "rank": rank,
+        "het_group": g,
+        "index": j,
+        "label": group["label"],
+        "partition": group["partition"],
+        "gpu_type": group.get("gpu_type") if gpus else None,
+        "gpus": tuple(str(i) for i in range(gpus)),
+        "num_cpus": max(int(cpus), 1),
+        "env": {
+            **(group.get("env") or {}),
+            **_at(group.get("node_env"), j, {}),
+            **framework_node_env((header.get("source") or {}).get("format"), rank),
+        },
+        "python": _at(group.get("python_interpreter"), j, None),
+    }
 
 
 def group_cpus_needed(index: PlanIndex, g: int) -> int:
@@ -118,17 +129,42 @@ def _at(per_node: object, j: int, default: Any) -> Any:
     return per_node[j] if isinstance(per_node, list) and 0 <= j < len(per_node) and per_node[j] else default
 
 
-def ray_start_argv(python: str, node: dict[str, Any], *, head: bool, port: int, address: str | None, temp_dir: str,
-                   spill_dir: str, extra: Sequence[str] = (), dashboard_port: int | None = None) -> list[str]:
+def ray_start_argv(
+    python: str,
+    node: dict[str, Any],
+    *,
+    head: bool,
+    port: int,
+    address: str | None,
+    temp_dir: str,
+    spill_dir: str,
+    extra: Sequence[str] = (),
+    dashboard_port: int | None = None,
+) -> list[str]:
     """`python -m ray.scripts.scripts start --block ...` for one node (Ray's CLI from the job's Python)."""
-    labels = {"hpcplace.group": node["label"], "hpcplace.partition": node["partition"] or "",  # None: the default
-              "hpcplace.gpu_type": node["gpu_type"] or "", "hpcplace.node_rank": str(node["rank"])}
-    argv = [python, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats",
-            f"--num-cpus={node['num_cpus']}", f"--num-gpus={len(node['gpus'])}",
-            "--resources=" + json.dumps({f"ng_{node['label']}": 1}, separators=(",", ":")),
-            "--labels=" + ",".join(f"{k}={v}" for k, v in labels.items() if label_ok(v)),
-            f"--temp-dir={temp_dir}", f"--object-spilling-directory={spill_dir}",
-            "--dashboard-agent-listen-port=0", "--min-worker-port=0", "--max-worker-port=0"]
+    labels = {
+        "hpcplace.group": node["label"],
+        "hpcplace.partition": node["partition"] or "",  # None: the default
+        "hpcplace.gpu_type": node["gpu_type"] or "",
+        "hpcplace.node_rank": str(node["rank"]),
+    }
+    argv = [
+        python,
+        "-m",
+        "ray.scripts.scripts",
+        "start",
+        "--block",
+        "--disable-usage-stats",
+        f"--num-cpus={node['num_cpus']}",
+        f"--num-gpus={len(node['gpus'])}",
+        "--resources=" + json.dumps({f"ng_{node['label']}": 1}, separators=(",", ":")),
+        "--labels=" + ",".join(f"{k}={v}" for k, v in labels.items() if label_ok(v)),
+        f"--temp-dir={temp_dir}",
+        f"--object-spilling-directory={spill_dir}",
+        "--dashboard-agent-listen-port=0",
+        "--min-worker-port=0",
+        "--max-worker-port=0",
+    ]
     if head:
         # No Ray client server: it needs ray[client]; without --ray-client-server-port none starts.
         argv += ["--head", f"--port={port}"]
@@ -141,7 +177,9 @@ def ray_start_argv(python: str, node: dict[str, Any], *, head: bool, port: int, 
     return argv + list(extra)
 
 
-def raylet_env(environ: Mapping[str, str], node: dict[str, Any], launch_env: Mapping[str, str], visible: str) -> dict[str, Any]:
+def raylet_env(
+    environ: Mapping[str, str], node: dict[str, Any], launch_env: Mapping[str, str], visible: str
+) -> dict[str, Any]:
     """The raylet's environment: the task's, leaked GPU variables replaced, the node's facts set."""
     env = {k: v for k, v in environ.items() if k not in LEAKED}
     env.update(node["env"])
@@ -159,6 +197,7 @@ def raylet_env(environ: Mapping[str, str], node: dict[str, Any], launch_env: Map
 
 # ------------------------------------------------------------------------------------------------
 # I/O
+
 
 def dashboard_port(gcs_port: int, is_free: Callable[[int], bool] | None = None) -> int | None:
     """The dashboard's port: the first free one after the GCS port in its block of PORT_STRIDE (derived
@@ -236,8 +275,10 @@ def stopped_on_its_own(where: str, rc: int, dead: Sequence[str], host: str) -> s
     where Ray printed the tail of its log."""
     if not dead:
         return f"{where}: Ray stopped on its own (ray start exited with code {rc}); see logs/ray.{host}.out"
-    return (f"{where}: Ray's {'; '.join(dead)} died, so ray start stopped (exit code {rc}); the end of its "
-            f"log is in logs/ray.{host}.out")
+    return (
+        f"{where}: Ray's {'; '.join(dead)} died, so ray start stopped (exit code {rc}); the end of its "
+        f"log is in logs/ray.{host}.out"
+    )
 
 
 def descendants(root: int) -> list[int]:
@@ -251,7 +292,7 @@ def descendants(root: int) -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         if len(fields) > 1:
             children.setdefault(int(fields[1]), []).append(int(entry))
     out, todo = [], [root]
@@ -387,33 +428,68 @@ def main(argv: Sequence[str]) -> int:
                 dash = dashboard_port(port)
                 if dash is None:
                     raise ShimError(f"no free port for the Ray dashboard among {port + 1}..{port + PORT_STRIDE - 1}")
-            argv_ = ray_start_argv(python, node, head=True, port=port, address=None, temp_dir=temp_dir,
-                                   spill_dir=spill_dir, extra=extra, dashboard_port=dash)
+            argv_ = ray_start_argv(
+                python,
+                node,
+                head=True,
+                port=port,
+                address=None,
+                temp_dir=temp_dir,
+                spill_dir=spill_dir,
+                extra=extra,
+                dashboard_port=dash,
+            )
         else:
             info = wait_for(f"the Ray head's address ({head_file})", lambda: read_head(head_file, job_id), timeout)
             port = int(info["port"])
-            argv_ = ray_start_argv(python, node, head=False, port=port, address=f"{info['host']}:{port}",
-                                   temp_dir=temp_dir, spill_dir=spill_dir, extra=extra)
+            argv_ = ray_start_argv(
+                python,
+                node,
+                head=False,
+                port=port,
+                address=f"{info['host']}:{port}",
+                temp_dir=temp_dir,
+                spill_dir=spill_dir,
+                extra=extra,
+            )
         env = raylet_env(os.environ, node, launch.get("env") or {}, choice.value)
-        say(f"{where}: RLINF_NODE_RANK={node['rank']} CUDA_VISIBLE_DEVICES={choice.value!r} "
-            f"({choice.note}); {' '.join(shlex.quote(a) for a in argv_)}")
+        say(
+            f"{where}: RLINF_NODE_RANK={node['rank']} CUDA_VISIBLE_DEVICES={choice.value!r} "
+            f"({choice.note}); {' '.join(shlex.quote(a) for a in argv_)}"
+        )
         if chdir:
             os.chdir(chdir)
         started = time.monotonic()
         proc = subprocess.Popen(argv_, env=env, start_new_session=True)
         if head:
+
             def gcs_up() -> bool:
                 if proc.poll() is not None:
-                    raise ShimError(f"ray start exited with code {proc.returncode} before the head was up"
-                                    + ("; launch.dashboard needs the dashboard's packages (ray[default]) in the "
-                                       "job's Python: see this node's logs/ray.<host>.out" if dash else ""))
+                    raise ShimError(
+                        f"ray start exited with code {proc.returncode} before the head was up"
+                        + (
+                            "; launch.dashboard needs the dashboard's packages (ray[default]) in the "
+                            "job's Python: see this node's logs/ray.<host>.out"
+                            if dash
+                            else ""
+                        )
+                    )
                 with socket.socket() as s:
                     s.settimeout(0.5)
                     return s.connect_ex((host, port)) == 0
+
             wait_for(f"the Ray head's GCS on {host}:{port}", gcs_up, timeout, 0.05)
-            write_json(head_file, {"job_id": job_id, "host": host, "port": port,
-                                   "ready_s": round(time.monotonic() - started, 3), "time": time.time(),
-                                   **({"dashboard_port": dash} if dash is not None else {})})
+            write_json(
+                head_file,
+                {
+                    "job_id": job_id,
+                    "host": host,
+                    "port": port,
+                    "ready_s": round(time.monotonic() - started, 3),
+                    "time": time.time(),
+                    **({"dashboard_port": dash} if dash is not None else {}),
+                },
+            )
             say(f"head ready at {host}:{port} after {time.monotonic() - started:.2f} s")
         rc = proc.wait()
         text = stopped_on_its_own(where, rc, exited_processes(temp_dir), host)

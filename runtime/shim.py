@@ -83,7 +83,7 @@ def parse_args(argv: Sequence[str]) -> Options | None:
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
-            command = tuple(argv[i + 1:])
+            command = tuple(argv[i + 1 :])
             break
         if arg in ("-h", "--help"):
             return None
@@ -110,10 +110,17 @@ def parse_args(argv: Sequence[str]) -> Options | None:
         from hpcplace.runtime.attached import read_argv
 
         command = read_argv(values["--argv"])
-    return Options(plan=values["--plan"], component=values["--component"], command=command,
-                   chdir=values.get("--chdir") or None, print_env=flags["--print-env"], verify=not flags["--no-verify"],
-                   verbose=flags["--verbose"], rank=int(rank) if rank is not None else None,
-                   argv_file=values.get("--argv") or None)
+    return Options(
+        plan=values["--plan"],
+        component=values["--component"],
+        command=command,
+        chdir=values.get("--chdir") or None,
+        print_env=flags["--print-env"],
+        verify=not flags["--no-verify"],
+        verbose=flags["--verbose"],
+        rank=int(rank) if rank is not None else None,
+        argv_file=values.get("--argv") or None,
+    )
 
 
 def resolve(options: Options, environ: Mapping[str, str], *, hostname: str | None = None) -> Resolved:
@@ -130,38 +137,65 @@ def resolve(options: Options, environ: Mapping[str, str], *, hostname: str | Non
         step_tasks = environ.get("HPCPLACE_STEP_TASKS", "")
         expected = int(step_tasks) if step_tasks.isdigit() else comp["world_size"]
         if snapshot.step_num_tasks is not None and snapshot.step_num_tasks != expected:
-            raise ShimError(f"this step has {snapshot.step_num_tasks} tasks but component {comp['name']!r} has "
-                            f"{expected} processes{' in this step' if step_tasks.isdigit() else ''}",
-                            hint="run one srun step per component with exactly its planned tasks")
+            raise ShimError(
+                f"this step has {snapshot.step_num_tasks} tasks but component {comp['name']!r} has "
+                f"{expected} processes{' in this step' if step_tasks.isdigit() else ''}",
+                hint="run one srun step per component with exactly its planned tasks",
+            )
         process = index.process_at(ci, g, j, snapshot.localid)
         if process is None:
             planned = index.processes_on(ci, g, j)
-            raise ShimError(f"task with SLURM_LOCALID={snapshot.localid} on node {snapshot.node_name!r} "
-                            f"(het group {g}, node {j}), but the plan has {planned} process(es) of "
-                            f"{comp['name']!r} there",
-                            hint="the step must start exactly local_world_size tasks of the component per node")
+            raise ShimError(
+                f"task with SLURM_LOCALID={snapshot.localid} on node {snapshot.node_name!r} "
+                f"(het group {g}, node {j}), but the plan has {planned} process(es) of "
+                f"{comp['name']!r} there",
+                hint="the step must start exactly local_world_size tasks of the component per node",
+            )
         return _resolved(options, index, ci, process, snapshot, g)
 
 
-def _resolved(options: Options, index: PlanIndex, ci: int, process: dict[str, Any], snapshot: SlurmSnapshot, g: int,
-              master_port: int | None = None) -> Resolved:
+def _resolved(
+    options: Options,
+    index: PlanIndex,
+    ci: int,
+    process: dict[str, Any],
+    snapshot: SlurmSnapshot,
+    g: int,
+    master_port: int | None = None,
+) -> Resolved:
     """The environment of `process` (found by either path), computed once, the same way."""
     comp = index.components[ci]
     rank0 = process if process["rank"] == 0 else index.process(ci, 0)
     master_addr = node_name_at(snapshot, rank0["het_group"], rank0["group_node_index"])
-    info, choice = compute_process_env(plan=index.plan, component=comp, component_index=ci, process=process,
-                                       snapshot=snapshot, plan_path=index.plan_path, master_addr=master_addr)
+    info, choice = compute_process_env(
+        plan=index.plan,
+        component=comp,
+        component_index=ci,
+        process=process,
+        snapshot=snapshot,
+        plan_path=index.plan_path,
+        master_addr=master_addr,
+    )
     changes = environment_changes(info, plan_environment(index.plan, comp, process))
     if master_port is not None:
         changes["MASTER_PORT"] = str(master_port)
     command = options.command or tuple(comp.get("command") or ())
     if not command:
-        raise ShimError(f"no command: component {comp['name']!r} has none in the plan",
-                        hint=f"give one after `--`: {PROG} --plan ... --component {comp['name']} -- CMD")
+        raise ShimError(
+            f"no command: component {comp['name']!r} has none in the plan",
+            hint=f"give one after `--`: {PROG} --plan ... --component {comp['name']} -- CMD",
+        )
     groups = index.plan.get("node_groups") or []
     gpu_type = groups[g].get("gpu_type") if g < len(groups) else None
-    return Resolved(info=info, choice=choice, changes=changes, command=command, snapshot=snapshot,
-                    gpu_type=gpu_type, offload=bool(comp.get("offload")))
+    return Resolved(
+        info=info,
+        choice=choice,
+        changes=changes,
+        command=command,
+        snapshot=snapshot,
+        gpu_type=gpu_type,
+        offload=bool(comp.get("offload")),
+    )
 
 
 def _resolve_attached(options: Options, rank: int, index: PlanIndex, ci: int, snapshot: SlurmSnapshot) -> Resolved:
@@ -175,8 +209,15 @@ def _resolve_attached(options: Options, rank: int, index: PlanIndex, ci: int, sn
     name = index.components[ci]["name"]
     process = index.process(ci, rank)
     check_rank_node(snapshot, process, index.het_groups(ci), f"rank {rank} of {name!r}")
-    return _resolved(options, index, ci, process, snapshot, process["het_group"],
-                     published_master_port(run_dir, snapshot.job_id, name))
+    return _resolved(
+        options,
+        index,
+        ci,
+        process,
+        snapshot,
+        process["het_group"],
+        published_master_port(run_dir, snapshot.job_id, name),
+    )
 
 
 def verify_devices(resolved: Resolved, debug: bool) -> None:
@@ -192,8 +233,11 @@ def verify_devices(resolved: Resolved, debug: bool) -> None:
     for warning in warnings:
         _say(f"warning: {warning}")
     if errors:
-        raise ShimError("; ".join(errors), hint="check the step's GPU binding (--gpu-bind) and the cluster's GPU "
-                                                "counts in the config; --no-verify skips this check")
+        raise ShimError(
+            "; ".join(errors),
+            hint="check the step's GPU binding (--gpu-bind) and the cluster's GPU "
+            "counts in the config; --no-verify skips this check",
+        )
 
 
 def _say(text: str) -> None:
@@ -202,16 +246,18 @@ def _say(text: str) -> None:
 
 def _explain(resolved: Resolved) -> None:
     info = resolved.info
-    _say(f"{info.component} rank {info.rank}/{info.world_size} on {resolved.snapshot.node_name} "
-         f"(het group {info.het_group}, node {info.group_node_index}, "
-         f"local {info.local_rank}/{info.local_world_size}); "
-         f"CUDA_VISIBLE_DEVICES={resolved.choice.value!r}: {resolved.choice.note}; "
-         f"MASTER_ADDR={info.master_addr} MASTER_PORT={info.master_port}")
+    _say(
+        f"{info.component} rank {info.rank}/{info.world_size} on {resolved.snapshot.node_name} "
+        f"(het group {info.het_group}, node {info.group_node_index}, "
+        f"local {info.local_rank}/{info.local_world_size}); "
+        f"CUDA_VISIBLE_DEVICES={resolved.choice.value!r}: {resolved.choice.note}; "
+        f"MASTER_ADDR={info.master_addr} MASTER_PORT={info.master_port}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
-    head = args[:args.index("--")] if "--" in args else args
+    head = args[: args.index("--")] if "--" in args else args
     if "--on-node" in head:  # `hpcplace exec --node N`: a command on a node, no rank (runtime/attached.py)
         from hpcplace.runtime.attached import node_main
 
@@ -245,17 +291,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if options.print_env:
             import json
 
-            sys.stdout.write(json.dumps({"command": list(resolved.command), "env": resolved.changes},
-                                        indent=1, sort_keys=True) + "\n")
+            sys.stdout.write(
+                json.dumps({"command": list(resolved.command), "env": resolved.changes}, indent=1, sort_keys=True)
+                + "\n"
+            )
             return 0
         _make_shm_dir(resolved.info.shm_dir, debug)
         if options.chdir:
             try:
                 os.chdir(options.chdir)
             except OSError as exc:
-                raise ShimError(f"cannot change to the working directory {options.chdir!r}: {exc.strerror}",
-                                hint="the job runs programs where it was submitted from; that directory must be "
-                                     "on a filesystem every node sees (or pass --workdir)") from None
+                raise ShimError(
+                    f"cannot change to the working directory {options.chdir!r}: {exc.strerror}",
+                    hint="the job runs programs where it was submitted from; that directory must be "
+                    "on a filesystem every node sees (or pass --workdir)",
+                ) from None
     except ShimError as exc:
         _say(f"error: {exc}")
         return exc.exit_code
@@ -282,8 +332,9 @@ def _agree_master_port(resolved: Resolved, environ: Mapping[str, str], plan_path
     from hpcplace.runtime.ranks import PORT_BASE, PORT_SPAN, PORT_STRIDE
 
     info = resolved.info
-    path = mp.port_file(os.path.dirname(os.path.abspath(plan_path)), info.job_id, info.component,
-                        environ.get("SLURM_RESTART_COUNT", ""))
+    path = mp.port_file(
+        os.path.dirname(os.path.abspath(plan_path)), info.job_id, info.component, environ.get("SLURM_RESTART_COUNT", "")
+    )
     if info.rank == 0:
         port = mp.choose_and_publish(path, mp.candidates(info.master_port, PORT_BASE, PORT_SPAN, PORT_STRIDE))
     else:

@@ -63,8 +63,9 @@ def node_dir_from_env(environ: Mapping[str, str]) -> str | None:
     if environ.get("HPCPLACE_SHM_DIR"):
         return environ["HPCPLACE_SHM_DIR"]
     if environ.get("HPCPLACE_JOB_ID"):
-        return node_dir_path(job_dir_path(environ["HPCPLACE_JOB_ID"]),
-                             environ.get("SLURMD_NODENAME") or os.uname().nodename)
+        return node_dir_path(
+            job_dir_path(environ["HPCPLACE_JOB_ID"]), environ.get("SLURMD_NODENAME") or os.uname().nodename
+        )
     return None
 
 
@@ -77,8 +78,10 @@ def _user(uid: int) -> str:
         return f"uid {uid}"
 
 
-_SQUAT_HINT = ("another user created it first (job ids are predictable and /dev/shm outlives jobs); "
-               "hpcplace never uses a directory it does not own: remove it (as its owner or root) and resubmit")
+_SQUAT_HINT = (
+    "another user created it first (job ids are predictable and /dev/shm outlives jobs); "
+    "hpcplace never uses a directory it does not own: remove it (as its owner or root) and resubmit"
+)
 
 
 def _check_private_dir(fd: int, what: str) -> None:
@@ -86,11 +89,14 @@ def _check_private_dir(fd: int, what: str) -> None:
     if not stat.S_ISDIR(st.st_mode):
         raise ShmDirError(f"{what} is not a directory (owner {_user(st.st_uid)})", hint=_SQUAT_HINT)
     if st.st_uid != os.geteuid():
-        raise ShmDirError(f"{what} is owned by {_user(st.st_uid)}, not by this job's user {_user(os.geteuid())}",
-                          hint=_SQUAT_HINT)
+        raise ShmDirError(
+            f"{what} is owned by {_user(st.st_uid)}, not by this job's user {_user(os.geteuid())}", hint=_SQUAT_HINT
+        )
     if st.st_mode & 0o077:
-        raise ShmDirError(f"{what} (owner {_user(st.st_uid)}) has mode {stat.S_IMODE(st.st_mode):04o}; "
-                          "it must be private (0700)", hint=f"remove it or chmod 0700 {what}")
+        raise ShmDirError(
+            f"{what} (owner {_user(st.st_uid)}) has mode {stat.S_IMODE(st.st_mode):04o}; it must be private (0700)",
+            hint=f"remove it or chmod 0700 {what}",
+        )
 
 
 def _refusal(path: str, exc: OSError, parent_fd: int | None = None, name: str | None = None) -> ShmDirError:
@@ -102,11 +108,14 @@ def _refusal(path: str, exc: OSError, parent_fd: int | None = None, name: str | 
     if stat.S_ISLNK(st.st_mode):
         return ShmDirError(f"{path} is a symlink (owner {_user(st.st_uid)}); refusing to use it", hint=_SQUAT_HINT)
     if not stat.S_ISDIR(st.st_mode):
-        return ShmDirError(f"{path} is not a directory (owner {_user(st.st_uid)}); refusing to use it",
-                           hint=_SQUAT_HINT)
+        return ShmDirError(
+            f"{path} is not a directory (owner {_user(st.st_uid)}); refusing to use it", hint=_SQUAT_HINT
+        )
     if st.st_uid != os.geteuid():
-        return ShmDirError(f"{path} is owned by {_user(st.st_uid)}, not by this job's user "
-                           f"{_user(os.geteuid())}: {exc.strerror}", hint=_SQUAT_HINT)
+        return ShmDirError(
+            f"{path} is owned by {_user(st.st_uid)}, not by this job's user {_user(os.geteuid())}: {exc.strerror}",
+            hint=_SQUAT_HINT,
+        )
     return ShmDirError(f"cannot open {path} (owner {_user(st.st_uid)}): {exc.strerror}")
 
 
@@ -233,9 +242,10 @@ class RecordFile:
                         raise
                     if os.fstat(self.fd).st_size == 0:
                         os.unlink(name, dir_fd=dir_fd)  # created just now: leave nothing behind
-                    raise ShmDirError(f"no space left on /dev/shm to create {what} ({2 * self.record} bytes)",
-                                      hint="/dev/shm is full (another job or tenant?); free it or give the "
-                                           "node more shared memory") from None
+                    raise ShmDirError(
+                        f"no space left on /dev/shm to create {what} ({2 * self.record} bytes)",
+                        hint="/dev/shm is full (another job or tenant?); free it or give the node more shared memory",
+                    ) from None
         except BaseException:
             os.close(self.fd)
             raise
@@ -252,9 +262,8 @@ class RecordFile:
             crc = int.from_bytes(rec[16:20], "little")
             if _RECORD_HEAD + length > len(rec) and length <= self.capacity:
                 rec = os.pread(self.fd, _RECORD_HEAD + length, k * self.record)
-            payload = rec[_RECORD_HEAD:_RECORD_HEAD + length]
-            if length <= self.capacity and len(payload) == length and \
-                    _crc(payload, _crc(rec[4:16])) == crc:
+            payload = rec[_RECORD_HEAD : _RECORD_HEAD + length]
+            if length <= self.capacity and len(payload) == length and _crc(payload, _crc(rec[4:16])) == crc:
                 out.append((seq, payload))
         return out
 

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 # Hostlists: `a800-[1-2],cpu-1`, `n[001-003,7]`, `r[1-2]n[01-02]`
 # ----------------------------------------------------------------------------------------------
 
+
 def parse_hostlist(expr: str) -> tuple[HostItem, ...]:
     """Parse a Slurm hostlist expression; raises ShimError naming the problem."""
     text = expr.strip()
@@ -70,8 +71,9 @@ def parse_hostlist(expr: str) -> tuple[HostItem, ...]:
 
 
 def _bad(expr: str, why: str) -> ShimError:
-    return ShimError(f"invalid Slurm node list {expr!r}: {why}",
-                     hint="node lists look like `a800-[1-2],cpu-1` or `n[001-003,7]`")
+    return ShimError(
+        f"invalid Slurm node list {expr!r}: {why}", hint="node lists look like `a800-[1-2],cpu-1` or `n[001-003,7]`"
+    )
 
 
 def _parse_item(item: str, expr: str) -> HostItem:
@@ -86,7 +88,7 @@ def _parse_item(item: str, expr: str) -> HostItem:
             break
         close_at = item.index("]", open_at)
         parts.append(item[pos:open_at])
-        parts.append(_parse_ranges(item[open_at + 1:close_at], expr))
+        parts.append(_parse_ranges(item[open_at + 1 : close_at], expr))
         pos = close_at + 1
     return tuple(parts)
 
@@ -171,7 +173,7 @@ def _position_in_range(item: HostItem, name: str) -> int | None:
     prefix, ranges, suffix = item
     if len(name) <= len(prefix) + len(suffix) or not name.startswith(prefix) or not name.endswith(suffix):
         return None
-    digits = name[len(prefix):len(name) - len(suffix)]
+    digits = name[len(prefix) : len(name) - len(suffix)]
     if not (digits.isascii() and digits.isdigit()):
         return None
     value = int(digits)
@@ -207,6 +209,7 @@ def hostlist_nth(expr: str, index: int) -> str:
 # ----------------------------------------------------------------------------------------------
 # The snapshot
 # ----------------------------------------------------------------------------------------------
+
 
 class HetGroup(Frozen):
     """One het-job component as Slurm describes it (index 0 for a job that is not heterogeneous)."""
@@ -279,21 +282,32 @@ def read_snapshot(env: Mapping[str, str], *, hostname: str | None = None) -> Slu
             nodelist = _get(env, f"SLURM_JOB_NODELIST_HET_GROUP_{g}")
             if not nodelist:
                 missing.append(f"SLURM_JOB_NODELIST_HET_GROUP_{g}")
-            groups.append(HetGroup(
-                index=g, job_id=_get(env, f"SLURM_JOB_ID_HET_GROUP_{g}"), nodelist=nodelist or "",
-                partition=_get(env, f"SLURM_JOB_PARTITION_HET_GROUP_{g}"),
-                num_tasks=integer(f"SLURM_NTASKS_HET_GROUP_{g}", False, informational=True),
-                tasks_per_node=_get(env, f"SLURM_TASKS_PER_NODE_HET_GROUP_{g}")))
+            groups.append(
+                HetGroup(
+                    index=g,
+                    job_id=_get(env, f"SLURM_JOB_ID_HET_GROUP_{g}"),
+                    nodelist=nodelist or "",
+                    partition=_get(env, f"SLURM_JOB_PARTITION_HET_GROUP_{g}"),
+                    num_tasks=integer(f"SLURM_NTASKS_HET_GROUP_{g}", False, informational=True),
+                    tasks_per_node=_get(env, f"SLURM_TASKS_PER_NODE_HET_GROUP_{g}"),
+                )
+            )
         job_id = (groups[0].job_id if groups else None) or env.get("SLURM_JOB_ID")
     else:
         nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
         if not nodelist:
             missing.append("SLURM_JOB_NODELIST")
         job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
-        groups.append(HetGroup(index=0, job_id=job_id, nodelist=nodelist or "",
-                               partition=env.get("SLURM_JOB_PARTITION"),
-                               num_tasks=integer("SLURM_NTASKS", False, informational=True),
-                               tasks_per_node=env.get("SLURM_TASKS_PER_NODE")))
+        groups.append(
+            HetGroup(
+                index=0,
+                job_id=job_id,
+                nodelist=nodelist or "",
+                partition=env.get("SLURM_JOB_PARTITION"),
+                num_tasks=integer("SLURM_NTASKS", False, informational=True),
+                tasks_per_node=env.get("SLURM_TASKS_PER_NODE"),
+            )
+        )
     if not job_id:
         missing.append("SLURM_JOB_ID")
     procid = integer("SLURM_PROCID", True)
@@ -306,36 +320,79 @@ def read_snapshot(env: Mapping[str, str], *, hostname: str | None = None) -> Slu
             lines.append("missing Slurm variables: " + ", ".join(missing))
         if invalid:
             lines.append("invalid Slurm variables: " + "; ".join(invalid))
-        raise ShimError("; ".join(lines) + " (is this running inside an srun step of an hpcplace job?)",
-                        hint="start it through the rendered sbatch script (`srun ... hpcplace-run`), or run the "
-                             "whole plan on this machine with `hpcplace run CONFIG --local`")
+        raise ShimError(
+            "; ".join(lines) + " (is this running inside an srun step of an hpcplace job?)",
+            hint="start it through the rendered sbatch script (`srun ... hpcplace-run`), or run the "
+            "whole plan on this machine with `hpcplace run CONFIG --local`",
+        )
     for group in groups:
         parse_hostlist(group.nodelist)  # malformed lists fail here, once, with the list in the message
     node_name = env.get("SLURMD_NODENAME") or hostname or os.uname().nodename
     return SlurmSnapshot(
-        job_id=job_id, het_size=len(groups), groups=tuple(groups), step_id=env.get("SLURM_STEP_ID"),
-        step_nodelist=env.get("SLURM_STEP_NODELIST"), step_num_tasks=step_num_tasks,
-        procid=procid, localid=localid, nodeid=nodeid, node_name=node_name,
-        step_gpus=env.get("SLURM_STEP_GPUS"), job_gpus=env.get("SLURM_JOB_GPUS"),
-        cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"), gpu_device_ordinal=env.get("GPU_DEVICE_ORDINAL"),
-        rocr_visible_devices=env.get("ROCR_VISIBLE_DEVICES"), job_partition=env.get("SLURM_JOB_PARTITION"),
-        synthetic=False)
+        job_id=job_id,
+        het_size=len(groups),
+        groups=tuple(groups),
+        step_id=env.get("SLURM_STEP_ID"),
+        step_nodelist=env.get("SLURM_STEP_NODELIST"),
+        step_num_tasks=step_num_tasks,
+        procid=procid,
+        localid=localid,
+        nodeid=nodeid,
+        node_name=node_name,
+        step_gpus=env.get("SLURM_STEP_GPUS"),
+        job_gpus=env.get("SLURM_JOB_GPUS"),
+        cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+        gpu_device_ordinal=env.get("GPU_DEVICE_ORDINAL"),
+        rocr_visible_devices=env.get("ROCR_VISIBLE_DEVICES"),
+        job_partition=env.get("SLURM_JOB_PARTITION"),
+        synthetic=False,
+    )
 
 
-def synthetic_snapshot(*, job_id: str, nodes_per_group: Iterable[int], het_group: int, group_node_index: int,
-                       local_id: int, procid: int, node_name: str = "localhost",
-                       cuda_visible_devices: str | None = None) -> SlurmSnapshot:
+def synthetic_snapshot(
+    *,
+    job_id: str,
+    nodes_per_group: Iterable[int],
+    het_group: int,
+    group_node_index: int,
+    local_id: int,
+    procid: int,
+    node_name: str = "localhost",
+    cuda_visible_devices: str | None = None,
+) -> SlurmSnapshot:
     """The local backend's stand-in: every planned node is this host, so node lists repeat its name.
 
     Identity is given (het_group, group_node_index, local_id), not looked up by name."""
-    groups = tuple(HetGroup(index=g, job_id=job_id, nodelist=",".join([node_name] * n), partition=None,
-                            num_tasks=None, tasks_per_node=None)
-                   for g, n in enumerate(nodes_per_group))
+    groups = tuple(
+        HetGroup(
+            index=g,
+            job_id=job_id,
+            nodelist=",".join([node_name] * n),
+            partition=None,
+            num_tasks=None,
+            tasks_per_node=None,
+        )
+        for g, n in enumerate(nodes_per_group)
+    )
     return SlurmSnapshot(
-        job_id=job_id, het_size=len(groups), groups=groups, step_id=None, step_nodelist=node_name,
-        step_num_tasks=None, procid=procid, localid=local_id, nodeid=group_node_index, node_name=node_name,
-        step_gpus=None, job_gpus=None, cuda_visible_devices=cuda_visible_devices, gpu_device_ordinal=None,
-        rocr_visible_devices=None, job_partition=None, synthetic=True)
+        job_id=job_id,
+        het_size=len(groups),
+        groups=groups,
+        step_id=None,
+        step_nodelist=node_name,
+        step_num_tasks=None,
+        procid=procid,
+        localid=local_id,
+        nodeid=group_node_index,
+        node_name=node_name,
+        step_gpus=None,
+        job_gpus=None,
+        cuda_visible_devices=cuda_visible_devices,
+        gpu_device_ordinal=None,
+        rocr_visible_devices=None,
+        job_partition=None,
+        synthetic=True,
+    )
 
 
 def locate_node(snapshot: SlurmSnapshot, het_groups: Iterable[int]) -> tuple[int, int]:
@@ -347,8 +404,10 @@ def locate_node(snapshot: SlurmSnapshot, het_groups: Iterable[int]) -> tuple[int
     searched = []
     for g in het_groups:
         if g >= len(snapshot.groups):
-            raise ShimError(f"the plan uses het group {g} but this job has {len(snapshot.groups)} component(s)",
-                            hint="the sbatch script must declare one het component per node group (#SBATCH hetjob)")
+            raise ShimError(
+                f"the plan uses het group {g} but this job has {len(snapshot.groups)} component(s)",
+                hint="the sbatch script must declare one het component per node group (#SBATCH hetjob)",
+            )
         nodelist = snapshot.groups[g].nodelist
         searched.append(f"group {g}: {nodelist}")
         for name in candidates:
@@ -357,13 +416,17 @@ def locate_node(snapshot: SlurmSnapshot, het_groups: Iterable[int]) -> tuple[int
                 found.append((g, position))
                 break
     if not found:
-        raise ShimError(f"node {snapshot.node_name!r} is not in the node lists of this component's het groups "
-                        f"({'; '.join(searched)})",
-                        hint="the srun step must start this component's tasks only on its planned nodes")
+        raise ShimError(
+            f"node {snapshot.node_name!r} is not in the node lists of this component's het groups "
+            f"({'; '.join(searched)})",
+            hint="the srun step must start this component's tasks only on its planned nodes",
+        )
     if len(found) > 1:
-        raise ShimError(f"node {snapshot.node_name!r} appears in several het groups {[g for g, _ in found]}; "
-                        "cannot tell which process this task is",
-                        hint="give each node group its own nodes")
+        raise ShimError(
+            f"node {snapshot.node_name!r} appears in several het groups {[g for g, _ in found]}; "
+            "cannot tell which process this task is",
+            hint="give each node group its own nodes",
+        )
     return found[0]
 
 
@@ -372,6 +435,7 @@ def node_name_at(snapshot: SlurmSnapshot, het_group: int, group_node_index: int)
     try:
         return hostlist_nth(snapshot.groups[het_group].nodelist, group_node_index)
     except IndexError:
-        raise ShimError(f"het group {het_group} has no node {group_node_index} "
-                        f"(node list {snapshot.groups[het_group].nodelist!r})",
-                        hint="the plan asks for more nodes than Slurm allocated to this component") from None
+        raise ShimError(
+            f"het group {het_group} has no node {group_node_index} (node list {snapshot.groups[het_group].nodelist!r})",
+            hint="the plan asks for more nodes than Slurm allocated to this component",
+        ) from None

@@ -65,10 +65,21 @@ _SLOTS = ("slot0.safetensors", "slot1.safetensors")
 
 # safetensors dtype name -> (torch attribute name, element size)
 _DTYPES = {
-    "F64": ("float64", 8), "F32": ("float32", 4), "F16": ("float16", 2), "BF16": ("bfloat16", 2),
-    "I64": ("int64", 8), "I32": ("int32", 4), "I16": ("int16", 2), "I8": ("int8", 1),
-    "U64": ("uint64", 8), "U32": ("uint32", 4), "U16": ("uint16", 2), "U8": ("uint8", 1),
-    "BOOL": ("bool", 1), "F8_E4M3": ("float8_e4m3fn", 1), "F8_E5M2": ("float8_e5m2", 1),
+    "F64": ("float64", 8),
+    "F32": ("float32", 4),
+    "F16": ("float16", 2),
+    "BF16": ("bfloat16", 2),
+    "I64": ("int64", 8),
+    "I32": ("int32", 4),
+    "I16": ("int16", 2),
+    "I8": ("int8", 1),
+    "U64": ("uint64", 8),
+    "U32": ("uint32", 4),
+    "U16": ("uint16", 2),
+    "U8": ("uint8", 1),
+    "BOOL": ("bool", 1),
+    "F8_E4M3": ("float8_e4m3fn", 1),
+    "F8_E5M2": ("float8_e5m2", 1),
 }
 
 
@@ -83,6 +94,7 @@ class WeightStoreError(Exception):
 
 def _torch_dtype(name: str) -> Any:
     import torch
+
     return getattr(torch, _DTYPES[name][0])
 
 
@@ -132,9 +144,14 @@ class Layout:
 
     def header(self, version: int, checksum: int, checksum_kind: str) -> bytes:
         """The slot's 8-byte prefix + padded header JSON; always exactly data_start bytes."""
-        meta = {"format": "pt", "hpcplace.store": self.store, "hpcplace.layout": self.layout_id,
-                "hpcplace.version": f"{version:020d}", "hpcplace.checksum": f"{checksum:08x}",
-                "hpcplace.checksum_kind": f"{checksum_kind:<7}"}
+        meta = {
+            "format": "pt",
+            "hpcplace.store": self.store,
+            "hpcplace.layout": self.layout_id,
+            "hpcplace.version": f"{version:020d}",
+            "hpcplace.checksum": f"{checksum:08x}",
+            "hpcplace.checksum_kind": f"{checksum_kind:<7}",
+        }
         body: dict[str, Any] = {"__metadata__": meta}
         for t in self.tensors:
             body[t.name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [t.start, t.end]}
@@ -172,10 +189,14 @@ def layout_for(store: str, state_dict: Mapping[str, Any]) -> Layout:
 
 def _layout_from_header(store: str, raw: bytes) -> Layout:
     (header_len,) = struct.unpack("<Q", raw[:8])
-    body = json.loads(raw[8:8 + header_len])
+    body = json.loads(raw[8 : 8 + header_len])
     meta = body.pop("__metadata__", {})
-    specs = tuple(sorted((TensorSpec(n, v["dtype"], tuple(v["shape"]), *v["data_offsets"]) for n, v in body.items()),
-                         key=lambda s: (s.start, s.end)))
+    specs = tuple(
+        sorted(
+            (TensorSpec(n, v["dtype"], tuple(v["shape"]), *v["data_offsets"]) for n, v in body.items()),
+            key=lambda s: (s.start, s.end),
+        )
+    )
     return Layout(store, specs, header_len, specs[-1].end if specs else 0, meta.get("hpcplace.layout", ""))
 
 
@@ -187,12 +208,12 @@ def checksum(data: memoryview, kind: str, version: int) -> int:
         return 0
     if kind == "full" or len(data) <= _SAMPLE_BLOCKS * _SAMPLE_SIZE:
         for start in range(0, len(data), _FULL_CHUNK):
-            crc = zlib.crc32(data[start:start + _FULL_CHUNK], crc)
+            crc = zlib.crc32(data[start : start + _FULL_CHUNK], crc)
         return crc
     stride = (len(data) - _SAMPLE_SIZE) // (_SAMPLE_BLOCKS - 1)
     for i in range(_SAMPLE_BLOCKS):
         start = i * stride
-        crc = zlib.crc32(data[start:start + _SAMPLE_SIZE], crc)
+        crc = zlib.crc32(data[start : start + _SAMPLE_SIZE], crc)
     return crc
 
 
@@ -229,8 +250,9 @@ class _Mapped:
             if layout is None:
                 layout = _layout_from_header(store, os.pread(self.fd, min(size, 100 << 20), 0))
             if size != layout.file_size:
-                raise WeightStoreError(f"weight store {store!r}: {_SLOTS[index]} has {size} bytes, "
-                                       f"its layout needs {layout.file_size}")
+                raise WeightStoreError(
+                    f"weight store {store!r}: {_SLOTS[index]} has {size} bytes, its layout needs {layout.file_size}"
+                )
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
             self.map = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=prot)
         except BaseException:
@@ -238,19 +260,25 @@ class _Mapped:
             raise
         self.layout = layout
         self.view = memoryview(self.map)
-        self.data = self.view[layout.data_start:layout.file_size]
+        self.data = self.view[layout.data_start : layout.file_size]
         self._tensors: dict[str, Any] | None = None
 
     def tensors(self) -> dict[str, Any]:
         if self._tensors is None:
             import torch
+
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # read-only mapping: views are read-only by contract
-                flat = (torch.frombuffer(self.map, dtype=torch.uint8, count=self.layout.data_len,
-                                         offset=self.layout.data_start)
-                        if self.layout.data_len else torch.empty(0, dtype=torch.uint8))
-            self._tensors = {s.name: flat[s.start:s.end].view(_torch_dtype(s.dtype)).view(s.shape)
-                             for s in self.layout.tensors}
+                flat = (
+                    torch.frombuffer(
+                        self.map, dtype=torch.uint8, count=self.layout.data_len, offset=self.layout.data_start
+                    )
+                    if self.layout.data_len
+                    else torch.empty(0, dtype=torch.uint8)
+                )
+            self._tensors = {
+                s.name: flat[s.start : s.end].view(_torch_dtype(s.dtype)).view(s.shape) for s in self.layout.tensors
+            }
         return self._tensors
 
     def close(self) -> None:
@@ -273,8 +301,10 @@ def _lock(fd: int, kind: int, timeout: float, what: str) -> None:
             return
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                raise WeightStoreError(f"{what} stayed locked for {timeout} s",
-                                       hint="a reader holds an old snapshot: copy what it needs and release it") from None
+                raise WeightStoreError(
+                    f"{what} stayed locked for {timeout} s",
+                    hint="a reader holds an old snapshot: copy what it needs and release it",
+                ) from None
             time.sleep(delay)
             delay = min(delay * 2, 0.01)
 
@@ -300,8 +330,9 @@ class WeightPublisher:
         self._control: shm_dir.RecordFile | None = None
         try:
             self._remove_stale_temps()
-            self._control = shm_dir.RecordFile(self._fd, "control", _CONTROL_CAPACITY,
-                                               what=f"weight store {name!r} control file")
+            self._control = shm_dir.RecordFile(
+                self._fd, "control", _CONTROL_CAPACITY, what=f"weight store {name!r} control file"
+            )
         except shm_dir.ShmDirError as exc:
             self._close_fds()
             raise WeightStoreError(exc.message, hint=exc.hint) from None
@@ -322,7 +353,9 @@ class WeightPublisher:
                     pass
 
     @classmethod
-    def from_env(cls, name: str | None = None, environ: Mapping[str, str] | None = None, **kwargs: Any) -> WeightPublisher:
+    def from_env(
+        cls, name: str | None = None, environ: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> WeightPublisher:
         """The store of this process (name "<component>-<rank>") in HPCPLACE_SHM_DIR."""
         env = os.environ if environ is None else environ
         return cls(job_dir_from_env(env), name or f"{env['HPCPLACE_COMPONENT']}-{env['HPCPLACE_RANK']}", **kwargs)
@@ -330,13 +363,17 @@ class WeightPublisher:
     def _ensure_slots(self, layout: Layout) -> None:
         if self.layout is not None:
             if layout.layout_id != self.layout.layout_id:
-                raise WeightStoreError(f"weight store {self.name!r} was created for another set of tensors",
-                                       hint="a store's names, dtypes and shapes are fixed; use a new store name")
+                raise WeightStoreError(
+                    f"weight store {self.name!r} was created for another set of tensors",
+                    hint="a store's names, dtypes and shapes are fixed; use a new store name",
+                )
             return
         existing = _read_control(self._fd)
         if existing is not None and existing["layout"] != layout.layout_id:
-            raise WeightStoreError(f"weight store {self.name!r} already holds tensors of another layout",
-                                   hint="use a new store name, or remove() the old store first")
+            raise WeightStoreError(
+                f"weight store {self.name!r} already holds tensors of another layout",
+                hint="use a new store name, or remove() the old store first",
+            )
         if existing is None:
             self._create_slots(layout)
         self._slots = [_Mapped(self._fd, i, layout, writable=True, store=self.name) for i in range(2)]
@@ -360,7 +397,8 @@ class WeightPublisher:
                         f"not enough space in {os.path.dirname(self.path)} for weight store {self.name!r}: "
                         f"it needs {_human(2 * layout.file_size)} ({2 * layout.file_size} bytes: two slots of "
                         f"{layout.file_size}), {_human(vfs.f_bavail * vfs.f_frsize)} is free",
-                        hint="give /dev/shm more room (tmpfs size, job --mem), or free it") from None
+                        hint="give /dev/shm more room (tmpfs size, job --mem), or free it",
+                    ) from None
                 os.pwrite(fd, layout.header(0, 0, self.checksum_kind), 0)
             for tmp, final in zip(tmp_names, _SLOTS):
                 os.replace(tmp, final, src_dir_fd=self._fd, dst_dir_fd=self._fd)
@@ -380,8 +418,9 @@ class WeightPublisher:
         `like` gives the layout (a state dict or a Layout). Use as a context manager: commit on
         success, abandon on error (readers stay on the previous version)."""
         if self._writing:
-            raise WeightStoreError(f"weight store {self.name!r}: a version is already being written",
-                                   hint="commit or abandon it first")
+            raise WeightStoreError(
+                f"weight store {self.name!r}: a version is already being written", hint="commit or abandon it first"
+            )
         layout = like if isinstance(like, Layout) else layout_for(self.name, like)
         self._ensure_slots(layout)
         control = _read_control(self._fd)
@@ -402,10 +441,17 @@ class WeightPublisher:
     def _commit(self, slot: _Mapped, version: int) -> None:
         assert self.layout is not None
         crc = checksum(slot.data, self.checksum_kind, version)
-        slot.view[:self.layout.data_start] = self.layout.header(version, crc, self.checksum_kind)
-        control = {"store": self.name, "layout": self.layout.layout_id, "version": version, "slot": slot.index,
-                   "checksum": crc, "checksum_kind": self.checksum_kind, "file_size": self.layout.file_size,
-                   "time_ns": time.time_ns()}
+        slot.view[: self.layout.data_start] = self.layout.header(version, crc, self.checksum_kind)
+        control = {
+            "store": self.name,
+            "layout": self.layout.layout_id,
+            "version": version,
+            "slot": slot.index,
+            "checksum": crc,
+            "checksum_kind": self.checksum_kind,
+            "file_size": self.layout.file_size,
+            "time_ns": time.time_ns(),
+        }
         assert self._control is not None
         self._control.write(json.dumps(control).encode())
 
@@ -469,8 +515,10 @@ class SlotWriter:
         if spec is None:
             raise WeightStoreError(f"weight store {self._publisher.name!r} has no tensor {name!r}")
         if _dtype_name(tensor.dtype) != spec.dtype or tuple(tensor.shape) != spec.shape:
-            raise WeightStoreError(f"{name}: got {_dtype_name(tensor.dtype)}{list(tensor.shape)}, "
-                                   f"the store holds {spec.dtype}{list(spec.shape)}")
+            raise WeightStoreError(
+                f"{name}: got {_dtype_name(tensor.dtype)}{list(tensor.shape)}, "
+                f"the store holds {spec.dtype}{list(spec.shape)}"
+            )
         self._views[name].copy_(tensor)
         self._written.add(name)
 
@@ -478,8 +526,10 @@ class SlotWriter:
         missing = set(self._specs) - self._written
         if missing:
             self.abandon()
-            raise WeightStoreError(f"version {self.version} of weight store {self._publisher.name!r} is missing "
-                                   f"{sorted(missing)[:5]}{' ...' if len(missing) > 5 else ''}")
+            raise WeightStoreError(
+                f"version {self.version} of weight store {self._publisher.name!r} is missing "
+                f"{sorted(missing)[:5]}{' ...' if len(missing) > 5 else ''}"
+            )
         try:
             self._publisher._commit(self._slot, self.version)
         finally:
@@ -582,8 +632,9 @@ class WeightReader:
                 continue
             if deadline is not None and time.monotonic() >= deadline:
                 have = 0 if control is None else control["version"]
-                raise WeightStoreError(f"weight store {self.name!r}: no version >= {min_version} within "
-                                       f"{timeout} s (latest: {have})")
+                raise WeightStoreError(
+                    f"weight store {self.name!r}: no version >= {min_version} within {timeout} s (latest: {have})"
+                )
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
 
@@ -603,9 +654,11 @@ class WeightReader:
             got = checksum(slot.data, control["checksum_kind"], version)
             if got != control["checksum"]:
                 self._unhold(slot.index)
-                raise WeightStoreError(f"weight store {self.name!r}: slot {slot.index} fails its checksum for "
-                                       f"version {version} ({got:08x} != {control['checksum']:08x})",
-                                       hint="the slot was modified outside the protocol")
+                raise WeightStoreError(
+                    f"weight store {self.name!r}: slot {slot.index} fails its checksum for "
+                    f"version {version} ({got:08x} != {control['checksum']:08x})",
+                    hint="the slot was modified outside the protocol",
+                )
         return Snapshot(self.name, version, slot.tensors(), lambda: self._unhold(slot.index))
 
     def close(self) -> None:
@@ -631,8 +684,10 @@ def job_dir_from_env(environ: Mapping[str, str]) -> str:
     path = shm_dir.node_dir_from_env(environ)
     if path is not None:
         return path
-    raise WeightStoreError("neither HPCPLACE_SHM_DIR nor HPCPLACE_JOB_ID is set",
-                           hint="run through the shim (hpcplace run ...) or pass the directory explicitly")
+    raise WeightStoreError(
+        "neither HPCPLACE_SHM_DIR nor HPCPLACE_JOB_ID is set",
+        hint="run through the shim (hpcplace run ...) or pass the directory explicitly",
+    )
 
 
 def weight_sources(environ: Mapping[str, str]) -> list[int]:
@@ -645,4 +700,3 @@ def cleanup(job_dir: str) -> bool:
     """Job end: remove this node's directory (HPCPLACE_SHM_DIR) with every store and collocation
     state in it, and the job's directory around it once no other node's is left there."""
     return shm_dir.remove_job_dir(job_dir)
-

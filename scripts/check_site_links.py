@@ -76,8 +76,10 @@ def main(argv: list[str]) -> int:
     pages = sum(1 for _ in site.rglob("*.html"))
     for line in broken:
         print(f"broken link: {line}", file=sys.stderr)
-    print(f"check_site_links: {pages} pages, {internal} internal links checked, {len(broken)} broken, "
-          f"{external} external links not fetched")
+    print(
+        f"check_site_links: {pages} pages, {internal} internal links checked, {len(broken)} broken, "
+        f"{external} external links not fetched"
+    )
     return 1 if broken else 0
 
 

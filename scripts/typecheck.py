@@ -53,8 +53,10 @@ def main(argv: list[str]) -> int:
     fscache = FileSystemCache()
     stdout, stderr = sys.stdout, sys.stderr
     sources, options = process_options([*argv, *files], stdout=stdout, stderr=stderr, fscache=fscache)
-    sources = [BuildSource(s.path, module_name(Path(s.path), roots) if s.path else s.module, s.text,
-                           str(REPO)) for s in sources]
+    sources = [
+        BuildSource(s.path, module_name(Path(s.path), roots) if s.path else s.module, s.text, str(REPO))
+        for s in sources
+    ]
     _, messages, blockers = run_build(sources, options, fscache, t0, stdout, stderr)
     formatter = util.FancyFormatter(stdout, stderr, options.hide_error_codes)
     n_errors, n_notes, n_files = util.count_stats(messages)

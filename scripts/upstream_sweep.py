@@ -21,18 +21,29 @@ from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
-    checkouts, plan_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    checkouts, plan_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     hpcplace = shutil.which("hpcplace") or str(Path(sys.executable).with_name("hpcplace"))
     outcomes: collections.Counter[tuple[str, str]] = collections.Counter()
     tracebacks = []
     for checkout in map(Path, checkouts):
         for path in sorted(p for p in checkout.rglob("*.y*ml") if ".github" not in p.parts):
-            done = subprocess.run([hpcplace, "plan", str(path.resolve()), *plan_args], cwd=path.parent,
-                                  capture_output=True, text=True, timeout=120, check=False)
+            done = subprocess.run(
+                [hpcplace, "plan", str(path.resolve()), *plan_args],
+                cwd=path.parent,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
             if "Traceback" in done.stderr:
                 tracebacks.append(path)
-            why = "planned" if done.returncode == 0 else next(
-                (line for line in done.stderr.splitlines() if line.startswith("hpcplace: error")), "no error line")
+            why = (
+                "planned"
+                if done.returncode == 0
+                else next(
+                    (line for line in done.stderr.splitlines() if line.startswith("hpcplace: error")), "no error line"
+                )
+            )
             why = re.sub(r"\S*/\S+|\d+", "#", why.split(": ", 3)[-1])[:110]
             outcomes[(checkout.name, why)] += 1
     for (checkout, why), count in sorted(outcomes.items(), key=lambda item: (item[0][0], -item[1])):

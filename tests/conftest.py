@@ -40,8 +40,13 @@ def pytest_configure(config: pytest.Config) -> None:
 def _untracked() -> set[str] | None:
     """The checkout's untracked, not ignored files; None when git cannot tell (no git, no repository)."""
     try:
-        res = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=all"],
-                             capture_output=True, text=True, timeout=60, check=False)
+        res = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=all"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if res.returncode != 0:
@@ -64,6 +69,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     new = sorted((now or set()) - _UNTRACKED_AT_START)
     if new:
         shown = "\n  ".join(new[:20])
-        print(f"\nthe test session left {len(new)} new untracked file(s) in the checkout {REPO} "
-              f"(tests must write under tmp_path):\n  {shown}")
+        print(
+            f"\nthe test session left {len(new)} new untracked file(s) in the checkout {REPO} "
+            f"(tests must write under tmp_path):\n  {shown}"
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -29,5 +29,7 @@ def check_golden(path: Path, actual: str) -> None:
         changed.append(min(len(expected.splitlines()), len(actual.splitlines())) + 1)
     diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True), str(path), "actual", n=1))
     lines = ", ".join(str(n) for n in changed[:20]) + (" ..." if len(changed) > 20 else "")
-    pytest.fail(f"{path} differs from the output at lines {lines} "
-                f"(regenerate with HPCPLACE_REGEN_GOLDEN=1 if the change is intended):\n{diff[:4000]}")
+    pytest.fail(
+        f"{path} differs from the output at lines {lines} "
+        f"(regenerate with HPCPLACE_REGEN_GOLDEN=1 if the change is intended):\n{diff[:4000]}"
+    )

@@ -51,8 +51,16 @@ def _in_process_ray(node_gpus: Sequence[int], order: Sequence[int]) -> Iterator[
     probe_cls = node_mod._RemoteNodeProbe.__ray_actor_class__
     gpus = _nvml_gpus()
     ray_id = {r: f"{r + 1:056x}" for r in range(len(node_gpus))}  # Ray node ids are 28-byte hex
-    ray_nodes = [{"NodeID": ray_id[r], "NodeManagerAddress": f"10.0.0.{r + 1}", "Alive": True,
-                  "NodeManagerHostname": f"node-{r}", "Resources": {"CPU": 16.0}} for r in order]
+    ray_nodes = [
+        {
+            "NodeID": ray_id[r],
+            "NodeManagerAddress": f"10.0.0.{r + 1}",
+            "Alive": True,
+            "NodeManagerHostname": f"node-{r}",
+            "Resources": {"CPU": 16.0},
+        }
+        for r in order
+    ]
 
     class Handle:
         def __init__(self, probe: Any) -> None:
@@ -94,8 +102,9 @@ def rlinf_cluster(cluster_cfg: Any, node_gpus: Sequence[int], order: Sequence[in
     return cluster
 
 
-def placement_report(cfg: Any, cluster: Any, placement_class: str = "ComponentPlacement",
-                     engines: Sequence[str] = ()) -> dict[str, Any]:
+def placement_report(
+    cfg: Any, cluster: Any, placement_class: str = "ComponentPlacement", engines: Sequence[str] = ()
+) -> dict[str, Any]:
     """What tests/ray/drivers/rlinf_driver.py reports on a real Ray cluster, from the offline one:
     nodes, node groups and every component's placements, in the shape framework_checks compares.
     `engines` are the multi-agent engines RLinf's drivers place with
@@ -126,9 +135,14 @@ def placement_report(cfg: Any, cluster: Any, placement_class: str = "ComponentPl
         "num_nodes": cluster.num_nodes,
         "ray_nodes": cluster.num_nodes,
         "nodes": [_node(cluster.get_node_info(r)) for r in range(cluster.num_nodes)],
-        "node_groups": {label: {"node_ranks": cluster.get_node_group(label).node_ranks,
-                                "hardware_type": cluster.get_node_group(label).hardware_type}
-                        for label in labels},
-        "placements": {name: [_placement(p) for p in strategy(name).get_placement(cluster)]
-                       for name in placement.components},
+        "node_groups": {
+            label: {
+                "node_ranks": cluster.get_node_group(label).node_ranks,
+                "hardware_type": cluster.get_node_group(label).hardware_type,
+            }
+            for label in labels
+        },
+        "placements": {
+            name: [_placement(p) for p in strategy(name).get_placement(cluster)] for name in placement.components
+        },
     }

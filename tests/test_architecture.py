@@ -28,8 +28,9 @@ def module_files() -> dict[str, Path]:
 
 def _is_type_checking(node: ast.If) -> bool:
     test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def imported(path: Path, module: str, is_package: bool) -> dict[str, str]:
@@ -53,7 +54,7 @@ def imported(path: Path, module: str, is_package: bool) -> dict[str, str]:
             base = node.module or ""
             if node.level:
                 anchor = module.split(".") if is_package else module.split(".")[:-1]
-                anchor = anchor[:len(anchor) - (node.level - 1)]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, *([base] if base else [])])
             names.setdefault(base, where)
             for alias in node.names:
@@ -128,10 +129,12 @@ def test_the_cycle_finder_finds_cycles() -> None:
 
 def test_the_graph_sees_function_level_and_type_checking_imports(tmp_path: Path) -> None:
     path = tmp_path / "m.py"
-    path.write_text("from typing import TYPE_CHECKING\nimport typing\nif TYPE_CHECKING:\n    import hpcplace.x\n"
-                    "if typing.TYPE_CHECKING:\n    from . import w\nelse:\n    import hpcplace.v\n"
-                    "def f():\n    from hpcplace.config import spec\n    import hpcplace.y as z\n"
-                    "class C:\n    def g(self):\n        from ..plan import plan\n")
+    path.write_text(
+        "from typing import TYPE_CHECKING\nimport typing\nif TYPE_CHECKING:\n    import hpcplace.x\n"
+        "if typing.TYPE_CHECKING:\n    from . import w\nelse:\n    import hpcplace.v\n"
+        "def f():\n    from hpcplace.config import spec\n    import hpcplace.y as z\n"
+        "class C:\n    def g(self):\n        from ..plan import plan\n"
+    )
     found = imported(path, "hpcplace.config.m", False)
     assert found["hpcplace.x"] == found["hpcplace.config.w"] == "under TYPE_CHECKING"
     assert found["hpcplace.v"] == "module level"
@@ -143,8 +146,9 @@ def test_a_cycle_through_annotations_is_found(tmp_path: Path) -> None:
     a.write_text("from hpcplace.b import B\n")
     b.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from hpcplace.a import A\n")
     graph = {"hpcplace.a": set(imported(a, "hpcplace.a", False)), "hpcplace.b": set(imported(b, "hpcplace.b", False))}
-    assert cycles({m: {t for t in targets if t in graph} for m, targets in graph.items()}) == [["hpcplace.a",
-                                                                                                 "hpcplace.b"]]
+    assert cycles({m: {t for t in targets if t in graph} for m, targets in graph.items()}) == [
+        ["hpcplace.a", "hpcplace.b"]
+    ]
 
 
 def test_no_import_cycle() -> None:
@@ -153,8 +157,9 @@ def test_no_import_cycle() -> None:
     lines = []
     for component in found:
         lines.append(" <-> ".join(component))
-        lines += [f"  {m} imports {t} ({where})" for m in component for t, where in sorted(graph[m].items())
-                  if t in component]
+        lines += [
+            f"  {m} imports {t} ({where})" for m in component for t, where in sorted(graph[m].items()) if t in component
+        ]
     assert not found, "import cycles among hpcplace's modules (TYPE_CHECKING imports included):\n" + "\n".join(lines)
 
 
@@ -162,8 +167,12 @@ def test_every_module_is_in_a_stage() -> None:
     for module in import_graph():
         assert stage(module) in (None, *STAGE_ORDER), f"{module} is in no stage ({STAGE_ORDER})"
     # the package's name is not a prefix of the top: a stage's module is in its stage
-    assert (stage("hpcplace.config.spec"), stage("hpcplace.plan.plan"), stage("hpcplace.commands.plan_cmd"),
-            stage("hpcplace.runtime.shim")) == ("config", "plan", "top", None)
+    assert (
+        stage("hpcplace.config.spec"),
+        stage("hpcplace.plan.plan"),
+        stage("hpcplace.commands.plan_cmd"),
+        stage("hpcplace.runtime.shim"),
+    ) == ("config", "plan", "top", None)
 
 
 def test_imports_only_go_down_the_stages() -> None:

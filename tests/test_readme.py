@@ -52,8 +52,9 @@ def test_readme_is_a_front_page() -> None:
 
 def test_the_two_commands_lead_and_ci_runs_the_second() -> None:
     first = blocks("bash")[0].splitlines()
-    assert first[0].startswith("pip install torch==2.13.0 -e '.[torch]' && hpcplace run configs/collocated-demo.yaml "
-                               "--local")
+    assert first[0].startswith(
+        "pip install torch==2.13.0 -e '.[torch]' && hpcplace run configs/collocated-demo.yaml --local"
+    )
     assert first[1].split()[0] == "scripts/test-all.sh"
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert "exec scripts/test-all.sh" in ci
@@ -71,8 +72,9 @@ def test_readme_picture_is_what_hpcplace_draws(monkeypatch: pytest.MonkeyPatch) 
     assert picture, "README shows one device map"
     monkeypatch.chdir(REPO)
     config = "configs/" + Path(picture.group(1)).stem + ".yaml"
-    assert (REPO / picture.group(1)).read_text(encoding="utf-8") == svg(plan_from_file(config)), \
+    assert (REPO / picture.group(1)).read_text(encoding="utf-8") == svg(plan_from_file(config)), (
         f"regenerate it: hpcplace plan {config} --svg {picture.group(1)}"
+    )
 
 
 def test_readme_links_point_at_files() -> None:
@@ -96,8 +98,14 @@ def test_tour_commands_run_as_written(tmp_path: Path) -> None:
     runnable = [argv for argv in commands() if argv[1] in ("plan", "render")]
     assert len(runnable) >= 6
     for argv in runnable:
-        done = subprocess.run([sys.executable, "-m", "hpcplace.cli", *argv[1:]], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "hpcplace.cli", *argv[1:]],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.returncode == 0, f"{shlex.join(argv)}: {done.stderr}"
         if argv[1] == "plan":
             assert "device map" in done.stdout

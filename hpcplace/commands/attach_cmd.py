@@ -21,14 +21,21 @@ RUN_HELP = "a run directory written by `hpcplace submit` (or, for exec/shell, by
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("attach", help="run a driver on a running Ray-mode job's head (a new step)")
     p.add_argument("run", metavar="RUN", help="a run directory written by `hpcplace submit`")
-    p.add_argument("--concurrent", action="store_true",
-                   help="run even while another attached driver runs (default: refused)")
-    p.add_argument("--driver", nargs=argparse.REMAINDER, metavar="-- CMD",
-                   help="the driver and its arguments (everything after it)")
+    p.add_argument(
+        "--concurrent", action="store_true", help="run even while another attached driver runs (default: refused)"
+    )
+    p.add_argument(
+        "--driver",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD",
+        help="the driver and its arguments (everything after it)",
+    )
     p.set_defaults(func=run_attach)
 
-    for name, what in (("exec", "run a command as one rank of a component (or on a node) of a running job"),
-                       ("shell", "an interactive shell as one rank of a component (or on a node) of a running job")):
+    for name, what in (
+        ("exec", "run a command as one rank of a component (or on a node) of a running job"),
+        ("shell", "an interactive shell as one rank of a component (or on a node) of a running job"),
+    ):
         p = subparsers.add_parser(name, help=what)
         p.add_argument("run", metavar="RUN", help=RUN_HELP)
         p.add_argument("--component", help="the component whose rank's environment the command gets")
@@ -52,8 +59,10 @@ def _open_run(target: str) -> LiveRun:
     try:
         return attach.open_run(target)
     except OSError as exc:
-        raise SpecError(f"cannot read the run directory {target}: {exc.strerror or exc}",
-                        hint="give the run directory `hpcplace submit` printed after the job id") from None
+        raise SpecError(
+            f"cannot read the run directory {target}: {exc.strerror or exc}",
+            hint="give the run directory `hpcplace submit` printed after the job id",
+        ) from None
 
 
 def _say(text: str) -> None:
@@ -71,19 +80,24 @@ def run_attach(args: argparse.Namespace) -> int:
         raise SpecError("attach needs a driver", hint="hpcplace attach RUN --driver -- python main.py ...")
     run = _open_run(args.run)
     if not run.plan.launch.is_ray:
-        raise SpecError(f"{run.run_dir} is a steps-mode job: there is no Ray cluster to attach a driver to",
-                        hint=f"run commands in its ranks with `hpcplace exec {shlex.quote(str(run.run_dir))} --component C --rank R "
-                             "-- CMD`")
+        raise SpecError(
+            f"{run.run_dir} is a steps-mode job: there is no Ray cluster to attach a driver to",
+            hint=f"run commands in its ranks with `hpcplace exec {shlex.quote(str(run.run_dir))} --component C --rank R "
+            "-- CMD`",
+        )
     attach.check_running(run.job_id, run.run_dir)
     if not args.concurrent:
         busy = attach.running_steps(run.job_id, attach.ATTACH_STEP)
         if busy:
-            raise SpecError(f"another attached driver is running in job {run.job_id} (step {', '.join(busy)})",
-                            hint="wait for it to end, or pass --concurrent to run both")
+            raise SpecError(
+                f"another attached driver is running in job {run.job_id} (step {', '.join(busy)})",
+                hint="wait for it to end, or pass --concurrent to run both",
+            )
     if not run.plan.launch.hold:
         _say(f"warning: job {run.job_id} does not hold: it ends (and this driver with it) when its own driver ends")
-    driver = resolve_driver_interpreter(replace(run.plan.launch, driver=tuple(args.driver)), shutil.which,
-                                        sys.executable).driver
+    driver = resolve_driver_interpreter(
+        replace(run.plan.launch, driver=tuple(args.driver)), shutil.which, sys.executable
+    ).driver
     n, log = attach.claim_driver_log(run.run_dir)
     command = attach.write_command(run.run_dir, f"driver-{n}", driver)
     _say(f"driver {n} on the Ray head of job {run.job_id}; output also in {log}; Ctrl-C stops this driver only")
@@ -100,8 +114,10 @@ def _target(args: argparse.Namespace, run: LiveRun) -> Target:
             raise SpecError("--node runs on a node, --component/--rank as a rank: give one or the other")
         return attach.node_target(run.plan, args.node)
     if args.component is None or args.rank is None:
-        raise SpecError("say where to run: --component NAME --rank R (that rank's node and environment) or --node N",
-                        hint="`hpcplace plan` or `hpcplace logs RUN --list` shows the components and ranks")
+        raise SpecError(
+            "say where to run: --component NAME --rank R (that rank's node and environment) or --node N",
+            hint="`hpcplace plan` or `hpcplace logs RUN --list` shows the components and ranks",
+        )
     return attach.rank_target(run.plan, args.component, args.rank)
 
 
@@ -127,8 +143,9 @@ def _exec(args: argparse.Namespace, command: list[str], pty: bool) -> int:
     target = _target(args, run)
     attach.check_running(run.job_id, run.run_dir)
     file = attach.write_command(run.run_dir, "shell" if pty else "exec", command)
-    argv = attach.exec_argv(run, target, file, component=None if args.node is not None else args.component,
-                            rank=args.rank, pty=pty)
+    argv = attach.exec_argv(
+        run, target, file, component=None if args.node is not None else args.component, rank=args.rank, pty=pty
+    )
     return attach.run_step(argv)
 
 
@@ -148,8 +165,10 @@ def run_release(args: argparse.Namespace) -> int:
 
     run = _open_run(args.run)
     if not run.plan.launch.hold:
-        raise SpecError(f"job {run.job_id} was not submitted to hold (launch.hold / --hold): nothing to release",
-                        hint=f"`hpcplace cancel {shlex.quote(str(run.run_dir))}` stops it")
+        raise SpecError(
+            f"job {run.job_id} was not submitted to hold (launch.hold / --hold): nothing to release",
+            hint=f"`hpcplace cancel {shlex.quote(str(run.run_dir))}` stops it",
+        )
     status = attach.owned_status(run.job_id, run.run_dir)
     if status.done:
         print(f"job {run.job_id} had already ended: {status.state}; nothing to release")
@@ -160,8 +179,10 @@ def run_release(args: argparse.Namespace) -> int:
         deadline = time.monotonic() + args.timeout
         while True:  # not yet done (said above)
             if time.monotonic() > deadline:
-                raise SpecError(f"job {run.job_id} has not ended {args.timeout:g} s after its release",
-                                hint=f"`hpcplace status {shlex.quote(str(run.run_dir))}`; `hpcplace cancel` stops it")
+                raise SpecError(
+                    f"job {run.job_id} has not ended {args.timeout:g} s after its release",
+                    hint=f"`hpcplace status {shlex.quote(str(run.run_dir))}`; `hpcplace cancel` stops it",
+                )
             time.sleep(0.5)
             status = submit.job_status(run.job_id)
             if status.done:

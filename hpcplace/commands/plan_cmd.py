@@ -21,11 +21,22 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments every command that reads a config shares."""
     parser.add_argument("config", help="experiment YAML (native, RLinf, ROLL or AReaL)")
     parser.add_argument("--format", choices=FORMATS, help="input format (default: detected)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config value, e.g. --set slurm.gpus_per_node=8 (repeatable)")
-    parser.add_argument("hydra_overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="Hydra-style overrides after the config, as the frameworks take them: "
-                             "cluster.num_nodes=2, model=other, +new.key=1, ~key (applied after --set)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set slurm.gpus_per_node=8 (repeatable)",
+    )
+    parser.add_argument(
+        "hydra_overrides",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Hydra-style overrides after the config, as the frameworks take them: "
+        "cluster.num_nodes=2, model=other, +new.key=1, ~key (applied after --set)",
+    )
 
 
 def config_overrides(args: argparse.Namespace) -> list[str]:
@@ -36,21 +47,28 @@ def config_overrides(args: argparse.Namespace) -> list[str]:
     extra = list(getattr(args, "hydra_overrides", []) or [])
     for text in extra:
         if "=" in args.config and text.endswith((".yaml", ".yml")):  # `plan k=v X.yaml`: the config goes first
-            raise SpecError(f"the config comes first: {args.config!r} looks like an override and {text!r} like the "
-                            "config", hint=f"hpcplace {args.command} {text} {args.config}")
+            raise SpecError(
+                f"the config comes first: {args.config!r} looks like an override and {text!r} like the config",
+                hint=f"hpcplace {args.command} {text} {args.config}",
+            )
         if not HYDRA_OVERRIDE.match(text) or ("=" not in text and not text.startswith("~")):
-            raise SpecError(f"unexpected argument {text!r} after the config",
-                            hint="overrides after the config look like KEY=VALUE (cluster.num_nodes=2), "
-                                 "+KEY=VALUE or ~KEY")
+            raise SpecError(
+                f"unexpected argument {text!r} after the config",
+                hint="overrides after the config look like KEY=VALUE (cluster.num_nodes=2), +KEY=VALUE or ~KEY",
+            )
     return list(args.overrides) + extra
 
 
 def add_driver_argument(parser: argparse.ArgumentParser) -> None:
     """`--driver -- CMD...`: cut off by hpcplace.cli before argparse (so the driver's own options are
     never read as ours); declared here for --help only."""
-    parser.add_argument("--driver", nargs=argparse.REMAINDER, metavar="-- CMD",
-                        help="run in the Ray launch mode with this driver on the head (everything after it); "
-                             "overrides launch.driver of the config")
+    parser.add_argument(
+        "--driver",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD",
+        help="run in the Ray launch mode with this driver on the head (everything after it); "
+        "overrides launch.driver of the config",
+    )
 
 
 class LiveCluster:
@@ -96,8 +114,9 @@ def local_site_gpus() -> SiteGpus:
 
         gpus = local_gpus(os.environ)
         if not gpus:
-            return SiteGpuCount(None, "this machine has no GPU visible to `run --local` (CUDA_VISIBLE_DEVICES, "
-                                      "else NVML)")
+            return SiteGpuCount(
+                None, "this machine has no GPU visible to `run --local` (CUDA_VISIBLE_DEVICES, else NVML)"
+            )
         return SiteGpuCount(len(gpus), "this machine's visible GPUs (`run --local`)")
 
     return lookup
@@ -116,12 +135,16 @@ def plan_with_launch(args: argparse.Namespace, cluster: LiveCluster | None = Non
 
     site = local_site_gpus() if getattr(args, "local", False) else (cluster or LiveCluster()).site_gpus
     plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args), site_gpus=site)
-    launch = with_hold(with_driver(plan.launch, getattr(args, "driver", None)), getattr(args, "hold", False),
-                       driven_by_framework(plan))
+    launch = with_hold(
+        with_driver(plan.launch, getattr(args, "driver", None)), getattr(args, "hold", False), driven_by_framework(plan)
+    )
     plan = plan if launch == plan.launch else replace(plan, launch=launch)
     problem = driver_config_problem(
-        plan, lambda overrides: plan_from_file(args.config, format=args.format, overrides=overrides, site_gpus=site),
-        os.path.abspath(getattr(args, "workdir", None) or "."), args.command)
+        plan,
+        lambda overrides: plan_from_file(args.config, format=args.format, overrides=overrides, site_gpus=site),
+        os.path.abspath(getattr(args, "workdir", None) or "."),
+        args.command,
+    )
     if problem is None:
         return plan
     if args.command != "plan":  # a job would run another config than the planned one
@@ -137,8 +160,10 @@ def check_output(option: str, path: Path, *, example: str) -> None:
     if path.is_dir():
         raise SpecError(f"{option} {path}: is a directory", hint=f"give a file name, e.g. {option} {example}")
     if not path.parent.is_dir():
-        raise SpecError(f"{option} {path}: the folder {path.parent} does not exist",
-                        hint=f"create it first (mkdir -p {path.parent}) or write the file elsewhere")
+        raise SpecError(
+            f"{option} {path}: the folder {path.parent} does not exist",
+            hint=f"create it first (mkdir -p {path.parent}) or write the file elsewhere",
+        )
 
 
 def write_output(option: str, path: Path, text: str, *, example: str) -> None:
@@ -150,19 +175,27 @@ def write_output(option: str, path: Path, text: str, *, example: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise SpecError(f"{option} {path}: cannot write it ({exc.strerror or exc})",
-                        hint="give a writable file path") from None
+        raise SpecError(
+            f"{option} {path}: cannot write it ({exc.strerror or exc})", hint="give a writable file path"
+        ) from None
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("plan", help="expand a config into the exact per-process plan")
     add_config_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the versioned plan JSON")
-    parser.add_argument("--svg", metavar="FILE",
-                        help="also write the device map as SVG; `--svg -` prints the SVG on stdout instead of "
-                             "the summary")
-    parser.add_argument("--max-nodes", type=int, default=64, metavar="N",
-                        help="nodes shown in the summary and the map, a positive number (default 64)")
+    parser.add_argument(
+        "--svg",
+        metavar="FILE",
+        help="also write the device map as SVG; `--svg -` prints the SVG on stdout instead of the summary",
+    )
+    parser.add_argument(
+        "--max-nodes",
+        type=int,
+        default=64,
+        metavar="N",
+        help="nodes shown in the summary and the map, a positive number (default 64)",
+    )
     add_driver_argument(parser)
     parser.set_defaults(func=run)
 
@@ -175,17 +208,23 @@ def run(args: argparse.Namespace) -> int:
     from hpcplace.slurm.render import check_renders
 
     if args.max_nodes < 1:
-        raise SpecError(f"--max-nodes {args.max_nodes}: give a positive number of nodes to show",
-                        hint="e.g. --max-nodes 64 (the default)")
+        raise SpecError(
+            f"--max-nodes {args.max_nodes}: give a positive number of nodes to show",
+            hint="e.g. --max-nodes 64 (the default)",
+        )
     if args.svg == "-" and args.json:
-        raise SpecError("--svg - and --json both print on stdout: give one of them",
-                        hint="write the map to a file (--svg map.svg) next to --json")
+        raise SpecError(
+            "--svg - and --json both print on stdout: give one of them",
+            hint="write the map to a file (--svg map.svg) next to --json",
+        )
     plan = plan_with_launch(args)
     check_renders(plan)
     nothing = nothing_to_run(plan)
     if nothing is not None:  # render and submit refuse it; the plan itself is still worth seeing
-        print(f"hpcplace: warning: {nothing.message}: render and submit refuse this plan; HINT: {nothing.hint}",
-              file=sys.stderr)
+        print(
+            f"hpcplace: warning: {nothing.message}: render and submit refuse this plan; HINT: {nothing.hint}",
+            file=sys.stderr,
+        )
     if args.svg == "-":  # the SVG is the output
         sys.stdout.write(svg(plan, max_nodes=args.max_nodes))
         return 0
@@ -193,8 +232,11 @@ def run(args: argparse.Namespace) -> int:
         write_output("--svg", Path(args.svg), svg(plan, max_nodes=args.max_nodes), example="plan.svg")
         total = len(plan.cluster.nodes)
         shown = min(total, args.max_nodes)
-        print(f"hpcplace: wrote the device map to {args.svg} ({shown} of {total} nodes"
-              + (", --max-nodes for more)" if shown < total else ")"), file=sys.stderr)
+        print(
+            f"hpcplace: wrote the device map to {args.svg} ({shown} of {total} nodes"
+            + (", --max-nodes for more)" if shown < total else ")"),
+            file=sys.stderr,
+        )
     if args.json:
         out = getattr(sys.stdout, "buffer", None)  # bytes: no text-layer encoding of ~0.5 GB at scale
         sys.stdout.flush()

@@ -22,45 +22,63 @@ if TYPE_CHECKING:
 
 
 def _launcher_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--launcher", metavar="CMD",
-                        help="how tasks start the shim on the nodes (default: the hpcplace-run next to this "
-                             "Python, else \"<this Python> -m hpcplace.runtime\", as absolute paths; a bare "
-                             "program name is looked up on PATH now, e.g. \"/opt/venv/bin/python -m hpcplace.runtime\")")
-    parser.add_argument("--workdir", metavar="DIR", default=".",
-                        help="directory the components' commands (and a relative Ray driver) run in, on every node "
-                             "(default: the current directory, as with `hpcplace run --local`)")
+    parser.add_argument(
+        "--launcher",
+        metavar="CMD",
+        help="how tasks start the shim on the nodes (default: the hpcplace-run next to this "
+        'Python, else "<this Python> -m hpcplace.runtime", as absolute paths; a bare '
+        'program name is looked up on PATH now, e.g. "/opt/venv/bin/python -m hpcplace.runtime")',
+    )
+    parser.add_argument(
+        "--workdir",
+        metavar="DIR",
+        default=".",
+        help="directory the components' commands (and a relative Ray driver) run in, on every node "
+        "(default: the current directory, as with `hpcplace run --local`)",
+    )
 
 
 def _hold_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--hold", action="store_true",
-                        help="keep the job (and its Ray cluster) up after the driver/components, for `hpcplace "
-                             "attach | exec | shell`, until `hpcplace release`, cancel or the time limit "
-                             "(launch.hold: true)")
+    parser.add_argument(
+        "--hold",
+        action="store_true",
+        help="keep the job (and its Ray cluster) up after the driver/components, for `hpcplace "
+        "attach | exec | shell`, until `hpcplace release`, cancel or the time limit "
+        "(launch.hold: true)",
+    )
 
 
 def _template_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--template-dir", metavar="DIR",
-                        help="site templates: a job.sbatch.j2 that extends \"hpcplace/job.sbatch.j2\"")
+    parser.add_argument(
+        "--template-dir", metavar="DIR", help='site templates: a job.sbatch.j2 that extends "hpcplace/job.sbatch.j2"'
+    )
     _launcher_args(parser)
 
 
 def add_run_dir_argument(parser: argparse.ArgumentParser, default: str) -> None:
     """`-o DIR` (alias `--run-dir`): the run directory, the same on render, submit and run."""
-    parser.add_argument("-o", "--run-dir", "--output", dest="run_dir", metavar="DIR", help=f"run directory (default: {default})")
+    parser.add_argument(
+        "-o", "--run-dir", "--output", dest="run_dir", metavar="DIR", help=f"run directory (default: {default})"
+    )
 
 
 RUN_DIR_DEFAULT = "<slurm.output_dir or runs>/<name>-<timestamp>"
-TARGET_HELP = ("a run directory written by `hpcplace submit` (it holds run.json with the job id), or a Slurm job "
-               "id such as 1234 (its run directory is found from the job's working directory)")
+TARGET_HELP = (
+    "a run directory written by `hpcplace submit` (it holds run.json with the job id), or a Slurm job "
+    "id such as 1234 (its run directory is found from the job's working directory)"
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("render", help="write DIR/job.sbatch and DIR/plan.json without submitting")
     add_config_arguments(p)
     add_run_dir_argument(p, RUN_DIR_DEFAULT)
-    p.add_argument("--force", action="store_true",
-                   help="write even over a run directory that was already submitted (its queued or running "
-                        "job would read the new plan.json)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write even over a run directory that was already submitted (its queued or running "
+        "job would read the new plan.json)",
+    )
     _template_args(p)
     _hold_argument(p)
     add_driver_argument(p)
@@ -68,10 +86,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = subparsers.add_parser("submit", help="render into a run directory and sbatch it")
     add_config_arguments(p)
-    add_run_dir_argument(p, RUN_DIR_DEFAULT + "; submitting the same directory again never submits twice: "
-                            "it exits 0 and prints \"already submitted as job N (DIR); nothing submitted\"")
+    add_run_dir_argument(
+        p,
+        RUN_DIR_DEFAULT + "; submitting the same directory again never submits twice: "
+        'it exits 0 and prints "already submitted as job N (DIR); nothing submitted"',
+    )
     p.add_argument("--dry-run", action="store_true", help="print the exact sbatch command and script only")
-    p.add_argument("--test-only", action="store_true", help="ask Slurm whether and when it could run (sbatch --test-only)")
+    p.add_argument(
+        "--test-only", action="store_true", help="ask Slurm whether and when it could run (sbatch --test-only)"
+    )
     p.add_argument("--no-validate", action="store_true", help="skip the check against the live cluster")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each Slurm command")
     _template_args(p)
@@ -87,9 +110,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = subparsers.add_parser("status", help="state of each het component (and step) of a run or job")
     p.add_argument("target", metavar="RUN|JOBID", help=TARGET_HELP)
-    p.add_argument("--watch", action="store_true",
-                   help="refresh until the job is done; exit 0 only if every component COMPLETED "
-                        "(10 FAILED, 11 CANCELLED, 12 TIMEOUT, 13 other)")
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="refresh until the job is done; exit 0 only if every component COMPLETED "
+        "(10 FAILED, 11 CANCELLED, 12 TIMEOUT, 13 other)",
+    )
     p.add_argument("--interval", type=float, default=1.0, help="seconds between looks with --watch")
     p.set_defaults(func=run_status)
 
@@ -98,14 +124,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=run_cancel)
 
     p = subparsers.add_parser("logs", help="per-component, per-rank logs of a run")
-    p.add_argument("run", metavar="RUN|JOBID", help="a run directory (written by `hpcplace submit`, or rendered and "
-                   "sbatch'd by hand), or a Slurm job id such as 1234 (its run directory is found from the job)")
+    p.add_argument(
+        "run",
+        metavar="RUN|JOBID",
+        help="a run directory (written by `hpcplace submit`, or rendered and "
+        "sbatch'd by hand), or a Slurm job id such as 1234 (its run directory is found from the job)",
+    )
     p.add_argument("--component", help="only this component")
     p.add_argument("--rank", type=int, help="only this rank (of --component, or of every component)")
     p.add_argument("--list", action="store_true", help="print where each rank's log is, not its content")
     p.add_argument("--tail", type=int, metavar="N", help="last N lines of each log (a positive number)")
-    p.add_argument("--attempt", type=int, metavar="N",
-                   help="logs of attempt N of a requeued job (default: the latest; earlier ones are in logs/attempt-N)")
+    p.add_argument(
+        "--attempt",
+        type=int,
+        metavar="N",
+        help="logs of attempt N of a requeued job (default: the latest; earlier ones are in logs/attempt-N)",
+    )
     p.set_defaults(func=run_logs)
 
 
@@ -148,8 +182,10 @@ def _absolute_program(program: str) -> str:
         return os.path.abspath(program)
     found = shutil.which(program)
     if found is None:
-        raise SpecError(f"--launcher program {program!r} was not found on PATH",
-                        hint="give its absolute path, e.g. --launcher \"/opt/venv/bin/hpcplace-run\"")
+        raise SpecError(
+            f"--launcher program {program!r} was not found on PATH",
+            hint='give its absolute path, e.g. --launcher "/opt/venv/bin/hpcplace-run"',
+        )
     return os.path.abspath(found)
 
 
@@ -189,20 +225,31 @@ def _warn_unshared(plan: Plan, launcher: tuple[str, ...], run_dir: Path) -> None
     from hpcplace.slurm.shared_fs import CheckedPath, path_warnings, read_mounts
 
     workdir = launcher[launcher.index("--chdir") + 1]
-    paths = [CheckedPath.of("the launcher", launcher[0],
-                            "install hpcplace in an environment on shared storage, or pass --launcher with one the "
-                            "nodes have"),
-             CheckedPath.of("the working directory", workdir,
-                            "run hpcplace from (or pass --workdir) a directory on shared storage"),
-             CheckedPath.of("the run directory", str(run_dir),
-                            "pass -o DIR (or set slurm.output_dir) on shared storage")]
+    paths = [
+        CheckedPath.of(
+            "the launcher",
+            launcher[0],
+            "install hpcplace in an environment on shared storage, or pass --launcher with one the nodes have",
+        ),
+        CheckedPath.of(
+            "the working directory", workdir, "run hpcplace from (or pass --workdir) a directory on shared storage"
+        ),
+        CheckedPath.of("the run directory", str(run_dir), "pass -o DIR (or set slurm.output_dir) on shared storage"),
+    ]
     driver = plan.launch.driver if plan.launch.is_ray else ()
     if driver and os.path.isabs(driver[0]):
-        paths.append(CheckedPath.of("the Ray driver's program", driver[0],
-                                    "create the environment on shared storage, or start the driver with a program "
-                                    "the nodes have"))
-    paths += [CheckedPath.of(f"the {kind} of {what}", path, "keep it on shared storage")
-              for what, kind, _, path in _job_files(plan, workdir) if os.path.exists(path)]
+        paths.append(
+            CheckedPath.of(
+                "the Ray driver's program",
+                driver[0],
+                "create the environment on shared storage, or start the driver with a program the nodes have",
+            )
+        )
+    paths += [
+        CheckedPath.of(f"the {kind} of {what}", path, "keep it on shared storage")
+        for what, kind, _, path in _job_files(plan, workdir)
+        if os.path.exists(path)
+    ]
     for line in path_warnings(paths, read_mounts(), shared_paths(plan.slurm)):
         print(f"hpcplace: warning: {line}", file=sys.stderr)
     for line in missing_files(plan, workdir):
@@ -221,8 +268,10 @@ def _ray_missing(plan: Plan, launcher: tuple[str, ...]) -> str | None:
         return None
     if importlib.util.find_spec("ray") is not None:
         return None
-    return (f"the Ray launch mode starts Ray with this environment's Python ({sys.executable}), which cannot import "
-            "ray: the job would stop at its preflight; pip install 'hpcplace[ray]' into it")
+    return (
+        f"the Ray launch mode starts Ray with this environment's Python ({sys.executable}), which cannot import "
+        "ray: the job would stop at its preflight; pip install 'hpcplace[ray]' into it"
+    )
 
 
 def _job_files(plan: Plan, workdir: str) -> list[tuple[str, str, str, str]]:
@@ -231,8 +280,11 @@ def _job_files(plan: Plan, workdir: str) -> list[tuple[str, str, str, str]]:
     looked up on the nodes' PATH, which is theirs to say)."""
     from hpcplace.runtime.preflight import python_script
 
-    commands = [("the Ray driver", plan.launch.driver)] if plan.launch.is_ray else \
-        [(f"component {c.name!r}", c.command) for c in plan.components]
+    commands = (
+        [("the Ray driver", plan.launch.driver)]
+        if plan.launch.is_ray
+        else [(f"component {c.name!r}", c.command) for c in plan.components]
+    )
     files = []
     for what, command in commands:
         if not command:
@@ -253,8 +305,10 @@ def missing_files(plan: Plan, workdir: str) -> list[str]:
         if os.path.isabs(name):
             lines.append(f"{what}: its {kind} {name} does not exist: the job would fail at its start")
         else:
-            lines.append(f"{what}: its {kind} {name!r} is not in the working directory {workdir}: the job "
-                         "would fail at its start (pass --workdir DIR, or give the path from there)")
+            lines.append(
+                f"{what}: its {kind} {name!r} is not in the working directory {workdir}: the job "
+                "would fail at its start (pass --workdir DIR, or give the path from there)"
+            )
     return lines
 
 
@@ -281,11 +335,16 @@ def _refuse_submitted(run_dir: Path) -> None:
         return
     record = submit.read_record(run_dir.absolute()) or {}
     if record.get("job_id"):
-        raise SpecError(f"{run_dir} was submitted as job {record['job_id']}: rendering over it would replace the "
-                        "plan.json that job reads", hint="render into a new directory, or pass --force")
+        raise SpecError(
+            f"{run_dir} was submitted as job {record['job_id']}: rendering over it would replace the "
+            "plan.json that job reads",
+            hint="render into a new directory, or pass --force",
+        )
     if (run_dir / submit.LOCK_NAME).exists():
-        raise SpecError(f"{run_dir} is being submitted ({submit.LOCK_NAME} exists)",
-                        hint="render into a new directory, or pass --force")
+        raise SpecError(
+            f"{run_dir} is being submitted ({submit.LOCK_NAME} exists)",
+            hint="render into a new directory, or pass --force",
+        )
 
 
 def run_submit(args: argparse.Namespace) -> int:
@@ -313,20 +372,27 @@ def run_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validate_warn(plan: Plan, cluster: LiveCluster | None = None,
-                   version: SlurmVersion | None = None) -> None:
+def _validate_warn(plan: Plan, cluster: LiveCluster | None = None, version: SlurmVersion | None = None) -> None:
     from hpcplace.slurm import validate
 
     for w in validate.validate(plan, (cluster or LiveCluster()).facts(), version).warnings:
         print(f"hpcplace: warning: {w}", file=sys.stderr)
 
 
-def _sbatch(plan: Plan, args: argparse.Namespace, launcher: tuple[str, ...], run_dir: Path,
-            version: SlurmVersion) -> Submission:
+def _sbatch(
+    plan: Plan, args: argparse.Namespace, launcher: tuple[str, ...], run_dir: Path, version: SlurmVersion
+) -> Submission:
     from hpcplace.slurm import submit
 
-    return submit.submit(plan, run_dir, launcher=launcher, template_dir=args.template_dir, timeout=args.timeout,
-                         say=lambda s: print(f"hpcplace: {s}", file=sys.stderr), slurm_version=version)
+    return submit.submit(
+        plan,
+        run_dir,
+        launcher=launcher,
+        template_dir=args.template_dir,
+        timeout=args.timeout,
+        say=lambda s: print(f"hpcplace: {s}", file=sys.stderr),
+        slurm_version=version,
+    )
 
 
 def submit_checked(plan: Plan, args: argparse.Namespace, launcher: tuple[str, ...], run_dir: Path) -> Submission:
@@ -413,15 +479,22 @@ def _launch_failure(status: JobStatus, run_dir: Path, job_id: str) -> list[str]:
     batch_log = run_dir / "logs" / f"batch-{job_id}.out"
     launch_failed = any(c.reason == "JobLaunchFailure" for c in status.components)
     if launch_failed and batch_log.exists():
-        return ["  the batch script never started on the node (Slurm: JobLaunchFailure): the node's slurmd log "
-                "has Slurm's own words"]
+        return [
+            "  the batch script never started on the node (Slurm: JobLaunchFailure): the node's slurmd log "
+            "has Slurm's own words"
+        ]
     if batch_log.exists() or not (launch_failed or status.state == "FAILED"):
         return []
-    started = ("the batch script never started on the node (Slurm: JobLaunchFailure)" if launch_failed
-               else "the batch script failed at once")
-    return [f"  {started}, and wrote no {batch_log}: "
-            f"the run directory {run_dir} (the job's working directory) must be on storage every node mounts, "
-            "as must the venv; `hpcplace submit` warns when it is not"]
+    started = (
+        "the batch script never started on the node (Slurm: JobLaunchFailure)"
+        if launch_failed
+        else "the batch script failed at once"
+    )
+    return [
+        f"  {started}, and wrote no {batch_log}: "
+        f"the run directory {run_dir} (the job's working directory) must be on storage every node mounts, "
+        "as must the venv; `hpcplace submit` warns when it is not"
+    ]
 
 
 def _run_plan(run_dir: Path) -> Plan | None:
@@ -485,8 +558,10 @@ def _ray_status(run_dir: Path, driver_waits: bool) -> list[str]:
         return _ray_errors(run_dir)  # no head (yet): ray start may have failed on it
     try:
         up = json.loads((ray_dir / "bringup.json").read_text(encoding="utf-8"))
-        lines.append(f"Ray: all {up['nodes']} node(s) joined {up['all_joined'] - up['driver_step_start']:.1f} s "
-                     f"after the driver step started; the driver started then")
+        lines.append(
+            f"Ray: all {up['nodes']} node(s) joined {up['all_joined'] - up['driver_step_start']:.1f} s "
+            f"after the driver step started; the driver started then"
+        )
     except (OSError, ValueError, KeyError, TypeError):
         if driver_waits:
             lines.append("Ray: waiting for every node to join")
@@ -510,8 +585,11 @@ def _ray_errors(run_dir: Path) -> list[str]:
         log = run_dir / "logs" / f"ray.{node.group(1)}.out" if node else None
         if log is None or not log.is_file():
             continue
-        text = "\n".join(x for x in log.read_text(encoding="utf-8", errors="replace").splitlines()
-                         if not x.startswith("hpcplace-ray:"))  # hpcplace's own lines: said above
+        text = "\n".join(
+            x
+            for x in log.read_text(encoding="utf-8", errors="replace").splitlines()
+            if not x.startswith("hpcplace-ray:")
+        )  # hpcplace's own lines: said above
         last = tail(text)
         if last:
             lines.append(f"  last {len(last)} line(s) of Ray's output on that node ({log}):")
@@ -526,28 +604,38 @@ def _ray_logs(args: argparse.Namespace, run_dir: Path, plan: Plan) -> int:
     from hpcplace.slurm import submit
 
     if args.component not in (None, "driver", "ray"):
-        raise SpecError(f"the Ray launch mode has no component {args.component!r} to show",
-                        hint="--component driver (the driver) or --component ray [--rank NODE_RANK] (raylets)")
+        raise SpecError(
+            f"the Ray launch mode has no component {args.component!r} to show",
+            hint="--component driver (the driver) or --component ray [--rank NODE_RANK] (raylets)",
+        )
     hosts = submit.read_hosts(run_dir)
     entries: list[tuple[str, Path | None]] = []
     if args.component in (None, "driver") and args.rank in (None, 0):
         entries.append(("Ray driver (on the head)", run_dir / "logs" / "driver.out"))
-        attached = sorted((run_dir / "logs").glob("driver-*.out"), key=lambda p: int(p.stem[7:] or 0)
-                          if p.stem[7:].isdigit() else 0)
+        attached = sorted(
+            (run_dir / "logs").glob("driver-*.out"), key=lambda p: int(p.stem[7:] or 0) if p.stem[7:].isdigit() else 0
+        )
         entries += [(f"attached driver {p.stem[7:]} (hpcplace attach)", p) for p in attached]
     nodes = ray_nodes(plan)
     if args.rank is not None and args.component == "ray" and all(n.rank != args.rank for n in nodes):
         from hpcplace.config.rank_syntax import compress_ranks
 
-        raise SpecError(f"no Ray node rank {args.rank}: the node ranks are {compress_ranks([n.rank for n in nodes])}",
-                        hint="--component ray --rank NODE_RANK, or leave --rank out for every node")
+        raise SpecError(
+            f"no Ray node rank {args.rank}: the node ranks are {compress_ranks([n.rank for n in nodes])}",
+            hint="--component ray --rank NODE_RANK, or leave --rank out for every node",
+        )
     if args.component in (None, "ray"):
         for n in nodes:
             if args.rank is not None and args.rank != n.rank:
                 continue
             host = hosts.get((n.het_group, n.index))
-            entries.append((f"Ray node rank {n.rank} ({n.label}, het {n.het_group} node {n.index}"
-                            f"{', ' + host if host else ''})", run_dir / "logs" / f"ray.{host}.out" if host else None))
+            entries.append(
+                (
+                    f"Ray node rank {n.rank} ({n.label}, het {n.het_group} node {n.index}"
+                    f"{', ' + host if host else ''})",
+                    run_dir / "logs" / f"ray.{host}.out" if host else None,
+                )
+            )
     if args.component is None and args.rank is None and not args.list:
         for batch in sorted((run_dir / "logs").glob("batch-*.out")):
             _show(f"batch script ({batch})", batch, args.tail)
@@ -570,15 +658,21 @@ def _logs_run_dir(target: str) -> Path:
         job_id, found, status = _job_and_run(target)
         if found is None:
             where = ", ".join(run_report.candidate_dirs(status)) or "no directory Slurm knows"
-            raise submit.UnknownJobError(f"no run directory found for job {job_id}: Slurm names {where}, and none "
-                                         "holds a plan.json of this job", hint="give the run directory itself")
+            raise submit.UnknownJobError(
+                f"no run directory found for job {job_id}: Slurm names {where}, and none holds a plan.json of this job",
+                hint="give the run directory itself",
+            )
         return found
     if not run_dir.is_dir():
-        raise submit.UnknownJobError(f"no run directory {str(run_dir)!r}", hint="give a run directory written by "
-                                     "`hpcplace submit` (its path is printed after the job id), or a job id")
+        raise submit.UnknownJobError(
+            f"no run directory {str(run_dir)!r}",
+            hint="give a run directory written by "
+            "`hpcplace submit` (its path is printed after the job id), or a job id",
+        )
     if not (run_dir / "plan.json").exists():
-        raise submit.UnknownJobError(f"{run_dir} is not a run directory (no plan.json)",
-                                     hint="give a run directory written by `hpcplace submit`")
+        raise submit.UnknownJobError(
+            f"{run_dir} is not a run directory (no plan.json)", hint="give a run directory written by `hpcplace submit`"
+        )
     return run_dir
 
 
@@ -588,8 +682,9 @@ def run_logs(args: argparse.Namespace) -> int:
     from hpcplace.slurm.slurm_job import lower
 
     if args.tail is not None and args.tail < 1:
-        raise SpecError(f"--tail {args.tail}: give a positive number of lines", hint="e.g. --tail 50; leave it "
-                                                                                     "out for whole logs")
+        raise SpecError(
+            f"--tail {args.tail}: give a positive number of lines", hint="e.g. --tail 50; leave it out for whole logs"
+        )
     run_dir = _logs_run_dir(args.run)
     plan_path = run_dir / "plan.json"
     job_id = run_report.recorded_id(submit.read_record(run_dir))
@@ -597,47 +692,64 @@ def run_logs(args: argparse.Namespace) -> int:
         if not any((run_dir / "logs").glob("*.out")):
             submit.recorded_job(run_dir)  # nothing ran here: says it was never submitted (exit 2)
         # rendered, then sbatch'd by hand: no job id recorded, but the job's log files are there
-        print(f"(note: {run_dir} records no job id in run.json: it was not submitted by `hpcplace submit`; "
-              "showing the logs it holds)")
+        print(
+            f"(note: {run_dir} records no job id in run.json: it was not submitted by `hpcplace submit`; "
+            "showing the logs it holds)"
+        )
     if args.attempt is None and not (run_dir / "logs" / "nodes.txt").exists():
         if not args.list:
             for batch in sorted((run_dir / "logs").glob("batch-*.out")):
                 _show(f"batch script ({batch})", batch, args.tail)
         status = f"hpcplace status {shlex.quote(str(run_dir))}" if job_id else "hpcplace status JOBID"
-        print(f"{'job ' + job_id if job_id else 'the job'} has no task logs (no logs/nodes.txt): it has not started "
-              f"its tasks yet, or it ended before they started; `{status}` says which, and why")
+        print(
+            f"{'job ' + job_id if job_id else 'the job'} has no task logs (no logs/nodes.txt): it has not started "
+            f"its tasks yet, or it ended before they started; `{status}` says which, and why"
+        )
         return 0
     plan = submit.load_plan(plan_path)
     if plan.launch.is_ray:
         return _ray_logs(args, run_dir, plan)
     if args.component is not None and args.component not in {c.name for c in plan.components}:
-        raise SpecError(f"no component {args.component!r} in {plan_path}",
-                        hint="components: " + ", ".join(c.name for c in plan.components))
+        raise SpecError(
+            f"no component {args.component!r} in {plan_path}",
+            hint="components: " + ", ".join(c.name for c in plan.components),
+        )
     attempts = submit.read_attempts(run_dir)
     latest = attempts[-1].number if attempts else 0
     folder = "logs"
     if args.attempt is not None and args.attempt != latest:
         folder = f"logs/attempt-{args.attempt}"
         if not (run_dir / folder).is_dir():
-            raise SpecError(f"no attempt {args.attempt} in {run_dir}",
-                            hint=f"attempts: {', '.join(str(a.number) for a in attempts) or '0'}")
+            raise SpecError(
+                f"no attempt {args.attempt} in {run_dir}",
+                hint=f"attempts: {', '.join(str(a.number) for a in attempts) or '0'}",
+            )
     elif len(attempts) > 1 and not args.list:
-        print(f"(attempt {latest} of a requeued job; earlier attempts: --attempt "
-              f"{', '.join(str(a.number) for a in attempts[:-1])})")
+        print(
+            f"(attempt {latest} of a requeued job; earlier attempts: --attempt "
+            f"{', '.join(str(a.number) for a in attempts[:-1])})"
+        )
     logs = submit.rank_logs(run_dir.absolute(), lower(plan), submit.read_hosts(run_dir, folder), folder)
-    chosen = [r for r in logs if (args.component is None or r.component == args.component)
-              and (args.rank is None or r.rank == args.rank)]
+    chosen = [
+        r
+        for r in logs
+        if (args.component is None or r.component == args.component) and (args.rank is None or r.rank == args.rank)
+    ]
     if not chosen:
         ranks: dict[str, list[int]] = {}
         for r in logs:
             ranks.setdefault(r.component, []).append(r.rank)
         if args.component:
-            raise SpecError(f"no rank {args.rank} in {args.component}: its ranks are "
-                            f"{compress_ranks(sorted(ranks.get(args.component, []))) or 'none'}",
-                            hint=f"--rank one of those, or leave --rank out for every rank of {args.component}")
+            raise SpecError(
+                f"no rank {args.rank} in {args.component}: its ranks are "
+                f"{compress_ranks(sorted(ranks.get(args.component, []))) or 'none'}",
+                hint=f"--rank one of those, or leave --rank out for every rank of {args.component}",
+            )
         valid = "; ".join(f"{c}: {compress_ranks(sorted(v))}" for c, v in ranks.items())
-        raise SpecError(f"no rank {args.rank} in any component; ranks per component: {valid}",
-                        hint="--component NAME --rank R shows one rank")
+        raise SpecError(
+            f"no rank {args.rank} in any component; ranks per component: {valid}",
+            hint="--component NAME --rank R shows one rank",
+        )
     if args.component is None and args.rank is None and not args.list:
         for batch in sorted((run_dir / "logs").glob("batch-*.out")):
             _show(f"batch script ({batch})", batch, args.tail)

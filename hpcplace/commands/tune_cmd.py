@@ -42,13 +42,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_config_arguments(p)
     p.add_argument("--profile", required=True, metavar="P.yaml", help="measured costs (format: docs/tune.md)")
     p.add_argument("--top", type=int, default=5, metavar="K", help="placements to show (default 5)")
-    p.add_argument("--objective", choices=OBJECTIVES, default="time",
-                   help="minimise predicted seconds per iteration (default) or GPU-hours per iteration")
-    p.add_argument("-o", "--output", metavar="FILE",
-                   help="write the winner in the input's own format to FILE (its folder must exist)")
+    p.add_argument(
+        "--objective",
+        choices=OBJECTIVES,
+        default="time",
+        help="minimise predicted seconds per iteration (default) or GPU-hours per iteration",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the winner in the input's own format to FILE (its folder must exist)",
+    )
     p.add_argument("--submit-top", type=int, metavar="K", help="submit the K best as separate jobs")
-    p.add_argument("--runs-dir", metavar="DIR", help="where --submit-top's run directories go "
-                                                     "(default: slurm.output_dir or runs)")
+    p.add_argument(
+        "--runs-dir", metavar="DIR", help="where --submit-top's run directories go (default: slurm.output_dir or runs)"
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each Slurm command")
     _template_args(p)
     add_driver_argument(p)
@@ -70,8 +79,12 @@ class _Progress:
         now = time.monotonic()
         if now - self.start > 1.0 and (now - self.shown > 0.2 or done == total):
             self.shown = now
-            print(f"\rhpcplace: searched {done}/{total} structures ({now - self.start:.1f} s)",
-                  end="\n" if done == total else "", file=sys.stderr, flush=True)
+            print(
+                f"\rhpcplace: searched {done}/{total} structures ({now - self.start:.1f} s)",
+                end="\n" if done == total else "",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def run_tune(args: argparse.Namespace) -> int:
@@ -88,8 +101,11 @@ def run_tune(args: argparse.Namespace) -> int:
     overrides = config_overrides(args)
     spec = load_spec(args.config, format=args.format, overrides=overrides)
     if not Path(args.config).is_file():  # the winner is a rewrite of the file's text: read again below
-        raise SpecError(f"tune reads {args.config} twice (to plan it, then to rewrite it): it must be a regular "
-                        "file, not a pipe or a device", hint="save the config to a file first")
+        raise SpecError(
+            f"tune reads {args.config} twice (to plan it, then to rewrite it): it must be a regular "
+            "file, not a pipe or a device",
+            hint="save the config to a file first",
+        )
     setup = build_setup(spec, plan_from_spec(spec), parse_profile(args.profile), args.objective)
     problem = setup.problem
     want = max(args.top, args.submit_top or 0)
@@ -111,17 +127,23 @@ def run_tune(args: argparse.Namespace) -> int:
         if len(accepted) == want:
             break
     if not accepted:
-        raise SpecError("no placement of the profiled components fits the config's node groups"
-                        + (f" (the planner refused: {refused[0]})" if refused else ""),
-                        hint="check the profile's types against the node groups' labels and GPU types, "
-                             "memory_gb, counts and model_parallel")
+        raise SpecError(
+            "no placement of the profiled components fits the config's node groups"
+            + (f" (the planner refused: {refused[0]})" if refused else ""),
+            hint="check the profile's types against the node groups' labels and GPU types, "
+            "memory_gb, counts and model_parallel",
+        )
     bases = baselines(problem)
     unit = "GPU-h/iter" if args.objective == "gpu-hours" else "s/iter"
-    print(f"tune {spec.name}: {len(problem.chain)} components over {len(problem.groups)} node groups, "
-          f"{problem.batches} batch(es) per iteration; objective {args.objective} ({unit})")
-    for i, (cand, _) in enumerate(accepted[:args.top], 1):
-        print(f"#{i}  {cand.time_s:10.3f} s/iter  {cand.gpu_hours:8.4f} GPU-h/iter  {cand.gpus:5d} GPUs  "
-              f"{cand.describe()}")
+    print(
+        f"tune {spec.name}: {len(problem.chain)} components over {len(problem.groups)} node groups, "
+        f"{problem.batches} batch(es) per iteration; objective {args.objective} ({unit})"
+    )
+    for i, (cand, _) in enumerate(accepted[: args.top], 1):
+        print(
+            f"#{i}  {cand.time_s:10.3f} s/iter  {cand.gpu_hours:8.4f} GPU-h/iter  {cand.gpus:5d} GPUs  "
+            f"{cand.describe()}"
+        )
         print(f"     why: {explain(problem, cand, bases)}")
         for w in cand.warnings:
             print(f"     warning: {w}")
@@ -131,15 +153,17 @@ def run_tune(args: argparse.Namespace) -> int:
         else:
             b = base.candidate
             margin = b.score(args.objective) / accepted[0][0].score(args.objective)
-            print(f"baseline {base.name}: {b.time_s:.3f} s/iter, {b.gpu_hours:.4f} GPU-h/iter "
-                  f"({b.describe()}); the best is {margin:.2f}x better")
+            print(
+                f"baseline {base.name}: {b.time_s:.3f} s/iter, {b.gpu_hours:.4f} GPU-h/iter "
+                f"({b.describe()}); the best is {margin:.2f}x better"
+            )
     if refused:
         print(f"({len(refused)} proposal(s) the planner refused were skipped; first: {refused[0]})")
     if args.output:
         write_output("-o", Path(args.output), accepted[0][1], example="best.yaml")
         print(f"wrote {args.output}: `hpcplace plan {args.output}` is the next command")
     if args.submit_top:
-        _submit_top(args, spec.name, accepted[:args.submit_top])
+        _submit_top(args, spec.name, accepted[: args.submit_top])
     return 0
 
 
@@ -161,8 +185,11 @@ def _submit_top(args: argparse.Namespace, name: str, chosen: list[tuple[Candidat
         try:
             config.write_text(variant, encoding="utf-8")  # next to the input: Hydra's relative defaults resolve
         except OSError as exc:
-            raise SpecError(f"--submit-top writes each variant next to the config, as {config}: cannot write it "
-                            f"({exc.strerror or exc})", hint="copy the config to a folder you can write") from None
+            raise SpecError(
+                f"--submit-top writes each variant next to the config, as {config}: cannot write it "
+                f"({exc.strerror or exc})",
+                hint="copy the config to a folder you can write",
+            ) from None
         try:
             plan = _runnable_plan(argparse.Namespace(**{**vars(args), "config": str(config)}))
         finally:
@@ -171,11 +198,24 @@ def _submit_top(args: argparse.Namespace, name: str, chosen: list[tuple[Candidat
         run_dir = (root / f"{name}-tune{i}-{_variant_slug(cand)}-{stamp}").absolute()
         done = submit_checked(plan, args, launcher, run_dir)
         (run_dir / "config.yaml").write_text(variant, encoding="utf-8")
-        (run_dir / TUNE_RECORD).write_text(json.dumps({
-            "rank": i, "variant": cand.describe(), "predicted_iteration_s": cand.time_s,
-            "predicted_gpu_hours": cand.gpu_hours, "gpus": cand.gpus, "objective": args.objective,
-            "profile": str(Path(args.profile).absolute()), "config": str(source.absolute())},
-            indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        (run_dir / TUNE_RECORD).write_text(
+            json.dumps(
+                {
+                    "rank": i,
+                    "variant": cand.describe(),
+                    "predicted_iteration_s": cand.time_s,
+                    "predicted_gpu_hours": cand.gpu_hours,
+                    "gpus": cand.gpus,
+                    "objective": args.objective,
+                    "profile": str(Path(args.profile).absolute()),
+                    "config": str(source.absolute()),
+                },
+                indent=1,
+                sort_keys=True,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
         print(f"submitted #{i} as job {done.job_id} ({done.run_dir})")
 
 
@@ -189,8 +229,10 @@ def read_metrics(run_dir: Path) -> list[float]:
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
-            raise SpecError(f"cannot read the log {path}: {exc.strerror or exc}",
-                            hint="compare reads every file under the run's logs/ folder") from None
+            raise SpecError(
+                f"cannot read the log {path}: {exc.strerror or exc}",
+                hint="compare reads every file under the run's logs/ folder",
+            ) from None
         for line in text.splitlines():
             m = METRIC_RE.search(line)
             if not m:
@@ -221,11 +263,15 @@ def run_compare(args: argparse.Namespace) -> int:
             try:
                 record = json.loads((run_dir / TUNE_RECORD).read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
-                raise SpecError(f"{run_dir / TUNE_RECORD} is unreadable: {exc}",
-                                hint="the run directory is damaged; compare the others without it") from None
+                raise SpecError(
+                    f"{run_dir / TUNE_RECORD} is unreadable: {exc}",
+                    hint="the run directory is damaged; compare the others without it",
+                ) from None
             if not isinstance(record, dict):
-                raise SpecError(f"{run_dir / TUNE_RECORD} is not a tune record (a JSON object)",
-                                hint="the run directory is damaged; compare the others without it")
+                raise SpecError(
+                    f"{run_dir / TUNE_RECORD} is not a tune record (a JSON object)",
+                    hint="the run directory is damaged; compare the others without it",
+                )
         values = read_metrics(run_dir)
         measured = statistics.median(values) if values else None
         predicted = record.get("predicted_iteration_s")
@@ -233,6 +279,8 @@ def run_compare(args: argparse.Namespace) -> int:
     print(f"{'run':<40} {'predicted s':>12} {'measured s':>11} {'samples':>7} {'meas/pred':>9}  variant")
     for name, variant, predicted, measured, n in rows:
         ratio = f"{measured / predicted:9.2f}" if measured is not None and predicted else f"{'-':>9}"
-        print(f"{name[:40]:<40} {predicted if predicted is not None else float('nan'):12.3f} "
-              f"{measured if measured is not None else float('nan'):11.3f} {n:7d} {ratio}  {variant}")
+        print(
+            f"{name[:40]:<40} {predicted if predicted is not None else float('nan'):12.3f} "
+            f"{measured if measured is not None else float('nan'):11.3f} {n:7d} {ratio}  {variant}"
+        )
     return 0

@@ -75,8 +75,11 @@ class NodeGroup:
         check_env(self.env, location=self.location, what=f"{where}: env")
         for name, per_node in (("node_env", self.node_env), ("python_interpreter", self.python_interpreter)):
             if per_node and len(per_node) != self.num_nodes:
-                raise SpecError(f"{where}: {len(per_node)} {name} entries for {self.num_nodes} nodes",
-                                location=self.location, hint="give one entry per node of the group")
+                raise SpecError(
+                    f"{where}: {len(per_node)} {name} entries for {self.num_nodes} nodes",
+                    location=self.location,
+                    hint="give one entry per node of the group",
+                )
         for j, node_env in enumerate(self.node_env):
             check_env(node_env, location=self.location, what=f"{where}: env of node {j}")
         for interp in self.python_interpreter:
@@ -85,14 +88,22 @@ class NodeGroup:
         if len(self.gpus_per_node) != self.num_nodes:
             raise SpecError(
                 f"node group {self.label!r}: {len(self.gpus_per_node)} GPU counts for {self.num_nodes} nodes",
-                location=self.location, hint="give one GPU count, or one per node")
-        if self.node_ranks is not None and (len(self.node_ranks) != self.num_nodes
-                                            or list(self.node_ranks) != sorted(set(self.node_ranks))):
-            raise SpecError(f"node group {self.label!r}: node ranks {list(self.node_ranks)} are not "
-                            f"{self.num_nodes} distinct ascending ranks", location=self.location)
+                location=self.location,
+                hint="give one GPU count, or one per node",
+            )
+        if self.node_ranks is not None and (
+            len(self.node_ranks) != self.num_nodes or list(self.node_ranks) != sorted(set(self.node_ranks))
+        ):
+            raise SpecError(
+                f"node group {self.label!r}: node ranks {list(self.node_ranks)} are not "
+                f"{self.num_nodes} distinct ascending ranks",
+                location=self.location,
+            )
         if self.hardware and len(self.hardware.per_node) != self.num_nodes:
-            raise SpecError(f"node group {self.label!r}: hardware counts do not match {self.num_nodes} nodes",
-                            location=self.location)
+            raise SpecError(
+                f"node group {self.label!r}: hardware counts do not match {self.num_nodes} nodes",
+                location=self.location,
+            )
 
     @property
     def resource_kind(self) -> ResourceKind:
@@ -186,37 +197,52 @@ class Cluster:
         for group in self.node_groups:
             key = group.label.lower()
             if key in (RESERVED_NODE_LABEL, RESERVED_CLUSTER_LABEL):
-                raise SpecError(f"node group label {group.label!r} is reserved", location=group.location,
-                                hint="`node` means 'node ranks of the whole cluster' and `cluster` 'every node' "
-                                     "(as in RLinf); choose another label")
+                raise SpecError(
+                    f"node group label {group.label!r} is reserved",
+                    location=group.location,
+                    hint="`node` means 'node ranks of the whole cluster' and `cluster` 'every node' "
+                    "(as in RLinf); choose another label",
+                )
             if key in seen:
-                raise SpecError(f"duplicate node group label {group.label!r} (labels are case-insensitive)",
-                                location=group.location, hint="give every node group its own label")
+                raise SpecError(
+                    f"duplicate node group label {group.label!r} (labels are case-insensitive)",
+                    location=group.location,
+                    hint="give every node group its own label",
+                )
             seen[key] = group
         from hpcplace.config import limits
 
-        limits.nodes(sum(g.num_nodes for g in self.node_groups), self.node_groups[0].location,
-                     "number of nodes in the cluster (all node groups)")
+        limits.nodes(
+            sum(g.num_nodes for g in self.node_groups),
+            self.node_groups[0].location,
+            "number of nodes in the cluster (all node groups)",
+        )
         explicit = [g.node_ranks is not None for g in self.node_groups]
         total = sum(g.num_nodes for g in self.node_groups)
         if any(explicit) and not all(explicit):
-            raise SpecError("some node groups name their node ranks and some do not",
-                            location=self.node_groups[explicit.index(False)].location,
-                            hint="give node_ranks for every node group, or for none")
+            raise SpecError(
+                "some node groups name their node ranks and some do not",
+                location=self.node_groups[explicit.index(False)].location,
+                hint="give node_ranks for every node group, or for none",
+            )
         nodes: list[Node] = []
         groups: list[tuple[Node, ...]] = []
         for gi, group in enumerate(self.node_groups):
             ranks = group.node_ranks or range(len(nodes), len(nodes) + group.num_nodes)
-            mine = tuple(Node(r, group.label, gi, i, group.gpus_per_node[i], group.gpu_type, group.partition)
-                         for i, r in enumerate(ranks))
+            mine = tuple(
+                Node(r, group.label, gi, i, group.gpus_per_node[i], group.gpu_type, group.partition)
+                for i, r in enumerate(ranks)
+            )
             nodes.extend(mine)
             groups.append(mine)
         nodes.sort(key=lambda n: n.rank)
         if [n.rank for n in nodes] != list(range(total)):
             seen_ranks = [n.rank for n in nodes]
-            raise SpecError(f"the node groups' node ranks {seen_ranks} are not each of 0..{total - 1} once",
-                            location=self.node_groups[0].location,
-                            hint="every cluster node rank belongs to exactly one node group")
+            raise SpecError(
+                f"the node groups' node ranks {seen_ranks} are not each of 0..{total - 1} once",
+                location=self.node_groups[0].location,
+                hint="every cluster node rank belongs to exactly one node group",
+            )
         object.__setattr__(self, "nodes", tuple(nodes))  # in cluster node rank order: nodes[r].rank == r
         object.__setattr__(self, "_group_nodes", tuple(groups))
 

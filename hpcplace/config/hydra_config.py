@@ -46,12 +46,12 @@ def needs_hydra(doc: YamlDocument, overrides: Sequence[str]) -> bool:
     data = doc.data
     if isinstance(data, dict) and isinstance(data.get("defaults"), list) and data["defaults"]:
         return True
-    return any(o.startswith(("+", "~")) or "/" in o.partition("=")[0] or "@" in o.partition("=")[0]
-               for o in overrides)
+    return any(o.startswith(("+", "~")) or "/" in o.partition("=")[0] or "@" in o.partition("=")[0] for o in overrides)
 
 
-def compose(doc: YamlDocument, overrides: Sequence[str],
-            found_env: Mapping[str, str] | None = None) -> tuple[YamlDocument, tuple[str, ...]]:
+def compose(
+    doc: YamlDocument, overrides: Sequence[str], found_env: Mapping[str, str] | None = None
+) -> tuple[YamlDocument, tuple[str, ...]]:
     """Compose `doc` with Hydra; returns the located composed document and the files it came from.
     `found_env`: what `searchpath_env` found for variables the shell did not export."""
     try:
@@ -60,8 +60,10 @@ def compose(doc: YamlDocument, overrides: Sequence[str],
         from hydra._internal import config_loader_impl
         from hydra.core.global_hydra import GlobalHydra
     except ImportError as exc:  # a broken install: hydra-core is a core dependency
-        raise SpecError(f"this config composes Hydra `defaults:` but hydra-core cannot be imported ({exc})",
-                        hint="pip install 'hydra-core==1.3.2' 'omegaconf==2.3.0'") from None
+        raise SpecError(
+            f"this config composes Hydra `defaults:` but hydra-core cannot be imported ({exc})",
+            hint="pip install 'hydra-core==1.3.2' 'omegaconf==2.3.0'",
+        ) from None
     from omegaconf import OmegaConf
 
     path = Path(doc.path).resolve()
@@ -96,9 +98,11 @@ def compose(doc: YamlDocument, overrides: Sequence[str],
         if bad_yaml is not None:
             raise bad_yaml from None
         missing = _missing_default(doc, exc, found_env)
-        raise SpecError(f"Hydra cannot compose this config: {_hydra_words(exc)}",
-                        location=missing[0] if missing else _defaults_location(doc),
-                        hint=missing[1] if missing else _compose_hint(exc)) from None
+        raise SpecError(
+            f"Hydra cannot compose this config: {_hydra_words(exc)}",
+            location=missing[0] if missing else _defaults_location(doc),
+            hint=missing[1] if missing else _compose_hint(exc),
+        ) from None
     finally:
         config_loader_impl.create_defaults_list = original  # type: ignore[attr-defined]  # Hydra's internal, not exported
         GlobalHydra.instance().clear()
@@ -106,8 +110,12 @@ def compose(doc: YamlDocument, overrides: Sequence[str],
     marks: dict[PathKey, ScalarMark] = {}
     files: list[str] = []
     for item in defaults.defaults:
-        if item.config_path is None or item.package is None or item.package.split(".")[0] == "hydra" \
-                or item.config_path.startswith("hydra/"):
+        if (
+            item.config_path is None
+            or item.package is None
+            or item.package.split(".")[0] == "hydra"
+            or item.config_path.startswith("hydra/")
+        ):
             continue
         source = path if item.primary else _find(item.config_path, search)
         if source is None:
@@ -156,7 +164,7 @@ def _child(node: Any, key: Any) -> Any:
 
 def _file_dir(entry: str) -> Path | None:
     if entry.startswith("file://"):
-        return Path(entry[len("file://"):])
+        return Path(entry[len("file://") :])
     if "://" in entry:
         return None
     return Path(entry)
@@ -189,26 +197,35 @@ def searchpath_env(doc: YamlDocument) -> dict[str, str]:
     config_dir = Path(doc.path).resolve().parent
     for var, uses in needed.items():
         telling = all(_names_a_folder_below(entry, var) for entry in uses)
-        folder = next((f for f in (config_dir, *config_dir.parents)
-                       if all(_is_dir_with(entry, var, f) for entry in uses)), None) if telling else None
+        folder = (
+            next(
+                (f for f in (config_dir, *config_dir.parents) if all(_is_dir_with(entry, var, f) for entry in uses)),
+                None,
+            )
+            if telling
+            else None
+        )
         if folder is None:
-            raise SpecError(f"hydra.searchpath {uses[0]!r} needs the environment variable {var}, which is not set"
-                            + (", and no folder above the config fits it" if telling else ""),
-                            location=doc.location(("hydra", "searchpath", entries.index(uses[0]))),
-                            hint=f"export {var}=<directory> as the framework's run script does "
-                                 "(e.g. the examples/... folder holding config/)")
+            raise SpecError(
+                f"hydra.searchpath {uses[0]!r} needs the environment variable {var}, which is not set"
+                + (", and no folder above the config fits it" if telling else ""),
+                location=doc.location(("hydra", "searchpath", entries.index(uses[0]))),
+                hint=f"export {var}=<directory> as the framework's run script does "
+                "(e.g. the examples/... folder holding config/)",
+            )
         found[var] = str(folder)
     return found
 
 
 def _names_a_folder_below(entry: str, var: str) -> bool:
     """`${X}/config/` tells which folder X is; a bare `${X}/` fits every folder."""
-    return all(entry[m.end():].strip("/") for m in _ENV_IN_SEARCHPATH.finditer(entry) if m.group(1) == var)
+    return all(entry[m.end() :].strip("/") for m in _ENV_IN_SEARCHPATH.finditer(entry) if m.group(1) == var)
 
 
 def _is_dir_with(entry: str, var: str, folder: Path) -> bool:
     text = _ENV_IN_SEARCHPATH.sub(
-        lambda m: str(folder) if m.group(1) == var else os.environ.get(m.group(1), m.group(2) or ""), entry)
+        lambda m: str(folder) if m.group(1) == var else os.environ.get(m.group(1), m.group(2) or ""), entry
+    )
     where = _file_dir(text)
     return where is not None and where.is_dir()
 
@@ -235,8 +252,9 @@ def _defaults_location(doc: YamlDocument) -> SourceLocation:
 _MISSING = re.compile(r"Could not (?:find|load) '([^']+)'")
 
 
-def _missing_default(doc: YamlDocument, exc: BaseException,
-                     found_env: Mapping[str, str]) -> tuple[SourceLocation, str] | None:
+def _missing_default(
+    doc: YamlDocument, exc: BaseException, found_env: Mapping[str, str]
+) -> tuple[SourceLocation, str] | None:
     """A defaults entry naming a file that does not exist: the entry's location (the primary file's
     entry when it is there, else the defaults list) and the options the config group has."""
     m = _MISSING.search(str(exc))
@@ -249,7 +267,7 @@ def _missing_default(doc: YamlDocument, exc: BaseException,
         if isinstance(entry, str) and entry.split()[-1].split("@")[0].strip("/") == m.group(1).strip("/"):
             location = doc.location(("defaults", i))
         elif isinstance(entry, dict) and len(entry) == 1:
-            (key, value), = entry.items()
+            ((key, value),) = entry.items()
             if str(key).split()[-1].split("@")[0].strip("/") == group and str(value) == option:
                 location = doc.location(("defaults", i, key))
     bases = [Path(doc.path).resolve().parent] + [p for p in _searchpath_dirs(doc, found_env) if p is not None]
@@ -258,21 +276,26 @@ def _missing_default(doc: YamlDocument, exc: BaseException,
     if not group:
         hint = f"no config {option!r} in the config's folder or a hydra.searchpath entry"
     elif options:
-        hint = (f"config group {group!r} has no option {option!r}; its options are: {', '.join(options)} "
-                f"(the .yaml files in {', '.join(str(d) for d in dirs)})")
+        hint = (
+            f"config group {group!r} has no option {option!r}; its options are: {', '.join(options)} "
+            f"(the .yaml files in {', '.join(str(d) for d in dirs)})"
+        )
     elif dirs:
         hint = f"config group {group!r} ({', '.join(str(d) for d in dirs)}) holds no .yaml files"
     else:
-        hint = (f"there is no config group folder {group!r} in the config's folder or a hydra.searchpath "
-                f"entry ({', '.join(str(b) for b in bases)})")
+        hint = (
+            f"there is no config group folder {group!r} in the config's folder or a hydra.searchpath "
+            f"entry ({', '.join(str(b) for b in bases)})"
+        )
     return location, hint
 
 
 def _yaml_error_in_file(exc: BaseException) -> SpecError | None:
     """A YAML error in one of the composed files (a `defaults:` entry), located in that file, not the top one."""
     seen: BaseException | None = exc
-    while seen is not None and not isinstance(seen, (yaml.MarkedYAMLError, yaml.reader.ReaderError,
-                                                     UnicodeDecodeError)):
+    while seen is not None and not isinstance(
+        seen, (yaml.MarkedYAMLError, yaml.reader.ReaderError, UnicodeDecodeError)
+    ):
         seen = seen.__cause__ or seen.__context__
     if isinstance(seen, UnicodeDecodeError):  # Hydra opened a file as UTF-8: name it, at the byte
         source = _file_being_read(seen)
@@ -286,8 +309,11 @@ def _yaml_error_in_file(exc: BaseException) -> SpecError | None:
     if isinstance(seen, yaml.reader.ReaderError) and os.path.isfile(seen.name):  # a character YAML refuses
         with open(seen.name, encoding="utf-8", errors="replace") as fh:
             return yaml_error(seen, seen.name, fh.read())
-    if not isinstance(seen, yaml.MarkedYAMLError) or seen.problem_mark is None \
-            or not os.path.isfile(seen.problem_mark.name):
+    if (
+        not isinstance(seen, yaml.MarkedYAMLError)
+        or seen.problem_mark is None
+        or not os.path.isfile(seen.problem_mark.name)
+    ):
         return None
     return yaml_error(seen, seen.problem_mark.name)
 
@@ -315,15 +341,18 @@ def _hydra_words(exc: BaseException) -> str:
 def _compose_hint(exc: BaseException) -> str:
     text = str(exc)
     if "Could not find" in text or "Could not load" in text or "not found" in text:
-        return "check the `defaults:` entry names a file that exists (relative to the config's folder or a " \
-               "hydra.searchpath entry)"
+        return (
+            "check the `defaults:` entry names a file that exists (relative to the config's folder or a "
+            "hydra.searchpath entry)"
+        )
     if "Multiple values for" in text or "appears more than once" in text:
         return "a defaults entry is listed twice after composition; remove one"
     return "the frameworks compose this config with Hydra too: fix the `defaults:` list or the override"
 
 
-def split_overrides(doc: YamlDocument, overrides: Sequence[str],
-                    found_env: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
+def split_overrides(
+    doc: YamlDocument, overrides: Sequence[str], found_env: Mapping[str, str] | None = None
+) -> tuple[list[str], list[str]]:
     """Overrides Hydra must see (config groups `model=x`, `+group/opt@pkg`, `~key`) vs. plain values,
     which hpcplace applies after composition (they may create keys, like `--set slurm.partition=p`)."""
     bases = [Path(doc.path).resolve().parent] + [p for p in _searchpath_dirs(doc, found_env or {}) if p is not None]
@@ -347,8 +376,10 @@ def _searchpath_entries(doc: YamlDocument) -> list[str]:
 
 def _searchpath_dirs(doc: YamlDocument, found_env: Mapping[str, str]) -> list[Path | None]:
     env = {**os.environ, **found_env}
-    return [_file_dir(_ENV_IN_SEARCHPATH.sub(lambda m: env.get(m.group(1), m.group(2) or ""), entry))
-            for entry in _searchpath_entries(doc)]
+    return [
+        _file_dir(_ENV_IN_SEARCHPATH.sub(lambda m: env.get(m.group(1), m.group(2) or ""), entry))
+        for entry in _searchpath_entries(doc)
+    ]
 
 
 def mark_override(text: str, marks: dict[PathKey, ScalarMark]) -> None:
@@ -357,6 +388,6 @@ def mark_override(text: str, marks: dict[PathKey, ScalarMark]) -> None:
     if not sep or "/" in key or "@" in key:
         return
     path: PathKey = tuple(int(p) if p.isdigit() else p for p in key.split("."))
-    for existing in [k for k in marks if k[:len(path)] == path]:
+    for existing in [k for k in marks if k[: len(path)] == path]:
         del marks[existing]
     marks[path] = ScalarMark(1, len(text) - len(_value) + 1, None, _value, file=f"<override {text}>")

@@ -13,8 +13,12 @@ def register_resolvers() -> None:
     """The resolvers the frameworks register and placement values use (RLinf's omega_resolver)."""
     from omegaconf import OmegaConf
 
-    for name, fn in (("multiply", lambda x, y: x * y), ("int_div", lambda x, y: x // y),
-                     ("subtract", lambda x, y: x - y), ("not", lambda x: not bool(x))):
+    for name, fn in (
+        ("multiply", lambda x, y: x * y),
+        ("int_div", lambda x, y: x // y),
+        ("subtract", lambda x, y: x - y),
+        ("not", lambda x: not bool(x)),
+    ):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 

@@ -45,8 +45,12 @@ class LaunchSpec:
         return self.mode == "ray"
 
     def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {"mode": self.mode, "driver": list(self.driver),
-                                  "env": dict(sorted(self.env.items())), "join_timeout": self.join_timeout}
+        out: dict[str, object] = {
+            "mode": self.mode,
+            "driver": list(self.driver),
+            "env": dict(sorted(self.env.items())),
+            "join_timeout": self.join_timeout,
+        }
         # written only when set: the plan.json of a job that does not hold stays what it was
         if self.hold:
             out["hold"] = True
@@ -74,8 +78,10 @@ def check_env(env: Mapping[str, str], where: str = "launch.env") -> dict[str, st
     out: dict[str, str] = {}
     for key, value in env.items():
         if not ENV_NAME_RE.match(key):
-            raise SpecError(f"{where}: {key!r} is not an environment variable name",
-                            hint="names use letters, digits and '_' and do not start with a digit")
+            raise SpecError(
+                f"{where}: {key!r} is not an environment variable name",
+                hint="names use letters, digits and '_' and do not start with a digit",
+            )
         if "\0" in value:
             raise SpecError(f"{where}: the value of {key} holds a NUL byte")
         out[key] = value
@@ -88,8 +94,10 @@ def parse_launch(view: View | None) -> LaunchSpec:
         root = view.doc.data if isinstance(view.doc.data, dict) else {}
         stray = [k for k in sorted(KEYS) if k in root]
         if stray:  # `launch:` then `mode: ray` at its indentation: YAML reads two top-level keys
-            raise view.error(f"the block is empty, and its keys {', '.join(stray)} stand at the top level",
-                             hint="indent them two spaces under `launch:`")
+            raise view.error(
+                f"the block is empty, and its keys {', '.join(stray)} stand at the top level",
+                hint="indent them two spaces under `launch:`",
+            )
     if view is None or view.value is None:
         return STEPS
     if not isinstance(view.value, dict):
@@ -123,13 +131,15 @@ def parse_launch(view: View | None) -> LaunchSpec:
     if mode is None:
         mode = "ray" if driver or dashboard else "steps"
     if dashboard and mode != "ray":
-        raise view.require("dashboard").error("launch.dashboard is the Ray dashboard: ray mode only",
-                                              hint="set launch.mode: ray (or remove dashboard)")
+        raise view.require("dashboard").error(
+            "launch.dashboard is the Ray dashboard: ray mode only", hint="set launch.mode: ray (or remove dashboard)"
+        )
     # A ray block without a driver is complete once `--driver -- CMD` or `--hold` is applied: render,
     # submit and `run --local` refuse what is still missing then (hpcplace.plan.runnable), `plan` warns.
     if mode == "steps" and driver:
-        raise view.require("driver").error("launch.driver is only used in ray mode",
-                                           hint="set launch.mode: ray (or remove the driver)")
+        raise view.require("driver").error(
+            "launch.driver is only used in ray mode", hint="set launch.mode: ray (or remove the driver)"
+        )
     return LaunchSpec(mode, driver, env, timeout, hold, dashboard)
 
 
@@ -175,16 +185,18 @@ def split_driver_argv(argv: Sequence[str]) -> tuple[list[str], list[str] | None]
     i = args.index("--driver")
     if "--" in args[:i]:  # `--driver` after a `--` belongs to something else
         return args, None
-    driver = args[i + 1:]
+    driver = args[i + 1 :]
     command = args[0] if args and not args[0].startswith("-") else "submit"
     if driver[:1] == ["--"]:
         driver = driver[1:]
     elif driver[:1] and driver[0].startswith("-"):  # `--driver -o DIR -- python ...`: -o would be the driver's
-        swallowed = driver[:driver.index("--")] if "--" in driver else driver[:1]
-        raise SpecError(f"--driver takes everything after it as the driver's command, and {' '.join(swallowed)!r} "
-                        "looks like hpcplace's own option",
-                        hint=f"put hpcplace's options before it: hpcplace {command} CONFIG {' '.join(swallowed)} "
-                             "--driver -- python main.py ...")
+        swallowed = driver[: driver.index("--")] if "--" in driver else driver[:1]
+        raise SpecError(
+            f"--driver takes everything after it as the driver's command, and {' '.join(swallowed)!r} "
+            "looks like hpcplace's own option",
+            hint=f"put hpcplace's options before it: hpcplace {command} CONFIG {' '.join(swallowed)} "
+            "--driver -- python main.py ...",
+        )
     if not driver:
         raise SpecError("--driver needs a command", hint=f"hpcplace {command} CONFIG --driver -- python main.py ...")
     return args[:i], driver
@@ -194,10 +206,14 @@ def launch_from_json(data: object) -> LaunchSpec:
     """plan.json's "launch" record (absent: steps mode) back into a LaunchSpec."""
     if not isinstance(data, dict):
         return STEPS
-    return LaunchSpec(str(data.get("mode", "steps")), tuple(str(a) for a in data.get("driver") or ()),
-                      {str(k): str(v) for k, v in (data.get("env") or {}).items()},
-                      float(data.get("join_timeout", DEFAULT_JOIN_TIMEOUT)), bool(data.get("hold")),
-                      bool(data.get("dashboard")))
+    return LaunchSpec(
+        str(data.get("mode", "steps")),
+        tuple(str(a) for a in data.get("driver") or ()),
+        {str(k): str(v) for k, v in (data.get("env") or {}).items()},
+        float(data.get("join_timeout", DEFAULT_JOIN_TIMEOUT)),
+        bool(data.get("hold")),
+        bool(data.get("dashboard")),
+    )
 
 
 # Configs whose components a framework's driver starts (whether a plan has something to run:
@@ -206,8 +222,12 @@ FRAMEWORK_FORMATS = ("rlinf", "roll", "areal")  # configs whose components are s
 BARE_PYTHON_RE = re.compile(r"python(\d+(\.\d+)?)?")
 
 
-def resolve_driver_interpreter(launch: LaunchSpec, which: Callable[[str], str | None],
-                               executable: str, version: tuple[int, int] = sys.version_info[:2]) -> LaunchSpec:
+def resolve_driver_interpreter(
+    launch: LaunchSpec,
+    which: Callable[[str], str | None],
+    executable: str,
+    version: tuple[int, int] = sys.version_info[:2],
+) -> LaunchSpec:
     """A driver started as a bare `python`/`python3`/`pythonX.Y` gets an absolute interpreter: the
     submitting environment's (`executable`, which also runs the job's raylets: Ray refuses a driver of
     another Python or Ray, and PATH's `python` is another environment when a venv's hpcplace runs without
@@ -215,7 +235,7 @@ def resolve_driver_interpreter(launch: LaunchSpec, which: Callable[[str], str | 
     other program stays as given."""
     if not launch.is_ray or not launch.driver or not BARE_PYTHON_RE.fullmatch(launch.driver[0]):
         return launch
-    wanted = launch.driver[0][len("python"):]
+    wanted = launch.driver[0][len("python") :]
     ours = wanted in ("", str(version[0]), f"{version[0]}.{version[1]}")
     found = executable if ours else which(launch.driver[0]) or executable
     return replace(launch, driver=(os.path.abspath(found), *launch.driver[1:]))

@@ -18,7 +18,9 @@ MAX_HARDWARE_PER_NODE = 1024  # robots, cameras, ... per node
 MAX_CPUS_PER_NODE = 65_536
 MAX_MEM_PER_NODE_MB = 64 * 1024 * 1024  # 64 TiB: above the largest single-node machines
 MAX_DEVICE_ID = MAX_NODES * MAX_GPUS_PER_NODE - 1  # ROLL's global GPU ids
-MAX_PROCESSES = 4_194_304  # processes of one component, and of the whole plan (16,384 nodes x 8 GPUs is ~1.3M: planned in seconds)
+MAX_PROCESSES = (
+    4_194_304  # processes of one component, and of the whole plan (16,384 nodes x 8 GPUs is ~1.3M: planned in seconds)
+)
 MAX_COMPONENTS = 1024
 
 # name -> (cap, what it counts): the table docs/safety.md shows and errors quote.
@@ -44,8 +46,11 @@ class LimitError(SpecError):
 def check_cap(value: int, cap: int, what: str, location: SourceLocation | None = None) -> int:
     """`value` if it is at most `cap`, else a LimitError naming the cap."""
     if value > cap:
-        raise LimitError(f"{what} is {value}; hpcplace supports at most {cap}", location=location,
-                         hint="check for a typo; the caps are listed in docs/safety.md (\"Safety and limits\")")
+        raise LimitError(
+            f"{what} is {value}; hpcplace supports at most {cap}",
+            location=location,
+            hint='check for a typo; the caps are listed in docs/safety.md ("Safety and limits")',
+        )
     return value
 
 

@@ -46,8 +46,9 @@ _DIGITS = re.compile(r"^[0-9]+$")
 _SYNTAX_HINT = "write `a`, `a-b` or `all` for resources, optionally `:c-d` for processes, e.g. `0-3:0-7,4-7`"
 
 
-def parse_range(text: str, *, total: int | None, offset: int, what: str, noun: str = "resources",
-                scope: str | None = None) -> tuple[int, int]:
+def parse_range(
+    text: str, *, total: int | None, offset: int, what: str, noun: str = "resources", scope: str | None = None
+) -> tuple[int, int]:
     """Parse `a`, `a-b` or `all` (case-insensitive; `all` needs `total`). `scope` says what `total`
     counts (e.g. "node group 'a800' has 16 GPUs (2 nodes x 8): ranks 0-15"), the hint of an
     out-of-range error."""
@@ -55,8 +56,9 @@ def parse_range(text: str, *, total: int | None, offset: int, what: str, noun: s
     lead = offset + (len(text) - len(text.lstrip()))
     if token.lower() == "all":
         if total is None:
-            raise RankSyntaxError(f"{what} cannot be 'all'", offset=lead,
-                                  hint="process ranks must be explicit, e.g. `0-7`; or omit them")
+            raise RankSyntaxError(
+                f"{what} cannot be 'all'", offset=lead, hint="process ranks must be explicit, e.g. `0-7`; or omit them"
+            )
         if total == 0:
             raise RankSyntaxError(f"{what} 'all' selects nothing: there are no resources here", offset=lead)
         return 0, total - 1
@@ -64,23 +66,37 @@ def parse_range(text: str, *, total: int | None, offset: int, what: str, noun: s
     if len(pieces) not in (1, 2) or not all(_DIGITS.match(p.strip()) for p in pieces):
         raise RankSyntaxError(f"invalid {what} {token!r}", offset=lead, hint=_SYNTAX_HINT)
     if any(len(p.strip()) > 9 for p in pieces):
-        raise RankSyntaxError(f"{what} {token!r}: number too large (at most {MAX_PROCESSES} processes are supported)",
-                              offset=lead, hint=_SYNTAX_HINT)
+        raise RankSyntaxError(
+            f"{what} {token!r}: number too large (at most {MAX_PROCESSES} processes are supported)",
+            offset=lead,
+            hint=_SYNTAX_HINT,
+        )
     start = int(pieces[0])
     end = int(pieces[-1])
     if start > end:
-        raise RankSyntaxError(f"{what} {token!r}: start {start} is greater than end {end}", offset=lead,
-                              hint=f"write it ascending: `{end}-{start}`")
+        raise RankSyntaxError(
+            f"{what} {token!r}: start {start} is greater than end {end}",
+            offset=lead,
+            hint=f"write it ascending: `{end}-{start}`",
+        )
     if total is not None and end >= total:
         available = f"only {total} {noun} ({compress_ranks(range(total))})" if total else f"no {noun}"
         raise RankSyntaxError(
             f"{what} {token!r} is out of range: {available} here",
-            offset=lead, hint=scope or "count resources from 0 within the selected node group(s)")
+            offset=lead,
+            hint=scope or "count resources from 0 within the selected node group(s)",
+        )
     return start, end
 
 
-def parse_rank_map(text: str, total_resources: int, *, resource_name: str = "resource",
-                   any_first_process: bool = False, scope: str | None = None) -> tuple[RankMapPart, ...]:
+def parse_rank_map(
+    text: str,
+    total_resources: int,
+    *,
+    resource_name: str = "resource",
+    any_first_process: bool = False,
+    scope: str | None = None,
+) -> tuple[RankMapPart, ...]:
     """Parse and validate a whole placement string (every RLinf rule, plus process ranks from 0).
     `any_first_process`: as RLinf, the first part's process ranks may start anywhere (`0-1:4-5`);
     only their order matters, so they are renumbered from 0."""
@@ -94,15 +110,19 @@ def parse_rank_map(text: str, total_resources: int, *, resource_name: str = "res
             continue
         pieces = raw.split(":")
         if len(pieces) > 2:
-            raise RankSyntaxError(f"invalid placement part {raw.strip()!r}: more than one ':'",
-                                  offset=part_offset, hint=_SYNTAX_HINT)
-        res_start, res_end = parse_range(pieces[0], total=total_resources, offset=part_offset,
-                                         what=f"{resource_name} ranks", scope=scope)
+            raise RankSyntaxError(
+                f"invalid placement part {raw.strip()!r}: more than one ':'", offset=part_offset, hint=_SYNTAX_HINT
+            )
+        res_start, res_end = parse_range(
+            pieces[0], total=total_resources, offset=part_offset, what=f"{resource_name} ranks", scope=scope
+        )
         if parts and res_start <= parts[-1].resource_end:
             raise RankSyntaxError(
                 f"{resource_name} ranks {pieces[0].strip()!r} overlap or precede the previous part "
                 f"(which ends at {parts[-1].resource_end})",
-                offset=part_offset, hint="resource parts must not overlap and must ascend, e.g. `0-3,4-7`")
+                offset=part_offset,
+                hint="resource parts must not overlap and must ascend, e.g. `0-3,4-7`",
+            )
         next_process = parts[-1].process_end + 1 if parts else 0
         if len(pieces) == 2:
             proc_offset = part_offset + len(pieces[0]) + 1
@@ -115,13 +135,17 @@ def parse_rank_map(text: str, total_resources: int, *, resource_name: str = "res
                     f"process ranks {pieces[1].strip()!r} must start at {next_process + base}: process ranks are "
                     f"continuous and ascending from {base} across parts",
                     offset=proc_offset,
-                    hint=f"write `{pieces[0].strip()}:{next_process + base}-{next_process + base + proc_end - proc_start}`")
+                    hint=f"write `{pieces[0].strip()}:{next_process + base}-{next_process + base + proc_end - proc_start}`",
+                )
         else:
             proc_start = next_process
             proc_end = next_process + (res_end - res_start)
         if proc_end >= MAX_PROCESSES:
-            raise RankSyntaxError(f"placement asks for {proc_end + 1} processes; at most {MAX_PROCESSES} are supported",
-                                  offset=part_offset, hint="check the process ranks for a typo")
+            raise RankSyntaxError(
+                f"placement asks for {proc_end + 1} processes; at most {MAX_PROCESSES} are supported",
+                offset=part_offset,
+                hint="check the process ranks for a typo",
+            )
         part = RankMapPart(res_start, res_end, proc_start, proc_end)
         n_res, n_proc = part.num_resources, part.num_processes
         if n_res % n_proc and n_proc % n_res:
@@ -129,7 +153,8 @@ def parse_rank_map(text: str, total_resources: int, *, resource_name: str = "res
                 f"part {raw.strip()!r}: {n_proc} processes on {n_res} {resource_name}s; one count must "
                 "divide the other",
                 offset=part_offset,
-                hint="e.g. 4 resources for 2 processes (2 each) or 8 processes (2 per resource)")
+                hint="e.g. 4 resources for 2 processes (2 each) or 8 processes (2 per resource)",
+            )
         parts.append(part)
     if not parts:
         raise RankSyntaxError("empty placement: no resource ranks given", offset=0, hint=_SYNTAX_HINT)

@@ -27,14 +27,35 @@ def reserved_env_names() -> frozenset[str]:
     from hpcplace.runtime.process_env import ProcessEnv
 
     sample = ProcessEnv(
-        plan_path="", component="", job_id="", rank=0, world_size=1, local_rank=0, local_world_size=1,
-        node_rank=0, cluster_node_rank=0, master_addr="", master_port=0, visible_devices=(),
-        physical_devices=(), device_mode="none", isolate_accelerator=False, local_accelerator_rank=0,
-        local_hardware_ranks=(), accelerator_type="", node_group_label="", partition="", het_group=0,
-        group_node_index=0, resource_type="", shm_dir="", collocation_group=None, weight_sync_targets=(),
-        weight_sync_sources=())
-    return frozenset(sample.environment()) | {"HPCPLACE_STEP_TASKS", "HPCPLACE_RUN_DIR",
-                                                     "HPCPLACE_MASTER_PORT_CHECK"}
+        plan_path="",
+        component="",
+        job_id="",
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        local_world_size=1,
+        node_rank=0,
+        cluster_node_rank=0,
+        master_addr="",
+        master_port=0,
+        visible_devices=(),
+        physical_devices=(),
+        device_mode="none",
+        isolate_accelerator=False,
+        local_accelerator_rank=0,
+        local_hardware_ranks=(),
+        accelerator_type="",
+        node_group_label="",
+        partition="",
+        het_group=0,
+        group_node_index=0,
+        resource_type="",
+        shm_dir="",
+        collocation_group=None,
+        weight_sync_targets=(),
+        weight_sync_sources=(),
+    )
+    return frozenset(sample.environment()) | {"HPCPLACE_STEP_TASKS", "HPCPLACE_RUN_DIR", "HPCPLACE_MASTER_PORT_CHECK"}
 
 
 def env_name_problem(name: object, allowed: Iterable[str] = ()) -> str | None:
@@ -50,28 +71,37 @@ def env_name_problem(name: object, allowed: Iterable[str] = ()) -> str | None:
     return None
 
 
-def check_env_name(name: object, *, location: SourceLocation | None = None, allowed: Iterable[str] = (),
-                   what: str = "env") -> str:
+def check_env_name(
+    name: object, *, location: SourceLocation | None = None, allowed: Iterable[str] = (), what: str = "env"
+) -> str:
     """`name` if a config may set it; else SpecError (bad syntax, or a variable hpcplace sets)."""
     problem = env_name_problem(name, allowed)
     if problem is None:
         return str(name)
     reserved = "set by hpcplace" in problem
-    hint = (f"hpcplace computes it from the placement (RANK, MASTER_PORT, CUDA_VISIBLE_DEVICES, HPCPLACE_*, ...); "
-            f"remove it from {what}" if reserved else ENV_NAME_HINT)
+    hint = (
+        f"hpcplace computes it from the placement (RANK, MASTER_PORT, CUDA_VISIBLE_DEVICES, HPCPLACE_*, ...); "
+        f"remove it from {what}"
+        if reserved
+        else ENV_NAME_HINT
+    )
     raise SpecError(f"{what}: {problem}", location=location, hint=hint)
 
 
 def check_env_value(name: str, value: str, *, location: SourceLocation | None = None, what: str = "env") -> str:
     """Values cannot hold NUL (no environment can)."""
     if "\x00" in value:
-        raise SpecError(f"{what}: the value of {name} contains a NUL character", location=location,
-                        hint="environment values cannot hold NUL")
+        raise SpecError(
+            f"{what}: the value of {name} contains a NUL character",
+            location=location,
+            hint="environment values cannot hold NUL",
+        )
     return value
 
 
-def check_env(env: Mapping[str, str], *, location: SourceLocation | None = None, allowed: Iterable[str] = (),
-              what: str = "env") -> dict[str, str]:
+def check_env(
+    env: Mapping[str, str], *, location: SourceLocation | None = None, allowed: Iterable[str] = (), what: str = "env"
+) -> dict[str, str]:
     """Every name and value of an env mapping (for callers without per-key locations)."""
     for name, value in env.items():
         check_env_name(name, location=location, allowed=allowed, what=what)
@@ -100,14 +130,18 @@ def srun_argv_problem(words: Sequence[object], *, program_first: bool = True) ->
     return None
 
 
-def check_srun_argv(words: Sequence[str], what: str, *, location: SourceLocation | None = None,
-                    program_first: bool = True) -> tuple[str, ...]:
+def check_srun_argv(
+    words: Sequence[str], what: str, *, location: SourceLocation | None = None, program_first: bool = True
+) -> tuple[str, ...]:
     """`words` as a tuple if srun passes them to the program unchanged; else SpecError."""
     problem = srun_argv_problem(words, program_first=program_first)
     if problem is not None:
-        raise SpecError(f"{what}: {problem}", location=location,
-                        hint="quote ':' inside a larger word, or wrap the command in a script; "
-                             "the component commands themselves travel in plan.json and may contain ':'")
+        raise SpecError(
+            f"{what}: {problem}",
+            location=location,
+            hint="quote ':' inside a larger word, or wrap the command in a script; "
+            "the component commands themselves travel in plan.json and may contain ':'",
+        )
     return tuple(words)
 
 
@@ -137,6 +171,9 @@ def check_sbatch_text(text: str, what: str, *, location: SourceLocation | None =
     """A value that goes into an #SBATCH line: no control characters, newlines or backslashes."""
     problem = control_problem(text)
     if problem is not None:
-        raise SpecError(f"{what}: {problem}", location=location,
-                        hint="#SBATCH lines cannot hold line breaks, control characters or backslashes")
+        raise SpecError(
+            f"{what}: {problem}",
+            location=location,
+            hint="#SBATCH lines cannot hold line breaks, control characters or backslashes",
+        )
     return text

@@ -10,9 +10,23 @@ import shlex
 from hpcplace.errors import SpecError
 
 # The job-level `slurm:` keys every format accepts (lowered in hpcplace.slurm.slurm_job).
-SLURM_JOB_OPTIONS = frozenset({"time", "job_name", "mail_user", "mail_type", "exclusive", "output_dir",
-                               "extra_sbatch_args", "signal_before_limit", "kill_wait", "requeue", "shared_paths",
-                               "preflight", "shm_per_node"})
+SLURM_JOB_OPTIONS = frozenset(
+    {
+        "time",
+        "job_name",
+        "mail_user",
+        "mail_type",
+        "exclusive",
+        "output_dir",
+        "extra_sbatch_args",
+        "signal_before_limit",
+        "kill_wait",
+        "requeue",
+        "shared_paths",
+        "preflight",
+        "shm_per_node",
+    }
+)
 
 
 def sbatch_time_ok(value: str) -> bool:
@@ -23,8 +37,31 @@ def sbatch_time_ok(value: str) -> bool:
 
 
 DEFAULT_LIMIT_SIGNAL = "TERM@120"
-_SIGNAL_NAMES = ("HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "PIPE", "ALRM", "TERM", "CONT", "STOP",
-                 "TSTP", "TTIN", "TTOU", "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "PWR", "SYS")
+_SIGNAL_NAMES = (
+    "HUP",
+    "INT",
+    "QUIT",
+    "ABRT",
+    "KILL",
+    "USR1",
+    "USR2",
+    "PIPE",
+    "ALRM",
+    "TERM",
+    "CONT",
+    "STOP",
+    "TSTP",
+    "TTIN",
+    "TTOU",
+    "URG",
+    "XCPU",
+    "XFSZ",
+    "VTALRM",
+    "PROF",
+    "WINCH",
+    "PWR",
+    "SYS",
+)
 
 
 def limit_signal(value: str) -> str | None:
@@ -40,14 +77,18 @@ def limit_signal(value: str) -> str | None:
     hint = "write SECONDS (SIGTERM that long before the limit), SIGNAL@SECONDS like USR1@300, or false"
     hint += _as_seconds_hint(seconds, f"{sig}@" if "@" in text else "")
     if not seconds.isdigit() or not 1 <= int(seconds) <= 65535:
-        raise SpecError(f"slurm.signal_before_limit {value!r}: {seconds!r} is not a number of seconds "
-                        "from 1 to 65535", hint=hint)
+        raise SpecError(
+            f"slurm.signal_before_limit {value!r}: {seconds!r} is not a number of seconds from 1 to 65535", hint=hint
+        )
     if sig not in _SIGNAL_NAMES and not (sig.isdigit() and 1 <= int(sig) <= 64):
-        raise SpecError(f"slurm.signal_before_limit {value!r}: {sig!r} is not a signal",
-                        hint=f"{hint}; signals: {', '.join(_SIGNAL_NAMES)}")
+        raise SpecError(
+            f"slurm.signal_before_limit {value!r}: {sig!r} is not a signal",
+            hint=f"{hint}; signals: {', '.join(_SIGNAL_NAMES)}",
+        )
     if sig in ("KILL", "STOP", "9", "19"):
-        raise SpecError(f"slurm.signal_before_limit {value!r}: SIG{sig} cannot be caught, so it warns no one",
-                        hint=hint)
+        raise SpecError(
+            f"slurm.signal_before_limit {value!r}: SIG{sig} cannot be caught, so it warns no one", hint=hint
+        )
     return f"{sig}@{int(seconds)}"
 
 
@@ -83,9 +124,10 @@ def kill_wait(value: str | None) -> int | None:
         return None
     text = str(value).strip()
     if not text.isdigit() or int(text) > 3600:
-        raise SpecError(f"slurm.kill_wait {value!r} is not a number of seconds from 0 to 3600",
-                        hint="leave it out to use the cluster's KillWait (scontrol show config)"
-                        + _as_seconds_hint(text))
+        raise SpecError(
+            f"slurm.kill_wait {value!r} is not a number of seconds from 0 to 3600",
+            hint="leave it out to use the cluster's KillWait (scontrol show config)" + _as_seconds_hint(text),
+        )
     return int(text)
 
 
@@ -130,6 +172,7 @@ def extra_args_problem(text: str) -> str | None:
 def extra_args(text: str) -> tuple[str, ...]:
     problem = extra_args_problem(text)
     if problem:
-        raise SpecError(f"slurm.extra_sbatch_args: {problem}",
-                        hint="write options as --name=value, e.g. [--reservation=rl]")
+        raise SpecError(
+            f"slurm.extra_sbatch_args: {problem}", hint="write options as --name=value, e.g. [--reservation=rl]"
+        )
     return tuple(shlex.split(text)) if text else ()

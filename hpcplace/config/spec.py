@@ -44,13 +44,19 @@ class SpanningWorkers:
     location: SourceLocation | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, object]:
-        return {"framework": self.framework, "gpus_per_worker": self.gpus_per_worker,
-                "processes": [list(w) for w in self.workers]}
+        return {
+            "framework": self.framework,
+            "gpus_per_worker": self.gpus_per_worker,
+            "processes": [list(w) for w in self.workers],
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SpanningWorkers:
-        return cls(tuple(tuple(int(r) for r in w) for w in data["processes"]), int(data["gpus_per_worker"]),
-                   str(data.get("framework", "ROLL")))
+        return cls(
+            tuple(tuple(int(r) for r in w) for w in data["processes"]),
+            int(data["gpus_per_worker"]),
+            str(data.get("framework", "ROLL")),
+        )
 
 
 @dataclass(frozen=True)
@@ -73,8 +79,7 @@ class PlacementEntry:
     def location_at(self, offset: int) -> SourceLocation | None:
         if self.location is None or self.text_shift is None:
             return self.location
-        return SourceLocation(self.location.path, self.location.line,
-                              self.location.column + self.text_shift + offset)
+        return SourceLocation(self.location.path, self.location.line, self.location.column + self.text_shift + offset)
 
 
 @dataclass(frozen=True)
@@ -93,9 +98,12 @@ class ComponentSpec:
 
 
 # RLinf's ComponentPlacement classes (ExperimentSpec.placement_class): each has its own rules
-MODEL_PARALLEL, MULTI_AGENT, EVAL, HYBRID = ("ModelParallelComponentPlacement",
-                                             "MultiAgentModelParallelComponentPlacement",
-                                             "ModelParallelEvalComponentPlacement", "HybridComponentPlacement")
+MODEL_PARALLEL, MULTI_AGENT, EVAL, HYBRID = (
+    "ModelParallelComponentPlacement",
+    "MultiAgentModelParallelComponentPlacement",
+    "ModelParallelEvalComponentPlacement",
+    "HybridComponentPlacement",
+)
 
 
 @dataclass(frozen=True)
@@ -167,14 +175,17 @@ def _checked_argv(view: View, argv: tuple[str, ...]) -> tuple[str, ...]:
 
 def per_node_counts(view: View, num_nodes: int, what: str, cap: int | None = None) -> tuple[int, ...]:
     """An int for every node, or a list with one int per node (each at most `cap`)."""
+
     def one(item: View) -> int:
         value = item.int(minimum=0)
         return value if cap is None else limits.check_cap(value, cap, what, item.location())
 
     if isinstance(view.value, list):
         if len(view.value) != num_nodes:
-            raise view.error(f"{what}: {len(view.value)} values for {num_nodes} nodes",
-                             hint="give one number for all nodes, or exactly one per node")
+            raise view.error(
+                f"{what}: {len(view.value)} values for {num_nodes} nodes",
+                hint="give one number for all nodes, or exactly one per node",
+            )
         return tuple(one(item) for item in view.elements())
     return (one(view),) * num_nodes
 
@@ -192,10 +203,12 @@ def placement_entries(view: View) -> tuple[PlacementEntry, ...]:
             check_name(key_view, name, "component name")
             if name in seen:
                 first = seen[name].doc.location(seen[name].path + ("<key>",))
-                raise key_view.key_error(f"component {name!r} is placed twice (first at {first})",
-                                         hint="a component name may appear in only one key of component_placement"
-                                              " (with Hydra `defaults:`, keys of composed files are merged, not "
-                                              "replaced: override the same key, or remove one)")
+                raise key_view.key_error(
+                    f"component {name!r} is placed twice (first at {first})",
+                    hint="a component name may appear in only one key of component_placement"
+                    " (with Hydra `defaults:`, keys of composed files are merged, not "
+                    "replaced: override the same key, or remove one)",
+                )
             seen[name] = key_view
         node_group: tuple[str, ...] | None = None
         node_group_loc = None
@@ -208,12 +221,17 @@ def placement_entries(view: View) -> tuple[PlacementEntry, ...]:
                 node_group_loc = ng.location()
             target = child.require("placement", "the rank string, e.g. `0-7` or `all`")
         if target.value is None:
-            raise target.error("no placement given", hint="in a flow mapping YAML reads `{actor,rollout: all}` "
-                               "as two keys, `actor` (empty) and `rollout`: quote the key, "
-                               "`{'actor,rollout': all}`, or write the mapping in block style")
+            raise target.error(
+                "no placement given",
+                hint="in a flow mapping YAML reads `{actor,rollout: all}` "
+                "as two keys, `actor` (empty) and `rollout`: quote the key, "
+                "`{'actor,rollout': all}`, or write the mapping in block style",
+            )
         if isinstance(target.value, bool) or not isinstance(target.value, (str, int)):
-            raise target.error(f"placement must be a string like `0-7` or an integer, got {target.value!r}",
-                               hint="quote placements that YAML would read as something else")
+            raise target.error(
+                f"placement must be a string like `0-7` or an integer, got {target.value!r}",
+                hint="quote placements that YAML would read as something else",
+            )
         # Unquoted YAML 1.1 numbers like `1:0` (= 60), `010` or `0x10` must mean what was written.
         raw = target.raw_text() if isinstance(target.value, int) else None
         text = raw if raw is not None else str(target.value)
@@ -241,15 +259,29 @@ def _node_group_labels(view: View) -> tuple[str, ...]:
 
 
 def component_settings(view: View, name: str) -> ComponentSpec:
-    view.check_keys({"command", "env", "offload", "tensor_parallel_size", "tp", "pipeline_parallel_size", "pp",
-                     "cpus_per_process", "mem_per_process"})
+    view.check_keys(
+        {
+            "command",
+            "env",
+            "offload",
+            "tensor_parallel_size",
+            "tp",
+            "pipeline_parallel_size",
+            "pp",
+            "cpus_per_process",
+            "mem_per_process",
+        }
+    )
     command = parse_command(v) if (v := view.get("command")) else ()
     env = v.str_map() if (v := view.get("env")) else {}
     offload = v.bool() if (v := view.get("offload")) else False
     tp = _alias_int(view, ("tensor_parallel_size", "tp"))
     pp = _alias_int(view, ("pipeline_parallel_size", "pp"))
-    cpus = limits.cpus_per_node(v.int(minimum=1), v.location(), "cpus_per_process") \
-        if (v := view.get("cpus_per_process")) else 1
+    cpus = (
+        limits.cpus_per_node(v.int(minimum=1), v.location(), "cpus_per_process")
+        if (v := view.get("cpus_per_process"))
+        else 1
+    )
     mem = parse_memory_mb(v) if (v := view.get("mem_per_process")) else None
     return ComponentSpec(name, command, env, offload, tp, pp, cpus, mem, view.location())
 
@@ -257,11 +289,10 @@ def component_settings(view: View, name: str) -> ComponentSpec:
 def _alias_int(view: View, keys: tuple[str, ...]) -> int | None:
     present = [k for k in keys if view.get(k) is not None]
     if len(present) > 1:
-        raise view.require(present[1]).error(f"both {present[0]!r} and {present[1]!r} are given",
-                                             hint="give one of them")
+        raise view.require(present[1]).error(
+            f"both {present[0]!r} and {present[1]!r} are given", hint="give one of them"
+        )
     return view.require(present[0]).int(minimum=1) if present else None
-
-
 
 
 def slurm_options(view: View | None) -> dict[str, str]:
@@ -298,10 +329,12 @@ def _time_minutes(view: View) -> str:
         return text
     if text is not None or view.value < 60:
         return str(view.value)
-    raise view.error(f"the time limit is the number {view.value}, from a file hpcplace cannot read back: sbatch "
-                     f"reads it as {view.value} minutes, and a YAML 1.1 reader (OmegaConf) also makes an unquoted "
-                     f"1:00:00 the number 3600, so hpcplace cannot tell which was written",
-                     hint='quote the time limit, e.g. time: "1:00:00" (one hour) or time: "60" (minutes)')
+    raise view.error(
+        f"the time limit is the number {view.value}, from a file hpcplace cannot read back: sbatch "
+        f"reads it as {view.value} minutes, and a YAML 1.1 reader (OmegaConf) also makes an unquoted "
+        f"1:00:00 the number 3600, so hpcplace cannot tell which was written",
+        hint='quote the time limit, e.g. time: "1:00:00" (one hour) or time: "60" (minutes)',
+    )
 
 
 def _shared_paths(view: View) -> list[str]:
@@ -329,8 +362,11 @@ def check_slurm_option(key: str, value: str, location: SourceLocation | None) ->
     if key == "job_name" and value and not NAME_RE.match(value):  # as the experiment's name, never silently changed
         raise SpecError(f"slurm.job_name {value!r} is not a job name", location=location, hint=NAME_HINT)
     if key == "time" and not sbatch_time_ok(value):
-        raise SpecError(f"slurm.time {value!r} is not a Slurm time limit", location=location,
-                        hint="write e.g. 30, 4:00:00 or 2-00:00:00")
+        raise SpecError(
+            f"slurm.time {value!r} is not a Slurm time limit",
+            location=location,
+            hint="write e.g. 30, 4:00:00 or 2-00:00:00",
+        )
     if key in ("signal_before_limit", "kill_wait", "requeue", "preflight"):
         error = job_option_problem(key, value)
         if error is not None:
@@ -338,32 +374,54 @@ def check_slurm_option(key: str, value: str, location: SourceLocation | None) ->
     if key == "extra_sbatch_args":
         problem = extra_args_problem(value)
         if problem:
-            raise SpecError(f"slurm.extra_sbatch_args: {problem}", location=location,
-                            hint="write options as --name=value, e.g. [--reservation=rl]")
+            raise SpecError(
+                f"slurm.extra_sbatch_args: {problem}",
+                location=location,
+                hint="write options as --name=value, e.g. [--reservation=rl]",
+            )
 
 
-_NATIVE_GROUP_KEYS = {"label", "partition", "nodes", "gpus_per_node", "gpu_type", "cpus_per_node",
-                      "mem_per_node", "constraint", "account", "qos", "hardware", "env", "ignore_hardware"}
+_NATIVE_GROUP_KEYS = {
+    "label",
+    "partition",
+    "nodes",
+    "gpus_per_node",
+    "gpu_type",
+    "cpus_per_node",
+    "mem_per_node",
+    "constraint",
+    "account",
+    "qos",
+    "hardware",
+    "env",
+    "ignore_hardware",
+}
 
 
 def native_node_group(view: View) -> NodeGroup:
     view.check_keys(_NATIVE_GROUP_KEYS)
     label = check_name(view.require("label"), view.require("label").str(), "node group label")
     num_nodes = limits.nodes(view.require("nodes", "how many nodes").int(minimum=1), view.require("nodes").location())
-    gpus = per_node_counts(v, num_nodes, "gpus_per_node", limits.MAX_GPUS_PER_NODE) \
-        if (v := view.get("gpus_per_node")) else (0,) * num_nodes
+    gpus = (
+        per_node_counts(v, num_nodes, "gpus_per_node", limits.MAX_GPUS_PER_NODE)
+        if (v := view.get("gpus_per_node"))
+        else (0,) * num_nodes
+    )
     hardware = None
     if view.get("hardware") is not None:
         hw = view.require("hardware")
         hw.check_keys({"type", "count", "gres"})
         gres = hw.get("gres")
-        hardware = Hardware(check_name(hw.require("type"), hw.require("type").str(), "hardware type"),
-                            per_node_counts(hw.require("count", "per node"), num_nodes, "hardware.count",
-                                            limits.MAX_HARDWARE_PER_NODE),
-                            None if gres is None or gres.value is None else check_name(gres, gres.str(), "GRES name"))
+        hardware = Hardware(
+            check_name(hw.require("type"), hw.require("type").str(), "hardware type"),
+            per_node_counts(hw.require("count", "per node"), num_nodes, "hardware.count", limits.MAX_HARDWARE_PER_NODE),
+            None if gres is None or gres.value is None else check_name(gres, gres.str(), "GRES name"),
+        )
         if not any(hardware.per_node):
-            raise hw.require("count").error("the hardware count is 0 on every node: the group would hold no device",
-                                            hint="give the devices per node (count: 4), or remove the hardware block")
+            raise hw.require("count").error(
+                "the hardware count is 0 on every node: the group would hold no device",
+                hint="give the devices per node (count: 4), or remove the hardware block",
+            )
 
     def opt_str(key: str) -> str | None:
         child = view.get(key)
@@ -373,17 +431,29 @@ def native_node_group(view: View) -> NodeGroup:
     if gpu_type is not None:
         check_name(view.require("gpu_type"), gpu_type, "gpu_type")
         if not any(gpus):  # the group would silently be placed by nodes
-            raise view.require("gpu_type").error(f"gpu_type {gpu_type!r} names GPUs, but the group has none "
-                                                 "(gpus_per_node is 0 or missing)",
-                                                 hint="set gpus_per_node (e.g. gpus_per_node: 8), or remove gpu_type")
+            raise view.require("gpu_type").error(
+                f"gpu_type {gpu_type!r} names GPUs, but the group has none (gpus_per_node is 0 or missing)",
+                hint="set gpus_per_node (e.g. gpus_per_node: 8), or remove gpu_type",
+            )
     partition = opt_str("partition") or label
     return NodeGroup(
-        label=label, partition=partition, num_nodes=num_nodes, gpus_per_node=gpus, gpu_type=gpu_type,
-        cpus_per_node=limits.cpus_per_node(v.int(minimum=1), v.location()) if (v := view.get("cpus_per_node")) else None,
+        label=label,
+        partition=partition,
+        num_nodes=num_nodes,
+        gpus_per_node=gpus,
+        gpu_type=gpu_type,
+        cpus_per_node=limits.cpus_per_node(v.int(minimum=1), v.location())
+        if (v := view.get("cpus_per_node"))
+        else None,
         mem_per_node_mb=parse_memory_mb(v) if (v := view.get("mem_per_node")) else None,
-        constraint=opt_str("constraint"), account=opt_str("account"), qos=opt_str("qos"), hardware=hardware,
+        constraint=opt_str("constraint"),
+        account=opt_str("account"),
+        qos=opt_str("qos"),
+        hardware=hardware,
         ignore_hardware=v.bool() if (v := view.get("ignore_hardware")) else False,
-        env=v.str_map() if (v := view.get("env")) else {}, location=view.location())
+        env=v.str_map() if (v := view.get("env")) else {},
+        location=view.location(),
+    )
 
 
 def parse_native(doc: YamlDocument) -> ExperimentSpec:
@@ -394,10 +464,12 @@ def parse_native(doc: YamlDocument) -> ExperimentSpec:
     cluster_view.check_keys({"node_groups", "component_placement"})
     groups_view = cluster_view.require("node_groups", "a list of node groups (Slurm partitions)")
     groups = tuple(native_node_group(g) for g in groups_view.elements())
-    notes = [f"node group {g.label!r} ({g.location}) gives no partition: it asks Slurm for partition "
-             f"{g.partition!r}, its label; add `partition:` if the cluster names it otherwise"
-             for g, v in zip(groups, groups_view.elements()) if v.get("partition") is None
-             or v.require("partition").value is None]
+    notes = [
+        f"node group {g.label!r} ({g.location}) gives no partition: it asks Slurm for partition "
+        f"{g.partition!r}, its label; add `partition:` if the cluster names it otherwise"
+        for g, v in zip(groups, groups_view.elements())
+        if v.get("partition") is None or v.require("partition").value is None
+    ]
     cluster = build_cluster(groups, groups_view)
     placements = placement_entries(cluster_view.require("component_placement"))
     components: dict[str, ComponentSpec] = {}
@@ -406,18 +478,25 @@ def parse_native(doc: YamlDocument) -> ExperimentSpec:
     if comps_view is not None:
         for key, child in comps_view.items():
             if key not in placed:
-                raise child.key_error(f"component {key!r} has settings but no placement",
-                                      hint="add it to cluster.component_placement, or remove its settings")
+                raise child.key_error(
+                    f"component {key!r} has settings but no placement",
+                    hint="add it to cluster.component_placement, or remove its settings",
+                )
             components[key] = component_settings(child, key)
-    mp = any(c.tensor_parallel_size or c.pipeline_parallel_size for c in components.values()
-             if c.name in ("actor", "rollout"))
+    mp = any(
+        c.tensor_parallel_size or c.pipeline_parallel_size
+        for c in components.values()
+        if c.name in ("actor", "rollout")
+    )
     slurm = root.get("slurm")
     if slurm is not None and isinstance(slurm.value, dict) and "nodes" in slurm.value:
         raise slurm.require("nodes").key_error(
             "slurm.nodes pins the node count of a ROLL config; a native config gives each node group its own",
-            hint="set `nodes:` in cluster.node_groups (one count per group)")
-    return ExperimentSpec(name, cluster, placements, components, doc.path, "native", slurm_options(slurm), mp,
-                          notes=tuple(notes))
+            hint="set `nodes:` in cluster.node_groups (one count per group)",
+        )
+    return ExperimentSpec(
+        name, cluster, placements, components, doc.path, "native", slurm_options(slurm), mp, notes=tuple(notes)
+    )
 
 
 def build_cluster(groups: tuple[NodeGroup, ...], view: View) -> Cluster:

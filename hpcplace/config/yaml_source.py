@@ -64,37 +64,47 @@ class YamlDocument:
 def yaml_error(exc: yaml.YAMLError, path: str, text: str | None = None) -> SpecError:
     """A YAML syntax error as one located line (`text`: the document, to place a reader error)."""
     if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow (NUL, other control codes)
-        before = (text or "")[:exc.position]
+        before = (text or "")[: exc.position]
         line, column = before.count("\n") + 1, exc.position - before.rfind("\n")
         char = exc.character  # a str (PyYAML's reader), an int (LibYAML's) or bytes (an encoding error)
         code = ord(char) if isinstance(char, str) else char if isinstance(char, int) else char[0]
-        return SpecError(f"invalid YAML: character {code:#04x} is not allowed in YAML",
-                         location=SourceLocation(path, line, column),
-                         hint="a config is UTF-8 text: is this a binary file, or is a stray control character there?")
+        return SpecError(
+            f"invalid YAML: character {code:#04x} is not allowed in YAML",
+            location=SourceLocation(path, line, column),
+            hint="a config is UTF-8 text: is this a binary file, or is a stray control character there?",
+        )
     if not isinstance(exc, yaml.MarkedYAMLError):
         return SpecError(f"invalid YAML: {exc}", location=SourceLocation(path, 1, 1))
     mark = exc.problem_mark or exc.context_mark
     what = "; ".join(t for t in (exc.context, exc.problem) if t) or str(exc)
     at = mark.index if mark is not None and text is not None and 0 <= mark.index < len(text) else None
     tab = "'\\t'" in (exc.problem or "") or (at is not None and text is not None and text[at] == "\t")
-    return SpecError(f"invalid YAML: {what}",
-                     location=SourceLocation(mark.name if os.path.isfile(mark.name) else path, mark.line + 1,
-                                             mark.column + 1) if mark else SourceLocation(path, 1, 1),
-                     hint="YAML indents with spaces, never tabs: replace the tab" if tab else
-                     "check indentation and quoting near this position")
+    return SpecError(
+        f"invalid YAML: {what}",
+        location=SourceLocation(mark.name if os.path.isfile(mark.name) else path, mark.line + 1, mark.column + 1)
+        if mark
+        else SourceLocation(path, 1, 1),
+        hint="YAML indents with spaces, never tabs: replace the tab"
+        if tab
+        else "check indentation and quoting near this position",
+    )
 
 
 def load_yaml_text(text: str, path: str = "<string>") -> YamlDocument:
     """Parse YAML safely (never constructs Python objects) and record positions."""
     if len(text) > limits.MAX_CONFIG_BYTES:
-        raise limits.LimitError(f"the config has {len(text)} characters; hpcplace reads at most "
-                                f"{limits.MAX_CONFIG_BYTES}", location=SourceLocation(path, 1, 1))
+        raise limits.LimitError(
+            f"the config has {len(text)} characters; hpcplace reads at most {limits.MAX_CONFIG_BYTES}",
+            location=SourceLocation(path, 1, 1),
+        )
     try:
         _check_depth(text, path)
         node = yaml.compose(text, Loader=_FAST_LOADER)
     except RecursionError:
-        raise limits.LimitError(f"the YAML nesting is too deep (hpcplace reads at most {limits.MAX_YAML_DEPTH} "
-                                "levels)", location=SourceLocation(path, 1, 1)) from None
+        raise limits.LimitError(
+            f"the YAML nesting is too deep (hpcplace reads at most {limits.MAX_YAML_DEPTH} levels)",
+            location=SourceLocation(path, 1, 1),
+        ) from None
     except yaml.YAMLError as exc:
         raise yaml_error(exc, path, text) from None
     marks: dict[PathKey, ScalarMark] = {}
@@ -104,17 +114,23 @@ def load_yaml_text(text: str, path: str = "<string>") -> YamlDocument:
     try:
         data = _Converter(constructor, path, marks).convert(node, ())
     except RecursionError:
-        raise limits.LimitError(f"the YAML nesting is too deep (hpcplace reads at most {limits.MAX_YAML_DEPTH} "
-                                "levels)", location=SourceLocation(path, 1, 1)) from None
+        raise limits.LimitError(
+            f"the YAML nesting is too deep (hpcplace reads at most {limits.MAX_YAML_DEPTH} levels)",
+            location=SourceLocation(path, 1, 1),
+        ) from None
     return YamlDocument(path, data, marks)
 
 
 def _check_depth(text: str, path: str) -> None:
     """Refuse deep nesting before composing (PyYAML's composer recurses once per level)."""
+
     def too_deep(mark: yaml.Mark | yaml._yaml.Mark | None) -> limits.LimitError:  # LibYAML's marks are its own class
-        return limits.LimitError(f"the YAML nesting is deeper than {limits.MAX_YAML_DEPTH} levels",
-                                 location=SourceLocation(path, mark.line + 1, mark.column + 1) if mark is not None
-                                 else SourceLocation(path, 1, 1))
+        return limits.LimitError(
+            f"the YAML nesting is deeper than {limits.MAX_YAML_DEPTH} levels",
+            location=SourceLocation(path, mark.line + 1, mark.column + 1)
+            if mark is not None
+            else SourceLocation(path, 1, 1),
+        )
 
     depth = 0
     try:
@@ -138,8 +154,9 @@ def load_yaml_file(path: str | Path) -> YamlDocument:
     cap = limits.MAX_CONFIG_BYTES
 
     def too_large(size: str) -> limits.LimitError:
-        return limits.LimitError(f"config file {p} has {size} bytes; hpcplace reads at most {cap}",
-                                 location=SourceLocation(str(p), 1, 1))
+        return limits.LimitError(
+            f"config file {p} has {size} bytes; hpcplace reads at most {cap}", location=SourceLocation(str(p), 1, 1)
+        )
 
     try:
         with open(p, "rb") as fh:
@@ -154,12 +171,17 @@ def load_yaml_file(path: str | Path) -> YamlDocument:
         raise SpecError(f"config file not found: {p}", hint="pass the path of a YAML config") from None
     except UnicodeDecodeError as exc:
         if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-            raise SpecError(f"config file {p} is UTF-16 text", location=SourceLocation(str(p), 1, 1),
-                            hint="save it as UTF-8 (e.g. iconv -f utf-16 -t utf-8)") from None
-        before = data[:exc.start]
-        raise SpecError(f"config file {p} is not UTF-8 text: byte {data[exc.start]:#04x} cannot be decoded",
-                        location=SourceLocation(str(p), before.count(b"\n") + 1, exc.start - before.rfind(b"\n")),
-                        hint="save it as UTF-8 (e.g. iconv -f latin1 -t utf-8); is it a binary file?") from None
+            raise SpecError(
+                f"config file {p} is UTF-16 text",
+                location=SourceLocation(str(p), 1, 1),
+                hint="save it as UTF-8 (e.g. iconv -f utf-16 -t utf-8)",
+            ) from None
+        before = data[: exc.start]
+        raise SpecError(
+            f"config file {p} is not UTF-8 text: byte {data[exc.start]:#04x} cannot be decoded",
+            location=SourceLocation(str(p), before.count(b"\n") + 1, exc.start - before.rfind(b"\n")),
+            hint="save it as UTF-8 (e.g. iconv -f latin1 -t utf-8); is it a binary file?",
+        ) from None
     except IsADirectoryError:
         raise SpecError(f"config path {p} is a directory", hint="pass the config's YAML file") from None
     except OSError as exc:
@@ -179,7 +201,8 @@ def yaml11_sexagesimal(text: str) -> bool:
     if ":" not in text:
         return False
     tag = _RESOLVER.resolve(  # type: ignore[no-untyped-call]  # unannotated in types-PyYAML
-        yaml.ScalarNode, text, (True, False))
+        yaml.ScalarNode, text, (True, False)
+    )
     return tag in _NUMBER_TAGS
 
 
@@ -195,9 +218,11 @@ def scalar_value(text: str) -> Any:
         try:
             return load_yaml_text(text, "<override>").data
         except SpecError as exc:  # Hydra refuses it too: never a command made of its broken pieces
-            raise SpecError(f"cannot read {text.strip()!r} as a list or mapping ({exc.message})",
-                            hint="close the brackets ([a, b], {k: v}), or quote the whole value for a text that "
-                                 "starts with a bracket (KEY=\"'[text'\")") from None
+            raise SpecError(
+                f"cannot read {text.strip()!r} as a list or mapping ({exc.message})",
+                hint="close the brackets ([a, b], {k: v}), or quote the whole value for a text that "
+                "starts with a bracket (KEY=\"'[text'\")",
+            ) from None
     try:
         value = yaml.safe_load(text)
     except (yaml.YAMLError, ValueError, OverflowError):
@@ -233,15 +258,22 @@ class _Converter:
         if self.count > limits.MAX_YAML_VALUES:
             raise limits.LimitError(
                 f"the document holds more than {limits.MAX_YAML_VALUES} values once YAML aliases are expanded",
-                location=self._error(node, "").location, hint="use fewer or less nested aliases (*name)")
+                location=self._error(node, "").location,
+                hint="use fewer or less nested aliases (*name)",
+            )
         if len(path) > limits.MAX_YAML_DEPTH:
-            raise limits.LimitError(f"the YAML nesting is deeper than {limits.MAX_YAML_DEPTH} levels",
-                                    location=self._error(node, "").location)
+            raise limits.LimitError(
+                f"the YAML nesting is deeper than {limits.MAX_YAML_DEPTH} levels",
+                location=self._error(node, "").location,
+            )
         marks[path] = _mark(node)
         if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
             if id(node) in self.active:
-                raise self._error(node, "a YAML alias refers to the mapping or list that contains it",
-                                  hint="an anchor (&name) cannot be used (*name) inside itself")
+                raise self._error(
+                    node,
+                    "a YAML alias refers to the mapping or list that contains it",
+                    hint="an anchor (&name) cannot be used (*name) inside itself",
+                )
             self.active.add(id(node))
             try:
                 if isinstance(node, yaml.MappingNode):
@@ -286,8 +318,11 @@ class _Converter:
             except TypeError:  # an unhashable scalar (cannot happen with SafeLoader, but never crash)
                 raise self._error(key_node, "a mapping key must be a scalar") from None
             if duplicate:
-                raise self._error(key_node, f"duplicate key {key!r}",
-                                  hint="each key may appear once in a mapping; merge the two entries")
+                raise self._error(
+                    key_node,
+                    f"duplicate key {key!r}",
+                    hint="each key may appear once in a mapping; merge the two entries",
+                )
             seen.add(key)
             marks[path + (key, KEY)] = _mark(key_node)
             out[key] = self.convert(value_node, path + (key,), marks)
@@ -341,12 +376,15 @@ class View:
             for part in m.group(1).split("."):
                 value = target.value
                 key: Any = int(part) if part.isdigit() and isinstance(value, list) else part
-                if (isinstance(value, dict) and key in value) or (isinstance(value, list) and isinstance(key, int)
-                                                                  and key < len(value)):
+                if (isinstance(value, dict) and key in value) or (
+                    isinstance(value, list) and isinstance(key, int) and key < len(value)
+                ):
                     target = View(view.doc, target.path + (key,), value[key])
                 else:
-                    raise view.error(f"interpolation {view.value!r} names a key that does not exist",
-                                     hint=f"define `{m.group(1)}` in the config (or in a composed defaults file)")
+                    raise view.error(
+                        f"interpolation {view.value!r} names a key that does not exist",
+                        hint=f"define `{m.group(1)}` in the config (or in a composed defaults file)",
+                    )
             view = target
         return view
 
@@ -358,9 +396,11 @@ class View:
             return resolve_value(self.doc.data, self.path)
         except Exception as exc:  # noqa: BLE001 - OmegaConf's errors: unknown resolver, missing key, unset env var
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise self.error(f"cannot resolve {self.value!r}: {text}",
-                             hint="placement reads this value; define what it refers to (or set the "
-                                  "environment variable), or override it, e.g. KEY=VALUE after the config") from None
+            raise self.error(
+                f"cannot resolve {self.value!r}: {text}",
+                hint="placement reads this value; define what it refers to (or set the "
+                "environment variable), or override it, e.g. KEY=VALUE after the config",
+            ) from None
 
     def get(self, key: Any) -> View | None:
         mapping = self.mapping()
@@ -371,9 +411,10 @@ class View:
     def require(self, key: Any, what: str = "") -> View:
         child = self.get(key)
         if child is None:
-            raise self.error(f"missing required key {key!r}{' (' + what + ')' if what else ''}",
-                             hint=f"add `{key}:` "
-                                  + (f"under `{self.dotted()}`" if self.dotted() else "at the top level"))
+            raise self.error(
+                f"missing required key {key!r}{' (' + what + ')' if what else ''}",
+                hint=f"add `{key}:` " + (f"under `{self.dotted()}`" if self.dotted() else "at the top level"),
+            )
         return child
 
     def items(self) -> Iterator[tuple[Any, View]]:
@@ -389,7 +430,8 @@ class View:
             if key not in allowed:
                 raise View(self.doc, self.path + (key,), None).key_error(
                     f"unknown key {key!r} in `{self.dotted() or 'top level'}`" + did_you_mean(str(key), allowed),
-                    hint="allowed keys: " + ", ".join(sorted(allowed)))
+                    hint="allowed keys: " + ", ".join(sorted(allowed)),
+                )
 
     # typed values -----------------------------------------------------------------------------
     def mapping(self) -> dict[Any, Any]:
@@ -420,8 +462,10 @@ class View:
             return d.int(minimum)
         example = f"{self._key_text()}: {max(minimum if minimum is not None else 1, 1)}"
         if isinstance(self.value, bool) or not isinstance(self.value, int):
-            raise self.error(f"expected an integer, got {_describe(self.value)}",
-                             hint=f"write a whole number without quotes, e.g. `{example}`")
+            raise self.error(
+                f"expected an integer, got {_describe(self.value)}",
+                hint=f"write a whole number without quotes, e.g. `{example}`",
+            )
         if minimum is not None and self.value < minimum:
             raise self.error(f"expected an integer >= {minimum}, got {self.value}", hint=f"e.g. `{example}`")
         return self.value
@@ -430,8 +474,10 @@ class View:
         if isinstance(self.value, str) and "${" in self.value and (d := self.deref()).value != self.value:
             return d.bool()
         if not isinstance(self.value, bool):
-            raise self.error(f"expected true or false, got {_describe(self.value)}",
-                             hint=f"write `{self._key_text()}: true` or `{self._key_text()}: false`")
+            raise self.error(
+                f"expected true or false, got {_describe(self.value)}",
+                hint=f"write `{self._key_text()}: true` or `{self._key_text()}: false`",
+            )
         return self.value
 
     def _key_text(self) -> builtins.str:
@@ -442,8 +488,13 @@ class View:
         """A scalar as text, a number as written: YAML 1.1 reads an unquoted `010` as 8, `0x10` as 16 and
         `1_000` as 1000, but a program's argument or an environment value is the text the user typed."""
         mark = self.doc.marks.get(self.path)
-        if isinstance(self.value, (int, float)) and not isinstance(self.value, bool) and mark is not None \
-                and mark.raw is not None and "${" not in mark.raw:
+        if (
+            isinstance(self.value, (int, float))
+            and not isinstance(self.value, bool)
+            and mark is not None
+            and mark.raw is not None
+            and "${" not in mark.raw
+        ):
             return mark.raw.strip()
         return str(self.value)
 
@@ -455,16 +506,19 @@ class View:
         out: dict[str, str] = {}
         for key, child in self.items():
             if not isinstance(key, str) or not key:
-                raise child.key_error(f"expected a string name, got {_describe(key)}",
-                                      hint="variable names use letters, digits and '_' (e.g. MY_FLAG)")
+                raise child.key_error(
+                    f"expected a string name, got {_describe(key)}",
+                    hint="variable names use letters, digits and '_' (e.g. MY_FLAG)",
+                )
             key_path = child.path + (KEY,)
             where = self.doc.location(key_path) if key_path in self.doc.marks else child.location()
             check_env_name(key, location=where, allowed=allowed, what=f"`{self.dotted() or 'env'}`")
             if isinstance(child.value, bool):
                 out[key] = "1" if child.value else "0"
             elif isinstance(child.value, (str, int, float)):
-                out[key] = check_env_value(key, child.as_written(), location=child.location(),
-                                           what=f"`{self.dotted() or 'env'}`")
+                out[key] = check_env_value(
+                    key, child.as_written(), location=child.location(), what=f"`{self.dotted() or 'env'}`"
+                )
             else:
                 raise child.error(f"expected a string value for {key!r}, got {_describe(child.value)}")
         return out
@@ -493,8 +547,9 @@ class View:
         except (yaml.YAMLError, ValueError, OverflowError):
             return None
 
-    def error(self, message: builtins.str, *, hint: builtins.str | None = None,
-              offset: builtins.int | None = None) -> SpecError:
+    def error(
+        self, message: builtins.str, *, hint: builtins.str | None = None, offset: builtins.int | None = None
+    ) -> SpecError:
         where = f"`{self.dotted()}`: " if self.path else ""
         return SpecError(where + message, hint=hint, location=self.location(offset))
 

@@ -141,8 +141,15 @@ def new_run_id(name: str, now: float | None = None) -> str:
     return f"{name}-local-{stamp}-{os.getpid()}"
 
 
-def prepare(plan_text: str, plan_path: str, run_id: str, *, environ: Mapping[str, str], gpus: tuple[str, ...],
-            components: Sequence[str] = ()) -> list[LocalProcess]:
+def prepare(
+    plan_text: str,
+    plan_path: str,
+    run_id: str,
+    *,
+    environ: Mapping[str, str],
+    gpus: tuple[str, ...],
+    components: Sequence[str] = (),
+) -> list[LocalProcess]:
     """Compute every process's environment from plan.json text, as the shim would (no side effects)."""
     doc = json.loads(plan_text)
     header = {k: v for k, v in doc.items() if k != "components"}
@@ -159,14 +166,27 @@ def prepare(plan_text: str, plan_path: str, run_id: str, *, environ: Mapping[str
         rank0 = comp["processes"][0]
         for process in comp["processes"]:
             snapshot = synthetic_snapshot(
-                job_id=run_id, nodes_per_group=nodes_per_group, het_group=process["het_group"],
-                group_node_index=process["group_node_index"], local_id=process["local_rank"],
-                procid=process["rank"], node_name=LOCAL_ADDR, cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"))
+                job_id=run_id,
+                nodes_per_group=nodes_per_group,
+                het_group=process["het_group"],
+                group_node_index=process["group_node_index"],
+                local_id=process["local_rank"],
+                procid=process["rank"],
+                node_name=LOCAL_ADDR,
+                cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
+            )
             try:
                 master_addr = node_name_at(snapshot, rank0["het_group"], rank0["group_node_index"])
                 info, choice = compute_process_env(
-                    plan=header, component=comp_header, component_index=ci, process=process, snapshot=snapshot,
-                    plan_path=plan_path, master_addr=master_addr, local_gpus=gpus)
+                    plan=header,
+                    component=comp_header,
+                    component_index=ci,
+                    process=process,
+                    snapshot=snapshot,
+                    plan_path=plan_path,
+                    master_addr=master_addr,
+                    local_gpus=gpus,
+                )
                 changes = environment_changes(info, plan_environment(header, comp_header, process))
                 env = merge_environment(environ, changes)
             except ShimError as exc:
@@ -182,8 +202,13 @@ def prepare(plan_text: str, plan_path: str, run_id: str, *, environ: Mapping[str
 LOCAL_RECORD = "local.json"  # a `run --local` run directory: its run id (the "job id" of its ranks' env)
 
 
-def exec_locally(run_dir: str | os.PathLike[str], component: str, rank: int, command: Sequence[str],
-                 environ: Mapping[str, str] | None = None) -> int:
+def exec_locally(
+    run_dir: str | os.PathLike[str],
+    component: str,
+    rank: int,
+    command: Sequence[str],
+    environ: Mapping[str, str] | None = None,
+) -> int:
     """`hpcplace exec RUN_DIR --component C --rank R -- CMD` for a `run --local` run directory: CMD runs
     here, in the foreground, with exactly the environment that rank got (or gets) in that local run
     (the same computation, the run's own id: its HPCPLACE_SHM_DIR, MASTER_ADDR/PORT), in the run's working
@@ -194,28 +219,43 @@ def exec_locally(run_dir: str | os.PathLike[str], component: str, rank: int, com
         record = json.loads((directory / LOCAL_RECORD).read_text(encoding="utf-8"))
         run_id = str(record["run_id"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise LocalRunError(f"{directory / LOCAL_RECORD} is damaged: {directory} is not a usable `hpcplace run "
-                            f"--local` run directory ({type(exc).__name__}: {exc})", hint=hint) from None
+        raise LocalRunError(
+            f"{directory / LOCAL_RECORD} is damaged: {directory} is not a usable `hpcplace run "
+            f"--local` run directory ({type(exc).__name__}: {exc})",
+            hint=hint,
+        ) from None
     plan_file = directory / "plan.json"
     try:
         text = plan_file.read_text(encoding="utf-8")
     except (OSError, ValueError) as exc:
-        raise LocalRunError(f"cannot read {plan_file}: {directory} is not a usable `hpcplace run --local` run "
-                            f"directory ({exc})", hint=hint) from None
+        raise LocalRunError(
+            f"cannot read {plan_file}: {directory} is not a usable `hpcplace run --local` run directory ({exc})",
+            hint=hint,
+        ) from None
     environ = dict(os.environ if environ is None else environ)
     try:
-        procs = [p for p in prepare(text, str(plan_file), run_id, environ=environ,
-                                    gpus=local_gpus(environ), components=(component,)) if p.rank == rank]
+        procs = [
+            p
+            for p in prepare(
+                text, str(plan_file), run_id, environ=environ, gpus=local_gpus(environ), components=(component,)
+            )
+            if p.rank == rank
+        ]
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:  # JSONDecodeError is a ValueError
         what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
-        raise LocalRunError(f"{plan_file} is damaged or not an hpcplace plan ({what}): the run directory "
-                            f"{directory} cannot be used", hint=hint + "; or start a new run") from None
+        raise LocalRunError(
+            f"{plan_file} is damaged or not an hpcplace plan ({what}): the run directory {directory} cannot be used",
+            hint=hint + "; or start a new run",
+        ) from None
     if not procs:
         raise LocalRunError(f"component {component!r} has no rank {rank} in {directory}/plan.json")
     workdir = record.get("workdir")  # where the run's processes started (its --workdir); older records: here
     if workdir is not None and not (isinstance(workdir, str) and os.path.isdir(workdir)):
-        raise LocalRunError(f"the run's working directory {workdir!r} (recorded in {directory / LOCAL_RECORD}) "
-                            "is no longer a directory", hint="start a new run")
+        raise LocalRunError(
+            f"the run's working directory {workdir!r} (recorded in {directory / LOCAL_RECORD}) "
+            "is no longer a directory",
+            hint="start a new run",
+        )
     try:
         return subprocess.run(list(command), env=procs[0].env, cwd=workdir, check=False).returncode
     except FileNotFoundError:
@@ -239,7 +279,8 @@ def partial_collocation_problem(plan: Plan, components: Sequence[str]) -> LocalR
                 f"(members: {', '.join(group.components)}): its members take turns on shared devices, so "
                 f"{', '.join(started)} would wait forever for {', '.join(missing)}",
                 hint=f"add {' '.join('--component ' + c for c in missing)} too, or drop --component to run "
-                     "the whole plan")
+                "the whole plan",
+            )
     return None
 
 
@@ -254,8 +295,13 @@ def startable_problem(what: str, command: Sequence[str], cwd: str, path: str) ->
     program = str(command[0])
     search = os.pathsep.join(d if os.path.isabs(d) else os.path.join(cwd, d or ".") for d in path.split(os.pathsep))
     candidate = os.path.join(cwd, program) if "/" in program else program
-    check = ProgramCheck(what=what, program=program, resolved=resolve_program(candidate, search),
-                         needs_runtime=False, script=python_script(command))
+    check = ProgramCheck(
+        what=what,
+        program=program,
+        resolved=resolve_program(candidate, search),
+        needs_runtime=False,
+        script=python_script(command),
+    )
     problem = program_problem(check, cwd)
     if problem is not None and cwd not in problem:
         problem += f" (working directory {cwd})"
@@ -270,23 +316,26 @@ def start_problems(processes: Sequence[LocalProcess], cwd: str) -> list[str]:
         if proc.component in seen:
             continue
         seen.add(proc.component)
-        problem = startable_problem(f"component {proc.component}", proc.command, cwd,
-                                    proc.env.get("PATH", os.defpath))
+        problem = startable_problem(f"component {proc.component}", proc.command, cwd, proc.env.get("PATH", os.defpath))
         if problem is not None:
             problems.append(problem)
     return problems
 
 
-WORKDIR_HINT = ("pass --workdir DIR, the directory the commands' relative paths start from (e.g. the config's "
-                "folder or the checkout), or run hpcplace from there")
+WORKDIR_HINT = (
+    "pass --workdir DIR, the directory the commands' relative paths start from (e.g. the config's "
+    "folder or the checkout), or run hpcplace from there"
+)
 
 
 def resolve_workdir(workdir: str | os.PathLike[str] | None) -> str:
     """--workdir DIR as an absolute directory (default: the current directory)."""
     where = os.path.abspath(workdir if workdir is not None else os.getcwd())
     if not os.path.isdir(where):
-        raise LocalRunError(f"--workdir {os.fspath(workdir) if workdir is not None else where!r} is not a directory",
-                            hint="give the directory the components' commands run in")
+        raise LocalRunError(
+            f"--workdir {os.fspath(workdir) if workdir is not None else where!r} is not a directory",
+            hint="give the directory the components' commands run in",
+        )
     return where
 
 
@@ -303,9 +352,16 @@ def dry_run_text(processes: Sequence[LocalProcess]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_plan_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None, components: Sequence[str] = (),
-                     dry_run: bool = False, grace_s: float = DEFAULT_GRACE_S,
-                     environ: Mapping[str, str] | None = None, workdir: str | os.PathLike[str] | None = None) -> int:
+def run_plan_locally(
+    plan: Plan,
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    components: Sequence[str] = (),
+    dry_run: bool = False,
+    grace_s: float = DEFAULT_GRACE_S,
+    environ: Mapping[str, str] | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+) -> int:
     """Render plan.json (+ index) into the run dir, start every process in `workdir` (default: the current
     directory), return the exit code. Refused before anything starts: part of a collocation group, and a
     process whose program or Python script is not there (relative paths are taken from `workdir`)."""
@@ -324,8 +380,7 @@ def run_plan_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = Non
     directory = Path(run_dir) if run_dir is not None else Path("runs") / run_id
     plan_path = directory.resolve() / "plan.json"
     text = plan_to_json(plan)
-    processes = prepare(text, str(plan_path), run_id, environ=environ, gpus=local_gpus(environ),
-                        components=components)
+    processes = prepare(text, str(plan_path), run_id, environ=environ, gpus=local_gpus(environ), components=components)
     problems = start_problems(processes, cwd)
     if dry_run:  # shows what would run; what would stop it is a warning here
         for warning in ([partial.message] if partial is not None else []) + problems:
@@ -370,6 +425,7 @@ def run_plan_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = Non
 # Supervision: start, prefix output, stop everything on the first failure or a signal
 # ----------------------------------------------------------------------------------------------
 
+
 class _Stream:
     """One child pipe: complete lines go to `sink` with the process's prefix."""
 
@@ -400,8 +456,9 @@ def shell_exit_code(returncode: int) -> int:
 class _Supervisor:
     """Start processes in their own process groups, relay output, stop all of them together."""
 
-    def __init__(self, grace_s: float, out: BinaryIO, err: BinaryIO, shm_job_dir: str | None = None,
-                 workdir: str | None = None) -> None:
+    def __init__(
+        self, grace_s: float, out: BinaryIO, err: BinaryIO, shm_job_dir: str | None = None, workdir: str | None = None
+    ) -> None:
         self.grace_s = grace_s
         self.workdir = workdir
         self.parent = os.getpid()
@@ -420,9 +477,16 @@ class _Supervisor:
 
     def start(self, proc: LocalProcess) -> bool:
         try:
-            popen = subprocess.Popen(list(proc.command), env=proc.env, stdin=subprocess.DEVNULL, cwd=self.workdir,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                     preexec_fn=self._die_with_parent if _LIBC is not None else None)
+            popen = subprocess.Popen(
+                list(proc.command),
+                env=proc.env,
+                stdin=subprocess.DEVNULL,
+                cwd=self.workdir,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=self._die_with_parent if _LIBC is not None else None,
+            )
         except OSError as exc:
             self.say(f"[{proc.label}] cannot start {proc.command[0]!r}: {exc.strerror}")
             self.first_failure = 127 if isinstance(exc, FileNotFoundError) else 126
@@ -502,8 +566,10 @@ class _Supervisor:
             self.relay()
             self.reap()
             if requested and self.deadline is None:
-                self.say(f"{signal.Signals(requested[0]).name}: stopping every process "
-                         f"(SIGKILL after {self.grace_s:g} s; Ctrl-C again to kill now)")
+                self.say(
+                    f"{signal.Signals(requested[0]).name}: stopping every process "
+                    f"(SIGKILL after {self.grace_s:g} s; Ctrl-C again to kill now)"
+                )
                 self.begin_stop()
             if len(requested) > 1 and not self.killed:
                 self.say(f"second {signal.Signals(requested[1]).name}: SIGKILL to every process")
@@ -551,14 +617,23 @@ def _start_watchdog(grace_s: float, shm_job_dir: str | None) -> subprocess.Popen
         return None
 
 
-def supervise(processes: Sequence[LocalProcess], *, grace_s: float = DEFAULT_GRACE_S, shm_job_dir: str | None = None,
-              stdout: BinaryIO | None = None, stderr: BinaryIO | None = None, workdir: str | None = None) -> int:
+def supervise(
+    processes: Sequence[LocalProcess],
+    *,
+    grace_s: float = DEFAULT_GRACE_S,
+    shm_job_dir: str | None = None,
+    stdout: BinaryIO | None = None,
+    stderr: BinaryIO | None = None,
+    workdir: str | None = None,
+) -> int:
     """Run all processes to completion (in `workdir`, default the current directory); the first failure or
     SIGINT/SIGTERM stops the rest. The watchdog removes `shm_job_dir` once they are stopped, even when the
     backend itself is killed."""
     requested: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, _frame: requested.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: requested.append(signum))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     supervisor = _Supervisor(grace_s, stdout or sys.stdout.buffer, stderr or sys.stderr.buffer, shm_job_dir, workdir)
     try:
         return supervisor.run(processes, requested)

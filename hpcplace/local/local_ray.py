@@ -57,21 +57,35 @@ def local_raylet_facts(plan: Plan) -> dict[str, Any]:
     # The one raylet is node rank 0 (RLINF_NODE_RANK=0): only node 0's env (group env, then its
     # env_configs entry) applies, as RLinf would.
     env.update(head.env)
-    return {"num_cpus": sum(n.num_cpus for n in nodes), "num_gpus": sum(len(n.gpus) for n in nodes),
-            "resources": resources, "labels": labels, "env": env, "nodes": len(nodes), "python": nodes[0].python}
+    return {
+        "num_cpus": sum(n.num_cpus for n in nodes),
+        "num_gpus": sum(len(n.gpus) for n in nodes),
+        "resources": resources,
+        "labels": labels,
+        "env": env,
+        "nodes": len(nodes),
+        "python": nodes[0].python,
+    }
 
 
 def local_warning(plan: Plan) -> str | None:
     n = len(plan.cluster.nodes)
     if n <= 1:
         return None
-    return (f"the plan has {n} nodes; the local Ray mode runs ONE raylet carrying all their resources "
-            f"(RLINF_NODE_RANK=0 for every Ray worker): per-node placement is only exercised on Slurm")
+    return (
+        f"the plan has {n} nodes; the local Ray mode runs ONE raylet carrying all their resources "
+        f"(RLINF_NODE_RANK=0 for every Ray worker): per-node placement is only exercised on Slurm"
+    )
 
 
-def run_ray_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None,
-                    environ: Mapping[str, str] | None = None, grace_s: float = 5.0,
-                    workdir: str | os.PathLike[str] | None = None) -> int:
+def run_ray_locally(
+    plan: Plan,
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    grace_s: float = 5.0,
+    workdir: str | os.PathLike[str] | None = None,
+) -> int:
     """The local Ray head, then the driver, both in `workdir` (default: the current directory); a driver
     whose program or Python script is not found from there is refused before anything starts."""
     from hpcplace.local.local_backend import (
@@ -89,8 +103,9 @@ def run_ray_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None
     from hpcplace.slurm.render import make_run_dir
 
     cwd = resolve_workdir(workdir)
-    problem = startable_problem("the Ray driver", plan.launch.driver, cwd,
-                                {**base, **plan.launch.env}.get("PATH", os.defpath))
+    problem = startable_problem(
+        "the Ray driver", plan.launch.driver, cwd, {**base, **plan.launch.env}.get("PATH", os.defpath)
+    )
     if problem is not None:
         raise LocalRayUsageError(problem, hint=WORKDIR_HINT)
 
@@ -113,33 +128,55 @@ def run_ray_locally(plan: Plan, *, run_dir: str | os.PathLike[str] | None = None
     env.update(launch_env)
     env.update({"RLINF_NODE_RANK": "0", "HPCPLACE_RAY_NODE_RANK": "0", "RAY_USAGE_STATS_ENABLED": "0"})
     env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
-    argv = [facts["python"] or sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--head", f"--port={port}",
-            "--disable-usage-stats", "--include-dashboard=false", f"--num-cpus={max(facts['num_cpus'], 1)}",
-            f"--num-gpus={facts['num_gpus']}", "--resources=" + json.dumps(facts["resources"], separators=(",", ":")),
-            "--labels=" + ",".join(f"{k}={v}" for k, v in facts["labels"].items()), f"--temp-dir={temp}",
-            f"--object-spilling-directory={temp}/spill", "--dashboard-agent-listen-port=0",
-            "--min-worker-port=0", "--max-worker-port=0", *shlex.split(base.get("HPCPLACE_RAY_ARGS", ""))]
+    argv = [
+        facts["python"] or sys.executable,
+        "-m",
+        "ray.scripts.scripts",
+        "start",
+        "--block",
+        "--head",
+        f"--port={port}",
+        "--disable-usage-stats",
+        "--include-dashboard=false",
+        f"--num-cpus={max(facts['num_cpus'], 1)}",
+        f"--num-gpus={facts['num_gpus']}",
+        "--resources=" + json.dumps(facts["resources"], separators=(",", ":")),
+        "--labels=" + ",".join(f"{k}={v}" for k, v in facts["labels"].items()),
+        f"--temp-dir={temp}",
+        f"--object-spilling-directory={temp}/spill",
+        "--dashboard-agent-listen-port=0",
+        "--min-worker-port=0",
+        "--max-worker-port=0",
+        *shlex.split(base.get("HPCPLACE_RAY_ARGS", "")),
+    ]
     log = open(directory / "ray-head.log", "wb")  # noqa: SIM115 - the head's log: closed in the finally below
-    print(f"hpcplace: starting a local Ray head on port {port} ({facts['num_cpus']} CPU(s), {facts['num_gpus']} "
-          f"GPU(s), resources {facts['resources']}); run dir {directory}", file=sys.stderr)
+    print(
+        f"hpcplace: starting a local Ray head on port {port} ({facts['num_cpus']} CPU(s), {facts['num_gpus']} "
+        f"GPU(s), resources {facts['resources']}); run dir {directory}",
+        file=sys.stderr,
+    )
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)
     driver = None
     try:
+
         def up() -> bool:
             if proc.poll() is not None:
-                raise LocalRayError(f"ray start exited with code {proc.returncode}",
-                                    hint=f"see {directory / 'ray-head.log'}")
+                raise LocalRayError(
+                    f"ray start exited with code {proc.returncode}", hint=f"see {directory / 'ray-head.log'}"
+                )
             with socket.socket() as s:
                 s.settimeout(0.5)
                 return s.connect_ex(("127.0.0.1", port)) == 0
+
         try:
             wait_for("the local Ray head", up, plan.launch.join_timeout, 0.05)
         except Exception as exc:  # ShimError from the runtime: report as ours
             if isinstance(exc, HpcplaceError):
                 raise
             raise LocalRayError(str(exc), hint=f"see {directory / 'ray-head.log'}") from None
-        denv = driver_env(env, head="127.0.0.1", port=port, num_nodes=1, plan_path=str(plan_path),
-                          launch_env=launch_env)
+        denv = driver_env(
+            env, head="127.0.0.1", port=port, num_nodes=1, plan_path=str(plan_path), launch_env=launch_env
+        )
         denv["RLINF_NODE_RANK"] = "0"
         print(f"hpcplace: running the driver: {shlex.join(plan.launch.driver)}", file=sys.stderr)
         try:
@@ -175,5 +212,7 @@ def _wait_driver(driver: subprocess.Popen[bytes], head: subprocess.Popen[bytes],
         except subprocess.TimeoutExpired:
             pass
         if head.poll() is not None:
-            raise LocalRayError(f"the local Ray head exited with code {head.returncode} while the driver ran: "
-                                "stopping the driver", hint=f"see {head_log}")
+            raise LocalRayError(
+                f"the local Ray head exited with code {head.returncode} while the driver ran: stopping the driver",
+                hint=f"see {head_log}",
+            )

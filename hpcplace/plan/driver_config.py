@@ -18,8 +18,10 @@ from hpcplace.errors import HpcplaceError, SourceLocation, SpecError
 from hpcplace.plan.plan import Plan
 
 OWN_KEYS = ("slurm", "launch", "hpcplace", "format")  # hpcplace's top-level keys: never the framework's
-FORWARD_HINT = ("RLinf's and AReaL's entry scripts take Hydra overrides after their own arguments; ROLL's start "
-                "scripts take none (write the change into the config file instead)")
+FORWARD_HINT = (
+    "RLinf's and AReaL's entry scripts take Hydra overrides after their own arguments; ROLL's start "
+    "scripts take none (write the change into the config file instead)"
+)
 
 
 def override_key(text: str) -> str | None:
@@ -31,8 +33,9 @@ def override_key(text: str) -> str | None:
 
 
 def _frameworks(texts: Sequence[str]) -> list[str]:
-    return [t for t in texts if (key := override_key(t)) is not None and key.split(".")[0].split("@")[0]
-            not in OWN_KEYS]
+    return [
+        t for t in texts if (key := override_key(t)) is not None and key.split(".")[0].split("@")[0] not in OWN_KEYS
+    ]
 
 
 def planned_overrides(plan: Plan) -> list[str]:
@@ -44,8 +47,9 @@ def _placement(plan: Plan) -> tuple[object, ...]:
     return plan.cluster, plan.components, plan.collocation_groups
 
 
-def driver_config_problem(plan: Plan, replan: Callable[[Sequence[str]], Plan], workdir: str,
-                          command: str = "submit") -> SpecError | None:
+def driver_config_problem(
+    plan: Plan, replan: Callable[[Sequence[str]], Plan], workdir: str, command: str = "submit"
+) -> SpecError | None:
     """Why the framework config's Ray driver would run another config than the planned one (None: it
     would not). `replan(overrides)` plans the same config with other overrides (to learn whether the
     driver's own overrides move anything); `workdir` is where the driver starts (its relative paths)."""
@@ -58,10 +62,12 @@ def driver_config_problem(plan: Plan, replan: Callable[[Sequence[str]], Plan], w
     arguments = list(driver[1:])
     for text in _frameworks(given):
         if text not in arguments:
-            return SpecError(f"override {text!r} changes the config hpcplace plans, but the Ray driver reads its "
-                             "config itself and is not given it: the job would run the config without it",
-                             location=SourceLocation(f"<override {text}>", 1, 1),
-                             hint=f"give it to the driver too (`--driver -- ... {text}`): {FORWARD_HINT}")
+            return SpecError(
+                f"override {text!r} changes the config hpcplace plans, but the Ray driver reads its "
+                "config itself and is not given it: the job would run the config without it",
+                location=SourceLocation(f"<override {text}>", 1, 1),
+                hint=f"give it to the driver too (`--driver -- ... {text}`): {FORWARD_HINT}",
+            )
     driver_only = [t for t in _frameworks(arguments) if t not in given]
     if driver_only:
         try:
@@ -70,10 +76,12 @@ def driver_config_problem(plan: Plan, replan: Callable[[Sequence[str]], Plan], w
             moved = False
         if moved:
             words = " ".join(driver_only)
-            return SpecError(f"the Ray driver is given {words}, which changes the placement, but hpcplace plans "
-                             f"{plan.source} without {'it' if len(driver_only) == 1 else 'them'}",
-                             hint=f"give {'it' if len(driver_only) == 1 else 'them'} to hpcplace too, after the "
-                                  f"config: hpcplace {command} {plan.source} {words} --driver -- ...")
+            return SpecError(
+                f"the Ray driver is given {words}, which changes the placement, but hpcplace plans "
+                f"{plan.source} without {'it' if len(driver_only) == 1 else 'them'}",
+                hint=f"give {'it' if len(driver_only) == 1 else 'them'} to hpcplace too, after the "
+                f"config: hpcplace {command} {plan.source} {words} --driver -- ...",
+            )
     return _areal_reads_own_blocks(plan, arguments, workdir) if plan.source_format == "areal" else None
 
 
@@ -90,12 +98,14 @@ def _areal_reads_own_blocks(plan: Plan, arguments: Sequence[str], workdir: str) 
     if not own:
         return None
     blocks = ", ".join(f"`{k}:`" for k in own)
-    return SpecError(f"the Ray driver reads {plan.source}, whose {blocks} AReaL's config class does not have: AReaL "
-                     "refuses the file at the driver's start (omegaconf ConfigKeyError)",
-                     location=SourceLocation(plan.source, 1, 1),
-                     hint=f"keep the AReaL file unchanged and put hpcplace's blocks in a file beside it that lists it "
-                          f"in `defaults:` (docs: formats/areal.md), or add {' '.join('~' + k for k in own)} to "
-                          "the driver's arguments")
+    return SpecError(
+        f"the Ray driver reads {plan.source}, whose {blocks} AReaL's config class does not have: AReaL "
+        "refuses the file at the driver's start (omegaconf ConfigKeyError)",
+        location=SourceLocation(plan.source, 1, 1),
+        hint=f"keep the AReaL file unchanged and put hpcplace's blocks in a file beside it that lists it "
+        f"in `defaults:` (docs: formats/areal.md), or add {' '.join('~' + k for k in own)} to "
+        "the driver's arguments",
+    )
 
 
 def _paths(arguments: Sequence[str]) -> list[str]:

@@ -14,17 +14,19 @@ from hpcplace.plan.placement import Placement
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.process_table import node_processes
 
-PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
-           "#bab0ac")
+PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
 
 
 def spanning_lines(spanning: SpanningWorkers, processes: Sequence[Placement], limit: int = 8) -> list[str]:
     """Readable lines: how the processes form a framework's spanning workers, and the nodes each worker spans."""
-    lines = [f"{len(processes)} processes form {len(spanning.workers)} {spanning.framework} worker(s) of "
-             f"{spanning.gpus_per_worker} GPUs (one process per node a worker spans; Ray launch mode only)"]
+    lines = [
+        f"{len(processes)} processes form {len(spanning.workers)} {spanning.framework} worker(s) of "
+        f"{spanning.gpus_per_worker} GPUs (one process per node a worker spans; Ray launch mode only)"
+    ]
     for w, ranks in enumerate(spanning.workers[:limit]):
-        nodes = ", ".join(f"node {processes[r].cluster_node_rank} GPUs "
-                          f"{','.join(processes[r].visible_accelerators)}" for r in ranks)
+        nodes = ", ".join(
+            f"node {processes[r].cluster_node_rank} GPUs {','.join(processes[r].visible_accelerators)}" for r in ranks
+        )
         lines.append(f"worker {w} = ranks {','.join(map(str, ranks))}: {nodes}")
     if len(spanning.workers) > limit:
         lines.append(f"... {len(spanning.workers) - limit} more")
@@ -58,8 +60,11 @@ def _device_order(label: str) -> tuple[int, str, int]:
     if label == "node":
         return (2, "", 0)
     digits = len(label) - len(label.rstrip("0123456789"))
-    return (0 if label.startswith("GPU") else 1, label[:-digits] if digits else label,
-            int(label[-digits:]) if digits else 0)
+    return (
+        0 if label.startswith("GPU") else 1,
+        label[:-digits] if digits else label,
+        int(label[-digits:]) if digits else 0,
+    )
 
 
 def idle_gpus(node: Node, cells: Mapping[str, object]) -> list[str]:
@@ -70,21 +75,32 @@ def idle_gpus(node: Node, cells: Mapping[str, object]) -> list[str]:
 
 def summary(plan: Plan, *, max_nodes: int = 64) -> str:
     cluster = plan.cluster
-    lines = [f"plan {plan.name!r} from {plan.source} ({plan.source_format}): {plural(len(plan.components), 'component')}"
-             f", {plural(plan.num_processes, 'process', 'processes')}, {plural(len(cluster.nodes), 'node')}"]
+    lines = [
+        f"plan {plan.name!r} from {plan.source} ({plan.source_format}): {plural(len(plan.components), 'component')}"
+        f", {plural(plan.num_processes, 'process', 'processes')}, {plural(len(cluster.nodes), 'node')}"
+    ]
     lines += [f"  composed: {item}" for item in plan.composed]
     time = plan.slurm.get("time")
-    lines.append(f"  time limit: {time}" if time else
-                 "  time limit: none given (slurm.time): the partitions' default time limits apply")
+    lines.append(
+        f"  time limit: {time}"
+        if time
+        else "  time limit: none given (slurm.time): the partitions' default time limits apply"
+    )
     label_w = max([12] + [len(g.label) for g in cluster.node_groups])
     part_w = max([10] + [len(g.partition or "(default)") for g in cluster.node_groups])
     lines += ["", "node groups (het-job components):"]
     for i, g in enumerate(cluster.node_groups):
         gpus = ",".join(str(x) for x in sorted(set(g.gpus_per_node)))
-        hw = f" {g.hardware.type}/node={','.join(str(x) for x in sorted(set(g.hardware.per_node)))}" if g.hardware else ""
-        lines.append(f"  [{i}] {g.label:<{label_w}} partition={g.partition or '(default)':<{part_w}} "
-                     f"nodes={g.num_nodes:<4} gpus/node={gpus}{' ' + g.gpu_type if g.gpu_type else ''}{hw}  "
-                     f"node ranks {compress(cluster.node_ranks(i))}")
+        hw = (
+            f" {g.hardware.type}/node={','.join(str(x) for x in sorted(set(g.hardware.per_node)))}"
+            if g.hardware
+            else ""
+        )
+        lines.append(
+            f"  [{i}] {g.label:<{label_w}} partition={g.partition or '(default)':<{part_w}} "
+            f"nodes={g.num_nodes:<4} gpus/node={gpus}{' ' + g.gpu_type if g.gpu_type else ''}{hw}  "
+            f"node ranks {compress(cluster.node_ranks(i))}"
+        )
     lines += ["", "components:"]
     name_w = max([14] + [len(c.name) for c in plan.components])
     for comp in plan.components:
@@ -96,18 +112,24 @@ def summary(plan: Plan, *, max_nodes: int = 64) -> str:
         if comp.offload:
             extra.append("offload")
         nodes = sorted(v.cluster_node_rank for v in node_processes(comp.processes))
-        lines.append(f"  {comp.name:<{name_w}} world_size={comp.world_size:<6} {','.join(comp.node_groups)} "
-                     f"({comp.resource_type}) on {'node' if len(nodes) == 1 else 'nodes'} {compress(nodes)}"
-                     + (f"  [{'; '.join(extra)}]" if extra else ""))
+        lines.append(
+            f"  {comp.name:<{name_w}} world_size={comp.world_size:<6} {','.join(comp.node_groups)} "
+            f"({comp.resource_type}) on {'node' if len(nodes) == 1 else 'nodes'} {compress(nodes)}"
+            + (f"  [{'; '.join(extra)}]" if extra else "")
+        )
         if comp.spanning is not None:
             lines += ["      " + line for line in spanning_lines(comp.spanning, comp.processes)]
     for cg in plan.collocation_groups:
-        lines.append(f"  {cg.name}: {' + '.join(cg.components)} share {cg.resource_type}; turns: "
-                     + " -> ".join("[" + ", ".join(p) + "]" for p in cg.phases))
+        lines.append(
+            f"  {cg.name}: {' + '.join(cg.components)} share {cg.resource_type}; turns: "
+            + " -> ".join("[" + ", ".join(p) + "]" for p in cg.phases)
+        )
     if plan.weight_sync:
         ws = plan.weight_sync
-        lines.append(f"  model-parallel: {ws.mode}; actor tp={ws.actor_tp} pp={ws.actor_pp}, rollout tp={ws.rollout_tp}"
-                     f", rollout stride={ws.rollout_stride}")
+        lines.append(
+            f"  model-parallel: {ws.mode}; actor tp={ws.actor_tp} pp={ws.actor_pp}, rollout tp={ws.rollout_tp}"
+            f", rollout stride={ws.rollout_stride}"
+        )
     for w in plan.warnings:
         lines.append(f"  warning: {w}")
     lines += ["", "device map (node: device -> component ranks):"]
@@ -139,8 +161,10 @@ def svg(plan: Plan, *, max_nodes: int = 64) -> str:
     colors = {c.name: PALETTE[i % len(PALETTE)] for i, c in enumerate(plan.components)}
     nodes = plan.cluster.nodes[:max_nodes]
     dmap = device_map(plan, {n.rank for n in nodes})
-    labels = {n.rank: sorted(dmap.get(n.rank, {}).keys() | set(idle_gpus(n, dmap.get(n.rank, {}))),
-                             key=_device_order) for n in nodes}
+    labels = {
+        n.rank: sorted(dmap.get(n.rank, {}).keys() | set(idle_gpus(n, dmap.get(n.rank, {}))), key=_device_order)
+        for n in nodes
+    }
     any_idle = any(label not in dmap.get(n.rank, {}) for n in nodes for label in labels[n.rank])
     stripes = max([len(comps) for n in nodes for comps in dmap.get(n.rank, {}).values()] + [1])
     widths = [max(len(labels[n.rank]), 1) for n in nodes]
@@ -149,40 +173,55 @@ def svg(plan: Plan, *, max_nodes: int = 64) -> str:
     row_h = head + stripes * stripe_h
     width = left + max(widths) * (cell + gap) + 20
     height = top + len(nodes) * (row_h + gap) + 30 + 18 * ((legend + 3) // 4)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" '
-           'font-size="11">', f'<text x="10" y="20" font-size="14">{escape(plan.name)}: device map</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" '
+        'font-size="11">',
+        f'<text x="10" y="20" font-size="14">{escape(plan.name)}: device map</text>',
+    ]
     for row, node in enumerate(nodes):
         y = top + row * (row_h + gap)
-        out.append(f'<text x="10" y="{y + row_h / 2 + 4:.0f}">node {node.rank} {escape(node.group_label)}'
-                   f'#{node.index_in_group}</text>')
+        out.append(
+            f'<text x="10" y="{y + row_h / 2 + 4:.0f}">node {node.rank} {escape(node.group_label)}'
+            f"#{node.index_in_group}</text>"
+        )
         cells = dmap.get(node.rank, {})
         for col, label in enumerate(labels[node.rank]):
             x = left + col * (cell + gap)
             if label not in cells:
-                out.append(f'<rect class="idle" x="{x}" y="{y}" width="{cell}" height="{row_h}" fill="{IDLE_FILL}" '
-                           f'stroke="{IDLE_STROKE}" stroke-dasharray="4 3"><title>{escape(label)}: idle (allocated, '
-                           f'no process)</title></rect><text x="{x + 3}" y="{y + 11}">{escape(label)}</text>'
-                           f'<text x="{x + 3}" y="{y + head + 11}" fill="{IDLE_STROKE}">idle</text>')
+                out.append(
+                    f'<rect class="idle" x="{x}" y="{y}" width="{cell}" height="{row_h}" fill="{IDLE_FILL}" '
+                    f'stroke="{IDLE_STROKE}" stroke-dasharray="4 3"><title>{escape(label)}: idle (allocated, '
+                    f'no process)</title></rect><text x="{x + 3}" y="{y + 11}">{escape(label)}</text>'
+                    f'<text x="{x + 3}" y="{y + head + 11}" fill="{IDLE_STROKE}">idle</text>'
+                )
                 continue
-            out.append(f'<rect x="{x}" y="{y}" width="{cell}" height="{row_h}" fill="#eeeeee"/>'
-                       f'<text x="{x + 3}" y="{y + 11}">{escape(label)}</text>')
+            out.append(
+                f'<rect x="{x}" y="{y}" width="{cell}" height="{row_h}" fill="#eeeeee"/>'
+                f'<text x="{x + 3}" y="{y + 11}">{escape(label)}</text>'
+            )
             for k, (comp, ranks) in enumerate(cells[label].items()):
                 sy = y + head + k * stripe_h
                 text = f"{comp} {compress(ranks)}"
                 shown = text if len(text) <= 15 else text[:14] + "…"
-                out.append(f'<rect x="{x}" y="{sy}" width="{cell}" height="{stripe_h}" fill="{colors[comp]}">'
-                           f'<title>{escape(label)}: {escape(comp)} ranks {escape(compress(ranks))}</title></rect>'
-                           f'<text x="{x + 3}" y="{sy + 11}" fill="white" font-size="10">{escape(shown)}</text>')
+                out.append(
+                    f'<rect x="{x}" y="{sy}" width="{cell}" height="{stripe_h}" fill="{colors[comp]}">'
+                    f"<title>{escape(label)}: {escape(comp)} ranks {escape(compress(ranks))}</title></rect>"
+                    f'<text x="{x + 3}" y="{sy + 11}" fill="white" font-size="10">{escape(shown)}</text>'
+                )
     y = top + len(nodes) * (row_h + gap) + 10
     for i, (comp, color) in enumerate(colors.items()):
         x, yy = 10 + (i % 4) * 170, y + (i // 4) * 18
-        out.append(f'<rect x="{x}" y="{yy}" width="12" height="12" fill="{color}"/>'
-                   f'<text x="{x + 16}" y="{yy + 10}">{escape(comp)}</text>')
+        out.append(
+            f'<rect x="{x}" y="{yy}" width="12" height="12" fill="{color}"/>'
+            f'<text x="{x + 16}" y="{yy + 10}">{escape(comp)}</text>'
+        )
     if any_idle:
         i = len(colors)
         x, yy = 10 + (i % 4) * 170, y + (i // 4) * 18
-        out.append(f'<rect class="idle" x="{x}" y="{yy}" width="12" height="12" fill="{IDLE_FILL}" '
-                   f'stroke="{IDLE_STROKE}" stroke-dasharray="3 2"/><text x="{x + 16}" y="{yy + 10}">idle GPU '
-                   '(allocated)</text>')
+        out.append(
+            f'<rect class="idle" x="{x}" y="{yy}" width="12" height="12" fill="{IDLE_FILL}" '
+            f'stroke="{IDLE_STROKE}" stroke-dasharray="3 2"/><text x="{x + 16}" y="{yy + 10}">idle GPU '
+            "(allocated)</text>"
+        )
     out.append("</svg>")
     return "\n".join(out) + "\n"

@@ -74,8 +74,9 @@ def parse_group_labels(value: str | Sequence[str] | None) -> tuple[str, ...] | N
     return labels or None
 
 
-def resource_space(cluster: Cluster, labels: Sequence[str] | None, *, count_nodes: bool = False,
-                   rlinf_span: bool = False) -> ResourceSpace:
+def resource_space(
+    cluster: Cluster, labels: Sequence[str] | None, *, count_nodes: bool = False, rlinf_span: bool = False
+) -> ResourceSpace:
     """Build the resource space for a node_group selection (see docs/concepts.md for the rules).
 
     No selection means every node group, counting GPUs only (RLinf's default group counts
@@ -96,8 +97,10 @@ def resource_space(cluster: Cluster, labels: Sequence[str] | None, *, count_node
         groups = []
         for label in labels:
             if label.lower() in (RESERVED_NODE_LABEL, RESERVED_CLUSTER_LABEL):
-                raise PlanError(f"the reserved label `{label.lower()}` cannot be combined with other node groups",
-                                hint="use `node_group: node` or `node_group: cluster` alone")
+                raise PlanError(
+                    f"the reserved label `{label.lower()}` cannot be combined with other node groups",
+                    hint="use `node_group: node` or `node_group: cluster` alone",
+                )
             group = cluster.group(label)
             if group is None:
                 known = ", ".join(g.label for g in cluster.node_groups)
@@ -138,9 +141,13 @@ def resource_space(cluster: Cluster, labels: Sequence[str] | None, *, count_node
             local_of.extend(range(count))
             type_of.extend([rtype] * count)
             kind_of.extend([rkind] * count)
-    mixed = (rlinf_span and kind == "node" and not count_nodes and labels is not None
-             and canonical != (RESERVED_NODE_LABEL,) and len({g.resource_kind for g in groups}) > 1)
+    mixed = (
+        rlinf_span
+        and kind == "node"
+        and not count_nodes
+        and labels is not None
+        and canonical != (RESERVED_NODE_LABEL,)
+        and len({g.resource_kind for g in groups}) > 1
+    )
     span = sum(sum(g.resources_per_node()) for g in groups) if mixed else None
     return ResourceSpace(canonical, kind, tuple(node_of), tuple(local_of), tuple(type_of), tuple(kind_of), span)
-
-

@@ -99,13 +99,21 @@ class Plan:
 
 def _group_json(group: NodeGroup, het_group: int, first_node_rank: int) -> dict[str, object]:
     return {
-        "label": group.label, "partition": group.partition, "het_group": het_group,
-        "num_nodes": group.num_nodes, "first_node_rank": first_node_rank,
-        "gpus_per_node": list(group.gpus_per_node), "gpu_type": group.gpu_type,
-        "cpus_per_node": group.cpus_per_node, "mem_per_node_mb": group.mem_per_node_mb,
-        "constraint": group.constraint, "account": group.account, "qos": group.qos,
+        "label": group.label,
+        "partition": group.partition,
+        "het_group": het_group,
+        "num_nodes": group.num_nodes,
+        "first_node_rank": first_node_rank,
+        "gpus_per_node": list(group.gpus_per_node),
+        "gpu_type": group.gpu_type,
+        "cpus_per_node": group.cpus_per_node,
+        "mem_per_node_mb": group.mem_per_node_mb,
+        "constraint": group.constraint,
+        "account": group.account,
+        "qos": group.qos,
         "hardware": (_hardware_json(group.hardware) if group.hardware else None),
-        "resource_kind": group.resource_kind, "env": dict(sorted(group.env.items())),
+        "resource_kind": group.resource_kind,
+        "env": dict(sorted(group.env.items())),
         # RLinf env_configs, one entry per node of the group; present only when set
         **({"node_env": [dict(sorted(e.items())) for e in group.node_env]} if group.node_env else {}),
         **({"python_interpreter": list(group.python_interpreter)} if group.python_interpreter else {}),
@@ -122,8 +130,12 @@ def _hardware_json(hardware: Hardware) -> dict[str, object]:
 def _charge_json(charge: Charge) -> dict[str, object]:
     """The account/QOS the het component is charged to, and which node group set it (sbatch carries
     them over to later components); null account/qos = the submitting user's default."""
-    return {"account": charge.account, "account_from": charge.account_from, "qos": charge.qos,
-            "qos_from": charge.qos_from}
+    return {
+        "account": charge.account,
+        "account_from": charge.account_from,
+        "qos": charge.qos,
+        "qos_from": charge.qos_from,
+    }
 
 
 def plan_header(plan: Plan) -> dict[str, object]:
@@ -134,21 +146,39 @@ def plan_header(plan: Plan) -> dict[str, object]:
     return {
         "schema": SCHEMA,
         "name": plan.name,
-        "source": {"path": plan.source, "format": plan.source_format,
-                   **({"composed": list(plan.composed)} if plan.composed else {})},
-        "node_groups": [{**_group_json(g, i, cluster.first_node_rank(i)), "charged": _charge_json(c),
-                         **({"node_ranks": list(cluster.node_ranks(i))} if explicit_ranks else {})}
-                        for i, (g, c) in enumerate(zip(cluster.node_groups, charges(cluster.node_groups)))],
+        "source": {
+            "path": plan.source,
+            "format": plan.source_format,
+            **({"composed": list(plan.composed)} if plan.composed else {}),
+        },
+        "node_groups": [
+            {
+                **_group_json(g, i, cluster.first_node_rank(i)),
+                "charged": _charge_json(c),
+                **({"node_ranks": list(cluster.node_ranks(i))} if explicit_ranks else {}),
+            }
+            for i, (g, c) in enumerate(zip(cluster.node_groups, charges(cluster.node_groups)))
+        ],
         "collocation_groups": [
-            {"name": g.name, "components": list(g.components), "phases": [list(p) for p in g.phases],
-             "resource_type": g.resource_type,
-             "devices": [{"node": n, "local_ranks": list(r)} for n, r in g.devices]}
-            for g in plan.collocation_groups],
-        "weight_sync": None if plan.weight_sync is None else {
-            "mode": plan.weight_sync.mode, "actor_tp": plan.weight_sync.actor_tp,
-            "actor_pp": plan.weight_sync.actor_pp, "rollout_tp": plan.weight_sync.rollout_tp,
+            {
+                "name": g.name,
+                "components": list(g.components),
+                "phases": [list(p) for p in g.phases],
+                "resource_type": g.resource_type,
+                "devices": [{"node": n, "local_ranks": list(r)} for n, r in g.devices],
+            }
+            for g in plan.collocation_groups
+        ],
+        "weight_sync": None
+        if plan.weight_sync is None
+        else {
+            "mode": plan.weight_sync.mode,
+            "actor_tp": plan.weight_sync.actor_tp,
+            "actor_pp": plan.weight_sync.actor_pp,
+            "rollout_tp": plan.weight_sync.rollout_tp,
             "rollout_stride": plan.weight_sync.rollout_stride,
-            "actor_to_rollout": [[list(t) for t in targets] for targets in plan.weight_sync.actor_to_rollout]},
+            "actor_to_rollout": [[list(t) for t in targets] for targets in plan.weight_sync.actor_to_rollout],
+        },
         "slurm": dict(sorted(plan.slurm.items())),
         "warnings": list(plan.warnings),
         # Only in ray mode (absent = steps): plans of the default mode stay as they were.
@@ -158,11 +188,17 @@ def plan_header(plan: Plan) -> dict[str, object]:
 
 def component_header(comp: ComponentPlan) -> dict[str, object]:
     return {
-        "name": comp.name, "world_size": comp.world_size, "node_groups": list(comp.node_groups),
-        "resource_type": comp.resource_type, "command": list(comp.command),
-        "env": dict(sorted(comp.env.items())), "offload": comp.offload,
-        "tensor_parallel_size": comp.tensor_parallel_size, "pipeline_parallel_size": comp.pipeline_parallel_size,
-        "cpus_per_process": comp.cpus_per_process, "mem_per_process_mb": comp.mem_per_process_mb,
+        "name": comp.name,
+        "world_size": comp.world_size,
+        "node_groups": list(comp.node_groups),
+        "resource_type": comp.resource_type,
+        "command": list(comp.command),
+        "env": dict(sorted(comp.env.items())),
+        "offload": comp.offload,
+        "tensor_parallel_size": comp.tensor_parallel_size,
+        "pipeline_parallel_size": comp.pipeline_parallel_size,
+        "cpus_per_process": comp.cpus_per_process,
+        "mem_per_process_mb": comp.mem_per_process_mb,
         "collocation_group": comp.collocation_group,
         # only for components whose workers span nodes (ROLL, Ray launch mode): plans without stay unchanged
         **({"workers": comp.spanning.to_json()} if comp.spanning is not None else {}),
@@ -183,14 +219,16 @@ def process_json(p: Placement, _strings: dict[str | None, str] | None = None) ->
 
     visible = ",".join(s(v) for v in p.visible_accelerators)
     hw = ",".join(str(h) for h in p.local_hardware_ranks)
-    return (f'{{"rank":{p.rank},"cluster_node_rank":{p.cluster_node_rank},'
-            f'"placement_node_rank":{p.placement_node_rank},"local_accelerator_rank":{p.local_accelerator_rank},'
-            f'"accelerator_type":{s(p.accelerator_type)},"local_rank":{p.local_rank},'
-            f'"local_world_size":{p.local_world_size},"visible_accelerators":[{visible}],'
-            f'"isolate_accelerator":{"true" if p.isolate_accelerator else "false"},'
-            f'"local_hardware_ranks":[{hw}],"node_group_label":{s(p.node_group_label)},'
-            f'"partition":{s(p.partition)},"het_group":{p.het_group},"group_node_index":{p.group_node_index},'
-            f'"resource_type":{s(p.resource_type)}}}')
+    return (
+        f'{{"rank":{p.rank},"cluster_node_rank":{p.cluster_node_rank},'
+        f'"placement_node_rank":{p.placement_node_rank},"local_accelerator_rank":{p.local_accelerator_rank},'
+        f'"accelerator_type":{s(p.accelerator_type)},"local_rank":{p.local_rank},'
+        f'"local_world_size":{p.local_world_size},"visible_accelerators":[{visible}],'
+        f'"isolate_accelerator":{"true" if p.isolate_accelerator else "false"},'
+        f'"local_hardware_ranks":[{hw}],"node_group_label":{s(p.node_group_label)},'
+        f'"partition":{s(p.partition)},"het_group":{p.het_group},"group_node_index":{p.group_node_index},'
+        f'"resource_type":{s(p.resource_type)}}}'
+    )
 
 
 def plan_to_json(plan: Plan) -> str:
@@ -211,8 +249,9 @@ _SEP = ",\n" + _INDENT
 _CHUNK = 8192  # records per yielded piece: ~2 MB of text
 
 
-def iter_plan_json(plan: Plan, spans: list[ProcessSpans] | None = None, *,
-                   header: dict[str, object] | None = None) -> Iterator[str]:
+def iter_plan_json(
+    plan: Plan, spans: list[ProcessSpans] | None = None, *, header: dict[str, object] | None = None
+) -> Iterator[str]:
     """plan_to_json in pieces of at most a few MB, so a million-process plan is never one string.
 
     With `spans`, append one ProcessSpans per component (the plan index is built from them
@@ -256,8 +295,13 @@ def iter_plan_json(plan: Plan, spans: list[ProcessSpans] | None = None, *,
     yield "\n".join(lines) + "\n"
 
 
-def write_plan_json(plan: Plan, out: TextIO | BinaryIO, spans: list[ProcessSpans] | None = None, *,
-                    header: dict[str, object] | None = None) -> int:
+def write_plan_json(
+    plan: Plan,
+    out: TextIO | BinaryIO,
+    spans: list[ProcessSpans] | None = None,
+    *,
+    header: dict[str, object] | None = None,
+) -> int:
     """Stream plan.json into `out` (a text or, faster, a binary file); returns the number of bytes
     (= characters) written."""
     written = 0
@@ -286,7 +330,7 @@ def _record_chunks(processes: Sequence[Placement], lengths: bool = False) -> Ite
     if not isinstance(processes, Processes):
         strings: dict[str | None, str] = {}
         for i in range(0, len(processes), _CHUNK):
-            records = [process_json(p, strings) for p in processes[i:i + _CHUNK]]
+            records = [process_json(p, strings) for p in processes[i : i + _CHUNK]]
             yield _SEP.join(records), list(map(len, records)) if lengths else []
         return
     templates: dict[tuple[int, int, bool], _RunTemplate] = {}
@@ -307,16 +351,30 @@ def _record_chunks(processes: Sequence[Placement], lengths: bool = False) -> Ite
         # the batch: the runs that follow with the same layout, group and first local rank (a run's
         # ranks always follow the previous run's), at most about a chunk of records
         j, end = i + 1, min(len(runs), i + max(1, _CHUNK // m))
-        while j < end and runs[j].slots is run.slots and runs[j].first_local == run.first_local \
-                and runs[j].node.group_index == node.group_index and bool(runs[j].node.gpus) == key[2]:
+        while (
+            j < end
+            and runs[j].slots is run.slots
+            and runs[j].first_local == run.first_local
+            and runs[j].node.group_index == node.group_index
+            and bool(runs[j].node.gpus) == key[2]
+        ):
             j += 1
         batch = runs[i:j]
         b = j - i
         cycle, fixed = template.cycle(run.first_local)
         ranks = list(map(str, range(run.first_rank, run.first_rank + b * m)))
         node_ranks = [r.node.rank for r in batch]
-        nodes = list(map(add, repeat(template.node_head, b), map(add, map(str, node_ranks), map(
-            add, repeat(template.node_middle, b), map(str, map(processes.placement_node_rank, node_ranks))))))
+        nodes = list(
+            map(
+                add,
+                repeat(template.node_head, b),
+                map(
+                    add,
+                    map(str, node_ranks),
+                    map(add, repeat(template.node_middle, b), map(str, map(processes.placement_node_rank, node_ranks))),
+                ),
+            )
+        )
         sizes = list(map(str, map(processes.local_world_size, node_ranks)))
         indices = [str(r.node.index_in_group) for r in batch]
         parts = cycle * b
@@ -329,8 +387,9 @@ def _record_chunks(processes: Sequence[Placement], lengths: bool = False) -> Ite
         buf.append("".join(parts))
         if lengths:  # literal length + the node's numbers + the rank, all in C-level maps
             node_len = map(add, map(len, nodes), map(add, map(len, sizes), map(len, indices)))
-            lens += map(add, map(add, fixed * b, chain.from_iterable(map(repeat, node_len, repeat(m, b)))),
-                        map(len, ranks))
+            lens += map(
+                add, map(add, fixed * b, chain.from_iterable(map(repeat, node_len, repeat(m, b)))), map(len, ranks)
+            )
         count += b * m
         i = j
         if count >= _CHUNK:
@@ -340,8 +399,14 @@ def _record_chunks(processes: Sequence[Placement], lengths: bool = False) -> Ite
         yield "".join(buf), lens
 
 
-_FIELD_MARKS = (("rank", -1001), ("cluster_node_rank", -1002), ("placement_node_rank", -1003),
-                ("local_rank", -1004), ("local_world_size", -1005), ("group_node_index", -1006))
+_FIELD_MARKS = (
+    ("rank", -1001),
+    ("cluster_node_rank", -1002),
+    ("placement_node_rank", -1003),
+    ("local_rank", -1004),
+    ("local_world_size", -1005),
+    ("group_node_index", -1006),
+)
 _RECORD_START = '{"rank":'
 # List items per record: the previous record's end (with `_SEP`) and this one's start, the rank, the node's
 # cluster and placement node ranks, the slot's text up to local_world_size (its local rank in it), the
@@ -387,9 +452,23 @@ class _RunTemplate:
         heads: set[tuple[str, str, str]] = set()
         text: list[tuple[str, str, str, str]] = []
         for slot in slots:
-            marks = Placement(-1001, -1002, -1003, slot.local_accelerator_rank, accelerator_type(node), -1004,
-                              -1005, slot.visible_accelerators, slot.isolate_accelerator, slot.local_hardware_ranks,
-                              node.group_label, node.partition, node.group_index, -1006, slot.resource_type)
+            marks = Placement(
+                -1001,
+                -1002,
+                -1003,
+                slot.local_accelerator_rank,
+                accelerator_type(node),
+                -1004,
+                -1005,
+                slot.visible_accelerators,
+                slot.isolate_accelerator,
+                slot.local_hardware_ranks,
+                node.group_label,
+                node.partition,
+                node.group_index,
+                -1006,
+                slot.resource_type,
+            )
             rest = process_json(marks, strings)
             pieces = []
             for field_name, mark in _FIELD_MARKS:

@@ -53,9 +53,11 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
             exp = expanded[name]
             gpus = _contiguous(name, exp)
             if per > len(gpus):
-                raise PlanError(f"{name}: tensor-parallel size {per} is larger than its world size {len(gpus)} "
-                                "(its GPUs)", location=exp.entry.location,
-                                hint=f"give {name} at least {per} GPUs (RLinf asserts this)")
+                raise PlanError(
+                    f"{name}: tensor-parallel size {per} is larger than its world size {len(gpus)} (its GPUs)",
+                    location=exp.entry.location,
+                    hint=f"give {name} at least {per} GPUs (RLinf asserts this)",
+                )
             expanded[name] = replace(exp, lists=_packed(gpus[0], gpus[-1], per, stride, name, exp))
     if spec.placement_class == MULTI_AGENT:
         _check_multi_agent(spec, expanded)
@@ -63,8 +65,12 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
     if spec.model_parallel:
         expanded, weight_sync = _model_parallel(spec, expanded)
     if len(order) > limits.MAX_COMPONENTS:
-        limits.check_cap(len(order), limits.MAX_COMPONENTS, "number of components",
-                         spec.placements[-1].location if spec.placements else None)
+        limits.check_cap(
+            len(order),
+            limits.MAX_COMPONENTS,
+            "number of components",
+            spec.placements[-1].location if spec.placements else None,
+        )
     total = sum(len(expanded[name].lists) for name in order)
     if total > limits.MAX_PROCESSES:
         first = spec.placements[0] if spec.placements else None
@@ -79,38 +85,64 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
             raise PlanError(exc.message, hint=exc.hint, location=exp.entry.location) from None
         if spec.source_format == "rlinf":
             _check_node_order(name, exp, processes)
-        components.append(ComponentPlan(
-            name=name, world_size=len(processes), node_groups=_groups_used(spec.cluster, processes),
-            resource_type=_resource_type(processes), command=settings.command, env=settings.env,
-            offload=settings.offload, tensor_parallel_size=settings.tensor_parallel_size or 1,
-            pipeline_parallel_size=settings.pipeline_parallel_size or 1,
-            cpus_per_process=settings.cpus_per_process, mem_per_process_mb=settings.mem_per_process_mb,
-            collocation_group=None, processes=processes, spanning=exp.entry.spanning))
+        components.append(
+            ComponentPlan(
+                name=name,
+                world_size=len(processes),
+                node_groups=_groups_used(spec.cluster, processes),
+                resource_type=_resource_type(processes),
+                command=settings.command,
+                env=settings.env,
+                offload=settings.offload,
+                tensor_parallel_size=settings.tensor_parallel_size or 1,
+                pipeline_parallel_size=settings.pipeline_parallel_size or 1,
+                cpus_per_process=settings.cpus_per_process,
+                mem_per_process_mb=settings.mem_per_process_mb,
+                collocation_group=None,
+                processes=processes,
+                spanning=exp.entry.spanning,
+            )
+        )
     groups = collocation_groups(components)
     membership = {c: g.name for g in groups for c in g.components}
     components = [replace(c, collocation_group=membership.get(c.name)) for c in components]
-    return Plan(spec.name, spec.source, spec.source_format, spec.cluster, tuple(components), groups,
-                weight_sync, dict(spec.slurm), spec.notes + _warnings(spec, components), spec.composed,
-                spec.launch)
+    return Plan(
+        spec.name,
+        spec.source,
+        spec.source_format,
+        spec.cluster,
+        tuple(components),
+        groups,
+        weight_sync,
+        dict(spec.slurm),
+        spec.notes + _warnings(spec, components),
+        spec.composed,
+        spec.launch,
+    )
 
 
-def plan_from_file(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = (),
-                   site_gpus: SiteGpus | None = None) -> Plan:
+def plan_from_file(
+    path: str | Path, *, format: str | None = None, overrides: Sequence[str] = (), site_gpus: SiteGpus | None = None
+) -> Plan:
     """Load a config in any supported format and plan it (the CLI's `hpcplace plan`)."""
     from hpcplace.config.formats import load_spec
 
     return plan_from_spec(load_spec(path, format=format, overrides=overrides, site_gpus=site_gpus))
 
 
-def _space(spec: ExperimentSpec, entry: PlacementEntry,
-           cache: dict[tuple[str, ...] | None, ResourceSpace]) -> ResourceSpace:
+def _space(
+    spec: ExperimentSpec, entry: PlacementEntry, cache: dict[tuple[str, ...] | None, ResourceSpace]
+) -> ResourceSpace:
     key = None if entry.node_group is None else tuple(label.lower() for label in entry.node_group)
     if key not in cache:
         try:
             cache[key] = resource_space(spec.cluster, entry.node_group, rlinf_span=spec.source_format == "rlinf")
         except PlanError as exc:
-            raise PlanError(f"components {', '.join(entry.components)}: {exc.message}", hint=exc.hint,
-                            location=entry.node_group_location or entry.location) from None
+            raise PlanError(
+                f"components {', '.join(entry.components)}: {exc.message}",
+                hint=exc.hint,
+                location=entry.node_group_location or entry.location,
+            ) from None
     return cache[key]
 
 
@@ -133,34 +165,50 @@ def space_text(cluster: Cluster, space: ResourceSpace) -> str:
         if space.kind == "node":
             return plural(n, "node")
         per = sorted(set(counts.values()))
-        return f"{plural(n, 'node')} x {per[0]}" if len(per) == 1 else \
-            f"{plural(n, 'node')}: {', '.join(str(c) for c in counts.values())}"
+        return (
+            f"{plural(n, 'node')} x {per[0]}"
+            if len(per) == 1
+            else f"{plural(n, 'node')}: {', '.join(str(c) for c in counts.values())}"
+        )
 
     total = plural(space.size, noun)
     if len(per_group) == 1:
-        (label, counts), = per_group.items()
+        ((label, counts),) = per_group.items()
         who = f"node group {label!r} has {total}" + ("" if space.kind == "node" else f" ({shape(counts)})")
     else:
-        who = (f"node groups {', '.join(repr(g) for g in per_group)} have {total} ("
-               + ", ".join(f"{g}: {shape(c)}" for g, c in per_group.items()) + ")")
+        who = (
+            f"node groups {', '.join(repr(g) for g in per_group)} have {total} ("
+            + ", ".join(f"{g}: {shape(c)}" for g, c in per_group.items())
+            + ")"
+        )
     ranks = {0: "", 1: "0"}.get(space.size, f"0-{space.size - 1}")  # compress_ranks(range(size))
     return f"{who}: {'rank' if space.size == 1 else 'ranks'} {ranks}; count from 0 within the selected node group(s)"
 
 
-def _resource_lists(entry: PlacementEntry, space: ResourceSpace, rlinf: bool,
-                    cluster: Cluster) -> Sequence[Sequence[int]]:
+def _resource_lists(
+    entry: PlacementEntry, space: ResourceSpace, rlinf: bool, cluster: Cluster
+) -> Sequence[Sequence[int]]:
     if entry.resource_lists is not None:
-        limits.processes(len(entry.resource_lists), entry.location,
-                         f"number of processes of {', '.join(entry.components)}")
+        limits.processes(
+            len(entry.resource_lists), entry.location, f"number of processes of {', '.join(entry.components)}"
+        )
         return [list(r) for r in entry.resource_lists]
     assert entry.rank_map is not None
     where = f" ({', '.join(entry.node_group)})" if entry.node_group else ""
     try:
-        parts = parse_rank_map(entry.rank_map, space.rank_span or space.size, resource_name=space.resource_name,
-                               any_first_process=rlinf, scope=None if space.rank_span else space_text(cluster, space))
+        parts = parse_rank_map(
+            entry.rank_map,
+            space.rank_span or space.size,
+            resource_name=space.resource_name,
+            any_first_process=rlinf,
+            scope=None if space.rank_span else space_text(cluster, space),
+        )
     except RankSyntaxError as exc:
-        raise PlanError(f"placement {entry.rank_map!r} of {', '.join(entry.components)}{where}: {exc.message}",
-                        hint=exc.hint, location=entry.location_at(exc.offset)) from None
+        raise PlanError(
+            f"placement {entry.rank_map!r} of {', '.join(entry.components)}{where}: {exc.message}",
+            hint=exc.hint,
+            location=entry.location_at(exc.offset),
+        ) from None
     lists = SpreadLists(parts)  # = expand_rank_map(parts), computed on demand
     if space.rank_span is not None:  # nodes of a mixed selection: RLinf counts hardware, then places nodes
         beyond = [r for lst in lists for r in lst if r >= space.size]
@@ -169,9 +217,11 @@ def _resource_lists(entry: PlacementEntry, space: ResourceSpace, rlinf: bool,
                 f"placement {entry.rank_map!r} of {', '.join(entry.components)}{where} reaches rank {max(beyond)}, "
                 f"but the selection has {space.size} nodes: a selection that mixes groups with and without "
                 f"accelerators is placed by nodes on RLinf, while its ranks (and `all` = 0-{space.rank_span - 1}) "
-                "count each group's GPUs/hardware", location=entry.location,
+                "count each group's GPUs/hardware",
+                location=entry.location,
                 hint=f"use node ranks 0-{space.size - 1}, or place the GPU groups and the other groups in "
-                     "separate components")
+                "separate components",
+            )
     return lists
 
 
@@ -184,10 +234,11 @@ def _check_node_order(name: str, exp: _Expanded, processes: Processes) -> None:
             raise PlanError(
                 f"component {name!r}: rank {after.first_rank} is on cluster node {after.node.rank} but rank "
                 f"{after.first_rank - 1} before it is on node {before.node.rank}; RLinf requires a component's "
-                "ranks to go through nodes in ascending node rank order (\"Placements must be sorted by node_id\")",
+                'ranks to go through nodes in ascending node rank order ("Placements must be sorted by node_id")',
                 location=exp.entry.location,
                 hint="list the node groups of a multi-group placement in the order of their node ranks, or give "
-                     "the groups node ranks that follow that order")
+                "the groups node ranks that follow that order",
+            )
 
 
 def _groups_used(cluster: Cluster, processes: Sequence[Placement]) -> tuple[str, ...]:
@@ -206,6 +257,7 @@ def _resource_type(processes: Sequence[Placement]) -> str:
 # ---------------------------------------------------------------------------------------------
 # RLinf's multi-agent placement (MultiAgentModelParallelComponentPlacement)
 
+
 def _gpu_set(exp: _Expanded) -> set[tuple[tuple[str, ...], int]]:
     """GPUs as (node-group selection, rank): ranks of different selections are different GPUs."""
     return {(exp.space.labels, r) for lst in exp.lists for r in lst}
@@ -218,64 +270,87 @@ def _check_multi_agent(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> 
     _contiguous("actor", actor)
     actor_gpus = _gpu_set(actor)
     if _gpu_set(expanded["reward"]) != actor_gpus:
-        raise PlanError("multi-agent placement: actor and reward must be placed on the same GPUs (RLinf asserts "
-                        "this)", location=expanded["reward"].entry.location, hint="e.g. `actor,reward: all`")
+        raise PlanError(
+            "multi-agent placement: actor and reward must be placed on the same GPUs (RLinf asserts this)",
+            location=expanded["reward"].entry.location,
+            hint="e.g. `actor,reward: all`",
+        )
     atp = spec.component("actor").tensor_parallel_size or 1
     rtp = spec.component("rollout").tensor_parallel_size or 1
     if atp > len(actor_gpus):
-        raise PlanError(f"actor tensor_parallel_size {atp} exceeds its {len(actor_gpus)} GPUs",
-                        location=actor.entry.location)
+        raise PlanError(
+            f"actor tensor_parallel_size {atp} exceeds its {len(actor_gpus)} GPUs", location=actor.entry.location
+        )
     if atp > rtp and atp % rtp:
-        raise PlanError(f"actor tensor_parallel_size {atp} is not divisible by rollout's {rtp} (RLinf asserts "
-                        "this for the collocated stride)", location=expanded["rollout"].entry.location)
+        raise PlanError(
+            f"actor tensor_parallel_size {atp} is not divisible by rollout's {rtp} (RLinf asserts "
+            "this for the collocated stride)",
+            location=expanded["rollout"].entry.location,
+        )
     exclusive: dict[tuple[tuple[str, ...], int], str] = {}
     for name, exp in expanded.items():
         gpus = _gpu_set(exp)
         if name.startswith("rollout"):
             if not gpus <= actor_gpus:
-                raise PlanError(f"multi-agent placement: {name}'s GPUs are not all among the actor's (RLinf "
-                                "asserts every rollout engine is a subset of the actor's GPUs)",
-                                location=exp.entry.location, hint="place the engines on GPUs the actor uses")
+                raise PlanError(
+                    f"multi-agent placement: {name}'s GPUs are not all among the actor's (RLinf "
+                    "asserts every rollout engine is a subset of the actor's GPUs)",
+                    location=exp.entry.location,
+                    hint="place the engines on GPUs the actor uses",
+                )
             own = spec.component(name)
-            for size, what in ((own.tensor_parallel_size, "tensor_parallel_size"),
-                               (own.pipeline_parallel_size, "pipeline_parallel_size")):
+            for size, what in (
+                (own.tensor_parallel_size, "tensor_parallel_size"),
+                (own.pipeline_parallel_size, "pipeline_parallel_size"),
+            ):
                 if size and len(gpus) % size:
-                    raise PlanError(f"{name}: its {len(gpus)} GPUs are not divisible by its {what} {size} "
-                                    "(RLinf asserts this)", location=exp.entry.location)
+                    raise PlanError(
+                        f"{name}: its {len(gpus)} GPUs are not divisible by its {what} {size} (RLinf asserts this)",
+                        location=exp.entry.location,
+                    )
         if name in ("actor", "rollout", "reward", "inference"):
             continue
         for gpu in gpus:  # RLinf: exclusive components (engines, planners, sub-workers) never share a GPU
             if gpu in exclusive:
-                raise PlanError(f"multi-agent placement: {name} and {exclusive[gpu]} share GPU {gpu[1]} (RLinf: "
-                                "\"Resource Conflict\", each exclusive component needs its own GPUs)",
-                                location=exp.entry.location, hint="give each engine its own GPU range")
+                raise PlanError(
+                    f"multi-agent placement: {name} and {exclusive[gpu]} share GPU {gpu[1]} (RLinf: "
+                    '"Resource Conflict", each exclusive component needs its own GPUs)',
+                    location=exp.entry.location,
+                    hint="give each engine its own GPU range",
+                )
             exclusive[gpu] = name
 
 
 # ---------------------------------------------------------------------------------------------
 # model-parallel placement (RLinf's ModelParallelComponentPlacement)
 
+
 def _contiguous(name: str, exp: _Expanded) -> list[int]:
     lists = exp.lists
-    ranks = (lists.resource_ranks() if isinstance(lists, SpreadLists)
-             else sorted({r for lst in lists for r in lst}))
+    ranks = lists.resource_ranks() if isinstance(lists, SpreadLists) else sorted({r for lst in lists for r in lst})
     if exp.space.kind != "gpu":
         raise PlanError(f"model-parallel component {name!r} must be placed on GPUs", location=exp.entry.location)
     if ranks != list(range(ranks[0], ranks[-1] + 1)):
-        raise PlanError(f"model-parallel component {name!r} must use contiguous GPUs, got {compress_ranks(ranks)}",
-                        location=exp.entry.location, hint="give one range such as `0-15`")
+        raise PlanError(
+            f"model-parallel component {name!r} must use contiguous GPUs, got {compress_ranks(ranks)}",
+            location=exp.entry.location,
+            hint="give one range such as `0-15`",
+        )
     return ranks
 
 
 def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tuple[dict[str, _Expanded], WeightSync]:
     for needed in ("actor", "rollout"):
         if needed not in expanded:
-            raise SpecError(f"model-parallel placement (tensor/pipeline sizes given) needs a {needed!r} component",
-                            hint="place both actor and rollout, or drop tensor_parallel_size")
+            raise SpecError(
+                f"model-parallel placement (tensor/pipeline sizes given) needs a {needed!r} component",
+                hint="place both actor and rollout, or drop tensor_parallel_size",
+            )
     actor, rollout = expanded["actor"], expanded["rollout"]
     if actor.space.labels != rollout.space.labels:
-        raise PlanError("model-parallel actor and rollout must use the same node group(s)",
-                        location=rollout.entry.location)
+        raise PlanError(
+            "model-parallel actor and rollout must use the same node group(s)", location=rollout.entry.location
+        )
     a_gpus, r_gpus = _contiguous("actor", actor), _contiguous("rollout", rollout)
     inference = expanded.get("inference")
     i_gpus = _contiguous("inference", inference) if inference else []
@@ -289,20 +364,28 @@ def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tup
     if len(a_gpus) % (atp * app):
         size = atp * app
         below, above = len(a_gpus) // size * size, (len(a_gpus) // size + 1) * size
-        raise PlanError(f"actor has {len(a_gpus)} GPUs, not a multiple of tp*pp = {atp}*{app}",
-                        location=actor.entry.location,
-                        hint=f"place the actor on a multiple of {size} GPUs ("
-                             + (f"{below} or {above}" if below else f"{above}")
-                             + "), or change the actor's tensor/pipeline-parallel sizes")
+        raise PlanError(
+            f"actor has {len(a_gpus)} GPUs, not a multiple of tp*pp = {atp}*{app}",
+            location=actor.entry.location,
+            hint=f"place the actor on a multiple of {size} GPUs ("
+            + (f"{below} or {above}" if below else f"{above}")
+            + "), or change the actor's tensor/pipeline-parallel sizes",
+        )
     out = dict(expanded)
     if a_gpus == r_gpus:
         mode = "collocated"
         if inference:
-            raise PlanError("collocated actor/rollout cannot have a separate inference component",
-                            location=inference.entry.location, hint="remove inference or give it its own GPUs")
+            raise PlanError(
+                "collocated actor/rollout cannot have a separate inference component",
+                location=inference.entry.location,
+                hint="remove inference or give it its own GPUs",
+            )
         if atp % rtp and rtp % atp:
-            raise PlanError(f"actor tensor_parallel_size {atp} and rollout's {rtp}: one must divide the other",
-                            location=rollout.entry.location, hint="weight sync splits or merges whole tensor shards")
+            raise PlanError(
+                f"actor tensor_parallel_size {atp} and rollout's {rtp}: one must divide the other",
+                location=rollout.entry.location,
+                hint="weight sync splits or merges whole tensor shards",
+            )
         stride = atp // rtp if atp > rtp else 1
         rollout_lists = _packed(a_gpus[0], a_gpus[-1], rtp, stride, "rollout", rollout)
     elif a_set.isdisjoint(r_set) and a_set.isdisjoint(i_set) and r_set.isdisjoint(i_set):
@@ -312,18 +395,21 @@ def _model_parallel(spec: ExperimentSpec, expanded: dict[str, _Expanded]) -> tup
         if inference:
             itp = spec.component("inference").tensor_parallel_size or atp  # RLinf: inference tp defaults to actor's
             if itp > len(i_gpus):
-                raise PlanError(f"inference tensor-parallel size {itp} is larger than the inference world size "
-                                f"{len(i_gpus)} (its GPUs)", location=inference.entry.location,
-                                hint="give inference at least tensor_model_parallel_size GPUs (RLinf asserts this)")
+                raise PlanError(
+                    f"inference tensor-parallel size {itp} is larger than the inference world size "
+                    f"{len(i_gpus)} (its GPUs)",
+                    location=inference.entry.location,
+                    hint="give inference at least tensor_model_parallel_size GPUs (RLinf asserts this)",
+                )
             out["inference"] = replace(inference, lists=_one_each(i_gpus))
     else:
         raise PlanError(
             "model-parallel placement must be collocated (actor GPUs == rollout GPUs) or disaggregated "
             f"(actor, rollout, inference pairwise disjoint); got actor {compress_ranks(a_gpus)}, "
-            f"rollout {compress_ranks(r_gpus)}"
-            + (f", inference {compress_ranks(i_gpus)}" if inference else ""),
+            f"rollout {compress_ranks(r_gpus)}" + (f", inference {compress_ranks(i_gpus)}" if inference else ""),
             location=rollout.entry.location,
-            hint="for other layouts (hybrid mode) drop tensor_parallel_size from actor/rollout")
+            hint="for other layouts (hybrid mode) drop tensor_parallel_size from actor/rollout",
+        )
     if atp > len(a_gpus):
         raise PlanError(f"actor tensor_parallel_size {atp} exceeds its {len(a_gpus)} GPUs")
     if rtp > len(r_gpus):
@@ -356,15 +442,17 @@ def _packed(start: int, end: int, per: int, stride: int, name: str, exp: _Expand
         raise PlanError(f"{name}: {exc.message}", hint=exc.hint, location=exp.entry.location) from None
 
 
-def _disaggregated_targets(actor_world: int, atp: int, app: int, rollout_dp: int, rtp: int,
-                           entry: PlacementEntry) -> list[list[tuple[int, int]]]:
+def _disaggregated_targets(
+    actor_world: int, atp: int, app: int, rollout_dp: int, rtp: int, entry: PlacementEntry
+) -> list[list[tuple[int, int]]]:
     """Actor rank (Megatron order: tp fastest, then dp, then pp) -> rollout (dp, tp) shards it feeds.
 
     Rollout replicas are spread round-robin over actor data-parallel groups; tensor shards are
     split or merged by the tp ratio (one must divide the other)."""
     if atp % rtp and rtp % atp:
-        raise PlanError(f"actor tp {atp} and rollout tp {rtp}: one must divide the other for weight sync",
-                        location=entry.location)
+        raise PlanError(
+            f"actor tp {atp} and rollout tp {rtp}: one must divide the other for weight sync", location=entry.location
+        )
     adp = actor_world // (atp * app)
     out: list[list[tuple[int, int]]] = []
     for a in range(actor_world):
@@ -376,6 +464,7 @@ def _disaggregated_targets(actor_world: int, atp: int, app: int, rollout_dp: int
 
 # ---------------------------------------------------------------------------------------------
 # collocation groups
+
 
 def collocation_groups(components: Sequence[ComponentPlan]) -> tuple[CollocationGroup, ...]:
     """Components that hold the same device (GPU or hardware) on a node, joined transitively.
@@ -439,10 +528,15 @@ def collocation_groups(components: Sequence[ComponentPlan]) -> tuple[Collocation
                 rtypes.update(rtype for rtype, _local in union)
                 local = locals_of[key] = tuple(sorted({loc for _rtype, loc in union}))
             node_devices.append((n, local))
-        groups.append(CollocationGroup(
-            name=f"colloc-{len(groups)}", components=tuple(names),
-            phases=tuple(tuple(p) for p, _ in phases), devices=tuple(node_devices),
-            resource_type=",".join(sorted(rtypes))))
+        groups.append(
+            CollocationGroup(
+                name=f"colloc-{len(groups)}",
+                components=tuple(names),
+                phases=tuple(tuple(p) for p, _ in phases),
+                devices=tuple(node_devices),
+                resource_type=",".join(sorted(rtypes)),
+            )
+        )
     return tuple(groups)
 
 
@@ -467,8 +561,9 @@ def _held_per_node(comp: ComponentPlan, held_by: Callable[[tuple[Slot, ...]], _H
 
 def _devices_of(slots: tuple[Slot, ...]) -> frozenset[tuple[str, int]]:
     """The devices (resource type, local rank) a node's processes hold: node-kind processes none."""
-    return frozenset((s.resource_type, local) for s in slots if s.resource_type != "node"
-                     for local in s.local_hardware_ranks)
+    return frozenset(
+        (s.resource_type, local) for s in slots if s.resource_type != "node" for local in s.local_hardware_ranks
+    )
 
 
 def _isolated_of(slots: tuple[Slot, ...]) -> frozenset[int]:
@@ -516,21 +611,31 @@ def _warnings(spec: ExperimentSpec, components: Sequence[ComponentPlan]) -> tupl
         elif idle:
             shown = f"{idle}" if len(idle) <= _LISTED else f"{idle[:_LISTED]} ... ({len(idle)} nodes)"
             out.append(f"node group {group.label!r}: nodes {shown} run no process; they are still allocated")
-        mostly_idle = {n.rank: n.gpus - used for n in nodes if n.rank in used_nodes and n.gpus
-                       for used in (used_gpus(n.rank),) if 2 * (n.gpus - used) > n.gpus}
+        mostly_idle = {
+            n.rank: n.gpus - used
+            for n in nodes
+            if n.rank in used_nodes and n.gpus
+            for used in (used_gpus(n.rank),)
+            if 2 * (n.gpus - used) > n.gpus
+        }
         if mostly_idle:
-            listed = [f"node {r} ({idle} of {cluster.nodes[r].gpus})"
-                      for r, idle in list(mostly_idle.items())[:_LISTED]]
+            listed = [
+                f"node {r} ({idle} of {cluster.nodes[r].gpus})" for r, idle in list(mostly_idle.items())[:_LISTED]
+            ]
             more = f" ... ({len(mostly_idle)} nodes)" if len(mostly_idle) > _LISTED else ""
-            out.append(f"node group {group.label!r}: most GPUs of {', '.join(listed)}{more} run no process; the job "
-                       "holds every GPU of its nodes (they show as idle in the map)")
+            out.append(
+                f"node group {group.label!r}: most GPUs of {', '.join(listed)}{more} run no process; the job "
+                "holds every GPU of its nodes (they show as idle in the map)"
+            )
         hw = group.hardware
         if hw is not None and len(set(hw.per_node)) > 1:
             fewest = min(hw.per_node)
             ranks = cluster.node_ranks(gi)
-            out.append(f"node group {group.label!r}: {hw.type} per node differs ("
-                       + ", ".join(f"node {r}: {c}" for r, c in zip(ranks, hw.per_node))
-                       + f"); hardware ranks count over the nodes in order, and the het component asks every node "
-                       f"for the fewest ({f'GRES {hw.type}:{fewest}' if fewest else 'no GRES'}): Slurm does not "
-                       "check the other robots")
+            out.append(
+                f"node group {group.label!r}: {hw.type} per node differs ("
+                + ", ".join(f"node {r}: {c}" for r, c in zip(ranks, hw.per_node))
+                + f"); hardware ranks count over the nodes in order, and the het component asks every node "
+                f"for the fewest ({f'GRES {hw.type}:{fewest}' if fewest else 'no GRES'}): Slurm does not "
+                "check the other robots"
+            )
     return tuple(out)

@@ -129,10 +129,22 @@ class Processes(Sequence[Placement]):
     def _placement(self, run: Run, k: int) -> Placement:
         node, slot = run.node, run.slots[k]
         return Placement(
-            run.first_rank + k, node.rank, self._order[node.rank], slot.local_accelerator_rank,
-            accelerator_type(node), run.first_local + k, self._count[node.rank], slot.visible_accelerators,
-            slot.isolate_accelerator, slot.local_hardware_ranks, node.group_label, node.partition,
-            node.group_index, node.index_in_group, slot.resource_type)
+            run.first_rank + k,
+            node.rank,
+            self._order[node.rank],
+            slot.local_accelerator_rank,
+            accelerator_type(node),
+            run.first_local + k,
+            self._count[node.rank],
+            slot.visible_accelerators,
+            slot.isolate_accelerator,
+            slot.local_hardware_ranks,
+            node.group_label,
+            node.partition,
+            node.group_index,
+            node.index_in_group,
+            slot.resource_type,
+        )
 
     # -- the compact views ----------------------------------------------------------------------
 
@@ -166,12 +178,21 @@ class Processes(Sequence[Placement]):
             runs = merged.get(n)
             if runs is None:
                 ranks: Sequence[int] = range(run.first_rank, run.first_rank + len(run.slots))
-                out.append(NodeProcesses(n, run.node.group_index, run.node.index_in_group, self._order[n],
-                                         ranks, run.slots))
+                out.append(
+                    NodeProcesses(n, run.node.group_index, run.node.index_in_group, self._order[n], ranks, run.slots)
+                )
             else:
                 ranks = tuple(r.first_rank + k for r in runs for k in range(len(r.slots)))
-                out.append(NodeProcesses(n, run.node.group_index, run.node.index_in_group, self._order[n],
-                                         ranks, tuple(s for r in runs for s in r.slots)))
+                out.append(
+                    NodeProcesses(
+                        n,
+                        run.node.group_index,
+                        run.node.index_in_group,
+                        self._order[n],
+                        ranks,
+                        tuple(s for r in runs for s in r.slots),
+                    )
+                )
         return out
 
 
@@ -187,12 +208,28 @@ def node_processes(processes: Sequence[Placement]) -> list[NodeProcesses]:
     for n, procs in by_node.items():
         procs.sort(key=lambda p: p.local_rank)
         if [p.local_rank for p in procs] != list(range(len(procs))) or any(
-                p.local_world_size != len(procs) for p in procs):
+            p.local_world_size != len(procs) for p in procs
+        ):
             raise LocalRankError(n, procs[0].het_group, procs[0].group_node_index, len(procs))
-        out.append(NodeProcesses(n, procs[0].het_group, procs[0].group_node_index, procs[0].placement_node_rank,
-                                 tuple(p.rank for p in procs),
-                                 tuple(Slot(p.local_accelerator_rank, p.visible_accelerators, p.isolate_accelerator,
-                                            p.local_hardware_ranks, p.resource_type) for p in procs)))
+        out.append(
+            NodeProcesses(
+                n,
+                procs[0].het_group,
+                procs[0].group_node_index,
+                procs[0].placement_node_rank,
+                tuple(p.rank for p in procs),
+                tuple(
+                    Slot(
+                        p.local_accelerator_rank,
+                        p.visible_accelerators,
+                        p.isolate_accelerator,
+                        p.local_hardware_ranks,
+                        p.resource_type,
+                    )
+                    for p in procs
+                ),
+            )
+        )
     out.sort(key=lambda v: v.placement_node_rank)
     return out
 
@@ -202,11 +239,22 @@ class LocalRankError(ValueError):
 
     def __init__(self, node_rank: int, het_group: int, group_node_index: int, count: int) -> None:
         super().__init__(f"local ranks on node {group_node_index} of het group {het_group} are not 0..{count - 1}")
-        self.node_rank, self.het_group, self.group_node_index, self.count = node_rank, het_group, group_node_index, count
+        self.node_rank, self.het_group, self.group_node_index, self.count = (
+            node_rank,
+            het_group,
+            group_node_index,
+            count,
+        )
 
 
-def build_processes(cluster: Cluster, space: ResourceSpace, resource_lists: Sequence[Sequence[int]],
-                    *, isolate_accelerator: bool = True, what: str = "component") -> Processes:
+def build_processes(
+    cluster: Cluster,
+    space: ResourceSpace,
+    resource_lists: Sequence[Sequence[int]],
+    *,
+    isolate_accelerator: bool = True,
+    what: str = "component",
+) -> Processes:
     """Per-process resource-rank lists (process rank = list index) -> Processes, validating RLinf's
     per-process rules (see `place`). One pass; a process on one resource costs a few
     list lookups, the common case at scale."""
@@ -255,8 +303,10 @@ def build_processes(cluster: Cluster, space: ResourceSpace, resource_lists: Sequ
         if len(resources) == 1:
             first = resources[0]
             if not 0 <= first < size:
-                raise PlanError(f"{what}: process {rank} asks for {name} rank {first}, out of range 0-{size - 1}",
-                                hint="resource ranks count from 0 within the selected node group(s)")
+                raise PlanError(
+                    f"{what}: process {rank} asks for {name} rank {first}, out of range 0-{size - 1}",
+                    hint="resource ranks count from 0 within the selected node group(s)",
+                )
             slot = single[first]
             if slot is None:
                 slot = single[first] = make_slot(resources)
@@ -272,9 +322,13 @@ def build_processes(cluster: Cluster, space: ResourceSpace, resource_lists: Sequ
     return Processes(runs)
 
 
-def _spread_runs(nodes: Sequence[Node], space: ResourceSpace, parts: Sequence[RankMapPart],
-                 make_slot: Callable[[Sequence[int]], Slot],
-                 layouts: dict[tuple[Slot, ...], tuple[Slot, ...]]) -> list[Run] | None:
+def _spread_runs(
+    nodes: Sequence[Node],
+    space: ResourceSpace,
+    parts: Sequence[RankMapPart],
+    make_slot: Callable[[Sequence[int]], Slot],
+    layouts: dict[tuple[Slot, ...], tuple[Slot, ...]],
+) -> list[Run] | None:
     """Runs straight from rank-map parts, node by node, without per-process lists: each part
     spreads its processes evenly (RLinf's rule), so the processes on a node are an arithmetic
     slice and a node's slots depend only on where the slice starts in the node and its length.
@@ -325,14 +379,24 @@ def _spread_runs(nodes: Sequence[Node], space: ResourceSpace, parts: Sequence[Ra
     return runs
 
 
-def _check(rank: int, resources: Sequence[int], size: int, name: str, what: str, node_of: Sequence[int],
-           type_of: Sequence[str], nodes: Sequence[Node]) -> None:
+def _check(
+    rank: int,
+    resources: Sequence[int],
+    size: int,
+    name: str,
+    what: str,
+    node_of: Sequence[int],
+    type_of: Sequence[str],
+    nodes: Sequence[Node],
+) -> None:
     if not resources:
         raise PlanError(f"{what}: process {rank} has no resources")
     for r in resources:
         if not 0 <= r < size:
-            raise PlanError(f"{what}: process {rank} asks for {name} rank {r}, out of range 0-{size - 1}",
-                            hint="resource ranks count from 0 within the selected node group(s)")
+            raise PlanError(
+                f"{what}: process {rank} asks for {name} rank {r}, out of range 0-{size - 1}",
+                hint="resource ranks count from 0 within the selected node group(s)",
+            )
     first = resources[0]
     node_rank = node_of[first]
     if len(set(resources)) != len(resources):
@@ -341,11 +405,13 @@ def _check(rank: int, resources: Sequence[int], size: int, name: str, what: str,
         spread = sorted({nodes[node_of[r]].rank for r in resources})
         raise PlanError(
             f"{what}: process {rank} would span nodes {spread} with {name} ranks {list(resources)}",
-            hint="all resources of one process must be on one node; use fewer resources per process")
+            hint="all resources of one process must be on one node; use fewer resources per process",
+        )
     if any(type_of[r] != type_of[first] for r in resources):
-        raise PlanError(f"{what}: process {rank} mixes hardware types "
-                        f"{sorted({type_of[r] for r in resources})}",
-                        hint="one process uses one type of hardware")
+        raise PlanError(
+            f"{what}: process {rank} mixes hardware types {sorted({type_of[r] for r in resources})}",
+            hint="one process uses one type of hardware",
+        )
 
 
 def _all(cache: dict[int, tuple[str, ...]], node_rank: int, gpus: int) -> tuple[str, ...]:
@@ -355,8 +421,14 @@ def _all(cache: dict[int, tuple[str, ...]], node_rank: int, gpus: int) -> tuple[
     return got
 
 
-def place(cluster: Cluster, space: ResourceSpace, resource_lists: Sequence[Sequence[int]],
-          *, isolate_accelerator: bool = True, what: str = "component") -> Processes:
+def place(
+    cluster: Cluster,
+    space: ResourceSpace,
+    resource_lists: Sequence[Sequence[int]],
+    *,
+    isolate_accelerator: bool = True,
+    what: str = "component",
+) -> Processes:
     """Turn per-process resource-rank lists (process rank = list index) into Placements.
 
     Validates RLinf's per-process rules: ranks in range and unique, all on one node, one type.

@@ -32,11 +32,15 @@ def commandless_components(plan: Plan, components: Sequence[str] = ()) -> tuple[
 def nothing_to_run_hint(plan: Plan) -> str:
     """How to give the job something to run, in the terms of the config's own format."""
     if plan.source_format in FRAMEWORK_FORMATS:
-        return ("run it in the Ray launch mode with the framework's driver: `launch: {mode: ray, driver: [python, "
-                "main.py, ...]}` in the config, or `--driver -- python main.py ...` on the command line (or give each "
-                "component a command in `hpcplace: {components: {<name>: {command: [...]}}}`)")
-    return ("give each component a command (`components.<name>.command: [python, train.py]`), or start the job "
-            "from one driver in the Ray launch mode: `launch: {mode: ray, driver: [...]}` or `--driver -- CMD ...`")
+        return (
+            "run it in the Ray launch mode with the framework's driver: `launch: {mode: ray, driver: [python, "
+            "main.py, ...]}` in the config, or `--driver -- python main.py ...` on the command line (or give each "
+            "component a command in `hpcplace: {components: {<name>: {command: [...]}}}`)"
+        )
+    return (
+        "give each component a command (`components.<name>.command: [python, train.py]`), or start the job "
+        "from one driver in the Ray launch mode: `launch: {mode: ray, driver: [...]}` or `--driver -- CMD ...`"
+    )
 
 
 def nothing_to_run(plan: Plan, components: Sequence[str] = ()) -> NothingToRunError | None:
@@ -45,10 +49,12 @@ def nothing_to_run(plan: Plan, components: Sequence[str] = ()) -> NothingToRunEr
     if plan.launch.is_ray:
         if plan.launch.driver or plan.launch.hold:
             return None
-        return NothingToRunError("the Ray launch mode has no driver to run",
-                                 hint="add `driver: [python, main.py, ...]` to the launch block or pass --driver -- "
-                                      "CMD... on the command line, or hold the cluster without one (--hold, or "
-                                      "`hold: true` in the launch block) and attach drivers to it")
+        return NothingToRunError(
+            "the Ray launch mode has no driver to run",
+            hint="add `driver: [python, main.py, ...]` to the launch block or pass --driver -- "
+            "CMD... on the command line, or hold the cluster without one (--hold, or "
+            "`hold: true` in the launch block) and attach drivers to it",
+        )
     missing = commandless_components(plan, components)
     if not missing:
         return None

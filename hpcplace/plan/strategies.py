@@ -59,7 +59,8 @@ class Packed:
             raise PlanError(
                 f"Packed: {total} resources ({start}-{end}) are not a multiple of "
                 f"num_hardware_per_process*stride = {per}*{stride}",
-                hint="choose start/end so every process gets a full set of resources")
+                hint="choose start/end so every process gets a full set of resources",
+            )
         lists = []
         for r in range(total // per):
             base = start + (r // stride) * stride * per + r % stride
@@ -90,9 +91,10 @@ class Node:
 Strategy = Flexible | Packed | Node
 
 
-def _placements(strategy: Strategy, cluster: Cluster, isolate: bool, labels: tuple[str, ...] | None,
-                force_nodes: bool = False) -> list[Placement]:
+def _placements(
+    strategy: Strategy, cluster: Cluster, isolate: bool, labels: tuple[str, ...] | None, force_nodes: bool = False
+) -> list[Placement]:
     space = resource_space(cluster, labels, count_nodes=force_nodes)
-    return list(place(cluster, space, strategy.resource_lists(space), isolate_accelerator=isolate,
-                      what=type(strategy).__name__))
-
+    return list(
+        place(cluster, space, strategy.resource_lists(space), isolate_accelerator=isolate, what=type(strategy).__name__)
+    )

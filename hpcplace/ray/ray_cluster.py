@@ -48,8 +48,12 @@ class RayNode:
 
     @property
     def labels(self) -> dict[str, str]:
-        raw = {"hpcplace.group": self.label, "hpcplace.partition": self.partition or "",
-               "hpcplace.gpu_type": self.gpu_type or "", "hpcplace.node_rank": str(self.rank)}
+        raw = {
+            "hpcplace.group": self.label,
+            "hpcplace.partition": self.partition or "",
+            "hpcplace.gpu_type": self.gpu_type or "",
+            "hpcplace.node_rank": str(self.rank),
+        }
         return {k: v for k, v in raw.items() if _LABEL_VALUE_RE.match(v)}
 
 
@@ -78,13 +82,24 @@ def ray_nodes(plan: Plan) -> tuple[RayNode, ...]:
         group_cpus = max((cpus_needed.get(rank, 0) for rank in plan.cluster.node_ranks(g)), default=0)
         for j, rank in enumerate(plan.cluster.node_ranks(g)):
             gpus = group.gpus_per_node[j]
-            nodes.append(RayNode(
-                rank=rank, het_group=g, index=j, label=group.label, partition=group.partition,
-                gpu_type=group.gpu_type if gpus else None, gpus=tuple(str(i) for i in range(gpus)),
-                num_cpus=max(group.cpus_per_node or group_cpus, 1),
-                env={**group.env, **(group.node_env[j] if group.node_env else {}),
-                     **framework_node_env(plan.source_format, rank)},
-                python=group.python_interpreter[j] if group.python_interpreter else None))
+            nodes.append(
+                RayNode(
+                    rank=rank,
+                    het_group=g,
+                    index=j,
+                    label=group.label,
+                    partition=group.partition,
+                    gpu_type=group.gpu_type if gpus else None,
+                    gpus=tuple(str(i) for i in range(gpus)),
+                    num_cpus=max(group.cpus_per_node or group_cpus, 1),
+                    env={
+                        **group.env,
+                        **(group.node_env[j] if group.node_env else {}),
+                        **framework_node_env(plan.source_format, rank),
+                    },
+                    python=group.python_interpreter[j] if group.python_interpreter else None,
+                )
+            )
     return tuple(sorted(nodes, key=lambda n: n.rank))
 
 
@@ -101,32 +116,46 @@ def ray_summary(plan: Plan) -> list[str]:
 
     launch = plan.launch
     nodes = ray_nodes(plan)
-    lines = [f"Ray cluster: {len(nodes)} node(s), one raylet each, all started by one srun step; "
-             f"head = cluster node rank 0; join timeout {launch.join_timeout:g} s"]
+    lines = [
+        f"Ray cluster: {len(nodes)} node(s), one raylet each, all started by one srun step; "
+        f"head = cluster node rank 0; join timeout {launch.join_timeout:g} s"
+    ]
     for n in nodes:
         framework = framework_node_env(plan.source_format, n.rank)
         gpus = f"{len(n.gpus)} GPU(s) CUDA_VISIBLE_DEVICES={','.join(n.gpus)}" if n.gpus else "no GPU"
         role = "head" if n.rank == 0 else "worker"
         where = f"partition {n.partition}" if n.partition else "the default partition"
-        lines.append(f"  node rank {n.rank} ({role}): het {n.het_group} node {n.index} ({n.label}, {where}): "
-                     f"RLINF_NODE_RANK={n.rank}, --num-cpus={n.num_cpus}, {gpus}, "
-                     f"resources {{{group_resource(n.label)}: 1}}"
-                     + "".join(f", {k}={v} ({plan.source_format})" for k, v in framework.items())
-                     + (f", env {', '.join(sorted(set(n.env) - set(framework)))}" if set(n.env) - set(framework) else "")
-                     + (f", python {n.python}" if n.python else ""))
+        lines.append(
+            f"  node rank {n.rank} ({role}): het {n.het_group} node {n.index} ({n.label}, {where}): "
+            f"RLINF_NODE_RANK={n.rank}, --num-cpus={n.num_cpus}, {gpus}, "
+            f"resources {{{group_resource(n.label)}: 1}}"
+            + "".join(f", {k}={v} ({plan.source_format})" for k, v in framework.items())
+            + (f", env {', '.join(sorted(set(n.env) - set(framework)))}" if set(n.env) - set(framework) else "")
+            + (f", python {n.python}" if n.python else "")
+        )
     if launch.driver:
         lines.append(f"driver (on the head, argv from plan.json launch.driver): {shlex.join(launch.driver)}")
     else:
         lines.append("no driver: the job holds the Ray cluster for `hpcplace attach RUN --driver -- CMD...`")
     if launch.hold:
-        lines.append("launch.hold: the Ray cluster stays up after the driver, until `hpcplace release RUN`, cancel or "
-                     "the time limit; `hpcplace attach` runs further drivers on the head")
+        lines.append(
+            "launch.hold: the Ray cluster stays up after the driver, until `hpcplace release RUN`, cancel or "
+            "the time limit; `hpcplace attach` runs further drivers on the head"
+        )
     if launch.dashboard:
-        lines.append("launch.dashboard: the Ray dashboard on the head, on a port after the GCS port (ray/head.json, "
-                     "`hpcplace status RUN`)")
-    if launch.driver and os.path.isabs(launch.driver[0]) and BARE_PYTHON_RE.fullmatch(os.path.basename(launch.driver[0])):
-        lines.append(f"driver interpreter: {launch.driver[0]} (a bare `python` driver is rendered as the submitting "
-                     "environment's interpreter, so the head runs the Python the job was submitted with)")
+        lines.append(
+            "launch.dashboard: the Ray dashboard on the head, on a port after the GCS port (ray/head.json, "
+            "`hpcplace status RUN`)"
+        )
+    if (
+        launch.driver
+        and os.path.isabs(launch.driver[0])
+        and BARE_PYTHON_RE.fullmatch(os.path.basename(launch.driver[0]))
+    ):
+        lines.append(
+            f"driver interpreter: {launch.driver[0]} (a bare `python` driver is rendered as the submitting "
+            "environment's interpreter, so the head runs the Python the job was submitted with)"
+        )
     if launch.env:
         lines.append("launch.env: " + ", ".join(sorted(launch.env)))
     return lines

@@ -77,11 +77,15 @@ def open_run(target: str | os.PathLike[str]) -> LiveRun:
 
     run_dir = Path(target).absolute()
     if not run_dir.is_dir():
-        raise submit.UnknownJobError(f"no run directory {str(target)!r}",
-                                     hint="give the run directory `hpcplace submit` printed after the job id")
+        raise submit.UnknownJobError(
+            f"no run directory {str(target)!r}",
+            hint="give the run directory `hpcplace submit` printed after the job id",
+        )
     if not (run_dir / "plan.json").exists():
-        raise submit.UnknownJobError(f"{run_dir} is not a run directory (no plan.json)",
-                                     hint="give the run directory `hpcplace submit` printed after the job id")
+        raise submit.UnknownJobError(
+            f"{run_dir} is not a run directory (no plan.json)",
+            hint="give the run directory `hpcplace submit` printed after the job id",
+        )
     job_id = submit.recorded_job(run_dir)
     plan = submit.load_plan(run_dir / "plan.json")
     return LiveRun(run_dir, job_id, plan, recorded_launcher(run_dir))
@@ -103,8 +107,10 @@ def recorded_launcher(run_dir: Path) -> tuple[str, ...]:
                 return tuple(shlex.split(m.group(1)))
     except (OSError, ValueError):
         pass
-    raise SlurmError(f"cannot tell which launcher the job in {run_dir} runs (no launcher in run.json or job.sbatch)",
-                     hint="resubmit with this hpcplace version")
+    raise SlurmError(
+        f"cannot tell which launcher the job in {run_dir} runs (no launcher in run.json or job.sbatch)",
+        hint="resubmit with this hpcplace version",
+    )
 
 
 def owned_status(job_id: str, run_dir: Path, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> JobStatus:
@@ -115,8 +121,11 @@ def owned_status(job_id: str, run_dir: Path, *, timeout: float = slurm_cli.DEFAU
     status = submit.known_status(job_id, timeout=timeout)
     problem = run_report.ownership_problem(run_dir, submit.read_record(run_dir), status)
     if problem is not None:
-        raise submit.UnknownJobError(problem, hint=f"this run's own job is no longer known to Slurm; its files are "
-                                                   f"still in {run_dir} (`hpcplace logs {shlex.quote(str(run_dir))}`)")
+        raise submit.UnknownJobError(
+            problem,
+            hint=f"this run's own job is no longer known to Slurm; its files are "
+            f"still in {run_dir} (`hpcplace logs {shlex.quote(str(run_dir))}`)",
+        )
     return status
 
 
@@ -126,12 +135,15 @@ def check_running(job_id: str, run_dir: Path, *, timeout: float = slurm_cli.DEFA
     status = owned_status(job_id, run_dir, timeout=timeout)
     if status.state != "RUNNING":
         why = "it has not started yet" if status.state == "PENDING" else "it is not running"
-        raise NotRunningError(f"job {job_id} is {status.state}: {why}",
-                              hint=f"`hpcplace status {job_id}` says where it is; only a running job can be attached to")
+        raise NotRunningError(
+            f"job {job_id} is {status.state}: {why}",
+            hint=f"`hpcplace status {job_id}` says where it is; only a running job can be attached to",
+        )
 
 
 # ------------------------------------------------------------------------------------------------
 # where a rank / node lives, and the srun options of a step into the job (pure)
+
 
 @dataclass(frozen=True)
 class Target:
@@ -182,8 +194,15 @@ def step_args(job: SlurmJob, job_id: str, target: Target, name: str, *, gpus: bo
     args = [f"--jobid={job_id}"]
     if job.is_het:
         args.append(f"--het-group={target.het_group}")
-    args += ["--nodes=1", f"--relative={target.index}", "--ntasks=1", WHOLE_NODE_CPUS, "--mem=0", "--overlap",
-             f"--job-name={name}"]
+    args += [
+        "--nodes=1",
+        f"--relative={target.index}",
+        "--ntasks=1",
+        WHOLE_NODE_CPUS,
+        "--mem=0",
+        "--overlap",
+        f"--job-name={name}",
+    ]
     if gpus and target.gpus:
         args.append(f"--gres=gpu:{target.gpu_type}:{target.gpus}" if target.gpu_type else f"--gres=gpu:{target.gpus}")
     else:
@@ -195,19 +214,38 @@ def step_args(job: SlurmJob, job_id: str, target: Target, name: str, *, gpus: bo
 def driver_argv(run: LiveRun, command_file: Path) -> list[str]:
     """`srun ... LAUNCHER --ray-driver --plan P --argv FILE`: an attached driver on the head."""
     job = lower(run.plan)
-    return ["srun", *step_args(job, run.job_id, head_target(run.plan), ATTACH_STEP, gpus=False), "--unbuffered",
-            *run.launcher, "--ray-driver", "--plan", str(run.plan_path), "--argv", str(command_file)]
+    return [
+        "srun",
+        *step_args(job, run.job_id, head_target(run.plan), ATTACH_STEP, gpus=False),
+        "--unbuffered",
+        *run.launcher,
+        "--ray-driver",
+        "--plan",
+        str(run.plan_path),
+        "--argv",
+        str(command_file),
+    ]
 
 
-def exec_argv(run: LiveRun, target: Target, command_file: Path, *, component: str | None, rank: int | None,
-              pty: bool = False) -> list[str]:
+def exec_argv(
+    run: LiveRun, target: Target, command_file: Path, *, component: str | None, rank: int | None, pty: bool = False
+) -> list[str]:
     """`srun ... LAUNCHER --plan P --component C --rank R --argv FILE` (or `--on-node N`)."""
     job = lower(run.plan)
     head = ["srun", *step_args(job, run.job_id, target, EXEC_STEP, gpus=True, pty=pty), *run.launcher]
     if component is None:
         return [*head, "--on-node", str(target.node_rank), "--plan", str(run.plan_path), "--argv", str(command_file)]
-    return [*head, "--plan", str(run.plan_path), "--component", component, "--rank", str(rank),
-            "--argv", str(command_file)]
+    return [
+        *head,
+        "--plan",
+        str(run.plan_path),
+        "--component",
+        component,
+        "--rank",
+        str(rank),
+        "--argv",
+        str(command_file),
+    ]
 
 
 def step_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -215,13 +253,22 @@ def step_environment(environ: Mapping[str, str]) -> dict[str, str]:
     from an enclosing allocation (the step gets its own); SLURM_CONF and the like stay."""
     drop = set(LEAKED_GPU_VARIABLES)
     requests = re.compile("(" + "|".join(STEP_REQUEST_VARIABLES) + r")(_(HET|PACK)_GROUP_\d+)?")
-    return {k: v for k, v in environ.items()
-            if k not in drop and not requests.fullmatch(k) and not re.match(r"SLURM_(JOB|STEP|HET|PACK|NODELIST|NNODES|NTASKS|NPROCS|TASKS|"
-                                              r"CPUS|MEM|GPUS|DISTRIBUTION|SRUN|LOCALID|PROCID|NODEID|JOBID)", k)}
+    return {
+        k: v
+        for k, v in environ.items()
+        if k not in drop
+        and not requests.fullmatch(k)
+        and not re.match(
+            r"SLURM_(JOB|STEP|HET|PACK|NODELIST|NNODES|NTASKS|NPROCS|TASKS|"
+            r"CPUS|MEM|GPUS|DISTRIBUTION|SRUN|LOCALID|PROCID|NODEID|JOBID)",
+            k,
+        )
+    }
 
 
 # ------------------------------------------------------------------------------------------------
 # I/O: command files, running steps
+
 
 def write_command(run_dir: Path, kind: str, argv: Sequence[str]) -> Path:
     """The step's command as a JSON list in <run dir>/attach/<kind>-<n>.json (a new n each time;
@@ -291,8 +338,9 @@ def run_step(argv: Sequence[str], *, log: Path | None = None, grace_s: float = 1
         else:
             proc = subprocess.Popen(list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as exc:
-        raise SlurmError(f"cannot run `{argv[0]}`: {exc.strerror}",
-                         hint="run hpcplace on a Slurm login node (srun on PATH)") from None
+        raise SlurmError(
+            f"cannot run `{argv[0]}`: {exc.strerror}", hint="run hpcplace on a Slurm login node (srun on PATH)"
+        ) from None
     threads: list[threading.Thread] = []
     out = None
     try:
@@ -337,13 +385,16 @@ def _interrupt(proc: subprocess.Popen[bytes], grace_s: float) -> None:
 # ------------------------------------------------------------------------------------------------
 # what `hpcplace status` says about a held job and the Ray dashboard
 
+
 def hold_lines(run_dir: Path, plan: Plan, state: str, head: Mapping[str, object] | None, login_host: str) -> list[str]:
     """How to use a held job (empty when it does not hold or no longer runs), and the dashboard's address."""
     lines: list[str] = []
     if head and head.get("dashboard_port") and state == "RUNNING":  # an ended job's dashboard is gone
         host, port = head.get("host"), head["dashboard_port"]
-        lines.append(f"Ray dashboard: http://{host}:{port} (on the head; from your machine: "
-                     f"ssh -N -L {port}:{host}:{port} {login_host}, then open http://localhost:{port})")
+        lines.append(
+            f"Ray dashboard: http://{host}:{port} (on the head; from your machine: "
+            f"ssh -N -L {port}:{host}:{port} {login_host}, then open http://localhost:{port})"
+        )
     if not plan.launch.hold or state != "RUNNING":
         return lines
     held = (run_dir / HOLD_FILE).exists()

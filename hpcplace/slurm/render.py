@@ -94,8 +94,10 @@ def sbatch_word(value: object) -> _Rendered:
     holding either cannot be written there."""
     text = str(value)
     if not text.replace("\t", " ").isprintable() or "\\" in text:
-        raise SlurmError(f"{text!r} cannot be written in an #SBATCH line (control character or backslash)",
-                         hint="rename the value (a partition, account, path, ...) without \\ or line breaks")
+        raise SlurmError(
+            f"{text!r} cannot be written in an #SBATCH line (control character or backslash)",
+            hint="rename the value (a partition, account, path, ...) without \\ or line breaks",
+        )
     return _Rendered(shlex.quote(text))
 
 
@@ -116,8 +118,10 @@ def var_ref(name: object) -> _Rendered:
 def _finalize(value: object) -> object:
     if isinstance(value, _Rendered):
         return value
-    raise SlurmError(f"template interpolates {value!r} without a quoting filter",
-                     hint="write {{ value|q }} (shell word), |sbatch, |comment or |words in the template")
+    raise SlurmError(
+        f"template interpolates {value!r} without a quoting filter",
+        hint="write {{ value|q }} (shell word), |sbatch, |comment or |words in the template",
+    )
 
 
 class _PackageLoader(jinja2.BaseLoader):
@@ -147,15 +151,21 @@ def _environment(template_dir: str | None) -> jinja2.Environment:
         loaders.append(jinja2.FileSystemLoader(template_dir))
     loaders += [jinja2.PrefixLoader({BUILTIN_PREFIX: package}), package]
     env = jinja2.Environment(
-        loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined, trim_blocks=True,
-        lstrip_blocks=True, keep_trailing_newline=True, autoescape=False, finalize=_finalize)
-    env.filters.update(q=shell_quote, words=shell_words, sbatch=sbatch_word, comment=comment_text,
-                       var_ref=var_ref)
+        loader=jinja2.ChoiceLoader(loaders),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+        finalize=_finalize,
+    )
+    env.filters.update(q=shell_quote, words=shell_words, sbatch=sbatch_word, comment=comment_text, var_ref=var_ref)
     return env
 
 
 # ------------------------------------------------------------------------------------------------
 # what the template sees (pure)
+
 
 def _gpu_text(gpus: Sequence[str]) -> str:
     return compress_ranks(int(g) for g in gpus) if gpus else "-"
@@ -172,22 +182,27 @@ def segment_summary(plan: Plan, seg: Segment) -> str:
         gpus = f"all {seg.gpus_per_node} GPUs of the node"
     else:
         gpus = "no GPUs"
-    return (f"{group.label} (het {seg.het_group}) {nodes}: {seg.tasks_per_node} task(s)/node, {gpus}; "
-            f"ranks {compress_ranks(seg.ranks)}")
+    return (
+        f"{group.label} (het {seg.het_group}) {nodes}: {seg.tasks_per_node} task(s)/node, {gpus}; "
+        f"ranks {compress_ranks(seg.ranks)}"
+    )
 
 
 def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
     """The header: node groups -> partitions, components -> nodes/GPUs/ranks."""
-    lines = [f"plan {plan.name!r} from {plan.source} ({plan.source_format}); schema hpcplace.plan/1",
-             f"{plan.num_processes} processes, {len(plan.components)} components, "
-             f"{len(plan.cluster.nodes)} nodes in {len(job.components)} het component(s)"]
+    lines = [
+        f"plan {plan.name!r} from {plan.source} ({plan.source_format}); schema hpcplace.plan/1",
+        f"{plan.num_processes} processes, {len(plan.components)} components, "
+        f"{len(plan.cluster.nodes)} nodes in {len(job.components)} het component(s)",
+    ]
     lines += [f"composed: {item}" for item in plan.composed]
-    lines += ["",
-             "het component <- node group: partition, nodes, GRES"]
+    lines += ["", "het component <- node group: partition, nodes, GRES"]
     for hc in job.components:
         ranks = compress_ranks(hc.node_ranks or range(hc.first_node_rank, hc.first_node_rank + hc.num_nodes))
-        lines.append(f"  {hc.het_group}: {hc.label} -> partition {hc.partition or '(none given: Slurm default)'}, "
-                     f"{hc.num_nodes} node(s) (cluster node ranks {ranks}), GRES {hc.gres or 'none'}")
+        lines.append(
+            f"  {hc.het_group}: {hc.label} -> partition {hc.partition or '(none given: Slurm default)'}, "
+            f"{hc.num_nodes} node(s) (cluster node ranks {ranks}), GRES {hc.gres or 'none'}"
+        )
         if hc.charge is not None and (hc.charge.account or hc.charge.qos):
             lines.append(f"     charged to {hc.charge.describe(hc.label)}")
     lines += ["", "component: ranks -> nodes (index within the het component) and GPUs per local task"]
@@ -196,9 +211,11 @@ def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
         steps_of.setdefault(step.component, []).append(step)
     for comp in plan.components:
         extra = f", collocated in {comp.collocation_group}" if comp.collocation_group else ""
-        lines.append(f"  {comp.name}: {comp.world_size} ranks, {comp.cpus_per_process} CPU(s)"
-                     f"{', ' + str(comp.mem_per_process_mb) + ' MB' if comp.mem_per_process_mb else ''}"
-                     f" per process{extra}")
+        lines.append(
+            f"  {comp.name}: {comp.world_size} ranks, {comp.cpus_per_process} CPU(s)"
+            f"{', ' + str(comp.mem_per_process_mb) + ' MB' if comp.mem_per_process_mb else ''}"
+            f" per process{extra}"
+        )
         for step in steps_of.get(comp.name, []):
             for seg in step.segments:
                 lines.append("    " + segment_summary(plan, seg))
@@ -233,21 +250,30 @@ def step_views(plan: Plan, job: SlurmJob) -> list[StepView]:
         counts[step.component] = counts.get(step.component, 0) + 1
     for step in job.steps:
         several = counts[step.component] > 1
-        desc = (f"step {step.index + 1}/{counts[step.component]}, " if several else "") + f"{step.num_tasks} task{'s' if step.num_tasks != 1 else ''}"
+        desc = (
+            f"step {step.index + 1}/{counts[step.component]}, " if several else ""
+        ) + f"{step.num_tasks} task{'s' if step.num_tasks != 1 else ''}"
         title = f"component {step.component!r}, {desc}"
         if several:
             title += " (one srun cannot hold two layouts of one het component)"
         if step.collocation_group:
             title += f"; shares devices ({step.collocation_group}): --overlap, explicit --mem"
         err = f"logs/{step.name}.srun{step.index}.err" if several else f"logs/{step.name}.srun.err"
-        out.append(StepView(
-            component=step.component, title=title,
-            comments=tuple(segment_summary(plan, s) for s in step.segments),
-            description=desc, ranks=compress_ranks(step.ranks),
-            segment_ranks=" ".join(f"{s.het_group}:{compress_ranks(s.ranks)}" for s in step.segments),
-            num_tasks=step.num_tasks, err_file=err,
-            segments=tuple(segment_srun_args(job, step, s) for s in step.segments),
-            command=step.command, rank_log=rank_log_pattern(step.name)))
+        out.append(
+            StepView(
+                component=step.component,
+                title=title,
+                comments=tuple(segment_summary(plan, s) for s in step.segments),
+                description=desc,
+                ranks=compress_ranks(step.ranks),
+                segment_ranks=" ".join(f"{s.het_group}:{compress_ranks(s.ranks)}" for s in step.segments),
+                num_tasks=step.num_tasks,
+                err_file=err,
+                segments=tuple(segment_srun_args(job, step, s) for s in step.segments),
+                command=step.command,
+                rank_log=rank_log_pattern(step.name),
+            )
+        )
     return out
 
 
@@ -260,9 +286,15 @@ def render_library(template_dir: str | os.PathLike[str] | None = None) -> str:
         raise SpecError(f"template error: {exc}", hint="check the site template directory") from None
 
 
-def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
-                  launcher: Sequence[str] = DEFAULT_LAUNCHER,
-                  template_dir: str | os.PathLike[str] | None = None, library: str | None = None) -> str:
+def render_script(
+    plan: Plan,
+    run_dir: str,
+    *,
+    job: SlurmJob | None = None,
+    launcher: Sequence[str] = DEFAULT_LAUNCHER,
+    template_dir: str | os.PathLike[str] | None = None,
+    library: str | None = None,
+) -> str:
     """The batch script text for `plan`, to live in (and run from) the absolute `run_dir`, beside
     the library `render_library` gives (or `library`, its text already rendered): the script names
     and checks its sha256."""
@@ -273,35 +305,51 @@ def render_script(plan: Plan, run_dir: str, *, job: SlurmJob | None = None,
     check_srun_argv(tuple(launcher), "the launcher command")
     job = job or lower(plan)
     env = template_environment(template_dir)
-    common = dict(job=job, plan=plan, run_dir=run_dir, plan_file=PLAN_NAME, launcher=tuple(launcher),
-                  every_node=all_nodes_srun_args(job, "hpcplace-shm"),
-                  clean_nodes=all_nodes_srun_args(job, "hpcplace-clean"),
-                  preflight_nodes=preflight_srun_args(job), library_name=LIBRARY_NAME,
-                  library_sha256=sha256_text(library if library is not None else render_library(template_dir)),
-                  clear_leaked=tuple(a for v in LEAKED_GPU_VARIABLES for a in ("-u", v)),
-                  step_requests=STEP_REQUEST_VARIABLES, rank_log_variable=RANK_LOG_VARIABLE,
-                  preflight_log_variable=PREFLIGHT_LOG_VARIABLE, preflight_log=PREFLIGHT_LOG_PATTERN)
+    common = dict(
+        job=job,
+        plan=plan,
+        run_dir=run_dir,
+        plan_file=PLAN_NAME,
+        launcher=tuple(launcher),
+        every_node=all_nodes_srun_args(job, "hpcplace-shm"),
+        clean_nodes=all_nodes_srun_args(job, "hpcplace-clean"),
+        preflight_nodes=preflight_srun_args(job),
+        library_name=LIBRARY_NAME,
+        library_sha256=sha256_text(library if library is not None else render_library(template_dir)),
+        clear_leaked=tuple(a for v in LEAKED_GPU_VARIABLES for a in ("-u", v)),
+        step_requests=STEP_REQUEST_VARIABLES,
+        rank_log_variable=RANK_LOG_VARIABLE,
+        preflight_log_variable=PREFLIGHT_LOG_VARIABLE,
+        preflight_log=PREFLIGHT_LOG_PATTERN,
+    )
     started = ["", f"launcher (starts hpcplace's shim in every task): {shlex.join(launcher)}"]
     try:
         if plan.launch.is_ray:
             from hpcplace.ray import ray_cluster
 
             return env.get_template(RAY_TEMPLATE).render(
-                **common, summary=placement_summary(plan, job) + started + ["", *ray_cluster.ray_summary(plan)],
-                steps=("ray", "driver"), ray_lines=ray_cluster.ray_summary(plan),
+                **common,
+                summary=placement_summary(plan, job) + started + ["", *ray_cluster.ray_summary(plan)],
+                steps=("ray", "driver"),
+                ray_lines=ray_cluster.ray_summary(plan),
                 ray_segments=ray_step_segments(job, plan),
-                driver_args=driver_step_args(job, plan), node_ranks=ray_cluster.node_ranks_text(plan),
-                node_segments=" ".join(f"{g}:{compress_ranks(plan.cluster.node_ranks(g))}"
-                                       for g in range(len(plan.cluster.node_groups))),
-                driver_het=f"+{ray_cluster.head_node(plan).het_group}" if job.is_het else "")
+                driver_args=driver_step_args(job, plan),
+                node_ranks=ray_cluster.node_ranks_text(plan),
+                node_segments=" ".join(
+                    f"{g}:{compress_ranks(plan.cluster.node_ranks(g))}" for g in range(len(plan.cluster.node_groups))
+                ),
+                driver_het=f"+{ray_cluster.head_node(plan).het_group}" if job.is_het else "",
+            )
         return env.get_template(TEMPLATE).render(
-            **common, summary=placement_summary(plan, job) + started, steps=step_views(plan, job))
+            **common, summary=placement_summary(plan, job) + started, steps=step_views(plan, job)
+        )
     except jinja2.TemplateError as exc:
         raise SpecError(f"template error: {exc}", hint="check the site template directory") from None
 
 
 # ------------------------------------------------------------------------------------------------
 # writing a run directory (the only I/O here)
+
 
 def check_renders(plan: Plan) -> None:
     """What `hpcplace plan` (and tune) check: the plan lowers and renders, in memory (no files)."""
@@ -321,8 +369,13 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def render_run(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[str] = DEFAULT_LAUNCHER,
-               template_dir: str | os.PathLike[str] | None = None) -> RenderedRun:
+def render_run(
+    plan: Plan,
+    run_dir: str | os.PathLike[str],
+    *,
+    launcher: Sequence[str] = DEFAULT_LAUNCHER,
+    template_dir: str | os.PathLike[str] | None = None,
+) -> RenderedRun:
     """Write run_dir/job.sbatch, run_dir/hpcplace-lib.sh (the functions it sources), run_dir/plan.json
     (+ plan.json.idx for the shim) and run_dir/logs/."""
     root = Path(os.path.abspath(run_dir))
@@ -335,8 +388,10 @@ def render_run(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequenc
         _write(root / LIBRARY_NAME, library)
         _write(root / SCRIPT_NAME, script, mode=0o755)
     except OSError as exc:
-        raise OutputPathError(f"cannot write into the run directory {root}: {exc.strerror or exc}",
-                              hint="choose another directory with -o DIR") from None
+        raise OutputPathError(
+            f"cannot write into the run directory {root}: {exc.strerror or exc}",
+            hint="choose another directory with -o DIR",
+        ) from None
     return RenderedRun(root, root / SCRIPT_NAME, root / PLAN_NAME, sha256_text(script), root / LIBRARY_NAME)
 
 
@@ -350,14 +405,18 @@ def make_run_dir(path: str | os.PathLike[str]) -> Path:
     try:
         root.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise OutputPathError(f"cannot create the run directory {root}: a file is in the way",
-                              hint="choose another directory with -o DIR") from None
+        raise OutputPathError(
+            f"cannot create the run directory {root}: a file is in the way", hint="choose another directory with -o DIR"
+        ) from None
     except OSError as exc:
-        raise OutputPathError(f"cannot create the run directory {root}: {exc.strerror or exc}",
-                              hint="choose another directory with -o DIR (one you can write)") from None
+        raise OutputPathError(
+            f"cannot create the run directory {root}: {exc.strerror or exc}",
+            hint="choose another directory with -o DIR (one you can write)",
+        ) from None
     if not os.access(root, os.W_OK | os.X_OK):
-        raise OutputPathError(f"the run directory {root} is not writable",
-                              hint="choose another directory with -o DIR (one you can write)")
+        raise OutputPathError(
+            f"the run directory {root} is not writable", hint="choose another directory with -o DIR (one you can write)"
+        )
     return root
 
 
@@ -372,12 +431,17 @@ def write_plan_files(plan: Plan, path: Path) -> None:
         size = write_plan_json(plan, out, spans, header=header)
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
-    nodes = [{(v.het_group, v.group_node_index): v.ranks for v in node_processes(c.processes)}
-             for c in plan.components]
+    nodes = [{(v.het_group, v.group_node_index): v.ranks for v in node_processes(c.processes)} for c in plan.components]
     # JSON-ready values (tuples are written as lists), the same the plan.json text holds
     components = [component_header(c) for c in plan.components]
-    write_index_from_parts(path, plan_size=size, plan=header, components=components,
-                           spans=[(s.offsets, s.lengths) for s in spans], nodes=nodes)
+    write_index_from_parts(
+        path,
+        plan_size=size,
+        plan=header,
+        components=components,
+        spans=[(s.offsets, s.lengths) for s in spans],
+        nodes=nodes,
+    )
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:

@@ -30,6 +30,7 @@ SUBMIT_SLACK = timedelta(minutes=10)
 # ------------------------------------------------------------------------------------------------
 # job id -> run directory
 
+
 def candidate_dirs(status: JobStatus) -> list[str]:
     """Where the job's run directory could be, most certain first: its working directory (hpcplace
     submits from the run directory), the directory of its batch script (`DIR/job.sbatch`, also when a
@@ -71,6 +72,7 @@ def find_run_dir(status: JobStatus) -> Path | None:
 # ------------------------------------------------------------------------------------------------
 # run directory -> is the job Slurm reports still this run's?
 
+
 def _same_dir(a: str, b: str) -> bool:
     """Paths equal once resolved; slurmdbd stores `"` as a backquote in WorkDir."""
     return os.path.realpath(a) == os.path.realpath(b) or a.replace("`", '"') == b.replace("`", '"')
@@ -97,14 +99,18 @@ def ownership_problem(run_dir: Path, record: dict[str, object] | None, status: J
     if places:
         if any(_same_dir(p, str(run_dir)) for p in places):
             return None
-        return (f"job {job_id} is not this run's: Slurm's job {job_id} runs in {places[0]}"
-                f"{' (submitted ' + status.submit_time + ')' if status.submit_time else ''}, not in {run_dir}, "
-                f"which recorded job {job_id}{_recorded_when(record)}; the cluster's job ids restarted?")
+        return (
+            f"job {job_id} is not this run's: Slurm's job {job_id} runs in {places[0]}"
+            f"{' (submitted ' + status.submit_time + ')' if status.submit_time else ''}, not in {run_dir}, "
+            f"which recorded job {job_id}{_recorded_when(record)}; the cluster's job ids restarted?"
+        )
     submitted = _parse_time(str((record or {}).get("submitted_at", "")))
     slurm_time = _parse_time(status.submit_time)
     if submitted is not None and slurm_time is not None and slurm_time < submitted - SUBMIT_SLACK:
-        return (f"job {job_id} is not this run's: Slurm's job {job_id} was submitted {status.submit_time}, "
-                f"before {run_dir} was{_recorded_when(record)}; the cluster's job ids restarted?")
+        return (
+            f"job {job_id} is not this run's: Slurm's job {job_id} was submitted {status.submit_time}, "
+            f"before {run_dir} was{_recorded_when(record)}; the cluster's job ids restarted?"
+        )
     return None
 
 
@@ -116,13 +122,16 @@ def _recorded_when(record: dict[str, object] | None) -> str:
 # ------------------------------------------------------------------------------------------------
 # the Slurm version a status speaks of
 
+
 def slurm_version_line(live: slurm_cli.SlurmVersion | None, recorded: slurm_cli.SlurmVersion | None) -> str:
     """`status`'s one line on Slurm's version: this host's (whose sacct printed the exit codes above) and,
     when it differs or is unknown, the one run.json recorded at submit time."""
     if live is None:
         where = f"; the job was submitted to Slurm {recorded}" if recorded is not None else ""
-        return (f"  slurm: version unknown (`scontrol --version` gave none){where}: exit codes below 128 from "
-                "sacct may be 128 less than the program's (sacct before 25.11)")
+        return (
+            f"  slurm: version unknown (`scontrol --version` gave none){where}: exit codes below 128 from "
+            "sacct may be 128 less than the program's (sacct before 25.11)"
+        )
     if recorded is None or recorded == live:
         return f"  slurm: {live}"
     return f"  slurm: {live} (the job was submitted to Slurm {recorded})"
@@ -130,6 +139,7 @@ def slurm_version_line(live: slurm_cli.SlurmVersion | None, recorded: slurm_cli.
 
 # ------------------------------------------------------------------------------------------------
 # failure summary
+
 
 @dataclass(frozen=True)
 class Failure:
@@ -154,11 +164,11 @@ def parse_failure(batch_log: str) -> Failure | None:
     script's verdict); None when the job has not failed (so far)."""
     lines = batch_log.splitlines()
     begun = [i for i, line in enumerate(lines) if _ATTEMPT.match(line)]  # a requeued job appends its attempts
-    lines = lines[begun[-1]:] if begun else lines
+    lines = lines[begun[-1] :] if begun else lines
     start = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith(_PREFIX + "FAILED:")), None)
     if start is None:
         return None
-    headline = lines[start][len(_PREFIX):]
+    headline = lines[start][len(_PREFIX) :]
     verdict = component = host = cause = None
     rank = None
     m = re.match(r"FAILED: component '(.*?)' \(", headline)
@@ -167,10 +177,10 @@ def parse_failure(batch_log: str) -> Failure | None:
     first = _HEADLINE_RANK.search(headline)  # the headline names the first failing rank
     if first:
         rank, host = int(first.group(1)), first.group(2)
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.startswith(_PREFIX):
             continue
-        text = line[len(_PREFIX):]
+        text = line[len(_PREFIX) :]
         hit = _FIRST_RANK.match(text)
         if "this SIGTERM was Slurm's time-limit warning" in text:
             cause = text.strip()
@@ -185,7 +195,7 @@ def parse_failure(batch_log: str) -> Failure | None:
 def tail(text: str, n: int = TAIL_LINES, width: int = TAIL_WIDTH) -> list[str]:
     """The last n non-blank lines, each cut to `width` characters (a progress bar can be one huge line)."""
     lines = [line.rstrip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
-    return [line if len(line) <= width else line[:width - 3] + "..." for line in lines[-n:]]
+    return [line if len(line) <= width else line[: width - 3] + "..." for line in lines[-n:]]
 
 
 def failure_lines(failure: Failure, log_path: Path | None, log_text: str | None) -> list[str]:
@@ -202,8 +212,11 @@ def failure_lines(failure: Failure, log_path: Path | None, log_text: str | None)
         out.append(f"    ({who}: no log at {log_path})")
     else:
         last = tail(log_text)
-        out.append(f"    last {len(last)} line(s) of {who}'s log ({log_path}):" if last else
-                   f"    ({who}'s log {log_path} is empty)")
+        out.append(
+            f"    last {len(last)} line(s) of {who}'s log ({log_path}):"
+            if last
+            else f"    ({who}'s log {log_path} is empty)"
+        )
         out += [f"      | {line}" for line in last]
     return out
 
@@ -242,5 +255,16 @@ def read_failure(run_dir: Path, job_id: str | None, ended_failed: bool = False) 
     return failure_lines(failure, path, text)
 
 
-__all__ = ["Failure", "candidate_dirs", "failing_log", "failure_lines", "find_run_dir", "ownership_problem",
-           "parse_failure", "read_failure", "recorded_id", "slurm_version_line", "tail"]
+__all__ = [
+    "Failure",
+    "candidate_dirs",
+    "failing_log",
+    "failure_lines",
+    "find_run_dir",
+    "ownership_problem",
+    "parse_failure",
+    "read_failure",
+    "recorded_id",
+    "slurm_version_line",
+    "tail",
+]

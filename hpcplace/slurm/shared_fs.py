@@ -67,7 +67,9 @@ def mount_of(path: str, mounts: Sequence[Mount]) -> Mount | None:
     the earlier)."""
     best: Mount | None = None
     for mount in mounts:
-        if is_under(path, mount.point) and (best is None or len(mount.point.rstrip("/")) >= len(best.point.rstrip("/"))):
+        if is_under(path, mount.point) and (
+            best is None or len(mount.point.rstrip("/")) >= len(best.point.rstrip("/"))
+        ):
             best = mount
     return best
 
@@ -90,8 +92,9 @@ def not_shared_reason(path: str, mounts: Sequence[Mount], shared_prefixes: Seque
     return None
 
 
-def path_warnings(paths: Sequence[CheckedPath], mounts: Sequence[Mount],
-                  shared_prefixes: Sequence[str] = ()) -> list[str]:
+def path_warnings(
+    paths: Sequence[CheckedPath], mounts: Sequence[Mount], shared_prefixes: Sequence[str] = ()
+) -> list[str]:
     """One line per path the nodes would not see, with the fix."""
     out = []
     for item in paths:
@@ -102,6 +105,8 @@ def path_warnings(paths: Sequence[CheckedPath], mounts: Sequence[Mount],
         target = os.path.realpath(item.path)  # a link (a venv's python): the nodes need what it points to too
         reason = not_shared_reason(target, mounts, shared_prefixes) if target != item.path else None
         if reason is not None:
-            out.append(f"{item.what} {item.path} links to {target}, which is {reason}: the compute nodes will not "
-                       f"find it; {item.fix}")
+            out.append(
+                f"{item.what} {item.path} links to {target}, which is {reason}: the compute nodes will not "
+                f"find it; {item.fix}"
+            )
     return out

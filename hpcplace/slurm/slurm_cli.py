@@ -35,14 +35,17 @@ class CommandResult:
     @property
     def message(self) -> str:
         """What Slurm said, for an error message."""
-        return (self.stderr.strip() or self.stdout.strip() or f"exit status {self.returncode}")
+        return self.stderr.strip() or self.stdout.strip() or f"exit status {self.returncode}"
 
 
 # What Slurm's commands print when no controller answers from this host (no slurm.conf and no DNS SRV
 # record for configless Slurm; the controller down or unreachable).
-NO_CONTROLLER = re.compile(r"resolve_ctls_from_dns_srv|Could not establish a configuration source|"
-                           r"fetch_config: DNS SRV lookup failed|Unable to contact slurm controller|"
-                           r"Unable to establish control machine address", re.IGNORECASE)
+NO_CONTROLLER = re.compile(
+    r"resolve_ctls_from_dns_srv|Could not establish a configuration source|"
+    r"fetch_config: DNS SRV lookup failed|Unable to contact slurm controller|"
+    r"Unable to establish control machine address",
+    re.IGNORECASE,
+)
 
 
 class NoControllerError(SlurmError):
@@ -58,7 +61,8 @@ def no_controller(result: CommandResult) -> NoControllerError | None:
         f"no Slurm controller answers from this host (`{' '.join(result.argv[:3])}` failed)"
         + "".join(f"\n    {line}" for line in raw[:8]),
         hint="check that SLURM_CONF (or /etc/slurm/slurm.conf) names the cluster's controller and that "
-             "`scontrol ping` answers; run hpcplace on a login node of the cluster")
+        "`scontrol ping` answers; run hpcplace on a login node of the cluster",
+    )
 
 
 def run(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S, cwd: str | None = None) -> CommandResult:
@@ -66,21 +70,27 @@ def run(argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S, cwd: str | N
     controller answers at all (NoControllerError: nothing a caller could do differs)."""
     argv = tuple(argv)
     if shutil.which(argv[0]) is None:
-        raise SlurmError(f"`{argv[0]}` was not found on PATH",
-                         hint="run hpcplace on a Slurm login node (or load the site's slurm module); "
-                              "`hpcplace render` and `submit --dry-run` work without Slurm")
+        raise SlurmError(
+            f"`{argv[0]}` was not found on PATH",
+            hint="run hpcplace on a Slurm login node (or load the site's slurm module); "
+            "`hpcplace render` and `submit --dry-run` work without Slurm",
+        )
     conf = os.environ.get("SLURM_CONF")
     if conf and not os.path.isfile(conf):  # Slurm's tools retry a missing file for 60 s, then fail anyway
-        raise NoControllerError(f"SLURM_CONF names {conf}, which is not a file: no Slurm command can read "
-                                "the cluster's configuration",
-                                hint="point SLURM_CONF at the cluster's slurm.conf, or unset it to use "
-                                     "/etc/slurm/slurm.conf (or the site's configless setup)")
+        raise NoControllerError(
+            f"SLURM_CONF names {conf}, which is not a file: no Slurm command can read the cluster's configuration",
+            hint="point SLURM_CONF at the cluster's slurm.conf, or unset it to use "
+            "/etc/slurm/slurm.conf (or the site's configless setup)",
+        )
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"`{' '.join(argv)}` did not answer within {timeout:g} s",
-                         hint="the Slurm controller may be overloaded or down; try again later") from None
+        raise SlurmError(
+            f"`{' '.join(argv)}` did not answer within {timeout:g} s",
+            hint="the Slurm controller may be overloaded or down; try again later",
+        ) from None
     except OSError as exc:
         raise SlurmError(f"cannot run `{argv[0]}`: {exc.strerror}") from None
     result = CommandResult(argv, done.returncode, done.stdout, done.stderr)
@@ -103,7 +113,7 @@ def parse_key_values(line: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for i, m in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        out[m.group(1)] = line[m.end():end].strip()
+        out[m.group(1)] = line[m.end() : end].strip()
     return out
 
 
@@ -154,13 +164,15 @@ def parse_job_id(stdout: str) -> str:
     text = stdout.strip().splitlines()[-1] if stdout.strip() else ""
     job_id = text.split(";")[0].strip()
     if not job_id.isdigit():
-        raise SlurmError(f"sbatch printed {stdout.strip()!r}, not a job id",
-                         hint="check `squeue --me` before submitting again")
+        raise SlurmError(
+            f"sbatch printed {stdout.strip()!r}, not a job id", hint="check `squeue --me` before submitting again"
+        )
     return job_id
 
 
 # ------------------------------------------------------------------------------------------------
 # versions (pure): what each Slurm prints differently, as data
+
 
 @dataclass(frozen=True, order=True)
 class SlurmVersion:
@@ -210,8 +222,9 @@ def check_supported(version: SlurmVersion) -> SlurmVersion:
             f"(the job script, the het-job steps and the parsers of scontrol/sacct are tested from "
             f"{OLDEST_SUPPORTED.release} on)",
             hint=f"run hpcplace on a cluster with Slurm {OLDEST_SUPPORTED.release} or newer; `hpcplace render` and "
-                 "`submit --dry-run` "
-                 "still write the job script to read (docs/slurm-versions.md lists what differs per version)")
+            "`submit --dry-run` "
+            "still write the job script to read (docs/slurm-versions.md lists what differs per version)",
+        )
     return version
 
 
@@ -239,10 +252,18 @@ class VersionChange:
 
 
 VERSION_CHANGES: tuple[VersionChange, ...] = (
-    VersionChange(SlurmVersion(23, 2, 0), "job_tres_keys", ("AllocTRES", "ReqTRES"),
-                  "`scontrol show job` prints ReqTRES= and AllocTRES= instead of TRES="),
-    VersionChange(SlurmVersion(25, 11, 0), "sacct_subtracts_128", False,
-                  "sacct prints exit codes above 128 as they are (143:0, was 15:0)"),
+    VersionChange(
+        SlurmVersion(23, 2, 0),
+        "job_tres_keys",
+        ("AllocTRES", "ReqTRES"),
+        "`scontrol show job` prints ReqTRES= and AllocTRES= instead of TRES=",
+    ),
+    VersionChange(
+        SlurmVersion(25, 11, 0),
+        "sacct_subtracts_128",
+        False,
+        "sacct prints exit codes above 128 as they are (143:0, was 15:0)",
+    ),
 )
 
 
@@ -260,6 +281,7 @@ def dialect(version: SlurmVersion | None) -> SlurmDialect:
 
 # ------------------------------------------------------------------------------------------------
 # exit codes (pure): right under both sacct encodings
+
 
 def signal_name(number: int) -> str:
     """15 -> `SIGTERM`; a number this system does not name -> `signal 40`."""
@@ -339,6 +361,7 @@ def exit_status(printed: str, *, source: str, version: SlurmVersion | None) -> E
 # ------------------------------------------------------------------------------------------------
 # job records (pure): `scontrol show job -o` of every version
 
+
 @dataclass(frozen=True)
 class JobRecord:
     """One het component as `scontrol show job -o` describes it, the same on every supported version."""
@@ -381,12 +404,22 @@ def parse_job_record(fields: Mapping[str, str], version: SlurmVersion | None = N
     std_err = fields.get("StdErr", "")
     offset = fields.get("HetJobOffset", "0")
     return JobRecord(
-        job_id=fields.get("JobId", ""), het_offset=int(offset) if offset.isdigit() else 0,
-        state=fields.get("JobState", ""), partition=fields.get("Partition", ""), nodes=fields.get("NodeList", ""),
-        reason=fields.get("Reason", ""), exit_code=fields.get("ExitCode", ""), run_time=fields.get("RunTime", ""),
-        work_dir=fields.get("WorkDir", ""), submit_time=fields.get("SubmitTime", ""), std_out=std_out,
-        std_err=std_err if std_err and std_err != "(null)" else std_out, command=fields.get("Command", ""),
-        req_tres=parse_tres(req), alloc_tres=parse_tres(alloc))
+        job_id=fields.get("JobId", ""),
+        het_offset=int(offset) if offset.isdigit() else 0,
+        state=fields.get("JobState", ""),
+        partition=fields.get("Partition", ""),
+        nodes=fields.get("NodeList", ""),
+        reason=fields.get("Reason", ""),
+        exit_code=fields.get("ExitCode", ""),
+        run_time=fields.get("RunTime", ""),
+        work_dir=fields.get("WorkDir", ""),
+        submit_time=fields.get("SubmitTime", ""),
+        std_out=std_out,
+        std_err=std_err if std_err and std_err != "(null)" else std_out,
+        command=fields.get("Command", ""),
+        req_tres=parse_tres(req),
+        alloc_tres=parse_tres(alloc),
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -401,10 +434,12 @@ def read_version(*, timeout: float = DEFAULT_TIMEOUT_S) -> SlurmVersion:
     version = parse_version(res.stdout) if res.returncode == 0 else None
     if version is None:
         said = (res.stdout.strip() or res.stderr.strip() or f"nothing (exit status {res.returncode})")[:200]
-        raise SlurmError(f"`{' '.join(VERSION_ARGV)}` printed {said!r}, not a Slurm version such as "
-                         "'slurm 22.05.8'", hint="check that the scontrol on PATH is the cluster's (the site's "
-                                                 "slurm module loaded); hpcplace reads the version once per "
-                                                 "submit and validate")
+        raise SlurmError(
+            f"`{' '.join(VERSION_ARGV)}` printed {said!r}, not a Slurm version such as 'slurm 22.05.8'",
+            hint="check that the scontrol on PATH is the cluster's (the site's "
+            "slurm module loaded); hpcplace reads the version once per "
+            "submit and validate",
+        )
     return version
 
 
@@ -474,8 +509,7 @@ def jobs_in_workdir(work_dir: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> lis
         for row in parse_parsable(res.stdout, ("JobID", "WorkDir")):
             if row.get("WorkDir") == work_dir:
                 found.append(row["JobID"].split("+")[0])
-    res = run(["sacct", "-X", "--parsable2", "--noheader", "-o", "JobID,WorkDir", "-S", "now-7days"],
-              timeout=timeout)
+    res = run(["sacct", "-X", "--parsable2", "--noheader", "-o", "JobID,WorkDir", "-S", "now-7days"], timeout=timeout)
     if res.returncode == 0:
         for row in parse_parsable(res.stdout, ("JobID", "WorkDir")):
             if row.get("WorkDir") == work_dir:
@@ -499,6 +533,7 @@ def show_nodes(*, timeout: float = DEFAULT_TIMEOUT_S) -> list[dict[str, str]]:
 
 # ------------------------------------------------------------------------------------------------
 # submitit's watcher, taught about het jobs
+
 
 class HetJobWatcher(SlurmInfoWatcher):
     """submitit's sacct watcher (batched `sacct --parsable2` calls on a backoff schedule: 0, 2, 4,

@@ -52,9 +52,20 @@ LEAKED_GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISI
 # steps drop them, so every srun gets exactly the CPUs, memory and GRES its own options name (memory:
 # `--mem` given on the command line already overrides SLURM_MEM_PER_* on every version).
 STEP_REQUEST_VARIABLES = (
-    "SLURM_CPUS_PER_TASK", "SRUN_CPUS_PER_TASK", "SLURM_TRES_PER_TASK", "SLURM_CPUS_PER_GPU", "SLURM_GPUS",
-    "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_SOCKET", "SLURM_GPUS_PER_TASK", "SLURM_NTASKS_PER_GPU",
-    "SLURM_NTASKS_PER_TRES", "SLURM_GPU_BIND", "SLURM_TRES_BIND", "SLURM_STEP_GRES", "SLURM_EXACT",
+    "SLURM_CPUS_PER_TASK",
+    "SRUN_CPUS_PER_TASK",
+    "SLURM_TRES_PER_TASK",
+    "SLURM_CPUS_PER_GPU",
+    "SLURM_GPUS",
+    "SLURM_GPUS_PER_NODE",
+    "SLURM_GPUS_PER_SOCKET",
+    "SLURM_GPUS_PER_TASK",
+    "SLURM_NTASKS_PER_GPU",
+    "SLURM_NTASKS_PER_TRES",
+    "SLURM_GPU_BIND",
+    "SLURM_TRES_BIND",
+    "SLURM_STEP_GRES",
+    "SLURM_EXACT",
 )
 
 NO_GRES = "--gres=none"  # a step without devices says so: by default a step gets every GRES of the job
@@ -62,7 +73,6 @@ WHOLE_NODE_CPUS = "--whole"  # every CPU the job holds on the node (-c would imp
 RANK_LOG_VARIABLE = "HPCPLACE_RANK_LOG"  # the shim writes its rank's output to this path ({rank} filled in)
 PREFLIGHT_LOG_VARIABLE = "HPCPLACE_PREFLIGHT_LOG"  # the preflight writes its node's output here ({node})
 PREFLIGHT_LOG_PATTERN = "logs/preflight.{node}.out"  # relative to the run dir; {node}: SLURMD_NODENAME
-
 
 
 @dataclass(frozen=True)
@@ -153,6 +163,7 @@ class SlurmJob:
 # ------------------------------------------------------------------------------------------------
 # small arithmetic, tested on its own
 
+
 def slug(text: str, fallback: str = "job") -> str:
     """A name safe for Slurm names and file names: letters, digits, `.`, `_`, `-`."""
     out = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._-")[:64]
@@ -227,6 +238,7 @@ def consecutive_runs(items: Sequence[tuple[int, _K]]) -> list[tuple[int, int, _K
 # ------------------------------------------------------------------------------------------------
 # lowering
 
+
 def lower(plan: Plan) -> SlurmJob:
     """Plan -> SlurmJob. Raises SlurmError for what one het component cannot express."""
     options = dict(plan.slurm)
@@ -239,8 +251,9 @@ def lower(plan: Plan) -> SlurmJob:
     time_args: tuple[str, ...] = ()
     if options.get("time"):
         if not sbatch_time_ok(options["time"]):
-            raise SpecError(f"slurm.time {options['time']!r} is not a Slurm time limit",
-                            hint="write e.g. 30, 4:00:00 or 2-00:00:00")
+            raise SpecError(
+                f"slurm.time {options['time']!r} is not a Slurm time limit", hint="write e.g. 30, 4:00:00 or 2-00:00:00"
+            )
         time_args = (f"--time={options['time']}",)
     warning = limit_signal(options.get("signal_before_limit", DEFAULT_LIMIT_SIGNAL))
     limit_s = time_limit_seconds(options.get("time", ""))
@@ -250,9 +263,11 @@ def lower(plan: Plan) -> SlurmJob:
         warning = f"{sig}@{min(int(seconds), max(1, limit_s // 10))}"
     if warning and limit_s is not None and int(warning.split("@")[1]) >= limit_s:
         # Slurm would signal every task as soon as it starts
-        raise SpecError(f"slurm.signal_before_limit {options['signal_before_limit']!r} is not shorter than "
-                        f"slurm.time {options['time']!r}", hint="warn fewer seconds before the limit, or "
-                                                              "turn the warning off with false")
+        raise SpecError(
+            f"slurm.signal_before_limit {options['signal_before_limit']!r} is not shorter than "
+            f"slurm.time {options['time']!r}",
+            hint="warn fewer seconds before the limit, or turn the warning off with false",
+        )
     requeue = flag(options, "requeue", False)
     # Steps mode: the warning goes to every task of every step. Ray mode: to the batch script only
     # (`B:`, component 0 runs it), which passes the user's signal on to the driver step alone; Slurm
@@ -271,9 +286,18 @@ def lower(plan: Plan) -> SlurmJob:
     if not plan.launch.is_ray and not commandless_components(plan):  # what the steps will ask of the nodes
         check_node_capacity(plan, node_needs)  # (the Ray mode's one task per node asks for none per process)
     components = tuple(
-        _het_component(plan, gi, group, job_name, (*time_args, *(lead_args if gi == 0 else ()), *extra), exclusive,
-                       node_needs, charge)
-        for gi, (group, charge) in enumerate(zip(cluster.node_groups, charges(cluster.node_groups))))
+        _het_component(
+            plan,
+            gi,
+            group,
+            job_name,
+            (*time_args, *(lead_args if gi == 0 else ()), *extra),
+            exclusive,
+            node_needs,
+            charge,
+        )
+        for gi, (group, charge) in enumerate(zip(cluster.node_groups, charges(cluster.node_groups)))
+    )
     batch_args = []
     if options.get("mail_user"):
         batch_args.append(f"--mail-user={options['mail_user']}")
@@ -285,8 +309,18 @@ def lower(plan: Plan) -> SlurmJob:
     steps: list[Step] = []
     for comp, name in zip(plan.components, names):
         steps.extend(_component_steps(plan, comp, name))
-    return SlurmJob(plan.name, job_name, components, tuple(steps), tuple(batch_args), plan.num_processes,
-                    kill_wait(options.get("kill_wait")), requeue, warning, flag(options, "preflight", True))
+    return SlurmJob(
+        plan.name,
+        job_name,
+        components,
+        tuple(steps),
+        tuple(batch_args),
+        plan.num_processes,
+        kill_wait(options.get("kill_wait")),
+        requeue,
+        warning,
+        flag(options, "preflight", True),
+    )
 
 
 def check_node_capacity(plan: Plan, needs: dict[int, tuple[int, int]]) -> None:
@@ -296,18 +330,23 @@ def check_node_capacity(plan: Plan, needs: dict[int, tuple[int, int]]) -> None:
     for gi, group in enumerate(plan.cluster.node_groups):
         for j, rank in enumerate(plan.cluster.node_ranks(gi)):
             cpus, mb = needs.get(rank, (0, 0))
-            for what, declared, need, unit, key in (("CPUs", group.cpus_per_node, cpus, "", "cpus_per_process"),
-                                                    ("memory", group.mem_per_node_mb, mb, " MB", "mem_per_process")):
+            for what, declared, need, unit, key in (
+                ("CPUs", group.cpus_per_node, cpus, "", "cpus_per_process"),
+                ("memory", group.mem_per_node_mb, mb, " MB", "mem_per_process"),
+            ):
                 if declared and need > declared:
                     asks = ", ".join(
                         f"{comp.name} {n} x {comp.cpus_per_process if what == 'CPUs' else comp.mem_per_process_mb}"
                         for comp in plan.components
-                        if (n := sum(1 for p in comp.processes if p.cluster_node_rank == rank)))
-                    raise SpecError(f"node group {group.label!r}: node {j} runs processes asking for {need}{unit} "
-                                    f"{what} ({asks}), but the group's nodes have {declared}{unit}",
-                                    location=group.location,
-                                    hint=f"lower {key}, place fewer processes on the node, or correct the group's "
-                                         f"{'cpus_per_node' if what == 'CPUs' else 'mem_per_node'}")
+                        if (n := sum(1 for p in comp.processes if p.cluster_node_rank == rank))
+                    )
+                    raise SpecError(
+                        f"node group {group.label!r}: node {j} runs processes asking for {need}{unit} "
+                        f"{what} ({asks}), but the group's nodes have {declared}{unit}",
+                        location=group.location,
+                        hint=f"lower {key}, place fewer processes on the node, or correct the group's "
+                        f"{'cpus_per_node' if what == 'CPUs' else 'mem_per_node'}",
+                    )
 
 
 def check_spanning_workers(plan: Plan) -> None:
@@ -327,8 +366,9 @@ def check_spanning_workers(plan: Plan) -> None:
             "through Ray, while the steps launch mode runs each process of a job step on one node",
             location=span.location,
             hint="use the Ray launch mode: `launch: {mode: ray, driver: [python, examples/start_rlvr_pipeline.py, "
-                 "...]}` in the config, or `--driver -- CMD...` on the command line; or keep "
-                 "tensor_parallel_size*pipeline_parallel_size within one node's GPUs")
+            "...]}` in the config, or `--driver -- CMD...` on the command line; or keep "
+            "tensor_parallel_size*pipeline_parallel_size within one node's GPUs",
+        )
 
 
 def check_roll_cpu_nodes(plan: Plan) -> None:
@@ -344,7 +384,8 @@ def check_roll_cpu_nodes(plan: Plan) -> None:
                 "(worker r on GPU node r % nodes, in its placement groups), never on nodes without GPUs",
                 location=group.location,
                 hint="leave slurm.cpu_partition/cpu_nodes out in the Ray launch mode (the plan then puts the CPU "
-                     "workers where ROLL does); a CPU partition serves only components with their own commands")
+                "workers where ROLL does); a CPU partition serves only components with their own commands",
+            )
 
 
 RAY_WARNING_SIGNAL = "USR2"  # Ray mode: what Slurm sends the batch script; it sends the user's signal on
@@ -355,7 +396,9 @@ def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:
         raise SlurmError(
             f"node group {group.label!r} (partition {group.partition or 'default'}) has different {what} per node "
             f"{list(values)}; a het-job component asks every node for the same GRES",
-            hint="split the node group into groups whose nodes have equal counts", location=group.location)
+            hint="split the node group into groups whose nodes have equal counts",
+            location=group.location,
+        )
     return values[0] if values else 0
 
 
@@ -385,11 +428,21 @@ def _node_views(comp: ComponentPlan) -> list[NodeProcesses]:
     try:
         return node_processes(comp.processes)
     except LocalRankError as exc:
-        raise SlurmError(f"component {comp.name!r}: {exc}", hint="the plan is inconsistent; re-run the planner") from None
+        raise SlurmError(
+            f"component {comp.name!r}: {exc}", hint="the plan is inconsistent; re-run the planner"
+        ) from None
 
 
-def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: Sequence[str],
-                   exclusive: bool, needs: dict[int, tuple[int, int]], charge: Charge) -> HetComponent:
+def _het_component(
+    plan: Plan,
+    gi: int,
+    group: NodeGroup,
+    job_name: str,
+    tail: Sequence[str],
+    exclusive: bool,
+    needs: dict[int, tuple[int, int]],
+    charge: Charge,
+) -> HetComponent:
     """The #SBATCH options of one node group: whole nodes (`--exclusive`) with every GPU of the node
     as GRES, so the plan's physical GPU indices are the job's; `tail` = time limit and extra args."""
     ranks = plan.cluster.node_ranks(gi)
@@ -404,14 +457,16 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
             hardware_gres = f"{group.hardware.gres_name}:{count}"
             gres_parts.append(hardware_gres)
     gres = ",".join(gres_parts) or None
-    args = [f"--job-name={job_name}"] + ([f"--partition={group.partition}"] if group.partition else []) \
+    args = (
+        [f"--job-name={job_name}"]
+        + ([f"--partition={group.partition}"] if group.partition else [])
         + [f"--nodes={group.num_nodes}"]
+    )
     if exclusive:
         args.append("--exclusive")
     else:
         # Whole-node CPUs are not taken: ask for what the busiest node of the group needs.
-        cpus = group.cpus_per_node or max(
-            [needs.get(r, (1, 0))[0] for r in ranks] + [1])
+        cpus = group.cpus_per_node or max([needs.get(r, (1, 0))[0] for r in ranks] + [1])
         args += ["--ntasks-per-node=1", f"--cpus-per-task={cpus}"]
     if gres:
         args.append(f"--gres={gres}")
@@ -431,8 +486,18 @@ def _het_component(plan: Plan, gi: int, group: NodeGroup, job_name: str, tail: S
     if charge.qos:
         args.append(f"--qos={charge.qos}")
     args += tail
-    return HetComponent(gi, group.label, group.partition, group.num_nodes, ranks[0], gres, tuple(args), charge,
-                        node_ranks=ranks, hardware_gres=hardware_gres)
+    return HetComponent(
+        gi,
+        group.label,
+        group.partition,
+        group.num_nodes,
+        ranks[0],
+        gres,
+        tuple(args),
+        charge,
+        node_ranks=ranks,
+        hardware_gres=hardware_gres,
+    )
 
 
 def _node_layout(slots: Sequence[Slot], node_gpus: int) -> tuple[tuple[tuple[str, ...], ...], str | None]:
@@ -468,11 +533,21 @@ def _component_steps(plan: Plan, comp: ComponentPlan, name: str) -> list[Step]:
         for first, count, key in consecutive_runs(keyed):
             ntasks, node_gpus, bind, task_gpus = key
             ranks = joined_ranks(ranks_of[j] for j in range(first, first + count))
-            segments_by_group.setdefault(g, []).append(Segment(
-                het_group=g, relative=first, num_nodes=count, tasks_per_node=ntasks,
-                cpus_per_task=comp.cpus_per_process, mem_mb=mem_per_task * ntasks,
-                gpus_per_node=node_gpus, gpu_type=group.gpu_type if node_gpus else None,
-                gpu_bind=bind, task_gpus=task_gpus, ranks=ranks))
+            segments_by_group.setdefault(g, []).append(
+                Segment(
+                    het_group=g,
+                    relative=first,
+                    num_nodes=count,
+                    tasks_per_node=ntasks,
+                    cpus_per_task=comp.cpus_per_process,
+                    mem_mb=mem_per_task * ntasks,
+                    gpus_per_node=node_gpus,
+                    gpu_type=group.gpu_type if node_gpus else None,
+                    gpu_bind=bind,
+                    task_gpus=task_gpus,
+                    ranks=ranks,
+                )
+            )
     num_steps = max((len(s) for s in segments_by_group.values()), default=0)
     steps = []
     for k in range(num_steps):
@@ -484,6 +559,7 @@ def _component_steps(plan: Plan, comp: ComponentPlan, name: str) -> list[Step]:
 # ------------------------------------------------------------------------------------------------
 # srun arguments
 
+
 def segment_srun_args(job: SlurmJob, step: Step, seg: Segment) -> tuple[str, ...]:
     """The srun options of one segment (every segment carries its own full set): CPUs, memory and GRES
     always explicit, nothing left to what srun would read from the batch environment. No `--output`:
@@ -493,9 +569,15 @@ def segment_srun_args(job: SlurmJob, step: Step, seg: Segment) -> tuple[str, ...
     args: list[str] = []
     if job.is_het:
         args.append(f"--het-group={seg.het_group}")
-    args += [f"--nodes={seg.num_nodes}", f"--relative={seg.relative}", f"--ntasks={seg.num_tasks}",
-             f"--ntasks-per-node={seg.tasks_per_node}", "--distribution=block",
-             f"--cpus-per-task={seg.cpus_per_task}", f"--mem={seg.mem_mb}M" if seg.mem_mb else "--mem=0"]
+    args += [
+        f"--nodes={seg.num_nodes}",
+        f"--relative={seg.relative}",
+        f"--ntasks={seg.num_tasks}",
+        f"--ntasks-per-node={seg.tasks_per_node}",
+        "--distribution=block",
+        f"--cpus-per-task={seg.cpus_per_task}",
+        f"--mem={seg.mem_mb}M" if seg.mem_mb else "--mem=0",
+    ]
     gres = []
     if seg.gpus_per_node:
         gres.append(f"gpu:{seg.gpu_type}:{seg.gpus_per_node}" if seg.gpu_type else f"gpu:{seg.gpus_per_node}")
@@ -515,8 +597,16 @@ def all_nodes_srun_args(job: SlurmJob, name: str) -> tuple[tuple[str, ...], ...]
     out = []
     for comp in job.components:
         args = [f"--het-group={comp.het_group}"] if job.is_het else []
-        args += [f"--nodes={comp.num_nodes}", f"--ntasks={comp.num_nodes}", "--ntasks-per-node=1",
-                 "--cpus-per-task=1", "--mem=0", NO_GRES, "--overlap", f"--job-name={name}"]
+        args += [
+            f"--nodes={comp.num_nodes}",
+            f"--ntasks={comp.num_nodes}",
+            "--ntasks-per-node=1",
+            "--cpus-per-task=1",
+            "--mem=0",
+            NO_GRES,
+            "--overlap",
+            f"--job-name={name}",
+        ]
         out.append(tuple(args))
     return tuple(out)
 
@@ -553,10 +643,16 @@ def ray_step_segments(job: SlurmJob, plan: Plan) -> tuple[tuple[str, ...], ...]:
     node's CPUs (`--whole`: Ray's workers run in the raylet's cgroup), GPUs (so the raylet sees exactly
     the node's planned GPUs), other devices and memory, --overlap."""
     out = []
-    for comp in job.components[:len(plan.cluster.node_groups)]:
+    for comp in job.components[: len(plan.cluster.node_groups)]:
         args = [f"--het-group={comp.het_group}"] if job.is_het else []
-        args += [f"--nodes={comp.num_nodes}", f"--ntasks={comp.num_nodes}", "--ntasks-per-node=1", WHOLE_NODE_CPUS,
-                 "--mem=0", comp.gres_arg]
+        args += [
+            f"--nodes={comp.num_nodes}",
+            f"--ntasks={comp.num_nodes}",
+            "--ntasks-per-node=1",
+            WHOLE_NODE_CPUS,
+            "--mem=0",
+            comp.gres_arg,
+        ]
         args += ["--overlap", "--kill-on-bad-exit=1", f"--job-name={RAY_STEP}", f"--output=logs/{RAY_STEP}.srun.out"]
         out.append(tuple(args))
     return tuple(out)
@@ -568,7 +664,15 @@ def driver_step_args(job: SlurmJob, plan: Plan) -> tuple[str, ...]:
     head = head_node(plan)
     args = [f"--het-group={head.het_group}"] if job.is_het else []
     comp = job.components[head.het_group] if head.het_group < len(job.components) else None
-    args += ["--nodes=1", f"--relative={head.index}", "--ntasks=1", WHOLE_NODE_CPUS, "--mem=0",
-             comp.gres_arg if comp is not None else NO_GRES, "--overlap", f"--job-name={DRIVER_STEP}",
-             f"--output=logs/{DRIVER_STEP}.out"]
+    args += [
+        "--nodes=1",
+        f"--relative={head.index}",
+        "--ntasks=1",
+        WHOLE_NODE_CPUS,
+        "--mem=0",
+        comp.gres_arg if comp is not None else NO_GRES,
+        "--overlap",
+        f"--job-name={DRIVER_STEP}",
+        f"--output=logs/{DRIVER_STEP}.out",
+    ]
     return tuple(args)

@@ -46,8 +46,18 @@ from hpcplace.slurm.slurm_job import SlurmJob, lower, rank_log_name, slug
 RUN_RECORD = "run.json"
 SLURM_VERSION_KEY = "slurm_version"  # run.json: the Slurm the job was submitted to ("22.05.8"); absent before
 LOCK_NAME = "submit.lock"
-TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
-                   "BOOT_FAIL", "DEADLINE", "REVOKED")
+TERMINAL_STATES = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "REVOKED",
+)
 
 
 @dataclass(frozen=True)
@@ -100,13 +110,19 @@ def _sbatch_error(plan: Plan, message: str) -> SlurmError:
     named: list[str] = []
     m = re.search(r"invalid partition specified:\s*(\S+)", message, re.IGNORECASE)
     if m:
-        named = [f"node group {g.label!r} (het component {i}) uses partition {g.partition!r}"
-                 for i, g in enumerate(groups) if g.partition == m.group(1)]
+        named = [
+            f"node group {g.label!r} (het component {i}) uses partition {g.partition!r}"
+            for i, g in enumerate(groups)
+            if g.partition == m.group(1)
+        ]
     elif re.search(r"gres|generic resource|node configuration is not available", message, re.IGNORECASE):
         job = lower(plan)
-        named = [f"node group {c.label!r} (het component {c.het_group}): "
-                 f"{f'partition {c.partition!r}' if c.partition else 'the default partition'}, "
-                 f"{c.num_nodes} node(s), GRES {c.gres or 'none'}" for c in job.components]
+        named = [
+            f"node group {c.label!r} (het component {c.het_group}): "
+            f"{f'partition {c.partition!r}' if c.partition else 'the default partition'}, "
+            f"{c.num_nodes} node(s), GRES {c.gres or 'none'}"
+            for c in job.components
+        ]
     text = f"Slurm rejected the job: {message}"
     if named:
         text += "\n  " + "\n  ".join(named)
@@ -122,15 +138,23 @@ def _check_same_plan(plan: Plan, root: Path, job_id: str) -> None:
     except (OSError, ValueError):
         return
     if not same:
-        raise SpecError(f"{root} already holds job {job_id} of another plan ({plan.name!r} from {plan.source} differs "
-                        f"from its plan.json): nothing submitted",
-                        hint="submit into a new run directory: another -o DIR, or leave -o out")
+        raise SpecError(
+            f"{root} already holds job {job_id} of another plan ({plan.name!r} from {plan.source} differs "
+            f"from its plan.json): nothing submitted",
+            hint="submit into a new run directory: another -o DIR, or leave -o out",
+        )
 
 
-def submit(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[str] = DEFAULT_LAUNCHER,
-           template_dir: str | None = None, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S,
-           say: Callable[[str], None] = lambda _s: None,
-           slurm_version: slurm_cli.SlurmVersion | None = None) -> Submission:
+def submit(
+    plan: Plan,
+    run_dir: str | os.PathLike[str],
+    *,
+    launcher: Sequence[str] = DEFAULT_LAUNCHER,
+    template_dir: str | None = None,
+    timeout: float = slurm_cli.DEFAULT_TIMEOUT_S,
+    say: Callable[[str], None] = lambda _s: None,
+    slurm_version: slurm_cli.SlurmVersion | None = None,
+) -> Submission:
     """Render into run_dir and submit once. Idempotent per run directory. `slurm_version`: the site's,
     when the caller already read it (else it is read here); recorded in run.json, refused when too old."""
     root = Path(os.path.abspath(run_dir))
@@ -138,8 +162,11 @@ def submit(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[st
     if record and record.get("job_id"):
         _check_same_plan(plan, root, str(record["job_id"]))
         return Submission(root, str(record["job_id"]), str(record.get("script_sha256", "")), True)
-    version = slurm_cli.check_supported(slurm_version) if slurm_version is not None else \
-        slurm_cli.site_version(timeout=timeout)
+    version = (
+        slurm_cli.check_supported(slurm_version)
+        if slurm_version is not None
+        else slurm_cli.site_version(timeout=timeout)
+    )
     lock = root / LOCK_NAME
     if lock.exists():
         adopted = _recover_interrupted(root, lock, timeout, version)
@@ -151,8 +178,10 @@ def submit(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[st
     try:
         fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
-        raise SlurmError(f"another submission of {root} is in progress ({lock} exists)",
-                         hint=f"wait for it, or remove {lock} if no hpcplace submit is running") from None
+        raise SlurmError(
+            f"another submission of {root} is in progress ({lock} exists)",
+            hint=f"wait for it, or remove {lock} if no hpcplace submit is running",
+        ) from None
     try:
         rendered = render_run(plan, root, launcher=launcher, template_dir=template_dir)
     except BaseException:
@@ -161,15 +190,23 @@ def submit(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[st
         _remove_created(root, created)
         raise
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-                   "script_sha256": rendered.script_sha256}, f)
+        json.dump(
+            {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started": time.time(),
+                "script_sha256": rendered.script_sha256,
+            },
+            f,
+        )
     argv = slurm_cli.sbatch_argv(str(rendered.script))
     try:
         result = slurm_cli.sbatch(str(rendered.script), cwd=str(root), timeout=timeout)
     except SlurmError as exc:
         if "did not answer" in exc.message:  # the outcome is unknown: keep the lock for the retry
-            raise SlurmError(exc.message, hint=f"run the same submit with -o {root}: it looks for the job "
-                                               "before submitting again") from None
+            raise SlurmError(
+                exc.message, hint=f"run the same submit with -o {root}: it looks for the job before submitting again"
+            ) from None
         lock.unlink(missing_ok=True)
         _remove_created(root, created)
         raise
@@ -178,12 +215,21 @@ def submit(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[st
         _remove_created(root, created)
         raise _sbatch_error(plan, result.message)
     job_id = slurm_cli.parse_job_id(result.stdout)
-    _write_json(root / RUN_RECORD, {
-        "job_id": job_id, "script_sha256": rendered.script_sha256, "script": SCRIPT_NAME,
-        "sbatch": argv, "submitted_at": datetime.now().astimezone().isoformat(timespec="seconds"),
-        "name": plan.name, "source": plan.source, "het_components": [g.label for g in plan.cluster.node_groups],
-        "launcher": list(launcher),  # `hpcplace attach | exec` start their steps with the same launcher
-        SLURM_VERSION_KEY: str(version)})
+    _write_json(
+        root / RUN_RECORD,
+        {
+            "job_id": job_id,
+            "script_sha256": rendered.script_sha256,
+            "script": SCRIPT_NAME,
+            "sbatch": argv,
+            "submitted_at": datetime.now().astimezone().isoformat(timespec="seconds"),
+            "name": plan.name,
+            "source": plan.source,
+            "het_components": [g.label for g in plan.cluster.node_groups],
+            "launcher": list(launcher),  # `hpcplace attach | exec` start their steps with the same launcher
+            SLURM_VERSION_KEY: str(version),
+        },
+    )
     lock.unlink(missing_ok=True)
     return Submission(root, job_id, rendered.script_sha256)
 
@@ -213,28 +259,36 @@ def _remove_created(root: Path, created: Path | None) -> None:
             break
 
 
-def _recover_interrupted(root: Path, lock: Path, timeout: float,
-                         version: slurm_cli.SlurmVersion) -> Submission | None:
+def _recover_interrupted(root: Path, lock: Path, timeout: float, version: slurm_cli.SlurmVersion) -> Submission | None:
     try:
         info = json.loads(lock.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         info = {}
     pid, host = info.get("pid"), info.get("host")
     if host == socket.gethostname() and isinstance(pid, int) and pid != os.getpid() and _alive(pid):
-        raise SlurmError(f"another submission of {root} is running (pid {pid})",
-                         hint="wait for it to finish")
+        raise SlurmError(f"another submission of {root} is running (pid {pid})", hint="wait for it to finish")
     jobs = slurm_cli.jobs_in_workdir(str(root), timeout=timeout)
     if len(jobs) > 1:
-        raise SlurmError(f"jobs {', '.join(jobs)} were all submitted from {root}",
-                         hint="cancel the extra ones, then record the one to keep")
+        raise SlurmError(
+            f"jobs {', '.join(jobs)} were all submitted from {root}",
+            hint="cancel the extra ones, then record the one to keep",
+        )
     if not jobs:
         lock.unlink(missing_ok=True)  # sbatch never accepted it: safe to submit
         return None
     script = root / SCRIPT_NAME
     sha = info.get("script_sha256", "")
-    _write_json(root / RUN_RECORD, {"job_id": jobs[0], "script_sha256": sha, "script": SCRIPT_NAME,
-                                    "sbatch": slurm_cli.sbatch_argv(str(script)), "recovered": True,
-                                    SLURM_VERSION_KEY: str(version)})
+    _write_json(
+        root / RUN_RECORD,
+        {
+            "job_id": jobs[0],
+            "script_sha256": sha,
+            "script": SCRIPT_NAME,
+            "sbatch": slurm_cli.sbatch_argv(str(script)),
+            "recovered": True,
+            SLURM_VERSION_KEY: str(version),
+        },
+    )
     lock.unlink(missing_ok=True)
     return Submission(root, jobs[0], str(sha), True)
 
@@ -249,20 +303,32 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def dry_run_text(plan: Plan, run_dir: str | os.PathLike[str], *, launcher: Sequence[str] = DEFAULT_LAUNCHER,
-                 template_dir: str | None = None) -> str:
+def dry_run_text(
+    plan: Plan,
+    run_dir: str | os.PathLike[str],
+    *,
+    launcher: Sequence[str] = DEFAULT_LAUNCHER,
+    template_dir: str | None = None,
+) -> str:
     """The exact sbatch command, script and the library it sources, without writing or submitting anything."""
     root = Path(os.path.abspath(run_dir))
     script = render_script(plan, str(root), launcher=launcher, template_dir=template_dir)
     library = render_library(template_dir)
     argv = slurm_cli.sbatch_argv(str(root / SCRIPT_NAME))
-    return (f"# would write {root}/{{{SCRIPT_NAME},{LIBRARY_NAME},plan.json,plan.json.idx,logs/}} and run (in {root}):\n"
-            f"# {shlex.join(argv)}\n{script}"
-            f"# ==== {root / LIBRARY_NAME} (sourced by {SCRIPT_NAME}; sha256 {sha256_text(library)}) ====\n{library}")
+    return (
+        f"# would write {root}/{{{SCRIPT_NAME},{LIBRARY_NAME},plan.json,plan.json.idx,logs/}} and run (in {root}):\n"
+        f"# {shlex.join(argv)}\n{script}"
+        f"# ==== {root / LIBRARY_NAME} (sourced by {SCRIPT_NAME}; sha256 {sha256_text(library)}) ====\n{library}"
+    )
 
 
-def test_only(plan: Plan, *, launcher: Sequence[str] = DEFAULT_LAUNCHER, template_dir: str | None = None,
-              timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> str:
+def test_only(
+    plan: Plan,
+    *,
+    launcher: Sequence[str] = DEFAULT_LAUNCHER,
+    template_dir: str | None = None,
+    timeout: float = slurm_cli.DEFAULT_TIMEOUT_S,
+) -> str:
     """Ask Slurm whether (and when) it could run the job; records nothing. (Slurm still uses up a
     job id for it.)"""
     with tempfile.TemporaryDirectory(prefix="hpcplace-test-only-") as tmp:
@@ -275,6 +341,7 @@ def test_only(plan: Plan, *, launcher: Sequence[str] = DEFAULT_LAUNCHER, templat
 
 # ------------------------------------------------------------------------------------------------
 # status / cancel
+
 
 @dataclass(frozen=True)
 class ComponentState:
@@ -326,7 +393,8 @@ class JobStatus:
     @property
     def done(self) -> bool:
         return bool(self.components) and all(
-            c.state.split()[0] in TERMINAL_STATES or c.state.startswith("CANCELLED") for c in self.components)
+            c.state.split()[0] in TERMINAL_STATES or c.state.startswith("CANCELLED") for c in self.components
+        )
 
 
 def resolve_job(target: str) -> tuple[str, Path | None]:
@@ -337,9 +405,10 @@ def resolve_job(target: str) -> tuple[str, Path | None]:
     m = re.fullmatch(r"(\d+)(\+\d+)?", target.strip())
     if not m:
         what = "no such run directory" if not path.exists() else "not a directory"
-        raise UnknownJobError(f"{target!r} is neither a run directory nor a job id ({what})",
-                              hint="give the run directory `hpcplace submit` wrote (it holds run.json), or a "
-                                   "Slurm job id such as 1234")
+        raise UnknownJobError(
+            f"{target!r} is neither a run directory nor a job id ({what})",
+            hint="give the run directory `hpcplace submit` wrote (it holds run.json), or a Slurm job id such as 1234",
+        )
     return m.group(1), None
 
 
@@ -348,9 +417,10 @@ def recorded_job(run_dir: Path) -> str:
     record = read_record(run_dir)
     if not record or not record.get("job_id"):
         lock = " (a submission was interrupted: run submit again with -o)" if (run_dir / LOCK_NAME).exists() else ""
-        raise UnknownJobError(f"{run_dir} was never submitted to Slurm: no job id in {RUN_RECORD}{lock}",
-                              hint="submit it with `hpcplace submit CONFIG -o DIR` (a `render` or `run --local` "
-                                   "directory has no job)")
+        raise UnknownJobError(
+            f"{run_dir} was never submitted to Slurm: no job id in {RUN_RECORD}{lock}",
+            hint="submit it with `hpcplace submit CONFIG -o DIR` (a `render` or `run --local` directory has no job)",
+        )
     return str(record["job_id"])
 
 
@@ -359,18 +429,34 @@ def job_status(job_id: str, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> 
     steps sacct knows."""
     rows = slurm_cli.show_job(job_id, timeout=timeout)
     acct = slurm_cli.sacct(job_id, steps=True, timeout=timeout)
-    steps = tuple(StepState(r["JobID"], r["JobName"], r["State"], r["ExitCode"], r["NodeList"])
-                  for r in acct or () if "." in r["JobID"] and not r["JobID"].endswith((".batch", ".extern")))
+    steps = tuple(
+        StepState(r["JobID"], r["JobName"], r["State"], r["ExitCode"], r["NodeList"])
+        for r in acct or ()
+        if "." in r["JobID"] and not r["JobID"].endswith((".batch", ".extern"))
+    )
     if rows:
         records = sorted((slurm_cli.parse_job_record(r) for r in rows), key=lambda r: r.het_offset)
-        comps = tuple(ComponentState(r.het_offset, r.job_id, r.partition, r.state, r.nodes, r.reason, r.exit_code,
-                                     r.run_time) for r in records)
+        comps = tuple(
+            ComponentState(r.het_offset, r.job_id, r.partition, r.state, r.nodes, r.reason, r.exit_code, r.run_time)
+            for r in records
+        )
         lead = records[0]
         return JobStatus(job_id, comps, steps, "scontrol", lead.work_dir, lead.submit_time, lead.std_out, lead.command)
     if acct:
-        comps = tuple(ComponentState(
-            int(r["JobID"].split("+")[1]) if "+" in r["JobID"] else 0, r["JobID"], r["Partition"], r["State"],
-            r["NodeList"], "", r["ExitCode"], r["Elapsed"]) for r in acct if "." not in r["JobID"])
+        comps = tuple(
+            ComponentState(
+                int(r["JobID"].split("+")[1]) if "+" in r["JobID"] else 0,
+                r["JobID"],
+                r["Partition"],
+                r["State"],
+                r["NodeList"],
+                "",
+                r["ExitCode"],
+                r["Elapsed"],
+            )
+            for r in acct
+            if "." not in r["JobID"]
+        )
         acct_lead = next((r for r in acct if "." not in r["JobID"]), {})
         return JobStatus(job_id, comps, steps, "sacct", acct_lead.get("WorkDir", ""), acct_lead.get("Submit", ""))
     return JobStatus(job_id, (), (), "none")
@@ -383,8 +469,7 @@ def shown_exit(printed: str, source: str, version: slurm_cli.SlurmVersion | None
     return str(exit_code) if exit_code is not None else (printed or "-")
 
 
-def format_status(status: JobStatus, labels: Sequence[str] = (),
-                  version: slurm_cli.SlurmVersion | None = None) -> str:
+def format_status(status: JobStatus, labels: Sequence[str] = (), version: slurm_cli.SlurmVersion | None = None) -> str:
     """The status table. `version` is this host's Slurm (whose sacct printed the exit codes): it decides
     whether sacct's `15:0` may be 143 (before 25.11); None leaves both readings open."""
     lines = [f"job {status.job_id}: {status.state} (from {status.source})"]
@@ -393,8 +478,10 @@ def format_status(status: JobStatus, labels: Sequence[str] = (),
     for c in status.components:
         label = labels[c.offset] if c.offset < len(labels) else "?"
         extra = f" reason={c.reason}" if c.reason and c.reason != "None" else ""
-        lines.append(f"  het {c.offset} {label:<12} {c.partition:<10} {c.state:<11} nodes={c.nodes or '-'} "
-                     f"exit={shown_exit(c.exit_code, status.source, version)} time={c.elapsed or '-'}{extra}")
+        lines.append(
+            f"  het {c.offset} {label:<12} {c.partition:<10} {c.state:<11} nodes={c.nodes or '-'} "
+            f"exit={shown_exit(c.exit_code, status.source, version)} time={c.elapsed or '-'}{extra}"
+        )
     if status.steps:
         lines.append("  steps:")
         for s in status.steps:
@@ -410,9 +497,17 @@ def format_status(status: JobStatus, labels: Sequence[str] = (),
 WATCH_MAX_DELAY_S = 5.0
 
 
-def watch(job_id: str, *, labels: Sequence[str] = (), interval: float = 1.0, max_delay: float = WATCH_MAX_DELAY_S,
-          say: Callable[[str], None] = print, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S,
-          sleep: Callable[[float], None] = time.sleep, version: slurm_cli.SlurmVersion | None = None) -> JobStatus:
+def watch(
+    job_id: str,
+    *,
+    labels: Sequence[str] = (),
+    interval: float = 1.0,
+    max_delay: float = WATCH_MAX_DELAY_S,
+    say: Callable[[str], None] = print,
+    timeout: float = slurm_cli.DEFAULT_TIMEOUT_S,
+    sleep: Callable[[float], None] = time.sleep,
+    version: slurm_cli.SlurmVersion | None = None,
+) -> JobStatus:
     """Print the status whenever a component's state changes, until every component is done.
 
     With accounting, submitit's watcher decides when to look (HetJobWatcher: one sacct call for all
@@ -444,8 +539,16 @@ def watch(job_id: str, *, labels: Sequence[str] = (), interval: float = 1.0, max
 
 
 # `hpcplace status` exit codes (docs/slurm-job.md, "Exit codes"); 1-3 are hpcplace's own errors.
-STATE_EXIT_CODES = {"COMPLETED": 0, "FAILED": 10, "OUT_OF_MEMORY": 10, "NODE_FAIL": 10, "BOOT_FAIL": 10,
-                    "DEADLINE": 10, "CANCELLED": 11, "TIMEOUT": 12}
+STATE_EXIT_CODES = {
+    "COMPLETED": 0,
+    "FAILED": 10,
+    "OUT_OF_MEMORY": 10,
+    "NODE_FAIL": 10,
+    "BOOT_FAIL": 10,
+    "DEADLINE": 10,
+    "CANCELLED": 11,
+    "TIMEOUT": 12,
+}
 OTHER_END_EXIT_CODE = 13  # PREEMPTED (not requeued), REVOKED, ...
 
 
@@ -460,9 +563,11 @@ def status_exit_code(status: JobStatus) -> int:
 
 
 def unknown_job(job_id: str) -> UnknownJobError:
-    return UnknownJobError(f"Slurm knows no job {job_id}",
-                      hint="check the id (`squeue --me`, `sacct -X`); a job that ended long ago is forgotten "
-                           "by the controller and, without accounting (slurmdbd), by Slurm altogether")
+    return UnknownJobError(
+        f"Slurm knows no job {job_id}",
+        hint="check the id (`squeue --me`, `sacct -X`); a job that ended long ago is forgotten "
+        "by the controller and, without accounting (slurmdbd), by Slurm altogether",
+    )
 
 
 def known_status(job_id: str, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> JobStatus:
@@ -486,8 +591,9 @@ def cancel(job_id: str, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> str:
             raise
         status = known_status(job_id, timeout=timeout)
         return f"job {job_id} had already ended: {status.state}; nothing to cancel"
-    return (f"cancelled job {job_id} (every het component): Slurm sends SIGTERM to every task, "
-            "SIGKILL after its KillWait")
+    return (
+        f"cancelled job {job_id} (every het component): Slurm sends SIGTERM to every task, SIGKILL after its KillWait"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -524,8 +630,15 @@ def read_attempts(run_dir: Path) -> list[Attempt]:
     for number in sorted(starts):
         end = ends.get(number, {})
         code = end.get("exit_code")
-        out.append(Attempt(number, str(starts[number].get("time", "")), str(starts[number].get("host", "")),
-                           str(end["time"]) if "time" in end else None, code if isinstance(code, int) else None))
+        out.append(
+            Attempt(
+                number,
+                str(starts[number].get("time", "")),
+                str(starts[number].get("host", "")),
+                str(end["time"]) if "time" in end else None,
+                code if isinstance(code, int) else None,
+            )
+        )
     return out
 
 
@@ -533,13 +646,16 @@ def format_attempts(attempts: Sequence[Attempt]) -> list[str]:
     lines = []
     for a in attempts:
         end = f"ended {a.ended} exit={a.exit_code}" if a.ended else "running (or killed before it could record)"
-        lines.append(f"  attempt {a.number}: started {a.started} on {a.host or '?'}, {end}; "
-                     f"logs in {'logs/' if a is attempts[-1] else f'logs/attempt-{a.number}/'}")
+        lines.append(
+            f"  attempt {a.number}: started {a.started} on {a.host or '?'}, {end}; "
+            f"logs in {'logs/' if a is attempts[-1] else f'logs/attempt-{a.number}/'}"
+        )
     return lines
 
 
 # ------------------------------------------------------------------------------------------------
 # logs
+
 
 @dataclass(frozen=True)
 class RankLog:
@@ -556,8 +672,10 @@ def load_plan(path: Path) -> Plan:
         return _plan_of(json.loads(path.read_text(encoding="utf-8")), path)
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:  # JSONDecodeError: a ValueError
         what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
-        raise SpecError(f"{path} is damaged or not an hpcplace plan ({what}): the run directory cannot be used",
-                        hint="give the run directory `hpcplace submit` printed after the job id") from None
+        raise SpecError(
+            f"{path} is damaged or not an hpcplace plan ({what}): the run directory cannot be used",
+            hint="give the run directory `hpcplace submit` printed after the job id",
+        ) from None
 
 
 def _plan_of(data: dict[str, Any], path: Path) -> Plan:
@@ -566,30 +684,69 @@ def _plan_of(data: dict[str, Any], path: Path) -> Plan:
     groups = []
     for g in data["node_groups"]:
         hw = g.get("hardware")
-        groups.append(NodeGroup(
-            label=g["label"], partition=g["partition"], num_nodes=g["num_nodes"],
-            node_ranks=tuple(g["node_ranks"]) if "node_ranks" in g else None,
-            gpus_per_node=tuple(g["gpus_per_node"]), gpu_type=g["gpu_type"], cpus_per_node=g["cpus_per_node"],
-            mem_per_node_mb=g["mem_per_node_mb"], constraint=g["constraint"], account=g["account"], qos=g["qos"],
-            hardware=Hardware(hw["type"], tuple(hw["per_node"]), hw.get("gres")) if hw else None,
-            ignore_hardware=g["resource_kind"] == "node" and hw is not None, env=dict(g["env"]),
-            node_env=tuple(dict(e) for e in g.get("node_env") or ()),
-            python_interpreter=tuple(g.get("python_interpreter") or ())))
+        groups.append(
+            NodeGroup(
+                label=g["label"],
+                partition=g["partition"],
+                num_nodes=g["num_nodes"],
+                node_ranks=tuple(g["node_ranks"]) if "node_ranks" in g else None,
+                gpus_per_node=tuple(g["gpus_per_node"]),
+                gpu_type=g["gpu_type"],
+                cpus_per_node=g["cpus_per_node"],
+                mem_per_node_mb=g["mem_per_node_mb"],
+                constraint=g["constraint"],
+                account=g["account"],
+                qos=g["qos"],
+                hardware=Hardware(hw["type"], tuple(hw["per_node"]), hw.get("gres")) if hw else None,
+                ignore_hardware=g["resource_kind"] == "node" and hw is not None,
+                env=dict(g["env"]),
+                node_env=tuple(dict(e) for e in g.get("node_env") or ()),
+                python_interpreter=tuple(g.get("python_interpreter") or ()),
+            )
+        )
     comps = []
     for c in data["components"]:
-        procs = tuple(Placement(**{**p, "visible_accelerators": tuple(p["visible_accelerators"]),
-                                   "local_hardware_ranks": tuple(p["local_hardware_ranks"])})
-                      for p in c["processes"])
-        comps.append(ComponentPlan(
-            name=c["name"], world_size=c["world_size"], node_groups=tuple(c["node_groups"]),
-            resource_type=c["resource_type"], command=tuple(c["command"]), env=dict(c["env"]),
-            offload=c["offload"], tensor_parallel_size=c["tensor_parallel_size"],
-            pipeline_parallel_size=c["pipeline_parallel_size"], cpus_per_process=c["cpus_per_process"],
-            mem_per_process_mb=c["mem_per_process_mb"], collocation_group=c["collocation_group"], processes=procs,
-            spanning=SpanningWorkers.from_json(c["workers"]) if c.get("workers") else None))
-    return Plan(data["name"], data["source"]["path"], data["source"]["format"], Cluster(tuple(groups)),
-                tuple(comps), (), None, dict(data.get("slurm", {})), tuple(data.get("warnings", ())),
-                tuple(data["source"].get("composed", ())), launch_from_json(data.get("launch")))
+        procs = tuple(
+            Placement(
+                **{
+                    **p,
+                    "visible_accelerators": tuple(p["visible_accelerators"]),
+                    "local_hardware_ranks": tuple(p["local_hardware_ranks"]),
+                }
+            )
+            for p in c["processes"]
+        )
+        comps.append(
+            ComponentPlan(
+                name=c["name"],
+                world_size=c["world_size"],
+                node_groups=tuple(c["node_groups"]),
+                resource_type=c["resource_type"],
+                command=tuple(c["command"]),
+                env=dict(c["env"]),
+                offload=c["offload"],
+                tensor_parallel_size=c["tensor_parallel_size"],
+                pipeline_parallel_size=c["pipeline_parallel_size"],
+                cpus_per_process=c["cpus_per_process"],
+                mem_per_process_mb=c["mem_per_process_mb"],
+                collocation_group=c["collocation_group"],
+                processes=procs,
+                spanning=SpanningWorkers.from_json(c["workers"]) if c.get("workers") else None,
+            )
+        )
+    return Plan(
+        data["name"],
+        data["source"]["path"],
+        data["source"]["format"],
+        Cluster(tuple(groups)),
+        tuple(comps),
+        (),
+        None,
+        dict(data.get("slurm", {})),
+        tuple(data.get("warnings", ())),
+        tuple(data["source"].get("composed", ())),
+        launch_from_json(data.get("launch")),
+    )
 
 
 def read_hosts(run_dir: Path, logs: str = "logs") -> dict[tuple[int, int], str]:
@@ -620,8 +777,9 @@ def rank_logs(run_dir: Path, job: SlurmJob, hosts: dict[tuple[int, int], str], l
                 host = hosts.get((seg.het_group, seg.relative + i))
                 for j in range(seg.tasks_per_node):
                     rank = seg.ranks[i * seg.tasks_per_node + j]
-                    where = (f"het {seg.het_group} node {seg.relative + i}"
-                             f"{' (' + host + ')' if host else ''}, task {task}")
+                    where = (
+                        f"het {seg.het_group} node {seg.relative + i}{' (' + host + ')' if host else ''}, task {task}"
+                    )
                     path = run_dir / logs / Path(rank_log_name(step.name, rank)).name
                     if host and not path.exists():
                         if found is None:

@@ -94,19 +94,27 @@ def parse_cluster_facts(partitions: list[dict[str, str]], nodes: list[dict[str, 
     for p in partitions:
         name = p.get("PartitionName", "")
         max_nodes = p.get("MaxNodes", "UNLIMITED")
-        parts[name] = PartitionFacts(name, p.get("State", "UP"),
-                                     None if not max_nodes.isdigit() else int(max_nodes),
-                                     time_minutes(p.get("MaxTime")), p.get("Default", "NO").upper() == "YES")
+        parts[name] = PartitionFacts(
+            name,
+            p.get("State", "UP"),
+            None if not max_nodes.isdigit() else int(max_nodes),
+            time_minutes(p.get("MaxTime")),
+            p.get("Default", "NO").upper() == "YES",
+        )
     out = []
     for n in nodes:
         features = n.get("AvailableFeatures", "")
-        out.append(NodeFacts(
-            name=n.get("NodeName", "?"),
-            partitions=tuple(x for x in n.get("Partitions", "").split(",") if x),
-            cpus=_int(n.get("CPUEfctv") or n.get("CPUTot")), memory_mb=_int(n.get("RealMemory")),
-            gres=slurm_cli.parse_gres(n.get("Gres", "")),
-            features=frozenset(f for f in features.split(",") if f and features != "(null)"),
-            state=n.get("State", "UNKNOWN")))
+        out.append(
+            NodeFacts(
+                name=n.get("NodeName", "?"),
+                partitions=tuple(x for x in n.get("Partitions", "").split(",") if x),
+                cpus=_int(n.get("CPUEfctv") or n.get("CPUTot")),
+                memory_mb=_int(n.get("RealMemory")),
+                gres=slurm_cli.parse_gres(n.get("Gres", "")),
+                features=frozenset(f for f in features.split(",") if f and features != "(null)"),
+                state=n.get("State", "UNKNOWN"),
+            )
+        )
     return ClusterFacts(parts, tuple(out))
 
 
@@ -164,12 +172,15 @@ def check(plan: Plan, facts: ClusterFacts, job: SlurmJob | None = None) -> Repor
         if partition is None:
             default = [p.name for p in facts.partitions.values() if p.default]
             if not default:
-                problems.append(f"node group {hc.label!r} (het component {hc.het_group}) names no partition and "
-                                "the cluster has no default partition")
+                problems.append(
+                    f"node group {hc.label!r} (het component {hc.het_group}) names no partition and "
+                    "the cluster has no default partition"
+                )
                 continue
             partition = default[0]
-            checked.append(f"node group {hc.label!r} names no partition: Slurm will use the default partition "
-                           f"{partition!r}")
+            checked.append(
+                f"node group {hc.label!r} names no partition: Slurm will use the default partition {partition!r}"
+            )
         who = f"node group {hc.label!r} (het component {hc.het_group}, partition {partition!r})"
         part = facts.partitions.get(partition)
         if part is None:
@@ -181,13 +192,16 @@ def check(plan: Plan, facts: ClusterFacts, job: SlurmJob | None = None) -> Repor
         if part.max_nodes is not None and hc.num_nodes > part.max_nodes:
             problems.append(f"{who}: asks for {hc.num_nodes} nodes, the partition allows at most {part.max_nodes}")
         if time_limit is not None and part.max_time_min is not None and time_limit > part.max_time_min:
-            problems.append(f"{who}: time limit {plan.slurm['time']} exceeds the partition's "
-                            f"{part.max_time_min} minutes")
+            problems.append(
+                f"{who}: time limit {plan.slurm['time']} exceeds the partition's {part.max_time_min} minutes"
+            )
         members = [n for n in facts.nodes if partition in n.partitions]
-        cpu_need = max([group.cpus_per_node or 0] + [needs.get((hc.het_group, j), (0, 0))[0]
-                                                      for j in range(hc.num_nodes)])
-        mem_need = max([group.mem_per_node_mb or 0] + [needs.get((hc.het_group, j), (0, 0))[1]
-                                                        for j in range(hc.num_nodes)])
+        cpu_need = max(
+            [group.cpus_per_node or 0] + [needs.get((hc.het_group, j), (0, 0))[0] for j in range(hc.num_nodes)]
+        )
+        mem_need = max(
+            [group.mem_per_node_mb or 0] + [needs.get((hc.het_group, j), (0, 0))[1] for j in range(hc.num_nodes)]
+        )
         tests: list[tuple[str, Callable[..., bool]]] = [  # a default argument binds each check's value
             (f"GRES {hc.gres}", lambda n, g=hc.gres: g is None or _gres_ok(n, g)),
             (f"{cpu_need} CPUs", lambda n, c=cpu_need: n.cpus >= c),
@@ -198,8 +212,10 @@ def check(plan: Plan, facts: ClusterFacts, job: SlurmJob | None = None) -> Repor
             passing = [n for n in fitting if test(n)]
             if len(passing) < hc.num_nodes:
                 have = "; ".join(_describe(n) for n in members[:6]) or "no nodes"
-                problems.append(f"{who}: needs {hc.num_nodes} node(s) with {what}, the partition has "
-                                f"{len(passing)} such of {len(members)} ({have})")
+                problems.append(
+                    f"{who}: needs {hc.num_nodes} node(s) with {what}, the partition has "
+                    f"{len(passing)} such of {len(members)} ({have})"
+                )
                 break
             fitting = passing
         else:
@@ -207,12 +223,16 @@ def check(plan: Plan, facts: ClusterFacts, job: SlurmJob | None = None) -> Repor
             if None in verdicts:
                 warnings.append(f"{who}: constraint {group.constraint!r} not checked (complex expression)")
             elif sum(1 for v in verdicts if v) < hc.num_nodes:
-                problems.append(f"{who}: needs {hc.num_nodes} node(s) with features {group.constraint!r}, "
-                                f"{sum(1 for v in verdicts if v)} of the partition's nodes have them")
+                problems.append(
+                    f"{who}: needs {hc.num_nodes} node(s) with features {group.constraint!r}, "
+                    f"{sum(1 for v in verdicts if v)} of the partition's nodes have them"
+                )
             usable = [n for n in fitting if n.usable]
             if len(usable) < hc.num_nodes:
-                warnings.append(f"{who}: only {len(usable)} of the {len(fitting)} fitting nodes are usable now "
-                                f"({', '.join(f'{n.name} {n.state}' for n in fitting if not n.usable)})")
+                warnings.append(
+                    f"{who}: only {len(usable)} of the {len(fitting)} fitting nodes are usable now "
+                    f"({', '.join(f'{n.name} {n.state}' for n in fitting if not n.usable)})"
+                )
             checked.append(f"{who}: {len(fitting)} node(s) fit ({hc.num_nodes} needed)")
     return Report(tuple(problems), tuple(warnings), tuple(checked))
 
@@ -233,21 +253,31 @@ def site_gpu_count(facts: ClusterFacts, partition: str | None, gpu_type: str | N
         if partition is None:
             return SiteGpuCount(None, "the cluster has no default partition: set slurm.partition")
     if partition not in facts.partitions:
-        return SiteGpuCount(None, f"partition {partition!r} does not exist; the cluster has "
-                                  f"{', '.join(sorted(facts.partitions)) or 'none'}")
+        return SiteGpuCount(
+            None,
+            f"partition {partition!r} does not exist; the cluster has {', '.join(sorted(facts.partitions)) or 'none'}",
+        )
     nodes = [n for n in facts.nodes if partition in n.partitions]
     nodes = [n for n in nodes if n.usable] or nodes
-    counts = sorted({sum(n.gres.get("gpu", {}).values()) if gpu_type is None else n.gres.get("gpu", {}).get(gpu_type, 0)
-                     for n in nodes})
+    counts = sorted(
+        {
+            sum(n.gres.get("gpu", {}).values()) if gpu_type is None else n.gres.get("gpu", {}).get(gpu_type, 0)
+            for n in nodes
+        }
+    )
     gpus = f"GPUs of type {gpu_type!r}" if gpu_type else "GPUs"
     if not nodes or counts == [0]:
         types = sorted({t for n in nodes for t, c in n.gres.get("gpu", {}).items() if t and c})
         if gpu_type and types:  # a GPU partition, another type
-            return SiteGpuCount(None, f"{which.format(partition)} has no GPUs of type {gpu_type!r}: its GPU "
-                                      f"type{'s are' if len(types) > 1 else ' is'} {', '.join(map(repr, types))}",
-                                fix=f"set slurm.gpu_type to {' or '.join(map(repr, types))}, or leave it out")
-        return SiteGpuCount(None, f"{which.format(partition)} has no nodes with {gpus}: name a GPU partition "
-                                  "in slurm.partition")
+            return SiteGpuCount(
+                None,
+                f"{which.format(partition)} has no GPUs of type {gpu_type!r}: its GPU "
+                f"type{'s are' if len(types) > 1 else ' is'} {', '.join(map(repr, types))}",
+                fix=f"set slurm.gpu_type to {' or '.join(map(repr, types))}, or leave it out",
+            )
+        return SiteGpuCount(
+            None, f"{which.format(partition)} has no nodes with {gpus}: name a GPU partition in slurm.partition"
+        )
     if len(counts) > 1:
         return SiteGpuCount(None, f"{which.format(partition)} has nodes with {' or '.join(map(str, counts))} {gpus}")
     return SiteGpuCount(counts[0], f"as all {len(nodes)} nodes of {which.format(partition)} have (scontrol show node)")
@@ -255,8 +285,10 @@ def site_gpu_count(facts: ClusterFacts, partition: str | None, gpu_type: str | N
 
 def version_checked(version: slurm_cli.SlurmVersion) -> str:
     """The `ok:` line of `validate` for the site's Slurm version."""
-    return (f"Slurm {version}: supported ({slurm_cli.OLDEST_SUPPORTED.release} and newer; what differs per version: "
-            "docs/slurm-versions.md)")
+    return (
+        f"Slurm {version}: supported ({slurm_cli.OLDEST_SUPPORTED.release} and newer; what differs per version: "
+        "docs/slurm-versions.md)"
+    )
 
 
 def read_cluster_facts() -> ClusterFacts:
@@ -265,9 +297,11 @@ def read_cluster_facts() -> ClusterFacts:
 
 
 # Where each format states the nodes the job asks for.
-_SHAPE_KEYS = {"areal": "cluster.n_nodes, cluster.n_gpus_per_node or the slurm: block",
-               "rlinf": "cluster.num_nodes, cluster.node_groups or the slurm: block",
-               "roll": "num_gpus_per_node, the device_mappings or the slurm: block"}
+_SHAPE_KEYS = {
+    "areal": "cluster.n_nodes, cluster.n_gpus_per_node or the slurm: block",
+    "rlinf": "cluster.num_nodes, cluster.node_groups or the slurm: block",
+    "roll": "num_gpus_per_node, the device_mappings or the slurm: block",
+}
 
 
 def validate(plan: Plan, facts: ClusterFacts | None = None, version: slurm_cli.SlurmVersion | None = None) -> Report:
@@ -277,7 +311,9 @@ def validate(plan: Plan, facts: ClusterFacts | None = None, version: slurm_cli.S
     if version is not None:
         report = replace(report, checked=(version_checked(version), *report.checked))
     if report.problems:
-        raise SlurmError("the job can never run on this cluster:\n  - " + "\n  - ".join(report.problems),
-                         hint=f"fix {_SHAPE_KEYS.get(plan.source_format, 'the node groups')} in the config (or skip "
-                              "this check with --no-validate)")
+        raise SlurmError(
+            "the job can never run on this cluster:\n  - " + "\n  - ".join(report.problems),
+            hint=f"fix {_SHAPE_KEYS.get(plan.source_format, 'the node groups')} in the config (or skip "
+            "this check with --no-validate)",
+        )
     return report

@@ -97,6 +97,7 @@ class Candidate:
 # --------------------------------------------------------------------------------------------
 # the cost model
 
+
 def _group(problem: Problem, label: str) -> Group:
     return next(g for g in problem.groups if g.label == label)
 
@@ -196,14 +197,22 @@ def evaluate(problem: Problem, stages: Sequence[tuple[tuple[str, ...], str, int]
         for m in members:
             curve = by_name[m].profile.curve(_group(problem, label).keys)
             if curve is not None and curve.extrapolated_far(n):
-                warnings.append(f"{m} on {label}: {n} is more than 2x its largest measured count "
-                                f"{curve.points[-1][0]}: extrapolated")
-    return Candidate(tuple(Stage(s[0], s[1], s[2], st, sec) for s, st, sec in zip(stages, starts, secs)),
-                     transfers, iteration_seconds(secs, transfers, problem.batches), gpus, tuple(warnings))
+                warnings.append(
+                    f"{m} on {label}: {n} is more than 2x its largest measured count "
+                    f"{curve.points[-1][0]}: extrapolated"
+                )
+    return Candidate(
+        tuple(Stage(s[0], s[1], s[2], st, sec) for s, st, sec in zip(stages, starts, secs)),
+        transfers,
+        iteration_seconds(secs, transfers, problem.batches),
+        gpus,
+        tuple(warnings),
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # the search
+
 
 def structures(problem: Problem) -> list[tuple[tuple[tuple[str, ...], str], ...]]:
     """Every cut of the chain into stages, with a node group per stage, that the rules allow."""
@@ -219,8 +228,7 @@ def structures(problem: Problem) -> list[tuple[tuple[tuple[str, ...], str], ...]
                 parts[-1].append(name)
         options = []
         for part in parts:
-            ok = [g.label for g in problem.groups
-                  if all(by_name[m].profile.curve(g.keys) is not None for m in part)]
+            ok = [g.label for g in problem.groups if all(by_name[m].profile.curve(g.keys) is not None for m in part)]
             options.append(ok)
         for labels in itertools.product(*options):
             shape = tuple((tuple(p), g) for p, g in zip(parts, labels))
@@ -245,8 +253,12 @@ def _pareto(members: Sequence[Component], group: Group) -> tuple[list[int], list
 ParetoCache = dict[tuple[tuple[str, ...], str], tuple[list[int], list[float]]]
 
 
-def best_counts(problem: Problem, shape: Sequence[tuple[tuple[str, ...], str]], bound: float = math.inf,
-                cache: ParetoCache | None = None) -> Candidate | None:
+def best_counts(
+    problem: Problem,
+    shape: Sequence[tuple[tuple[str, ...], str]],
+    bound: float = math.inf,
+    cache: ParetoCache | None = None,
+) -> Candidate | None:
     """The best counts for one structure (exact branch and bound), or None if none beats `bound`."""
     by_name = {c.name: c for c in problem.chain}
     groups = {g.label: g for g in problem.groups}
@@ -355,7 +367,7 @@ def best_counts(problem: Problem, shape: Sequence[tuple[tuple[str, ...], str]], 
             hi = at_most[i][left[label] - rest] if left[label] >= rest else -1
         # time: the most resources first (the fastest completions set a tight limit early); GPU-hours: the
         # fewest first (per-GPU efficiency falls with scale, so small counts are where the optimum lies)
-        for pos in (range(lo, hi + 1) if gpu_hours else range(hi, lo - 1, -1)):
+        for pos in range(lo, hi + 1) if gpu_hours else range(hi, lo - 1, -1):
             counts[i] = ns[pos]
             left[label] -= ns[pos]
             args = (s_sum + ss[pos], max(s_max, ss[pos]), gpus + (ns[pos] if is_gpu[i] else 0))
@@ -384,8 +396,7 @@ def _last_at_most(ns: list[int], cap: int) -> int:
     return lo - 1
 
 
-def search(problem: Problem, top: int = 5,
-           progress: Callable[[int, int], None] | None = None) -> list[Candidate]:
+def search(problem: Problem, top: int = 5, progress: Callable[[int, int], None] | None = None) -> list[Candidate]:
     """The best placement of each of the `top` best structures, best first."""
     if problem.objective not in OBJECTIVES:
         raise ValueError(problem.objective)
@@ -470,8 +481,7 @@ def explain(problem: Problem, cand: Candidate, bases: Sequence[Baseline]) -> str
         shape = f"all collocated (turns) on {stage.count} of {stage.group}"
     else:
         shape = f"{len(cand.stages)} stages pipelined over {problem.batches} batch(es)"
-    text = f"{shape}; bottleneck {','.join(stage.members)} on {stage.group} x{stage.count}: " \
-           f"{stage.seconds:.3g} s/iter"
+    text = f"{shape}; bottleneck {','.join(stage.members)} on {stage.group} x{stage.count}: {stage.seconds:.3g} s/iter"
     if max(parts) > stage.seconds:
         text += f" (a transfer: {max(parts):.3g} s)"
     for base in bases:

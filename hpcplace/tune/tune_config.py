@@ -52,8 +52,14 @@ def _shape(spec: ExperimentSpec, plan: Plan, name: str) -> Shape:
     if (spec.model_parallel and name in _MP_NAMES) or name in spec.packed:
         return Shape(1, 1, True)
     resources = sum(len(s.local_hardware_ranks) or 1 for v in node_processes(comp.processes) for s in v.slots)
-    distinct = len({(v.cluster_node_rank, r) for v in node_processes(comp.processes) for s in v.slots
-                    for r in (s.local_hardware_ranks or (0,))})
+    distinct = len(
+        {
+            (v.cluster_node_rank, r)
+            for v in node_processes(comp.processes)
+            for s in v.slots
+            for r in (s.local_hardware_ranks or (0,))
+        }
+    )
     if comp.world_size >= distinct:
         return Shape(1, max(1, comp.world_size // max(1, distinct)), False)
     return Shape(max(1, resources // max(1, comp.world_size)), 1, False)
@@ -62,21 +68,30 @@ def _shape(spec: ExperimentSpec, plan: Plan, name: str) -> Shape:
 def build_setup(spec: ExperimentSpec, plan: Plan, profile: Profile, objective: str = "time") -> Setup:
     """The search problem: the config's node groups and components, the profile's costs."""
     if spec.source_format not in REWRITABLE:
-        raise SpecError(f"hpcplace tune rewrites RLinf and native configs; this one is {spec.source_format}",
-                        hint="convert the placement to the native format (see README), or tune an RLinf config")
+        raise SpecError(
+            f"hpcplace tune rewrites RLinf and native configs; this one is {spec.source_format}",
+            hint="convert the placement to the native format (see README), or tune an RLinf config",
+        )
     placed = [c.name for c in plan.components]
     where = SourceLocation(profile.path, 1, 1)
     for name in placed:
         if name not in profile.components:
-            raise SpecError(f"component {name!r} of {spec.source} has no costs in the profile", location=where,
-                            hint=f"add `{name}: {{seconds: {{TYPE: {{COUNT: SECONDS}}}}}}` or "
-                                 f"`{name}: {{with: OTHER}}` under components")
+            raise SpecError(
+                f"component {name!r} of {spec.source} has no costs in the profile",
+                location=where,
+                hint=f"add `{name}: {{seconds: {{TYPE: {{COUNT: SECONDS}}}}}}` or "
+                f"`{name}: {{with: OTHER}}` under components",
+            )
     for name, cp in profile.components.items():
         if name not in placed:
-            raise SpecError(f"the profile has costs for {name!r}, which {spec.source} does not place",
-                            location=cp.location, hint="components placed: " + ", ".join(placed))
-    declared_rlinf = spec.source_format == "rlinf" and any(not g.label.startswith("default")
-                                                           for g in spec.cluster.node_groups)
+            raise SpecError(
+                f"the profile has costs for {name!r}, which {spec.source} does not place",
+                location=cp.location,
+                hint="components placed: " + ", ".join(placed),
+            )
+    declared_rlinf = spec.source_format == "rlinf" and any(
+        not g.label.startswith("default") for g in spec.cluster.node_groups
+    )
     groups = []
     write_label: dict[str, str | None] = {}
     for g in spec.cluster.node_groups:
@@ -104,8 +119,9 @@ def build_setup(spec: ExperimentSpec, plan: Plan, profile: Profile, objective: s
     if spec.model_parallel and spec.placement_class in (None, MODEL_PARALLEL):
         rules = Rules(same_group=(("actor", "rollout"),), all_or_apart=tuple(n for n in _MP_NAMES if n in placed))
     followers = {n: cp.with_component for n, cp in profile.components.items() if cp.with_component}
-    problem = Problem(tuple(groups), tuple(chain), profile.batches, profile.intra_gbps, profile.inter_gbps, rules,
-                      objective)
+    problem = Problem(
+        tuple(groups), tuple(chain), profile.batches, profile.intra_gbps, profile.inter_gbps, rules, objective
+    )
     dropped = ("inference",) if rules.all_or_apart and "inference" in placed else ()
     return Setup(problem, shapes, followers, write_label, dropped)
 
@@ -131,8 +147,9 @@ def placement_lines(setup: Setup, cand: Candidate, indent: str) -> list[str]:
         elif not shape.plain and shape.per_resource > 1:
             text += f":0-{stage.count * shape.per_resource - 1}"
         label = setup.write_label[stage.group]
-        value = json.dumps(text) if label is None else \
-            f"{{node_group: {json.dumps(label)}, placement: {json.dumps(text)}}}"
+        value = (
+            json.dumps(text) if label is None else f"{{node_group: {json.dumps(label)}, placement: {json.dumps(text)}}}"
+        )
         out.append(f"{indent}  {name}: {value}")
     return out
 
@@ -148,9 +165,11 @@ def rewrite(text: str, path: str, setup: Setup, cand: Candidate) -> str:
                     if k2.value == "component_placement":
                         key_node, value_node = k2, v2
     if key_node is None or value_node is None:
-        raise SpecError(f"{path} has no cluster.component_placement of its own to rewrite",
-                        location=SourceLocation(path, 1, 1),
-                        hint="with Hydra `defaults:`, tune the file that holds the placement")
+        raise SpecError(
+            f"{path} has no cluster.component_placement of its own to rewrite",
+            location=SourceLocation(path, 1, 1),
+            hint="with Hydra `defaults:`, tune the file that holds the placement",
+        )
     end = value_node.end_mark
     if isinstance(value_node, yaml.MappingNode) and value_node.flow_style is False and value_node.value:
         end = value_node.value[-1][1].end_mark  # the last value: comments after it stay
@@ -161,7 +180,7 @@ def rewrite(text: str, path: str, setup: Setup, cand: Candidate) -> str:
     start_at = offsets[key_node.start_mark.line] + key_node.start_mark.column
     end_at = offsets[end.line] + end.column
     indent = " " * key_node.start_mark.column
-    block = "\n".join(placement_lines(setup, cand, indent))[len(indent):]
+    block = "\n".join(placement_lines(setup, cand, indent))[len(indent) :]
     return text[:start_at] + block + text[end_at:]
 
 

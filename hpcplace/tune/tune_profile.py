@@ -51,7 +51,7 @@ class Curve:
             if count == n:
                 return secs
         if len(pts) == 1:
-            (n0, t0), = pts
+            ((n0, t0),) = pts
             return 1.0 / _extend(1.0 / t0, n0, n, self.efficiency)
         if n < pts[0][0]:
             return 1.0 / _extend(1.0 / pts[0][1], pts[0][0], n, _segment_efficiency(pts[0], pts[1]))
@@ -137,8 +137,10 @@ def _curve(view: View, where: str, efficiency: float) -> Curve:
     points = []
     for count, child in view.items():
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise child.key_error(f"{where}: count {count!r} is not a positive integer",
-                                  hint="keys are GPU counts (hardware units for robots, nodes for CPU groups)")
+            raise child.key_error(
+                f"{where}: count {count!r} is not a positive integer",
+                hint="keys are GPU counts (hardware units for robots, nodes for CPU groups)",
+            )
         points.append((count, _positive(child, f"{where}: seconds at {count}")))
     return Curve(tuple(sorted(points)), efficiency)
 
@@ -146,17 +148,31 @@ def _curve(view: View, where: str, efficiency: float) -> Curve:
 def _component(name: str, view: View) -> ComponentProfile:
     if not isinstance(view.value, dict):
         raise view.error(f"component {name!r}: expected a mapping with `seconds` (or `with`)")
-    view.check_keys({"seconds", "memory_gb", "params_b", "bytes_per_param", "switch_seconds", "transfer_gb",
-                     "model_parallel", "counts", "efficiency", "with"})
+    view.check_keys(
+        {
+            "seconds",
+            "memory_gb",
+            "params_b",
+            "bytes_per_param",
+            "switch_seconds",
+            "transfer_gb",
+            "model_parallel",
+            "counts",
+            "efficiency",
+            "with",
+        }
+    )
     if view.get("with") is not None:
         extra = sorted(set(view.value) - {"with"})
         if extra:
             raise view.require(extra[0]).key_error(
                 f"component {name!r} is placed `with` another: {extra[0]!r} does not apply",
-                hint="a `with` component has no costs of its own; remove the other keys")
+                hint="a `with` component has no costs of its own; remove the other keys",
+            )
         target = view.require("with")
-        return ComponentProfile(name, with_component=check_name(target, target.str(), "component name"),
-                                location=view.location())
+        return ComponentProfile(
+            name, with_component=check_name(target, target.str(), "component name"), location=view.location()
+        )
     eff_view = view.get("efficiency")
     efficiency = DEFAULT_EFFICIENCY
     if eff_view is not None:
@@ -165,8 +181,10 @@ def _component(name: str, view: View) -> ComponentProfile:
             raise eff_view.error(f"efficiency {efficiency} is above 1", hint="1 = linear speed-up")
     seconds = view.require("seconds", "measured seconds per iteration per resource type")
     if not isinstance(seconds.value, dict) or not seconds.value:
-        raise seconds.error(f"component {name!r}: seconds must map a type to {{count: seconds}}",
-                            hint="e.g. seconds: {a800: {8: 95.7, 16: 51.0}}")
+        raise seconds.error(
+            f"component {name!r}: seconds must map a type to {{count: seconds}}",
+            hint="e.g. seconds: {a800: {8: 95.7, 16: 51.0}}",
+        )
     curves = {str(key): _curve(child, f"{name}.seconds.{key}", efficiency) for key, child in seconds.items()}
     memory = None
     if view.get("memory_gb") is not None and view.get("params_b") is not None:
@@ -176,8 +194,11 @@ def _component(name: str, view: View) -> ComponentProfile:
     mp = view.require("model_parallel").int(minimum=1) if view.get("model_parallel") is not None else None
     if view.get("params_b") is not None:
         params = _positive(view.require("params_b"), "params_b")
-        per_param = _positive(view.require("bytes_per_param"), "bytes_per_param") \
-            if view.get("bytes_per_param") is not None else DEFAULT_BYTES_PER_PARAM
+        per_param = (
+            _positive(view.require("bytes_per_param"), "bytes_per_param")
+            if view.get("bytes_per_param") is not None
+            else DEFAULT_BYTES_PER_PARAM
+        )
         memory = params * per_param / (mp or 1)  # the memory rule: weights (+ state) split over tp*pp
     elif view.get("bytes_per_param") is not None:
         raise view.require("bytes_per_param").key_error("bytes_per_param needs params_b")
@@ -203,22 +224,29 @@ def parse_profile(path: str | Path) -> Profile:
     doc = load_yaml_file(path)
     root = doc.root()
     if not isinstance(root.value, dict):
-        raise SpecError("the profile must be a YAML mapping with `components:`", location=doc.location(()),
-                        hint="see README, \"Tuning placements\"")
+        raise SpecError(
+            "the profile must be a YAML mapping with `components:`",
+            location=doc.location(()),
+            hint='see README, "Tuning placements"',
+        )
     root.check_keys({"batches", "workflow", "components", "memory_gb", "bandwidth_gbps"})
     batches = root.require("batches").int(minimum=1) if root.get("batches") is not None else 1
     comps_view = root.require("components", "per component: measured seconds per iteration")
     if not isinstance(comps_view.value, dict) or not comps_view.value:
         raise comps_view.error("components must be a non-empty mapping")
-    components = {check_name(child, str(key), "component name"): _component(str(key), child)
-                  for key, child in comps_view.items()}
+    components = {
+        check_name(child, str(key), "component name"): _component(str(key), child) for key, child in comps_view.items()
+    }
     for comp in components.values():
         if comp.with_component is not None:
             target = components.get(comp.with_component)
             if target is None or target.with_component is not None:
-                raise SpecError(f"component {comp.name!r} is placed with {comp.with_component!r}, which has no "
-                                "costs in this profile", location=comp.location,
-                                hint="`with` names a component that has `seconds`")
+                raise SpecError(
+                    f"component {comp.name!r} is placed with {comp.with_component!r}, which has no "
+                    "costs in this profile",
+                    location=comp.location,
+                    hint="`with` names a component that has `seconds`",
+                )
     costed = [n for n, c in components.items() if c.with_component is None]
     wv = root.get("workflow")
     if wv is not None:
@@ -227,11 +255,15 @@ def parse_profile(path: str | Path) -> Profile:
         workflow = tuple(item.str() for item in wv.elements())
         for item, name in zip(wv.elements(), workflow):
             if name not in components or components[name].with_component is not None:
-                raise item.error(f"workflow names {name!r}, which has no costs in this profile",
-                                 hint="costed components: " + ", ".join(costed))
+                raise item.error(
+                    f"workflow names {name!r}, which has no costs in this profile",
+                    hint="costed components: " + ", ".join(costed),
+                )
         if len(set(workflow)) != len(workflow) or set(workflow) != set(costed):
-            raise wv.error(f"workflow {list(workflow)} must name every costed component once",
-                           hint="costed components: " + ", ".join(costed))
+            raise wv.error(
+                f"workflow {list(workflow)} must name every costed component once",
+                hint="costed components: " + ", ".join(costed),
+            )
     else:
         workflow = tuple(costed)
     memory: dict[str, float] = {}

@@ -19,11 +19,21 @@ class DiesInResume(NoopBackend):
 
 def main() -> None:
     a = json.loads(sys.argv[1])
-    schedule = GroupSchedule(a["group"], tuple(tuple(p) for p in a["phases"]),
-                             {c: tuple(r) for c, r in a["members"].items()},
-                             {c: tuple(d) for c, d in a["devices"].items()})
-    cycle = Cycle(a["job"], schedule, component=a["component"], rank=a["rank"], start=a.get("start"),
-                  on_owner_death=a.get("policy", "error"), event_log=a.get("events"))
+    schedule = GroupSchedule(
+        a["group"],
+        tuple(tuple(p) for p in a["phases"]),
+        {c: tuple(r) for c, r in a["members"].items()},
+        {c: tuple(d) for c, d in a["devices"].items()},
+    )
+    cycle = Cycle(
+        a["job"],
+        schedule,
+        component=a["component"],
+        rank=a["rank"],
+        start=a.get("start"),
+        on_owner_death=a.get("policy", "error"),
+        event_log=a.get("events"),
+    )
     memory = None
     if a.get("die_in_resume"):
         memory = DiesInResume()

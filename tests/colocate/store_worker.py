@@ -13,7 +13,8 @@ from hpcplace.runtime.weight_store import WeightPublisher
 
 def state_dict(value: float) -> dict[str, torch.Tensor]:
     return {f"layer{i}.weight": torch.full((64, 1024), value, dtype=torch.bfloat16) for i in range(8)} | {
-        "embed": torch.full((1000, 64), value, dtype=torch.float32)}
+        "embed": torch.full((1000, 64), value, dtype=torch.float32)
+    }
 
 
 def main() -> None:

@@ -27,10 +27,21 @@ def job(tmp_path: Path) -> str:
 
 
 def spawn(job: str, component: str, rank: int, *, phases, members, devices, turns, events=None, **extra):
-    args = {"job": job, "group": "g", "phases": phases, "members": members, "devices": devices,
-            "component": component, "rank": rank, "turns": turns, "events": events, **extra}
-    return subprocess.Popen([sys.executable, WORKER, json.dumps(args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    args = {
+        "job": job,
+        "group": "g",
+        "phases": phases,
+        "members": members,
+        "devices": devices,
+        "component": component,
+        "rank": rank,
+        "turns": turns,
+        "events": events,
+        **extra,
+    }
+    return subprocess.Popen(
+        [sys.executable, WORKER, json.dumps(args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def finish(proc: subprocess.Popen, timeout: float = 20) -> tuple[int, dict]:
@@ -45,8 +56,11 @@ def test_two_components_two_ranks_alternate(job: str, tmp_path: Path) -> None:
     phases = [["rollout"], ["actor"]]
     members = {"actor": [0, 1], "rollout": [0, 1]}
     devices = {"actor": ["0", "1"], "rollout": ["0", "1"]}
-    procs = [spawn(job, c, r, phases=phases, members=members, devices=devices, turns=4, events=events,
-                   sleep=0.005) for c in ("actor", "rollout") for r in (0, 1)]
+    procs = [
+        spawn(job, c, r, phases=phases, members=members, devices=devices, turns=4, events=events, sleep=0.005)
+        for c in ("actor", "rollout")
+        for r in (0, 1)
+    ]
     for p in procs:
         rc, result = finish(p)
         assert rc == 0 and result["turns"] == 4, result
@@ -59,8 +73,11 @@ def test_hybrid_phase_runs_two_components_then_one_on_all(job: str, tmp_path: Pa
     phases = [["env", "rollout"], ["actor"]]
     members = {"env": [0], "rollout": [0], "actor": [0, 1]}
     devices = {"env": ["0"], "rollout": ["1"], "actor": ["0", "1"]}
-    procs = [spawn(job, c, r, phases=phases, members=members, devices=devices, turns=3, events=events,
-                   sleep=0.05) for c, ranks in members.items() for r in ranks]
+    procs = [
+        spawn(job, c, r, phases=phases, members=members, devices=devices, turns=3, events=events, sleep=0.05)
+        for c, ranks in members.items()
+        for r in ranks
+    ]
     for p in procs:
         rc, result = finish(p)
         assert rc == 0 and result["turns"] == 3, result
@@ -82,8 +99,7 @@ def _hang_and_kill(job: str, tmp_path: Path, policy: str) -> tuple[int, int, dic
     phases = [["actor"], ["rollout"]]
     members = {"actor": [0], "rollout": [0]}
     devices = {"actor": ["0"], "rollout": ["0"]}
-    owner = spawn(job, "actor", 0, phases=phases, members=members, devices=devices, turns=1,
-                  hang_marker=str(marker))
+    owner = spawn(job, "actor", 0, phases=phases, members=members, devices=devices, turns=1, hang_marker=str(marker))
     waiter = spawn(job, "rollout", 0, phases=phases, members=members, devices=devices, turns=2, policy=policy)
     deadline = time.monotonic() + 15
     while not marker.exists():
@@ -112,8 +128,11 @@ def test_killed_owner_takeover_policy_passes_the_turn_within_one_second(job: str
 
 def test_rank_dying_inside_resume_is_reported_as_failed_to_onload(job: str) -> None:
     """torch_memory_saver exit(1)s on a failed resume; the group hears "failed to onload", naming the rank."""
-    shape = {"phases": [["rollout"], ["actor"]], "members": {"rollout": [0], "actor": [0]},
-             "devices": {"rollout": ["0"], "actor": ["0"]}}
+    shape = {
+        "phases": [["rollout"], ["actor"]],
+        "members": {"rollout": [0], "actor": [0]},
+        "devices": {"rollout": ["0"], "actor": ["0"]},
+    }
     rollout = spawn(job, "rollout", 0, turns=2, **shape)
     actor = spawn(job, "actor", 0, turns=1, die_in_resume=True, **shape)
     assert actor.wait(timeout=20) == 1
@@ -153,11 +172,15 @@ def _threads(job: str, schedule: GroupSchedule, plan: dict[tuple[str, int], list
 def test_request_next_overrides_the_configured_order(job: str) -> None:
     schedule = GroupSchedule("g", (("a",), ("b",), ("c",)), {"a": (0,), "b": (0,), "c": (0,)}, {})
     nothing = lambda cycle: None  # noqa: E731
-    order = _threads(job, schedule, {
-        ("a", 0): [lambda cycle: cycle.request_next("c"), nothing],
-        ("b", 0): [nothing],
-        ("c", 0): [nothing, nothing],
-    })
+    order = _threads(
+        job,
+        schedule,
+        {
+            ("a", 0): [lambda cycle: cycle.request_next("c"), nothing],
+            ("b", 0): [nothing],
+            ("c", 0): [nothing, nothing],
+        },
+    )
     assert order == ["a", "c", "a", "b", "c"]
 
 
@@ -165,8 +188,7 @@ def test_start_component_and_phases_without_local_ranks(job: str) -> None:
     # "env" has no rank on this node: its phase is skipped here.
     schedule = GroupSchedule("g", (("env",), ("actor",), ("rollout",)), {"actor": (0,), "rollout": (0,)}, {})
     nothing = lambda cycle: None  # noqa: E731
-    order = _threads(job, schedule, {("actor", 0): [nothing] * 2, ("rollout", 0): [nothing] * 2},
-                     start="rollout")
+    order = _threads(job, schedule, {("actor", 0): [nothing] * 2, ("rollout", 0): [nothing] * 2}, start="rollout")
     assert order == ["rollout", "actor", "rollout", "actor"]
 
 
@@ -199,8 +221,9 @@ def test_failed_offload_marks_the_group_failed(job: str) -> None:
 
 
 def test_misuse_is_refused(job: str) -> None:
-    schedule = GroupSchedule("g", (("actor",), ("rollout",)), {"actor": (0,), "rollout": (0,)},
-                             {"actor": ("0",), "rollout": ("0",)})
+    schedule = GroupSchedule(
+        "g", (("actor",), ("rollout",)), {"actor": (0,), "rollout": (0,)}, {"actor": ("0",), "rollout": ("0",)}
+    )
     with Cycle(job, schedule, component="actor", rank=0) as cycle:
         with pytest.raises(CollocationError, match="already running"):
             Cycle(job, schedule, component="actor", rank=0)
@@ -215,8 +238,9 @@ def test_misuse_is_refused(job: str) -> None:
     with pytest.raises(CollocationError, match="not a member"):
         Cycle(job, schedule, component="actor", rank=5)
     with pytest.raises(CollocationError, match="share devices"):
-        GroupSchedule("h", (("env", "rollout"),), {"env": (0,), "rollout": (0,)},
-                      {"env": ("0", "1"), "rollout": ("1",)}).validate()
+        GroupSchedule(
+            "h", (("env", "rollout"),), {"env": (0,), "rollout": (0,)}, {"env": ("0", "1"), "rollout": ("1",)}
+        ).validate()
 
 
 def test_job_dir_is_private_and_symlinks_are_refused(tmp_path: Path) -> None:
@@ -247,15 +271,28 @@ def _proc(rank: int, node: int, devices: list[str]) -> dict:
 
 def test_schedule_and_cycle_from_env_read_the_plan(tmp_path: Path) -> None:
     plan = {
-        "schema": "hpcplace.plan/1", "name": "demo",
-        "collocation_groups": [{"name": "actor,rollout", "components": ["actor", "rollout"],
-                                "phases": [["actor"], ["rollout"]], "resource_type": "gpu",
-                                "devices": [{"node": 0, "local_ranks": [0, 1]}, {"node": 1, "local_ranks": [0, 1]}]}],
+        "schema": "hpcplace.plan/1",
+        "name": "demo",
+        "collocation_groups": [
+            {
+                "name": "actor,rollout",
+                "components": ["actor", "rollout"],
+                "phases": [["actor"], ["rollout"]],
+                "resource_type": "gpu",
+                "devices": [{"node": 0, "local_ranks": [0, 1]}, {"node": 1, "local_ranks": [0, 1]}],
+            }
+        ],
         "components": [
-            {"name": "actor", "collocation_group": "actor,rollout",
-             "processes": [_proc(0, 0, ["0"]), _proc(1, 0, ["1"]), _proc(2, 1, ["0"]), _proc(3, 1, ["1"])]},
-            {"name": "rollout", "collocation_group": "actor,rollout",
-             "processes": [_proc(0, 0, ["0", "1"]), _proc(1, 1, ["0", "1"])]},
+            {
+                "name": "actor",
+                "collocation_group": "actor,rollout",
+                "processes": [_proc(0, 0, ["0"]), _proc(1, 0, ["1"]), _proc(2, 1, ["0"]), _proc(3, 1, ["1"])],
+            },
+            {
+                "name": "rollout",
+                "collocation_group": "actor,rollout",
+                "processes": [_proc(0, 0, ["0", "1"]), _proc(1, 1, ["0", "1"])],
+            },
         ],
     }
     path = tmp_path / "plan.json"
@@ -263,9 +300,14 @@ def test_schedule_and_cycle_from_env_read_the_plan(tmp_path: Path) -> None:
     schedule = schedule_from_plan(str(path), "actor,rollout", component="actor", rank=3)
     assert schedule.members == {"actor": (2, 3), "rollout": (1,)}
     assert schedule.devices == {"actor": ("0", "1"), "rollout": ("0", "1")}
-    env = {"HPCPLACE_PLAN": str(path), "HPCPLACE_COMPONENT": "rollout", "HPCPLACE_RANK": "1",
-           "HPCPLACE_SHM_DIR": str(tmp_path / "hpcplace-9"), "HPCPLACE_COLLOCATION_GROUP": "actor,rollout",
-           "HPCPLACE_NODE_RANK": "1"}
+    env = {
+        "HPCPLACE_PLAN": str(path),
+        "HPCPLACE_COMPONENT": "rollout",
+        "HPCPLACE_RANK": "1",
+        "HPCPLACE_SHM_DIR": str(tmp_path / "hpcplace-9"),
+        "HPCPLACE_COLLOCATION_GROUP": "actor,rollout",
+        "HPCPLACE_NODE_RANK": "1",
+    }
     with Cycle.from_env(env) as cycle:
         assert cycle.schedule.phases == (("actor",), ("rollout",))
         assert cycle.state()["phase"] == 0

@@ -20,9 +20,14 @@ def test_collocated_demo_runs_locally_and_keeps_the_invariants(tmp_path: Path) -
     config.write_text(text.replace('"--cycles", "3"', '"--cycles", "2"'))
     events = tmp_path / "events.log"
     env = {**os.environ, "HPCPLACE_COLLOCATE_EVENTS": str(events)}
-    result = subprocess.run([sys.executable, "-m", "hpcplace.cli", "run", str(config), "--local",
-                             "--run-dir", str(tmp_path / "run")],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "hpcplace.cli", "run", str(config), "--local", "--run-dir", str(tmp_path / "run")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     for rank in (0, 1):
@@ -48,9 +53,14 @@ def test_collocated_demo_on_two_planned_nodes_sharing_one_dev_shm(tmp_path: Path
     config.write_text(text.replace('"--cycles", "3"', '"--cycles", "2"'))
     events = tmp_path / "events.log"
     env = {**os.environ, "HPCPLACE_COLLOCATE_EVENTS": str(events)}
-    result = subprocess.run([sys.executable, "-m", "hpcplace.cli", "run", str(config), "--local",
-                             "--run-dir", str(tmp_path / "run")],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    result = subprocess.run(
+        [sys.executable, "-m", "hpcplace.cli", "run", str(config), "--local", "--run-dir", str(tmp_path / "run")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     got = read_events(str(events))
@@ -62,9 +72,12 @@ def test_collocated_demo_on_two_planned_nodes_sharing_one_dev_shm(tmp_path: Path
         assert {e["rank"] for e in mine} == ({0, 1} if node == "plan0" else {2, 3})
     for rank in range(4):
         node = "plan0" if rank < 2 else "plan1"
-        published = re.findall(rf"actor\[{rank}\] gen \d+: .* published weights v(\d+) fp=(\w+) \(node {node}\)", output)
-        loaded = re.findall(rf"rollout\[{rank}\] gen \d+: weights v(\d+) fp=(\w+), .*\(node {node}, from actor-{rank}\)",
-                            output)
+        published = re.findall(
+            rf"actor\[{rank}\] gen \d+: .* published weights v(\d+) fp=(\w+) \(node {node}\)", output
+        )
+        loaded = re.findall(
+            rf"rollout\[{rank}\] gen \d+: weights v(\d+) fp=(\w+), .*\(node {node}, from actor-{rank}\)", output
+        )
         assert len(published) == 2 and published == loaded[1:], output
     removed = re.findall(r"last to leave, removed (\S+)", output)
     assert sorted(os.path.basename(r) for r in removed) == ["node-plan0", "node-plan1"], output

@@ -19,15 +19,18 @@ WORKER = Path(__file__).with_name("full_shm_worker.py")
 def test_full_dev_shm_gives_clean_errors_and_leaves_nothing() -> None:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare to mount a private /dev/shm")
-    res = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, str(WORKER)],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", sys.executable, str(WORKER)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if res.returncode != 0 and "unshare failed" in res.stderr:
         pytest.skip(f"cannot make a mount namespace here: {res.stderr.strip()}")
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["killed_rc"] == -9
-    assert out["temps_after_kill"] == [".slot0.safetensors.tmp", ".slot1.safetensors.tmp", "control",
-                                       "writer.lock"]
+    assert out["temps_after_kill"] == [".slot0.safetensors.tmp", ".slot1.safetensors.tmp", "control", "writer.lock"]
     assert out["free_after_fill"] == 0
     assert out["versions"] == [2, 3, 4]
     assert out["generations"] == [0, 1, 2]

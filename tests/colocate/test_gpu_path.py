@@ -64,12 +64,12 @@ def test_backend_uses_hpcplace_tags_and_refuses_a_paused_region(fake_gpu: Path) 
     with pytest.raises(MemoryStateError, match="paused"), backend.cuda_graph(object(), tag="weights"):
         pass
     backend.resume("weights")
-    assert calls() == [("region", "hpcplace.weights"), ("pause", "hpcplace.weights"),
-                       ("resume", "hpcplace.weights")]
+    assert calls() == [("region", "hpcplace.weights"), ("pause", "hpcplace.weights"), ("resume", "hpcplace.weights")]
 
 
 def test_one_backend_per_process_and_tags_of_another_library_are_refused(fake_gpu: Path) -> None:
     import torch_memory_saver
+
     with torch_memory_saver.torch_memory_saver.region(tag="hpcplace.kv_cache"):  # someone else's region
         pass
     with torch_memory_saver.torch_memory_saver.region(tag="weights"):  # SGLang's tag: no clash any more
@@ -90,8 +90,10 @@ def test_one_backend_per_process_and_tags_of_another_library_are_refused(fake_gp
     TorchMemorySaverBackend().close()
 
 
-@pytest.mark.parametrize("var, setting", [("PYTORCH_ALLOC_CONF", "expandable_segments:True"),
-                                          ("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync")])
+@pytest.mark.parametrize(
+    "var, setting",
+    [("PYTORCH_ALLOC_CONF", "expandable_segments:True"), ("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync")],
+)
 def test_allocator_settings_that_bypass_the_hook_are_refused(fake_gpu: Path, monkeypatch, var, setting) -> None:
     monkeypatch.setenv(var, setting)
     with pytest.raises(MemoryBackendError, match=f"{var}.*pause frees nothing"):
@@ -130,9 +132,12 @@ def test_a_mapped_hook_that_ld_preload_no_longer_names_is_refused(fake_gpu: Path
     with pytest.raises(MemoryBackendError, match="LD_PRELOAD names 0 torch_memory_saver entries"):
         TorchMemorySaverBackend()
     import torch_memory_saver
-    with pytest.raises(AssertionError, match="invalid LD_PRELOAD"), \
-            torch_memory_saver.torch_memory_saver.region(tag="weights"):
-            pass
+
+    with (
+        pytest.raises(AssertionError, match="invalid LD_PRELOAD"),
+        torch_memory_saver.torch_memory_saver.region(tag="weights"),
+    ):
+        pass
 
 
 def test_the_fake_library_exits_like_the_real_one(fake_gpu: Path) -> None:
@@ -141,13 +146,15 @@ def test_the_fake_library_exits_like_the_real_one(fake_gpu: Path) -> None:
     import subprocess
 
     preload = os.environ["LD_PRELOAD"]  # for the fake library only (set inside), never for the child's loader
-    script = (f"import os, sys; sys.path.insert(0, {str(fake_gpu)!r}); os.environ['LD_PRELOAD'] = {preload!r}\n"
-              "from torch_memory_saver import torch_memory_saver as t\n"
-              "t.pause('empty'); t.pause('empty'); t.resume('empty')\n"
-              "with t.region(tag='w'): pass\n"
-              "t.pause('w'); print('paused', flush=True)\n"
-              "with t.region(tag='w'): pass\n"
-              "t.resume('w'); print('not reached')\n")
+    script = (
+        f"import os, sys; sys.path.insert(0, {str(fake_gpu)!r}); os.environ['LD_PRELOAD'] = {preload!r}\n"
+        "from torch_memory_saver import torch_memory_saver as t\n"
+        "t.pause('empty'); t.pause('empty'); t.resume('empty')\n"
+        "with t.region(tag='w'): pass\n"
+        "t.pause('w'); print('paused', flush=True)\n"
+        "with t.region(tag='w'): pass\n"
+        "t.resume('w'); print('not reached')\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
     assert (done.returncode, done.stdout) == (1, "paused\n"), done.stderr
@@ -159,6 +166,7 @@ def test_auto_on_a_machine_without_gpu_is_the_cpu_backend() -> None:
 
 # ---- the preload: the program's interpreter, its torch, its libcudart ------------------------------
 
+
 def other_python(tmp_path: Path, cuda: str = "13.0") -> tuple[Path, Path]:
     """A Python of another venv (a wrapper of this one that sees a fake CUDA torch + torch_memory_saver)."""
     site = fake_memory_saver(fake_gpu_dir(tmp_path / "site", cuda=cuda))
@@ -167,7 +175,7 @@ def other_python(tmp_path: Path, cuda: str = "13.0") -> tuple[Path, Path]:
     bindir = tmp_path / "venv" / "bin"
     bindir.mkdir(parents=True)
     python = bindir / "python3"
-    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
     python.chmod(0o755)
     return python, site
 
@@ -191,7 +199,9 @@ def test_hook_and_libcudart_come_from_the_programs_python(tmp_path: Path) -> Non
     assert directory == str(site / "nvidia" / "cu13" / "lib") and "beside torch" in why
     bare = preload.Packages("python", None, str(site / "torch_memory_saver"))
     assert preload.cudart_choice(13, bare, {"LD_LIBRARY_PATH": str(other)}) == (
-        "", f"libcudart.so.13 from LD_LIBRARY_PATH ({other}); none beside torch")
+        "",
+        f"libcudart.so.13 from LD_LIBRARY_PATH ({other}); none beside torch",
+    )
     assert preload.cudart_choice(99, bare, {})[0] is None
 
 
@@ -215,6 +225,7 @@ def test_memory_saver_preload_gate(fake_gpu: Path, monkeypatch: pytest.MonkeyPat
 def test_adopt_copies_into_the_region_even_what_is_already_on_the_gpu(fake_gpu: Path) -> None:
     """`module.to("cuda")` keeps tensors already on the GPU where they are (outside the region, so a pause
     would free nothing): adopt copies every parameter and buffer inside the region."""
+
     class Data(str):
         def to(self, device: str, copy: bool = False) -> str:
             calls().append(("to", str(self), device, copy))

@@ -115,7 +115,9 @@ def test_no_gpu_means_no_preload_and_a_clear_refusal() -> None:
 
 
 def test_preload_is_never_offered_to_a_gpu_less_process() -> None:
-    assert "CUDA_VISIBLE_DEVICES is empty" in (torch_memory_saver_unavailable_reason({"CUDA_VISIBLE_DEVICES": ""}) or "")
+    assert "CUDA_VISIBLE_DEVICES is empty" in (
+        torch_memory_saver_unavailable_reason({"CUDA_VISIBLE_DEVICES": ""}) or ""
+    )
     assert torch_memory_saver_env({"CUDA_VISIBLE_DEVICES": ""}) == {}
     with pytest.raises(MemoryBackendError, match="unknown memory backend"):
         make_backend("gpu")

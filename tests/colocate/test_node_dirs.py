@@ -19,8 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_node_directories_are_keyed_and_sanitized() -> None:
     assert shm_dir.node_dir_path("/dev/shm/hpcplace-7", "a800-1") == "/dev/shm/hpcplace-7/node-a800-1"
     assert shm_dir.node_dir_path("/j", "n/1 x") == "/j/node-n_1_x"
-    assert shm_dir.node_dir_from_env({"HPCPLACE_JOB_ID": "9", "SLURMD_NODENAME": "cpu-1"}) == \
-        "/dev/shm/hpcplace-9/node-cpu-1"
+    assert (
+        shm_dir.node_dir_from_env({"HPCPLACE_JOB_ID": "9", "SLURMD_NODENAME": "cpu-1"})
+        == "/dev/shm/hpcplace-9/node-cpu-1"
+    )
     with pytest.raises(shm_dir.ShmDirError):
         shm_dir.node_key("..")
 
@@ -34,9 +36,12 @@ def test_two_nodes_in_one_job_directory_never_share_a_baton(tmp_path: Path) -> N
     for node, ranks in (("a800-1", (0, 1)), ("a800-2", (2, 3))):
         path = shm_dir.node_dir_path(str(job), node)
         shm_dir.make_node_dir(path)
-        schedule = GroupSchedule(name="colloc-0", phases=(("actor",), ("rollout",)),
-                                 members={"actor": ranks, "rollout": ranks},
-                                 devices={"actor": ("0", "1"), "rollout": ("0", "1")})
+        schedule = GroupSchedule(
+            name="colloc-0",
+            phases=(("actor",), ("rollout",)),
+            members={"actor": ranks, "rollout": ranks},
+            devices={"actor": ("0", "1"), "rollout": ("0", "1")},
+        )
         nodes[node] = (path, [Cycle(path, schedule, component=c, rank=r) for c in ("actor", "rollout") for r in ranks])
     for _, cycles in nodes.values():
         for cycle in cycles:
@@ -111,4 +116,3 @@ def test_collocated_weight_sync_sources_are_on_the_rollout_ranks_node(tmp_path: 
             assert node[("actor", actor)] == node[("rollout", dp)], (actor, dp)
             fed.setdefault(dp, []).append(actor)
     assert fed[0] == [0, 2] and fed[4] == [8, 10]
-

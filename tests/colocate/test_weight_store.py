@@ -75,8 +75,9 @@ def test_consume_is_zero_copy_and_copy_into_fills_destinations(job: str) -> None
 
 
 def test_flip_is_atomic_under_a_concurrent_writer(job: str) -> None:
-    writer = subprocess.Popen([sys.executable, WORKER, job, "flood", "flood", "60"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, WORKER, job, "flood", "flood", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     seen: list[int] = []
     reader = None
     try:
@@ -115,8 +116,12 @@ def test_writer_waits_while_a_reader_holds_the_slot_it_needs(job: str) -> None:
 
 
 def test_killed_writer_leaves_readers_on_the_last_complete_version(job: str) -> None:
-    writer = subprocess.Popen([sys.executable, WORKER, job, "victim", "killed", "0"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, WORKER, job, "victim", "killed", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert writer.stdout is not None
         line = writer.stdout.readline()
@@ -176,8 +181,7 @@ def test_misuse_is_refused(job: str) -> None:
             with pytest.raises(WeightStoreError, match="already being written"):
                 publisher.begin({"w": torch.zeros(4)})
             writer.write("w", torch.zeros(4))
-        with pytest.raises(WeightStoreError, match="the store holds"), \
-                publisher.begin({"w": torch.zeros(4)}) as writer:
+        with pytest.raises(WeightStoreError, match="the store holds"), publisher.begin({"w": torch.zeros(4)}) as writer:
             writer.write("w", torch.zeros(4, dtype=torch.float64))
         assert publisher.publish({"w": torch.ones(4)}) == 3  # failed attempts left no trace
     with WeightPublisher(job, "m") as again:  # a restarted publisher continues the versions
@@ -196,8 +200,9 @@ def tiny_tmpfs(tmp_path: Path):
     mount_point.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("needs root to mount an 8 MiB tmpfs")
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mount_point)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mount_point)], capture_output=True, text=True
+    )
     if result.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
     try:
@@ -237,8 +242,10 @@ def test_cleanup_removes_everything(job: str) -> None:
 
 
 def test_environment_derives_the_store_location(tmp_path: Path) -> None:
-    assert ws.job_dir_from_env({"HPCPLACE_JOB_ID": "77", "SLURMD_NODENAME": "a800-2"}) == \
-        "/dev/shm/hpcplace-77/node-a800-2"
+    assert (
+        ws.job_dir_from_env({"HPCPLACE_JOB_ID": "77", "SLURMD_NODENAME": "a800-2"})
+        == "/dev/shm/hpcplace-77/node-a800-2"
+    )
     assert ws.job_dir_from_env({"HPCPLACE_SHM_DIR": "/x", "HPCPLACE_JOB_ID": "77"}) == "/x"
     assert ws.weight_sources({"HPCPLACE_WEIGHT_SYNC_SOURCES": "0,3"}) == [0, 3]
     env = {"HPCPLACE_SHM_DIR": str(tmp_path / "hpcplace-e"), "HPCPLACE_COMPONENT": "actor", "HPCPLACE_RANK": "2"}

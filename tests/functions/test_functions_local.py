@@ -36,8 +36,13 @@ components:
 def train(scale: int, *, offset: int = 0) -> dict[str, object]:
     info = process_info()
     rank = int(os.environ["RANK"])
-    return {"value": rank * scale + offset, "rank": info.rank, "world": info.world_size,
-            "component": info.component, "cuda": os.environ["CUDA_VISIBLE_DEVICES"]}
+    return {
+        "value": rank * scale + offset,
+        "rank": info.rank,
+        "world": info.world_size,
+        "component": info.component,
+        "cuda": os.environ["CUDA_VISIBLE_DEVICES"],
+    }
 
 
 def generate(scale: int, *, offset: int = 0) -> str:
@@ -69,8 +74,9 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_results_per_rank(config: Path, tmp_path: Path) -> None:
-    job = run_functions_local(config, {"actor": train, "rollout": generate}, run_dir=tmp_path / "run",
-                              args=(10,), kwargs={"offset": 1})
+    job = run_functions_local(
+        config, {"actor": train, "rollout": generate}, run_dir=tmp_path / "run", args=(10,), kwargs={"offset": 1}
+    )
     assert job.job_id is None and job.exit_code == 0 and job.wait() == "COMPLETED"
     results = job.results()
     assert sorted(results) == ["actor", "rollout"]
@@ -83,15 +89,27 @@ def test_results_per_rank(config: Path, tmp_path: Path) -> None:
     plan = json.loads((tmp_path / "run" / "plan.json").read_text())
     commands = {c["name"]: c["command"] for c in plan["components"]}
     assert commands["agent"] == [sys.executable, "-c", "print('agent ran')"]  # no callable: command kept
-    assert commands["actor"] == [sys.executable, "-m", "hpcplace.runtime.call",
-                                 str(tmp_path / "run" / "functions" / "actor.pkl"), str(tmp_path / "run" / "results")]
+    assert commands["actor"] == [
+        sys.executable,
+        "-m",
+        "hpcplace.runtime.call",
+        str(tmp_path / "run" / "functions" / "actor.pkl"),
+        str(tmp_path / "run" / "results"),
+    ]
     assert sorted(p.name for p in (tmp_path / "run" / "results").iterdir()) == [
-        "actor.0.pkl", "actor.1.pkl", "actor.2.pkl", "actor.3.pkl", "rollout.0.pkl", "rollout.1.pkl"]
+        "actor.0.pkl",
+        "actor.1.pkl",
+        "actor.2.pkl",
+        "actor.3.pkl",
+        "rollout.0.pkl",
+        "rollout.1.pkl",
+    ]
 
 
 def test_a_raising_rank_is_named_with_its_traceback(config: Path, tmp_path: Path) -> None:
-    job = submit_functions(config, {"actor": generate, "rollout": explode}, run_dir=tmp_path / "run", args=(7,),
-                           local=True)
+    job = submit_functions(
+        config, {"actor": generate, "rollout": explode}, run_dir=tmp_path / "run", args=(7,), local=True
+    )
     assert job.exit_code == 1 and job.state() == "FAILED"
     with pytest.raises(FunctionError) as caught:
         job.results()
@@ -110,10 +128,13 @@ def test_a_rank_without_result_is_named(config: Path, tmp_path: Path) -> None:
 
 
 def test_an_unpicklable_result_is_an_error(config: Path, tmp_path: Path) -> None:
-    job = run_functions_local(config, {"actor": generate, "rollout": unpicklable_result}, run_dir=tmp_path / "run",
-                              args=(1,))
+    job = run_functions_local(
+        config, {"actor": generate, "rollout": unpicklable_result}, run_dir=tmp_path / "run", args=(1,)
+    )
     assert job.exit_code == 1
-    with pytest.raises(FunctionError, match=r"component 'rollout' rank [01] raised[\s\S]*could not be saved: TypeError"):
+    with pytest.raises(
+        FunctionError, match=r"component 'rollout' rank [01] raised[\s\S]*could not be saved: TypeError"
+    ):
         job.results()
 
 
@@ -129,6 +150,7 @@ def test_refusals(config: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "c").exists()  # refused before anything was written
     everything = {"actor": generate, "rollout": generate, "agent": generate}
     assert run_functions_local(config, everything, run_dir=tmp_path / "d", args=(1,)).results()["agent"] == [
-        "sample-0-of-1-1-0"]
+        "sample-0-of-1-1-0"
+    ]
     with pytest.raises(FunctionError, match="already holds a run"):
         run_functions_local(config, everything, run_dir=tmp_path / "d", args=(1,))

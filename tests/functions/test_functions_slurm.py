@@ -37,9 +37,15 @@ TIMEOUT_S = 120
 
 def where(tag: str) -> dict[str, object]:
     info = process_info()
-    return {"tag": tag, "rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"]),
-            "info_rank": info.rank, "host": socket.gethostname(), "cuda": os.environ["CUDA_VISIBLE_DEVICES"],
-            "job": os.environ["HPCPLACE_JOB_ID"]}
+    return {
+        "tag": tag,
+        "rank": int(os.environ["RANK"]),
+        "world": int(os.environ["WORLD_SIZE"]),
+        "info_rank": info.rank,
+        "host": socket.gethostname(),
+        "cuda": os.environ["CUDA_VISIBLE_DEVICES"],
+        "job": os.environ["HPCPLACE_JOB_ID"],
+    }
 
 
 def fail_on_rank_1(tag: str) -> dict[str, object]:
@@ -72,17 +78,20 @@ def test_every_rank_returns_its_value(slurm_cluster: LiveCluster, config: Path, 
             assert (r["tag"], r["rank"], r["info_rank"], r["world"]) == ("x", p.rank, p.rank, comp.world_size), label
             assert r["host"] == hosts[(p.het_group, p.group_node_index)], label
             assert r["job"] == job.job_id, label
-            want = ",".join(p.visible_accelerators) if slurm_cluster.mode == "no" else (
-                ",".join(str(i) for i in range(len(p.visible_accelerators))))
+            want = (
+                ",".join(p.visible_accelerators)
+                if slurm_cluster.mode == "no"
+                else (",".join(str(i) for i in range(len(p.visible_accelerators))))
+            )
             assert r["cuda"] == want, label
     assert [r["cuda"] for r in results["rollout"]] == ["", ""]
 
 
-def test_a_raising_rank_fails_the_job_and_is_named(slurm_cluster: LiveCluster, config: Path,
-                                                   tmp_path: Path) -> None:
+def test_a_raising_rank_fails_the_job_and_is_named(slurm_cluster: LiveCluster, config: Path, tmp_path: Path) -> None:
     t0 = time.monotonic()
-    job = submit_functions(config, {"actor": fail_on_rank_1, "rollout": fail_on_rank_1}, run_dir=tmp_path / "run",
-                           args=("y",))
+    job = submit_functions(
+        config, {"actor": fail_on_rank_1, "rollout": fail_on_rank_1}, run_dir=tmp_path / "run", args=("y",)
+    )
     assert job.wait(timeout=TIMEOUT_S) == "FAILED"
     assert time.monotonic() - t0 < 90, "the other ranks were not stopped"
     with pytest.raises(FunctionError) as caught:

@@ -15,7 +15,7 @@ __version__ = version.__version__
 FAKE = True
 '''
 
-TORCH_CUDA = '''def is_available():
+TORCH_CUDA = """def is_available():
     return True
 
 
@@ -25,7 +25,7 @@ def device_count():
 
 def get_device_name(device=None):
     return "Fake NVIDIA GPU"
-'''
+"""
 
 PYNVML = '''"""Fake nvidia-ml-py for tests without a GPU: facts from the JSON file named in FAKE_NVML_JSON (or beside)."""
 import json
@@ -107,27 +107,41 @@ def nvmlDeviceGetMemoryInfo(h):
 '''
 
 
-def fake_device(i: int, *, name: str = "NVIDIA H100 80GB HBM3", minor: int | None = None,
-                denied: bool = False) -> dict:
-    return {"name": name, "uuid": f"GPU-{i:08x}-1111-2222-3333-444444444444", "minor": i if minor is None else minor,
-            "denied": denied}
+def fake_device(i: int, *, name: str = "NVIDIA H100 80GB HBM3", minor: int | None = None, denied: bool = False) -> dict:
+    return {
+        "name": name,
+        "uuid": f"GPU-{i:08x}-1111-2222-3333-444444444444",
+        "minor": i if minor is None else minor,
+        "denied": denied,
+    }
 
 
-def fake_gpu_dir(root: Path, *, cuda: str | None = "13.0", torch_version: str = "2.11.0+cu130",
-                 driver: str = "580.65.06", driver_cuda: int = 13000, devices: list[dict] | None = None,
-                 nvml: bool = True, init_error: str | None = None) -> Path:
+def fake_gpu_dir(
+    root: Path,
+    *,
+    cuda: str | None = "13.0",
+    torch_version: str = "2.11.0+cu130",
+    driver: str = "580.65.06",
+    driver_cuda: int = 13000,
+    devices: list[dict] | None = None,
+    nvml: bool = True,
+    init_error: str | None = None,
+) -> Path:
     """Write fake `torch` (unless cuda is None... then a CPU torch) and fake `pynvml` under `root`."""
     root.mkdir(parents=True, exist_ok=True)
     torch = root / "torch"
     torch.mkdir(exist_ok=True)
     (torch / "__init__.py").write_text(TORCH_INIT)
     (torch / "cuda.py").write_text(TORCH_CUDA.replace("True", "True" if cuda else "False"))
-    (torch / "version.py").write_text(f"__version__ = {torch_version!r}\ncuda: 'str | None' = {cuda!r}\n"
-                                      f"hip = None\n")
+    (torch / "version.py").write_text(f"__version__ = {torch_version!r}\ncuda: 'str | None' = {cuda!r}\nhip = None\n")
     if nvml:
         (root / "pynvml.py").write_text(PYNVML)
-        facts = {"driver": driver, "driver_cuda": driver_cuda, "init_error": init_error,
-                 "devices": devices if devices is not None else [fake_device(0)]}
+        facts = {
+            "driver": driver,
+            "driver_cuda": driver_cuda,
+            "init_error": init_error,
+            "devices": devices if devices is not None else [fake_device(0)],
+        }
         (root / "fake_nvml.json").write_text(json.dumps(facts))
     return root
 

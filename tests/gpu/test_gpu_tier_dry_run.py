@@ -20,17 +20,26 @@ def test_dry_run_installs_offline_and_collects_the_gpu_tests(tmp_path: Path) -> 
     if not list((REPO / ".whl").glob("hpcplace-*.whl")):
         pytest.skip("no wheelhouse .whl/ (scripts/gpu-wheelhouse.sh builds it; it needs PyPI)")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    probe = subprocess.run([PYTHON, "-c", "import pip; import hpcplace"], capture_output=True, text=True, env=env,
-                           cwd="/") if os.path.exists(PYTHON) else None
+    probe = (
+        subprocess.run([PYTHON, "-c", "import pip; import hpcplace"], capture_output=True, text=True, env=env, cwd="/")
+        if os.path.exists(PYTHON)
+        else None
+    )
     if probe is None or "No module named 'pip'" in probe.stderr or probe.returncode == 0:
         pytest.skip(f"needs {PYTHON} with pip and without hpcplace")
-    done = subprocess.run(["bash", str(REPO / "scripts" / "gpu-tier.sh"), str(tmp_path)],
-                          env={**env, "HPCPLACE_GPU_TIER_DRY_RUN": "1", "PYTHON": PYTHON},
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu-tier.sh"), str(tmp_path)],
+        env={**env, "HPCPLACE_GPU_TIER_DRY_RUN": "1", "PYTHON": PYTHON},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "8 tests collected" in done.stdout
-    for name in ("tests/runtime/test_nvml_gpu.py::test_planned_gpu_given_by_uuid_passes",
-                 "tests/gpu/test_memory_saver_gpu.py::test_pause_frees_device_memory_per_nvml"):
+    for name in (
+        "tests/runtime/test_nvml_gpu.py::test_planned_gpu_given_by_uuid_passes",
+        "tests/gpu/test_memory_saver_gpu.py::test_pause_frees_device_memory_per_nvml",
+    ):
         assert name in done.stdout
     facts = json.loads((tmp_path / "facts.json").read_text())
     assert facts["torch_cuda"] == "13.0" and facts["cuda_available"] is True

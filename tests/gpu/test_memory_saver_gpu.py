@@ -33,8 +33,9 @@ def measured() -> dict:
     env = {**os.environ, **torch_memory_saver_env(os.environ)}
     assert "torch_memory_saver" in env.get("LD_PRELOAD", "")
     try:  # well inside scripts/gpu-tier.sh's limit for the whole pytest run, so a hang still reports here
-        result = subprocess.run([sys.executable, CHILD], env=env, capture_output=True, text=True,
-                                timeout=CHILD_TIMEOUT_S)
+        result = subprocess.run(
+            [sys.executable, CHILD], env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired as exc:
         parts = [b.decode(errors="replace") if isinstance(b, bytes) else (b or "") for b in (exc.stdout, exc.stderr)]
         pytest.fail(f"{CHILD} did not finish in {CHILD_TIMEOUT_S} s:\n{parts[0]}{parts[1]}")

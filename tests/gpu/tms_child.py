@@ -112,15 +112,29 @@ def main() -> None:
     x.mul_(2)
     graph.replay()
     graph_tracks_input = bool(torch.allclose(y, torch.relu(x @ w + 1), rtol=1e-3, atol=1e-3))
-    print(json.dumps({
-        "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-        "used_before_gib": used_before / GIB, "used_paused_gib": used_paused / GIB,
-        "used_resumed_gib": used_resumed / GIB, "freed_gib": (used_before - used_paused) / GIB,
-        "pause_ms": pause_s * 1e3, "resume_ms": resume_s * 1e3, "restored": restored,
-        "graph_replays_after_resume": graph_same, "graph_tracks_input": graph_tracks_input,
-        "double_pause_refused": double_pause_refused, "paused_region_refused": paused_region_refused,
-        "second_backend_refused": second_backend_refused, "kv_cache_len": kv_cache.numel(), **METER,
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "device": torch.cuda.get_device_name(0),
+                "torch": torch.__version__,
+                "used_before_gib": used_before / GIB,
+                "used_paused_gib": used_paused / GIB,
+                "used_resumed_gib": used_resumed / GIB,
+                "freed_gib": (used_before - used_paused) / GIB,
+                "pause_ms": pause_s * 1e3,
+                "resume_ms": resume_s * 1e3,
+                "restored": restored,
+                "graph_replays_after_resume": graph_same,
+                "graph_tracks_input": graph_tracks_input,
+                "double_pause_refused": double_pause_refused,
+                "paused_region_refused": paused_region_refused,
+                "second_backend_refused": second_backend_refused,
+                "kv_cache_len": kv_cache.numel(),
+                **METER,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

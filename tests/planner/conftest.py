@@ -16,9 +16,16 @@ from hpcplace.plan.plan import Plan
 from hpcplace.plan.planner import plan_from_spec
 
 
-def group(label: str, gpus: int | Sequence[int] = 8, *, nodes: int | None = None, gpu_type: str | None = None,
-          partition: str | None = None, hardware: tuple[str, int | Sequence[int]] | None = None,
-          ignore_hardware: bool = False) -> NodeGroup:
+def group(
+    label: str,
+    gpus: int | Sequence[int] = 8,
+    *,
+    nodes: int | None = None,
+    gpu_type: str | None = None,
+    partition: str | None = None,
+    hardware: tuple[str, int | Sequence[int]] | None = None,
+    ignore_hardware: bool = False,
+) -> NodeGroup:
     """A node group; `gpus` is one count for every node or a list with one count per node."""
     per_node = tuple(gpus) if not isinstance(gpus, int) else (gpus,) * (nodes or 1)
     n = len(per_node)
@@ -26,30 +33,48 @@ def group(label: str, gpus: int | Sequence[int] = 8, *, nodes: int | None = None
     if hardware is not None:
         hw_type, count = hardware
         hw = Hardware(hw_type, tuple(count) if not isinstance(count, int) else (count,) * n)
-    return NodeGroup(label=label, partition=partition or f"p-{label}", num_nodes=n, gpus_per_node=per_node,
-                     gpu_type=gpu_type, hardware=hw, ignore_hardware=ignore_hardware)
+    return NodeGroup(
+        label=label,
+        partition=partition or f"p-{label}",
+        num_nodes=n,
+        gpus_per_node=per_node,
+        gpu_type=gpu_type,
+        hardware=hw,
+        ignore_hardware=ignore_hardware,
+    )
 
 
 def cluster(*groups: NodeGroup) -> Cluster:
     return Cluster(tuple(groups))
 
 
-def plan_of(clu: Cluster, placements: dict[str, str | tuple[str | Sequence[str] | None, str]],
-            settings: dict[str, dict] | None = None, *, model_parallel: bool | None = None) -> Plan:
+def plan_of(
+    clu: Cluster,
+    placements: dict[str, str | tuple[str | Sequence[str] | None, str]],
+    settings: dict[str, dict] | None = None,
+    *,
+    model_parallel: bool | None = None,
+) -> Plan:
     """Plan a spec built in code: placements map `"actor,rollout"` to a rank string or (node_group, string)."""
     entries = []
     for key, value in placements.items():
         names = tuple(n.strip() for n in key.split(","))
         if isinstance(value, tuple):
             ng, text = value
-            labels = None if ng is None else (tuple(label.strip() for label in ng.split(",")) if isinstance(ng, str)
-                                               else tuple(ng))
+            labels = (
+                None
+                if ng is None
+                else (tuple(label.strip() for label in ng.split(",")) if isinstance(ng, str) else tuple(ng))
+            )
         else:
             labels, text = None, value
         entries.append(PlacementEntry(names, labels, text))
     comps = {name: ComponentSpec(name, **kw) for name, kw in (settings or {}).items()}
-    mp = model_parallel if model_parallel is not None else any(
-        "tensor_parallel_size" in kw or "pipeline_parallel_size" in kw for kw in (settings or {}).values())
+    mp = (
+        model_parallel
+        if model_parallel is not None
+        else any("tensor_parallel_size" in kw or "pipeline_parallel_size" in kw for kw in (settings or {}).values())
+    )
     return plan_from_spec(ExperimentSpec("t", clu, tuple(entries), comps, model_parallel=mp))
 
 

@@ -18,13 +18,50 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
-TOP_KEYS = ["schema", "name", "source", "node_groups", "collocation_groups", "weight_sync", "slurm", "warnings",
-            "components"]
-COMPONENT_KEYS = ["name", "world_size", "node_groups", "resource_type", "command", "env", "offload",
-                  "tensor_parallel_size", "pipeline_parallel_size", "cpus_per_process", "mem_per_process_mb",
-                  "collocation_group", "processes"]
-GROUP_KEYS = ["label", "partition", "het_group", "num_nodes", "first_node_rank", "gpus_per_node", "gpu_type",
-              "cpus_per_node", "mem_per_node_mb", "constraint", "account", "qos", "hardware", "resource_kind", "env", "charged"]
+TOP_KEYS = [
+    "schema",
+    "name",
+    "source",
+    "node_groups",
+    "collocation_groups",
+    "weight_sync",
+    "slurm",
+    "warnings",
+    "components",
+]
+COMPONENT_KEYS = [
+    "name",
+    "world_size",
+    "node_groups",
+    "resource_type",
+    "command",
+    "env",
+    "offload",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "cpus_per_process",
+    "mem_per_process_mb",
+    "collocation_group",
+    "processes",
+]
+GROUP_KEYS = [
+    "label",
+    "partition",
+    "het_group",
+    "num_nodes",
+    "first_node_rank",
+    "gpus_per_node",
+    "gpu_type",
+    "cpus_per_node",
+    "mem_per_node_mb",
+    "constraint",
+    "account",
+    "qos",
+    "hardware",
+    "resource_kind",
+    "env",
+    "charged",
+]
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -121,21 +158,32 @@ def test_set_and_format_flags(capsys: pytest.CaptureFixture[str], tmp_path: Path
 
 
 INVALID = [
-    ("bad-rank.yaml", "name: t\ncluster:\n  node_groups: [{label: a, nodes: 1, gpus_per_node: 8}]\n"
-                      "  component_placement:\n    actor: 0-3,2-9\n", "5:16"),
+    (
+        "bad-rank.yaml",
+        "name: t\ncluster:\n  node_groups: [{label: a, nodes: 1, gpus_per_node: 8}]\n"
+        "  component_placement:\n    actor: 0-3,2-9\n",
+        "5:16",
+    ),
     ("bad-yaml.yaml", "name: t\ncluster: {node_groups: [\n", "3:1"),
-    ("bad-rlinf.yaml", "cluster:\n  num_nodes: 2\n  component_placement: {actor: all}\nslurm: {partition: p}\n",
-     "2:3"),
-    ("bad-roll.yaml", "num_gpus_per_node: 8\nslurm: {partition: p}\nw:\n  device_mapping: list(range(0,8))+x\n",
-     "4:36"),
-    ("bad-areal.yaml", "allocation_mode: sglang[rollout]:d8|fsdp[actor]:d4\ncluster: {n_nodes: 1, n_gpus_per_node: 8}\n"
-                       "slurm: {partition: p}\n", "1:18"),
+    ("bad-rlinf.yaml", "cluster:\n  num_nodes: 2\n  component_placement: {actor: all}\nslurm: {partition: p}\n", "2:3"),
+    (
+        "bad-roll.yaml",
+        "num_gpus_per_node: 8\nslurm: {partition: p}\nw:\n  device_mapping: list(range(0,8))+x\n",
+        "4:36",
+    ),
+    (
+        "bad-areal.yaml",
+        "allocation_mode: sglang[rollout]:d8|fsdp[actor]:d4\ncluster: {n_nodes: 1, n_gpus_per_node: 8}\n"
+        "slurm: {partition: p}\n",
+        "1:18",
+    ),
 ]
 
 
 @pytest.mark.parametrize("name, text, line_col", INVALID, ids=[i[0] for i in INVALID])
-def test_invalid_config_exits_2_with_location_and_hint(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                                       name: str, text: str, line_col: str) -> None:
+def test_invalid_config_exits_2_with_location_and_hint(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, text: str, line_col: str
+) -> None:
     config = tmp_path / name
     config.write_text(text, encoding="utf-8")
     code, out, err = run_cli(capsys, str(config))
@@ -145,10 +193,14 @@ def test_invalid_config_exits_2_with_location_and_hint(capsys: pytest.CaptureFix
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("name, text, line_col", [i for i in INVALID if i[0] != "bad-areal.yaml"],
-                         ids=[i[0] for i in INVALID if i[0] != "bad-areal.yaml"])
-def test_invalid_config_has_a_hint(capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, text: str,
-                                   line_col: str) -> None:
+@pytest.mark.parametrize(
+    "name, text, line_col",
+    [i for i in INVALID if i[0] != "bad-areal.yaml"],
+    ids=[i[0] for i in INVALID if i[0] != "bad-areal.yaml"],
+)
+def test_invalid_config_has_a_hint(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, text: str, line_col: str
+) -> None:
     config = tmp_path / name
     config.write_text(text, encoding="utf-8")
     _, _, err = run_cli(capsys, str(config))
@@ -166,11 +218,17 @@ def test_console_script_real_subprocess() -> None:
     exe = shutil.which("hpcplace")
     argv = [exe] if exe else [sys.executable, "-m", "hpcplace.cli"]
     config = ROOT / "configs" / "hetero-partitions.yaml"
-    proc = subprocess.run([*argv, "plan", str(config), "--json"], capture_output=True, text=True, timeout=60,
-                          check=False)
+    proc = subprocess.run(
+        [*argv, "plan", str(config), "--json"], capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     data = json.loads(proc.stdout)
     assert data["schema"] == SCHEMA
     assert {c["name"]: c["world_size"] for c in data["components"]} == {
-        "actor": 4, "rollout": 4, "inference": 3, "env": 8, "agent": 4}
+        "actor": 4,
+        "rollout": 4,
+        "inference": 3,
+        "env": 8,
+        "agent": 4,
+    }

@@ -18,11 +18,20 @@ def one_node():
 def test_hybrid_example_config() -> None:
     """RLinf hybrid: env 0-3 and rollout 4-7 run together, then the actor takes 0-7."""
     plan = plan_from_file(CONFIGS / "rlinf-hybrid.yaml")
-    assert plan.collocation_groups == (CollocationGroup(
-        name="colloc-0", components=("actor", "env", "rollout"), phases=(("actor",), ("env", "rollout")),
-        devices=((0, tuple(range(8))),), resource_type="a800"),)
+    assert plan.collocation_groups == (
+        CollocationGroup(
+            name="colloc-0",
+            components=("actor", "env", "rollout"),
+            phases=(("actor",), ("env", "rollout")),
+            devices=((0, tuple(range(8))),),
+            resource_type="a800",
+        ),
+    )
     assert {c.name: c.collocation_group for c in plan.components} == {
-        "actor": "colloc-0", "env": "colloc-0", "rollout": "colloc-0"}
+        "actor": "colloc-0",
+        "env": "colloc-0",
+        "rollout": "colloc-0",
+    }
 
 
 def test_phases_follow_plan_order() -> None:
@@ -35,11 +44,12 @@ def test_collocation_is_transitive_and_phases_are_disjoint() -> None:
     (grp,) = plan.collocation_groups
     assert grp.components == ("a", "b", "c", "d")
     assert grp.phases == (("a", "c"), ("b", "d"))
-    devices = {c.name: {(p.cluster_node_rank, h) for p in c.processes for h in p.local_hardware_ranks}
-               for c in plan.components}
+    devices = {
+        c.name: {(p.cluster_node_rank, h) for p in c.processes for h in p.local_hardware_ranks} for c in plan.components
+    }
     for phase in grp.phases:
         for i, x in enumerate(phase):
-            for y in phase[i + 1:]:
+            for y in phase[i + 1 :]:
                 assert devices[x].isdisjoint(devices[y])
 
 
@@ -50,8 +60,10 @@ def test_disjoint_components_are_not_collocated() -> None:
 
 
 def test_same_local_gpu_on_different_nodes_is_not_shared() -> None:
-    plan = plan_of(cluster(group("a800", 8, nodes=2), group("rtx", 8)),
-                   {"a": ("a800", "0-7"), "b": ("a800", "8-15"), "c": ("rtx", "0-7")})
+    plan = plan_of(
+        cluster(group("a800", 8, nodes=2), group("rtx", 8)),
+        {"a": ("a800", "0-7"), "b": ("a800", "8-15"), "c": ("rtx", "0-7")},
+    )
     assert plan.collocation_groups == ()
 
 
@@ -81,8 +93,10 @@ def test_shared_robots_are_collocated() -> None:
 
 def test_node_kind_components_are_never_collocated() -> None:
     clu = cluster(group("a800", 8, nodes=2), group("cpu", 0, nodes=2))
-    plan = plan_of(clu, {"agent": ("node", "0-3"), "judge": ("node", "0-3:0-7"), "sandbox": ("cpu", "0-1"),
-                         "tool": ("cpu", "0-1:0-3")})
+    plan = plan_of(
+        clu,
+        {"agent": ("node", "0-3"), "judge": ("node", "0-3:0-7"), "sandbox": ("cpu", "0-1"), "tool": ("cpu", "0-1:0-3")},
+    )
     assert plan.collocation_groups == ()
     assert all(c.collocation_group is None for c in plan.components)
 
@@ -91,4 +105,3 @@ def test_node_label_next_to_gpu_components_is_not_collocated() -> None:
     """A `node`-label process sees every GPU of its node but owns none of them."""
     plan = plan_of(cluster(group("a800", 8)), {"actor": "0-7", "agent": ("node", "0:0-3")})
     assert plan.collocation_groups == ()
-

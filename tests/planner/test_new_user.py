@@ -29,11 +29,12 @@ ROLL_WIDE = """
 # ------------------------------------------------------------------------------------------------
 # 1. a ROLL device_mapping that grows the job; slurm.nodes
 
+
 def test_roll_mapping_that_adds_a_node_is_reported(yml: Yaml) -> None:
     path = yml.write(ROLL_WIDE)
     plan = plan_from_file(path)
     assert len(plan.cluster.nodes) == 3
-    warning, = [w for w in plan.warnings if "actor_infer" in w]
+    (warning,) = [w for w in plan.warnings if "actor_infer" in w]
     assert f"device_mapping ({yml.where(path, 'list(range(0,24))')})" in warning
     assert "reaches GPU 23, so the job takes 3 nodes of 8 GPUs where the other workers need 2" in warning
     assert "slurm.nodes: 2" in warning
@@ -47,11 +48,13 @@ def test_roll_workers_of_equal_reach_give_no_warning(yml: Yaml) -> None:
 def test_slurm_nodes_refuses_a_mapping_that_needs_more(yml: Yaml) -> None:
     path = yml.write(ROLL_WIDE)
     err = yml.error(path, overrides=["slurm.nodes=2"])
-    assert_error_at(err, yml.where(path, "list(range(0,24))"),
-                    "worker 'actor_infer': device_mapping reaches GPU 23, which needs 3 nodes of 8 GPUs, but "
-                    "slurm.nodes (<override slurm.nodes=2>:1:13) pins the job to 2",
-                    "with 2 nodes the GPU ids are 0-15: narrow the mapping (e.g. list(range(0,16))), or raise "
-                    "slurm.nodes")
+    assert_error_at(
+        err,
+        yml.where(path, "list(range(0,24))"),
+        "worker 'actor_infer': device_mapping reaches GPU 23, which needs 3 nodes of 8 GPUs, but "
+        "slurm.nodes (<override slurm.nodes=2>:1:13) pins the job to 2",
+        "with 2 nodes the GPU ids are 0-15: narrow the mapping (e.g. list(range(0,16))), or raise slurm.nodes",
+    )
     assert err.exit_code == 2
 
 
@@ -69,8 +72,12 @@ def test_slurm_nodes_is_roll_only(yml: Yaml) -> None:
         slurm: {gpus_per_node: 8, nodes: 2}
     """)
     err = yml.error(rlinf)
-    assert_error_at(err, yml.where(rlinf, "nodes: 2"), "slurm.nodes pins the node count of a ROLL config",
-                    "set cluster.num_nodes (RLinf) or cluster.n_nodes (AReaL) instead")
+    assert_error_at(
+        err,
+        yml.where(rlinf, "nodes: 2"),
+        "slurm.nodes pins the node count of a ROLL config",
+        "set cluster.num_nodes (RLinf) or cluster.n_nodes (AReaL) instead",
+    )
     native = yml.write("""
         name: x
         cluster:
@@ -78,8 +85,12 @@ def test_slurm_nodes_is_roll_only(yml: Yaml) -> None:
           component_placement: {actor: all}
         slurm: {nodes: 2}
     """)
-    assert_error_at(yml.error(native), yml.where(native, "nodes: 2"),
-                    "a native config gives each node group its own", "set `nodes:` in cluster.node_groups")
+    assert_error_at(
+        yml.error(native),
+        yml.where(native, "nodes: 2"),
+        "a native config gives each node group its own",
+        "set `nodes:` in cluster.node_groups",
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -98,8 +109,10 @@ def test_group_without_partition_is_said_in_plan_and_header(yml: Yaml, capsys: p
     path = yml.write(NO_PARTITION)
     plan = plan_from_file(path)
     assert plan.cluster.node_groups[0].partition == "a800"
-    expected = (f"node group 'a800' ({yml.where(path, '{label')}) gives no partition: it asks Slurm for partition "
-                "'a800', its label; add `partition:` if the cluster names it otherwise")
+    expected = (
+        f"node group 'a800' ({yml.where(path, '{label')}) gives no partition: it asks Slurm for partition "
+        "'a800', its label; add `partition:` if the cluster names it otherwise"
+    )
     assert plan.warnings == (expected,)
     assert main(["plan", str(path)]) == 0
     assert f"  warning: {expected}" in capsys.readouterr().out
@@ -114,6 +127,7 @@ def test_group_without_partition_is_said_in_plan_and_header(yml: Yaml, capsys: p
 # ------------------------------------------------------------------------------------------------
 # 3. hints that name the right thing
 
+
 def test_node_ranks_past_num_nodes_name_num_nodes(yml: Yaml) -> None:
     path = yml.write("""
         cluster:
@@ -122,21 +136,37 @@ def test_node_ranks_past_num_nodes_name_num_nodes(yml: Yaml) -> None:
           component_placement: {actor: all}
         slurm: {gpus_per_node: 8}
     """)
-    assert_error_at(yml.error(path), yml.where(path, "2-5"), "node ranks '2-5' is out of range: only 5 nodes (0-4)",
-                    "cluster.num_nodes is 5: node ranks count from 0 to 4; raise cluster.num_nodes or lower the ranks")
+    assert_error_at(
+        yml.error(path),
+        yml.where(path, "2-5"),
+        "node ranks '2-5' is out of range: only 5 nodes (0-4)",
+        "cluster.num_nodes is 5: node ranks count from 0 to 4; raise cluster.num_nodes or lower the ranks",
+    )
 
 
-@pytest.mark.parametrize("placement, hint", [
-    ("{node_group: a800, placement: '0-16'}",
-     "node group 'a800' has 16 GPUs (2 nodes x 8): ranks 0-15; count from 0 within the selected node group(s)"),
-    ("{node_group: 'a800,rtx', placement: '0-20'}",
-     "node groups 'a800', 'rtx' have 20 GPUs (a800: 2 nodes x 8, rtx: 1 node x 4): ranks 0-19; count from 0 within "
-     "the selected node group(s)"),
-    ("'0-99'", "node groups 'a800', 'rtx' have 20 GPUs (a800: 2 nodes x 8, rtx: 1 node x 4): ranks 0-19; count from "
-     "0 within the selected node group(s)"),
-    ("{node_group: cpu, placement: '1:0-1'}", "node group 'cpu' has 1 node: rank 0; count from 0 within the "
-     "selected node group(s)"),
-])
+@pytest.mark.parametrize(
+    "placement, hint",
+    [
+        (
+            "{node_group: a800, placement: '0-16'}",
+            "node group 'a800' has 16 GPUs (2 nodes x 8): ranks 0-15; count from 0 within the selected node group(s)",
+        ),
+        (
+            "{node_group: 'a800,rtx', placement: '0-20'}",
+            "node groups 'a800', 'rtx' have 20 GPUs (a800: 2 nodes x 8, rtx: 1 node x 4): ranks 0-19; count from 0 within "
+            "the selected node group(s)",
+        ),
+        (
+            "'0-99'",
+            "node groups 'a800', 'rtx' have 20 GPUs (a800: 2 nodes x 8, rtx: 1 node x 4): ranks 0-19; count from "
+            "0 within the selected node group(s)",
+        ),
+        (
+            "{node_group: cpu, placement: '1:0-1'}",
+            "node group 'cpu' has 1 node: rank 0; count from 0 within the selected node group(s)",
+        ),
+    ],
+)
 def test_out_of_range_hint_counts_the_group(yml: Yaml, placement: str, hint: str) -> None:
     path = yml.write(f"""
         name: x
@@ -164,11 +194,16 @@ def test_missing_hydra_default_points_at_the_entry(yml: Yaml) -> None:
         slurm: {gpus_per_node: 8}
     """)
     err = yml.error(path)
-    assert_error_at(err, yml.where(path, "smal"), "Could not find 'model/smal'",
-                    f"config group 'model' has no option 'smal'; its options are: large, small (the .yaml files in "
-                    f"{(yml.tmp_path / 'model').resolve()})")
-    nogroup = yml.write("defaults: [{optimizer: adam}, _self_]\ncluster: {num_nodes: 1, component_placement: "
-                        "{actor: all}}\n")
+    assert_error_at(
+        err,
+        yml.where(path, "smal"),
+        "Could not find 'model/smal'",
+        f"config group 'model' has no option 'smal'; its options are: large, small (the .yaml files in "
+        f"{(yml.tmp_path / 'model').resolve()})",
+    )
+    nogroup = yml.write(
+        "defaults: [{optimizer: adam}, _self_]\ncluster: {num_nodes: 1, component_placement: {actor: all}}\n"
+    )
     err = yml.error(nogroup)
     assert err.hint is not None and err.hint.startswith("there is no config group folder 'optimizer'")
 
@@ -181,8 +216,11 @@ def test_misspelt_roll_worker_key_suggests_the_key(yml: Yaml) -> None:
         actor_infer:
           device_maping: list(range(0,8))
     """)
-    assert_error_at(yml.error(path), yml.where(path, "device_maping"),
-                    "unknown key 'device_maping' in worker 'actor_infer'; did you mean 'device_mapping'?")
+    assert_error_at(
+        yml.error(path),
+        yml.where(path, "device_maping"),
+        "unknown key 'device_maping' in worker 'actor_infer'; did you mean 'device_mapping'?",
+    )
     # ROLL's many other worker keys are not refused
     fine = yml.write("""
         num_gpus_per_node: 8
@@ -241,11 +279,19 @@ def test_summary_plurals_ranges_alignment_idle_gpus(yml: Yaml) -> None:
     assert "      GPU3     idle" in text.split("  node 2 (rtx#0, rtx):\n")[1]
     # more than half of a node idle is a warning; exactly half (rtx: 2 of 4) is not
     idle_warnings = [w for w in plan.warnings if "run no process; the job holds" in w]
-    assert idle_warnings == ["node group 'a800': most GPUs of node 1 (6 of 8) run no process; the job holds every "
-                             "GPU of its nodes (they show as idle in the map)"]
-    one = summary(plan_from_file(yml.write(MIXED.replace("nodes: 2,", "nodes: 1,").replace('"0-8"', '"0-7"')
-                                           .replace("a_very_long_component_name: {node_group: a800, "
-                                                    "placement: \"9\"}", ""))))
+    assert idle_warnings == [
+        "node group 'a800': most GPUs of node 1 (6 of 8) run no process; the job holds every "
+        "GPU of its nodes (they show as idle in the map)"
+    ]
+    one = summary(
+        plan_from_file(
+            yml.write(
+                MIXED.replace("nodes: 2,", "nodes: 1,")
+                .replace('"0-8"', '"0-7"')
+                .replace('a_very_long_component_name: {node_group: a800, placement: "9"}', "")
+            )
+        )
+    )
     assert "2 components, 10 processes, 2 nodes" in one
 
 
@@ -276,8 +322,13 @@ def test_svg_draws_idle_gpus_with_a_legend(yml: Yaml) -> None:
     titles = [t.text for r in idle for t in r.iter(f"{SVG_NS}title")]
     assert "GPU7: idle (allocated, no process)" in titles
     assert "idle GPU (allocated)" in [t.text for t in root.iter(f"{SVG_NS}text")]
-    full = ET.fromstring(svg(plan_from_file(yml.write(MIXED.replace('"0-8"', '"0-7"').replace('"9"', '"8-15"')
-                                                      .replace('"0-1"', '"0-3"')))))
+    full = ET.fromstring(
+        svg(
+            plan_from_file(
+                yml.write(MIXED.replace('"0-8"', '"0-7"').replace('"9"', '"8-15"').replace('"0-1"', '"0-3"'))
+            )
+        )
+    )
     assert not [r for r in full.iter(f"{SVG_NS}rect") if r.get("class") == "idle"]  # nothing idle, no legend
 
 
@@ -293,12 +344,16 @@ def test_svg_option_says_what_it_wrote(yml: Yaml, capsys: pytest.CaptureFixture[
     assert said[-1] == f"hpcplace: wrote the device map to {target} (1 of 3 nodes, --max-nodes for more)"
 
 
-@pytest.mark.parametrize("where, message", [
-    ("missing/map.svg", "the folder {tmp}/missing does not exist"),
-    (".", "is a directory"),
-])
-def test_svg_into_a_bad_path_is_a_usage_error(yml: Yaml, capsys: pytest.CaptureFixture[str], where: str,
-                                              message: str) -> None:
+@pytest.mark.parametrize(
+    "where, message",
+    [
+        ("missing/map.svg", "the folder {tmp}/missing does not exist"),
+        (".", "is a directory"),
+    ],
+)
+def test_svg_into_a_bad_path_is_a_usage_error(
+    yml: Yaml, capsys: pytest.CaptureFixture[str], where: str, message: str
+) -> None:
     path = yml.write(MIXED)
     target = yml.tmp_path / where
     assert main(["plan", str(path), "--svg", str(target)]) == 2

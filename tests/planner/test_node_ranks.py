@@ -38,17 +38,26 @@ INTERLEAVED = """
 
 
 def rows(plan, name: str) -> list[tuple]:
-    return [(p.cluster_node_rank, p.visible_accelerators, p.het_group, p.group_node_index, p.node_group_label)
-            for p in plan.component(name).processes]
+    return [
+        (p.cluster_node_rank, p.visible_accelerators, p.het_group, p.group_node_index, p.node_group_label)
+        for p in plan.component(name).processes
+    ]
 
 
 def test_interleaved_groups_place_like_rlinf(yml: Yaml) -> None:
     plan = plan_from_file(yml.write(INTERLEAVED))
     cluster = plan.cluster
     assert [(g.label, g.node_ranks) for g in cluster.node_groups] == [
-        ("a800", (0, 2)), ("rtx4090", (1,)), ("cpu", (3,))]
+        ("a800", (0, 2)),
+        ("rtx4090", (1,)),
+        ("cpu", (3,)),
+    ]
     assert [(n.rank, n.group_label, n.index_in_group) for n in cluster.nodes] == [
-        (0, "a800", 0), (1, "rtx4090", 0), (2, "a800", 1), (3, "cpu", 0)]
+        (0, "a800", 0),
+        (1, "rtx4090", 0),
+        (2, "a800", 1),
+        (3, "cpu", 0),
+    ]
     eight = tuple(map(str, range(8)))
     # node_group a800: its 16 GPUs over nodes 0 then 2 (ascending rank, although listed "2,0")
     assert rows(plan, "actor") == [(0, eight, 0, 0, "a800"), (2, eight, 0, 1, "a800")]
@@ -56,18 +65,29 @@ def test_interleaved_groups_place_like_rlinf(yml: Yaml) -> None:
     assert rows(plan, "env") == [(3, (), 2, 0, "cpu")]
     # `node`: cluster node ranks, every GPU of the node visible
     assert [(p.cluster_node_rank, len(p.visible_accelerators)) for p in plan.component("probe").processes] == [
-        (0, 8), (1, 4), (2, 8), (3, 0)]
+        (0, 8),
+        (1, 4),
+        (2, 8),
+        (3, 0),
+    ]
     # no node_group: every GPU in cluster node rank order: node 0 (8), node 1 (4), node 2 (8)
     assert [(p.cluster_node_rank, p.visible_accelerators) for p in plan.component("ref").processes] == [
-        (0, ("0", "1", "2", "3")), (0, ("4", "5", "6", "7")), (1, ("0", "1", "2", "3")),
-        (2, ("0", "1", "2", "3")), (2, ("4", "5", "6", "7"))]
+        (0, ("0", "1", "2", "3")),
+        (0, ("4", "5", "6", "7")),
+        (1, ("0", "1", "2", "3")),
+        (2, ("0", "1", "2", "3")),
+        (2, ("4", "5", "6", "7")),
+    ]
 
 
 def test_het_components_hold_exactly_their_groups_nodes(yml: Yaml) -> None:
     plan = plan_from_file(yml.write(INTERLEAVED))
     job = lower(plan)
     assert [(c.label, c.partition, c.num_nodes, c.node_ranks) for c in job.components] == [
-        ("a800", "a800", 2, (0, 2)), ("rtx4090", "rtx4090", 1, (1,)), ("cpu", "cpu", 1, (3,))]
+        ("a800", "a800", 2, (0, 2)),
+        ("rtx4090", "rtx4090", 1, (1,)),
+        ("cpu", "cpu", 1, (3,)),
+    ]
     # the actor's rank 1 runs on the second node of het component 0 (cluster node 2)
     actor = [s for s in job.steps if s.component == "actor"]
     segments = sorted((seg.het_group, seg.relative, seg.num_nodes) for step in actor for seg in step.segments)
@@ -75,7 +95,10 @@ def test_het_components_hold_exactly_their_groups_nodes(yml: Yaml) -> None:
     header = plan_header(plan)
     groups = header["node_groups"]
     assert [(g["label"], g["first_node_rank"], g.get("node_ranks")) for g in groups] == [
-        ("a800", 0, [0, 2]), ("rtx4090", 1, [1]), ("cpu", 3, [3])]
+        ("a800", 0, [0, 2]),
+        ("rtx4090", 1, [1]),
+        ("cpu", 3, [3]),
+    ]
     json.dumps(header)
 
 
@@ -89,21 +112,29 @@ def test_plan_json_round_trips_interleaved_ranks(yml: Yaml, tmp_path) -> None:
     path.write_text(plan_to_json(plan), encoding="utf-8")
     loaded = load_plan(path)
     assert [(n.rank, n.group_label, n.index_in_group) for n in loaded.cluster.nodes] == [
-        (n.rank, n.group_label, n.index_in_group) for n in plan.cluster.nodes]
+        (n.rank, n.group_label, n.index_in_group) for n in plan.cluster.nodes
+    ]
     assert [(g.label, g.node_ranks) for g in loaded.cluster.node_groups] == [
-        ("a800", (0, 2)), ("rtx4090", (1,)), ("cpu", (3,))]
+        ("a800", (0, 2)),
+        ("rtx4090", (1,)),
+        ("cpu", (3,)),
+    ]
 
 
-@pytest.mark.parametrize("listed, expected", [("'1,4,7'", (1, 4, 7)), ("'7,1,4'", (1, 4, 7)), ("'7,4,1,4'", (1, 4, 7)),
-                                              ("'4-5,0'", (0, 4, 5))])
+@pytest.mark.parametrize(
+    "listed, expected",
+    [("'1,4,7'", (1, 4, 7)), ("'7,1,4'", (1, 4, 7)), ("'7,4,1,4'", (1, 4, 7)), ("'4-5,0'", (0, 4, 5))],
+)
 def test_any_set_in_any_order(yml: Yaml, listed: str, expected: tuple[int, ...]) -> None:
-    plan = plan_from_file(yml.write(f"""
+    plan = plan_from_file(
+        yml.write(f"""
         cluster:
           num_nodes: 8
           component_placement: {{actor: {{node_group: g, placement: "all"}}, critic: all}}
           node_groups: [{{label: g, node_ranks: {listed}}}]
         slurm: {{gpus_per_node: 2, partition: p}}
-    """))
+    """)
+    )
     g = plan.cluster.group("g")
     assert g is not None and g.node_ranks == expected
     assert [p.cluster_node_rank for p in plan.component("actor").processes] == [r for r in expected for _ in (0, 1)]
@@ -114,7 +145,8 @@ def test_any_set_in_any_order(yml: Yaml, listed: str, expected: tuple[int, ...])
 
 
 def test_hardware_group_on_scattered_nodes(yml: Yaml) -> None:
-    plan = plan_from_file(yml.write("""
+    plan = plan_from_file(
+        yml.write("""
         cluster:
           num_nodes: 4
           component_placement:
@@ -126,9 +158,13 @@ def test_hardware_group_on_scattered_nodes(yml: Yaml) -> None:
                 type: franka
                 configs: [{node_rank: 1}, {node_rank: 3}, {node_rank: 3}]
         slurm: {gpus_per_node: 2, partition: p, node_groups: {robot: {partition: r}}}
-    """))
+    """)
+    )
     assert [(p.cluster_node_rank, p.local_hardware_ranks) for p in plan.component("env").processes] == [
-        (1, (0,)), (3, (0,)), (3, (1,))]
+        (1, (0,)),
+        (3, (0,)),
+        (3, (1,)),
+    ]
 
 
 def test_cluster_validates_explicit_ranks() -> None:

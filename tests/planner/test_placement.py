@@ -9,9 +9,19 @@ from hpcplace.plan.placement import Placement, ResourceSpace, parse_group_labels
 from hpcplace.plan.process_table import place
 from tests.planner.conftest import cluster, gpus_of, group, plan_of
 
-RLINF_FIELDS = ("rank", "cluster_node_rank", "placement_node_rank", "local_accelerator_rank", "accelerator_type",
-                "local_rank", "local_world_size", "visible_accelerators", "isolate_accelerator",
-                "local_hardware_ranks", "node_group_label")
+RLINF_FIELDS = (
+    "rank",
+    "cluster_node_rank",
+    "placement_node_rank",
+    "local_accelerator_rank",
+    "accelerator_type",
+    "local_rank",
+    "local_world_size",
+    "visible_accelerators",
+    "isolate_accelerator",
+    "local_hardware_ranks",
+    "node_group_label",
+)
 SLURM_FIELDS = ("partition", "het_group", "group_node_index", "resource_type")
 
 
@@ -22,22 +32,38 @@ def test_placement_fields_are_rlinf_names_then_slurm_facts() -> None:
 def hetero():
     """a800: 2 nodes x 8 (ranks 0-1); rtx: 4 and 2 GPUs (ranks 2-3); robot: 4 arms and 2 GPUs (rank 4);
     cpu: 2 GPU-less nodes (ranks 5-6)."""
-    return cluster(group("a800", 8, nodes=2, gpu_type="a800"),
-                   group("rtx", [4, 2], gpu_type="rtx4090"),
-                   group("robot", 2, hardware=("franka", 4)),
-                   group("cpu", 0, nodes=2))
+    return cluster(
+        group("a800", 8, nodes=2, gpu_type="a800"),
+        group("rtx", [4, 2], gpu_type="rtx4090"),
+        group("robot", 2, hardware=("franka", 4)),
+        group("cpu", 0, nodes=2),
+    )
 
 
 # --- every field of one placement ----------------------------------------------------------------
+
 
 def test_every_field_of_a_gpu_placement() -> None:
     plan = plan_of(hetero(), {"actor": ("rtx", "0-3:0-1,4-5")})
     procs = plan.component("actor").processes
     assert procs == (
-        Placement(rank=0, cluster_node_rank=2, placement_node_rank=0, local_accelerator_rank=0,
-                  accelerator_type="rtx4090", local_rank=0, local_world_size=2, visible_accelerators=("0", "1"),
-                  isolate_accelerator=True, local_hardware_ranks=(0, 1), node_group_label="rtx", partition="p-rtx",
-                  het_group=1, group_node_index=0, resource_type="rtx4090"),
+        Placement(
+            rank=0,
+            cluster_node_rank=2,
+            placement_node_rank=0,
+            local_accelerator_rank=0,
+            accelerator_type="rtx4090",
+            local_rank=0,
+            local_world_size=2,
+            visible_accelerators=("0", "1"),
+            isolate_accelerator=True,
+            local_hardware_ranks=(0, 1),
+            node_group_label="rtx",
+            partition="p-rtx",
+            het_group=1,
+            group_node_index=0,
+            resource_type="rtx4090",
+        ),
         Placement(1, 2, 0, 2, "rtx4090", 1, 2, ("2", "3"), True, (2, 3), "rtx", "p-rtx", 1, 0, "rtx4090"),
         Placement(2, 3, 1, 0, "rtx4090", 0, 2, ("0",), True, (0,), "rtx", "p-rtx", 1, 1, "rtx4090"),
         Placement(3, 3, 1, 1, "rtx4090", 1, 2, ("1",), True, (1,), "rtx", "p-rtx", 1, 1, "rtx4090"),
@@ -49,8 +75,7 @@ def test_every_field_of_a_hardware_placement() -> None:
     plan = plan_of(hetero(), {"env": ("robot", "0-3:0-7")})
     procs = plan.component("env").processes
     assert len(procs) == 8
-    assert procs[5] == Placement(5, 4, 0, 0, "gpu", 5, 8, ("0", "1"), False, (2,), "robot", "p-robot", 2, 0,
-                                 "franka")
+    assert procs[5] == Placement(5, 4, 0, 0, "gpu", 5, 8, ("0", "1"), False, (2,), "robot", "p-robot", 2, 0, "franka")
     assert [p.local_hardware_ranks for p in procs] == [(r // 2,) for r in range(8)]
 
 
@@ -63,14 +88,16 @@ def test_every_field_of_a_node_placement_on_a_gpu_less_node() -> None:
 
 # --- global rank -> node ---------------------------------------------------------------------------
 
+
 def test_nodes_with_different_gpu_counts_count_cumulatively() -> None:
     clu = cluster(group("g", [4, 2, 8]))
     space = resource_space(clu, ("g",))
     assert space.node_of == (0,) * 4 + (1,) * 2 + (2,) * 8
     assert space.local_of == (0, 1, 2, 3, 0, 1) + tuple(range(8))
     plan = plan_of(clu, {"actor": "all"})
-    assert gpus_of(plan, "actor") == ([[(0, i)] for i in range(4)] + [[(1, i)] for i in range(2)]
-                                      + [[(2, i)] for i in range(8)])
+    assert gpus_of(plan, "actor") == (
+        [[(0, i)] for i in range(4)] + [[(1, i)] for i in range(2)] + [[(2, i)] for i in range(8)]
+    )
     assert [p.local_world_size for p in plan.component("actor").processes] == [4] * 4 + [2] * 2 + [8] * 8
 
 
@@ -94,6 +121,7 @@ def test_a_process_may_not_span_nodes_with_uneven_counts() -> None:
 
 # --- node_group selections -------------------------------------------------------------------------
 
+
 def test_multi_group_ranks_span_groups_in_listed_order() -> None:
     plan = plan_of(hetero(), {"actor": ("a800,rtx", "14-19")})
     assert gpus_of(plan, "actor") == [[(1, 6)], [(1, 7)], [(2, 0)], [(2, 1)], [(2, 2)], [(2, 3)]]
@@ -107,8 +135,9 @@ def test_multi_group_in_reverse_cluster_order() -> None:
     """RLinf asserts when groups are listed against cluster order; hpcplace places them in listed order."""
     plan = plan_of(hetero(), {"actor": ("rtx,a800", "0-9")})
     procs = plan.component("actor").processes
-    assert gpus_of(plan, "actor") == ([[(2, 0)], [(2, 1)], [(2, 2)], [(2, 3)], [(3, 0)], [(3, 1)]]
-                                      + [[(0, i)] for i in range(4)])
+    assert gpus_of(plan, "actor") == (
+        [[(2, 0)], [(2, 1)], [(2, 2)], [(2, 3)], [(3, 0)], [(3, 1)]] + [[(0, i)] for i in range(4)]
+    )
     assert [p.placement_node_rank for p in procs] == [0, 0, 0, 0, 1, 1, 2, 2, 2, 2]
     assert [p.local_rank for p in procs] == [0, 1, 2, 3, 0, 1, 0, 1, 2, 3]
     assert [p.local_world_size for p in procs] == [4, 4, 4, 4, 2, 2, 4, 4, 4, 4]
@@ -163,7 +192,14 @@ def test_node_label_counts_every_node_and_sees_all_gpus(spelling: str) -> None:
     procs = plan.component("agent").processes
     assert [p.cluster_node_rank for p in procs] == list(range(7))
     assert [p.visible_accelerators for p in procs] == [
-        tuple("01234567"), tuple("01234567"), ("0", "1", "2", "3"), ("0", "1"), ("0", "1"), (), ()]
+        tuple("01234567"),
+        tuple("01234567"),
+        ("0", "1", "2", "3"),
+        ("0", "1"),
+        ("0", "1"),
+        (),
+        (),
+    ]
     assert all(p.isolate_accelerator is False and p.local_hardware_ranks == () for p in procs)
     assert all(p.resource_type == "node" for p in procs)
     assert [p.accelerator_type for p in procs] == ["a800", "a800", "rtx4090", "rtx4090", "gpu", "none", "none"]
@@ -242,9 +278,11 @@ def test_default_selection_counts_only_accelerators() -> None:
 
 # --- place() checks --------------------------------------------------------------------------------
 
+
 def _space() -> ResourceSpace:
-    return ResourceSpace(("x",), "gpu", node_of=(0, 0, 0), local_of=(0, 1, 2), type_of=("a", "a", "b"),
-                         kind_of=("gpu", "gpu", "gpu"))
+    return ResourceSpace(
+        ("x",), "gpu", node_of=(0, 0, 0), local_of=(0, 1, 2), type_of=("a", "a", "b"), kind_of=("gpu", "gpu", "gpu")
+    )
 
 
 def test_place_rejects_mixed_types_on_one_node() -> None:

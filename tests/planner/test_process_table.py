@@ -73,19 +73,23 @@ def test_processes_is_a_sequence_of_placements() -> None:
     with pytest.raises(IndexError):
         procs[24]
     views = procs.nodes()
-    assert [(v.cluster_node_rank, list(v.ranks)) for v in views] == [(n, list(range(8 * n, 8 * n + 8)))
-                                                                      for n in range(3)]
+    assert [(v.cluster_node_rank, list(v.ranks)) for v in views] == [
+        (n, list(range(8 * n, 8 * n + 8))) for n in range(3)
+    ]
     assert node_processes(eager) == [replace(v, ranks=tuple(v.ranks)) for v in views]
 
 
-HOSTILE = "a%d \"q\" 100%s"
+HOSTILE = 'a%d "q" 100%s'
 
 
 def _hostile_plan():
-    clu = cluster(group("gp", 4, nodes=2, gpu_type=HOSTILE, partition=HOSTILE + "p"),
-                  group("cpu", 0, nodes=2, partition="c%%"))
-    return plan_of(clu, {"actor,rollout": ("gp", "all"), "env": ("gp", "0-3:0-7"),
-                         "agent": ("cpu", "0-1:0-5"), "x": ("node", "1,3")})
+    clu = cluster(
+        group("gp", 4, nodes=2, gpu_type=HOSTILE, partition=HOSTILE + "p"), group("cpu", 0, nodes=2, partition="c%%")
+    )
+    return plan_of(
+        clu,
+        {"actor,rollout": ("gp", "all"), "env": ("gp", "0-3:0-7"), "agent": ("cpu", "0-1:0-5"), "x": ("node", "1,3")},
+    )
 
 
 def test_streamed_json_equals_the_per_placement_json_even_with_percent_and_quotes() -> None:

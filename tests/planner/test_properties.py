@@ -25,12 +25,13 @@ MAX_PROCESSES = 3000
 # ================================================================================================
 # the reference: a plain re-statement of the rules, sharing no code with the planner
 
+
 @dataclass(frozen=True)
 class Res:
-    node: int      # cluster node rank
-    local: int     # local GPU / hardware index on that node (0 for node resources)
+    node: int  # cluster node rank
+    local: int  # local GPU / hardware index on that node (0 for node resources)
     type: str
-    kind: str      # "gpu" | "hardware" | "node"
+    kind: str  # "gpu" | "hardware" | "node"
 
 
 def group_kind(g: NodeGroup) -> str:
@@ -70,8 +71,11 @@ def ref_resources(groups: tuple[NodeGroup, ...], selection: tuple[str, ...] | No
         nodes = every_node(groups)
         as_nodes = not any(sum(g.gpus_per_node) for g in groups)
         if not as_nodes:
-            return [Res(r, k, groups[i].gpu_type or "gpu", "gpu")
-                    for r, i, j in nodes for k in range(groups[i].gpus_per_node[j])]
+            return [
+                Res(r, k, groups[i].gpu_type or "gpu", "gpu")
+                for r, i, j in nodes
+                for k in range(groups[i].gpus_per_node[j])
+            ]
     else:
         chosen = [index[label.lower()] for label in selection]
         nodes = [(r, i, j) for i in chosen for j, r in enumerate(ranks[i])]
@@ -132,7 +136,7 @@ def ref_expand(parts: list[tuple[list[int], list[int]]]) -> list[list[int]]:
     for res, procs in parts:
         if len(res) >= len(procs):
             per = len(res) // len(procs)
-            lists.extend(res[i * per:(i + 1) * per] for i in range(len(procs)))
+            lists.extend(res[i * per : (i + 1) * per] for i in range(len(procs)))
         else:
             share = len(procs) // len(res)
             lists.extend([res[i // share]] for i in range(len(procs)))
@@ -157,19 +161,46 @@ def ref_rows(groups: tuple[NodeGroup, ...], space: list[Res], lists: list[list[i
             visible = tuple(str(k) for k in range(gpus))
             hw = tuple(r.local for r in res) if res[0].kind == "hardware" else ()
             isolated = False
-        rows.append((node, int(visible[0]) if visible else -1, (g.gpu_type or "gpu") if gpus else "none",
-                     visible, isolated, hw, g.label, g.partition, gi, j, res[0].type))
+        rows.append(
+            (
+                node,
+                int(visible[0]) if visible else -1,
+                (g.gpu_type or "gpu") if gpus else "none",
+                visible,
+                isolated,
+                hw,
+                g.label,
+                g.partition,
+                gi,
+                j,
+                res[0].type,
+            )
+        )
     return rows
 
 
 def planner_rows(procs) -> list[tuple]:
-    return [(p.cluster_node_rank, p.local_accelerator_rank, p.accelerator_type, p.visible_accelerators,
-             p.isolate_accelerator, p.local_hardware_ranks, p.node_group_label, p.partition, p.het_group,
-             p.group_node_index, p.resource_type) for p in procs]
+    return [
+        (
+            p.cluster_node_rank,
+            p.local_accelerator_rank,
+            p.accelerator_type,
+            p.visible_accelerators,
+            p.isolate_accelerator,
+            p.local_hardware_ranks,
+            p.node_group_label,
+            p.partition,
+            p.het_group,
+            p.group_node_index,
+            p.resource_type,
+        )
+        for p in procs
+    ]
 
 
 # ================================================================================================
 # generators
+
 
 @st.composite
 def node_groups(draw) -> tuple[NodeGroup, ...]:
@@ -182,18 +213,28 @@ def node_groups(draw) -> tuple[NodeGroup, ...]:
             gpus = tuple(draw(st.lists(st.integers(0, 8), min_size=n, max_size=n)))
         hardware = None
         if draw(st.integers(0, 3)) == 0:
-            hardware = Hardware(draw(st.sampled_from(["robot", "cam"])),
-                                tuple(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))))
-        groups.append(NodeGroup(label=f"g{gi}", partition=f"part{gi}", num_nodes=n, gpus_per_node=gpus,
-                                gpu_type=draw(st.sampled_from([None, "a800", "h100"])), hardware=hardware,
-                                ignore_hardware=draw(st.integers(0, 9)) == 0))
+            hardware = Hardware(
+                draw(st.sampled_from(["robot", "cam"])),
+                tuple(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))),
+            )
+        groups.append(
+            NodeGroup(
+                label=f"g{gi}",
+                partition=f"part{gi}",
+                num_nodes=n,
+                gpus_per_node=gpus,
+                gpu_type=draw(st.sampled_from([None, "a800", "h100"])),
+                hardware=hardware,
+                ignore_hardware=draw(st.integers(0, 9)) == 0,
+            )
+        )
     if draw(st.booleans()):
         # arbitrary node ranks (RLinf's `node_ranks`: any set per group, e.g. `0,2` / `1,4,7`):
         # deal a random permutation of the cluster's ranks out to the groups
         labels = draw(st.permutations(range(sum(g.num_nodes for g in groups))))
         dealt, at = [], 0
         for g in groups:
-            dealt.append(replace(g, node_ranks=tuple(sorted(labels[at:at + g.num_nodes]))))
+            dealt.append(replace(g, node_ranks=tuple(sorted(labels[at : at + g.num_nodes]))))
             at += g.num_nodes
         groups = dealt
     return tuple(groups)
@@ -221,8 +262,9 @@ def valid_looking(draw, total: int) -> str:
     parts: list[str] = []
     res, proc = 0, 0
     if draw(st.integers(0, 5)) == 0:
-        return random_case(draw, "all") + (f":0-{max(total, 1) * draw(st.integers(1, 3)) - 1}"
-                                            if draw(st.booleans()) else "")
+        return random_case(draw, "all") + (
+            f":0-{max(total, 1) * draw(st.integers(1, 3)) - 1}" if draw(st.booleans()) else ""
+        )
     for i in range(draw(st.integers(1, 4))):
         res += draw(st.integers(0, 2))
         if i and res >= total and draw(st.integers(0, 3)):
@@ -237,8 +279,11 @@ def valid_looking(draw, total: int) -> str:
             n_proc = draw(st.integers(1, 2 * n_res + 1))
             text += f":{proc}-{proc + n_proc - 1}"
         else:
-            n_proc = (draw(st.sampled_from([d for d in range(1, n_res + 1) if n_res % d == 0])) if mode == 1
-                      else n_res * draw(st.integers(2, 3)))
+            n_proc = (
+                draw(st.sampled_from([d for d in range(1, n_res + 1) if n_res % d == 0]))
+                if mode == 1
+                else n_res * draw(st.integers(2, 3))
+            )
             text += f":{proc}-{proc + n_proc - 1}" if n_proc > 1 or draw(st.booleans()) else f":{proc}"
         parts.append(text)
         res, proc = b + 1, proc + n_proc
@@ -280,6 +325,7 @@ def cases(draw) -> tuple[tuple[NodeGroup, ...], tuple[str, ...] | None, str]:
 # ================================================================================================
 # properties
 
+
 @SETTINGS
 @given(cases())
 def test_planner_accepts_exactly_what_the_reference_accepts(case) -> None:
@@ -308,8 +354,9 @@ def test_planner_accepts_exactly_what_the_reference_accepts(case) -> None:
     sharing = {r for res, ps in parts if len(ps) > len(res) for r in ps}
     users: dict[tuple, list[int]] = defaultdict(list)
     for p in procs:
-        devices = [(p.cluster_node_rank, p.resource_type, h) for h in p.local_hardware_ranks] or \
-                  [(p.cluster_node_rank, "node", 0)]
+        devices = [(p.cluster_node_rank, p.resource_type, h) for h in p.local_hardware_ranks] or [
+            (p.cluster_node_rank, "node", 0)
+        ]
         for d in devices:
             users[d].append(p.rank)
     for ranks in users.values():
@@ -350,8 +397,12 @@ def test_packed_never_crosses_a_node_or_leaves_the_group(case) -> None:
     size = per * stride
     lists = None
     if len(ranks) % size == 0:
-        lists = [block[j::stride] for b in range(0, len(ranks), size) for block in [ranks[b:b + size]]
-                 for j in range(stride)]
+        lists = [
+            block[j::stride]
+            for b in range(0, len(ranks), size)
+            for block in [ranks[b : b + size]]
+            for j in range(stride)
+        ]
     valid = lists is not None and end < len(space)
     expected = ref_rows(groups, space, lists) if valid and lists is not None else None
     try:

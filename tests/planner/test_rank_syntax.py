@@ -26,6 +26,7 @@ def syntax_error(text: str, total: int = 16, **kw) -> RankSyntaxError:
 
 # --- accepted forms -------------------------------------------------------------------------------
 
+
 def test_single_rank() -> None:
     assert parse_rank_map("5", 8) == (RankMapPart(5, 5, 0, 0),)
     assert expand("5", 8) == [[5]]
@@ -113,6 +114,7 @@ def test_rank_syntax_error_is_a_plan_error() -> None:
 
 # --- rejected forms: message, hint and offset of the offending part ------------------------------
 
+
 def test_process_ranks_cannot_be_all() -> None:
     err = syntax_error("0-3:all")
     assert err.message == "process ranks cannot be 'all'"
@@ -131,18 +133,21 @@ def test_all_with_no_resources() -> None:
     assert err.offset == 0
 
 
-@pytest.mark.parametrize("text, offset, token", [
-    ("x", 0, "x"),
-    ("0-3,a-b", 4, "a-b"),
-    ("1-", 0, "1-"),
-    ("-1", 0, "-1"),
-    ("1--2", 0, "1--2"),
-    ("1-2-3", 0, "1-2-3"),
-    ("1 2", 0, "1 2"),
-    ("0-3,  7.5", 6, "7.5"),
-    (":0-3", 0, ""),
-    ("al", 0, "al"),
-])
+@pytest.mark.parametrize(
+    "text, offset, token",
+    [
+        ("x", 0, "x"),
+        ("0-3,a-b", 4, "a-b"),
+        ("1-", 0, "1-"),
+        ("-1", 0, "-1"),
+        ("1--2", 0, "1--2"),
+        ("1-2-3", 0, "1-2-3"),
+        ("1 2", 0, "1 2"),
+        ("0-3,  7.5", 6, "7.5"),
+        (":0-3", 0, ""),
+        ("al", 0, "al"),
+    ],
+)
 def test_invalid_resource_ranks(text: str, offset: int, token: str) -> None:
     err = syntax_error(text)
     assert err.message == f"invalid resource ranks {token!r}"
@@ -195,16 +200,18 @@ def test_last_rank_in_range_is_accepted() -> None:
     assert expand("15", 16) == [[15]]
 
 
-@pytest.mark.parametrize("text, offset, token, prev_end", [
-    ("0-3,3-5", 4, "3-5", 3),     # overlap
-    ("0-3,2", 4, "2", 3),         # inside the previous part
-    ("4-7,0-3", 4, "0-3", 7),     # descending
-    ("0,1,1", 4, "1", 1),         # repeated
-])
+@pytest.mark.parametrize(
+    "text, offset, token, prev_end",
+    [
+        ("0-3,3-5", 4, "3-5", 3),  # overlap
+        ("0-3,2", 4, "2", 3),  # inside the previous part
+        ("4-7,0-3", 4, "0-3", 7),  # descending
+        ("0,1,1", 4, "1", 1),  # repeated
+    ],
+)
 def test_resource_parts_must_ascend_without_overlap(text: str, offset: int, token: str, prev_end: int) -> None:
     err = syntax_error(text)
-    assert err.message == (f"resource ranks {token!r} overlap or precede the previous part "
-                           f"(which ends at {prev_end})")
+    assert err.message == (f"resource ranks {token!r} overlap or precede the previous part (which ends at {prev_end})")
     assert err.offset == offset
     assert err.hint == "resource parts must not overlap and must ascend, e.g. `0-3,4-7`"
 
@@ -212,17 +219,21 @@ def test_resource_parts_must_ascend_without_overlap(text: str, offset: int, toke
 def test_process_ranks_must_start_at_zero() -> None:
     """RLinf does not require it although its docs say so; hpcplace does."""
     err = syntax_error("0-3:1-4")
-    assert err.message == ("process ranks '1-4' must start at 0: process ranks are continuous and ascending "
-                           "from 0 across parts")
+    assert err.message == (
+        "process ranks '1-4' must start at 0: process ranks are continuous and ascending from 0 across parts"
+    )
     assert err.offset == 4
     assert err.hint == "write `0-3:0-3`"
 
 
-@pytest.mark.parametrize("text, offset, token, expected, hint", [
-    ("0-1,2-3:3-4", 8, "3-4", 2, "write `2-3:2-3`"),            # gap
-    ("0-1:0-3,2-3:2-5", 12, "2-5", 4, "write `2-3:4-7`"),       # overlap
-    ("0-1:0-3,2-3:0-3", 12, "0-3", 4, "write `2-3:4-7`"),       # restart
-])
+@pytest.mark.parametrize(
+    "text, offset, token, expected, hint",
+    [
+        ("0-1,2-3:3-4", 8, "3-4", 2, "write `2-3:2-3`"),  # gap
+        ("0-1:0-3,2-3:2-5", 12, "2-5", 4, "write `2-3:4-7`"),  # overlap
+        ("0-1:0-3,2-3:0-3", 12, "0-3", 4, "write `2-3:4-7`"),  # restart
+    ],
+)
 def test_process_ranks_must_be_continuous(text: str, offset: int, token: str, expected: int, hint: str) -> None:
     err = syntax_error(text)
     assert err.message.startswith(f"process ranks {token!r} must start at {expected}:")
@@ -230,11 +241,14 @@ def test_process_ranks_must_be_continuous(text: str, offset: int, token: str, ex
     assert err.hint == hint
 
 
-@pytest.mark.parametrize("text, offset, part, procs, res", [
-    ("0-2:0-1", 0, "0-2:0-1", 2, 3),
-    ("0-1:0-2", 0, "0-1:0-2", 3, 2),
-    ("0-3,4-9:4-7", 4, "4-9:4-7", 4, 6),
-])
+@pytest.mark.parametrize(
+    "text, offset, part, procs, res",
+    [
+        ("0-2:0-1", 0, "0-2:0-1", 2, 3),
+        ("0-1:0-2", 0, "0-1:0-2", 3, 2),
+        ("0-3,4-9:4-7", 4, "4-9:4-7", 4, 6),
+    ],
+)
 def test_counts_must_divide(text: str, offset: int, part: str, procs: int, res: int) -> None:
     err = syntax_error(text, 16, resource_name="GPU")
     assert err.message == f"part {part!r}: {procs} processes on {res} GPUs; one count must divide the other"
@@ -250,6 +264,7 @@ def test_empty_placement(text: str) -> None:
 
 
 # --- regressions: non-ASCII digits, messages with no resources ---------------------------------
+
 
 def test_superscript_digit_is_a_syntax_error_not_a_crash() -> None:
     with pytest.raises(RankSyntaxError):

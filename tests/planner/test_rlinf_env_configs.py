@@ -83,25 +83,44 @@ def test_no_env_configs_adds_no_plan_keys(yml: Yaml) -> None:
     assert "node_env" not in groups[1] and "python_interpreter" not in groups[1]
 
 
-@pytest.mark.parametrize(("entries", "line", "col", "message"), [
-    ("        - node_ranks: 1\n          env_vars: [{V: v}]\n", 1, 23,
-     "node rank 1 is not a node of group 'cpu' (nodes [2, 3])"),
-    ("        - node_ranks: 2-3\n        - node_ranks: 3\n", 2, 23,
-     "node rank 3 is in env_configs entries 0 and 1 of group 'cpu'"),
-    ("        - node_ranks: 2\n          env_vars: [{V: a}]\n        - node_ranks: 3\n          env_vars: [{V: b}]\n",
-     4, 22, "environment variable 'V' is set twice in env_configs of group 'cpu'"),
-    ("        - node_ranks: 2\n          env_vars: [{V: a}, {V: b}]\n", 2, 30,
-     "environment variable 'V' is set twice"),
-    ("        - node_ranks: 2\n          env_vars: {V: a}\n", 2, 21, "env_vars must be a list of one-key mappings"),
-    ("        - node_ranks: 2\n          env_vars: [{A: a, B: b}]\n", 2, 22, "exactly one variable"),
-    ("        - node_ranks: 2\n          env_vars: [{A: null}]\n", 2, 22, "env_vars: A has no value"),
-    ("        - node_ranks: 2\n          env_vars: [{RANK: '0'}]\n", 2, 23, "'RANK' is set by hpcplace"),
-    ("        - node_ranks: 2\n          env_vars: [{'A B': x}]\n", 2, 23, "invalid environment variable name"),
-    ("        - node_ranks: 2\n          pyhton_interpreter_path: /x\n", 2, 11, "pyhton_interpreter_path"),
-    ("        - env_vars: [{V: v}]\n", 1, 11, "node_ranks"),
-    ("        - 3\n", 1, 11, "an env_configs entry must be a mapping"),
-    ("        - node_ranks: 2\n          python_interpreter_path: ''\n", 2, 36, "expected a non-empty string"),
-])
+@pytest.mark.parametrize(
+    ("entries", "line", "col", "message"),
+    [
+        (
+            "        - node_ranks: 1\n          env_vars: [{V: v}]\n",
+            1,
+            23,
+            "node rank 1 is not a node of group 'cpu' (nodes [2, 3])",
+        ),
+        (
+            "        - node_ranks: 2-3\n        - node_ranks: 3\n",
+            2,
+            23,
+            "node rank 3 is in env_configs entries 0 and 1 of group 'cpu'",
+        ),
+        (
+            "        - node_ranks: 2\n          env_vars: [{V: a}]\n        - node_ranks: 3\n          env_vars: [{V: b}]\n",
+            4,
+            22,
+            "environment variable 'V' is set twice in env_configs of group 'cpu'",
+        ),
+        (
+            "        - node_ranks: 2\n          env_vars: [{V: a}, {V: b}]\n",
+            2,
+            30,
+            "environment variable 'V' is set twice",
+        ),
+        ("        - node_ranks: 2\n          env_vars: {V: a}\n", 2, 21, "env_vars must be a list of one-key mappings"),
+        ("        - node_ranks: 2\n          env_vars: [{A: a, B: b}]\n", 2, 22, "exactly one variable"),
+        ("        - node_ranks: 2\n          env_vars: [{A: null}]\n", 2, 22, "env_vars: A has no value"),
+        ("        - node_ranks: 2\n          env_vars: [{RANK: '0'}]\n", 2, 23, "'RANK' is set by hpcplace"),
+        ("        - node_ranks: 2\n          env_vars: [{'A B': x}]\n", 2, 23, "invalid environment variable name"),
+        ("        - node_ranks: 2\n          pyhton_interpreter_path: /x\n", 2, 11, "pyhton_interpreter_path"),
+        ("        - env_vars: [{V: v}]\n", 1, 11, "node_ranks"),
+        ("        - 3\n", 1, 11, "an env_configs entry must be a mapping"),
+        ("        - node_ranks: 2\n          python_interpreter_path: ''\n", 2, 36, "expected a non-empty string"),
+    ],
+)
 def test_rlinf_checks_with_locations(yml: Yaml, entries: str, line: int, col: int, message: str) -> None:
     path = yml.write(config(entries))
     with pytest.raises(SpecError) as info:
@@ -121,6 +140,7 @@ def test_plan_json_round_trip(yml: Yaml, tmp_path: Path) -> None:
     plan = plan_from_file(yml.write(config()))
     (tmp_path / "plan.json").write_text(plan_to_json(plan), encoding="utf-8")
     again = load_plan(tmp_path / "plan.json")
+
     def per_node(groups):  # type: ignore[no-untyped-def]
         return [(g.label, g.env, g.node_env, g.python_interpreter) for g in groups]
 
@@ -162,8 +182,9 @@ def test_ray_lowering_per_node(yml: Yaml) -> None:
     header = json.loads(plan_to_json(plan))
     n1, n0, n3 = node_facts(header, 0, 1), node_facts(header, 0, 0), node_facts(header, 1, 1)
     assert n1["python"] == "/opt/venv/openpi/bin/python3" and n0["python"] is None and n3["python"] is None
-    argv = ray_start_argv(n1["python"] or "/job/python", n1, head=False, port=1, address="h:1", temp_dir="/t",
-                          spill_dir="/s")
+    argv = ray_start_argv(
+        n1["python"] or "/job/python", n1, head=False, port=1, address="h:1", temp_dir="/t", spill_dir="/s"
+    )
     assert argv[:4] == ["/opt/venv/openpi/bin/python3", "-m", "ray.scripts.scripts", "start"]
     assert raylet_env({}, n1, {}, "")["ONLY_ON_1"] == "yes" and "ONLY_ON_1" not in raylet_env({}, n0, {}, "")
     assert raylet_env({}, n3, {}, "")["ONLY_ON_3"] == "x" and "ONLY_ON_3" not in raylet_env({}, n1, {}, "")

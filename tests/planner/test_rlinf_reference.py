@@ -31,7 +31,11 @@ from tests.rlinf_offline import placement_report, rlinf_cluster  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # RLINF_REFERENCE_EXAMPLES=20000 for a long hunt; CI runs 300 (about 10 s).
-SETTINGS = settings(max_examples=int(os.environ.get("RLINF_REFERENCE_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=int(os.environ.get("RLINF_REFERENCE_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 WORK = tempfile.TemporaryDirectory(prefix="hpcplace-rlinf-ref-")
 
 
@@ -40,8 +44,13 @@ def planned_gpus(plan: dict[str, Any]) -> list[int]:
     return [table[r]["gpus"] for r in range(len(table))]
 
 
-def rlinf_view(text: str, node_gpus: list[int], order: list[int] | None = None, placement_class: str =
-               "ComponentPlacement", engines: tuple[str, ...] = ()) -> dict[str, Any] | str:
+def rlinf_view(
+    text: str,
+    node_gpus: list[int],
+    order: list[int] | None = None,
+    placement_class: str = "ComponentPlacement",
+    engines: tuple[str, ...] = (),
+) -> dict[str, Any] | str:
     """RLinf's report for the config text, or the error RLinf raised (a refusal)."""
     cfg = omegaconf.OmegaConf.create(text)
     try:
@@ -77,7 +86,7 @@ def rlinf_configs(draw) -> tuple[str, list[int], list[int]]:
     groups: list[dict[str, Any]] = []
     at = 0
     for i, size in enumerate(sizes):
-        mine = list(ranks[at:at + size])
+        mine = list(ranks[at : at + size])
         at += size
         gpus = draw(st.sampled_from([0, 1, 2, 4, 8]))
         for r in mine:
@@ -86,8 +95,15 @@ def rlinf_configs(draw) -> tuple[str, list[int], list[int]]:
             text = f"{min(mine)}-{max(mine)}"
         else:
             text = ",".join(map(str, mine))  # in the drawn (unordered) order
-        groups.append({"label": f"g{i}", "node_ranks": text, "gpus": gpus, "size": size,
-                       "ignore": gpus > 0 and draw(st.integers(0, 7)) == 0})
+        groups.append(
+            {
+                "label": f"g{i}",
+                "node_ranks": text,
+                "gpus": gpus,
+                "size": size,
+                "ignore": gpus > 0 and draw(st.integers(0, 7)) == 0,
+            }
+        )
     placements: dict[str, Any] = {}
     for c in range(draw(st.integers(1, 3))):
         choice = draw(st.integers(0, 4))
@@ -112,9 +128,18 @@ def rlinf_configs(draw) -> tuple[str, list[int], list[int]]:
         placements[f"c{c}"] = text if label is None else {"node_group": label, "placement": text}
     slurm_groups = {g["label"]: {"partition": f"p{g['label']}", "gpus_per_node": g["gpus"]} for g in groups}
     config = {
-        "cluster": {"num_nodes": num_nodes, "component_placement": placements,
-                    "node_groups": [{"label": g["label"], "node_ranks": g["node_ranks"],
-                                     **({"ignore_hardware": True} if g["ignore"] else {})} for g in groups]},
+        "cluster": {
+            "num_nodes": num_nodes,
+            "component_placement": placements,
+            "node_groups": [
+                {
+                    "label": g["label"],
+                    "node_ranks": g["node_ranks"],
+                    **({"ignore_hardware": True} if g["ignore"] else {}),
+                }
+                for g in groups
+            ],
+        },
         "slurm": {"partition": "pdefault", "gpus_per_node": default_gpus, "node_groups": slurm_groups},
     }
     order = list(draw(st.permutations(range(num_nodes))))
@@ -127,10 +152,14 @@ def test_random_placements_equal_rlinf(case: tuple[str, list[int], list[int]]) -
     text, node_gpus, order = case
     ours = hpcplace_view(text)
     theirs = rlinf_view(text, node_gpus, order)
-    event(f"hpcplace {'plans' if isinstance(ours, dict) else 'refuses'}, "
-          f"RLinf {'places' if isinstance(theirs, dict) else 'refuses'}")
-    assert isinstance(ours, dict) == isinstance(theirs, dict), f"hpcplace: {ours if isinstance(ours, str) else 'plans'}"\
+    event(
+        f"hpcplace {'plans' if isinstance(ours, dict) else 'refuses'}, "
+        f"RLinf {'places' if isinstance(theirs, dict) else 'refuses'}"
+    )
+    assert isinstance(ours, dict) == isinstance(theirs, dict), (
+        f"hpcplace: {ours if isinstance(ours, str) else 'plans'}"
         f"\nRLinf: {theirs if isinstance(theirs, str) else 'places'}\n{text}"
+    )
     if isinstance(ours, dict) and isinstance(theirs, dict):
         assert planned_gpus(ours) == node_gpus
         assert rlinf_mismatches(theirs, ours) == [], text
@@ -142,19 +171,27 @@ def test_random_placements_equal_rlinf(case: tuple[str, list[int], list[int]]) -
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.mark.parametrize("path, placement_class, engines", [
-    (FIXTURES / "rlinf_sft.yaml", "HybridComponentPlacement", ()),  # examples/sft/train_*_sft.py
-    (FIXTURES / "rlinf_eval.yaml", "ModelParallelEvalComponentPlacement", ()),  # examples/agent/searchr1/eval.py
-    # examples/agent/wideseek_r1/train.py: engines through get_strategy(name, PackedPlacementStrategy)
-    (FIXTURES / "rlinf_multiagent.yaml", "MultiAgentModelParallelComponentPlacement", ("rollout_judge",)),
-    (FIXTURES / "rlinf_mp_collocated.yaml", "ModelParallelComponentPlacement", ()),  # examples/reasoning/main_grpo.py
-    (FIXTURES / "rlinf_mp_disaggregated.yaml", "ModelParallelComponentPlacement", ()),
-    (FIXTURES / "rlinf-ray-hetero.yaml", "HybridComponentPlacement", ()),  # examples/embodiment/*.py
-    # examples/embodiment/config/realworld_*: a robot group whose nodes have 2, 0 and 1 Franka arms
-    (FIXTURES / "rlinf_robots_uneven.yaml", "HybridComponentPlacement", ()),
-    (CONFIGS / "rlinf-hybrid.yaml", "HybridComponentPlacement", ()),
-    (CONFIGS / "rlinf-collocated.yaml", "HybridComponentPlacement", ()),
-], ids=lambda v: v.name if isinstance(v, Path) else None)
+@pytest.mark.parametrize(
+    "path, placement_class, engines",
+    [
+        (FIXTURES / "rlinf_sft.yaml", "HybridComponentPlacement", ()),  # examples/sft/train_*_sft.py
+        (FIXTURES / "rlinf_eval.yaml", "ModelParallelEvalComponentPlacement", ()),  # examples/agent/searchr1/eval.py
+        # examples/agent/wideseek_r1/train.py: engines through get_strategy(name, PackedPlacementStrategy)
+        (FIXTURES / "rlinf_multiagent.yaml", "MultiAgentModelParallelComponentPlacement", ("rollout_judge",)),
+        (
+            FIXTURES / "rlinf_mp_collocated.yaml",
+            "ModelParallelComponentPlacement",
+            (),
+        ),  # examples/reasoning/main_grpo.py
+        (FIXTURES / "rlinf_mp_disaggregated.yaml", "ModelParallelComponentPlacement", ()),
+        (FIXTURES / "rlinf-ray-hetero.yaml", "HybridComponentPlacement", ()),  # examples/embodiment/*.py
+        # examples/embodiment/config/realworld_*: a robot group whose nodes have 2, 0 and 1 Franka arms
+        (FIXTURES / "rlinf_robots_uneven.yaml", "HybridComponentPlacement", ()),
+        (CONFIGS / "rlinf-hybrid.yaml", "HybridComponentPlacement", ()),
+        (CONFIGS / "rlinf-collocated.yaml", "HybridComponentPlacement", ()),
+    ],
+    ids=lambda v: v.name if isinstance(v, Path) else None,
+)
 def test_upstream_structures_equal_rlinf(path: Path, placement_class: str, engines: tuple[str, ...]) -> None:
     ours = json.loads(plan_to_json(plan_from_file(path)))
     theirs = rlinf_view(path.read_text(encoding="utf-8"), planned_gpus(ours), None, placement_class, engines)

@@ -31,8 +31,9 @@ def test_uneven_robot_group_plans_with_rlinf_hardware_ranks() -> None:
     # hardware ranks 0,1 are node 1's two arms; node 2 has none; rank 2 is node 3's arm (its local 0)
     assert hw_of(plan, "env") == [(1, (0,)), (1, (1,)), (3, (0,))]
     assert hw_of(plan, "teleop") == [(2, ())]
-    assert any("Franka per node differs (node 1: 2, node 2: 0, node 3: 1)" in w and "no GRES" in w
-               for w in plan.warnings)
+    assert any(
+        "Franka per node differs (node 1: 2, node 2: 0, node 3: 1)" in w and "no GRES" in w for w in plan.warnings
+    )
 
 
 def test_uneven_robot_group_lowers_and_renders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -47,8 +48,10 @@ def test_uneven_robot_group_lowers_and_renders(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_fewest_robots_are_asked_of_every_node() -> None:
-    plan = plan_of(cluster(group("gpu", 8), group("robot", [0, 0, 0], hardware=("robot", [3, 1, 2]))),
-                   {"actor": ("gpu", "0-7"), "arm": ("robot", "0-5")})
+    plan = plan_of(
+        cluster(group("gpu", 8), group("robot", [0, 0, 0], hardware=("robot", [3, 1, 2]))),
+        {"actor": ("gpu", "0-7"), "arm": ("robot", "0-5")},
+    )
     assert [c.gres for c in lower(plan).components] == ["gpu:8", "robot:1"]
     assert hw_of(plan, "arm") == [(1, (0,)), (1, (1,)), (1, (2,)), (2, (0,)), (3, (0,)), (3, (1,))]
 
@@ -96,8 +99,11 @@ def test_rlinf_agrees_on_the_uneven_robot_group() -> None:
 
     cfg = OmegaConf.load(FIXTURE)
     plan = json.loads(plan_to_json(plan_from_file(FIXTURE)))
-    gpus = {r: g["gpus_per_node"][j] for g in plan["node_groups"]
-            for j, r in enumerate(range(g["first_node_rank"], g["first_node_rank"] + g["num_nodes"]))}
+    gpus = {
+        r: g["gpus_per_node"][j]
+        for g in plan["node_groups"]
+        for j, r in enumerate(range(g["first_node_rank"], g["first_node_rank"] + g["num_nodes"]))
+    }
     rlinf = rlinf_cluster(cfg.cluster, [gpus[r] for r in range(len(gpus))], order=[2, 0, 3, 1])
     assert [rlinf.get_node_info(r).get_hw_resource_count("Franka") for r in range(4)] == [0, 2, 0, 1]
     report = placement_report(cfg, rlinf)
@@ -126,4 +132,6 @@ def test_site_gres_name_for_rlinf_hardware_type(tmp_path: Path) -> None:
 def test_hardware_gres_on_a_group_without_hardware_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(HETEROGENEOUS), "--set", "slurm.node_groups.cpu.hardware_gres=robot"]) == 2
     err = capsys.readouterr().err
-    assert "hardware_gres is set but node group 'cpu' declares no hardware" in err and "rlinf-heterogeneous.yaml:" in err
+    assert (
+        "hardware_gres is set but node group 'cpu' declares no hardware" in err and "rlinf-heterogeneous.yaml:" in err
+    )

@@ -87,8 +87,11 @@ def test_other_formats_get_no_node_rank() -> None:
 
 def test_steps_mode_refuses_with_the_way_out(yml: Yaml, capsys: pytest.CaptureFixture[str]) -> None:
     text = FIXTURE.read_text().replace("launch:\n  mode: ray\n", "launch_unused:\n  mode: ray\n")
-    text = text.replace("launch_unused:\n  mode: ray\n  driver: [python, examples/start_rlvr_pipeline.py, "
-                        "--config_path, conf, --config_name, span]\n", "")
+    text = text.replace(
+        "launch_unused:\n  mode: ray\n  driver: [python, examples/start_rlvr_pipeline.py, "
+        "--config_path, conf, --config_name, span]\n",
+        "",
+    )
     path = yml.write(text, "steps.yaml")
     assert main(["plan", str(path)]) == 2
     err = capsys.readouterr().err
@@ -105,9 +108,11 @@ def test_steps_mode_refuses_with_the_way_out(yml: Yaml, capsys: pytest.CaptureFi
 def test_misaligned_vllm_worker_is_split_at_the_node_boundary(yml: Yaml) -> None:
     """tp4 on GPUs 2-9: worker 1 (GPUs 6-9) runs its actor on node 0 (GPUs 6,7) and two of vLLM's
     Ray workers on node 1 (GPUs 0,1); before, this was refused as a process spanning nodes."""
-    path = yml.write("slurm: {gpus_per_node: 8}\nlaunch: {mode: ray, driver: [python, x.py]}\n"
-                     "actor_infer:\n  device_mapping: list(range(2,10))\n"
-                     "  strategy_args: {strategy_name: vllm, strategy_config: {tensor_parallel_size: 4}}\n")
+    path = yml.write(
+        "slurm: {gpus_per_node: 8}\nlaunch: {mode: ray, driver: [python, x.py]}\n"
+        "actor_infer:\n  device_mapping: list(range(2,10))\n"
+        "  strategy_args: {strategy_name: vllm, strategy_config: {tensor_parallel_size: 4}}\n"
+    )
     plan = plan_from_spec(load_spec(path))
     assert nodes_and_gpus(plan, "actor_infer") == [(0, ("2", "3", "4", "5")), (0, ("6", "7")), (1, ("0", "1"))]
     assert plan.component("actor_infer").spanning.workers == ((0,), (1, 2))  # type: ignore[union-attr]
@@ -115,14 +120,18 @@ def test_misaligned_vllm_worker_is_split_at_the_node_boundary(yml: Yaml) -> None
 
 def test_worker_order_follows_its_first_gpu(yml: Yaml) -> None:
     """A worker's first GPU picks the node hosting the worker actor: [8..15, 0..7] puts it on node 1."""
-    path = yml.write("slurm: {gpus_per_node: 8}\nlaunch: {mode: ray, driver: [python, x.py]}\n"
-                     "actor_infer:\n  device_mapping: list(range(8,16))+list(range(0,8))\n"
-                     "  strategy_args: {strategy_name: vllm, strategy_config: {tensor_parallel_size: 16}}\n")
+    path = yml.write(
+        "slurm: {gpus_per_node: 8}\nlaunch: {mode: ray, driver: [python, x.py]}\n"
+        "actor_infer:\n  device_mapping: list(range(8,16))+list(range(0,8))\n"
+        "  strategy_args: {strategy_name: vllm, strategy_config: {tensor_parallel_size: 16}}\n"
+    )
     plan = plan_from_spec(load_spec(path))
     assert [n for n, _ in nodes_and_gpus(plan, "actor_infer")] == [1, 0]
 
 
-@pytest.mark.parametrize("strategy, extra", [("hf_infer", "  num_gpus_per_worker: 16\n"), (None, "  num_gpus_per_worker: 16\n")])
+@pytest.mark.parametrize(
+    "strategy, extra", [("hf_infer", "  num_gpus_per_worker: 16\n"), (None, "  num_gpus_per_worker: 16\n")]
+)
 def test_single_process_strategies_cannot_span(yml: Yaml, strategy: str | None, extra: str) -> None:
     args = f"  strategy_args: {{strategy_name: {strategy}}}\n" if strategy else ""
     path = yml.write("slurm: {gpus_per_node: 8}\nactor_infer:\n  device_mapping: list(range(0,16))\n" + extra + args)
@@ -133,9 +142,11 @@ def test_single_process_strategies_cannot_span(yml: Yaml, strategy: str | None, 
 
 
 def test_sglang_spans_whole_nodes_only(yml: Yaml) -> None:
-    base = ("slurm: {gpus_per_node: 8}\nlaunch: {mode: ray, driver: [python, x.py]}\nactor_infer:\n"
-            "  device_mapping: MAPPING\n  num_gpus_per_worker: 16\n"
-            "  strategy_args: {strategy_name: sglang, strategy_config: {tensor_parallel_size: 16}}\n")
+    base = (
+        "slurm: {gpus_per_node: 8}\nlaunch: {mode: ray, driver: [python, x.py]}\nactor_infer:\n"
+        "  device_mapping: MAPPING\n  num_gpus_per_worker: 16\n"
+        "  strategy_args: {strategy_name: sglang, strategy_config: {tensor_parallel_size: 16}}\n"
+    )
     plan = plan_from_spec(load_spec(yml.write(base.replace("MAPPING", "list(range(0,32))"))))
     assert plan.component("actor_infer").spanning.workers == ((0, 1), (2, 3))  # type: ignore[union-attr]
     path = yml.write(base.replace("MAPPING", "list(range(8,24))"))

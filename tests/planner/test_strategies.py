@@ -17,8 +17,9 @@ def one_node():
 
 
 def two_nodes():
-    return cluster(group("a800", 8, nodes=2, gpu_type="a800"), group("rtx", 4, gpu_type="rtx4090"),
-                   group("cpu", 0, nodes=2))
+    return cluster(
+        group("a800", 8, nodes=2, gpu_type="a800"), group("rtx", 4, gpu_type="rtx4090"), group("cpu", 0, nodes=2)
+    )
 
 
 def gpu_counts(placements) -> list[int]:
@@ -30,6 +31,7 @@ def hw(placements) -> list[tuple[int, tuple[int, ...]]]:
 
 
 # --- Flexible ------------------------------------------------------------------------------------
+
 
 def test_flexible_docs_example() -> None:
     placements = Flexible([[0, 1], [2], [3]]).get_placement(one_node())
@@ -86,6 +88,7 @@ def test_flexible_without_isolation() -> None:
 
 # --- Packed --------------------------------------------------------------------------------------
 
+
 def test_packed_docs_example_one_gpu_each() -> None:
     placements = Packed(0, 3).get_placement(one_node())
     assert gpu_counts(placements) == [1, 1, 1, 1]
@@ -111,19 +114,20 @@ def _blocks_reference(start: int, end: int, per: int, stride: int) -> list[list[
     size = stride * per
     out = []
     for b in range(0, len(ranks), size):
-        block = ranks[b:b + size]
+        block = ranks[b : b + size]
         out.extend(block[j::stride] for j in range(stride))
     return out
 
 
-@pytest.mark.parametrize("start, per, stride, blocks",
-                         list(itertools.product([0, 3], [1, 2, 3], [1, 2, 4], [1, 2])))
+@pytest.mark.parametrize("start, per, stride, blocks", list(itertools.product([0, 3], [1, 2, 3], [1, 2, 4], [1, 2])))
 def test_packed_stride_formula(start: int, per: int, stride: int, blocks: int) -> None:
     """Process r gets start + (r//s)*s*t + r%s + k*s for k < t."""
     end = start + blocks * stride * per - 1
     lists = Packed(start, end, per, stride).resource_lists(None)  # type: ignore[arg-type]
-    formula = [[start + (r // stride) * stride * per + r % stride + k * stride for k in range(per)]
-               for r in range(blocks * stride)]
+    formula = [
+        [start + (r // stride) * stride * per + r % stride + k * stride for k in range(per)]
+        for r in range(blocks * stride)
+    ]
     assert lists == formula == _blocks_reference(start, end, per, stride)
 
 
@@ -143,11 +147,14 @@ def test_packed_rejects_gpu_8_of_an_8_gpu_node() -> None:
     assert "process 8 asks for GPU rank 8, out of range 0-7" in info.value.message
 
 
-@pytest.mark.parametrize("args, span", [
-    ((7, 8, 2, 1), "[7, 8]"),
-    ((6, 9, 4, 1), "[6, 7, 8, 9]"),
-    ((4, 11, 4, 2), "[4, 6, 8, 10]"),
-])
+@pytest.mark.parametrize(
+    "args, span",
+    [
+        ((7, 8, 2, 1), "[7, 8]"),
+        ((6, 9, 4, 1), "[6, 7, 8, 9]"),
+        ((4, 11, 4, 2), "[4, 6, 8, 10]"),
+    ],
+)
 def test_packed_rejects_a_process_across_nodes(args, span: str) -> None:
     with pytest.raises(PlanError) as info:
         Packed(*args).get_placement(two_nodes())
@@ -167,14 +174,17 @@ def test_packed_on_nodes() -> None:
     assert all(p.resource_type == "node" for p in placements)
 
 
-@pytest.mark.parametrize("args, message", [
-    ((-1, 3), "need 0 <= start <= end, got start=-1 end=3"),
-    ((4, 3), "need 0 <= start <= end, got start=4 end=3"),
-    ((0, 3, 0), "num_hardware_per_process and stride must be >= 1, got 0 and 1"),
-    ((0, 3, 1, 0), "num_hardware_per_process and stride must be >= 1, got 1 and 0"),
-    ((0, 4, 2), "5 resources (0-4) are not a multiple of num_hardware_per_process*stride = 2*1"),
-    ((0, 5, 2, 2), "6 resources (0-5) are not a multiple of num_hardware_per_process*stride = 2*2"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((-1, 3), "need 0 <= start <= end, got start=-1 end=3"),
+        ((4, 3), "need 0 <= start <= end, got start=4 end=3"),
+        ((0, 3, 0), "num_hardware_per_process and stride must be >= 1, got 0 and 1"),
+        ((0, 3, 1, 0), "num_hardware_per_process and stride must be >= 1, got 1 and 0"),
+        ((0, 4, 2), "5 resources (0-4) are not a multiple of num_hardware_per_process*stride = 2*1"),
+        ((0, 5, 2, 2), "6 resources (0-5) are not a multiple of num_hardware_per_process*stride = 2*2"),
+    ],
+)
 def test_packed_argument_errors(args, message: str) -> None:
     with pytest.raises(PlanError) as info:
         Packed(*args).get_placement(one_node())
@@ -182,6 +192,7 @@ def test_packed_argument_errors(args, message: str) -> None:
 
 
 # --- Node ----------------------------------------------------------------------------------------
+
 
 def test_node_docs_example_four_processes_on_node_0() -> None:
     placements = Node([0] * 4).get_placement(one_node())

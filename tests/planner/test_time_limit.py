@@ -42,9 +42,18 @@ RLINF = """
 DEFAULTS = "defaults:\n  - limits\n  - _self_\n"
 
 # what is written -> what sbatch gets (sbatch: minutes, minutes:seconds, hours:minutes:seconds, days-hours...)
-TIMES = [("1:00:00", "1:00:00"), ("30:00", "30:00"), ("00:30:00", "00:30:00"), ('"1:00:00"', "1:00:00"),
-         ("60", "60"), ("2-12:00:00", "2-12:00:00"), ("1-0", "1-0"), ("010", "010"), ("0:30", "0:30"),
-         ("190:20:30", "190:20:30")]
+TIMES = [
+    ("1:00:00", "1:00:00"),
+    ("30:00", "30:00"),
+    ("00:30:00", "00:30:00"),
+    ('"1:00:00"', "1:00:00"),
+    ("60", "60"),
+    ("2-12:00:00", "2-12:00:00"),
+    ("1-0", "1-0"),
+    ("010", "010"),
+    ("0:30", "0:30"),
+    ("190:20:30", "190:20:30"),
+]
 
 
 def plan_time(capsys: pytest.CaptureFixture[str], *args: str) -> str:
@@ -61,8 +70,9 @@ def sbatch_time(tmp_path: Path, *args: str) -> list[str]:
 
 
 @pytest.mark.parametrize("written, slurm", TIMES, ids=[t[0] for t in TIMES])
-def test_config_time_reaches_sbatch_as_written(capsys: pytest.CaptureFixture[str], tmp_path: Path, yml: Yaml,
-                                               written: str, slurm: str) -> None:
+def test_config_time_reaches_sbatch_as_written(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, yml: Yaml, written: str, slurm: str
+) -> None:
     path = yml.write(NATIVE.format(option=f"time: {written}"))
     assert plan_time(capsys, str(path)) == slurm
     assert sbatch_time(tmp_path, str(path)) == [f"#SBATCH --time={slurm}"]
@@ -70,8 +80,9 @@ def test_config_time_reaches_sbatch_as_written(capsys: pytest.CaptureFixture[str
 
 @pytest.mark.parametrize("how", ["--set", "positional"])
 @pytest.mark.parametrize("value", ["1:00:00", "30:00", "60"])
-def test_override_time_reaches_sbatch_as_written(capsys: pytest.CaptureFixture[str], tmp_path: Path, yml: Yaml,
-                                                 how: str, value: str) -> None:
+def test_override_time_reaches_sbatch_as_written(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, yml: Yaml, how: str, value: str
+) -> None:
     path = yml.write(NATIVE.format(option="time: 10"))
     args = [str(path), "--set", f"slurm.time={value}"] if how == "--set" else [str(path), f"slurm.time={value}"]
     assert plan_time(capsys, *args) == value
@@ -86,8 +97,7 @@ def test_tour_command_of_the_readme_asks_for_one_hour(capsys: pytest.CaptureFixt
     assert "  time limit: 1:00:00\n" in out
 
 
-def test_hydra_composed_time_is_kept_as_written(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                                yml: Yaml) -> None:
+def test_hydra_composed_time_is_kept_as_written(capsys: pytest.CaptureFixture[str], tmp_path: Path, yml: Yaml) -> None:
     """OmegaConf composes `time: 1:00:00` of a defaults file and of the primary config as 3600."""
     yml.write("slurm:\n  time: 30:00\n  kill_wait: 60\n", name="limits.yaml")
     primary = yml.write(DEFAULTS + textwrap.dedent(RLINF.replace("      time: 1:00:00\n", "")), name="exp.yaml")
@@ -104,38 +114,65 @@ def test_rlinf_config_without_composition(capsys: pytest.CaptureFixture[str], ym
 
 def test_loader_keeps_base60_text_and_reads_other_numbers() -> None:
     data = load_yaml_text("a: 1:00:00\nb: 30:00\nc: 1:30.5\nd: 60\ne: 1.5\nf: 010\ng: 00:30:00\nh: '1:00'\n").data
-    assert data == {"a": "1:00:00", "b": "30:00", "c": "1:30.5", "d": 60, "e": 1.5, "f": 8, "g": "00:30:00",
-                    "h": "1:00"}
+    assert data == {
+        "a": "1:00:00",
+        "b": "30:00",
+        "c": "1:30.5",
+        "d": 60,
+        "e": 1.5,
+        "f": 8,
+        "g": "00:30:00",
+        "h": "1:00",
+    }
 
 
-@pytest.mark.parametrize("text, value", [("1:00:00", "1:00:00"), (" 30:00", "30:00"), ("60", 60), ("true", True),
-                                         ("null", None), ("a: b", "a: b"), ("'[1'", "[1"), ("1.5", 1.5)])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("1:00:00", "1:00:00"),
+        (" 30:00", "30:00"),
+        ("60", 60),
+        ("true", True),
+        ("null", None),
+        ("a: b", "a: b"),
+        ("'[1'", "[1"),
+        ("1.5", 1.5),
+    ],
+)
 def test_override_values_read_like_the_loader(text: str, value: object) -> None:
     assert scalar_value(text) == value
 
 
-def test_an_unclosed_list_override_is_refused_not_split_into_words(capsys: pytest.CaptureFixture[str],
-                                                                   yml: Yaml) -> None:
+def test_an_unclosed_list_override_is_refused_not_split_into_words(
+    capsys: pytest.CaptureFixture[str], yml: Yaml
+) -> None:
     path = yml.write(NATIVE.format(option="time: 10"))
     assert main(["plan", str(path), "components.actor.command=[python3, x"]) == 2
     err = capsys.readouterr().err
     assert "<override components.actor.command=[python3, x>:1:1: override" in err and "as a list or mapping" in err
 
 
-@pytest.mark.parametrize("option, message", [
-    ("kill_wait: 1:30", "slurm.kill_wait '1:30' is not a number of seconds"),
-    ("signal_before_limit: 2:00", "'2:00' is not a number of seconds"),
-    ("signal_before_limit: USR1@1:00:00", "'1:00:00' is not a number of seconds"),
-])
-def test_other_durations_with_colons_are_refused_not_read_as_seconds(capsys: pytest.CaptureFixture[str],
-                                                                     yml: Yaml, option: str, message: str) -> None:
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("kill_wait: 1:30", "slurm.kill_wait '1:30' is not a number of seconds"),
+        ("signal_before_limit: 2:00", "'2:00' is not a number of seconds"),
+        ("signal_before_limit: USR1@1:00:00", "'1:00:00' is not a number of seconds"),
+    ],
+)
+def test_other_durations_with_colons_are_refused_not_read_as_seconds(
+    capsys: pytest.CaptureFixture[str], yml: Yaml, option: str, message: str
+) -> None:
     path = yml.write(NATIVE.format(option=option))
     assert main(["plan", str(path)]) == 2
     err = capsys.readouterr().err
     assert message in err and f"{path}:7:" in err
     written = option.split(": ")[1]
-    assert {"1:30": "for 1:30 write 90 ", "2:00": "for 2:00 write 120 ",
-            "USR1@1:00:00": "for 1:00:00 write USR1@3600 "}[written] in err
+    assert {
+        "1:30": "for 1:30 write 90 ",
+        "2:00": "for 2:00 write 120 ",
+        "USR1@1:00:00": "for 1:00:00 write USR1@3600 ",
+    }[written] in err
 
 
 def located(value: object, raw: str | None) -> View:
@@ -156,8 +193,11 @@ def test_number_a_located_text_backs_is_minutes_as_written() -> None:
 
 @pytest.mark.parametrize("raw", [None, "2:00:00"], ids=["unlocated", "stale-mark"])
 def test_number_that_could_be_base60_without_its_text_is_refused(raw: str | None) -> None:
-    with pytest.raises(SpecError, match=r"`slurm.time`: the time limit is the number 3600, from a file hpcplace "
-                                        r"cannot read back") as info:
+    with pytest.raises(
+        SpecError,
+        match=r"`slurm.time`: the time limit is the number 3600, from a file hpcplace "
+        r"cannot read back",
+    ) as info:
         slurm_options(located(3600, raw))
     assert 'time: "1:00:00"' in (info.value.hint or "")
 

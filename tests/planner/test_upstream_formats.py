@@ -58,14 +58,17 @@ def test_areal_detected_without_allocation_mode() -> None:
     assert detect_format(data) == "areal"
 
 
-@pytest.mark.parametrize("backend, message", [
-    ("megatron:(attn:d4p4t2|ffn:d2p2e4)", "pipeline size differs between attn (p4) and ffn (p2)"),
-    ("megatron:(attn:d4p4t2|ffn:d3p4e4)", "attn uses 32 GPUs but ffn uses 48"),
-    ("fsdp:(attn:d4|ffn:d4)", "needs megatron or archon"),
-    ("fsdp:d2p2", "FSDP supports only data, tensor and context parallelism"),
-    ("sglang:d2e2", "invalid or repeated dimension 'e'"),
-    ("tpu:d8", "unknown backend 'tpu'"),
-])
+@pytest.mark.parametrize(
+    "backend, message",
+    [
+        ("megatron:(attn:d4p4t2|ffn:d2p2e4)", "pipeline size differs between attn (p4) and ffn (p2)"),
+        ("megatron:(attn:d4p4t2|ffn:d3p4e4)", "attn uses 32 GPUs but ffn uses 48"),
+        ("fsdp:(attn:d4|ffn:d4)", "needs megatron or archon"),
+        ("fsdp:d2p2", "FSDP supports only data, tensor and context parallelism"),
+        ("sglang:d2e2", "invalid or repeated dimension 'e'"),
+        ("tpu:d8", "unknown backend 'tpu'"),
+    ],
+)
 def test_areal_backend_errors_point_at_the_engine(yml: Yaml, backend: str, message: str) -> None:
     path = yml.write(f'cluster: {{n_nodes: 8, n_gpus_per_node: 8}}\nactor:\n  backend: "{backend}"\n')
     err = yml.error(path)
@@ -94,9 +97,12 @@ def _areal_parser():  # type: ignore[no-untyped-def]
 
     import logging
 
-    fakes = {"areal": types.ModuleType("areal"), "areal.api": types.ModuleType("areal.api"),
-             "areal.api.cli_args": types.ModuleType("areal.api.cli_args"),
-             "areal.utils": types.ModuleType("areal.utils")}
+    fakes = {
+        "areal": types.ModuleType("areal"),
+        "areal.api": types.ModuleType("areal.api"),
+        "areal.api.cli_args": types.ModuleType("areal.api.cli_args"),
+        "areal.utils": types.ModuleType("areal.utils"),
+    }
     fakes["areal.api.cli_args"].SchedulingStrategy = SchedulingStrategy  # type: ignore[attr-defined]
     fakes["areal.api.cli_args"].SchedulingStrategyType = SchedulingStrategyType  # type: ignore[attr-defined]
     fakes["areal.utils"].logging = logging  # type: ignore[attr-defined]
@@ -115,27 +121,43 @@ def _areal_parser():  # type: ignore[no-untyped-def]
     return module
 
 
-@pytest.mark.parametrize("backend", [
-    "fsdp:d4", "fsdp:d4p1t1", "fsdp:d2t2c2", "sglang:d2t4", "vllm:d1p2t2", "sglang:d8", "megatron:d2p2t4e4",
-    "megatron:(attn:d4p4t2|ffn:d2p4e4)", "megatron:(attn:d1p12t4|ffn:d1p12e4)", "archon:(attn:d1p6t1c1|ffn:d1p6t1e1)",
-    "megatron:(attn:d2p2t2c2|ffn:p2t4e2)",
-])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "fsdp:d4",
+        "fsdp:d4p1t1",
+        "fsdp:d2t2c2",
+        "sglang:d2t4",
+        "vllm:d1p2t2",
+        "sglang:d8",
+        "megatron:d2p2t4e4",
+        "megatron:(attn:d4p4t2|ffn:d2p4e4)",
+        "megatron:(attn:d1p12t4|ffn:d1p12e4)",
+        "archon:(attn:d1p6t1c1|ffn:d1p6t1e1)",
+        "megatron:(attn:d2p2t2c2|ffn:p2t4e2)",
+    ],
+)
 def test_areal_allocations_match_areal_parser(yml: Yaml, backend: str) -> None:
     alloc = _areal_parser().ModelAllocation.from_str(backend, name="actor")
     engine = "rollout" if backend.startswith(("sglang", "vllm")) else "actor"
-    plan = plan_from_file(yml.write(f'cluster: {{n_nodes: 8, n_gpus_per_node: 8}}\n{engine}:\n  backend: "{backend}"\n'))
+    plan = plan_from_file(
+        yml.write(f'cluster: {{n_nodes: 8, n_gpus_per_node: 8}}\n{engine}:\n  backend: "{backend}"\n')
+    )
     comp = plan.component(engine)
     par = alloc.parallel
     gpus = sum(len(p.local_hardware_ranks) for p in comp.processes)
     assert gpus == par.world_size
-    assert (comp.tensor_parallel_size, comp.pipeline_parallel_size) == (par.tensor_parallel_size,
-                                                                         par.pipeline_parallel_size)
+    assert (comp.tensor_parallel_size, comp.pipeline_parallel_size) == (
+        par.tensor_parallel_size,
+        par.pipeline_parallel_size,
+    )
     per_process = par.tensor_parallel_size * par.pipeline_parallel_size if engine == "rollout" else 1
     assert comp.world_size == par.world_size // per_process
 
 
-@pytest.mark.parametrize("allocation", ["sglang:d8+d8", "sglang:d8p1t1+d8p1t1", "vllm:d4p1t2+d4p1t1c2",
-                                        "sglang:d4|(attn:d1p2t2|ffn:d1p2e2)"])
+@pytest.mark.parametrize(
+    "allocation", ["sglang:d8+d8", "sglang:d8p1t1+d8p1t1", "vllm:d4p1t2+d4p1t1c2", "sglang:d4|(attn:d1p2t2|ffn:d1p2e2)"]
+)
 def test_areal_allocations_without_a_backend_are_refused_as_areal_refuses_them(yml: Yaml, allocation: str) -> None:
     """AReaL >= 1.0 has no auto-backend (upstream examples such as examples/scaffolding still use it)."""
     with pytest.raises(Exception, match="Backend must be explicitly specified"):
@@ -184,15 +206,20 @@ JUDGE_TP = "rollout_judge:\n  tensor_parallel_size: 1"
 SECOND_ENGINE = ("rollout_judge: 4-7", "rollout_judge: 4-7\n    rollout_x: 6-7")
 
 
-@pytest.mark.parametrize("changes, message", [
-    ([("actor,reward: all", "actor: all")], "needs a placement for reward"),
-    ([("actor,reward: all", "actor: all\n    reward: 0-3")], "actor and reward must be placed on the same GPUs"),
-    ([("actor,reward: all", "actor,reward: 0-5")], "rollout_judge's GPUs are not all among the actor's"),
-    ([SECOND_ENGINE], "'rollout_x' has no `rollout_x:` section"),
-    ([SECOND_ENGINE, (JUDGE_TP, JUDGE_TP + "\nrollout_x: {tensor_parallel_size: 1}")],
-     "rollout_x and rollout_judge share GPU 6"),
-    ([(JUDGE_TP, "rollout_judge:\n  tensor_parallel_size: 3")], "not divisible by its tensor_parallel_size 3"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ([("actor,reward: all", "actor: all")], "needs a placement for reward"),
+        ([("actor,reward: all", "actor: all\n    reward: 0-3")], "actor and reward must be placed on the same GPUs"),
+        ([("actor,reward: all", "actor,reward: 0-5")], "rollout_judge's GPUs are not all among the actor's"),
+        ([SECOND_ENGINE], "'rollout_x' has no `rollout_x:` section"),
+        (
+            [SECOND_ENGINE, (JUDGE_TP, JUDGE_TP + "\nrollout_x: {tensor_parallel_size: 1}")],
+            "rollout_x and rollout_judge share GPU 6",
+        ),
+        ([(JUDGE_TP, "rollout_judge:\n  tensor_parallel_size: 3")], "not divisible by its tensor_parallel_size 3"),
+    ],
+)
 def test_rlinf_multi_agent_checks(yml: Yaml, changes: list[tuple[str, str]], message: str) -> None:
     """RLinf's MultiAgentModelParallelComponentPlacement refuses these; so does the plan, naming the rule."""
     text = (FIXTURES / "rlinf_multiagent.yaml").read_text(encoding="utf-8")
@@ -215,8 +242,9 @@ slurm: {{partition: a800, gpus_per_node: 8}}
 
 
 def test_rlinf_cluster_label_means_every_node(yml: Yaml) -> None:
-    plan = plan_from_file(yml.write(RLINF.format(placement="{actor: {node_group: cluster, placement: all}}",
-                                                 label="a", ranks="0")))
+    plan = plan_from_file(
+        yml.write(RLINF.format(placement="{actor: {node_group: cluster, placement: all}}", label="a", ranks="0"))
+    )
     assert plan.component("actor").world_size == 16
     err = yml.error(yml.write(RLINF.format(placement="{actor: all}", label="cluster", ranks="0")))
     assert "node group label 'cluster' is reserved" in err.message
@@ -229,8 +257,10 @@ def test_rlinf_empty_node_ranks(yml: Yaml, ranks: str) -> None:
 
 
 def test_rlinf_inference_checks(yml: Yaml) -> None:
-    base = ("cluster:\n  num_nodes: 1\n  component_placement: {actor: 0-3, rollout: 4-5, inference: 6-7, reward: 4-5}\n"
-            "slurm: {partition: a800, gpus_per_node: 8}\nactor: {model: {tensor_model_parallel_size: 2}}\n")
+    base = (
+        "cluster:\n  num_nodes: 1\n  component_placement: {actor: 0-3, rollout: 4-5, inference: 6-7, reward: 4-5}\n"
+        "slurm: {partition: a800, gpus_per_node: 8}\nactor: {model: {tensor_model_parallel_size: 2}}\n"
+    )
     err = yml.error(yml.write(base + "algorithm: {recompute_logprobs: false}\n"))
     assert "recompute_logprobs is false" in err.message
     err = yml.error(yml.write(base + "inference: {model: {tensor_model_parallel_size: 4}}\n"))
@@ -276,8 +306,10 @@ def test_hydra_error_locations(shared: None, tmp_path: Path) -> None:
     assert "Could not load 'model/does_not_exist'" in info.value.message
     # the entry itself (line 2, after `- `), and the options the config group has
     assert str(info.value).startswith(f"{HYDRA / 'missing_default.yaml'}:2:5")
-    assert info.value.hint == (f"config group 'model' has no option 'does_not_exist'; its options are: large, small "
-                               f"(the .yaml files in {HYDRA.resolve() / 'model'})")
+    assert info.value.hint == (
+        f"config group 'model' has no option 'does_not_exist'; its options are: large, small "
+        f"(the .yaml files in {HYDRA.resolve() / 'model'})"
+    )
     with pytest.raises(HpcplaceError) as info:
         load_spec(HYDRA / "twice.yaml")
     assert "component 'actor' is placed twice (first at " in info.value.message
@@ -293,19 +325,35 @@ def test_hydra_searchpath_env_unset(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unresolvable_value_placement_reads(yml: Yaml) -> None:
-    path = yml.write("cluster:\n  num_nodes: ${oc.env:HPCPLACE_NOT_SET_ANYWHERE}\n"
-                     "  component_placement: {actor: all}\nslurm: {partition: a800, gpus_per_node: 8}\n")
+    path = yml.write(
+        "cluster:\n  num_nodes: ${oc.env:HPCPLACE_NOT_SET_ANYWHERE}\n"
+        "  component_placement: {actor: all}\nslurm: {partition: a800, gpus_per_node: 8}\n"
+    )
     err = yml.error(path)
     assert str(err).startswith(f"{path}:2:14: `cluster.num_nodes`: cannot resolve")
 
 
-def test_cli_overrides_after_config_and_header(shared: None, capsys: pytest.CaptureFixture[str],
-                                               tmp_path: Path) -> None:
+def test_cli_overrides_after_config_and_header(
+    shared: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     assert main(["plan", str(HYDRA / "main.yaml"), "cluster.num_nodes=3"]) == 0
     out = capsys.readouterr().out
     assert "composed: override cluster.num_nodes=3" in out and "nodes=3" in out
-    assert main(["render", str(FIXTURES / "areal_moe.yaml"), "-o", str(tmp_path / "run"),
-                 "--driver", "--", "python", "main.py"]) == 0
+    assert (
+        main(
+            [
+                "render",
+                str(FIXTURES / "areal_moe.yaml"),
+                "-o",
+                str(tmp_path / "run"),
+                "--driver",
+                "--",
+                "python",
+                "main.py",
+            ]
+        )
+        == 0
+    )
     script = (tmp_path / "run" / "job.sbatch").read_text()
     assert "--partition" not in script and "(none given: Slurm default)" in script
     assert main(["plan", str(HYDRA / "main.yaml"), "not-an-override"]) == 2
@@ -324,24 +372,44 @@ def test_cli_overrides_after_config_and_header(shared: None, capsys: pytest.Capt
     assert "unrecognized arguments: --bogus cluster.num_nodes=4" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("override, message", [
-    ("cluster.num_node=4", "the config has no key 'cluster.num_node'; did you mean 'cluster.num_nodes'?"),
-    ("actor.model.tensor_model_paralel_size=2", "no key 'actor.model.tensor_model_paralel_size'; did you mean "
-                                                "'actor.model.tensor_model_parallel_size'?"),
-    ("+cluster.num_nodes=4", "the config already has 'cluster.num_nodes'"),
-])
-def test_framework_overrides_follow_hydras_key_rules(override: str, message: str,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("cluster.num_node=4", "the config has no key 'cluster.num_node'; did you mean 'cluster.num_nodes'?"),
+        (
+            "actor.model.tensor_model_paralel_size=2",
+            "no key 'actor.model.tensor_model_paralel_size'; did you mean 'actor.model.tensor_model_parallel_size'?",
+        ),
+        ("+cluster.num_nodes=4", "the config already has 'cluster.num_nodes'"),
+    ],
+)
+def test_framework_overrides_follow_hydras_key_rules(
+    override: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """As Hydra's compose: `key=v` must name an existing key (a typo is refused, not silently added),
     `+key=v` a new one, `++key=v` either; hpcplace's own blocks (slurm, launch) check their own keys."""
     tour = str(FIXTURES.parent.parent / "configs" / "tour" / "rlinf-tour.yaml")
     assert main(["plan", tour, override]) == 2
     assert message in capsys.readouterr().err
-    for fine in ("+cluster.extra=1", "++cluster.num_nodes=4", "cluster.num_nodes=4", "slurm.time=1:00:00",
-                 "launch.hold=true"):
+    for fine in (
+        "+cluster.extra=1",
+        "++cluster.num_nodes=4",
+        "cluster.num_nodes=4",
+        "slurm.time=1:00:00",
+        "launch.hold=true",
+    ):
         assert main(["plan", tour, fine]) == 0, capsys.readouterr().err
-    assert main(["plan", str(FIXTURES.parent.parent / "configs" / "collocated-demo.yaml"), "--set",
-                 "components.actor.env.NEW_VAR=1"]) == 0  # the native format adds keys where its schema allows
+    assert (
+        main(
+            [
+                "plan",
+                str(FIXTURES.parent.parent / "configs" / "collocated-demo.yaml"),
+                "--set",
+                "components.actor.env.NEW_VAR=1",
+            ]
+        )
+        == 0
+    )  # the native format adds keys where its schema allows
 
 
 def test_an_override_that_removes_a_key_keeps_the_files_format(capsys: pytest.CaptureFixture[str]) -> None:
@@ -356,7 +424,8 @@ def test_validate_names_the_default_partition() -> None:
 
     plan = plan_from_file(FIXTURES / "areal_moe.yaml")
     facts = validate.parse_cluster_facts(
-        [{"PartitionName": "debug", "State": "UP", "Default": "YES"}, {"PartitionName": "gpu", "State": "UP"}], [])
+        [{"PartitionName": "debug", "State": "UP", "Default": "YES"}, {"PartitionName": "gpu", "State": "UP"}], []
+    )
     report = validate.check(plan, facts)
     assert any("default partition 'debug'" in c for c in report.checked)
     facts = validate.parse_cluster_facts([{"PartitionName": "gpu", "State": "UP"}], [])
@@ -371,8 +440,10 @@ def test_lower_without_partition() -> None:
 def test_roll_worker_wider_than_a_node_is_explained(yml: Yaml) -> None:
     """Steps mode: the plan holds the tp16 worker (one process per node), but lowering it to job steps
     is refused with the device_mapping's location and the way out (the Ray launch mode)."""
-    path = yml.write("slurm: {gpus_per_node: 8}\nactor_infer:\n  device_mapping: list(range(0,16))\n"
-                     "  strategy_args: {strategy_name: vllm, strategy_config: {tensor_parallel_size: 16}}\n")
+    path = yml.write(
+        "slurm: {gpus_per_node: 8}\nactor_infer:\n  device_mapping: list(range(0,16))\n"
+        "  strategy_args: {strategy_name: vllm, strategy_config: {tensor_parallel_size: 16}}\n"
+    )
     plan = plan_from_spec(load_spec(path))
     assert plan.component("actor_infer").spanning is not None
     with pytest.raises(HpcplaceError) as info:
@@ -390,26 +461,37 @@ def _rlinf_checkout(root: Path, searchpath: list[str]) -> Path:
     (config / "model" / "small.yaml").write_text("tensor_model_parallel_size: 2\n")
     entries = "".join(f"\n    - {e}" for e in searchpath)
     path = config / "experiment.yaml"
-    path.write_text("defaults:\n  - model@actor.model: small\n  - _self_\n"
-                    f"hydra:\n  searchpath:{entries}\n"
-                    "cluster:\n  num_nodes: 1\n  component_placement: {actor: all}\n"
-                    "slurm: {gpus_per_node: 4}\n")
+    path.write_text(
+        "defaults:\n  - model@actor.model: small\n  - _self_\n"
+        f"hydra:\n  searchpath:{entries}\n"
+        "cluster:\n  num_nodes: 1\n  component_placement: {actor: all}\n"
+        "slurm: {gpus_per_node: 4}\n"
+    )
     return path
 
 
-def test_hydra_searchpath_variables_found_as_the_run_scripts_set_them(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hydra_searchpath_variables_found_as_the_run_scripts_set_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for var in ("HP_TEST_EMBODIED_PATH", "HP_TEST_REPO_PATH"):
         monkeypatch.delenv(var, raising=False)
-    path = _rlinf_checkout(tmp_path / "RLinf", ["file://${oc.env:HP_TEST_EMBODIED_PATH}/config/",
-                                                "file://${oc.env:HP_TEST_REPO_PATH}/examples/embodiment/config"])
+    path = _rlinf_checkout(
+        tmp_path / "RLinf",
+        [
+            "file://${oc.env:HP_TEST_EMBODIED_PATH}/config/",
+            "file://${oc.env:HP_TEST_REPO_PATH}/examples/embodiment/config",
+        ],
+    )
     spec = load_spec(path)
-    found = {"HP_TEST_EMBODIED_PATH": str((tmp_path / "RLinf" / "examples" / "embodiment").resolve()),
-             "HP_TEST_REPO_PATH": str((tmp_path / "RLinf").resolve())}
+    found = {
+        "HP_TEST_EMBODIED_PATH": str((tmp_path / "RLinf" / "examples" / "embodiment").resolve()),
+        "HP_TEST_REPO_PATH": str((tmp_path / "RLinf").resolve()),
+    }
     # the framework composes the config again in the job: every process and the Ray driver get the values
     assert all(group.env == found for group in spec.cluster.node_groups) and spec.launch.env == found
-    assert any("HP_TEST_REPO_PATH is not set: hydra.searchpath was composed with HP_TEST_REPO_PATH=" in n
-               for n in spec.notes)
+    assert any(
+        "HP_TEST_REPO_PATH is not set: hydra.searchpath was composed with HP_TEST_REPO_PATH=" in n for n in spec.notes
+    )
     assert "HP_TEST_REPO_PATH" not in os.environ  # exported only while Hydra composed
     assert plan_from_spec(spec).component("actor").tensor_parallel_size == 2  # model/small.yaml was composed
 
@@ -419,14 +501,21 @@ def test_hydra_searchpath_variables_found_as_the_run_scripts_set_them(tmp_path: 
     assert not spec.launch.env and not any("is not set" in n for n in spec.notes)
 
 
-@pytest.mark.parametrize("entry", ["file://${oc.env:HP_TEST_EMBODIED_PATH}/",  # fits every folder: cannot tell
-                                   "file://${oc.env:HP_TEST_EMBODIED_PATH}/no_such_folder"])
-def test_hydra_searchpath_variable_that_cannot_be_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                        entry: str) -> None:
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "file://${oc.env:HP_TEST_EMBODIED_PATH}/",  # fits every folder: cannot tell
+        "file://${oc.env:HP_TEST_EMBODIED_PATH}/no_such_folder",
+    ],
+)
+def test_hydra_searchpath_variable_that_cannot_be_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: str
+) -> None:
     monkeypatch.delenv("HP_TEST_EMBODIED_PATH", raising=False)
     path = _rlinf_checkout(tmp_path, [entry])
     with pytest.raises(HpcplaceError) as info:
         load_spec(path)
-    assert str(info.value).startswith(f"{path}:6:7: hydra.searchpath {entry!r} needs the environment variable "
-                                      "HP_TEST_EMBODIED_PATH, which is not set")
+    assert str(info.value).startswith(
+        f"{path}:6:7: hydra.searchpath {entry!r} needs the environment variable HP_TEST_EMBODIED_PATH, which is not set"
+    )
     assert "export HP_TEST_EMBODIED_PATH=" in (info.value.hint or "")

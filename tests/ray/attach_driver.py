@@ -1,8 +1,8 @@
 """A driver for `hpcplace attach` tests: argv[1] = what to do, argv[2] = a JSON file to write.
 
-  create OUT   create the detached named actor `hp_keeper` (namespace hp) holding a token, report env
-  find OUT     find `hp_keeper` (created by an earlier driver of the same cluster), report its token
-  sleep OUT    report env, print `started`, then sleep until stopped (the Ctrl-C test)
+create OUT   create the detached named actor `hp_keeper` (namespace hp) holding a token, report env
+find OUT     find `hp_keeper` (created by an earlier driver of the same cluster), report its token
+sleep OUT    report env, print `started`, then sleep until stopped (the Ctrl-C test)
 """
 
 import json
@@ -11,8 +11,17 @@ import sys
 import time
 
 what, out = sys.argv[1], sys.argv[2]
-keys = ("RAY_ADDRESS", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "HPCPLACE_PLAN", "HPCPLACE_RUN_DIR",
-        "HP_LAUNCH_VAR", "SLURMD_NODENAME")
+keys = (
+    "RAY_ADDRESS",
+    "RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "HPCPLACE_PLAN",
+    "HPCPLACE_RUN_DIR",
+    "HP_LAUNCH_VAR",
+    "SLURMD_NODENAME",
+)
 report = {"env": {k: os.environ.get(k) for k in keys}, "started": time.time()}
 if what == "sleep":
     with open(out, "w") as f:

@@ -6,13 +6,22 @@ from __future__ import annotations
 from typing import Any
 
 # Placement fields RLinf's `Placement` and plan.json share, compared as they are.
-EXACT_FIELDS = ("rank", "cluster_node_rank", "placement_node_rank", "local_rank", "local_world_size",
-                "visible_accelerators", "local_hardware_ranks")
+EXACT_FIELDS = (
+    "rank",
+    "cluster_node_rank",
+    "placement_node_rank",
+    "local_rank",
+    "local_world_size",
+    "visible_accelerators",
+    "local_hardware_ranks",
+)
 
 
 def group_node_ranks(group: dict[str, Any]) -> list[int]:
     """A plan.json group's cluster node ranks: listed once any group's are not one block."""
-    return group.get("node_ranks") or list(range(group["first_node_rank"], group["first_node_rank"] + group["num_nodes"]))
+    return group.get("node_ranks") or list(
+        range(group["first_node_rank"], group["first_node_rank"] + group["num_nodes"])
+    )
 
 
 def node_table(plan: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -20,13 +29,18 @@ def node_table(plan: dict[str, Any]) -> dict[int, dict[str, Any]]:
     table = {}
     for group in plan["node_groups"]:
         for j, rank in enumerate(group_node_ranks(group)):
-            table[rank] = {"label": group["label"], "het_group": group["het_group"], "index": j,
-                           "gpus": group["gpus_per_node"][j]}
+            table[rank] = {
+                "label": group["label"],
+                "het_group": group["het_group"],
+                "index": j,
+                "gpus": group["gpus_per_node"][j],
+            }
     return dict(sorted(table.items()))
 
 
-def rlinf_mismatches(report: dict[str, Any], plan: dict[str, Any],
-                     hosts: dict[tuple[int, int], str] | None = None) -> list[str]:
+def rlinf_mismatches(
+    report: dict[str, Any], plan: dict[str, Any], hosts: dict[tuple[int, int], str] | None = None
+) -> list[str]:
     """RLinf's run-time view (its Cluster, node groups, ComponentPlacement, launched workers)
     against the plan. `hosts` ((het group, index) -> host) also checks where each node and
     worker really ran."""
@@ -50,8 +64,10 @@ def rlinf_mismatches(report: dict[str, Any], plan: dict[str, Any],
         if got != expect:
             bad.append(f"node rank {rank}: RLinf (RLINF_NODE_RANK, labels, accelerators, type) {got} != plan {expect}")
         if hosts and ray_hosts.get(node["ray_id"]) != hosts[(want["het_group"], want["index"])]:
-            bad.append(f"node rank {rank}: Ray node on {ray_hosts.get(node['ray_id'])}, "
-                       f"plan host {hosts[(want['het_group'], want['index'])]}")
+            bad.append(
+                f"node rank {rank}: Ray node on {ray_hosts.get(node['ray_id'])}, "
+                f"plan host {hosts[(want['het_group'], want['index'])]}"
+            )
     for group in plan["node_groups"]:
         got_group = report["node_groups"].get(group["label"])
         if got_group is None:  # hpcplace's implicit groups of undeclared nodes are not RLinf groups
@@ -64,8 +80,10 @@ def rlinf_mismatches(report: dict[str, Any], plan: dict[str, Any],
     for comp in plan["components"]:
         got = report["placements"].get(comp["name"])
         if got is None or len(got) != len(comp["processes"]):
-            bad.append(f"{comp['name']}: RLinf has {None if got is None else len(got)} placements, "
-                       f"plan {len(comp['processes'])}")
+            bad.append(
+                f"{comp['name']}: RLinf has {None if got is None else len(got)} placements, "
+                f"plan {len(comp['processes'])}"
+            )
             continue
         for proc, place in zip(comp["processes"], got):
             where = f"{comp['name']} rank {proc['rank']}"
@@ -74,22 +92,30 @@ def rlinf_mismatches(report: dict[str, Any], plan: dict[str, Any],
                     bad.append(f"{where}: {field} RLinf {place[field]!r} != plan {proc[field]!r}")
             # RLinf types a node placement's local_accelerator_rank as the str of a device id.
             if int(place["local_accelerator_rank"]) != proc["local_accelerator_rank"]:
-                bad.append(f"{where}: local_accelerator_rank RLinf {place['local_accelerator_rank']!r} "
-                           f"!= plan {proc['local_accelerator_rank']!r}")
+                bad.append(
+                    f"{where}: local_accelerator_rank RLinf {place['local_accelerator_rank']!r} "
+                    f"!= plan {proc['local_accelerator_rank']!r}"
+                )
             gpu_node = table[proc["cluster_node_rank"]]["gpus"] > 0
             if place["accelerator_type"] != ("NV_GPU" if gpu_node else "NO_ACCEL"):
-                bad.append(f"{where}: RLinf accelerator type {place['accelerator_type']} on a node with "
-                           f"{table[proc['cluster_node_rank']]['gpus']} planned GPUs")
+                bad.append(
+                    f"{where}: RLinf accelerator type {place['accelerator_type']} on a node with "
+                    f"{table[proc['cluster_node_rank']]['gpus']} planned GPUs"
+                )
         for worker in report.get("workers", {}).get(comp["name"], []):
             proc = comp["processes"][worker["rank"]]
             node = nodes.get(proc["cluster_node_rank"], {})
             where = f"{comp['name']} worker {worker['rank']}"
             if worker["ray_node_id"] != node.get("ray_id") or worker["node_rank_env"] != str(proc["cluster_node_rank"]):
-                bad.append(f"{where}: ran on Ray node with RLINF_NODE_RANK={worker['node_rank_env']}, "
-                           f"plan node rank {proc['cluster_node_rank']}")
+                bad.append(
+                    f"{where}: ran on Ray node with RLINF_NODE_RANK={worker['node_rank_env']}, "
+                    f"plan node rank {proc['cluster_node_rank']}"
+                )
             if (worker["cuda_visible_devices"] or "") != ",".join(proc["visible_accelerators"]):
-                bad.append(f"{where}: CUDA_VISIBLE_DEVICES {worker['cuda_visible_devices']!r}, plan "
-                           f"{proc['visible_accelerators']}")
+                bad.append(
+                    f"{where}: CUDA_VISIBLE_DEVICES {worker['cuda_visible_devices']!r}, plan "
+                    f"{proc['visible_accelerators']}"
+                )
             want_host = table[proc["cluster_node_rank"]]
             if hosts and worker["host"] != hosts[(want_host["het_group"], want_host["index"])]:
                 bad.append(f"{where}: on host {worker['host']}")

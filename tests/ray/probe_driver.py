@@ -29,10 +29,16 @@ if mode == "warn":  # after ray.init: a Ray driver's own SIGTERM handler (instal
 
 @ray.remote
 def probe() -> dict:
-    return {"host": socket.gethostname(), "rlinf_node_rank": os.environ.get("RLINF_NODE_RANK"),
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_ids": ray.get_gpu_ids(),
-            "launch_var": os.environ.get("HP_LAUNCH_VAR"), "group_var": os.environ.get("HP_GROUP_VAR"),
-            "node_var": os.environ.get("HP_NODE_VAR"), "python": sys.executable}
+    return {
+        "host": socket.gethostname(),
+        "rlinf_node_rank": os.environ.get("RLINF_NODE_RANK"),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "gpu_ids": ray.get_gpu_ids(),
+        "launch_var": os.environ.get("HP_LAUNCH_VAR"),
+        "group_var": os.environ.get("HP_GROUP_VAR"),
+        "node_var": os.environ.get("HP_NODE_VAR"),
+        "python": sys.executable,
+    }
 
 
 def probe_nodes() -> dict:
@@ -44,11 +50,17 @@ def probe_nodes() -> dict:
         labels = node.get("Labels") or {}
         gpus = int(node["Resources"].get("GPU", 0))
         strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-        ref = probe.options(scheduling_strategy=strategy, num_gpus=1 if gpus else 0, num_cpus=0.01,
-                            resources={f"ng_{labels.get('hpcplace.group')}": 0.01}).remote()
+        ref = probe.options(
+            scheduling_strategy=strategy,
+            num_gpus=1 if gpus else 0,
+            num_cpus=0.01,
+            resources={f"ng_{labels.get('hpcplace.group')}": 0.01},
+        ).remote()
         refs[labels.get("hpcplace.node_rank")] = (ref, gpus, labels, node["Resources"].get("CPU"))
-    return {rank: {**ray.get(ref, timeout=120), "num_gpus": gpus, "labels": labels, "num_cpus": cpus}
-            for rank, (ref, gpus, labels, cpus) in refs.items()}
+    return {
+        rank: {**ray.get(ref, timeout=120), "num_gpus": gpus, "labels": labels, "num_cpus": cpus}
+        for rank, (ref, gpus, labels, cpus) in refs.items()
+    }
 
 
 def write(path: str, data: dict) -> None:
@@ -57,10 +69,25 @@ def write(path: str, data: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
-report = {"env": {k: os.environ.get(k) for k in ("RAY_ADDRESS", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                                                   "HPCPLACE_PLAN", "HPCPLACE_RUN_DIR", "HP_LAUNCH_VAR",
-                                                   "CUDA_VISIBLE_DEVICES")},
-          "host": socket.gethostname(), "started": started, "nodes": probe_nodes()}
+report = {
+    "env": {
+        k: os.environ.get(k)
+        for k in (
+            "RAY_ADDRESS",
+            "RANK",
+            "WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "HPCPLACE_PLAN",
+            "HPCPLACE_RUN_DIR",
+            "HP_LAUNCH_VAR",
+            "CUDA_VISIBLE_DEVICES",
+        )
+    },
+    "host": socket.gethostname(),
+    "started": started,
+    "nodes": probe_nodes(),
+}
 write(out_path, report)
 if mode == "warn":
     deadline = time.time() + float(sys.argv[3])

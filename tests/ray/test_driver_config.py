@@ -33,8 +33,9 @@ def test_an_override_the_driver_is_not_given_is_refused(capsys: pytest.CaptureFi
 
 
 def test_an_override_both_are_given_renders(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code, err = render(capsys, tmp_path, TOUR, "cluster.num_nodes=1", "--set", "slurm.time=10", *DRIVER,
-                       "cluster.num_nodes=1")
+    code, err = render(
+        capsys, tmp_path, TOUR, "cluster.num_nodes=1", "--set", "slurm.time=10", *DRIVER, "cluster.num_nodes=1"
+    )
     assert code == 0, err
     assert "cluster.num_nodes=1" in (tmp_path / "run" / "job.sbatch").read_text()  # the driver's argv, reviewable
 
@@ -44,16 +45,18 @@ def test_hpcplace_own_keys_are_never_asked_of_the_driver(capsys: pytest.CaptureF
     assert code == 0, err
 
 
-def test_a_driver_override_that_moves_the_placement_is_refused(capsys: pytest.CaptureFixture[str],
-                                                               tmp_path: Path) -> None:
+def test_a_driver_override_that_moves_the_placement_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     code, err = render(capsys, tmp_path, TOUR, *DRIVER, "cluster.num_nodes=1")
     assert code == 2 and "the Ray driver is given cluster.num_nodes=1, which changes the placement" in err
     assert f"hpcplace render {TOUR} cluster.num_nodes=1 --driver -- ..." in err
 
 
 @pytest.mark.parametrize("argument", ["+runner.seed=3", "algorithm.unknown_key=1", "rollout.tensor_parallel_size=2"])
-def test_a_driver_override_that_leaves_the_placement_renders(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                                             argument: str) -> None:
+def test_a_driver_override_that_leaves_the_placement_renders(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argument: str
+) -> None:
     """A new key, a key hpcplace cannot apply (the framework's defaults hold it), the planned value itself."""
     code, err = render(capsys, tmp_path, TOUR, *DRIVER, argument)
     assert code == 0, err
@@ -64,14 +67,15 @@ def areal_files(tmp_path: Path) -> tuple[Path, Path]:
     text = AREAL.read_text()
     own = text.index("\nslurm:")
     framework = tmp_path / "grpo.yaml"
-    framework.write_text(text[:own + 1], encoding="utf-8")
+    framework.write_text(text[: own + 1], encoding="utf-8")
     job = tmp_path / "job.yaml"
-    job.write_text("defaults:\n  - grpo\n  - _self_\n" + text[own + 1:], encoding="utf-8")
+    job.write_text("defaults:\n  - grpo\n  - _self_\n" + text[own + 1 :], encoding="utf-8")
     return framework, job
 
 
-def test_areal_reading_a_file_with_hpcplace_blocks_is_refused(capsys: pytest.CaptureFixture[str],
-                                                              tmp_path: Path) -> None:
+def test_areal_reading_a_file_with_hpcplace_blocks_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     driver = ["--driver", "--", "python", "rl.py", "--config", str(AREAL)]
     code, err = render(capsys, tmp_path, str(AREAL), *driver)
     assert code == 2 and f"{AREAL}:1:1: the Ray driver reads {AREAL}, whose `slurm:`" in err
@@ -80,8 +84,7 @@ def test_areal_reading_a_file_with_hpcplace_blocks_is_refused(capsys: pytest.Cap
     assert code == 0, err
 
 
-def test_areal_beside_a_job_file_renders_and_areal_reads_it(capsys: pytest.CaptureFixture[str],
-                                                            tmp_path: Path) -> None:
+def test_areal_beside_a_job_file_renders_and_areal_reads_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     framework, job = areal_files(tmp_path)
     code, err = render(capsys, tmp_path, str(job), "--driver", "--", "python", "rl.py", "--config", str(framework))
     assert code == 0, err

@@ -40,9 +40,12 @@ def test_fake_nvml_reports_the_raylets_planned_gpus() -> None:
     pytest.importorskip("ray")
     fake = str(HERE / "fake_gpu")
     assert _nvml_view({"PYTHONPATH": fake, "CUDA_VISIBLE_DEVICES": "0,1,3"})[:2] == [3, "A800"]
-    assert _nvml_view({"PYTHONPATH": fake, "CUDA_VISIBLE_DEVICES": "",
-                       "FAKE_NVML_GPU_MODEL": "NVIDIA GeForce RTX 4090"})[:2] == [0, None]
-    two = _nvml_view({"PYTHONPATH": fake, "CUDA_VISIBLE_DEVICES": "4,5", "FAKE_NVML_GPU_MODEL": "NVIDIA H100 80GB HBM3"})
+    assert _nvml_view(
+        {"PYTHONPATH": fake, "CUDA_VISIBLE_DEVICES": "", "FAKE_NVML_GPU_MODEL": "NVIDIA GeForce RTX 4090"}
+    )[:2] == [0, None]
+    two = _nvml_view(
+        {"PYTHONPATH": fake, "CUDA_VISIBLE_DEVICES": "4,5", "FAKE_NVML_GPU_MODEL": "NVIDIA H100 80GB HBM3"}
+    )
     assert two[:2] == [2, "H100"]
     assert _nvml_view({"PYTHONPATH": fake, "CUDA_VISIBLE_DEVICES": "0,1", "FAKE_NVML": "0"})[2] is None
 
@@ -54,21 +57,45 @@ def _plan(fixture: Path = FIXTURE) -> dict:
 def _perfect_report(plan: dict) -> dict:
     """What RLinf reports when it agrees with the plan (shape of tests/ray/drivers/rlinf_driver.py)."""
     table = node_table(plan)
-    nodes = [{"node_rank": r, "node_labels": [t["label"]], "ray_id": f"id{r}", "num_accelerators": t["gpus"],
-              "accelerator_type": "NV_GPU" if t["gpus"] else "NO_ACCEL", "env_node_rank": str(r)}
-             for r, t in table.items()]
+    nodes = [
+        {
+            "node_rank": r,
+            "node_labels": [t["label"]],
+            "ray_id": f"id{r}",
+            "num_accelerators": t["gpus"],
+            "accelerator_type": "NV_GPU" if t["gpus"] else "NO_ACCEL",
+            "env_node_rank": str(r),
+        }
+        for r, t in table.items()
+    ]
     placements, workers = {}, {}
     for comp in plan["components"]:
-        placements[comp["name"]] = [dict(p, accelerator_type="NV_GPU" if table[p["cluster_node_rank"]]["gpus"]
-                                         else "NO_ACCEL") for p in comp["processes"]]
-        workers[comp["name"]] = [{"rank": p["rank"], "ray_node_id": f"id{p['cluster_node_rank']}",
-                                  "node_rank_env": str(p["cluster_node_rank"]), "host": f"h{p['cluster_node_rank']}",
-                                  "cuda_visible_devices": ",".join(p["visible_accelerators"])}
-                                 for p in comp["processes"]]
+        placements[comp["name"]] = [
+            dict(p, accelerator_type="NV_GPU" if table[p["cluster_node_rank"]]["gpus"] else "NO_ACCEL")
+            for p in comp["processes"]
+        ]
+        workers[comp["name"]] = [
+            {
+                "rank": p["rank"],
+                "ray_node_id": f"id{p['cluster_node_rank']}",
+                "node_rank_env": str(p["cluster_node_rank"]),
+                "host": f"h{p['cluster_node_rank']}",
+                "cuda_visible_devices": ",".join(p["visible_accelerators"]),
+            }
+            for p in comp["processes"]
+        ]
     groups = {g["label"]: {"node_ranks": group_node_ranks(g)} for g in plan["node_groups"]}
-    return {"stages": ["worker groups launched"], "error": None, "num_nodes": len(table), "ray_nodes": len(table),
-            "nodes": nodes, "node_groups": groups, "placements": placements, "workers": workers,
-            "ray_node_hosts": {f"id{r}": f"h{r}" for r in table}}
+    return {
+        "stages": ["worker groups launched"],
+        "error": None,
+        "num_nodes": len(table),
+        "ray_nodes": len(table),
+        "nodes": nodes,
+        "node_groups": groups,
+        "placements": placements,
+        "workers": workers,
+        "ray_node_hosts": {f"id{r}": f"h{r}" for r in table},
+    }
 
 
 def test_checker_agrees_with_a_faithful_report_and_names_each_difference() -> None:
@@ -99,10 +126,17 @@ def test_interleaved_node_ranks_map_each_host_to_its_listed_rank() -> None:
     cluster node rank 2 (not first_node_rank + 1 = 1), and the checker holds RLinf to exactly that."""
     plan = _plan(INTERLEAVED)
     assert [(g["label"], g["node_ranks"]) for g in plan["node_groups"]] == [
-        ("a800", [0, 2]), ("4090", [1]), ("cpu", [3])]
+        ("a800", [0, 2]),
+        ("4090", [1]),
+        ("cpu", [3]),
+    ]
     table = node_table(plan)
     assert {r: (t["label"], t["het_group"], t["index"], t["gpus"]) for r, t in table.items()} == {
-        0: ("a800", 0, 0, 2), 1: ("4090", 1, 0, 2), 2: ("a800", 0, 1, 2), 3: ("cpu", 2, 0, 0)}
+        0: ("a800", 0, 0, 2),
+        1: ("4090", 1, 0, 2),
+        2: ("a800", 0, 1, 2),
+        3: ("cpu", 2, 0, 0),
+    }
     hosts = {(0, 0): "a800-1", (0, 1): "a800-2", (1, 0): "rtx4090-1", (2, 0): "cpu-1"}
     good = _perfect_report(plan)
     good["ray_node_hosts"] = {f"id{r}": hosts[(t["het_group"], t["index"])] for r, t in table.items()}

@@ -25,8 +25,14 @@ TIMEOUT_S = 420
 def run_local(tmp_path: Path, name: str, driver: list[str]) -> Path:
     pytest.importorskip("ray")
     config = tmp_path / f"{name}.yaml"
-    launch = {"launch": {"mode": "ray", "driver": driver, "join_timeout": 120,
-                         "env": {"PYTHONPATH": str(HERE / "fake_gpu"), "FAKE_NVML_GPU_COUNT": "4"}}}
+    launch = {
+        "launch": {
+            "mode": "ray",
+            "driver": driver,
+            "join_timeout": 120,
+            "env": {"PYTHONPATH": str(HERE / "fake_gpu"), "FAKE_NVML_GPU_COUNT": "4"},
+        }
+    }
     config.write_text(FIXTURE.read_text(encoding="utf-8") + "\n" + yaml.safe_dump(launch), encoding="utf-8")
     run_dir = tmp_path / "run"
     env = dict(os.environ, HPCPLACE_RAY_ARGS="--object-store-memory=80000000")
@@ -40,8 +46,11 @@ def run_local(tmp_path: Path, name: str, driver: list[str]) -> Path:
 
 def test_rlinf_local(tmp_path: Path) -> None:
     pytest.importorskip("rlinf")
-    run_dir = run_local(tmp_path, "rlinf", [sys.executable, str(DRIVERS / "rlinf_driver.py"),
-                                            "--config-path", str(tmp_path), "--config-name", "rlinf"])
+    run_dir = run_local(
+        tmp_path,
+        "rlinf",
+        [sys.executable, str(DRIVERS / "rlinf_driver.py"), "--config-path", str(tmp_path), "--config-name", "rlinf"],
+    )
     report = json.loads((run_dir / "rlinf-report.json").read_text())
     plan = json.loads((run_dir / "plan.json").read_text())
     assert report["stages"][-1] == "worker groups launched", report.get("traceback")
@@ -50,8 +59,9 @@ def test_rlinf_local(tmp_path: Path) -> None:
 
 def test_areal_local(tmp_path: Path) -> None:
     pytest.importorskip("areal")
-    run_dir = run_local(tmp_path, "areal", [sys.executable, str(DRIVERS / "areal_driver.py"),
-                                            "--nodes", "1", "--gpus-per-node", "4"])
+    run_dir = run_local(
+        tmp_path, "areal", [sys.executable, str(DRIVERS / "areal_driver.py"), "--nodes", "1", "--gpus-per-node", "4"]
+    )
     report = json.loads((run_dir / "areal-report.json").read_text())
     assert report["error"] is None, report.get("traceback")
     assert report["ray_address_env"].startswith("127.0.0.1:") and len(report["ray_nodes"]) == 1

@@ -36,8 +36,7 @@ def _need(module: str) -> None:
 def launch_config(tmp_path: Path, name: str, driver: list[str], fixture: Path = FIXTURE) -> Path:
     """The RLinf fixture, unchanged, plus a `launch:` block running `driver` on the head."""
     text = fixture.read_text(encoding="utf-8")
-    launch = {"launch": {"mode": "ray", "driver": driver, "env": {"PYTHONPATH": str(FAKE_GPU)},
-                         "join_timeout": 180}}
+    launch = {"launch": {"mode": "ray", "driver": driver, "env": {"PYTHONPATH": str(FAKE_GPU)}, "join_timeout": 180}}
     path = tmp_path / f"{name}.yaml"
     path.write_text(text + "\n" + yaml.safe_dump(launch, sort_keys=False), encoding="utf-8")
     return path
@@ -64,7 +63,14 @@ def run_rlinf(tmp_path: Path, fixture: Path) -> tuple[dict, dict, dict]:
     # the raylets' fake NVML and a longer join timeout for this small machine: Hydra-style overrides
     # after the config, as a user adds them (the file stays as RLinf reads it)
     overrides = (f"+launch.env.PYTHONPATH={FAKE_GPU}", "+launch.join_timeout=180")
-    driver = [sys.executable, str(DRIVERS / "rlinf_driver.py"), "--config-path", str(tmp_path), "--config-name", "rlinf"]
+    driver = [
+        sys.executable,
+        str(DRIVERS / "rlinf_driver.py"),
+        "--config-path",
+        str(tmp_path),
+        "--config-name",
+        "rlinf",
+    ]
     run_dir, plan, hosts = run_job(tmp_path, config, "--driver", "--", *driver, overrides=overrides)
     report = json.loads((run_dir / "rlinf-report.json").read_text())
     assert report["stages"][-1] == "worker groups launched", report.get("traceback")
@@ -73,7 +79,8 @@ def run_rlinf(tmp_path: Path, fixture: Path) -> tuple[dict, dict, dict]:
     for comp in plan["components"]:
         assert {w["host"] for w in report["workers"][comp["name"]]} == {
             hosts[(table[p["cluster_node_rank"]]["het_group"], table[p["cluster_node_rank"]]["index"])]
-            for p in comp["processes"]}
+            for p in comp["processes"]
+        }
     return report, plan, hosts
 
 
@@ -91,10 +98,18 @@ def test_rlinf_interleaved_node_ranks_agree_with_the_plan(slurm_cluster: LiveClu
     report, _, hosts = run_rlinf(tmp_path, INTERLEAVED)
     a800_1, a800_2, rtx = hosts[(0, 0)], hosts[(0, 1)], hosts[(1, 0)]
     assert {r["node_rank"]: report["ray_node_hosts"][r["ray_id"]] for r in report["nodes"]} == {
-        0: a800_1, 1: rtx, 2: a800_2, 3: hosts[(2, 0)]}
+        0: a800_1,
+        1: rtx,
+        2: a800_2,
+        3: hosts[(2, 0)],
+    }
     assert {k: v["node_ranks"] for k, v in report["node_groups"].items()} == {"4090": [1], "a800": [0, 2], "cpu": [3]}
     assert [(w["host"], w["node_rank_env"]) for w in report["workers"]["actor"]] == [
-        (a800_1, "0"), (a800_1, "0"), (a800_2, "2"), (a800_2, "2")]
+        (a800_1, "0"),
+        (a800_1, "0"),
+        (a800_2, "2"),
+        (a800_2, "2"),
+    ]
     assert [w["host"] for w in report["workers"]["env"]] == [a800_1, rtx, a800_2, hosts[(2, 0)]]
     assert report["driver_host"] == a800_1
 
@@ -103,20 +118,24 @@ def test_areal_launcher_attaches_and_places_per_node(slurm_cluster: LiveCluster,
     """AReaL's RayLauncher attaches through RAY_ADDRESS (its bare ray.init()) and its per-node
     placement group puts one task per planned GPU on the three GPU nodes."""
     _need("areal")
-    config = launch_config(tmp_path, "areal", [
-        sys.executable, str(DRIVERS / "areal_driver.py"), "--nodes", "3", "--gpus-per-node", "2"])
+    config = launch_config(
+        tmp_path, "areal", [sys.executable, str(DRIVERS / "areal_driver.py"), "--nodes", "3", "--gpus-per-node", "2"]
+    )
     run_dir, plan, hosts = run_job(tmp_path, config)
     report = json.loads((run_dir / "areal-report.json").read_text())
     assert report["error"] is None, report.get("traceback")
     head = hosts[(0, 0)]
     assert report["ray_address_env"].split(":")[0] == head and len(report["ray_nodes"]) == 4
-    gpu_hosts = {hosts[(g["het_group"], j)]: g["gpus_per_node"][j]
-                 for g in plan["node_groups"] for j in range(g["num_nodes"]) if g["gpus_per_node"][j]}
+    gpu_hosts = {
+        hosts[(g["het_group"], j)]: g["gpus_per_node"][j]
+        for g in plan["node_groups"]
+        for j in range(g["num_nodes"])
+        if g["gpus_per_node"][j]
+    }
     per_host: dict[str, list[str]] = {}
     for task in report["tasks"]:
         per_host.setdefault(task["host"], []).append(task["cuda_visible_devices"])
-    assert {h: sorted(v) for h, v in per_host.items()} == {
-        h: [str(i) for i in range(n)] for h, n in gpu_hosts.items()}
+    assert {h: sorted(v) for h, v in per_host.items()} == {h: [str(i) for i in range(n)] for h, n in gpu_hosts.items()}
 
 
 # ROLL is not on PyPI (the PyPI `roll` is another project): with a ROLL checkout here, the driver also
@@ -150,14 +169,32 @@ def test_roll_worker_wider_than_a_node_lands_as_planned(slurm_cluster: LiveClust
     per-node processes name, with the plan's GPUs."""
     report_path = tmp_path / "roll-resources.json"
     config = tmp_path / "roll-span.yaml"
-    config.write_text(yaml.safe_dump({
-        "slurm": {"partition": "a800", "gpu_type": "a800", "gpus_per_node": 8},
-        "launch": {"mode": "ray", "join_timeout": 180,
-                   "driver": [sys.executable, str(DRIVERS / "roll_resources_driver.py"), str(report_path), "8", "16",
-                              *[str(g) for g in range(8, 16)], *[str(g) for g in range(8)]]},
-        "actor_infer": {"device_mapping": "list(range(8,16))+list(range(0,8))",
-                        "strategy_args": {"strategy_name": "vllm", "strategy_config": {"tensor_parallel_size": 16}}},
-    }, sort_keys=False), encoding="utf-8")
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "slurm": {"partition": "a800", "gpu_type": "a800", "gpus_per_node": 8},
+                "launch": {
+                    "mode": "ray",
+                    "join_timeout": 180,
+                    "driver": [
+                        sys.executable,
+                        str(DRIVERS / "roll_resources_driver.py"),
+                        str(report_path),
+                        "8",
+                        "16",
+                        *[str(g) for g in range(8, 16)],
+                        *[str(g) for g in range(8)],
+                    ],
+                },
+                "actor_infer": {
+                    "device_mapping": "list(range(8,16))+list(range(0,8))",
+                    "strategy_args": {"strategy_name": "vllm", "strategy_config": {"tensor_parallel_size": 16}},
+                },
+            },
+            sort_keys=False,
+        ),
+        encoding="utf-8",
+    )
     _, plan, hosts = run_job(tmp_path, config)
     report = json.loads(report_path.read_text())
     table = node_table(plan)
@@ -167,7 +204,8 @@ def test_roll_worker_wider_than_a_node_lands_as_planned(slurm_cluster: LiveClust
 
     # each node's group holds all 8 of its GPUs (Ray lists them in its own order)
     assert sorted((g["node_rank"], g["host"], sorted(g["visible"].split(","))) for g in report["node_groups"]) == [
-        (r, host(r), [str(i) for i in range(8)]) for r in (0, 1)]
+        (r, host(r), [str(i) for i in range(8)]) for r in (0, 1)
+    ]
     infer = next(c for c in plan["components"] if c["name"] == "actor_infer")
     assert infer["workers"]["processes"] == [[0, 1]]
     first, second = infer["processes"]

@@ -20,16 +20,34 @@ from tests.slurm.conftest import LiveCluster, cli, run_status, submit_cli, wait_
 pytestmark = pytest.mark.slurm
 
 
-def test_cli_bare_python_driver_runs_with_the_submitting_interpreter(slurm_cluster: LiveCluster,
-                                                                     tmp_path: Path) -> None:
+def test_cli_bare_python_driver_runs_with_the_submitting_interpreter(
+    slurm_cluster: LiveCluster, tmp_path: Path
+) -> None:
     config = tmp_path / "ray.yaml"
     config.write_text(CONFIG, encoding="utf-8")
     out, run_dir = tmp_path / "probe.json", tmp_path / "run"
     env = {**slurm_cluster.env, "HPCPLACE_RAY_ARGS": RAY_ARGS}
     python = os.path.abspath(shutil.which("python", path=env.get("PATH")) or sys.executable)
-    sub = subprocess.run([sys.executable, "-m", "hpcplace.cli", "submit", str(config), "-o", str(run_dir),
-                          "--driver", "--", "python", str(PROBE), str(out)],
-                         env=env, capture_output=True, text=True, cwd=tmp_path)
+    sub = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hpcplace.cli",
+            "submit",
+            str(config),
+            "-o",
+            str(run_dir),
+            "--driver",
+            "--",
+            "python",
+            str(PROBE),
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert sub.returncode == 0, sub.stderr
     script = (run_dir / "job.sbatch").read_text()
     assert f"# driver interpreter: {python} " in script
@@ -46,11 +64,22 @@ def test_ray_mode_on_the_default_partition(slurm_cluster: LiveCluster, tmp_path:
     """No partition named (Slurm's default, `cpu` on the test cluster): the raylets start without a
     partition label and the driver sees the planned node."""
     config = tmp_path / "ray.yaml"  # an RLinf config naming no partition
-    config.write_text("cluster:\n  num_nodes: 1\n  component_placement:\n    env: {node_group: node, placement: '0'}\n"
-                      "slurm: {gpus_per_node: 0}\n", encoding="utf-8")
+    config.write_text(
+        "cluster:\n  num_nodes: 1\n  component_placement:\n    env: {node_group: node, placement: '0'}\n"
+        "slurm: {gpus_per_node: 0}\n",
+        encoding="utf-8",
+    )
     out, run_dir = tmp_path / "probe.json", tmp_path / "run"
-    submit_cli(config, run_dir, "--driver", "--", sys.executable, str(PROBE), str(out),
-               env={**slurm_cluster.env, "HPCPLACE_RAY_ARGS": RAY_ARGS})
+    submit_cli(
+        config,
+        run_dir,
+        "--driver",
+        "--",
+        sys.executable,
+        str(PROBE),
+        str(out),
+        env={**slurm_cluster.env, "HPCPLACE_RAY_ARGS": RAY_ARGS},
+    )
     assert "(default, the default partition)" in (run_dir / "job.sbatch").read_text()
     status = wait_done(run_dir)
     assert status.state == "COMPLETED", (status, [p.read_text() for p in (run_dir / "logs").glob("*.out")][:3])
@@ -59,15 +88,24 @@ def test_ray_mode_on_the_default_partition(slurm_cluster: LiveCluster, tmp_path:
     assert "hpcplace.partition" not in nodes[0]["labels"], nodes
 
 
-def test_status_shows_the_ray_node_error_when_ray_start_fails_on_the_head(slurm_cluster: LiveCluster,
-                                                                          tmp_path: Path) -> None:
+def test_status_shows_the_ray_node_error_when_ray_start_fails_on_the_head(
+    slurm_cluster: LiveCluster, tmp_path: Path
+) -> None:
     """`ray start` refuses its arguments on every node, the head included (so no ray/head.json is ever
     written): `hpcplace status` still shows the node errors of logs/ray-errors.txt."""
     config = tmp_path / "ray.yaml"
     config.write_text(CONFIG, encoding="utf-8")
     run_dir = tmp_path / "run"
-    submit_cli(config, run_dir, "--driver", "--", sys.executable, str(PROBE), str(tmp_path / "probe.json"),
-               env={**slurm_cluster.env, "HPCPLACE_RAY_ARGS": f"{RAY_ARGS} --bogus-flag"})
+    submit_cli(
+        config,
+        run_dir,
+        "--driver",
+        "--",
+        sys.executable,
+        str(PROBE),
+        str(tmp_path / "probe.json"),
+        env={**slurm_cluster.env, "HPCPLACE_RAY_ARGS": f"{RAY_ARGS} --bogus-flag"},
+    )
     status = wait_done(run_dir, 180)
     assert status.state == "FAILED", status.text
     assert not (run_dir / "ray" / "head.json").exists()
@@ -80,9 +118,12 @@ def test_status_names_the_ray_process_that_died(slurm_cluster: LiveCluster, tmp_
     """A raylet killed under a held Ray cluster: `ray start --block` stops, and `hpcplace status` says which
     of Ray's processes died, with its exit code (from the node-local session, read before it is removed)."""
     config = tmp_path / "ray.yaml"
-    config.write_text("name: ray-dies\ncluster:\n  node_groups:\n    - {label: cpu, partition: cpu, nodes: 1}\n"
-                      "  component_placement:\n    env: {node_group: cpu, placement: '0'}\n"
-                      "launch: {mode: ray, hold: true, join_timeout: 120}\n", encoding="utf-8")
+    config.write_text(
+        "name: ray-dies\ncluster:\n  node_groups:\n    - {label: cpu, partition: cpu, nodes: 1}\n"
+        "  component_placement:\n    env: {node_group: cpu, placement: '0'}\n"
+        "launch: {mode: ray, hold: true, join_timeout: 120}\n",
+        encoding="utf-8",
+    )
     run_dir = tmp_path / "run"
     env = {**slurm_cluster.env, "HPCPLACE_RAY_ARGS": RAY_ARGS}
     job_id = submit_cli(config, run_dir, env=env)
@@ -94,8 +135,18 @@ def test_status_names_the_ray_process_that_died(slurm_cluster: LiveCluster, tmp_
             time.sleep(0.5)
         while True:
             # `[r]`: the pattern matches the raylet's own argv, not the exec step's that carries it
-            kill = cli("exec", run_dir, "--node", "0", "--", "pkill", "-KILL", "-f",
-                       f"[r]aylet_socket_name=/dev/shm/hpcplace-{job_id}/ray-n0/", env=env)
+            kill = cli(
+                "exec",
+                run_dir,
+                "--node",
+                "0",
+                "--",
+                "pkill",
+                "-KILL",
+                "-f",
+                f"[r]aylet_socket_name=/dev/shm/hpcplace-{job_id}/ray-n0/",
+                env=env,
+            )
             if kill.returncode == 0:
                 break
             assert time.monotonic() < deadline and not run_status(run_dir).done, kill.stderr + run_status(run_dir).text
@@ -104,8 +155,10 @@ def test_status_names_the_ray_process_that_died(slurm_cluster: LiveCluster, tmp_
     finally:
         cli("cancel", run_dir, env=env)
     assert status.state == "FAILED", status.text
-    assert "Ray: Ray node rank 0 on cpu-1 (node group cpu, het group 0 node 0): Ray's raylet [exit code=-9 " \
-           "(signal 9)] died, so ray start stopped (exit code 1)" in status.text, status.text
+    assert (
+        "Ray: Ray node rank 0 on cpu-1 (node group cpu, het group 0 node 0): Ray's raylet [exit code=-9 "
+        "(signal 9)] died, so ray start stopped (exit code 1)" in status.text
+    ), status.text
     assert "the end of its log is in logs/ray.cpu-1.out" in status.text
     assert f"last 5 line(s) of Ray's output on that node ({run_dir / 'logs' / 'ray.cpu-1.out'}):" in status.text
     assert "Remaining processes will be killed." in status.text  # what `ray start --block` said last

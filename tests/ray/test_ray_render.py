@@ -38,28 +38,40 @@ def with_launch(tmp_path: Path, config: Path, block: str) -> Path:
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_launch_block_in_every_format(config: Path, tmp_path: Path) -> None:
-    path = with_launch(tmp_path, config, "launch:\n  mode: ray\n  driver: python main.py --x 'a b'\n"
-                                         "  env: {PYTHONPATH: /opt/site}\n  join_timeout: 30\n")
+    path = with_launch(
+        tmp_path,
+        config,
+        "launch:\n  mode: ray\n  driver: python main.py --x 'a b'\n"
+        "  env: {PYTHONPATH: /opt/site}\n  join_timeout: 30\n",
+    )
     plan = plan_from_file(path)
     assert plan.launch == LaunchSpec("ray", ("python", "main.py", "--x", "a b"), {"PYTHONPATH": "/opt/site"}, 30.0)
     assert plan_from_file(config).launch == LaunchSpec()  # default: steps mode, as before
     record = json.loads(plan_to_json(plan))["launch"]
-    assert record == {"mode": "ray", "driver": ["python", "main.py", "--x", "a b"],
-                      "env": {"PYTHONPATH": "/opt/site"}, "join_timeout": 30.0}
+    assert record == {
+        "mode": "ray",
+        "driver": ["python", "main.py", "--x", "a b"],
+        "env": {"PYTHONPATH": "/opt/site"},
+        "join_timeout": 30.0,
+    }
     assert "launch" not in json.loads(plan_to_json(plan_from_file(config)))
     from hpcplace.ray.ray_cluster import ray_summary
+
     assert "driver (on the head, argv from plan.json launch.driver): python main.py --x 'a b'" in ray_summary(plan)
 
 
-@pytest.mark.parametrize("block, message", [
-    ("launch: {mode: slurm}", "unknown launch mode 'slurm'"),
-    ("launch: {mode: steps, driver: [x]}", "launch.driver is only used in ray mode"),
-    ("launch: {mode: ray, driver: []}", "launch.driver is empty"),
-    ("launch: {mode: ray, driver: [x], env: {'A B': x}}", "'A B'"),
-    ("launch: {mode: ray, driver: [x], join_timeout: 0}", "join_timeout must be a number of seconds"),
-    ("launch: {mode: ray, driver: [x], drvier: [y]}", "unknown key 'drvier'"),
-    ("launch: [ray]", "launch must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "block, message",
+    [
+        ("launch: {mode: slurm}", "unknown launch mode 'slurm'"),
+        ("launch: {mode: steps, driver: [x]}", "launch.driver is only used in ray mode"),
+        ("launch: {mode: ray, driver: []}", "launch.driver is empty"),
+        ("launch: {mode: ray, driver: [x], env: {'A B': x}}", "'A B'"),
+        ("launch: {mode: ray, driver: [x], join_timeout: 0}", "join_timeout must be a number of seconds"),
+        ("launch: {mode: ray, driver: [x], drvier: [y]}", "unknown key 'drvier'"),
+        ("launch: [ray]", "launch must be a mapping"),
+    ],
+)
 def test_launch_block_errors(tmp_path: Path, block: str, message: str) -> None:
     path = with_launch(tmp_path, REPO / "configs" / "hetero-partitions.yaml", block + "\n")
     with pytest.raises(SpecError) as err:
@@ -88,8 +100,10 @@ def test_ray_block_without_driver_takes_the_command_lines_driver_or_hold(tmp_pat
     assert main(["render", str(REPO / "configs" / "areal-colocated.yaml"), "-o", str(tmp_path / "a"), "--hold"]) == 0
     assert json.loads((tmp_path / "a" / "plan.json").read_text())["launch"]["mode"] == "ray"
     assert main(["render", str(REPO / "configs" / "collocated-demo.yaml"), "-o", str(tmp_path / "c"), "--hold"]) == 0
-    assert "launch" not in json.loads((tmp_path / "c" / "plan.json").read_text()) or json.loads(
-        (tmp_path / "c" / "plan.json").read_text())["launch"]["mode"] == "steps"
+    assert (
+        "launch" not in json.loads((tmp_path / "c" / "plan.json").read_text())
+        or json.loads((tmp_path / "c" / "plan.json").read_text())["launch"]["mode"] == "steps"
+    )
 
 
 def test_driver_argv_is_cut_before_argparse() -> None:
@@ -102,14 +116,18 @@ def test_driver_argv_is_cut_before_argparse() -> None:
     with pytest.raises(SpecError) as info:
         split_driver_argv(["render", "c.yaml", "--driver", "-o", "d", "--", "python", "m.py"])
     assert "'-o d' looks like hpcplace's own option" in info.value.message
-    assert info.value.hint == "put hpcplace's options before it: hpcplace render CONFIG -o d --driver -- python main.py ..."
+    assert (
+        info.value.hint
+        == "put hpcplace's options before it: hpcplace render CONFIG -o d --driver -- python main.py ..."
+    )
     assert split_driver_argv(["run", "c.yaml", "--driver", "--", "-m", "x"])[1] == ["-m", "x"]
 
 
 def test_cli_render_with_driver(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
-    rc = cli_main(["render", str(REPO / "configs" / "rlinf-heterogeneous.yaml"), "-o", str(out),
-                   "--driver", "--", *DRIVER])
+    rc = cli_main(
+        ["render", str(REPO / "configs" / "rlinf-heterogeneous.yaml"), "-o", str(out), "--driver", "--", *DRIVER]
+    )
     assert rc == 0, capsys.readouterr().err
     plan = load_plan(out / "plan.json")
     # a bare `python` becomes the submitting environment's interpreter (the one running hpcplace)
@@ -140,8 +158,10 @@ def test_ray_nodes_follow_the_plan() -> None:
         assert n.resources == {f"ng_{group.label}": 1}
         assert n.labels["hpcplace.node_rank"] == str(n.rank) and n.labels["hpcplace.group"] == group.label
         ranks = set(plan.cluster.node_ranks(n.het_group))
-        needed = max(sum(c.cpus_per_process for c in plan.components for p in c.processes if p.cluster_node_rank == r)
-                     for r in ranks)
+        needed = max(
+            sum(c.cpus_per_process for c in plan.components for p in c.processes if p.cluster_node_rank == r)
+            for r in ranks
+        )
         assert n.num_cpus == max(group.cpus_per_node or needed, 1)
     segments = ray_step_segments(lower(plan), plan)
     assert len(segments) == len(plan.cluster.node_groups)  # one raylet step over every het component
@@ -163,19 +183,31 @@ def test_interleaved_node_ranks_in_the_ray_lowering_and_header() -> None:
     plan = replace(plan, launch=LaunchSpec("ray", ("x",)))
     nodes = ray_nodes(plan)
     assert [(n.rank, n.het_group, n.index, n.label, len(n.gpus)) for n in nodes] == [
-        (0, 0, 0, "a800", 2), (1, 1, 0, "4090", 2), (2, 0, 1, "a800", 2), (3, 2, 0, "cpu", 0)]
+        (0, 0, 0, "a800", 2),
+        (1, 1, 0, "4090", 2),
+        (2, 0, 1, "a800", 2),
+        (3, 2, 0, "cpu", 0),
+    ]
     assert nodes[2].labels["hpcplace.node_rank"] == "2"
     text = render_script(plan, "/shared/runs/demo")
     header = [line for line in text.splitlines() if line.startswith("#   node rank ")]
     assert header[:4] == header[4:]  # the summary at the top and the bring-up comment above step 0
     assert [line.split(":")[0] for line in header[:4]] == [
-        "#   node rank 0 (head)", "#   node rank 1 (worker)", "#   node rank 2 (worker)", "#   node rank 3 (worker)"]
+        "#   node rank 0 (head)",
+        "#   node rank 1 (worker)",
+        "#   node rank 2 (worker)",
+        "#   node rank 3 (worker)",
+    ]
     assert "het 0 node 1 (a800, partition a800): RLINF_NODE_RANK=2," in header[2]
     job = lower(plan)
     assert driver_step_args(job, plan)[:3] == ("--het-group=0", "--nodes=1", "--relative=0")
     a800, rtx, cpu = plan.cluster.node_groups
-    moved = replace(plan, cluster=Cluster((replace(a800, node_ranks=(1, 2)), replace(rtx, node_ranks=(0,)),
-                                           replace(cpu, node_ranks=(3,)))))
+    moved = replace(
+        plan,
+        cluster=Cluster(
+            (replace(a800, node_ranks=(1, 2)), replace(rtx, node_ranks=(0,)), replace(cpu, node_ranks=(3,)))
+        ),
+    )
     assert (head_node(moved).het_group, head_node(moved).index, head_node(moved).label) == (1, 0, "4090")
     assert driver_step_args(job, moved)[:3] == ("--het-group=1", "--nodes=1", "--relative=0")
 
@@ -229,16 +261,38 @@ def test_local_mode_runs_a_real_ray_driver(tmp_path: Path) -> None:
     no Ray process or temp dir left."""
     pytest.importorskip("ray")
     out = tmp_path / "out.json"
-    code = ("import json,os,sys,ray; ray.init(); r=ray.cluster_resources(); "
-            "f=ray.remote(lambda: (os.environ.get('RLINF_NODE_RANK'), os.environ.get('HP_V'))); "
-            "json.dump({'task': ray.get(f.remote()), 'res': r, "
-            "'env': {k: os.environ.get(k) for k in ('RANK','WORLD_SIZE','MASTER_PORT','RAY_ADDRESS')}}, "
-            "open(sys.argv[1],'w')); sys.exit(3)")
+    code = (
+        "import json,os,sys,ray; ray.init(); r=ray.cluster_resources(); "
+        "f=ray.remote(lambda: (os.environ.get('RLINF_NODE_RANK'), os.environ.get('HP_V'))); "
+        "json.dump({'task': ray.get(f.remote()), 'res': r, "
+        "'env': {k: os.environ.get(k) for k in ('RANK','WORLD_SIZE','MASTER_PORT','RAY_ADDRESS')}}, "
+        "open(sys.argv[1],'w')); sys.exit(3)"
+    )
     env = {**os.environ, "HPCPLACE_RAY_ARGS": "--object-store-memory=80000000"}
-    res = subprocess.run([sys.executable, "-m", "hpcplace.cli", "run", str(REPO / "configs" / "hetero-partitions.yaml"),
-                          "--local", "--run-dir", str(tmp_path / "run"), "--set", "launch.env.HP_V=a b",
-                          "--driver", "--", sys.executable, "-c", code, str(out)],
-                         env=env, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hpcplace.cli",
+            "run",
+            str(REPO / "configs" / "hetero-partitions.yaml"),
+            "--local",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--set",
+            "launch.env.HP_V=a b",
+            "--driver",
+            "--",
+            sys.executable,
+            "-c",
+            code,
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 3, res.stderr
     data = json.loads(out.read_text())
     assert data["task"] == ["0", "a b"]
@@ -283,21 +337,36 @@ def test_every_raylet_of_a_group_advertises_the_same_cpus(tmp_path: Path) -> Non
     """ROLL's per-node placement groups (half a node's CPUs, not pinned to a node) fit any node of the group
     only if every raylet of it has the same CPUs: the most any of its nodes needs."""
     plan = replace(plan_from_file(REPO / "configs" / "roll-example.yaml"), launch=LaunchSpec("ray", ("x",)))
-    per_node = {r: sum(c.cpus_per_process for c in plan.components for p in c.processes if p.cluster_node_rank == r)
-                for r in (0, 1)}
+    per_node = {
+        r: sum(c.cpus_per_process for c in plan.components for p in c.processes if p.cluster_node_rank == r)
+        for r in (0, 1)
+    }
     assert per_node[0] != per_node[1]  # the plan's own needs differ ...
-    cpus = {n.rank: n.num_cpus for n in ray_nodes(replace(plan, cluster=replace(plan.cluster, node_groups=tuple(
-        replace(g, cpus_per_node=None) for g in plan.cluster.node_groups))))}
+    cpus = {
+        n.rank: n.num_cpus
+        for n in ray_nodes(
+            replace(
+                plan,
+                cluster=replace(
+                    plan.cluster, node_groups=tuple(replace(g, cpus_per_node=None) for g in plan.cluster.node_groups)
+                ),
+            )
+        )
+    }
     assert cpus == {0: max(per_node.values()), 1: max(per_node.values())}  # ... the raylets' CPUs do not
 
 
 def test_roll_cpu_partition_is_refused_under_the_ray_launch_mode(tmp_path: Path) -> None:
     """ROLL's driver never puts a worker on a node without GPUs: a CPU partition would idle there."""
     config = tmp_path / "roll.yaml"
-    config.write_text((REPO / "configs" / "roll-example.yaml").read_text()
-                      + "  cpu_partition: cpu\n  cpu_nodes: 1\n", encoding="utf-8")
+    config.write_text(
+        (REPO / "configs" / "roll-example.yaml").read_text() + "  cpu_partition: cpu\n  cpu_nodes: 1\n",
+        encoding="utf-8",
+    )
     assert plan_from_file(config).cluster.node_groups[1].partition == "cpu"  # the steps mode runs it there
     with pytest.raises(SpecError) as info:
         lower(replace(plan_from_file(config), launch=LaunchSpec("ray", ("x",))))
-    assert str(info.value).startswith(f"{config}:") and "ROLL's driver runs CPU-only workers on its GPU nodes" \
-        in info.value.message
+    assert (
+        str(info.value).startswith(f"{config}:")
+        and "ROLL's driver runs CPU-only workers on its GPU nodes" in info.value.message
+    )

@@ -7,11 +7,30 @@ import json
 from hpcplace.runtime.ray_driver import driver_env, expected_nodes, joined_ranks, missing_text
 from hpcplace.runtime.ray_node import label_ok, node_facts, port_candidates, ray_start_argv, raylet_env
 
-HEADER = {"node_groups": [
-    {"label": "a800", "partition": "a800", "num_nodes": 2, "first_node_rank": 0, "gpus_per_node": [8, 8],
-     "gpu_type": "a800", "cpus_per_node": None, "env": {"G": "1"}},
-    {"label": "cpu", "partition": "cpu", "num_nodes": 1, "first_node_rank": 2, "gpus_per_node": [0],
-     "gpu_type": None, "cpus_per_node": 16, "env": {}}]}
+HEADER = {
+    "node_groups": [
+        {
+            "label": "a800",
+            "partition": "a800",
+            "num_nodes": 2,
+            "first_node_rank": 0,
+            "gpus_per_node": [8, 8],
+            "gpu_type": "a800",
+            "cpus_per_node": None,
+            "env": {"G": "1"},
+        },
+        {
+            "label": "cpu",
+            "partition": "cpu",
+            "num_nodes": 1,
+            "first_node_rank": 2,
+            "gpus_per_node": [0],
+            "gpu_type": None,
+            "cpus_per_node": 16,
+            "env": {},
+        },
+    ]
+}
 
 
 def test_port_candidates_per_job_and_in_range() -> None:
@@ -32,8 +51,16 @@ def test_node_facts_and_raylet_argv() -> None:
     assert json.loads(next(a for a in argv if a.startswith("--resources="))[12:]) == {"ng_a800": 1}
     labels = next(a for a in argv if a.startswith("--labels="))[9:]
     assert "hpcplace.node_rank=1" in labels and "hpcplace.group=a800" in labels
-    head = ray_start_argv("/py", node_facts(HEADER, 0, 0), head=True, port=20010, address=None, temp_dir="/t",
-                          spill_dir="/s", extra=["--object-store-memory=1"])
+    head = ray_start_argv(
+        "/py",
+        node_facts(HEADER, 0, 0),
+        head=True,
+        port=20010,
+        address=None,
+        temp_dir="/t",
+        spill_dir="/s",
+        extra=["--object-store-memory=1"],
+    )
     assert "--head" in head and "--port=20010" in head and head[-1] == "--object-store-memory=1"
     cpu_argv = ray_start_argv("/py", cpu, head=False, port=1, address="h:1", temp_dir="/t", spill_dir="/s")
     assert "hpcplace.gpu_type" not in next(a for a in cpu_argv if a.startswith("--labels="))  # empty: left out
@@ -49,8 +76,9 @@ def test_label_values() -> None:
 
 def test_raylet_env_scrubs_leaked_gpus_and_sets_the_rank() -> None:
     node = node_facts(HEADER, 1, 0)
-    env = raylet_env({"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "SLURM_JOB_GPUS": "0", "PATH": "/bin"}, node,
-                     {"L": "v"}, "")
+    env = raylet_env(
+        {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "SLURM_JOB_GPUS": "0", "PATH": "/bin"}, node, {"L": "v"}, ""
+    )
     assert env["CUDA_VISIBLE_DEVICES"] == "" and "SLURM_JOB_GPUS" not in env and "GPU_DEVICE_ORDINAL" not in env
     assert env["RLINF_NODE_RANK"] == "2" and env["L"] == "v" and env["PATH"] == "/bin"
     gpu = raylet_env({}, node_facts(HEADER, 0, 0), {}, "0,1")
@@ -60,31 +88,92 @@ def test_raylet_env_scrubs_leaked_gpus_and_sets_the_rank() -> None:
 def test_join_bookkeeping_names_missing_nodes() -> None:
     expected = expected_nodes(HEADER)
     assert expected == {0: (0, 0, "a800"), 1: (0, 1, "a800"), 2: (1, 0, "cpu")}
-    nodes = [{"Alive": True, "Labels": {"hpcplace.node_rank": "0"}},
-             {"Alive": False, "Labels": {"hpcplace.node_rank": "1"}}, {"Alive": True, "Labels": {}}]
+    nodes = [
+        {"Alive": True, "Labels": {"hpcplace.node_rank": "0"}},
+        {"Alive": False, "Labels": {"hpcplace.node_rank": "1"}},
+        {"Alive": True, "Labels": {}},
+    ]
     assert joined_ranks(nodes) == {0}
     text = missing_text([2, 1], expected, lambda g, j: f"host{g}{j}")
-    assert text == ("node rank 1 on host01 (node group a800, het group 0 node 1); "
-                    "node rank 2 on host10 (node group cpu, het group 1 node 0)")
+    assert text == (
+        "node rank 1 on host01 (node group a800, het group 0 node 1); "
+        "node rank 2 on host10 (node group cpu, het group 1 node 0)"
+    )
 
 
 def test_driver_env_is_the_contract() -> None:
-    env = driver_env({"CUDA_VISIBLE_DEVICES": "0", "X": "1"}, head="h", port=20010, num_nodes=3,
-                     plan_path="/r/plan.json", launch_env={"P": "q"})
-    assert {k: env[k] for k in ("RAY_ADDRESS", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "HPCPLACE_PLAN",
-                                "HPCPLACE_RUN_DIR", "P", "X")} == {
-        "RAY_ADDRESS": "h:20010", "RANK": "0", "WORLD_SIZE": "3", "MASTER_ADDR": "h", "MASTER_PORT": "20010",
-        "HPCPLACE_PLAN": "/r/plan.json", "HPCPLACE_RUN_DIR": "/r", "P": "q", "X": "1"}
+    env = driver_env(
+        {"CUDA_VISIBLE_DEVICES": "0", "X": "1"},
+        head="h",
+        port=20010,
+        num_nodes=3,
+        plan_path="/r/plan.json",
+        launch_env={"P": "q"},
+    )
+    assert {
+        k: env[k]
+        for k in (
+            "RAY_ADDRESS",
+            "RANK",
+            "WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "HPCPLACE_PLAN",
+            "HPCPLACE_RUN_DIR",
+            "P",
+            "X",
+        )
+    } == {
+        "RAY_ADDRESS": "h:20010",
+        "RANK": "0",
+        "WORLD_SIZE": "3",
+        "MASTER_ADDR": "h",
+        "MASTER_PORT": "20010",
+        "HPCPLACE_PLAN": "/r/plan.json",
+        "HPCPLACE_RUN_DIR": "/r",
+        "P": "q",
+        "X": "1",
+    }
     assert "CUDA_VISIBLE_DEVICES" not in env
 
 
-INTERLEAVED = {"node_groups": [  # RLinf node_ranks a800 "2,0", rtx 1, cpu 3 (plan.json lists node_ranks)
-    {"label": "a800", "partition": "a800", "num_nodes": 2, "first_node_rank": 0, "node_ranks": [0, 2],
-     "gpus_per_node": [8, 8], "gpu_type": "a800", "cpus_per_node": None, "env": {}},
-    {"label": "rtx", "partition": "rtx4090", "num_nodes": 1, "first_node_rank": 1, "node_ranks": [1],
-     "gpus_per_node": [4], "gpu_type": "rtx4090", "cpus_per_node": None, "env": {}},
-    {"label": "cpu", "partition": "cpu", "num_nodes": 1, "first_node_rank": 3, "node_ranks": [3],
-     "gpus_per_node": [0], "gpu_type": None, "cpus_per_node": 2, "env": {}}]}
+INTERLEAVED = {
+    "node_groups": [  # RLinf node_ranks a800 "2,0", rtx 1, cpu 3 (plan.json lists node_ranks)
+        {
+            "label": "a800",
+            "partition": "a800",
+            "num_nodes": 2,
+            "first_node_rank": 0,
+            "node_ranks": [0, 2],
+            "gpus_per_node": [8, 8],
+            "gpu_type": "a800",
+            "cpus_per_node": None,
+            "env": {},
+        },
+        {
+            "label": "rtx",
+            "partition": "rtx4090",
+            "num_nodes": 1,
+            "first_node_rank": 1,
+            "node_ranks": [1],
+            "gpus_per_node": [4],
+            "gpu_type": "rtx4090",
+            "cpus_per_node": None,
+            "env": {},
+        },
+        {
+            "label": "cpu",
+            "partition": "cpu",
+            "num_nodes": 1,
+            "first_node_rank": 3,
+            "node_ranks": [3],
+            "gpus_per_node": [0],
+            "gpu_type": None,
+            "cpus_per_node": 2,
+            "env": {},
+        },
+    ]
+}
 
 
 def test_interleaved_node_ranks_reach_raylets_and_the_join_wait() -> None:
@@ -111,11 +200,15 @@ def test_the_raylets_cpus_are_the_scripts(tmp_path) -> None:  # type: ignore[no-
     from hpcplace.slurm.submit import load_plan
     from tests.runtime.conftest import write_plan
 
-    roll = (Path(__file__).parents[2] / "configs" / "roll-example.yaml").read_text().replace("  cpus_per_node: 16\n", "")
+    roll = (
+        (Path(__file__).parents[2] / "configs" / "roll-example.yaml").read_text().replace("  cpus_per_node: 16\n", "")
+    )
     plan_path = write_plan(tmp_path, roll + "launch: {mode: ray, driver: [python, x.py]}\n")
     plan = load_plan(plan_path)
-    needs = [sum(c.cpus_per_process for c in plan.components for p in c.processes if p.cluster_node_rank == r)
-             for r in (0, 1)]
+    needs = [
+        sum(c.cpus_per_process for c in plan.components for p in c.processes if p.cluster_node_rank == r)
+        for r in (0, 1)
+    ]
     assert needs[0] != needs[1]
     with PlanIndex(str(plan_path)) as index:
         assert group_cpus_needed(index, 0) == max(needs)

@@ -44,8 +44,13 @@ cluster:
 """
 
 
-def ray_submit(tmp_path: Path, driver: list[str], env: dict[str, str] | None = None, join_timeout: float = 120,
-               config: str = CONFIG) -> tuple[str, Path]:
+def ray_submit(
+    tmp_path: Path,
+    driver: list[str],
+    env: dict[str, str] | None = None,
+    join_timeout: float = 120,
+    config: str = CONFIG,
+) -> tuple[str, Path]:
     """`hpcplace submit ray.yaml -o tmp_path/run --driver -- DRIVER...` (the config's `launch:` block
     carries env and join_timeout); the job id and the run dir."""
     path = tmp_path / "ray.yaml"
@@ -53,7 +58,6 @@ def ray_submit(tmp_path: Path, driver: list[str], env: dict[str, str] | None = N
     path.write_text(config + f"launch: {json.dumps(launch)}\n", encoding="utf-8")
     run_dir = tmp_path / "run"
     return submit_cli(path, run_dir, "--driver", "--", *driver), run_dir
-
 
 
 def ray_processes(job_id: str) -> list[str]:
@@ -113,7 +117,9 @@ def lab(request: pytest.FixtureRequest) -> LiveCluster:
 
 def test_ray_cluster_matches_the_plan(lab: LiveCluster, tmp_path: Path) -> None:
     out = tmp_path / "probe.json"
-    job_id, run_dir = ray_submit(tmp_path, [sys.executable, str(PROBE), str(out)], {"HP_LAUNCH_VAR": "a'; echo $x \" :"})
+    job_id, run_dir = ray_submit(
+        tmp_path, [sys.executable, str(PROBE), str(out)], {"HP_LAUNCH_VAR": "a'; echo $x \" :"}
+    )
     status = wait_done(run_dir)
     batch = "".join(p.read_text() for p in (run_dir / "logs").glob("batch-*.out"))
     assert status.state == "COMPLETED", batch
@@ -180,8 +186,11 @@ def test_rlinf_env_configs_reach_only_their_node(slurm_cluster: LiveCluster, tmp
     other = str(Path(sys.executable).with_name(f"python{sys.version_info.major}.{sys.version_info.minor}"))
     assert Path(other).exists() and other != sys.executable
     out = tmp_path / "probe.json"
-    job_id, run_dir = ray_submit(tmp_path, [sys.executable, str(PROBE), str(out)],
-                    config=RLINF_ENV_CONFIGS.replace("{python}", json.dumps(other)))
+    job_id, run_dir = ray_submit(
+        tmp_path,
+        [sys.executable, str(PROBE), str(out)],
+        config=RLINF_ENV_CONFIGS.replace("{python}", json.dumps(other)),
+    )
     status = wait_done(run_dir)
     batch = "".join(p.read_text() for p in (tmp_path / "run" / "logs").glob("batch-*.out"))
     assert status.state == "COMPLETED", batch
@@ -259,8 +268,10 @@ def test_missing_node_fails_within_join_timeout(slurm_cluster: LiveCluster, tmp_
     hang = tmp_path / "hang"
     hang.mkdir()
     (hang / "sitecustomize.py").write_text("import time\ntime.sleep(3600)\n")
-    config = CONFIG.replace("- {label: cpu, partition: cpu, nodes: 1}",
-                            f"- {{label: cpu, partition: cpu, nodes: 1, env: {{PYTHONPATH: {json.dumps(str(hang))}}}}}")
+    config = CONFIG.replace(
+        "- {label: cpu, partition: cpu, nodes: 1}",
+        f"- {{label: cpu, partition: cpu, nodes: 1, env: {{PYTHONPATH: {json.dumps(str(hang))}}}}}",
+    )
     job_id, run_dir = ray_submit(tmp_path, [sys.executable, str(PROBE), str(out)], join_timeout=25, config=config)
     status = wait_done(run_dir, 150)
     batch = "".join(p.read_text() for p in (tmp_path / "run" / "logs").glob("batch-*.out"))
@@ -287,8 +298,9 @@ def test_hostile_driver_argv_never_reaches_a_shell(slurm_cluster: LiveCluster, t
     assert_clean(job_id)
 
 
-def test_time_limit_warning_reaches_the_driver_and_not_the_ray_nodes(slurm_cluster: LiveCluster,
-                                                                      tmp_path: Path) -> None:
+def test_time_limit_warning_reaches_the_driver_and_not_the_ray_nodes(
+    slurm_cluster: LiveCluster, tmp_path: Path
+) -> None:
     """1-minute limit, `signal_before_limit: TERM@30`: Slurm's warning goes to the batch script only
     (B:USR2), which sends SIGTERM to the driver step alone. After it the driver still runs a task on
     every node (no raylet was touched); at the limit the job ends TIMEOUT and nothing of it is left
@@ -298,9 +310,13 @@ def test_time_limit_warning_reaches_the_driver_and_not_the_ray_nodes(slurm_clust
     # Slurm sends the warning on its own schedule (here 9 s early to 30 s late): a warning that comes
     # while the driver is still starting must wait for its handler, so SIGTERM is blocked from before
     # the probe's exec (the mask survives exec) until the probe has its handler (after ray.init).
-    block = ("import os, signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}); "
-             "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
-    job_id, run_dir = ray_submit(tmp_path, [sys.executable, "-c", block, str(PROBE), str(out), "warn", "100"], config=config)
+    block = (
+        "import os, signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}); "
+        "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+    )
+    job_id, run_dir = ray_submit(
+        tmp_path, [sys.executable, "-c", block, str(PROBE), str(out), "warn", "100"], config=config
+    )
     script = (tmp_path / "run" / "job.sbatch").read_text()
     assert script.count("#SBATCH --signal=") == 1 and "#SBATCH --signal=B:USR2@30" in script
     status = wait_done(run_dir, 200)

@@ -52,30 +52,62 @@ def write_plan(directory: Path, config_text: str, name: str = "config.yaml") -> 
 BATCH_ENV: dict[str, str] = {
     # batch step of het job 120: component 0 -p a800 -N2 --ntasks-per-node=2 --gres=gpu:a800:2;
     # component 1 -p rtx4090 -n1 --gpus-per-task=rtx4090:1; component 2 -p cpu -n2
-    "SLURM_JOB_ID": "120", "SLURM_HET_SIZE": "3",
-    "SLURM_JOB_ID_HET_GROUP_0": "120", "SLURM_JOB_ID_HET_GROUP_1": "121", "SLURM_JOB_ID_HET_GROUP_2": "122",
-    "SLURM_JOB_NODELIST_HET_GROUP_0": "a800-[1-2]", "SLURM_JOB_NODELIST_HET_GROUP_1": "rtx4090-1",
+    "SLURM_JOB_ID": "120",
+    "SLURM_HET_SIZE": "3",
+    "SLURM_JOB_ID_HET_GROUP_0": "120",
+    "SLURM_JOB_ID_HET_GROUP_1": "121",
+    "SLURM_JOB_ID_HET_GROUP_2": "122",
+    "SLURM_JOB_NODELIST_HET_GROUP_0": "a800-[1-2]",
+    "SLURM_JOB_NODELIST_HET_GROUP_1": "rtx4090-1",
     "SLURM_JOB_NODELIST_HET_GROUP_2": "cpu-1",
-    "SLURM_JOB_PARTITION_HET_GROUP_0": "a800", "SLURM_JOB_PARTITION_HET_GROUP_1": "rtx4090",
+    "SLURM_JOB_PARTITION_HET_GROUP_0": "a800",
+    "SLURM_JOB_PARTITION_HET_GROUP_1": "rtx4090",
     "SLURM_JOB_PARTITION_HET_GROUP_2": "cpu",
-    "SLURM_NTASKS_HET_GROUP_0": "4", "SLURM_NTASKS_HET_GROUP_1": "1", "SLURM_NTASKS_HET_GROUP_2": "2",
-    "SLURM_TASKS_PER_NODE_HET_GROUP_0": "2(x2)", "SLURM_TASKS_PER_NODE_HET_GROUP_1": "1",
+    "SLURM_NTASKS_HET_GROUP_0": "4",
+    "SLURM_NTASKS_HET_GROUP_1": "1",
+    "SLURM_NTASKS_HET_GROUP_2": "2",
+    "SLURM_TASKS_PER_NODE_HET_GROUP_0": "2(x2)",
+    "SLURM_TASKS_PER_NODE_HET_GROUP_1": "1",
     "SLURM_TASKS_PER_NODE_HET_GROUP_2": "2",
     # plain variables are component 0's
-    "SLURM_JOB_NODELIST": "a800-[1-2]", "SLURM_NTASKS": "4", "SLURM_JOB_PARTITION": "a800",
+    "SLURM_JOB_NODELIST": "a800-[1-2]",
+    "SLURM_NTASKS": "4",
+    "SLURM_JOB_PARTITION": "a800",
     # the batch step runs on a800-1 with its 2 GPUs: these leak into every step
-    "SLURM_JOB_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "0,1", "GPU_DEVICE_ORDINAL": "0,1", "ROCR_VISIBLE_DEVICES": "0,1",
+    "SLURM_JOB_GPUS": "0,1",
+    "CUDA_VISIBLE_DEVICES": "0,1",
+    "GPU_DEVICE_ORDINAL": "0,1",
+    "ROCR_VISIBLE_DEVICES": "0,1",
 }
 
 
-def task_env(*, procid: int, host: str, localid: int, nodeid: int, ntasks: int, step_nodelist: str,
-             cuda: str | None, step_gpus: str | None = None, partition: str | None = None,
-             step_id: str = "4") -> dict[str, str]:
+def task_env(
+    *,
+    procid: int,
+    host: str,
+    localid: int,
+    nodeid: int,
+    ntasks: int,
+    step_nodelist: str,
+    cuda: str | None,
+    step_gpus: str | None = None,
+    partition: str | None = None,
+    step_id: str = "4",
+) -> dict[str, str]:
     """One task of a step, as srun sets it on top of the batch environment."""
     env = dict(BATCH_ENV)
-    env.update({"SLURM_PROCID": str(procid), "SLURMD_NODENAME": host, "SLURM_LOCALID": str(localid),
-                "SLURM_NODEID": str(nodeid), "SLURM_STEP_NUM_TASKS": str(ntasks), "SLURM_NTASKS": str(ntasks),
-                "SLURM_STEP_NODELIST": step_nodelist, "SLURM_STEP_ID": step_id})
+    env.update(
+        {
+            "SLURM_PROCID": str(procid),
+            "SLURMD_NODENAME": host,
+            "SLURM_LOCALID": str(localid),
+            "SLURM_NODEID": str(nodeid),
+            "SLURM_STEP_NUM_TASKS": str(ntasks),
+            "SLURM_NTASKS": str(ntasks),
+            "SLURM_STEP_NODELIST": step_nodelist,
+            "SLURM_STEP_ID": step_id,
+        }
+    )
     if partition is not None:
         env["SLURM_JOB_PARTITION"] = partition
     for name in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES"):
@@ -89,14 +121,21 @@ def task_env(*, procid: int, host: str, localid: int, nodeid: int, ntasks: int, 
 
 
 # (procid, host, localid, nodeid, CUDA_VISIBLE_DEVICES as recorded under ConstrainDevices=no)
-STEP_HET0 = [(0, "a800-1", 0, 0, "0,1"), (1, "a800-1", 1, 0, "0,1"), (2, "a800-2", 0, 1, "0,1"),
-             (3, "a800-2", 1, 1, "0,1")]
+STEP_HET0 = [
+    (0, "a800-1", 0, 0, "0,1"),
+    (1, "a800-1", 1, 0, "0,1"),
+    (2, "a800-2", 0, 1, "0,1"),
+    (3, "a800-2", 1, 1, "0,1"),
+]
 STEP_HET1 = [(0, "rtx4090-1", 0, 0, "0")]
 STEP_HET2 = [(0, "cpu-1", 0, 0, "0,1"), (1, "cpu-1", 1, 0, "0,1")]  # GPU variables leaked from the batch step
 STEP_HET01 = STEP_HET0 + [(4, "rtx4090-1", 0, 2, "0")]
 # --het-group=0,1,2: NODEID follows component order (rtx4090-1 = 2, cpu-1 = 3), the node list is sorted
 STEP_HET012 = [(p, h, lo, n, "0,1,2,3,4,5,6,7") for p, h, lo, n, _ in STEP_HET0] + [
-    (4, "rtx4090-1", 0, 2, "0,1,2,3"), (5, "cpu-1", 0, 3, "0,1"), (6, "cpu-1", 1, 3, "0,1")]
+    (4, "rtx4090-1", 0, 2, "0,1,2,3"),
+    (5, "cpu-1", 0, 3, "0,1"),
+    (6, "cpu-1", 1, 3, "0,1"),
+]
 
 STEPS = {
     "0": ("a800-[1-2]", STEP_HET0),
@@ -110,9 +149,20 @@ STEPS = {
 def step_envs(groups: str, *, partition: str | None = None) -> list[dict[str, str]]:
     """Every task's environment of a recorded step (`--het-group=<groups>`)."""
     nodelist, tasks = STEPS[groups]
-    return [task_env(procid=p, host=h, localid=lo, nodeid=n, ntasks=len(tasks), step_nodelist=nodelist, cuda=c,
-                     step_gpus=c if groups != "2" else None, partition=partition)
-            for p, h, lo, n, c in tasks]
+    return [
+        task_env(
+            procid=p,
+            host=h,
+            localid=lo,
+            nodeid=n,
+            ntasks=len(tasks),
+            step_nodelist=nodelist,
+            cuda=c,
+            step_gpus=c if groups != "2" else None,
+            partition=partition,
+        )
+        for p, h, lo, n, c in tasks
+    ]
 
 
 def shim_command(*args: str) -> list[str]:
@@ -127,7 +177,12 @@ def base_env() -> dict[str, str]:
 
 def print_env(plan: Path, component: str, env: Mapping[str, str], *extra: str) -> dict:
     """Run the real shim with --print-env in `env`; return its JSON."""
-    done = subprocess.run(shim_command("--plan", str(plan), "--component", component, "--print-env", *extra),
-                          env={**base_env(), **env}, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        shim_command("--plan", str(plan), "--component", component, "--print-env", *extra),
+        env={**base_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)

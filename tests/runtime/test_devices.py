@@ -30,18 +30,32 @@ def lab_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def changes_for(plan: Path, component: str, env: dict[str, str]) -> dict[str, str | None]:
-    return resolve(Options(plan=str(plan), component=component, command=("true",), chdir=None, print_env=True, verify=False,
-                           verbose=False), env).changes
+    return resolve(
+        Options(
+            plan=str(plan),
+            component=component,
+            command=("true",),
+            chdir=None,
+            print_env=True,
+            verify=False,
+            verbose=False,
+        ),
+        env,
+    ).changes
 
 
 # ---- the rules ------------------------------------------------------------------------------------
+
 
 def test_cpu_process_sees_no_gpu_whatever_leaked() -> None:
     choice = choose_devices((), "0,1")
     assert choice.mode == NONE and choice.value == ""
     assert "leaked" in choice.note
-    assert device_environment(choice) == {"CUDA_VISIBLE_DEVICES": "", "GPU_DEVICE_ORDINAL": "",
-                                          "ROCR_VISIBLE_DEVICES": ""}
+    assert device_environment(choice) == {
+        "CUDA_VISIBLE_DEVICES": "",
+        "GPU_DEVICE_ORDINAL": "",
+        "ROCR_VISIBLE_DEVICES": "",
+    }
 
 
 def test_physical_exact_superset_and_unset() -> None:
@@ -59,8 +73,9 @@ def test_step_local_ids_are_kept() -> None:
     assert choice.mode == STEP_LOCAL and choice.value == "0,1" and choice.planned == ("2", "3")
 
 
-@pytest.mark.parametrize("planned, seen", [(("1",), "2"), (("2", "3"), "0"), (("2", "3"), "0,1,2"),
-                                           (("4", "5"), "1,2")])
+@pytest.mark.parametrize(
+    "planned, seen", [(("1",), "2"), (("2", "3"), "0"), (("2", "3"), "0,1,2"), (("4", "5"), "1,2")]
+)
 def test_other_bindings_are_errors(planned: tuple[str, ...], seen: str) -> None:
     with pytest.raises(ShimError, match="gpu-bind"):
         choose_devices(planned, seen)
@@ -76,6 +91,7 @@ def test_local_backend_mapping_and_virtual() -> None:
 
 # ---- recorded steps through the shim --------------------------------------------------------------
 
+
 def test_recorded_gres_step_is_narrowed_per_task(lab_plan: Path) -> None:
     """--gres=gpu:a800:2 gives both tasks of a node "0,1" (CD=no and yes); the plan gives one GPU each."""
     seen = [changes_for(lab_plan, "actor", env)["CUDA_VISIBLE_DEVICES"] for env in step_envs("0")]
@@ -85,8 +101,13 @@ def test_recorded_gres_step_is_narrowed_per_task(lab_plan: Path) -> None:
 def test_constrain_devices_yes_map_gpu(lab_plan: Path) -> None:
     """CD=yes with --gpu-bind=map_gpu:0,1: every task sees "0"; VISIBLE_DEVICES keeps the physical id."""
     for env in step_envs("0"):
-        local = {**env, "CUDA_VISIBLE_DEVICES": "0", "GPU_DEVICE_ORDINAL": "0", "ROCR_VISIBLE_DEVICES": "0",
-                 "SLURM_STEP_GPUS": "0"}
+        local = {
+            **env,
+            "CUDA_VISIBLE_DEVICES": "0",
+            "GPU_DEVICE_ORDINAL": "0",
+            "ROCR_VISIBLE_DEVICES": "0",
+            "SLURM_STEP_GPUS": "0",
+        }
         changes = changes_for(lab_plan, "actor", local)
         assert changes["CUDA_VISIBLE_DEVICES"] == "0"
         assert changes["VISIBLE_DEVICES"] == str(env["SLURM_LOCALID"])
@@ -124,6 +145,7 @@ def test_wrong_binding_stops_before_the_program(lab_plan: Path) -> None:
 
 
 # ---- NVML check (pure part; the query runs on GPU machines) ----------------------------------------
+
 
 def gpus(n: int, name: str = "NVIDIA A800-SXM4-80GB", minors: list[int] | None = None) -> tuple[NvmlDevice, ...]:
     minors = minors if minors is not None else list(range(n))

@@ -19,9 +19,18 @@ def driver_problem(fakes: Path | None) -> str:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if fakes is not None:
         env["PYTHONPATH"] = str(fakes)
-    done = subprocess.run([sys.executable, "-c", "from hpcplace.runtime.gpu_checks import cuda_driver_problem as p, "
-                           "torch_cuda_version as v; print(v()); print(p())"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from hpcplace.runtime.gpu_checks import cuda_driver_problem as p, "
+            "torch_cuda_version as v; print(v()); print(p())",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -29,8 +38,10 @@ def driver_problem(fakes: Path | None) -> str:
 def test_driver_older_than_the_torch_build_is_named_with_the_fix(tmp_path: Path) -> None:
     out = driver_problem(fake_gpu_dir(tmp_path, cuda="13.0", driver="550.54.15", driver_cuda=12040))
     assert out.startswith("13.0\n")
-    assert ("the NVIDIA driver 550.54.15 supports CUDA up to 12.4; this torch was built for CUDA 13.0: "
-            "install a torch built for CUDA <= 12.4") in out
+    assert (
+        "the NVIDIA driver 550.54.15 supports CUDA up to 12.4; this torch was built for CUDA 13.0: "
+        "install a torch built for CUDA <= 12.4"
+    ) in out
     assert "download.pytorch.org/whl/cu124" in out and "or update the driver" in out
 
 
@@ -43,8 +54,12 @@ def test_driver_of_the_same_or_newer_major_is_fine(tmp_path: Path, cuda: str, dr
 def test_not_applicable_without_cuda_torch_or_nvml(tmp_path: Path) -> None:
     assert driver_problem(fake_gpu_dir(tmp_path / "cpu", cuda=None, driver_cuda=12040)) == "None\nNone\n"
     assert driver_problem(fake_gpu_dir(tmp_path / "nonvml", cuda="13.0", nvml=False)) == "13.0\nNone\n"
-    assert driver_problem(fake_gpu_dir(tmp_path / "nodriver", cuda="13.0", driver_cuda=12040,
-                                       init_error="Driver Not Loaded")) == "13.0\nNone\n"
+    assert (
+        driver_problem(
+            fake_gpu_dir(tmp_path / "nodriver", cuda="13.0", driver_cuda=12040, init_error="Driver Not Loaded")
+        )
+        == "13.0\nNone\n"
+    )
 
 
 def test_the_real_cpu_torch_has_no_driver_problem() -> None:

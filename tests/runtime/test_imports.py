@@ -21,15 +21,27 @@ print(repr({"import": sorted(after_import - before), "resolve": sorted(after_res
 """
 
 ALLOWED = {"struct", "_struct", "__future__", "hpcplace", "_json", "pynvml"}
-FORBIDDEN = {"json", "re", "dataclasses", "typing", "argparse", "pathlib", "yaml", "jinja2", "torch", "inspect",
-             "hpcplace.plan.plan", "hpcplace.errors", "hpcplace.cli"}
+FORBIDDEN = {
+    "json",
+    "re",
+    "dataclasses",
+    "typing",
+    "argparse",
+    "pathlib",
+    "yaml",
+    "jinja2",
+    "torch",
+    "inspect",
+    "hpcplace.plan.plan",
+    "hpcplace.errors",
+    "hpcplace.cli",
+}
 
 
 def test_shim_imports_stdlib_only(tmp_path: Path) -> None:
     plan = write_plan(tmp_path, LAB_CONFIG)
     env = {**base_env(), **step_envs("0")[0]}
-    done = subprocess.run([sys.executable, "-c", PROBE, str(plan)], env=env, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run([sys.executable, "-c", PROBE, str(plan)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     new = ast.literal_eval(done.stdout)
     modules = set(new["import"]) | set(new["resolve"])

@@ -14,14 +14,16 @@ from pathlib import Path
 from tests.runtime.conftest import base_env
 
 PY = json.dumps(sys.executable)
-SHOW = ("import json, os, sys; keys = ['RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'NODE_RANK', "
-        "'MASTER_ADDR', 'MASTER_PORT', 'CUDA_VISIBLE_DEVICES', 'VISIBLE_DEVICES', 'HPCPLACE_PLAN', "
-        "'HPCPLACE_SHM_DIR', 'HPCPLACE_JOB_ID', 'HPCPLACE_DEVICE_MODE', 'NODE_GROUP_LABEL', 'GROUP_VAR', "
-        "'AGENT_VAR', 'HPCPLACE_COLLOCATION_GROUP']; "
-        "env = {k: os.environ.get(k) for k in keys}; env['shm_exists'] = os.path.isdir(env['HPCPLACE_SHM_DIR']); "
-        "print(json.dumps(env)); print('to stderr', file=sys.stderr); sys.stdout.write('no newline')")
+SHOW = (
+    "import json, os, sys; keys = ['RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'NODE_RANK', "
+    "'MASTER_ADDR', 'MASTER_PORT', 'CUDA_VISIBLE_DEVICES', 'VISIBLE_DEVICES', 'HPCPLACE_PLAN', "
+    "'HPCPLACE_SHM_DIR', 'HPCPLACE_JOB_ID', 'HPCPLACE_DEVICE_MODE', 'NODE_GROUP_LABEL', 'GROUP_VAR', "
+    "'AGENT_VAR', 'HPCPLACE_COLLOCATION_GROUP']; "
+    "env = {k: os.environ.get(k) for k in keys}; env['shm_exists'] = os.path.isdir(env['HPCPLACE_SHM_DIR']); "
+    "print(json.dumps(env)); print('to stderr', file=sys.stderr); sys.stdout.write('no newline')"
+)
 FAIL = "import os, sys, time; time.sleep(1.0); sys.exit(3 if os.environ['RANK'] == '1' else 0)"
-SLEEP = ("import os, signal, sys, time; {ignore}print('ready', os.getpid(), flush=True); time.sleep(60)")
+SLEEP = "import os, signal, sys, time; {ignore}print('ready', os.getpid(), flush=True); time.sleep(60)"
 
 CONFIG = f"""
 name: localtest
@@ -71,14 +73,16 @@ def wait_shm_gone(backend_pid: int, timeout: float = 15) -> list[Path]:
     return shm_left(backend_pid)
 
 
-def run_local(tmp_path: Path, config: str, *args: str, env: dict[str, str] | None = None,
-              timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_local(
+    tmp_path: Path, config: str, *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """`hpcplace run CONFIG --local ARGS`; however it ended, its /dev/shm directory is gone."""
     path = tmp_path / "config.yaml"
     path.write_text(config)
     argv = hpcplace("run", str(path), "--local", *args)
-    with subprocess.Popen(argv, env={**base_env(), **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, cwd=tmp_path) as proc:
+    with subprocess.Popen(
+        argv, env={**base_env(), **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    ) as proc:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -173,8 +177,12 @@ def test_first_failure_stops_everything(tmp_path: Path) -> None:
     elapsed = time.monotonic() - start
     assert done.returncode == 3, done.stderr
     assert "[fail 1] exited with 3; stopping every process" in done.stderr
-    pids = [int(rest.split()[1]) for label, out in by_label(done.stdout).items() for rest in out
-            if label.startswith("sleeper")]
+    pids = [
+        int(rest.split()[1])
+        for label, out in by_label(done.stdout).items()
+        for rest in out
+        if label.startswith("sleeper")
+    ]
     assert len(pids) == 4
     assert not any(alive(pid) for pid in pids)
     assert elapsed < 30
@@ -183,16 +191,27 @@ def test_first_failure_stops_everything(tmp_path: Path) -> None:
 def test_sigterm_ignored_gets_sigkill_after_grace(tmp_path: Path) -> None:
     done = run_local(tmp_path, failing_config(ignore_term=True), "--grace", "0.5", timeout=60)
     assert done.returncode == 3, done.stderr
-    pids = [int(rest.split()[1]) for label, out in by_label(done.stdout).items() for rest in out
-            if label.startswith("sleeper")]
+    pids = [
+        int(rest.split()[1])
+        for label, out in by_label(done.stdout).items()
+        for rest in out
+        if label.startswith("sleeper")
+    ]
     assert len(pids) == 4 and not any(alive(pid) for pid in pids)
 
 
 def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(failing_config().replace("time.sleep(1.0)", "time.sleep(60)"))
-    proc = subprocess.Popen(hpcplace("run", str(path), "--local", "--grace", "2"), env=base_env(), cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        hpcplace("run", str(path), "--local", "--grace", "2"),
+        env=base_env(),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     pids = []
     assert proc.stdout is not None
     deadline = time.monotonic() + 60
@@ -213,9 +232,11 @@ def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
 
 # A component whose process also starts a grandchild (a shell's background job in its own process
 # group would escape a plain killpg; here it shares its parent's group, as programs' helpers do).
-FAMILY = ("import os, subprocess, sys, time; {ignore}"
-          "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
-          "print('ready', os.getpid(), child.pid, flush=True); time.sleep(300)")
+FAMILY = (
+    "import os, subprocess, sys, time; {ignore}"
+    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
+    "print('ready', os.getpid(), child.pid, flush=True); time.sleep(300)"
+)
 
 
 def family_config(*, ignore_term: bool = False) -> str:
@@ -235,8 +256,15 @@ components:
 def start_family(tmp_path: Path, config: str, *args: str) -> tuple[subprocess.Popen[str], list[int]]:
     path = tmp_path / "config.yaml"
     path.write_text(config)
-    proc = subprocess.Popen(hpcplace("run", str(path), "--local", *args), env=base_env(), cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        hpcplace("run", str(path), "--local", *args),
+        env=base_env(),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert proc.stdout is not None
     pids: list[int] = []
     deadline = time.monotonic() + 60
@@ -335,4 +363,5 @@ def test_gpus_left_to_run_time_are_this_machines(tmp_path: Path) -> None:
     done = run_local(tmp_path, RLINF_NO_GPU_COUNT, "--dry-run", env={"CUDA_VISIBLE_DEVICES": ""})
     assert done.returncode == 2 and done.stderr.startswith(
         f"hpcplace: error: {tmp_path / 'config.yaml'}:2:3: `cluster`: GPUs per node of node group 'default' are "
-        "unknown (this machine has no GPU visible to `run --local` (CUDA_VISIBLE_DEVICES, else NVML))"), done.stderr
+        "unknown (this machine has no GPU visible to `run --local` (CUDA_VISIBLE_DEVICES, else NVML))"
+    ), done.stderr

@@ -18,7 +18,7 @@ def test_no_preload_on_a_machine_without_gpu(tmp_path: Path, monkeypatch: pytest
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.delitem(sys.modules, "pynvml", raising=False)
     python = tmp_path / "python3"
-    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
     python.chmod(0o755)
     env = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "0"}
     assert local_backend.memory_saver_env(env, (str(python), "demo.py")) == {}

@@ -32,14 +32,27 @@ def device():
 
 def shim(plan: Path, cuda: str | None) -> subprocess.CompletedProcess[str]:
     job = f"g{uuid.uuid4().hex[:10]}"
-    env = {**base_env(), "SLURM_JOB_ID": job, "SLURM_JOB_NODELIST": "gpunode1", "SLURMD_NODENAME": "gpunode1",
-           "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_STEP_NUM_TASKS": "1"}
+    env = {
+        **base_env(),
+        "SLURM_JOB_ID": job,
+        "SLURM_JOB_NODELIST": "gpunode1",
+        "SLURMD_NODENAME": "gpunode1",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_STEP_NUM_TASKS": "1",
+    }
     if cuda is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda
     try:
-        return subprocess.run(shim_command("--plan", str(plan), "--component", "probe", "--verbose", "--", "sh", "-c",
-                                           "echo $CUDA_VISIBLE_DEVICES"),
-                              env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            shim_command(
+                "--plan", str(plan), "--component", "probe", "--verbose", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES"
+            ),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         subprocess.run(["rm", "-rf", f"/dev/shm/hpcplace-{job}"], check=False)
 

@@ -76,10 +76,21 @@ def test_a_lookup_reads_a_few_kilobytes_not_the_plan(big_plan: Path) -> None:
 
 
 def test_shim_finds_the_last_process_of_the_big_plan(big_plan: Path) -> None:
-    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "gpu[0001-8192]", "SLURMD_NODENAME": "gpu8192",
-           "SLURM_PROCID": "65535", "SLURM_LOCALID": "7", "SLURM_STEP_NUM_TASKS": "65536", "CUDA_VISIBLE_DEVICES": "7"}
-    resolved = resolve(Options(plan=str(big_plan), component="actor", command=(), chdir=None, print_env=True, verify=False,
-                               verbose=False), env)
+    env = {
+        "SLURM_JOB_ID": "9",
+        "SLURM_JOB_NODELIST": "gpu[0001-8192]",
+        "SLURMD_NODENAME": "gpu8192",
+        "SLURM_PROCID": "65535",
+        "SLURM_LOCALID": "7",
+        "SLURM_STEP_NUM_TASKS": "65536",
+        "CUDA_VISIBLE_DEVICES": "7",
+    }
+    resolved = resolve(
+        Options(
+            plan=str(big_plan), component="actor", command=(), chdir=None, print_env=True, verify=False, verbose=False
+        ),
+        env,
+    )
     assert resolved.info.rank == 65535 and resolved.info.master_addr == "gpu0001"
     assert resolved.changes["CUDA_VISIBLE_DEVICES"] == "7" and resolved.command == ("true",)
 
@@ -117,7 +128,7 @@ def test_rejects_plans_without_one_process_per_line(tmp_path: Path, lab_plan: Pa
 def test_two_processes_on_one_line(tmp_path: Path, lab_plan: Path) -> None:
     lines = lab_plan.read_text().splitlines()
     first = next(i for i, line in enumerate(lines) if line.strip().startswith('{"rank":0'))
-    lines[first:first + 2] = [lines[first] + lines[first + 1].strip()]
+    lines[first : first + 2] = [lines[first] + lines[first + 1].strip()]
     bad = tmp_path / "two.json"
     bad.write_text("\n".join(lines) + "\n")
     with pytest.raises(ShimError):

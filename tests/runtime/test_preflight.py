@@ -18,8 +18,12 @@ WHERE = "a800-1 (node group a800, het group 0 node 0)"
 
 def facts(present: range | list[int], openable: range | list[int] | None = None, slurm: str | None = None) -> GpuFacts:
     present = list(present)
-    return GpuFacts(device_dir="/dev", present=tuple(present),
-                    openable=tuple(present if openable is None else openable), slurm_visible=slurm)
+    return GpuFacts(
+        device_dir="/dev",
+        present=tuple(present),
+        openable=tuple(present if openable is None else openable),
+        slurm_visible=slurm,
+    )
 
 
 def test_gpus_equal_to_the_plan_pass_in_both_constrain_modes() -> None:
@@ -31,7 +35,9 @@ def test_gpus_equal_to_the_plan_pass_in_both_constrain_modes() -> None:
 
 def test_fewer_gpus_than_planned() -> None:
     (problem,) = pf.gpu_problems(facts(range(7)), 8, range(8), WHERE)
-    assert problem.startswith("the node shows 7 GPU(s) (/dev/nvidia{0,1,2,3,4,5,6}), but the plan expects 8 on " + WHERE)
+    assert problem.startswith(
+        "the node shows 7 GPU(s) (/dev/nvidia{0,1,2,3,4,5,6}), but the plan expects 8 on " + WHERE
+    )
     assert "gpus_per_node" in problem
     (problem,) = pf.gpu_problems(facts([]), 4, [0], WHERE)
     assert "the node shows 0 GPU(s) (/dev/nvidia{none})" in problem
@@ -41,8 +47,9 @@ def test_fewer_gpus_than_planned() -> None:
 def test_more_gpus_than_planned_is_only_a_warning() -> None:
     """The collocated demo plans 2 GPUs on the test cluster's 8-GPU nodes: the job uses the planned ones."""
     assert pf.gpu_problems(facts(range(8), slurm="0,1"), 2, [0, 1], WHERE) == []
-    assert pf.gpu_warnings(facts(range(8)), 2) == ["the node shows 8 GPU(s), the plan counts 2 (gpus_per_node): "
-                                                   "the others stay unused"]
+    assert pf.gpu_warnings(facts(range(8)), 2) == [
+        "the node shows 8 GPU(s), the plan counts 2 (gpus_per_node): the others stay unused"
+    ]
     assert pf.gpu_warnings(facts(range(8), [0, 1]), 2) == []  # ConstrainDevices=yes: the job sees its 2
 
 
@@ -51,7 +58,9 @@ def test_constrained_job_that_cannot_open_its_planned_gpus() -> None:
     (problem,) = pf.gpu_problems(facts(range(8), [4, 5, 6, 7]), 4, [0, 1], WHERE)
     assert problem.startswith("the plan uses GPU(s) 0,1 on " + WHERE + ", but this job cannot open /dev/nvidia{0,1}")
     (problem,) = pf.gpu_problems(facts(range(8), [4, 5]), 4, [0], WHERE)
-    assert problem.startswith("this job can open 2 of its 8 GPU device(s) (4,5; ConstrainDevices=yes), but the plan expects 4")
+    assert problem.startswith(
+        "this job can open 2 of its 8 GPU device(s) (4,5; ConstrainDevices=yes), but the plan expects 4"
+    )
 
 
 def test_slurm_visible_count_must_match() -> None:
@@ -60,7 +69,7 @@ def test_slurm_visible_count_must_match() -> None:
 
 
 def test_shm_problems() -> None:
-    gib = 1024 ** 3
+    gib = 1024**3
     assert pf.shm_problems("/dev/shm", None, 2 * gib, 1 * gib) == []
     assert pf.shm_problems("/dev/shm", None, 2 * gib, None) == []
     (problem,) = pf.shm_problems("/dev/shm", None, 2 * gib, 3 * gib)
@@ -74,26 +83,36 @@ def test_programs() -> None:
     assert pf.resolve_program("sh", "/nonexistent:/bin:/usr/bin") in ("/bin/sh", "/usr/bin/sh")
     assert pf.resolve_program("no-such-program-hp", "/bin") is None
     missing = ProgramCheck(what="component 'actor'", program="/tmp/venv/bin/python", resolved=None, needs_runtime=False)
-    assert pf.program_problem(missing, "/") == ("component 'actor': '/tmp/venv/bin/python' does not exist on this node: "
-                                           "install it where every node sees it (a shared filesystem, not a node-local "
-                                           "or private path such as /tmp)")
+    assert pf.program_problem(missing, "/") == (
+        "component 'actor': '/tmp/venv/bin/python' does not exist on this node: "
+        "install it where every node sees it (a shared filesystem, not a node-local "
+        "or private path such as /tmp)"
+    )
     assert "is not on PATH" in (pf.program_problem(missing.replace(program="python9"), "/") or "")
     assert pf.child_problem("x", (0, "fine"), timeout=5) is None
-    assert pf.child_problem("x", (None, ""), timeout=5) == "x: did not finish within 5 s (HPCPLACE_PREFLIGHT_TIMEOUT sets the limit)"
-    assert pf.child_problem("x", (1, "Traceback\n  ...\nModuleNotFoundError: No module named 'ray'\n"),
-                            timeout=5) == "x: failed (exit 1): ModuleNotFoundError: No module named 'ray'"
+    assert (
+        pf.child_problem("x", (None, ""), timeout=5)
+        == "x: did not finish within 5 s (HPCPLACE_PREFLIGHT_TIMEOUT sets the limit)"
+    )
+    assert (
+        pf.child_problem("x", (1, "Traceback\n  ...\nModuleNotFoundError: No module named 'ray'\n"), timeout=5)
+        == "x: failed (exit 1): ModuleNotFoundError: No module named 'ray'"
+    )
 
 
-@pytest.mark.parametrize("command, script", [
-    (["python", "train.py", "--lr", "1"], "train.py"),
-    (["/v/bin/python3.11", "-u", "-W", "ignore", "-X", "dev", "sub dir/t.py"], "sub dir/t.py"),
-    (["python", "-m", "areal.launcher"], None),
-    (["python", "-mareal.launcher"], None),
-    (["python3", "-c", "print(1)"], None),
-    (["python", "-"], None),
-    (["python"], None),
-    (["torchrun", "train.py"], None),  # not a Python: its own arguments
-])
+@pytest.mark.parametrize(
+    "command, script",
+    [
+        (["python", "train.py", "--lr", "1"], "train.py"),
+        (["/v/bin/python3.11", "-u", "-W", "ignore", "-X", "dev", "sub dir/t.py"], "sub dir/t.py"),
+        (["python", "-m", "areal.launcher"], None),
+        (["python", "-mareal.launcher"], None),
+        (["python3", "-c", "print(1)"], None),
+        (["python", "-"], None),
+        (["python"], None),
+        (["torchrun", "train.py"], None),  # not a Python: its own arguments
+    ],
+)
 def test_python_script_of_a_command(command: list[str], script: str | None) -> None:
     assert pf.python_script(command) == script
 
@@ -114,20 +133,26 @@ def test_programs_that_exist_but_cannot_start(tmp_path: Path) -> None:
         check = ProgramCheck(what="component 'w'", program=program, resolved=resolved, needs_runtime=False)
         return pf.program_problem(check, str(tmp_path)) or ""
 
-    assert "'./plain.sh' is not executable (chmod +x ./plain.sh, or start it with its interpreter" in problem("./plain.sh")
+    assert "'./plain.sh' is not executable (chmod +x ./plain.sh, or start it with its interpreter" in problem(
+        "./plain.sh"
+    )
     assert "'./bad.sh' starts with #!/nonexistent/interp, which does not exist on this node" in problem("./bad.sh")
     assert "'./nothere.sh' does not exist on this node" in problem("./nothere.sh")
     assert "is a directory, not a program" in problem("./")
-    python = ProgramCheck(what="the Ray driver", program=sys.executable, resolved=sys.executable, needs_runtime=False,
-                          script="train.py")
+    python = ProgramCheck(
+        what="the Ray driver", program=sys.executable, resolved=sys.executable, needs_runtime=False, script="train.py"
+    )
     assert pf.program_problem(python, str(tmp_path)) is None
     missing = pf.program_problem(python.replace(script="driver.py"), str(tmp_path)) or ""
-    assert missing == (f"the Ray driver: the script 'driver.py' ({tmp_path}/driver.py) does not exist on this node: the "
-                       f"program runs in {tmp_path}; give the script's path from there, or an absolute path on a "
-                       "filesystem every node sees")
+    assert missing == (
+        f"the Ray driver: the script 'driver.py' ({tmp_path}/driver.py) does not exist on this node: the "
+        f"program runs in {tmp_path}; give the script's path from there, or an absolute path on a "
+        "filesystem every node sees"
+    )
     (tmp_path / "app").mkdir()  # `python3 app`: a directory runs when it has __main__.py
-    assert "is a directory without __main__.py" in (pf.program_problem(python.replace(script="app"), str(tmp_path))
-                                                    or "")
+    assert "is a directory without __main__.py" in (
+        pf.program_problem(python.replace(script="app"), str(tmp_path)) or ""
+    )
     (tmp_path / "app" / "__main__.py").write_text("")
     assert pf.program_problem(python.replace(script="app"), str(tmp_path)) is None
 
@@ -137,7 +162,9 @@ def test_arguments_and_working_directory(tmp_path: Path) -> None:
     assert pf.parse_args(["--plan=/p", "--chdir=/w x"]) == ("/p", "/w x")
     assert pf.parse_args(["--chdir", "/w"]) == (None, "/w")
     assert pf.chdir_problem(str(tmp_path)) is None and pf.chdir_problem(None) is None
-    assert "'/nonexistent/w' (where the programs run) does not exist on this node" in (pf.chdir_problem("/nonexistent/w") or "")
+    assert "'/nonexistent/w' (where the programs run) does not exist on this node" in (
+        pf.chdir_problem("/nonexistent/w") or ""
+    )
 
 
 def test_child_timeout_is_enforced() -> None:
@@ -189,10 +216,20 @@ slurm: {shm_per_node: 1M}
 
 
 def slurm_env(node: str, devices: Path, **extra: str) -> dict[str, str]:
-    return {"PATH": os.environ.get("PATH", ""), "SLURM_JOB_ID": "42", "SLURM_HET_SIZE": "2",
-            "SLURM_JOB_NODELIST_HET_GROUP_0": "a800-1", "SLURM_JOB_NODELIST_HET_GROUP_1": "cpu-1",
-            "SLURM_JOB_ID_HET_GROUP_0": "42", "SLURM_JOB_ID_HET_GROUP_1": "43", "SLURM_PROCID": "0",
-            "SLURM_LOCALID": "0", "SLURMD_NODENAME": node, "HPCPLACE_GPU_DEVICE_DIR": str(devices / "{node}"), **extra}
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "SLURM_JOB_ID": "42",
+        "SLURM_HET_SIZE": "2",
+        "SLURM_JOB_NODELIST_HET_GROUP_0": "a800-1",
+        "SLURM_JOB_NODELIST_HET_GROUP_1": "cpu-1",
+        "SLURM_JOB_ID_HET_GROUP_0": "42",
+        "SLURM_JOB_ID_HET_GROUP_1": "43",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURMD_NODENAME": node,
+        "HPCPLACE_GPU_DEVICE_DIR": str(devices / "{node}"),
+        **extra,
+    }
 
 
 def run_task(tmp_path: Path, env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -229,29 +266,40 @@ def test_task_passes_on_a_good_node(tmp_path: Path, rendered: Path, capsys: pyte
     assert out.startswith("hpcplace-preflight: a800-1: ok: 4 GPU(s), /dev/shm ") and out.count("\n") == 1
     (rendered / "a800-1" / "nvidia4").write_text("")
     rc, out = run_task(tmp_path, slurm_env("a800-1", rendered, CUDA_VISIBLE_DEVICES="0,1,2,3"), capsys)
-    assert rc == 0 and out.endswith("hpcplace-preflight: a800-1: warning: the node shows 5 GPU(s), the plan counts 4 "
-                                    "(gpus_per_node): the others stay unused\n"), out
+    assert rc == 0 and out.endswith(
+        "hpcplace-preflight: a800-1: warning: the node shows 5 GPU(s), the plan counts 4 "
+        "(gpus_per_node): the others stay unused\n"
+    ), out
 
 
-def test_task_names_every_problem_of_its_node(tmp_path: Path, rendered: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_task_names_every_problem_of_its_node(
+    tmp_path: Path, rendered: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (rendered / "a800-1" / "nvidia3").unlink()
     rc, out = run_task(tmp_path, slurm_env("a800-1", rendered), capsys)
     assert rc == 1
     assert "hpcplace-preflight: a800-1: FAILED: the node shows 3 GPU(s)" in out, out
     rc, out = run_task(tmp_path, slurm_env("cpu-1", rendered), capsys)
     assert rc == 1
-    assert out == ("hpcplace-preflight: cpu-1: FAILED: component 'agent': '/nonexistent/venv/bin/python' does not "
-                   "exist on this node: install it where every node sees it (a shared filesystem, not a node-local or "
-                   "private path such as /tmp)\n")
+    assert out == (
+        "hpcplace-preflight: cpu-1: FAILED: component 'agent': '/nonexistent/venv/bin/python' does not "
+        "exist on this node: install it where every node sees it (a shared filesystem, not a node-local or "
+        "private path such as /tmp)\n"
+    )
 
 
-def test_task_outside_the_plan_fails_clearly(tmp_path: Path, rendered: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_task_outside_the_plan_fails_clearly(
+    tmp_path: Path, rendered: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rc, out = run_task(tmp_path, slurm_env("elsewhere", rendered), capsys)
-    assert rc == 1 and out.startswith("hpcplace-preflight: elsewhere: FAILED: node 'elsewhere' is not in the node lists")
+    assert rc == 1 and out.startswith(
+        "hpcplace-preflight: elsewhere: FAILED: node 'elsewhere' is not in the node lists"
+    )
 
 
-def test_a_ray_dashboard_without_its_packages_fails_the_head_at_once(tmp_path: Path, rendered: Path,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_ray_dashboard_without_its_packages_fails_the_head_at_once(
+    tmp_path: Path, rendered: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """launch.dashboard needs ray[default]: `ray start` on the head would refuse it after the queue wait.
     Checked with the job's real Python and Ray's own check (here: plain `ray`, no dashboard packages)."""
     import importlib.util
@@ -261,7 +309,9 @@ def test_a_ray_dashboard_without_its_packages_fails_the_head_at_once(tmp_path: P
     from tests.slurm.conftest import plan_yaml
 
     pytest.importorskip("ray")
-    plan = plan_yaml(tmp_path, CONFIG % {"python": sys.executable} + "launch: {mode: ray, hold: true, dashboard: true}\n")
+    plan = plan_yaml(
+        tmp_path, CONFIG % {"python": sys.executable} + "launch: {mode: ray, hold: true, dashboard: true}\n"
+    )
     shutil.rmtree(tmp_path / "run")  # the fixture's steps-mode render
     render_run(plan, tmp_path / "run")
     has_dashboard = importlib.util.find_spec("aiohttp_cors") is not None

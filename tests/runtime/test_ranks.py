@@ -27,8 +27,18 @@ def strided_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def resolved(plan: Path, component: str, env: dict[str, str]) -> Resolved:
-    return resolve(Options(plan=str(plan), component=component, command=("true",), chdir=None, print_env=True, verify=False,
-                           verbose=False), env)
+    return resolve(
+        Options(
+            plan=str(plan),
+            component=component,
+            command=("true",),
+            chdir=None,
+            print_env=True,
+            verify=False,
+            verbose=False,
+        ),
+        env,
+    )
 
 
 def test_torch_and_rlinf_variables_for_a_recorded_step(lab_plan: Path) -> None:
@@ -63,9 +73,15 @@ def test_master_addr_of_a_multi_group_component_is_rank0_host(lab_plan: Path) ->
 
 
 def test_master_port_distinct_per_component_and_job(lab_plan: Path) -> None:
-    ports = {c: resolved(lab_plan, c, env).changes["MASTER_PORT"]
-             for c, env in (("actor", step_envs("0")[0]), ("inference", step_envs("1")[0]),
-                            ("agent", step_envs("2")[0]), ("span01", step_envs("0,1")[0]))}
+    ports = {
+        c: resolved(lab_plan, c, env).changes["MASTER_PORT"]
+        for c, env in (
+            ("actor", step_envs("0")[0]),
+            ("inference", step_envs("1")[0]),
+            ("agent", step_envs("2")[0]),
+            ("span01", step_envs("0,1")[0]),
+        )
+    }
     assert len(set(ports.values())) == 4
     assert master_port("120", 0) != master_port("121", 0)
     for job in ("1", "120", "99999999", "demo-local-20260101-000000-42"):
@@ -77,9 +93,11 @@ def test_master_port_distinct_per_component_and_job(lab_plan: Path) -> None:
 
 def test_weight_sync_peers(strided_plan: Path) -> None:
     """actor TP=4, rollout TP=2 collocated: rollout 0 = GPUs 0,2, fed by actor ranks 0 and 2."""
+
     def env_for(rank: int, gpu: str, ntasks: int) -> dict[str, str]:
-        return task_env(procid=rank, host="a800-1", localid=rank, nodeid=0, ntasks=ntasks,
-                        step_nodelist="a800-1", cuda=gpu)
+        return task_env(
+            procid=rank, host="a800-1", localid=rank, nodeid=0, ntasks=ntasks, step_nodelist="a800-1", cuda=gpu
+        )
 
     one_group = {"SLURM_HET_SIZE": "1", "SLURM_JOB_NODELIST_HET_GROUP_0": "a800-1"}
     actor2 = resolved(strided_plan, "actor", {**env_for(2, "2", 8), **one_group}).changes
@@ -108,6 +126,7 @@ def test_plan_env_may_not_set_computed_variables(tmp_path: Path) -> None:
 
 
 # ---- refusal to overwrite -------------------------------------------------------------------------
+
 
 def test_refuses_user_variables_and_names_them(lab_plan: Path) -> None:
     env = step_envs("0")[0]
@@ -138,9 +157,13 @@ def test_variables_to_unset_count_as_conflicts(lab_plan: Path) -> None:
 
 # ---- the Python API -----------------------------------------------------------------------------
 
+
 def test_process_info_reads_back_what_the_shim_sets(lab_plan: Path, strided_plan: Path) -> None:
-    for plan, component, env in ((lab_plan, "actor", step_envs("0")[3]), (lab_plan, "agent", step_envs("2")[1]),
-                                 (lab_plan, "span012", step_envs("0,1,2")[4])):
+    for plan, component, env in (
+        (lab_plan, "actor", step_envs("0")[3]),
+        (lab_plan, "agent", step_envs("2")[1]),
+        (lab_plan, "span012", step_envs("0,1,2")[4]),
+    ):
         result = resolved(plan, component, env)
         info = process_info(merge_environment(env, result.changes))
         assert info == result.info

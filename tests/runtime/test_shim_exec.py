@@ -45,16 +45,25 @@ def test_signal_passes_through(lab_plan: Path, task: dict[str, str]) -> None:
 
 
 def test_exec_replaces_the_shim(lab_plan: Path, task: dict[str, str]) -> None:
-    proc = subprocess.Popen(shim_command("--plan", str(lab_plan), "--component", "actor", "--", "sh", "-c", "echo $$"),
-                            env={**base_env(), **task}, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        shim_command("--plan", str(lab_plan), "--component", "actor", "--", "sh", "-c", "echo $$"),
+        env={**base_env(), **task},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     out, _ = proc.communicate(timeout=60)
     assert int(out) == proc.pid
 
 
 def test_program_sees_the_computed_environment(lab_plan: Path, task: dict[str, str]) -> None:
-    done = run(lab_plan, task, "sh", "-c",
-               'echo "$RANK $WORLD_SIZE $LOCAL_RANK $CUDA_VISIBLE_DEVICES $MASTER_ADDR $SLURM_JOB_GPUS $ACTOR_FLAG"; '
-               'test -d "$HPCPLACE_SHM_DIR" && echo shm')
+    done = run(
+        lab_plan,
+        task,
+        "sh",
+        "-c",
+        'echo "$RANK $WORLD_SIZE $LOCAL_RANK $CUDA_VISIBLE_DEVICES $MASTER_ADDR $SLURM_JOB_GPUS $ACTOR_FLAG"; '
+        'test -d "$HPCPLACE_SHM_DIR" && echo shm',
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["1 4 1 1 a800-1 0,1 1", "shm"]
     printed = print_env(lab_plan, "actor", task)
@@ -82,8 +91,12 @@ def test_errors_are_messages_not_tracebacks(lab_plan: Path, task: dict[str, str]
     assert run(lab_plan, task, "no-such-program-hpcplace").returncode == 127
     usage = subprocess.run(shim_command("--component", "actor"), capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "missing --plan" in usage.stderr
-    bad = subprocess.run(shim_command("--plan", str(lab_plan), "--component", "actor", "true"), capture_output=True,
-                         text=True, timeout=60)
+    bad = subprocess.run(
+        shim_command("--plan", str(lab_plan), "--component", "actor", "true"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "unknown argument 'true'" in bad.stderr
     assert subprocess.run(shim_command("--help"), capture_output=True, text=True, timeout=60).stdout.startswith("usage")
 
@@ -99,8 +112,11 @@ def test_console_script(lab_plan: Path, task: dict[str, str]) -> None:
     script = shutil.which("hpcplace-run")
     if script is None:
         pytest.skip("hpcplace-run is not on PATH (package not installed)")
-    done = subprocess.run([script, "--plan", str(lab_plan), "--component", "actor", "--", "sh", "-c", "exit 5"],
-                          env={**base_env(), **task, "PATH": os.environ["PATH"]}, timeout=60)
+    done = subprocess.run(
+        [script, "--plan", str(lab_plan), "--component", "actor", "--", "sh", "-c", "exit 5"],
+        env={**base_env(), **task, "PATH": os.environ["PATH"]},
+        timeout=60,
+    )
     assert done.returncode == 5
 
 
@@ -117,8 +133,7 @@ def test_path_search_in_the_new_environment(lab_plan: Path, task: dict[str, str]
     assert denied.returncode == 126 and "permission denied" in denied.stderr
 
 
-def test_offloading_component_never_preloads_memory_saver_without_a_gpu(tmp_path: Path,
-                                                                          task: dict[str, str]) -> None:
+def test_offloading_component_never_preloads_memory_saver_without_a_gpu(tmp_path: Path, task: dict[str, str]) -> None:
     """torch_memory_saver's LD_PRELOAD would stop every process on a node without libcuda."""
     plan = write_plan(tmp_path, LAB_CONFIG.replace('env: {ACTOR_FLAG: "1"}', 'env: {ACTOR_FLAG: "1"}, offload: true'))
     assert '"offload": true' in plan.read_text()
@@ -130,13 +145,15 @@ def test_offloading_component_never_preloads_memory_saver_without_a_gpu(tmp_path
         assert done.returncode == 0, done.stderr
 
 
-def test_chdir_runs_the_program_in_the_submission_directory(lab_plan: Path, task: dict[str, str],
-                                                            tmp_path: Path) -> None:
+def test_chdir_runs_the_program_in_the_submission_directory(
+    lab_plan: Path, task: dict[str, str], tmp_path: Path
+) -> None:
     args = shim_command("--plan", str(lab_plan), "--component", "actor", "--chdir", str(tmp_path), "--", "pwd")
     done = subprocess.run(args, env={**base_env(), **task}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == str(tmp_path), done.stderr
-    missing = shim_command("--plan", str(lab_plan), "--component", "actor", "--chdir", str(tmp_path / "gone"),
-                           "--", "pwd")
+    missing = shim_command(
+        "--plan", str(lab_plan), "--component", "actor", "--chdir", str(tmp_path / "gone"), "--", "pwd"
+    )
     done = subprocess.run(missing, env={**base_env(), **task}, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "cannot change to the working directory" in done.stderr
     assert "Traceback" not in done.stderr

@@ -18,8 +18,18 @@ def lab_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def identify(plan: Path, component: str, env: dict[str, str]) -> tuple[int, dict[str, str | None]]:
-    resolved = resolve(Options(plan=str(plan), component=component, command=("true",), chdir=None, print_env=True, verify=False,
-                               verbose=False), env)
+    resolved = resolve(
+        Options(
+            plan=str(plan),
+            component=component,
+            command=("true",),
+            chdir=None,
+            print_env=True,
+            verify=False,
+            verbose=False,
+        ),
+        env,
+    )
     return resolved.info.rank, resolved.changes
 
 
@@ -47,8 +57,10 @@ def test_component_job_id_is_the_leaders() -> None:
 
 
 def test_pack_group_aliases() -> None:
-    env = {k.replace("HET_GROUP", "PACK_GROUP").replace("SLURM_HET_SIZE", "SLURM_PACK_SIZE"): v
-           for k, v in step_envs("0,1")[4].items()}
+    env = {
+        k.replace("HET_GROUP", "PACK_GROUP").replace("SLURM_HET_SIZE", "SLURM_PACK_SIZE"): v
+        for k, v in step_envs("0,1")[4].items()
+    }
     snap = read_snapshot(env)
     assert snap.het_size == 3
     assert snap.groups[1].nodelist == "rtx4090-1"
@@ -62,8 +74,14 @@ def test_het_size_inferred_from_group_lists() -> None:
 
 
 def test_plain_job_without_het_groups() -> None:
-    env = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[001-004]", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
-           "SLURMD_NODENAME": "n003", "SLURM_JOB_PARTITION": "gpu"}
+    env = {
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_NODELIST": "n[001-004]",
+        "SLURM_PROCID": "5",
+        "SLURM_LOCALID": "1",
+        "SLURMD_NODENAME": "n003",
+        "SLURM_JOB_PARTITION": "gpu",
+    }
     snap = read_snapshot(env)
     assert snap.het_size == 1 and snap.job_id == "77"
     assert locate_node(snap, [0]) == (0, 2)
@@ -103,8 +121,9 @@ def test_hostname_fallback_and_fqdn() -> None:
     assert locate_node(snap, [1]) == (1, 0)
 
 
-@pytest.mark.parametrize("groups, component", [("0", "actor"), ("1", "inference"), ("2", "agent"),
-                                               ("0,1", "span01"), ("0,1,2", "span012")])
+@pytest.mark.parametrize(
+    "groups, component", [("0", "actor"), ("1", "inference"), ("2", "agent"), ("0,1", "span01"), ("0,1,2", "span012")]
+)
 def test_every_task_of_a_recorded_step_finds_a_distinct_process(lab_plan: Path, groups: str, component: str) -> None:
     envs = step_envs(groups, partition="rtx4090")  # SLURM_JOB_PARTITION is unreliable: must not matter
     ranks = [identify(lab_plan, component, env)[0] for env in envs]
@@ -152,7 +171,8 @@ def test_unknown_component(lab_plan: Path) -> None:
 
 
 def test_task_env_helper_matches_the_table() -> None:
-    env = task_env(procid=4, host="rtx4090-1", localid=0, nodeid=2, ntasks=5, step_nodelist="a800-[1-2],rtx4090-1",
-                   cuda="0")
+    env = task_env(
+        procid=4, host="rtx4090-1", localid=0, nodeid=2, ntasks=5, step_nodelist="a800-[1-2],rtx4090-1", cuda="0"
+    )
     assert env["SLURM_JOB_GPUS"] == "0,1"  # leaked from the batch step, never trusted
     assert read_snapshot(env).step_nodelist == "a800-[1-2],rtx4090-1"

@@ -40,15 +40,100 @@ class Chooser:
 
 
 NUMBERS = [0, 1, 2, 3, 4, 7, 8, 16, -1, -8, 10**9, 2**31, 2**63, 2**70, 1e9, 0.5, float("inf"), float("nan")]
-STRINGS = ["", " ", "all", "ALL", "node", "a800", "cpu", "x" * 300, "a b", "A=B", "=X", "RANK", "a\x00b", "a\nb",
-           "\x1b[2J", "\u202eevil", ":", "::", "-", "--x", "0-", "-0", "1e9", "${PATH}", "$(touch /tmp/x)",
-           "a\\b", "'", '"', "🙂", "0x10", "010", "1:0", "~", "null", "true", "[", "{", "*x", "&x", "%", "@", "`"]
-KEYS = ["label", "partition", "nodes", "gpus_per_node", "gpu_type", "hardware", "env", "account", "qos",
-        "node_group", "placement", "command", "num_nodes", "node_ranks", "component_placement", "node_groups",
-        "device_mapping", "world_size", "num_gpus_per_worker", "allocation_mode", "n_nodes", "n_gpus_per_node",
-        "scheduling_strategy", "time", "extra_sbatch_args", "format", "name", "slurm", "hpcplace", "components",
-        "env_configs", "count", "type", "tensor_parallel_size", "offload", "cpus_per_process", "mem_per_process",
-        "cluster", "actor", "rollout", "inference", "target", "cpu_partition", "cpu_nodes", "<<", "RANK", "a b", ""]
+STRINGS = [
+    "",
+    " ",
+    "all",
+    "ALL",
+    "node",
+    "a800",
+    "cpu",
+    "x" * 300,
+    "a b",
+    "A=B",
+    "=X",
+    "RANK",
+    "a\x00b",
+    "a\nb",
+    "\x1b[2J",
+    "\u202eevil",
+    ":",
+    "::",
+    "-",
+    "--x",
+    "0-",
+    "-0",
+    "1e9",
+    "${PATH}",
+    "$(touch /tmp/x)",
+    "a\\b",
+    "'",
+    '"',
+    "🙂",
+    "0x10",
+    "010",
+    "1:0",
+    "~",
+    "null",
+    "true",
+    "[",
+    "{",
+    "*x",
+    "&x",
+    "%",
+    "@",
+    "`",
+]
+KEYS = [
+    "label",
+    "partition",
+    "nodes",
+    "gpus_per_node",
+    "gpu_type",
+    "hardware",
+    "env",
+    "account",
+    "qos",
+    "node_group",
+    "placement",
+    "command",
+    "num_nodes",
+    "node_ranks",
+    "component_placement",
+    "node_groups",
+    "device_mapping",
+    "world_size",
+    "num_gpus_per_worker",
+    "allocation_mode",
+    "n_nodes",
+    "n_gpus_per_node",
+    "scheduling_strategy",
+    "time",
+    "extra_sbatch_args",
+    "format",
+    "name",
+    "slurm",
+    "hpcplace",
+    "components",
+    "env_configs",
+    "count",
+    "type",
+    "tensor_parallel_size",
+    "offload",
+    "cpus_per_process",
+    "mem_per_process",
+    "cluster",
+    "actor",
+    "rollout",
+    "inference",
+    "target",
+    "cpu_partition",
+    "cpu_nodes",
+    "<<",
+    "RANK",
+    "a b",
+    "",
+]
 
 
 def rank_string(c: Chooser) -> str:
@@ -56,8 +141,16 @@ def rank_string(c: Chooser) -> str:
     for _ in range(c.integer(1, 4)):
         res = c.pick(["all", "ALL", str(c.integer(0, 20)), f"{c.integer(0, 20)}-{c.integer(0, 40)}", "", "x", "-"])
         if c.chance(50):
-            res += ":" + c.pick([str(c.integer(0, 40)), f"{c.integer(0, 40)}-{c.integer(0, 99)}", "all", "",
-                                 f"0-{c.pick([10**6, 10**12, 7])}", "a:b"])
+            res += ":" + c.pick(
+                [
+                    str(c.integer(0, 40)),
+                    f"{c.integer(0, 40)}-{c.integer(0, 99)}",
+                    "all",
+                    "",
+                    f"0-{c.pick([10**6, 10**12, 7])}",
+                    "a:b",
+                ]
+            )
         parts.append(res)
     return c.pick([",", ", ", ",,", ":"]).join(parts)
 
@@ -66,9 +159,26 @@ def device_mapping_string(c: Chooser) -> str:
     terms = []
     for _ in range(c.integer(1, 3)):
         a, b = c.integer(0, 40), c.integer(-5, 64)
-        terms.append(c.pick([f"list(range({a},{b}))", f"range({a}, {b})", f"list(range({a},{b},{c.integer(-2, 3)}))",
-                             f"[{a},{b}]", f"[{a}, {a}]", "[]", f"list(range({a}))", "list(range(0,10**9))",
-                             f"[{10**12}]", "range(", f"[{a},", "__import__('os')", f"{a}", "range(0,8)*2"]))
+        terms.append(
+            c.pick(
+                [
+                    f"list(range({a},{b}))",
+                    f"range({a}, {b})",
+                    f"list(range({a},{b},{c.integer(-2, 3)}))",
+                    f"[{a},{b}]",
+                    f"[{a}, {a}]",
+                    "[]",
+                    f"list(range({a}))",
+                    "list(range(0,10**9))",
+                    f"[{10**12}]",
+                    "range(",
+                    f"[{a},",
+                    "__import__('os')",
+                    f"{a}",
+                    "range(0,8)*2",
+                ]
+            )
+        )
     return c.pick([" + ", "+", " - ", ","]).join(terms)
 
 
@@ -146,10 +256,14 @@ def mutate(data: Any, c: Chooser) -> Any:
     elif op == 7 and isinstance(parent, list):  # duplicate a list item (node groups, ...)
         parent.insert(c.integer(0, len(parent)), copy.deepcopy(parent[key]))
     elif op == 8:  # swap in a whole node group / placement block
-        parent[key] = {"label": c.pick(["a800", "cpu", "node", "x", "A800"]), "partition": c.pick(STRINGS),
-                       "nodes": c.pick(NUMBERS), "gpus_per_node": c.pick(NUMBERS + [[8, 4], []]),
-                       "node_group": c.pick(["a800", "a800,cpu", ["a800", "cpu"], "node", "nope", ""]),
-                       "placement": rank_string(c)}
+        parent[key] = {
+            "label": c.pick(["a800", "cpu", "node", "x", "A800"]),
+            "partition": c.pick(STRINGS),
+            "nodes": c.pick(NUMBERS),
+            "gpus_per_node": c.pick(NUMBERS + [[8, 4], []]),
+            "node_group": c.pick(["a800", "a800,cpu", ["a800", "cpu"], "node", "nope", ""]),
+            "placement": rank_string(c),
+        }
     else:  # numbers nudged
         value = parent[key]
         if isinstance(value, int) and not isinstance(value, bool):
@@ -162,14 +276,36 @@ def mutate(data: Any, c: Chooser) -> Any:
 def text_damage(text: str, c: Chooser) -> str:
     op = c.integer(0, 5)
     if op == 0:
-        return text[:c.integer(0, len(text))]
+        return text[: c.integer(0, len(text))]
     if op == 1:
         i = c.integer(0, len(text))
-        return text[:i] + c.pick(["\t", ":", "- ", "&a ", "*a", "{", "]", "\x00", "\x1b", "'", '"', "\n  x: 1\n",
-                                  "<<: *a\n", "%YAML 1.1\n", "!!python/object:os.system ''\n"]) + text[i:]
+        return (
+            text[:i]
+            + c.pick(
+                [
+                    "\t",
+                    ":",
+                    "- ",
+                    "&a ",
+                    "*a",
+                    "{",
+                    "]",
+                    "\x00",
+                    "\x1b",
+                    "'",
+                    '"',
+                    "\n  x: 1\n",
+                    "<<: *a\n",
+                    "%YAML 1.1\n",
+                    "!!python/object:os.system ''\n",
+                ]
+            )
+            + text[i:]
+        )
     if op == 2:  # an alias bomb appended
         bomb = 'b0: &b0 ["x","x","x","x","x","x","x","x","x"]\n' + "".join(
-            f"b{i}: &b{i} [" + ",".join([f"*b{i - 1}"] * 9) + "]\n" for i in range(1, c.integer(2, 9)))
+            f"b{i}: &b{i} [" + ",".join([f"*b{i - 1}"] * 9) + "]\n" for i in range(1, c.integer(2, 9))
+        )
         return text + "\n" + bomb
     if op == 3:
         return text + "\nself: &s [1, *s]\n"
@@ -193,8 +329,21 @@ def make_case(c: Chooser) -> tuple[str, str, list[str]]:
         except (yaml.YAMLError, ValueError):
             text = SEEDS[name]
     if c.chance(10):
-        overrides.append(c.pick(["name=x", "slurm.time=1:00", "cluster.num_nodes=2", "a.b.c=1", "=1", "x",
-                                 "cluster=3", "cluster.node_groups.x=1", f"slurm.partition={c.pick(STRINGS)}"]))
+        overrides.append(
+            c.pick(
+                [
+                    "name=x",
+                    "slurm.time=1:00",
+                    "cluster.num_nodes=2",
+                    "a.b.c=1",
+                    "=1",
+                    "x",
+                    "cluster=3",
+                    "cluster.node_groups.x=1",
+                    f"slurm.partition={c.pick(STRINGS)}",
+                ]
+            )
+        )
     return name, text, overrides
 
 

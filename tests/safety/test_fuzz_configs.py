@@ -13,15 +13,21 @@ from tests.safety.fuzzing import SEEDS, Chooser, make_case, run_case
 
 
 @seed(20261122)
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(data=st.data())
 def test_fuzzed_configs_fail_cleanly(tmp_path: Path, data: st.DataObject) -> None:
     chooser = Chooser(lambda lo, hi: data.draw(st.integers(lo, hi)))
     name, text, overrides = make_case(chooser)
     outcome = run_case(tmp_path / f"{name}.yaml", text, overrides, slow_s=60.0)
-    assert outcome.kind in ("ok", "error"), f"{outcome.kind} for a mutated {name} (--set {overrides}):\n" \
-                                            f"{text[:2000]}\n---\n{outcome.detail}"
+    assert outcome.kind in ("ok", "error"), (
+        f"{outcome.kind} for a mutated {name} (--set {overrides}):\n{text[:2000]}\n---\n{outcome.detail}"
+    )
 
 
 def test_every_format_is_seeded() -> None:

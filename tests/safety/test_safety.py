@@ -54,6 +54,7 @@ def error_of(path: Path, **kw: object) -> HpcplaceError:
 
 # ---- YAML ----------------------------------------------------------------------------------------
 
+
 def test_alias_bomb_is_capped_quickly(tmp_path: Path) -> None:
     lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
     lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
@@ -92,42 +93,64 @@ def test_huge_integer_literal_is_an_error(tmp_path: Path) -> None:
 CAPPED = {
     "native nodes": (NATIVE.replace("nodes: 2,", "nodes: 1000000000,"), "number of nodes"),
     "native gpus": (NATIVE.replace("gpus_per_node: 8", "gpus_per_node: 100000"), "gpus_per_node"),
-    "native hardware": (NATIVE.replace("{label: cpu, partition: cpu, nodes: 1}",
-                                       "{label: cpu, partition: cpu, nodes: 1, hardware: {type: arm, count: 99999999}}"),
-                        "hardware.count"),
+    "native hardware": (
+        NATIVE.replace(
+            "{label: cpu, partition: cpu, nodes: 1}",
+            "{label: cpu, partition: cpu, nodes: 1, hardware: {type: arm, count: 99999999}}",
+        ),
+        "hardware.count",
+    ),
     "rank map": (NATIVE.replace('"0:0-1"', '"0:0-99999999999999"'), "too large"),
     "processes": (NATIVE.replace('"0:0-1"', f'"0:0-{limits.MAX_PROCESSES}"'), "at most"),
-    "rlinf num_nodes": ("""\
+    "rlinf num_nodes": (
+        """\
         cluster:
           num_nodes: 1000000000
           component_placement: {actor: all}
         slurm: {partition: a800, gpus_per_node: 8}
-        """, "cluster.num_nodes"),
-    "roll device id": ("""\
+        """,
+        "cluster.num_nodes",
+    ),
+    "roll device id": (
+        """\
         num_gpus_per_node: 8
         actor_train: {device_mapping: "[0, 99999999999]"}
         slurm: {partition: a800}
-        """, "largest supported GPU id"),
-    "roll device range": ("""\
+        """,
+        "largest supported GPU id",
+    ),
+    "roll device range": (
+        """\
         num_gpus_per_node: 8
         actor_train: {device_mapping: "list(range(0, 1000000000000))"}
         slurm: {partition: a800}
-        """, "GPU id"),
-    "roll gpus per node": ("""\
+        """,
+        "GPU id",
+    ),
+    "roll gpus per node": (
+        """\
         num_gpus_per_node: 100000
         actor_train: {device_mapping: "[0]"}
         slurm: {partition: a800}
-        """, "num_gpus_per_node"),
-    "areal n_nodes": ("""\
+        """,
+        "num_gpus_per_node",
+    ),
+    "areal n_nodes": (
+        """\
         allocation_mode: "sglang.d8p1t1+fsdp.d8p1t1"
         cluster: {n_nodes: 1000000000, n_gpus_per_node: 8}
         slurm: {partition: a800}
-        """, "cluster.n_nodes"),
-    "areal dims": ("""\
+        """,
+        "cluster.n_nodes",
+    ),
+    "areal dims": (
+        """\
         allocation_mode: "sglang.d99999999999p1t1+fsdp.d8p1t1"
         cluster: {n_nodes: 2, n_gpus_per_node: 8}
         slurm: {partition: a800}
-        """, "larger than"),
+        """,
+        "larger than",
+    ),
 }
 
 
@@ -142,10 +165,12 @@ def test_caps_are_clear_errors_before_memory_runs_out(tmp_path: Path, case: str)
 
 # ---- environment names ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["A=B", "=X", "a b", "1X", "X-Y", "RANK", "MASTER_PORT", "CUDA_VISIBLE_DEVICES",
-                                  "HPCPLACE_ANYTHING", ""])
+
+@pytest.mark.parametrize(
+    "name", ["A=B", "=X", "a b", "1X", "X-Y", "RANK", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "HPCPLACE_ANYTHING", ""]
+)
 def test_bad_env_names_fail_at_plan_time_with_a_location(tmp_path: Path, name: str) -> None:
-    text = NATIVE.replace("env: {MY_FLAG: \"1\"}", "env: {" + json.dumps(name) + ": '1'}")
+    text = NATIVE.replace('env: {MY_FLAG: "1"}', "env: {" + json.dumps(name) + ": '1'}")
     err = error_of(write(tmp_path, text))
     assert err.location is not None and err.location.line == 10
     assert repr(name) in err.message or "variable name" in err.message or "string name" in err.message
@@ -154,8 +179,14 @@ def test_bad_env_names_fail_at_plan_time_with_a_location(tmp_path: Path, name: s
 def test_env_value_with_nul_and_node_group_env(tmp_path: Path) -> None:
     err = error_of(write(tmp_path, NATIVE.replace('MY_FLAG: "1"', 'MY_FLAG: "a\\0b"')))
     assert "NUL" in err.message
-    err = error_of(write(tmp_path, NATIVE.replace("{label: cpu, partition: cpu, nodes: 1}",
-                                                  "{label: cpu, partition: cpu, nodes: 1, env: {WORLD_SIZE: 3}}")))
+    err = error_of(
+        write(
+            tmp_path,
+            NATIVE.replace(
+                "{label: cpu, partition: cpu, nodes: 1}", "{label: cpu, partition: cpu, nodes: 1, env: {WORLD_SIZE: 3}}"
+            ),
+        )
+    )
     assert "'WORLD_SIZE' is set by hpcplace" in err.message
 
 
@@ -166,6 +197,7 @@ def test_env_name_rules_are_one_function_with_an_allow_list() -> None:
 
 
 # ---- --set ----------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("text", ["", "- a\n- b\n", "just a string\n", "~\n"])
 def test_set_on_any_document_shape_is_a_clear_error(tmp_path: Path, text: str) -> None:
@@ -183,13 +215,17 @@ def test_set_through_a_scalar_names_the_key(tmp_path: Path) -> None:
 
 # ---- plan refuses what render refuses; control characters -----------------------------------------
 
-@pytest.mark.parametrize("slurm, words", [
-    ('{time: "soon"}', "not a Slurm time limit"),
-    ('{time: "1:00\\n#SBATCH --x"}', "control character"),
-    ('{job_name: "a\\\\b"}', "backslash"),
-    ('{extra_sbatch_args: "-x"}', "not a long sbatch option"),
-    ('{extra_sbatch_args: "--a=\'b"}', "cannot split"),
-])
+
+@pytest.mark.parametrize(
+    "slurm, words",
+    [
+        ('{time: "soon"}', "not a Slurm time limit"),
+        ('{time: "1:00\\n#SBATCH --x"}', "control character"),
+        ('{job_name: "a\\\\b"}', "backslash"),
+        ('{extra_sbatch_args: "-x"}', "not a long sbatch option"),
+        ('{extra_sbatch_args: "--a=\'b"}', "cannot split"),
+    ],
+)
 def test_plan_refuses_bad_slurm_options_with_a_location(tmp_path: Path, slurm: str, words: str) -> None:
     err = error_of(write(tmp_path, NATIVE + f"slurm: {slurm}\n"))
     assert words in err.message and err.location is not None and err.location.line == 11
@@ -202,8 +238,7 @@ def test_partition_with_control_characters_is_refused_at_plan(tmp_path: Path) ->
 
 def test_plan_command_runs_the_render_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # node group with different GPU counts per node: lowering refuses it; so must `plan`
-    path = write(tmp_path, NATIVE.replace("gpus_per_node: 8", "gpus_per_node: [8, 4]")
-                 .replace('"0-15"', '"0-11"'))
+    path = write(tmp_path, NATIVE.replace("gpus_per_node: 8", "gpus_per_node: [8, 4]").replace('"0-15"', '"0-11"'))
     assert cli_main(["plan", str(path)]) == 3
     err = capsys.readouterr().err
     assert "different GPU counts" in err and f"{path}:" in err
@@ -230,6 +265,7 @@ def test_quote_word_round_trips_through_bash() -> None:
 
 # ---- srun-special argv words ---------------------------------------------------------------------
 
+
 def test_command_with_colon_never_reaches_srun_argv(tmp_path: Path) -> None:
     text = NATIVE.replace('[python3, -c, "print(1)"]', '[sh, -c, "echo", ":", "--het-group=1", "-n1", "touch", "x"]')
     plan = plan_from_file(write(tmp_path, text))
@@ -240,8 +276,9 @@ def test_command_with_colon_never_reaches_srun_argv(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("launcher", [": x", "hpcplace-run : --het-group=1 touch x", "--het-group=1 x", "-v"])
-def test_launcher_that_srun_would_split_or_misread_is_refused(tmp_path: Path, launcher: str,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_launcher_that_srun_would_split_or_misread_is_refused(
+    tmp_path: Path, launcher: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = write(tmp_path, RUNNABLE)
     assert cli_main(["render", str(path), "-o", str(tmp_path / "run"), f"--launcher={launcher}"]) == 2
     assert "launcher" in capsys.readouterr().err
@@ -256,6 +293,7 @@ def test_check_srun_argv_for_other_callers() -> None:
 
 
 # ---- render -o over a submitted run --------------------------------------------------------------
+
 
 def test_render_refuses_a_submitted_run_dir_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write(tmp_path, RUNNABLE)
@@ -273,12 +311,17 @@ def test_render_refuses_a_submitted_run_dir_unless_forced(tmp_path: Path, capsys
 
 # ---- account / QOS per het component ---------------------------------------------------------------
 
+
 def test_account_and_qos_are_stated_for_every_component(tmp_path: Path) -> None:
     text = NATIVE.replace("{label: a800, partition: a800,", "{label: a800, partition: a800, account: acct_a, qos: q_a,")
-    text = text.replace("- {label: cpu, partition: cpu, nodes: 1}",
-                        "- {label: cpu, partition: cpu, nodes: 1}\n    - {label: c2, partition: cpu, nodes: 1, account: acct_b}")
-    text = text.replace("agent: {node_group: cpu, placement: \"0:0-1\"}",
-                        "agent: {node_group: cpu, placement: \"0:0-1\"}\n    b: {node_group: c2, placement: \"0\"}")
+    text = text.replace(
+        "- {label: cpu, partition: cpu, nodes: 1}",
+        "- {label: cpu, partition: cpu, nodes: 1}\n    - {label: c2, partition: cpu, nodes: 1, account: acct_b}",
+    )
+    text = text.replace(
+        'agent: {node_group: cpu, placement: "0:0-1"}',
+        'agent: {node_group: cpu, placement: "0:0-1"}\n    b: {node_group: c2, placement: "0"}',
+    )
     plan = plan_from_file(write(tmp_path, text))
     job = lower(plan)
     args = [set(c.sbatch_args) for c in job.components]
@@ -290,12 +333,14 @@ def test_account_and_qos_are_stated_for_every_component(tmp_path: Path) -> None:
     assert [g["charged"] for g in groups] == [
         {"account": "acct_a", "account_from": "a800", "qos": "q_a", "qos_from": "a800"},
         {"account": "acct_a", "account_from": "a800", "qos": "q_a", "qos_from": "a800"},
-        {"account": "acct_b", "account_from": "c2", "qos": "q_a", "qos_from": "a800"}]
+        {"account": "acct_b", "account_from": "c2", "qos": "q_a", "qos_from": "a800"},
+    ]
     script = (tmp_path / "run" / "job.sbatch").read_text()
     assert "account acct_a (inherited from node group a800: sbatch carries it over)" in script
 
 
 # ---- MASTER_PORT -----------------------------------------------------------------------------------
+
 
 def test_rank0_skips_a_port_another_job_listens_on_and_others_wait_for_it(tmp_path: Path) -> None:
     busy = socket.socket()
@@ -360,14 +405,18 @@ def test_rlinf_empty_node_ranks_is_an_error(tmp_path: Path) -> None:
     assert "node_ranks is empty" in error_of(write(tmp_path, text)).message
 
 
-@pytest.mark.parametrize("data, where, message, hint", [
-    (b"name: x\ncluster:\n\tnum_nodes: 1\n", ":3:1:", "invalid YAML", "YAML indents with spaces, never tabs"),
-    (b"name: x\ncluster: 1\x00\n", ":2:11:", "character 0x00 is not allowed in YAML", "UTF-8 text"),
-    (b"name: caf\xe9\n", ":1:10:", "is not UTF-8 text: byte 0xe9 cannot be decoded", "save it as UTF-8"),
-    (b"\xff\xfen\x00", ":1:1:", "is UTF-16 text", "iconv -f utf-16 -t utf-8"),
-])
-def test_unreadable_text_is_located_with_a_hint(tmp_path: Path, data: bytes, where: str, message: str,
-                                                hint: str) -> None:
+@pytest.mark.parametrize(
+    "data, where, message, hint",
+    [
+        (b"name: x\ncluster:\n\tnum_nodes: 1\n", ":3:1:", "invalid YAML", "YAML indents with spaces, never tabs"),
+        (b"name: x\ncluster: 1\x00\n", ":2:11:", "character 0x00 is not allowed in YAML", "UTF-8 text"),
+        (b"name: caf\xe9\n", ":1:10:", "is not UTF-8 text: byte 0xe9 cannot be decoded", "save it as UTF-8"),
+        (b"\xff\xfen\x00", ":1:1:", "is UTF-16 text", "iconv -f utf-16 -t utf-8"),
+    ],
+)
+def test_unreadable_text_is_located_with_a_hint(
+    tmp_path: Path, data: bytes, where: str, message: str, hint: str
+) -> None:
     path = tmp_path / "c.yaml"
     path.write_bytes(data)
     err = error_of(path)
@@ -378,9 +427,11 @@ def test_yaml_error_in_a_defaults_file_is_located_in_that_file(tmp_path: Path) -
     """Hydra composes `defaults:` files with its own loader: the error names that file, not the top one."""
     write(tmp_path, "defaults:\n  - base\n  - _self_\ncluster: {num_nodes: 1}\n", "main.yaml")
     base = write(tmp_path, "a: 1\nbad: [1, 2\n", "base.yaml")
-    for text, message in (("a: 1\nbad: [1, 2\n", ":3:1: invalid YAML: while parsing a flow sequence"),
-                          ("cluster: {x: 1}\ncluster: {y: 2}\n", ":2:1: invalid YAML: while constructing a mapping"),
-                          ("a: 1\nb: 2\x00\n", ":2:5: invalid YAML: character 0x00 is not allowed in YAML")):
+    for text, message in (
+        ("a: 1\nbad: [1, 2\n", ":3:1: invalid YAML: while parsing a flow sequence"),
+        ("cluster: {x: 1}\ncluster: {y: 2}\n", ":2:1: invalid YAML: while constructing a mapping"),
+        ("a: 1\nb: 2\x00\n", ":2:5: invalid YAML: character 0x00 is not allowed in YAML"),
+    ):
         base.write_text(text)
         with pytest.raises(SpecError) as info:
             plan_from_file(tmp_path / "main.yaml")

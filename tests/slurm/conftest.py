@@ -97,15 +97,23 @@ HPCPLACE = Path(sys.executable).parent / "hpcplace"
 _JOB_LINE = re.compile(r"^job (\d+) \((.*)\)$", re.M)
 
 
-def cli(*args: str | Path, env: dict[str, str] | None = None, cwd: Path | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str | Path, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """`hpcplace ARGS...`: the real console script in a subprocess (argv list, no shell)."""
-    return subprocess.run([str(HPCPLACE), *map(str, args)], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [str(HPCPLACE), *map(str, args)], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
-def submit_cli(config: Path | str, run_dir: Path, *extra: str, overrides: Sequence[str] = (),
-               env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
+def submit_cli(
+    config: Path | str,
+    run_dir: Path,
+    *extra: str,
+    overrides: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> str:
     """`hpcplace submit CONFIG [OVERRIDES...] -o RUN_DIR EXTRA...` (validation on; EXTRA may end in
     `--driver -- CMD...`); the job id from its `job N (dir)` line."""
     res = cli("submit", config, *overrides, "-o", run_dir, *extra, env=env, cwd=cwd)
@@ -163,13 +171,13 @@ def wait_done(target: Path | str, timeout: float = 240) -> RunStatus:
 # ------------------------------------------------------------------------------------------------
 # the real test cluster
 
+
 def cluster_nodes() -> list[str]:
     """The node names of the test cluster (from its slurm.conf)."""
     conf = CLUSTER_DIR / "etc" / "slurm.conf"
     if not conf.exists():
         return []
-    return [line.split()[0].split("=", 1)[1] for line in conf.read_text().splitlines()
-            if line.startswith("NodeName=")]
+    return [line.split()[0].split("=", 1)[1] for line in conf.read_text().splitlines() if line.startswith("NodeName=")]
 
 
 def node_root(node: str) -> Path | None:
@@ -212,6 +220,7 @@ class JobShm:
         while self.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         return self.left()
+
 
 @dataclass
 class LiveCluster:
@@ -257,20 +266,31 @@ def _unshared(wanted: list[str]) -> list[str]:
         bound = (CLUSTER_DIR / "shared").read_text(encoding="utf-8").splitlines()
     except OSError:
         bound = []
-    return [w for w in wanted if (w + "/").startswith("/tmp/")
-            and not any((w + "/").startswith(b.rstrip("/") + "/") for b in bound)]
+    return [
+        w
+        for w in wanted
+        if (w + "/").startswith("/tmp/") and not any((w + "/").startswith(b.rstrip("/") + "/") for b in bound)
+    ]
 
 
 def _boot(mode: str) -> None:
     env = {**os.environ, "HPCPLACE_SLURM_SHARED": ":".join(shared_paths())}
-    res = subprocess.run([str(CLUSTER_SCRIPTS / "up.sh"), "--slurm", SLURM_RELEASE, "--constrain-devices", mode],
-                         capture_output=True, text=True, check=False, timeout=300, env=env)
+    res = subprocess.run(
+        [str(CLUSTER_SCRIPTS / "up.sh"), "--slurm", SLURM_RELEASE, "--constrain-devices", mode],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env=env,
+    )
     if res.returncode == 77:
         _unavailable(f"the Slurm test cluster needs root: {res.stderr.strip()}")
     if res.returncode != 0:
         why = [line for line in res.stderr.splitlines() if "boot FAILED" in line]
-        pytest.fail(f"scripts/slurm-cluster/up.sh --slurm {SLURM_RELEASE} failed (rc {res.returncode}): "
-                    f"{' '.join(why) or '(no reason printed)'}\n{res.stderr[-4000:]}")
+        pytest.fail(
+            f"scripts/slurm-cluster/up.sh --slurm {SLURM_RELEASE} failed (rc {res.returncode}): "
+            f"{' '.join(why) or '(no reason printed)'}\n{res.stderr[-4000:]}"
+        )
 
 
 def _unavailable(reason: str) -> None:
@@ -294,15 +314,20 @@ def ensure_cluster(mode: str) -> LiveCluster:
         _unavailable("the Slurm test cluster needs root (scripts/slurm-cluster/up.sh)")
     if not (CLUSTER_SCRIPTS / "up.sh").exists():
         _unavailable("scripts/slurm-cluster/up.sh is missing")
-    install = subprocess.run([str(CLUSTER_SCRIPTS / "install.sh"), "--slurm", SLURM_RELEASE], capture_output=True,
-                             text=True, check=False)
+    install = subprocess.run(
+        [str(CLUSTER_SCRIPTS / "install.sh"), "--slurm", SLURM_RELEASE], capture_output=True, text=True, check=False
+    )
     if install.returncode != 0:
         _unavailable(f"cannot install Slurm ({SLURM_RELEASE}): {install.stderr.strip()[-500:]}")
     _hold_cluster_lock()
     owner = CLUSTER_OWNER.read_text() if CLUSTER_OWNER.exists() else ""
     status = _status()
-    if (status.get("constrain_devices") != mode or status.get("slurm") != SLURM_RELEASE or owner != str(REPO)
-            or _unshared(shared_paths())):
+    if (
+        status.get("constrain_devices") != mode
+        or status.get("slurm") != SLURM_RELEASE
+        or owner != str(REPO)
+        or _unshared(shared_paths())
+    ):
         _boot(mode)
         CLUSTER_OWNER.write_text(str(REPO))
     # A newer release's client tools (up.sh writes them to $DIR/bin) come first, for the tests and for

@@ -20,11 +20,31 @@ import urllib.parse
 
 DEV_ROOT = os.environ.get("HPCPLACE_TEST_DEV_ROOT", "/tmp/hpcplace-slurm/dev")
 VARIABLES = (
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
-    "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS",
-    "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_STEP_ID", "SLURM_JOB_ID", "SLURMD_NODENAME",
-    "LOCAL_HARDWARE_RANKS", "NODE_GROUP_LABEL", "EMBODIED_PATH",
-    "SLURM_CPUS_PER_TASK", "SLURM_TRES_PER_TASK", "SLURM_CPUS_ON_NODE", "SRUN_CPUS_PER_TASK",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL",
+    "ROCR_VISIBLE_DEVICES",
+    "SLURM_JOB_GPUS",
+    "SLURM_STEP_GPUS",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "SLURM_STEP_ID",
+    "SLURM_JOB_ID",
+    "SLURMD_NODENAME",
+    "LOCAL_HARDWARE_RANKS",
+    "NODE_GROUP_LABEL",
+    "EMBODIED_PATH",
+    "SLURM_CPUS_PER_TASK",
+    "SLURM_TRES_PER_TASK",
+    "SLURM_CPUS_ON_NODE",
+    "SRUN_CPUS_PER_TASK",
 )
 
 
@@ -49,8 +69,15 @@ def main() -> int:
     host = socket.gethostname()
     granted, other = openable_devices(host)
     env = {k: v for k, v in os.environ.items() if k.startswith("HPCPLACE_") or k in VARIABLES}
-    report = {"host": host, "argv": args, "env": env, "devices": granted, "device_errors": other,
-              "shm_dir_exists": os.path.isdir(env.get("HPCPLACE_SHM_DIR", "/nonexistent")), "time": time.time()}
+    report = {
+        "host": host,
+        "argv": args,
+        "env": env,
+        "devices": granted,
+        "device_errors": other,
+        "shm_dir_exists": os.path.isdir(env.get("HPCPLACE_SHM_DIR", "/nonexistent")),
+        "time": time.time(),
+    }
     comp = urllib.parse.quote(env.get("HPCPLACE_COMPONENT", "unknown"), safe="")
     path = os.path.join(out_dir, f"{comp}.{env.get('HPCPLACE_RANK', 'x')}.json")
     with open(path + ".tmp", "w", encoding="utf-8") as f:

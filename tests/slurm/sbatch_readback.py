@@ -50,7 +50,7 @@ def read_sbatch_options(script: str) -> list[list[str]]:
     components: list[list[str]] = [[]]
     for line in script.splitlines()[1:]:
         if line.startswith("#SBATCH"):
-            words = sbatch_words(line[len("#SBATCH"):])
+            words = sbatch_words(line[len("#SBATCH") :])
             if words and words[0].lower() in ("hetjob", "packjob"):
                 components.append([])
             else:

@@ -45,6 +45,7 @@ def config(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
 
 # ---- the launch block ------------------------------------------------------------------------
 
+
 def test_hold_and_dashboard_in_the_launch_block(tmp_path: Path) -> None:
     plan = plan_from_file(config(tmp_path, RAY_HOLD))
     assert plan.launch.hold and plan.launch.dashboard and plan.launch.is_ray and plan.launch.driver == ()
@@ -54,10 +55,13 @@ def test_hold_and_dashboard_in_the_launch_block(tmp_path: Path) -> None:
     assert "launch" not in json.loads(plan_to_json(plain))  # nothing new in a plan that does not hold
 
 
-@pytest.mark.parametrize("block, message", [
-    ("launch: {hold: yes please}", "launch.hold must be true or false"),
-    ("launch: {mode: steps, dashboard: true}", "launch.dashboard is the Ray dashboard: ray mode only"),
-])
+@pytest.mark.parametrize(
+    "block, message",
+    [
+        ("launch: {hold: yes please}", "launch.hold must be true or false"),
+        ("launch: {mode: steps, dashboard: true}", "launch.dashboard is the Ray dashboard: ray mode only"),
+    ],
+)
 def test_launch_block_errors(tmp_path: Path, block: str, message: str) -> None:
     text = (REPO / "configs" / "hetero-partitions.yaml").read_text() + "\n" + block + "\n"
     with pytest.raises(SpecError) as err:
@@ -66,6 +70,7 @@ def test_launch_block_errors(tmp_path: Path, block: str, message: str) -> None:
 
 
 # ---- rendering -----------------------------------------------------------------------------
+
 
 def bash_ok(text: str, tmp_path: Path) -> None:
     script = tmp_path / "job.sbatch"
@@ -93,7 +98,9 @@ def test_steps_hold_waits_after_the_steps_and_skips_commandless_components(tmp_p
     bash_ok(text, tmp_path)
     wait = text.index('hp_log "all steps finished"')
     assert text.index("        hp_hold_begin\n", wait) < text.index('exit "$hp_rc"', wait)
-    assert "if ((hp_rc == 0)); then\n    if [[ ! -e $hp_release ]]; then\n        hp_hold_begin" in text  # failed: no hold
+    assert (
+        "if ((hp_rc == 0)); then\n    if [[ ! -e $hp_release ]]; then\n        hp_hold_begin" in text
+    )  # failed: no hold
     assert "while hp_any_running && [[ ! -e $hp_release ]]; do" in text  # a release ends running components too
     assert "hold" not in render_script(plain, "/shared/run").split("#SBATCH")[-1]
     # a held job may hold a component that has no command: it is not started
@@ -105,6 +112,7 @@ def test_steps_hold_waits_after_the_steps_and_skips_commandless_components(tmp_p
 
 
 # ---- steps into the job (pure) --------------------------------------------------------------
+
 
 def live(tmp_path: Path, text: str) -> attach.LiveRun:
     plan = plan_from_file(config(tmp_path, text))
@@ -119,10 +127,22 @@ def test_exec_argv_targets_the_ranks_node_and_reads_the_command_from_a_file(tmp_
     assert "--het-group=0" in argv and "--relative=1" in argv and "--overlap" in argv and "--ntasks=1" in argv
     assert "--gres=gpu:a800:8" in argv and "--quit-on-interrupt" in argv
     i = argv.index("/venv/bin/hpcplace-run")
-    assert argv[i:] == ["/venv/bin/hpcplace-run", "--chdir", "/work/x", "--plan", str(run.plan_path), "--component",
-                        "actor", "--rank", "11", "--argv", str(tmp_path / "exec-1.json")]
-    node = attach.exec_argv(run, attach.node_target(run.plan, 2), tmp_path / "e.json", component=None, rank=None,
-                            pty=True)
+    assert argv[i:] == [
+        "/venv/bin/hpcplace-run",
+        "--chdir",
+        "/work/x",
+        "--plan",
+        str(run.plan_path),
+        "--component",
+        "actor",
+        "--rank",
+        "11",
+        "--argv",
+        str(tmp_path / "exec-1.json"),
+    ]
+    node = attach.exec_argv(
+        run, attach.node_target(run.plan, 2), tmp_path / "e.json", component=None, rank=None, pty=True
+    )
     assert "--het-group=1" in node and "--relative=0" in node and "--pty" in node
     assert [a for a in node if a.startswith("--gres")] == ["--gres=none"]  # the cpu node has no GPU: none, said
     assert node[-6:] == ["--on-node", "2", "--plan", str(run.plan_path), "--argv", str(tmp_path / "e.json")]
@@ -152,8 +172,16 @@ def test_command_files_and_driver_logs_are_never_shared(tmp_path: Path) -> None:
 
 
 def test_step_environment_drops_leaked_job_variables() -> None:
-    env = attach.step_environment({"SLURM_JOB_ID": "1", "SLURM_STEP_ID": "2", "SLURM_CONF": "/etc/slurm.conf",
-                                   "CUDA_VISIBLE_DEVICES": "0", "SLURM_JOB_GPUS": "0", "PATH": "/bin"})
+    env = attach.step_environment(
+        {
+            "SLURM_JOB_ID": "1",
+            "SLURM_STEP_ID": "2",
+            "SLURM_CONF": "/etc/slurm.conf",
+            "CUDA_VISIBLE_DEVICES": "0",
+            "SLURM_JOB_GPUS": "0",
+            "PATH": "/bin",
+        }
+    )
     assert env == {"SLURM_CONF": "/etc/slurm.conf", "PATH": "/bin"}
 
 
@@ -165,9 +193,19 @@ NODES_TXT = "0 0 a800-1\n0 1 a800-2\n1 0 rtx4090-1\n2 0 cpu-1\n"
 def attached_env(host: str, nodelist: str, cuda: str) -> dict[str, str]:
     """What an `srun --jobid=120 --het-group=G ...` step from outside the job gets (recorded on Slurm
     22.05: only its own component's node list, no *_HET_GROUP_* variable, the leader's job id)."""
-    return {"SLURM_JOB_ID": "120", "SLURM_JOB_NODELIST": nodelist, "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
-            "SLURM_NODEID": "0", "SLURMD_NODENAME": host, "SLURM_STEP_NUM_TASKS": "1", "SLURM_STEP_ID": "9",
-            "CUDA_VISIBLE_DEVICES": cuda, "GPU_DEVICE_ORDINAL": cuda, "SLURM_STEP_GPUS": cuda}
+    return {
+        "SLURM_JOB_ID": "120",
+        "SLURM_JOB_NODELIST": nodelist,
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        "SLURMD_NODENAME": host,
+        "SLURM_STEP_NUM_TASKS": "1",
+        "SLURM_STEP_ID": "9",
+        "CUDA_VISIBLE_DEVICES": cuda,
+        "GPU_DEVICE_ORDINAL": cuda,
+        "SLURM_STEP_GPUS": cuda,
+    }
 
 
 @pytest.fixture()
@@ -179,16 +217,28 @@ def lab_run(tmp_path: Path) -> Path:
 
 
 def options(plan: Path, component: str, rank: int | None) -> Options:
-    return Options(plan=str(plan), component=component, command=("true",), chdir=None, print_env=True, verify=False,
-                   verbose=False, rank=rank)
+    return Options(
+        plan=str(plan),
+        component=component,
+        command=("true",),
+        chdir=None,
+        print_env=True,
+        verify=False,
+        verbose=False,
+        rank=rank,
+    )
 
 
-@pytest.mark.parametrize("component, rank, host, nodelist, cuda, steps", [
-    ("actor", 3, "a800-2", "a800-[1-2]", "0,1,2,3,4,5,6,7", "0"),
-    ("span01", 4, "rtx4090-1", "rtx4090-1", "0,1,2,3", "0,1"),
-])
-def test_exec_rank_env_is_exactly_the_ranks_own(lab_run: Path, component: str, rank: int, host: str, nodelist: str,
-                                                  cuda: str, steps: str) -> None:
+@pytest.mark.parametrize(
+    "component, rank, host, nodelist, cuda, steps",
+    [
+        ("actor", 3, "a800-2", "a800-[1-2]", "0,1,2,3,4,5,6,7", "0"),
+        ("span01", 4, "rtx4090-1", "rtx4090-1", "0,1,2,3", "0,1"),
+    ],
+)
+def test_exec_rank_env_is_exactly_the_ranks_own(
+    lab_run: Path, component: str, rank: int, host: str, nodelist: str, cuda: str, steps: str
+) -> None:
     own = resolve(options(lab_run, component, None), step_envs(steps)[rank]).changes
     exec_ = resolve(options(lab_run, component, rank), attached_env(host, nodelist, cuda)).changes
     assert exec_ == own
@@ -229,15 +279,18 @@ def test_shim_reads_argv_file(lab_run: Path, tmp_path: Path) -> None:
 
 # ---- dashboard ---------------------------------------------------------------------------------
 
+
 def test_dashboard_port_follows_the_gcs_port_and_is_checked_free() -> None:
     assert dashboard_port(30000, lambda p: p != 30001) == 30002
     assert dashboard_port(30000, lambda p: False) is None
     node = {"label": "a", "partition": "p", "gpu_type": None, "rank": 0, "num_cpus": 1, "gpus": []}
-    argv = ray_start_argv("py", node, head=True, port=30000, address=None, temp_dir="t", spill_dir="s",
-                          dashboard_port=30002)
+    argv = ray_start_argv(
+        "py", node, head=True, port=30000, address=None, temp_dir="t", spill_dir="s", dashboard_port=30002
+    )
     assert "--include-dashboard=true" in argv and "--dashboard-port=30002" in argv
-    assert "--include-dashboard=false" in ray_start_argv("py", node, head=True, port=1, address=None, temp_dir="t",
-                                                         spill_dir="s")
+    assert "--include-dashboard=false" in ray_start_argv(
+        "py", node, head=True, port=1, address=None, temp_dir="t", spill_dir="s"
+    )
 
 
 def test_status_lines_of_a_held_job(tmp_path: Path) -> None:
@@ -259,6 +312,7 @@ def test_status_lines_of_a_held_job(tmp_path: Path) -> None:
 
 # ---- CLI -------------------------------------------------------------------------------------
 
+
 def test_cli_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
     assert main(["render", str(REPO / "configs" / "hetero-partitions.yaml"), "-o", str(run)]) == 0
@@ -276,7 +330,9 @@ def test_cli_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_exec_into_a_local_run(tmp_path: Path) -> None:
-    cfg = config(tmp_path, """
+    cfg = config(
+        tmp_path,
+        """
 name: local-x
 cluster:
   node_groups:
@@ -285,13 +341,28 @@ cluster:
     actor: "0-15"
 components:
   actor: {command: ["true"], env: {HP_ACTOR: "x y"}}
-""")
+""",
+    )
     run = tmp_path / "loc"
     hpcplace = str(Path(sys.executable).parent / "hpcplace")
     assert subprocess.run([hpcplace, "run", str(cfg), "--local", "-o", str(run)], capture_output=True).returncode == 0
-    res = subprocess.run([hpcplace, "exec", str(run), "--component", "actor", "--rank", "11", "--", sys.executable,
-                          "-c", "import json, os; print(json.dumps(dict(os.environ))); raise SystemExit(3)"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            hpcplace,
+            "exec",
+            str(run),
+            "--component",
+            "actor",
+            "--rank",
+            "11",
+            "--",
+            sys.executable,
+            "-c",
+            "import json, os; print(json.dumps(dict(os.environ))); raise SystemExit(3)",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 3, res.stderr
     env = json.loads(res.stdout)
     run_id = json.loads((run / "local.json").read_text())["run_id"]
@@ -302,7 +373,9 @@ components:
 
 def test_exec_into_a_local_run_starts_in_its_workdir(tmp_path: Path) -> None:
     """`exec` runs where the run's processes ran (`run --local --workdir DIR`), not where it is typed."""
-    cfg = config(tmp_path, """
+    cfg = config(
+        tmp_path,
+        """
 name: local-w
 cluster:
   node_groups:
@@ -311,17 +384,29 @@ cluster:
     actor: "0"
 components:
   actor: {command: ["true"]}
-""")
+""",
+    )
     workdir = tmp_path / "work dir"
     workdir.mkdir()
     run = tmp_path / "loc"
     hpcplace = str(Path(sys.executable).parent / "hpcplace")
-    assert subprocess.run([hpcplace, "run", str(cfg), "--local", "-o", str(run), "--workdir", str(workdir)],
-                          capture_output=True, cwd=tmp_path).returncode == 0
-    res = subprocess.run([hpcplace, "exec", str(run), "--component", "actor", "--rank", "0", "--", "pwd"],
-                         capture_output=True, text=True, cwd="/")
+    assert (
+        subprocess.run(
+            [hpcplace, "run", str(cfg), "--local", "-o", str(run), "--workdir", str(workdir)],
+            capture_output=True,
+            cwd=tmp_path,
+        ).returncode
+        == 0
+    )
+    res = subprocess.run(
+        [hpcplace, "exec", str(run), "--component", "actor", "--rank", "0", "--", "pwd"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
     assert (res.returncode, res.stdout.strip()) == (0, str(workdir)), res.stderr
     workdir.rmdir()
-    res = subprocess.run([hpcplace, "exec", str(run), "--component", "actor", "--rank", "0", "--", "pwd"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [hpcplace, "exec", str(run), "--component", "actor", "--rank", "0", "--", "pwd"], capture_output=True, text=True
+    )
     assert res.returncode == 2 and f"the run's working directory {str(workdir)!r}" in res.stderr

@@ -54,15 +54,19 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 # ---- no driver, no job ---------------------------------------------------------------------------
 
+
 def test_framework_config_without_driver_warns_on_plan_and_is_refused_by_render_submit_run(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_slurm: Path) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_slurm: Path
+) -> None:
     code, out, err = _cli(capsys, "plan", str(RLINF))
     assert code == 0 and out.startswith("plan '")
     assert err.count("\n") == 1 and err.startswith("hpcplace: warning: nothing to run: no component of ")
-    for argv in (["render", str(RLINF), "-o", str(tmp_path / "r")],
-                 ["submit", str(RLINF), "-o", str(tmp_path / "s")],
-                 ["submit", str(RLINF), "--dry-run"],
-                 ["run", str(RLINF), "--local", "-o", str(tmp_path / "l")]):
+    for argv in (
+        ["render", str(RLINF), "-o", str(tmp_path / "r")],
+        ["submit", str(RLINF), "-o", str(tmp_path / "s")],
+        ["submit", str(RLINF), "--dry-run"],
+        ["run", str(RLINF), "--local", "-o", str(tmp_path / "l")],
+    ):
         code, out, err = _cli(capsys, *argv)
         assert code == 2, (argv, err)
         assert "nothing to run: no component of" in err and "('actor', 'rollout')" in err and "(rlinf)" in err
@@ -75,11 +79,13 @@ def test_framework_config_without_driver_warns_on_plan_and_is_refused_by_render_
     # (render warns that main.py is not in the working directory: the job's preflight would stop on it)
     assert capsys.readouterr().err.splitlines() == [
         f"hpcplace: warning: the Ray driver: its script 'main.py' is not in the working directory {os.getcwd()}: the "
-        "job would fail at its start (pass --workdir DIR, or give the path from there)"]
+        "job would fail at its start (pass --workdir DIR, or give the path from there)"
+    ]
 
 
 def test_native_config_names_the_commandless_component_and_components_command(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _write(tmp_path, HALF)
     code, _, err = _cli(capsys, "render", str(path), "-o", str(tmp_path / "run"))
     assert code == 2 and "nothing to run: component(s) 'b' of" in err and "(native)" in err
@@ -100,10 +106,13 @@ def test_ray_mode_needs_a_driver_and_no_component_commands() -> None:
     assert "the Ray launch mode has no driver to run" in validate.check(empty, facts).problems
     assert not any("no command" in p for p in validate.check(ray, facts).problems)
     assert [p for p in validate.check(plan, facts).problems if "no command" in p] == [
-        "component 'actor' has no command to run", "component 'rollout' has no command to run"]
+        "component 'actor' has no command to run",
+        "component 'rollout' has no command to run",
+    ]
 
 
 # ---- the launcher and the driver's interpreter -----------------------------------------------------
+
 
 def test_default_launcher_is_the_environments_own(tmp_path: Path) -> None:
     bin_dir = tmp_path / "venv" / "bin"
@@ -117,8 +126,9 @@ def test_default_launcher_is_the_environments_own(tmp_path: Path) -> None:
     assert default_launcher(str(python)) == (str(shim),)
 
 
-def test_rendered_launcher_is_absolute_and_in_the_header(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rendered_launcher_is_absolute_and_in_the_header(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert main(["render", str(HETERO), "-o", str(tmp_path / "a")]) == 0
     text = (tmp_path / "a" / "job.sbatch").read_text()
     words = default_launcher()
@@ -138,17 +148,20 @@ def test_rendered_launcher_is_absolute_and_in_the_header(tmp_path: Path, capsys:
     assert not (tmp_path / "c").exists()
 
 
-@pytest.mark.parametrize("program, found, rendered", [
-    # python/python3/python3.11 are the submitting interpreter (it runs the raylets too), whatever PATH holds:
-    # a venv's hpcplace run without the venv activated finds another environment's `python` there
-    ("python", "/root/.pyenv/shims/python", "/usr/local/bin/python3.11"),
-    ("python3", None, "/usr/local/bin/python3.11"),
-    ("python3.11", "/opt/env/bin/python3.11", "/usr/local/bin/python3.11"),
-    ("python3.12", "/opt/env/bin/python3.12", "/opt/env/bin/python3.12"),  # another version: asked for by name
-    ("torchrun", "/opt/env/bin/torchrun", "torchrun"),  # any other bare program stays as given
-    ("pythonic", "/x/pythonic", "pythonic"),
-    ("./main.py", None, "./main.py"),
-])
+@pytest.mark.parametrize(
+    "program, found, rendered",
+    [
+        # python/python3/python3.11 are the submitting interpreter (it runs the raylets too), whatever PATH holds:
+        # a venv's hpcplace run without the venv activated finds another environment's `python` there
+        ("python", "/root/.pyenv/shims/python", "/usr/local/bin/python3.11"),
+        ("python3", None, "/usr/local/bin/python3.11"),
+        ("python3.11", "/opt/env/bin/python3.11", "/usr/local/bin/python3.11"),
+        ("python3.12", "/opt/env/bin/python3.12", "/opt/env/bin/python3.12"),  # another version: asked for by name
+        ("torchrun", "/opt/env/bin/torchrun", "torchrun"),  # any other bare program stays as given
+        ("pythonic", "/x/pythonic", "pythonic"),
+        ("./main.py", None, "./main.py"),
+    ],
+)
 def test_bare_python_driver_gets_the_submitting_interpreter(program: str, found: str | None, rendered: str) -> None:
     spec = launch.LaunchSpec("ray", (program, "main.py"))
     out = launch.resolve_driver_interpreter(spec, lambda _name: found, "/usr/local/bin/python3.11", (3, 11))
@@ -165,7 +178,8 @@ MOUNTS = shared_fs.parse_mounts(
     "nfs:/home /home nfs4 rw 0 0\n"
     "tmpfs /scratch\\040space tmpfs rw 0 0\n"
     "tmpfs /run/user/0 tmpfs rw 0 0\n"
-    "/dev/vdb /run/user/0/data ext4 rw 0 0\n")
+    "/dev/vdb /run/user/0/data ext4 rw 0 0\n"
+)
 
 
 def test_mount_table_and_longest_prefix() -> None:
@@ -176,49 +190,69 @@ def test_mount_table_and_longest_prefix() -> None:
     assert shared_fs.mount_of("/run/user/0/venv", MOUNTS) == Mount("/run/user/0", "tmpfs")
 
 
-@pytest.mark.parametrize("path, shared, reason", [
-    ("/home/u/venv/bin/python", (), None),
-    ("/work/x", (), None),
-    ("/tmp/venv/bin/hpcplace-run", (), "under /tmp, which each node has for itself"),
-    ("/var/tmp/run", (), "under /var/tmp"),
-    ("/dev/shm/x", (), "under /dev/shm"),
-    ("/tmpfoo/x", (), None),
-    ("/scratch space/env", (), "on a tmpfs (/scratch space: this host's memory"),
-    ("/run/user/0/venv", (), "on a tmpfs (/run/user/0:"),
-    ("/run/user/0/data/venv", (), None),
-    ("/home/u/run", ("/home", "/gpfs"), None),
-    ("/gpfs/", ("/home", "/gpfs/"), None),
-    ("/work/x", ("/home", "/gpfs"), "outside slurm.shared_paths (/home, /gpfs)"),
-    ("/homeland/x", ("/home",), "outside slurm.shared_paths (/home)"),
-    ("/tmp/x", ("/",), None),  # the site's list is the whole answer
-])
+@pytest.mark.parametrize(
+    "path, shared, reason",
+    [
+        ("/home/u/venv/bin/python", (), None),
+        ("/work/x", (), None),
+        ("/tmp/venv/bin/hpcplace-run", (), "under /tmp, which each node has for itself"),
+        ("/var/tmp/run", (), "under /var/tmp"),
+        ("/dev/shm/x", (), "under /dev/shm"),
+        ("/tmpfoo/x", (), None),
+        ("/scratch space/env", (), "on a tmpfs (/scratch space: this host's memory"),
+        ("/run/user/0/venv", (), "on a tmpfs (/run/user/0:"),
+        ("/run/user/0/data/venv", (), None),
+        ("/home/u/run", ("/home", "/gpfs"), None),
+        ("/gpfs/", ("/home", "/gpfs/"), None),
+        ("/work/x", ("/home", "/gpfs"), "outside slurm.shared_paths (/home, /gpfs)"),
+        ("/homeland/x", ("/home",), "outside slurm.shared_paths (/home)"),
+        ("/tmp/x", ("/",), None),  # the site's list is the whole answer
+    ],
+)
 def test_not_shared_reason(path: str, shared: tuple[str, ...], reason: str | None) -> None:
     got = shared_fs.not_shared_reason(path, MOUNTS, shared)
     assert (got is None) if reason is None else (got is not None and got.startswith(reason)), got
 
 
 def test_path_warnings_name_the_path_and_the_fix() -> None:
-    lines = shared_fs.path_warnings([CheckedPath("the launcher", "/tmp/v/bin/hpcplace-run", "install it elsewhere"),
-                                     CheckedPath("the run directory", "/home/u/r", "use -o")], MOUNTS)
-    assert lines == ["the launcher /tmp/v/bin/hpcplace-run is under /tmp, which each node has for itself: the "
-                     "compute nodes will not find it; install it elsewhere"]
+    lines = shared_fs.path_warnings(
+        [
+            CheckedPath("the launcher", "/tmp/v/bin/hpcplace-run", "install it elsewhere"),
+            CheckedPath("the run directory", "/home/u/r", "use -o"),
+        ],
+        MOUNTS,
+    )
+    assert lines == [
+        "the launcher /tmp/v/bin/hpcplace-run is under /tmp, which each node has for itself: the "
+        "compute nodes will not find it; install it elsewhere"
+    ]
 
 
 def test_shared_paths_key(tmp_path: Path) -> None:
-    plan = plan_from_file(_write(tmp_path, HALF.replace('a: {command: ["true"]}', 'a: {command: ["true"]}\n  b: '
-                                                        '{command: ["true"]}') + "slurm: {shared_paths: [/home, /g p]}\n"))
+    plan = plan_from_file(
+        _write(
+            tmp_path,
+            HALF.replace('a: {command: ["true"]}', 'a: {command: ["true"]}\n  b: {command: ["true"]}')
+            + "slurm: {shared_paths: [/home, /g p]}\n",
+        )
+    )
     from hpcplace.config.spec import shared_paths
 
     assert shared_paths(plan.slurm) == ("/home", "/g p")
-    for bad, words in (("/home", "must be a list of absolute paths, got '/home'"), ("[home]", "'home' is not an absolute"),
-                       ("[]", "must be a list"), ("[1]", "1 is not an absolute")):
+    for bad, words in (
+        ("/home", "must be a list of absolute paths, got '/home'"),
+        ("[home]", "'home' is not an absolute"),
+        ("[]", "must be a list"),
+        ("[1]", "1 is not an absolute"),
+    ):
         with pytest.raises(SpecError, match=r"slurm\.shared_paths") as info:
             plan_from_file(_write(tmp_path, HALF + f"slurm: {{shared_paths: {bad}}}\n"))
         assert words in info.value.message and info.value.location is not None and info.value.location.line == 7
 
 
 def test_submit_and_validate_warn_about_unshared_paths_on_stderr(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_slurm: Path) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_slurm: Path
+) -> None:
     text = HETERO.read_text() + "\n  shared_paths: [/nowhere-shared]\n"
     assert "\nslurm:" in HETERO.read_text()
     path = _write(tmp_path, text)
@@ -234,8 +268,10 @@ def test_submit_and_validate_warn_about_unshared_paths_on_stderr(
 
 # ---- -o, defaults, --version, help ------------------------------------------------------------------
 
+
 def test_o_is_the_run_dir_everywhere_and_render_has_submits_default(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_slurm: Path) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_slurm: Path
+) -> None:
     for cmd in ("render", "submit"):
         for flag in ("-o", "--run-dir"):
             run_dir = tmp_path / f"{cmd}{flag}"
@@ -282,19 +318,21 @@ def test_every_subcommand_help_has_defaults_and_an_example(capsys: pytest.Captur
 
 # ---- bad input is exit 2, never a traceback ---------------------------------------------------------
 
+
 def test_run_without_local_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _cli(capsys, "run", str(HETERO))
     assert code == 2 and "needs --local" in err
 
 
-def test_missing_run_dir_or_job_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                             fake_slurm: Path) -> None:
+def test_missing_run_dir_or_job_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_slurm: Path
+) -> None:
     missing = str(tmp_path / "no-such-run")
     (fake_slurm / "sacct.out").write_text("")  # neither the controller nor accounting knows job 999
     for argv in (["status", missing], ["cancel", missing], ["logs", missing], ["status", "999"], ["cancel", "999"]):
         code, _, err = _cli(capsys, *argv)
         assert code == 2, (argv, err)
-        assert ("no such run directory" in err or "no run directory" in err or "Slurm knows no job 999" in err), err
+        assert "no such run directory" in err or "no run directory" in err or "Slurm knows no job 999" in err, err
         assert "Traceback" not in err
 
 
@@ -302,8 +340,11 @@ def test_missing_run_dir_or_job_is_bad_input(tmp_path: Path, capsys: pytest.Capt
 def test_output_path_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
     (tmp_path / "file").write_text("x")
     extra = ["--local"] if command == "run" else []
-    for target, words in ((tmp_path / "file", "a file is in the way"), (tmp_path / "file" / "run", "Not a directory"),
-                          (Path("/sys/hpcplace-not-writable/run"), "cannot create the run directory")):
+    for target, words in (
+        (tmp_path / "file", "a file is in the way"),
+        (tmp_path / "file" / "run", "Not a directory"),
+        (Path("/sys/hpcplace-not-writable/run"), "cannot create the run directory"),
+    ):
         code, _, err = _cli(capsys, command, str(HETERO), *extra, "-o", str(target))
         assert code == 2 and words in err and str(target) in err and "Traceback" not in err, err
 
@@ -332,11 +373,15 @@ def no_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_no_controller_is_one_line_with_what_to_check(no_controller: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_controller_is_one_line_with_what_to_check(no_controller: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = no_controller / "runs" / "r1"
-    for argv in (["submit", str(HETERO), "-o", str(run_dir)], ["submit", str(HETERO), "-o", str(run_dir), "--no-validate"],
-                 ["validate", str(HETERO)], ["status", "12"], ["cancel", "12"]):
+    for argv in (
+        ["submit", str(HETERO), "-o", str(run_dir)],
+        ["submit", str(HETERO), "-o", str(run_dir), "--no-validate"],
+        ["validate", str(HETERO)],
+        ["status", "12"],
+        ["cancel", "12"],
+    ):
         code, _, err = _cli(capsys, *argv)
         assert code == 3, (argv, err)
         first = next(line for line in err.splitlines() if line.startswith("hpcplace: error:"))
@@ -348,8 +393,9 @@ def test_no_controller_is_one_line_with_what_to_check(no_controller: Path,
     assert not (no_controller / "runs").exists()  # and the failed submit left nothing behind
 
 
-def test_a_slurm_conf_that_is_not_a_file_is_named_at_once(no_controller: Path, capsys: pytest.CaptureFixture[str],
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_slurm_conf_that_is_not_a_file_is_named_at_once(
+    no_controller: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Slurm's tools retry a missing SLURM_CONF for 60 s before failing: hpcplace says so before calling them."""
     monkeypatch.setenv("SLURM_CONF", str(no_controller / "nope.conf"))
     t0 = time.monotonic()
@@ -362,9 +408,12 @@ def test_a_slurm_conf_that_is_not_a_file_is_named_at_once(no_controller: Path, c
 def test_no_controller_detection_is_one_pure_check() -> None:
     ok = slurm_cli.CommandResult(("sinfo",), 0, "resolve_ctls_from_dns_srv", "")
     assert slurm_cli.no_controller(ok) is None
-    down = slurm_cli.CommandResult(("sbatch", "--parsable", "x"), 1, "",
-                                   "sbatch: error: Batch job submission failed: Unable to contact slurm controller "
-                                   "(connect failure)\n")
+    down = slurm_cli.CommandResult(
+        ("sbatch", "--parsable", "x"),
+        1,
+        "",
+        "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)\n",
+    )
     error = slurm_cli.no_controller(down)
     assert error is not None and error.exit_code == 3
     refusal = slurm_cli.CommandResult(("sbatch",), 1, "", "sbatch: error: invalid partition specified: a800")
@@ -373,9 +422,10 @@ def test_no_controller_detection_is_one_pure_check() -> None:
 
 # ---- a failed submit leaves nothing behind ------------------------------------------------------------
 
-def test_refused_submit_removes_the_run_dir_it_created_only(tmp_path: Path, fake_slurm: Path,
-                                                            monkeypatch: pytest.MonkeyPatch,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+
+def test_refused_submit_removes_the_run_dir_it_created_only(
+    tmp_path: Path, fake_slurm: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("FAKE_SBATCH", "partition")
     new = tmp_path / "new" / "deeper" / "run"
     assert main(["submit", str(HETERO), "-o", str(new)]) == 3
@@ -392,8 +442,10 @@ def test_refused_submit_removes_the_run_dir_it_created_only(tmp_path: Path, fake
 
 # ---- logs of a run that never ran -------------------------------------------------------------------
 
-def test_logs_of_a_run_that_never_reached_slurm_or_has_not_started(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+
+def test_logs_of_a_run_that_never_reached_slurm_or_has_not_started(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = tmp_path / "run"
     assert main(["render", str(HETERO), "-o", str(run_dir)]) == 0
     capsys.readouterr()
@@ -404,9 +456,11 @@ def test_logs_of_a_run_that_never_reached_slurm_or_has_not_started(tmp_path: Pat
     for extra in ([], ["--list"], ["--component", "actor"]):
         code, out, err = _cli(capsys, "logs", str(run_dir), *extra)
         assert code == 0 and err == ""
-        assert out.splitlines() == [f"job 77 has no task logs (no logs/nodes.txt): it has not started its tasks "
-                                    f"yet, or it ended before they started; `hpcplace status {run_dir}` says which, "
-                                    "and why"]
+        assert out.splitlines() == [
+            f"job 77 has no task logs (no logs/nodes.txt): it has not started its tasks "
+            f"yet, or it ended before they started; `hpcplace status {run_dir}` says which, "
+            "and why"
+        ]
     shutil.rmtree(run_dir)
 
 
@@ -416,15 +470,24 @@ def test_submit_warns_about_scripts_and_programs_missing_from_the_working_direct
     from hpcplace.plan.planner import plan_from_file
 
     plan = plan_from_file(HETERO)
-    plan = replace(plan, components=tuple(replace(c, command=("python3", "-u", "train.py")) if i == 0 else
-                                          replace(c, command=("./bin/tool", "x")) if i == 1 else c
-                                          for i, c in enumerate(plan.components)))
+    plan = replace(
+        plan,
+        components=tuple(
+            replace(c, command=("python3", "-u", "train.py"))
+            if i == 0
+            else replace(c, command=("./bin/tool", "x"))
+            if i == 1
+            else c
+            for i, c in enumerate(plan.components)
+        ),
+    )
     first, second = plan.components[0].name, plan.components[1].name
     assert missing_files(plan, str(tmp_path)) == [
         f"component {first!r}: its script 'train.py' is not in the working directory {tmp_path}: the job would fail "
         "at its start (pass --workdir DIR, or give the path from there)",
         f"component {second!r}: its program './bin/tool' is not in the working directory {tmp_path}: the job would "
-        "fail at its start (pass --workdir DIR, or give the path from there)"]
+        "fail at its start (pass --workdir DIR, or give the path from there)",
+    ]
     (tmp_path / "train.py").write_text("")
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "tool").write_text("")
@@ -432,8 +495,9 @@ def test_submit_warns_about_scripts_and_programs_missing_from_the_working_direct
     ray = replace(plan, launch=launch.LaunchSpec("ray", ("/usr/bin/python3", "driver.py")))
     assert [line.split(":")[0] for line in missing_files(ray, str(tmp_path))] == ["the Ray driver"]
     absolute = replace(plan, launch=launch.LaunchSpec("ray", ("/usr/bin/python3", str(tmp_path / "nope.py"))))
-    assert missing_files(absolute, "/") == [f"the Ray driver: its script {tmp_path / 'nope.py'} does not exist: the "
-                                            "job would fail at its start"]  # not "not in the working directory"
+    assert missing_files(absolute, "/") == [
+        f"the Ray driver: its script {tmp_path / 'nope.py'} does not exist: the job would fail at its start"
+    ]  # not "not in the working directory"
 
 
 def test_a_shared_link_to_a_path_the_nodes_lack_is_named(tmp_path: Path) -> None:
@@ -443,10 +507,13 @@ def test_a_shared_link_to_a_path_the_nodes_lack_is_named(tmp_path: Path) -> None
     (tmp_path / "local" / "python3.11").write_text("")
     link = tmp_path / "shared" / "python3"
     link.symlink_to(tmp_path / "local" / "python3.11")
-    lines = shared_fs.path_warnings([CheckedPath.of("the Ray driver's program", str(link), "fix it")], MOUNTS,
-                                    (str(tmp_path / "shared"),))
-    assert lines == [f"the Ray driver's program {link} links to {tmp_path / 'local' / 'python3.11'}, which is outside "
-                     f"slurm.shared_paths ({tmp_path / 'shared'}): the compute nodes will not find it; fix it"]
+    lines = shared_fs.path_warnings(
+        [CheckedPath.of("the Ray driver's program", str(link), "fix it")], MOUNTS, (str(tmp_path / "shared"),)
+    )
+    assert lines == [
+        f"the Ray driver's program {link} links to {tmp_path / 'local' / 'python3.11'}, which is outside "
+        f"slurm.shared_paths ({tmp_path / 'shared'}): the compute nodes will not find it; fix it"
+    ]
     assert shared_fs.path_warnings([CheckedPath.of("x", str(link), "y")], MOUNTS, (str(tmp_path),)) == []
 
 
@@ -463,6 +530,7 @@ def test_a_ray_job_from_an_environment_without_ray_is_warned_about(monkeypatch: 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
     assert "cannot import ray: the job would stop at its preflight; pip install 'hpcplace[ray]'" in (
-        _ray_missing(plan, launcher) or "")
+        _ray_missing(plan, launcher) or ""
+    )
     assert _ray_missing(plan_from_file(HETERO), launcher) is None  # the steps mode needs no Ray
     assert _ray_missing(plan, ("/opt/other/bin/hpcplace-run", "--chdir", "/")) is None  # another environment's

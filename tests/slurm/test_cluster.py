@@ -52,7 +52,6 @@ def with_reporter(plan: Plan, reports: Path, *extra: str) -> Plan:
     return replace(plan, components=tuple(replace(c, command=command) for c in plan.components))
 
 
-
 def shm_dir(job_id: str) -> JobShm:
     """The job's /dev/shm directory on every node (each node has its own /dev/shm)."""
     return JobShm(job_id)
@@ -102,8 +101,10 @@ def check_reports(plan: Plan, run_dir: Path, reports: Path, mode: str) -> None:
     for step in job.steps:
         for task, rank in enumerate(step.ranks):
             task_of[(step.component, rank)] = (step.index, task)
-    got = {(r["env"]["HPCPLACE_COMPONENT"], int(r["env"]["HPCPLACE_RANK"])): r
-           for r in (json.loads(p.read_text()) for p in reports.glob("*.json"))}
+    got = {
+        (r["env"]["HPCPLACE_COMPONENT"], int(r["env"]["HPCPLACE_RANK"])): r
+        for r in (json.loads(p.read_text()) for p in reports.glob("*.json"))
+    }
     assert len(got) == plan.num_processes == len(list(reports.glob("*.json")))
     for comp in plan.components:
         for p in comp.processes:
@@ -158,7 +159,9 @@ def test_example_runs_exactly_as_planned(lab: LiveCluster, config: Path, tmp_pat
 def test_irregular_layouts(lab: LiveCluster, tmp_path: Path) -> None:
     """Different task counts per node, several GPUs per process, a component spanning
     three het groups, GPU-less and robot groups, unused nodes (relative placement)."""
-    config = config_yaml(tmp_path, """
+    config = config_yaml(
+        tmp_path,
+        """
         name: irregular
         cluster:
           node_groups:
@@ -172,7 +175,8 @@ def test_irregular_layouts(lab: LiveCluster, tmp_path: Path) -> None:
             span: {node_group: node, placement: "0-4:0-9"}
             arm: {node_group: robot, placement: "1-3:0-2"}
         components: {}
-        """)
+        """,
+    )
     run = run_config(config, tmp_path)
     assert len(lower(run.plan).steps) >= 5  # ragged needs two steps
     assert run.status.state == "COMPLETED", run.status.text
@@ -190,8 +194,10 @@ def test_failing_step_fails_fast(slurm_cluster: LiveCluster, tmp_path: Path, mon
     assert elapsed < 60, f"the job took {elapsed:.0f} s: the other steps were not stopped"
     batch = next((run.run_dir / "logs").glob("batch-*.out")).read_text()
     # the headline names the rank that failed first and its own code (srun's may be the others' 143)
-    assert "FAILED: component 'inference' (3 tasks; ranks 0-2) exited with code 7: rank 1 on rtx4090-1 failed first" \
-        in batch, batch
+    assert (
+        "FAILED: component 'inference' (3 tasks; ranks 0-2) exited with code 7: rank 1 on rtx4090-1 failed first"
+        in batch
+    ), batch
     assert "component 'inference' rank 1 on rtx4090-1: Exited with exit code 7" in batch
     assert run.status.exit_codes[0] == "7:0", run.status.text  # the failing task's code, not srun's 143
     assert not shm_dir(run.job_id).exists()
@@ -207,13 +213,16 @@ def test_failing_step_fails_fast(slurm_cluster: LiveCluster, tmp_path: Path, mon
     assert wrong.returncode == 2 and "its ranks are 0-2" in wrong.stderr, wrong
 
 
-def test_a_component_over_three_het_groups_names_its_failing_rank_and_logs(slurm_cluster: LiveCluster,
-                                                                          tmp_path: Path) -> None:
+def test_a_component_over_three_het_groups_names_its_failing_rank_and_logs(
+    slurm_cluster: LiveCluster, tmp_path: Path
+) -> None:
     """srun numbers a het step's tasks per het group in its messages (`cpu-1: task 0`) and, on Slurm 22.05,
     adds the group's index to %t in file names (0,1 | 3,4 | 6,7): the batch log, status and logs name
     each rank by its group's own task order."""
     program = "import os, sys; print('I am rank', os.environ['RANK']); sys.exit(7 if os.environ['RANK'] == '4' else 0)"
-    config = config_yaml(tmp_path, f"""
+    config = config_yaml(
+        tmp_path,
+        f"""
         name: span3
         cluster:
           node_groups:
@@ -224,7 +233,8 @@ def test_a_component_over_three_het_groups_names_its_failing_rank_and_logs(slurm
             span: {{node_group: node, placement: "0-2:0-5"}}
         components:
           span: {{command: [{sys.executable}, -c, "{program}"]}}
-        """)
+        """,
+    )
     run_dir = tmp_path / "run"
     submit_cli(config, run_dir)
     status = wait_done(run_dir)
@@ -240,8 +250,18 @@ def test_a_component_over_three_het_groups_names_its_failing_rank_and_logs(slurm
 
 
 def _hostile(canary: Path) -> list[str]:
-    return ["a 0", 'a"=0"', "a'; touch " + str(canary), f"$(touch {canary})", f"`touch {canary}`",
-            f"x; touch {canary} #", "back\\slash", "new\nline", "${HOME}", "&& touch " + str(canary)]
+    return [
+        "a 0",
+        'a"=0"',
+        "a'; touch " + str(canary),
+        f"$(touch {canary})",
+        f"`touch {canary}`",
+        f"x; touch {canary} #",
+        "back\\slash",
+        "new\nline",
+        "${HOME}",
+        "&& touch " + str(canary),
+    ]
 
 
 def test_hostile_canary(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
@@ -252,8 +272,9 @@ def test_hostile_canary(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     reports.mkdir()
     (tmp_path / "cfg").mkdir()
-    config = with_command(REPO / "configs" / "hetero-partitions.yaml", tmp_path / "cfg",
-                          reporter_command(reports, *hostile))
+    config = with_command(
+        REPO / "configs" / "hetero-partitions.yaml", tmp_path / "cfg", reporter_command(reports, *hostile)
+    )
     run_dir = tmp_path / f"run dir 'q' \"d\" $(touch {canary}) ;x"
     job_id = submit_cli(config, run_dir)
     status = wait_done(run_dir)
@@ -373,7 +394,6 @@ def test_slurm_refusal_names_node_group(slurm_cluster: LiveCluster, tmp_path: Pa
     assert re.search(r"invalid partition specified: nosuch[\s\S]*node group 'big'", skipped.stderr), skipped
 
 
-
 def test_collocated_demo_runs_on_the_cluster(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
     """Issue 5's example, unchanged, through `hpcplace submit` from the repository root: actor and rollout
     take turns on the same GPUs of one node, weights cross /dev/shm, the rollout sees every version."""
@@ -392,8 +412,10 @@ def test_no_partition_validates_against_the_default_partition(slurm_cluster: Liv
     """An RLinf config naming no partition: no --partition is rendered and validate names the live
     cluster's default partition (cpu on the test cluster)."""
     config = tmp_path / "nopart.yaml"
-    config.write_text("cluster:\n  num_nodes: 1\n  component_placement:\n"
-                      "    agent: {node_group: node, placement: '0:0-1'}\nslurm: {gpus_per_node: 0}\n")
+    config.write_text(
+        "cluster:\n  num_nodes: 1\n  component_placement:\n"
+        "    agent: {node_group: node, placement: '0:0-1'}\nslurm: {gpus_per_node: 0}\n"
+    )
     plan = plan_from_file(config)
     assert plan.cluster.node_groups[0].partition is None
     report = _fits(plan)
@@ -406,7 +428,9 @@ def test_rlinf_interleaved_node_ranks_land_as_planned(slurm_cluster: LiveCluster
     """RLinf node groups over interleaved cluster node ranks (a800 = nodes 2,0 listed out of order,
     rtx4090 = node 1, cpu = node 3): each group is one het component holding exactly its nodes, and
     every task runs on the host of its planned cluster node rank with its planned GPUs."""
-    config = config_yaml(tmp_path, """
+    config = config_yaml(
+        tmp_path,
+        """
         cluster:
           num_nodes: 4
           component_placement:
@@ -424,11 +448,16 @@ def test_rlinf_interleaved_node_ranks_land_as_planned(slurm_cluster: LiveCluster
             a800: {partition: a800, gpus_per_node: 8, gpu_type: a800}
             rtx4090: {partition: rtx4090, gpus_per_node: 4, gpu_type: rtx4090}
             cpu: {partition: cpu, gpus_per_node: 0}
-        """, name="rlinf-interleaved.yaml")
+        """,
+        name="rlinf-interleaved.yaml",
+    )
     run = run_config(config, tmp_path)
     plan, reports = run.plan, run.reports
     assert [(g.label, g.node_ranks) for g in plan.cluster.node_groups] == [
-        ("a800", (0, 2)), ("rtx4090", (1,)), ("cpu", (3,))]
+        ("a800", (0, 2)),
+        ("rtx4090", (1,)),
+        ("cpu", (3,)),
+    ]
     assert run.status.state == "COMPLETED", run.status.text
     check_reports(plan, run.run_dir, reports, slurm_cluster.mode)
     # cluster node rank -> host: ranks 0 and 2 are the a800 component's two hosts, in that order
@@ -445,7 +474,12 @@ def test_rlinf_interleaved_node_ranks_land_as_planned(slurm_cluster: LiveCluster
     # RLinf's rule, stated independently: the default group walks GPUs over nodes 0 (8), 1 (4), 2 (8)
     ref = plan.component("ref").processes
     assert [(p.cluster_node_rank, p.visible_accelerators[0]) for p in ref] == [
-        (0, "0"), (0, "4"), (1, "0"), (2, "0"), (2, "4")]
+        (0, "0"),
+        (0, "4"),
+        (1, "0"),
+        (2, "0"),
+        (2, "4"),
+    ]
 
 
 def test_rlinf_robot_group_with_uneven_hardware_lands_as_planned(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
@@ -453,7 +487,9 @@ def test_rlinf_robot_group_with_uneven_hardware_lands_as_planned(slurm_cluster: 
     node 0 has none, so hardware ranks 0 and 1 are node 1's two arms. The group renders without a GRES
     (the fewest per node is 0), is allocated, and each env task runs on the host of group node 1 with
     its planned LOCAL_HARDWARE_RANKS; the probe on node 0 still runs there."""
-    config = config_yaml(tmp_path, """
+    config = config_yaml(
+        tmp_path,
+        """
         cluster:
           num_nodes: 3
           component_placement:
@@ -473,7 +509,9 @@ def test_rlinf_robot_group_with_uneven_hardware_lands_as_planned(slurm_cluster: 
           node_groups:
             franka: {partition: a800, gpus_per_node: 0}
             gpu: {partition: rtx4090, gpus_per_node: 4, gpu_type: rtx4090}
-        """, name="rlinf-uneven-robots.yaml")
+        """,
+        name="rlinf-uneven-robots.yaml",
+    )
     run = run_config(config, tmp_path)
     plan, reports = run.plan, run.reports
     assert plan.cluster.node_groups[0].hardware.per_node == (0, 2)  # type: ignore[union-attr]
@@ -481,8 +519,10 @@ def test_rlinf_robot_group_with_uneven_hardware_lands_as_planned(slurm_cluster: 
     assert run.status.state == "COMPLETED", run.status.text
     check_reports(plan, run.run_dir, reports, slurm_cluster.mode)
     hosts = submit.read_hosts(run.run_dir)
-    got = {(r["env"]["HPCPLACE_COMPONENT"], int(r["env"]["HPCPLACE_RANK"])): r
-           for r in (json.loads(p.read_text()) for p in reports.glob("*.json"))}
+    got = {
+        (r["env"]["HPCPLACE_COMPONENT"], int(r["env"]["HPCPLACE_RANK"])): r
+        for r in (json.loads(p.read_text()) for p in reports.glob("*.json"))
+    }
     robot_host = hosts[(0, 1)]
     assert robot_host.startswith("a800-") and robot_host != hosts[(0, 0)]
     for rank in (0, 1):
@@ -502,7 +542,9 @@ def test_rlinf_experiment_as_its_checkout_has_it(lab: LiveCluster, tmp_path: Pat
     (embodied / "config" / "model" / "small.yaml").write_text("tensor_model_parallel_size: 1\n")
     reports = tmp_path / "reports"
     reports.mkdir()
-    config = config_yaml(embodied / "config", f"""
+    config = config_yaml(
+        embodied / "config",
+        f"""
         defaults:
           - model@actor.model: small
           - _self_
@@ -518,7 +560,9 @@ def test_rlinf_experiment_as_its_checkout_has_it(lab: LiveCluster, tmp_path: Pat
           components:
             actor: {{command: {json.dumps(list(reporter_command(reports)))}}}
             env: {{command: {json.dumps(list(reporter_command(reports)))}}}
-        """, name="experiment.yaml")
+        """,
+        name="experiment.yaml",
+    )
     env = {k: v for k, v in os.environ.items() if k != "EMBODIED_PATH"}
     submit_cli(config, tmp_path / "run", overrides=["slurm.partition=a800"], env=env)
     status = wait_done(tmp_path / "run")

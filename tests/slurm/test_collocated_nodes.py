@@ -64,7 +64,6 @@ def submit_config(cluster: LiveCluster, tmp_path: Path, text: str, env: dict[str
     return submit_cli(config, run_dir, env=env, cwd=REPO), run_dir
 
 
-
 def all_logs(run_dir: Path) -> str:
     return "\n".join(p.read_text(errors="replace") for p in sorted((run_dir / "logs").glob("*")) if p.is_file())
 
@@ -85,12 +84,15 @@ def test_every_node_has_its_own_dev_shm_and_tmp(slurm_cluster: LiveCluster, tmp_
     other node and to this host; the shared run directory (pytest's tmp_path) is visible to both."""
     shared = tmp_path / "shared"
     shared.mkdir()
-    script = ('n=$SLURMD_NODENAME; touch /dev/shm/probe-$n /tmp/probe-$n; sleep 1; '
-              'echo "$n shm=$(cd /dev/shm && echo probe-*) tmp=$(cd /tmp && echo probe-*) '
-              'size=$(df -k --output=size /dev/shm | tail -1 | tr -d " ")"; '
-              f'touch {shared}/seen-$n; rm -f /dev/shm/probe-$n /tmp/probe-$n')
-    res = slurm_cluster.run("srun", "-p", "a800", "-N2", "--ntasks-per-node=1", "-t", "1", "bash", "-c", script,
-                            timeout=60)
+    script = (
+        "n=$SLURMD_NODENAME; touch /dev/shm/probe-$n /tmp/probe-$n; sleep 1; "
+        'echo "$n shm=$(cd /dev/shm && echo probe-*) tmp=$(cd /tmp && echo probe-*) '
+        'size=$(df -k --output=size /dev/shm | tail -1 | tr -d " ")"; '
+        f"touch {shared}/seen-$n; rm -f /dev/shm/probe-$n /tmp/probe-$n"
+    )
+    res = slurm_cluster.run(
+        "srun", "-p", "a800", "-N2", "--ntasks-per-node=1", "-t", "1", "bash", "-c", script, timeout=60
+    )
     assert res.returncode == 0, res.stderr
     lines = sorted(res.stdout.split("\n"))[-2:]
     for line, node in zip(lines, ("a800-1", "a800-2")):
@@ -106,9 +108,24 @@ def test_every_node_has_its_own_dev_shm_and_tmp(slurm_cluster: LiveCluster, tmp_
     console = Path(sys.executable).parent / "hpcplace-run"
     for node in cluster_nodes():
         partition = node.rsplit("-", 1)[0]  # a800-1 -> a800 (scripts/slurm-cluster/up.sh)
-        seen = slurm_cluster.run("srun", "-p", partition, "-w", node, "-N1", "-t", "1", "bash", "-c",
-                                 'for p; do test -e "$p" || echo "missing $p"; done', "-",
-                                 *shared_paths(), str(console), str(REPO / "pyproject.toml"), timeout=60)
+        seen = slurm_cluster.run(
+            "srun",
+            "-p",
+            partition,
+            "-w",
+            node,
+            "-N1",
+            "-t",
+            "1",
+            "bash",
+            "-c",
+            'for p; do test -e "$p" || echo "missing $p"; done',
+            "-",
+            *shared_paths(),
+            str(console),
+            str(REPO / "pyproject.toml"),
+            timeout=60,
+        )
         assert seen.returncode == 0 and seen.stdout == "", (node, seen.stdout, seen.stderr)
 
 
@@ -133,8 +150,9 @@ def weight_sources_from_plan(plan: dict) -> dict[int, list[int]]:
     rollouts = next(c for c in plan["components"] if c["name"] == "rollout")["processes"]
     if not table:
         return {p["rank"]: [p["rank"]] for p in rollouts}
-    return {p["rank"]: [a for a, targets in enumerate(table) if any(dp == p["rank"] for dp, _ in targets)]
-            for p in rollouts}
+    return {
+        p["rank"]: [a for a, targets in enumerate(table) if any(dp == p["rank"] for dp, _ in targets)] for p in rollouts
+    }
 
 
 @pytest.mark.parametrize("layout", ["2x2", "2x8-tp4-tp2"])
@@ -152,9 +170,12 @@ def test_collocated_demo_on_two_nodes(lab: LiveCluster, tmp_path: Path, layout: 
     assert status.state == "COMPLETED", status.text + "\n" + logs[-4000:]
     plan = json.loads((run_dir / "plan.json").read_text())
     hosts = {int(g_j.split()[1]): g_j.split()[2] for g_j in (run_dir / "logs" / "nodes.txt").read_text().splitlines()}
-    node_of = {(c["name"], p["rank"]): hosts[p["cluster_node_rank"]] for c in plan["components"] for p in c["processes"]}
-    devices_of = {(c["name"], p["rank"]): set(p["visible_accelerators"]) for c in plan["components"]
-                  for p in c["processes"]}
+    node_of = {
+        (c["name"], p["rank"]): hosts[p["cluster_node_rank"]] for c in plan["components"] for p in c["processes"]
+    }
+    devices_of = {
+        (c["name"], p["rank"]): set(p["visible_accelerators"]) for c in plan["components"] for p in c["processes"]
+    }
     by_node: dict[str, list[dict]] = defaultdict(list)
     for e in read_events(str(events)):
         by_node[e["node"]].append(e)
@@ -163,10 +184,13 @@ def test_collocated_demo_on_two_nodes(lab: LiveCluster, tmp_path: Path, layout: 
         gens = check_invariants(node_events, [["actor"], ["rollout"]])
         assert [sorted(gens[g]) for g in sorted(gens)] == [["rollout"], ["actor"]] * cycles + [["rollout"]], node
         assert {(e["component"], e["rank"]) for e in node_events} == {k for k, n in node_of.items() if n == node}
-        assert {d for e in node_events for d in e["devices"]} == \
-            {d for k, n in node_of.items() if n == node for d in devices_of[k]}
+        assert {d for e in node_events for d in e["devices"]} == {
+            d for k, n in node_of.items() if n == node for d in devices_of[k]
+        }
     published = {}  # (node, actor rank, version) -> fingerprint
-    for m in re.finditer(r"actor\[(\d+)\] gen \d+: .* published weights v(\d+) fp=([0-9a-f]+) \(node ([\w.-]+)\)", logs):
+    for m in re.finditer(
+        r"actor\[(\d+)\] gen \d+: .* published weights v(\d+) fp=([0-9a-f]+) \(node ([\w.-]+)\)", logs
+    ):
         published[(m[4], int(m[1]), int(m[2]))] = m[3]
     num_actors = sum(1 for k in node_of if k[0] == "actor")
     assert len(published) == num_actors * cycles, logs[-4000:]
@@ -174,8 +198,11 @@ def test_collocated_demo_on_two_nodes(lab: LiveCluster, tmp_path: Path, layout: 
     for rank, feeding in sources.items():
         node = node_of[("rollout", rank)]
         assert feeding and all(node_of[("actor", a)] == node for a in feeding), (rank, feeding)  # per node
-        seen = re.findall(rf"rollout\[{rank}\] gen \d+: weights v(\d+) fp=([0-9a-f]+), .* \(node ([\w.-]+), "
-                          r"from actor-(\d+)\)", logs)
+        seen = re.findall(
+            rf"rollout\[{rank}\] gen \d+: weights v(\d+) fp=([0-9a-f]+), .* \(node ([\w.-]+), "
+            r"from actor-(\d+)\)",
+            logs,
+        )
         assert [int(v) for v, _, _, _ in seen] == list(range(cycles + 1)), logs[-4000:]
         for version, fp, seen_node, source in seen[1:]:
             assert seen_node == node and int(source) == feeding[0]
@@ -185,8 +212,11 @@ def test_collocated_demo_on_two_nodes(lab: LiveCluster, tmp_path: Path, layout: 
 
 def _pid_of(job_id: str, component: str, rank: int, timeout: float = 60) -> int:
     """The pid of a job's process (same pid namespace as the cluster's nodes), by its environment."""
-    want = {f"HPCPLACE_JOB_ID={job_id}".encode(), f"HPCPLACE_COMPONENT={component}".encode(),
-            f"HPCPLACE_RANK={rank}".encode()}
+    want = {
+        f"HPCPLACE_JOB_ID={job_id}".encode(),
+        f"HPCPLACE_COMPONENT={component}".encode(),
+        f"HPCPLACE_RANK={rank}".encode(),
+    }
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for proc in Path("/proc").iterdir():
@@ -207,13 +237,23 @@ def test_killed_actor_on_node_1_fails_the_job_naming_it(slurm_cluster: LiveClust
     """SIGKILL of actor rank 2 (on a800-2) mid-run: the job fails naming that rank and node, node 0's
     ranks are stopped (the job ends, no hang), and no node's /dev/shm keeps anything of the job."""
     events = tmp_path / "events.log"
-    job_id, run_dir = submit_config(slurm_cluster, tmp_path, TWO_BY_TWO.replace("CYCLES", "400"),
-                                    job_env(slurm_cluster, HPCPLACE_COLLOCATE_EVENTS=str(events)))
+    job_id, run_dir = submit_config(
+        slurm_cluster,
+        tmp_path,
+        TWO_BY_TWO.replace("CYCLES", "400"),
+        job_env(slurm_cluster, HPCPLACE_COLLOCATE_EVENTS=str(events)),
+    )
     pid = _pid_of(job_id, "actor", 2)
     deadline = time.monotonic() + 60  # wait until node 1 has taken a few turns
     while time.monotonic() < deadline:
-        if events.exists() and sum('"actor"' in line and '"offload_end"' in line and '"a800-2"' in line
-                                   for line in events.read_text().splitlines()) >= 2:
+        if (
+            events.exists()
+            and sum(
+                '"actor"' in line and '"offload_end"' in line and '"a800-2"' in line
+                for line in events.read_text().splitlines()
+            )
+            >= 2
+        ):
             break
         time.sleep(0.2)
     os.kill(pid, signal.SIGKILL)
@@ -229,8 +269,9 @@ def test_killed_actor_on_node_1_fails_the_job_naming_it(slurm_cluster: LiveClust
 
 
 @pytest.mark.parametrize("squat", ["other-uid", "symlink"])
-def test_squatted_node_local_directory_fails_the_job_at_once(slurm_cluster: LiveCluster, tmp_path: Path,
-                                                             squat: str) -> None:
+def test_squatted_node_local_directory_fails_the_job_at_once(
+    slurm_cluster: LiveCluster, tmp_path: Path, squat: str
+) -> None:
     """Another user creates /dev/shm/hpcplace-<next job id> first (job ids are predictable), on every
     node: the job fails at once, its error names the path and the owner, nothing of it is left, and
     the squatter's directory is untouched (nothing written into it or through the symlink)."""
@@ -254,8 +295,9 @@ def test_squatted_node_local_directory_fails_the_job_at_once(slurm_cluster: Live
             path.symlink_to(victim)
         planted.append(path)
     try:
-        job_id, run_dir = submit_config(slurm_cluster, tmp_path, TWO_BY_TWO.replace("CYCLES", "3"),
-                                        job_env(slurm_cluster))
+        job_id, run_dir = submit_config(
+            slurm_cluster, tmp_path, TWO_BY_TWO.replace("CYCLES", "3"), job_env(slurm_cluster)
+        )
         assert job_id == job_guess
         started = time.monotonic()
         status = wait_done(run_dir, 120)
@@ -264,8 +306,9 @@ def test_squatted_node_local_directory_fails_the_job_at_once(slurm_cluster: Live
         assert status.state != "COMPLETED", logs[-3000:]
         path = f"/dev/shm/hpcplace-{job_id}"
         if squat == "other-uid":
-            assert re.search(rf"{re.escape(path)} is owned by nobody \(uid \d+\), not by this job's user", logs), \
-                logs[-3000:]
+            assert re.search(rf"{re.escape(path)} is owned by nobody \(uid \d+\), not by this job's user", logs), logs[
+                -3000:
+            ]
         else:
             assert f"{path} is a symlink" in logs, logs[-3000:]
         for p in planted:  # the squatter's directory untouched, nothing written through the link

@@ -29,5 +29,6 @@ def test_config_validates_on_the_test_cluster(slurm_cluster: LiveCluster, config
     assert res.returncode == 0, res.stdout + res.stderr
     assert "the cluster can run this job" in res.stdout
     groups = [g.label for g in plan.cluster.node_groups]
-    assert [line for line in res.stdout.splitlines() if line.startswith("ok: node group")] \
-        and all(f"node group {g!r}" in res.stdout for g in groups), res.stdout
+    assert [line for line in res.stdout.splitlines() if line.startswith("ok: node group")] and all(
+        f"node group {g!r}" in res.stdout for g in groups
+    ), res.stdout

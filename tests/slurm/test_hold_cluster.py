@@ -102,8 +102,9 @@ def test_held_ray_cluster_attach_exec_interrupt_cancel(lab: LiveCluster, tmp_pat
         hosts = submit.read_hosts(run_dir)
 
         # 1. a driver that creates a detached named actor
-        res = cli("attach", run_dir, "--driver", "--", sys.executable, DRIVER, "create", tmp_path / "d1.json",
-                  timeout=180)
+        res = cli(
+            "attach", run_dir, "--driver", "--", sys.executable, DRIVER, "create", tmp_path / "d1.json", timeout=180
+        )
         assert res.returncode == 0, res.stdout + res.stderr
         first = json.loads((tmp_path / "d1.json").read_text())
         token = first["token"]
@@ -117,8 +118,9 @@ def test_held_ray_cluster_attach_exec_interrupt_cancel(lab: LiveCluster, tmp_pat
         assert first["nodes"] == 2
 
         # 2. the next driver finds it: the same cluster
-        res = cli("attach", run_dir, "--driver", "--", sys.executable, DRIVER, "find", tmp_path / "d2.json",
-                  timeout=180)
+        res = cli(
+            "attach", run_dir, "--driver", "--", sys.executable, DRIVER, "find", tmp_path / "d2.json", timeout=180
+        )
         assert res.returncode == 0, res.stdout + res.stderr
         assert json.loads((tmp_path / "d2.json").read_text())["token"] == token
         assert (run_dir / "logs" / "driver-2.out").exists()
@@ -143,9 +145,23 @@ def test_held_ray_cluster_attach_exec_interrupt_cancel(lab: LiveCluster, tmp_pat
         assert res.returncode == 7, res.stdout + res.stderr
 
         # 4. Ctrl-C an attached driver (SIGINT to the process group, as a terminal sends it)
-        proc = subprocess.Popen([str(HPCPLACE), "attach", str(run_dir), "--driver", "--", sys.executable, str(DRIVER),
-                                 "sleep", str(tmp_path / "d3.json")], start_new_session=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [
+                str(HPCPLACE),
+                "attach",
+                str(run_dir),
+                "--driver",
+                "--",
+                sys.executable,
+                str(DRIVER),
+                "sleep",
+                str(tmp_path / "d3.json"),
+            ],
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         log = run_dir / "logs" / "driver-3.out"
         wait_for("the sleeping driver", lambda: log.exists() and "started" in log.read_text())
         busy = cli("attach", run_dir, "--driver", "--", "true")
@@ -156,8 +172,9 @@ def test_held_ray_cluster_attach_exec_interrupt_cancel(lab: LiveCluster, tmp_pat
         steps = lambda: lab.run("squeue", "-h", "--steps", "-j", job_id, "-o", "%i %j").stdout  # noqa: E731
         wait_for("the attached step to end", lambda: " attach" not in steps(), 30)
         assert held(run_dir)  # the job, and its Ray cluster, are still up
-        res = cli("attach", run_dir, "--driver", "--", sys.executable, DRIVER, "find", tmp_path / "d4.json",
-                  timeout=180)
+        res = cli(
+            "attach", run_dir, "--driver", "--", sys.executable, DRIVER, "find", tmp_path / "d4.json", timeout=180
+        )
         assert res.returncode == 0 and json.loads((tmp_path / "d4.json").read_text())["token"] == token, res.stderr
     finally:
         cli("cancel", run_dir)
@@ -172,8 +189,9 @@ def shell(run_dir: Path, *where: str) -> str:
     import pty
 
     master, slave = pty.openpty()
-    proc = subprocess.Popen([str(HPCPLACE), "shell", str(run_dir), *where], stdin=slave, stdout=slave, stderr=slave,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [str(HPCPLACE), "shell", str(run_dir), *where], stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+    )
     os.close(slave)
     os.write(master, b'echo "rank=$RANK devices=$CUDA_VISIBLE_DEVICES"; exit 5\n')
     out = b""

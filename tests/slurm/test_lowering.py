@@ -161,8 +161,9 @@ def test_unused_group_nodes_and_relative(tmp_path) -> None:  # type: ignore[no-u
 
 
 def test_collocated_steps_overlap_with_explicit_memory(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    plan = lab(tmp_path, 'actor,rollout: {node_group: a800, placement: "0-7"}',
-               "{actor: {mem_per_process: 2G}, rollout: {}}")
+    plan = lab(
+        tmp_path, 'actor,rollout: {node_group: a800, placement: "0-7"}', "{actor: {mem_per_process: 2G}, rollout: {}}"
+    )
     job = lower(plan)
     for step in job.steps:
         args = segment_srun_args(job, step, step.segments[0])
@@ -172,33 +173,48 @@ def test_collocated_steps_overlap_with_explicit_memory(tmp_path) -> None:  # typ
 
 
 def test_single_group_job_has_no_het_group_option(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    plan = plan_yaml(tmp_path, """
+    plan = plan_yaml(
+        tmp_path,
+        """
         name: one
         cluster:
           node_groups: [{label: a800, partition: a800, nodes: 1, gpus_per_node: 8, gpu_type: a800}]
           component_placement: {actor: "0-7"}
-        """)
+        """,
+    )
     job = lower(plan)
     assert not job.is_het
     assert not any(a.startswith("--het-group") for a in segment_srun_args(job, job.steps[0], job.steps[0].segments[0]))
 
 
 def test_unequal_gpu_counts_in_one_group_are_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    plan = plan_yaml(tmp_path, """
+    plan = plan_yaml(
+        tmp_path,
+        """
         name: uneven
         cluster:
           node_groups: [{label: mixed, partition: gpu, nodes: 2, gpus_per_node: [8, 4], gpu_type: a800}]
           component_placement: {actor: "0-11"}
-        """)
+        """,
+    )
     with pytest.raises(SlurmError, match=r"different GPU counts per node \[8, 4\]"):
         lower(plan)
 
 
 def test_slurm_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
     plan = lab(tmp_path, 'actor: {node_group: a800, placement: "0-7"}')
-    job = lower(replace(plan, slurm={"time": "1:00:00", "job_name": "my run", "exclusive": "false",
-                                     "extra_sbatch_args": "--reservation=rl --comment='x y'",
-                                     "mail_user": "me@example.org"}))
+    job = lower(
+        replace(
+            plan,
+            slurm={
+                "time": "1:00:00",
+                "job_name": "my run",
+                "exclusive": "false",
+                "extra_sbatch_args": "--reservation=rl --comment='x y'",
+                "mail_user": "me@example.org",
+            },
+        )
+    )
     args = job.components[0].sbatch_args
     assert args[0] == "--job-name=my_run" and "--time=1:00:00" in args
     assert "--exclusive" not in args and "--ntasks-per-node=1" in args and "--cpus-per-task=8" in args
@@ -219,15 +235,27 @@ def test_stop_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
     job = lower(plan)
     assert "--signal=TERM@120" in job.components[0].sbatch_args and "--requeue" not in job.components[0].sbatch_args
     assert (job.kill_wait_s, job.requeue) == (None, False)
-    for value, rendered in (("30", "TERM@30"), ("SIGUSR1@300", "USR1@300"), ("usr2@60", "USR2@60"),
-                            ("10@5", "10@5")):
+    for value, rendered in (("30", "TERM@30"), ("SIGUSR1@300", "USR1@300"), ("usr2@60", "USR2@60"), ("10@5", "10@5")):
         args = lower(replace(plan, slurm={"signal_before_limit": value})).components[0].sbatch_args
         assert f"--signal={rendered}" in args, value
-    for limit, default in (("1", "TERM@6"), ("3", "TERM@18"), ("19", "TERM@114"), ("20", "TERM@120"),
-                           ("4:00:00", "TERM@120")):  # a tenth of a short job's time, at most 2 minutes
+    for limit, default in (
+        ("1", "TERM@6"),
+        ("3", "TERM@18"),
+        ("19", "TERM@114"),
+        ("20", "TERM@120"),
+        ("4:00:00", "TERM@120"),
+    ):  # a tenth of a short job's time, at most 2 minutes
         assert f"--signal={default}" in lower(replace(plan, slurm={"time": limit})).components[0].sbatch_args, limit
     assert [time_limit_seconds(t) for t in ("1", "1:30", "1:00:00", "2-0", "1-2:03", "1-0:0:5", "INFINITE", "")] == [
-        60, 90, 3600, 172800, 93780, 86405, None, None]
+        60,
+        90,
+        3600,
+        172800,
+        93780,
+        86405,
+        None,
+        None,
+    ]
     with pytest.raises(SpecError, match=r"is not shorter than slurm\.time"):
         lower(replace(plan, slurm={"time": "2", "signal_before_limit": "USR1@120"}))
     off = lower(replace(plan, slurm={"signal_before_limit": "false"}))
@@ -235,26 +263,36 @@ def test_stop_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
     job = lower(replace(plan, slurm={"requeue": "true", "kill_wait": "45"}))
     assert all("--requeue" in c.sbatch_args for c in job.components)
     assert job.batch_args == ("--open-mode=append",) and (job.kill_wait_s, job.requeue) == (45, True)
-    for bad, message in ((("signal_before_limit", "USR1@soon"), "not a number of seconds"),
-                         (("signal_before_limit", "BOGUS@30"), "'BOGUS' is not a signal"),
-                         (("signal_before_limit", "KILL@30"), "cannot be caught"),
-                         (("kill_wait", "-1"), "not a number of seconds"),
-                         (("requeue", "maybe"), "not true or false")):
+    for bad, message in (
+        (("signal_before_limit", "USR1@soon"), "not a number of seconds"),
+        (("signal_before_limit", "BOGUS@30"), "'BOGUS' is not a signal"),
+        (("signal_before_limit", "KILL@30"), "cannot be caught"),
+        (("kill_wait", "-1"), "not a number of seconds"),
+        (("requeue", "maybe"), "not true or false"),
+    ):
         with pytest.raises(SpecError, match=message):
             lower(replace(plan, slurm={bad[0]: bad[1]}))
 
 
-@pytest.mark.parametrize(("option", "message"), [("signal_before_limit: USR1@soon", "not a number of seconds"),
-                                                 ("kill_wait: ten", "not a number of seconds"),
-                                                 ("requeue: maybe", "not true or false")])
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("signal_before_limit: USR1@soon", "not a number of seconds"),
+        ("kill_wait: ten", "not a number of seconds"),
+        ("requeue: maybe", "not true or false"),
+    ],
+)
 def test_stop_options_refused_at_plan_time_with_location(tmp_path, option: str, message: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(SpecError, match=message) as err:
-        plan_yaml(tmp_path, f"""
+        plan_yaml(
+            tmp_path,
+            f"""
             name: x
             cluster:
               node_groups: [{{label: cpu, partition: cpu, nodes: 1}}]
               component_placement: {{a: {{node_group: cpu, placement: "0"}}}}
             components: {{a: {{command: ["true"]}}}}
             slurm: {{{option}}}
-            """)
+            """,
+        )
     assert err.value.location is not None and err.value.location.line == 7

@@ -44,8 +44,9 @@ def batch_log(run_dir: Path) -> str:
 
 def job_times(job_id: str) -> tuple[float, float]:
     """(start, end) of the job's batch component as epoch seconds (sacct)."""
-    out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "Start,End"],
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "Start,End"], capture_output=True, text=True, check=True
+    ).stdout.split()
     start, end = out[0].split("|")
     from datetime import datetime
 
@@ -67,8 +68,9 @@ def run_failing(plan: Plan, run_dir: Path, **kwargs: object) -> tuple[str, str, 
 
 
 def status_text(run_dir: Path, env: dict[str, str]) -> str:
-    res = subprocess.run([sys.executable, "-m", "hpcplace.cli", "status", str(run_dir)], env=env,
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "hpcplace.cli", "status", str(run_dir)], env=env, capture_output=True, text=True
+    )
     return res.stdout + res.stderr
 
 
@@ -100,7 +102,9 @@ def test_launcher_the_nodes_cannot_see_fails_within_seconds(slurm_cluster: LiveC
     finally:
         shutil.rmtree(private)
     for host in ("rtx4090-1", "cpu-1"):
-        line = f"{host}: FAILED: cannot start the launcher {private}/hpcplace-run on this node: No such file or directory"
+        line = (
+            f"{host}: FAILED: cannot start the launcher {private}/hpcplace-run on this node: No such file or directory"
+        )
         assert line in preflight and f"preflight: {line}" in log, log
     assert len(preflight.splitlines()) == 2
     assert "a venv on a node-local or private path" in preflight
@@ -110,8 +114,9 @@ def test_launcher_the_nodes_cannot_see_fails_within_seconds(slurm_cluster: LiveC
     assert "preflight failed" in shown and "cpu-1: FAILED: cannot start the launcher" in shown, shown
 
 
-def test_fewer_gpus_than_planned_fail_the_job(slurm_cluster: LiveCluster, tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fewer_gpus_than_planned_fail_the_job(
+    slurm_cluster: LiveCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """rtx4090-1 shows 3 of its 4 GPUs (one fell off the bus): a device dir with only nvidia0-2."""
     devices = tmp_path / "dev" / "rtx4090-1"
     devices.mkdir(parents=True)
@@ -120,8 +125,11 @@ def test_fewer_gpus_than_planned_fail_the_job(slurm_cluster: LiveCluster, tmp_pa
     (tmp_path / "dev" / "cpu-1").mkdir()
     monkeypatch.setenv("HPCPLACE_GPU_DEVICE_DIR", str(tmp_path / "dev" / "{node}"))
     log, preflight, _ = run_failing(plan_yaml(tmp_path, SMALL), tmp_path / "run")
-    assert re.search(r"rtx4090-1: FAILED: the node shows 3 GPU\(s\) \(.*/nvidia\{0,1,2\}\), but the plan expects 4 "
-                     r"on rtx4090-1 \(node group rtx, het group 0 node 0\)", preflight), preflight
+    assert re.search(
+        r"rtx4090-1: FAILED: the node shows 3 GPU\(s\) \(.*/nvidia\{0,1,2\}\), but the plan expects 4 "
+        r"on rtx4090-1 \(node group rtx, het group 0 node 0\)",
+        preflight,
+    ), preflight
     assert "cpu-1" not in preflight  # a CPU node has no GPUs to check
     assert "preflight: rtx4090-1: FAILED: the node shows 3 GPU(s)" in log
 
@@ -131,8 +139,11 @@ def test_full_dev_shm_fails_the_job(slurm_cluster: LiveCluster, tmp_path: Path) 
     plan = plan_yaml(tmp_path, SMALL + "slurm: {shm_per_node: 3G}\n")
     _, preflight, _ = run_failing(plan, tmp_path / "run")
     for host in ("rtx4090-1", "cpu-1"):
-        assert re.search(rf"{host}: FAILED: /dev/shm has [0-9.]+ GiB free, the plan needs 3.0 GiB per node "
-                         r"\(slurm.shm_per_node\)", preflight), preflight
+        assert re.search(
+            rf"{host}: FAILED: /dev/shm has [0-9.]+ GiB free, the plan needs 3.0 GiB per node "
+            r"\(slurm.shm_per_node\)",
+            preflight,
+        ), preflight
 
 
 def test_ray_mode_without_ray_in_the_interpreter_fails(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
@@ -142,17 +153,25 @@ def test_ray_mode_without_ray_in_the_interpreter_fails(slurm_cluster: LiveCluste
     if check.returncode == 0:
         pytest.skip(f"{python} has ray installed")
     plan = plan_yaml(tmp_path, SMALL)
-    groups = tuple(replace(g, python_interpreter=(python,) * g.num_nodes) if g.label == "cpu" else g
-                   for g in plan.cluster.node_groups)
-    plan = replace(plan, cluster=replace(plan.cluster, node_groups=groups),
-                   launch=LaunchSpec("ray", (sys.executable, "-c", "pass"), {}, 60))
+    groups = tuple(
+        replace(g, python_interpreter=(python,) * g.num_nodes) if g.label == "cpu" else g
+        for g in plan.cluster.node_groups
+    )
+    plan = replace(
+        plan,
+        cluster=replace(plan.cluster, node_groups=groups),
+        launch=LaunchSpec("ray", (sys.executable, "-c", "pass"), {}, 60),
+    )
     done = submit.submit(plan, tmp_path / "run")
     status = wait_done(done.job_id, timeout=120)
     log = batch_log(tmp_path / "run")
     assert status.state == "FAILED", (status, log)
     preflight = (tmp_path / "run" / "logs" / "preflight.txt").read_text()
-    assert re.search(r"cpu-1: FAILED: Ray: /usr/bin/python3 -c 'import ray' .*: failed \(exit 1\): "
-                     r"ModuleNotFoundError: No module named 'ray'", preflight), preflight
+    assert re.search(
+        r"cpu-1: FAILED: Ray: /usr/bin/python3 -c 'import ray' .*: failed \(exit 1\): "
+        r"ModuleNotFoundError: No module named 'ray'",
+        preflight,
+    ), preflight
     assert "rtx4090-1" not in preflight
     assert not (tmp_path / "run" / "ray" / "head.json").exists()  # no raylet started
 
@@ -165,18 +184,36 @@ def test_programs_and_scripts_that_cannot_start_fail_within_seconds(slurm_cluste
     noexec.write_text("#!/bin/sh\necho hi\n")
     noexec.chmod(0o644)
     steps = tmp_path / "steps.yaml"
-    steps.write_text(SMALL + "components:\n  inference: {command: [python3, train.py]}\n"
-                             "  agent: {command: [./noexec.sh]}\n")
-    cases = [(steps, [], ["rtx4090-1: FAILED: component 'inference': the script 'train.py' "
-                          f"({tmp_path}/train.py) does not exist on this node",
-                          "cpu-1: FAILED: component 'agent': './noexec.sh' is not executable (chmod +x ./noexec.sh"]),
-             (tmp_path / "ray.yaml", ["--driver", "--", "python", "driver.py"],
-              [f"FAILED: the Ray driver: the script 'driver.py' ({tmp_path}/driver.py) does not exist on this node"])]
+    steps.write_text(
+        SMALL + "components:\n  inference: {command: [python3, train.py]}\n  agent: {command: [./noexec.sh]}\n"
+    )
+    cases = [
+        (
+            steps,
+            [],
+            [
+                "rtx4090-1: FAILED: component 'inference': the script 'train.py' "
+                f"({tmp_path}/train.py) does not exist on this node",
+                "cpu-1: FAILED: component 'agent': './noexec.sh' is not executable (chmod +x ./noexec.sh",
+            ],
+        ),
+        (
+            tmp_path / "ray.yaml",
+            ["--driver", "--", "python", "driver.py"],
+            [f"FAILED: the Ray driver: the script 'driver.py' ({tmp_path}/driver.py) does not exist on this node"],
+        ),
+    ]
     (tmp_path / "ray.yaml").write_text(SMALL)
     for i, (config, extra, expected) in enumerate(cases):
         run_dir = tmp_path / f"run{i}"
-        res = subprocess.run([sys.executable, "-m", "hpcplace.cli", "submit", str(config), "-o", str(run_dir), *extra],
-                             env=slurm_cluster.env, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        res = subprocess.run(
+            [sys.executable, "-m", "hpcplace.cli", "submit", str(config), "-o", str(run_dir), *extra],
+            env=slurm_cluster.env,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
         assert res.returncode == 0, res.stdout + res.stderr
         job_id = submit.resolve_job(str(run_dir))[0]
         status = wait_done(run_dir, timeout=120)

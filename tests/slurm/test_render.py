@@ -82,8 +82,13 @@ def test_deterministic_and_run_dir(tmp_path: Path) -> None:
     again = render_run(plan, tmp_path / "a")
     assert first.script.read_bytes() == again.script.read_bytes()
     assert first.script_sha256 == again.script_sha256
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [LIBRARY_NAME, "job.sbatch", "logs", "plan.json",
-                                                                  "plan.json.idx"]
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        LIBRARY_NAME,
+        "job.sbatch",
+        "logs",
+        "plan.json",
+        "plan.json.idx",
+    ]
     assert first.library.read_text() == render_library()
     assert first.plan_json.read_text() == plan_to_json(plan)
     assert first.script.stat().st_mode & 0o111
@@ -99,9 +104,14 @@ def test_every_step_clears_leaked_gpu_variables_and_binds_exactly() -> None:
     lines = text.splitlines()
     assert len(starts) == len(lower(plan).steps)
     for i in starts:
-        assert lines[i + 1].strip().startswith(
-            "env -u CUDA_VISIBLE_DEVICES -u GPU_DEVICE_ORDINAL -u ROCR_VISIBLE_DEVICES -u SLURM_JOB_GPUS "
-            "HPCPLACE_STEP_TASKS=")
+        assert (
+            lines[i + 1]
+            .strip()
+            .startswith(
+                "env -u CUDA_VISIBLE_DEVICES -u GPU_DEVICE_ORDINAL -u ROCR_VISIBLE_DEVICES -u SLURM_JOB_GPUS "
+                "HPCPLACE_STEP_TASKS="
+            )
+        )
     # typed --gpus-per-task is never used (it would need --gpu-bind); every GPU segment binds or sees all
     assert "--gpus-per-task" not in text
     assert text.count("--gpu-bind=") == 3  # actor, rollout, inference; env/agent have no GPUs
@@ -116,8 +126,9 @@ def test_header_summarises_the_placement() -> None:
 
 
 def test_a_bare_value_in_a_template_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "job.sbatch.j2").write_text('{% extends "hpcplace/job.sbatch.j2" %}'
-                                            "{% block site_setup %}echo {{ job.name }}\n{% endblock %}")
+    (tmp_path / "job.sbatch.j2").write_text(
+        '{% extends "hpcplace/job.sbatch.j2" %}{% block site_setup %}echo {{ job.name }}\n{% endblock %}'
+    )
     plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
     with pytest.raises(SlurmError, match="without a quoting filter"):
         render_script(plan, "/r", template_dir=tmp_path)
@@ -126,7 +137,8 @@ def test_a_bare_value_in_a_template_is_refused(tmp_path: Path) -> None:
 def test_site_template_overrides_a_block(tmp_path: Path) -> None:
     (tmp_path / "job.sbatch.j2").write_text(
         '{% extends "hpcplace/job.sbatch.j2" %}\n'
-        "{% block site_setup %}\nmodule load cuda/12.4\nexport NCCL_SOCKET_IFNAME={{ job.name|q }}\n{% endblock %}\n")
+        "{% block site_setup %}\nmodule load cuda/12.4\nexport NCCL_SOCKET_IFNAME={{ job.name|q }}\n{% endblock %}\n"
+    )
     plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
     text = render_script(plan, "/r", template_dir=tmp_path)
     assert "\nmodule load cuda/12.4\nexport NCCL_SOCKET_IFNAME=hetero-partitions\n" in text
@@ -195,9 +207,10 @@ def test_script_reads_top_down_and_names_its_library() -> None:
 def _run_library_check(run_dir: Path) -> subprocess.CompletedProcess[str]:
     """The script's lines up to sourcing the library, run in bash (no Slurm needed for them)."""
     text = (run_dir / "job.sbatch").read_text()
-    head = text[:text.index('source "$hp_lib"')] + 'source "$hp_lib"\necho sourced\n'
-    return subprocess.run(["bash", "-c", head], env={"SLURM_JOB_ID": "1", "PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True)
+    head = text[: text.index('source "$hp_lib"')] + 'source "$hp_lib"\necho sourced\n'
+    return subprocess.run(
+        ["bash", "-c", head], env={"SLURM_JOB_ID": "1", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True
+    )
 
 
 def test_script_refuses_a_changed_library(tmp_path: Path) -> None:
@@ -217,7 +230,9 @@ def test_preflight_step_and_its_switch() -> None:
     text = render_script(plan, "/r")
     assert text.count('"${hp_launcher[@]}" --preflight --plan "$hp_plan"') == 4  # one segment per het component
     assert "--gres=gpu:rtx4090:4 --overlap --job-name=hpcplace-preflight" in text
-    assert "--output=logs/preflight" not in text  # the preflight names its node's file (slurm_job.PREFLIGHT_LOG_PATTERN)
+    assert (
+        "--output=logs/preflight" not in text
+    )  # the preflight names its node's file (slurm_job.PREFLIGHT_LOG_PATTERN)
     assert text.index("--preflight") < text.index("--component actor")
     assert "hp_preflight_report $? || exit 1" in text
     from dataclasses import replace

@@ -21,9 +21,21 @@ def test_colon_in_a_command_is_an_argument_not_an_srun_separator(slurm_cluster: 
     canary = tmp_path / "canary"
     # Before: srun read the bare ':' as its het-job separator; the rest became srun options and a
     # program of its own (`touch CANARY` with its own GPU request), outside the shim.
-    command = ["sh", "-c", 'printf "%s\\n" "$@" > "$0.$RANK"; echo "$MASTER_PORT" > "$0.port.$RANK"', str(out / "args"),
-               ":", "--het-group=1", "--gres=gpu:a800:1", "-n1", "touch", str(canary)]
-    config = config_yaml(tmp_path, f"""
+    command = [
+        "sh",
+        "-c",
+        'printf "%s\\n" "$@" > "$0.$RANK"; echo "$MASTER_PORT" > "$0.port.$RANK"',
+        str(out / "args"),
+        ":",
+        "--het-group=1",
+        "--gres=gpu:a800:1",
+        "-n1",
+        "touch",
+        str(canary),
+    ]
+    config = config_yaml(
+        tmp_path,
+        f"""
         name: colon
         cluster:
           node_groups:
@@ -36,7 +48,8 @@ def test_colon_in_a_command_is_an_argument_not_an_srun_separator(slurm_cluster: 
           worker: {{command: {json.dumps(command)}}}
           idle: {{command: ["true"]}}
         slurm: {{time: "5"}}
-        """)
+        """,
+    )
     submit_cli(config, tmp_path / "run")
     status = wait_done(tmp_path / "run")
     assert status.state == "COMPLETED", status.text
@@ -68,7 +81,9 @@ def test_each_het_component_is_charged_what_the_plan_says(slurm_cluster: LiveClu
     _sacctmgr(cluster, "modify", "user", "root", "set", f"qos+={QOS}")
     # sbatch carries --account/--qos of component 0 over to component 1 (which sets none), and
     # --qos on to component 2 (which sets only an account)
-    config = config_yaml(tmp_path, f"""
+    config = config_yaml(
+        tmp_path,
+        f"""
         name: charges
         cluster:
           node_groups:
@@ -81,19 +96,22 @@ def test_each_het_component_is_charged_what_the_plan_says(slurm_cluster: LiveClu
             c: {{node_group: rtx, placement: "0"}}
         components: {{a: {{command: ["true"]}}, b: {{command: ["true"]}}, c: {{command: ["true"]}}}}
         slurm: {{time: "5"}}
-        """)
+        """,
+    )
     job_id = submit_cli(config, tmp_path / "run")
     charged = [g["charged"] for g in json.loads((tmp_path / "run" / "plan.json").read_text())["node_groups"]]
-    assert [(c["account"], c["qos"]) for c in charged] == [
-        (ACCOUNTS[0], QOS), (ACCOUNTS[0], QOS), (ACCOUNTS[1], QOS)]
+    assert [(c["account"], c["qos"]) for c in charged] == [(ACCOUNTS[0], QOS), (ACCOUNTS[0], QOS), (ACCOUNTS[1], QOS)]
     status = wait_done(tmp_path / "run")
     assert status.state == "COMPLETED", status.text
     got: dict[str, tuple[str, str]] = {}
     deadline = time.monotonic() + 60
     while len(got) < 3 and time.monotonic() < deadline:  # sacct can lag a finished job
         res = cluster.run("sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,Account,QOS")
-        got = {line.split("|")[0]: tuple(line.split("|")[1:3]) for line in res.stdout.splitlines()  # type: ignore[misc]
-               if line.startswith(f"{job_id}+")}
+        got = {
+            line.split("|")[0]: tuple(line.split("|")[1:3])
+            for line in res.stdout.splitlines()  # type: ignore[misc]
+            if line.startswith(f"{job_id}+")
+        }
         time.sleep(0.5)
     assert got == {f"{job_id}+{i}": (c["account"], c["qos"]) for i, c in enumerate(charged)}
     # and the reviewer sees the same in the script's header
@@ -108,14 +126,17 @@ def test_run_directory_the_nodes_cannot_see(slurm_cluster: LiveCluster, tmp_path
     import shutil
     import tempfile
 
-    config = config_yaml(tmp_path, """
+    config = config_yaml(
+        tmp_path,
+        """
         name: unshared
         cluster:
           node_groups: [{label: cpu, partition: cpu, nodes: 1}]
           component_placement: {probe: {node_group: cpu, placement: "0"}}
         components:
           probe: {command: ["true"]}
-        """)
+        """,
+    )
     local = Path(tempfile.mkdtemp(prefix="hpcplace-unshared-", dir="/tmp"))
     try:
         run_dir = local / "run"

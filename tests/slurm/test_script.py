@@ -29,17 +29,27 @@ def run_script(run_dir: Path, tmp_path: Path, **env: str) -> tuple[subprocess.Co
     fake = tmp_path / "fake"
     fake.mkdir(exist_ok=True)
     full = dict(os.environ)
-    full.update({
-        "PATH": f"{FAKEBIN}:{os.environ['PATH']}", "FAKE_DIR": str(fake), "SLURM_JOB_ID": "4242",
-        "SLURM_JOB_NODELIST_HET_GROUP_0": "node-a,node-b", "SLURM_JOB_NODELIST_HET_GROUP_1": "node-c",
-        "SLURM_JOB_NODELIST_HET_GROUP_2": "node-d", "SLURM_JOB_NODELIST_HET_GROUP_3": "node-e",
-        "SLURM_JOB_NODELIST": "node-a,node-b",
-        # what the batch step of a GPU component leaks into every step
-        "CUDA_VISIBLE_DEVICES": "0,1", "GPU_DEVICE_ORDINAL": "0,1", "ROCR_VISIBLE_DEVICES": "0,1", "SLURM_JOB_GPUS": "0,1",
-    })
+    full.update(
+        {
+            "PATH": f"{FAKEBIN}:{os.environ['PATH']}",
+            "FAKE_DIR": str(fake),
+            "SLURM_JOB_ID": "4242",
+            "SLURM_JOB_NODELIST_HET_GROUP_0": "node-a,node-b",
+            "SLURM_JOB_NODELIST_HET_GROUP_1": "node-c",
+            "SLURM_JOB_NODELIST_HET_GROUP_2": "node-d",
+            "SLURM_JOB_NODELIST_HET_GROUP_3": "node-e",
+            "SLURM_JOB_NODELIST": "node-a,node-b",
+            # what the batch step of a GPU component leaks into every step
+            "CUDA_VISIBLE_DEVICES": "0,1",
+            "GPU_DEVICE_ORDINAL": "0,1",
+            "ROCR_VISIBLE_DEVICES": "0,1",
+            "SLURM_JOB_GPUS": "0,1",
+        }
+    )
     full.update(env)
-    res = subprocess.run(["bash", str(run_dir / "job.sbatch")], env=full, capture_output=True, text=True, timeout=60,
-                         cwd=tmp_path)
+    res = subprocess.run(
+        ["bash", str(run_dir / "job.sbatch")], env=full, capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     calls = []
     for argv_file in sorted(fake.glob("call-*.argv")):
         leaked = argv_file.with_suffix(".leaked").read_text().split()
@@ -49,8 +59,11 @@ def run_script(run_dir: Path, tmp_path: Path, **env: str) -> tuple[subprocess.Co
 
 
 def _steps(calls: list[dict]) -> list[dict]:
-    return [c for c in calls if "--job-name=hpcplace-shm" not in c["argv"]
-            and "--job-name=hpcplace-preflight" not in c["argv"]]
+    return [
+        c
+        for c in calls
+        if "--job-name=hpcplace-shm" not in c["argv"] and "--job-name=hpcplace-preflight" not in c["argv"]
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +85,7 @@ def test_success_runs_every_step_with_exact_arguments(hetero: Plan, tmp_path: Pa
     for step in job.steps:
         argv = by_component[step.component]
         seg = step.segments[0]
-        assert argv[:len(segment_srun_args(job, step, seg))] == list(segment_srun_args(job, step, seg))
+        assert argv[: len(segment_srun_args(job, step, seg))] == list(segment_srun_args(job, step, seg))
         # the command travels in plan.json, never on srun's argv (srun splits its argv at a bare ':')
         assert "--" not in argv and argv[-2:] == ["--component", step.component]
     assert "guard started" in events and "USR1 hpcplace-shm" in events  # the /dev/shm guard was stopped
@@ -109,8 +122,10 @@ def test_headline_names_the_first_failing_rank_and_its_own_code(hetero: Plan, tm
     rendered = render_run(hetero, tmp_path / "run")
     res, _calls, _events = run_script(rendered.run_dir, tmp_path, FAKE_FAIL="inference", FAKE_FAIL_STOPPED="1")
     assert res.returncode == 1, res.stderr
-    assert ("FAILED: component 'inference' (3 tasks; ranks 0-2) exited with code 1: rank 2 on node-a failed first "
-            "(srun exited 143: the other ranks were stopped)") in res.stderr, res.stderr
+    assert (
+        "FAILED: component 'inference' (3 tasks; ranks 0-2) exited with code 1: rank 2 on node-a failed first "
+        "(srun exited 143: the other ranks were stopped)"
+    ) in res.stderr, res.stderr
     assert "exited with code 143" not in res.stderr
     assert "component 'inference' failed first: the job fails with exit code 1" in res.stderr
 
@@ -121,8 +136,9 @@ def test_stubborn_step_gets_sigkill_after_the_grace(hetero: Plan, tmp_path: Path
     rendered = render_run(plan, tmp_path / "run")
     assert "hp_kill_wait=1 " in rendered.script.read_text()
     t0 = time.monotonic()
-    res, _, events = run_script(rendered.run_dir, tmp_path, FAKE_FAIL="inference", FAKE_SLEEP="30",
-                                FAKE_STUBBORN="rollout", FAKE_KILL_WAIT="20")
+    res, _, events = run_script(
+        rendered.run_dir, tmp_path, FAKE_FAIL="inference", FAKE_SLEEP="30", FAKE_STUBBORN="rollout", FAKE_KILL_WAIT="20"
+    )
     elapsed = time.monotonic() - t0
     assert res.returncode == 7, res.stderr
     assert elapsed < 10, "SIGKILL came after the cluster's KillWait, not slurm.kill_wait"
@@ -138,11 +154,18 @@ def test_failed_preflight_stops_the_job_before_any_step(hetero: Plan, tmp_path: 
     rendered = render_run(hetero, tmp_path / "run", launcher=("/tmp/v/bin/hpcplace-run",))
     execve = "slurmstepd: error: execve(): /tmp/v/bin/hpcplace-run: No such file or directory"
     # slurmstepd's line reaches srun's stderr (the preflight never ran on node-a, so wrote no file there)
-    res, calls, events = run_script(rendered.run_dir, tmp_path, FAKE_PREFLIGHT_ERR=(
-        f"{execve}\\nsrun: error: node-a: task 0: Exited with exit code 2"), FAKE_PREFLIGHT=";".join([
-        "node-b=hpcplace-preflight: node-b: ok: 8 GPU(s)",
-        "node-c=hpcplace-preflight: node-c: FAILED: the node shows 3 GPU(s) (/dev/nvidia{0,1,2}), but the plan expects 4",
-        "node-d=Segmentation fault"]))
+    res, calls, events = run_script(
+        rendered.run_dir,
+        tmp_path,
+        FAKE_PREFLIGHT_ERR=(f"{execve}\\nsrun: error: node-a: task 0: Exited with exit code 2"),
+        FAKE_PREFLIGHT=";".join(
+            [
+                "node-b=hpcplace-preflight: node-b: ok: 8 GPU(s)",
+                "node-c=hpcplace-preflight: node-c: FAILED: the node shows 3 GPU(s) (/dev/nvidia{0,1,2}), but the plan expects 4",
+                "node-d=Segmentation fault",
+            ]
+        ),
+    )
     assert res.returncode == 1, res.stderr
     assert _steps(calls) == [] and "USR1 hpcplace-shm" in events
     lines = (rendered.run_dir / "logs" / "preflight.txt").read_text().splitlines()
@@ -152,7 +175,8 @@ def test_failed_preflight_stops_the_job_before_any_step(hetero: Plan, tmp_path: 
         "Install hpcplace where every node sees it)",
         "node-c: FAILED: the node shows 3 GPU(s) (/dev/nvidia{0,1,2}), but the plan expects 4",
         "node-d: FAILED: the preflight did not report (srun exit 2): Segmentation fault",
-        "node-e: FAILED: no preflight output from this node (srun exit 2; see logs/preflight.srun.err)"]
+        "node-e: FAILED: no preflight output from this node (srun exit 2; see logs/preflight.srun.err)",
+    ]
     assert "no program was started" in res.stderr
     for line in lines:
         assert f"hpcplace:   preflight: {line}\n" in res.stderr
@@ -169,14 +193,19 @@ def test_cpu_only_and_every_step_clear_leaked_variables(tmp_path: Path) -> None:
     plan = plan_from_file(REPO / "configs" / "roll-example.yaml")
     plan = replace(plan, components=tuple(replace(c, command=("true",)) for c in plan.components))
     rendered = render_run(plan, tmp_path / "run")
-    res, calls, _ = run_script(rendered.run_dir, tmp_path, SLURM_JOB_NODELIST_HET_GROUP_0="node-a,node-b",
-                               SLURM_JOB_NODELIST_HET_GROUP_1="node-c")
+    res, calls, _ = run_script(
+        rendered.run_dir,
+        tmp_path,
+        SLURM_JOB_NODELIST_HET_GROUP_0="node-a,node-b",
+        SLURM_JOB_NODELIST_HET_GROUP_1="node-c",
+    )
     assert res.returncode == 0, res.stderr
     assert calls and all(c["leaked"] == [] for c in calls)
 
 
 # ------------------------------------------------------------------------------------------------
 # hostile inputs
+
 
 def hostile_plan(plan: Plan, value: str, canary: Path) -> Plan:
     if "\n" in value or "\\" in value or not value.replace("\t", " ").isprintable():
@@ -197,15 +226,16 @@ def test_hostile_values_render_safely(hetero: Plan, tmp_path: Path, index: int) 
     canary = tmp_path / "canary"
     value = hostile_values(canary)[index]
     plan = hostile_plan(hetero, value, canary)
-    run_dir = tmp_path / ("run " + "".join(c if c == "\t" or (c.isprintable() and c not in "/\\") else "_"
-                                           for c in value))
+    run_dir = tmp_path / (
+        "run " + "".join(c if c == "\t" or (c.isprintable() and c not in "/\\") else "_" for c in value)
+    )
     rendered = render_run(plan, run_dir)
     script = rendered.script.read_text()
     check = subprocess.run(["bash", "-n", str(rendered.script)], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     job = lower(plan)
     options = read_sbatch_options(script)
-    assert options[0][:len(job.components[0].sbatch_args)] == list(job.components[0].sbatch_args)
+    assert options[0][: len(job.components[0].sbatch_args)] == list(job.components[0].sbatch_args)
     assert f"--chdir={run_dir}" in options[0]
     assert json.loads(rendered.plan_json.read_text())["components"][0]["name"] == value
     res, calls, _ = run_script(rendered.run_dir, tmp_path)
@@ -218,17 +248,20 @@ def test_hostile_values_render_safely(hetero: Plan, tmp_path: Path, index: int) 
     assert not canary.exists(), "a hostile value was executed"
 
 
-@pytest.mark.parametrize(("left", "explained"), [("1:30", True), ("0-00:02:59", True), ("10:00", False),
-                                                 ("UNLIMITED", False)])
-def test_a_step_killed_by_the_time_limit_warning_is_named(hetero: Plan, tmp_path: Path, left: str,
-                                                          explained: bool) -> None:
+@pytest.mark.parametrize(
+    ("left", "explained"), [("1:30", True), ("0-00:02:59", True), ("10:00", False), ("UNLIMITED", False)]
+)
+def test_a_step_killed_by_the_time_limit_warning_is_named(
+    hetero: Plan, tmp_path: Path, left: str, explained: bool
+) -> None:
     """Default warning TERM@120: a program that does not trap SIGTERM dies of it; the log says the
     SIGTERM was the warning when the limit is that close (squeue %L), not a crash."""
     no_limit = replace(hetero, slurm={k: v for k, v in hetero.slurm.items() if k != "time"})  # the full default
     rendered = render_run(no_limit, tmp_path / "run")
     assert "hp_warning=TERM@120 " in rendered.script.read_text()
-    res, _, _ = run_script(rendered.run_dir, tmp_path, FAKE_FAIL="inference", FAKE_FAIL_TERM="1",
-                           FAKE_SLEEP="30", FAKE_TIME_LEFT=left)
+    res, _, _ = run_script(
+        rendered.run_dir, tmp_path, FAKE_FAIL="inference", FAKE_FAIL_TERM="1", FAKE_SLEEP="30", FAKE_TIME_LEFT=left
+    )
     assert res.returncode == 143, res.stderr
     # a first srun error line that is not "Exited with exit code" is reported too (it once killed the script)
     assert "component 'inference' ranks 0,1,2 on node-a: Terminated" in res.stderr

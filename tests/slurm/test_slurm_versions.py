@@ -48,6 +48,7 @@ def _version_of(folder: str) -> SlurmVersion:
 
 # ---- the version, read and judged -----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("version", _versions())
 def test_every_data_folder_is_the_version_its_scontrol_printed(version: str) -> None:
     assert _version_of(version) >= slurm_cli.OLDEST_SUPPORTED
@@ -56,13 +57,19 @@ def test_every_data_folder_is_the_version_its_scontrol_printed(version: str) -> 
         assert slurm_cli.parse_version(sinfo) == _version_of(version)
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("slurm-wlm 22.05.8\n", V22),  # Debian's build (recorded: data/slurm-22.05.8/scontrol-version.txt)
-    ("slurm 24.11.5\n", SlurmVersion(24, 11, 5)),  # a source build
-    ("slurm 25.11.0-0rc1\n", SlurmVersion(25, 11, 0)),  # a release candidate
-    ("module loaded: slurm/26.05\nslurm 26.05.5\n", V26),  # a site wrapper's banner first
-    ("", None), ("slurm\n", None), ("slurm 22.05\n", None), ("hpcplace 22.05.8\n", None),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("slurm-wlm 22.05.8\n", V22),  # Debian's build (recorded: data/slurm-22.05.8/scontrol-version.txt)
+        ("slurm 24.11.5\n", SlurmVersion(24, 11, 5)),  # a source build
+        ("slurm 25.11.0-0rc1\n", SlurmVersion(25, 11, 0)),  # a release candidate
+        ("module loaded: slurm/26.05\nslurm 26.05.5\n", V26),  # a site wrapper's banner first
+        ("", None),
+        ("slurm\n", None),
+        ("slurm 22.05\n", None),
+        ("hpcplace 22.05.8\n", None),
+    ],
+)
 def test_parse_version(text: str, expected: SlurmVersion | None) -> None:
     assert slurm_cli.parse_version(text) == expected
 
@@ -87,6 +94,7 @@ def test_a_version_older_than_supported_is_refused_with_what_is_allowed() -> Non
 
 # ---- version differences are data ------------------------------------------------------------------
 
+
 def test_dialects_follow_the_version_table() -> None:
     old, new = slurm_cli.dialect(V22), slurm_cli.dialect(V26)
     assert old.sacct_subtracts_128 is True and new.sacct_subtracts_128 is False
@@ -109,22 +117,27 @@ def test_every_version_change_is_in_the_docs() -> None:
 
 # ---- exit codes under both sacct encodings ---------------------------------------------------------
 
-@pytest.mark.parametrize("printed,source,version,shown,terminated_by", [
-    ("15:0", "sacct", V22, "15:0 (or 143 = 128+SIGTERM)", None),  # 22.05: 15 or 143, said so
-    ("143:0", "sacct", V26, "143:0 (128+SIGTERM)", 15),  # 25.11+: as it is
-    ("15:0", "sacct", V26, "15:0", None),  # 25.11+: a plain 15
-    ("143:0", "sacct", None, "143:0 (128+SIGTERM)", 15),  # only 25.11+ prints 128 or more
-    ("15:0", "sacct", None, "15:0 (or 143 = 128+SIGTERM)", None),  # unknown version: both readings
-    ("143:0", "scontrol", V22, "143:0 (128+SIGTERM)", 15),  # scontrol never subtracts
-    ("15:0", "scontrol", V22, "15:0", None),
-    ("0:15", "sacct", V22, "0:15 (killed by SIGTERM)", 15),
-    ("0:9", "scontrol", V26, "0:9 (killed by SIGKILL)", 9),
-    ("0:0", "sacct", V22, "0:0", None),
-    ("7:0", "sacct", V22, "7:0 (or 135 = 128+SIGBUS)", None),
-    ("100:0", "sacct", V22, "100:0", None),  # 100 or 228: no signal either way
-])
+
+@pytest.mark.parametrize(
+    "printed,source,version,shown,terminated_by",
+    [
+        ("15:0", "sacct", V22, "15:0 (or 143 = 128+SIGTERM)", None),  # 22.05: 15 or 143, said so
+        ("143:0", "sacct", V26, "143:0 (128+SIGTERM)", 15),  # 25.11+: as it is
+        ("15:0", "sacct", V26, "15:0", None),  # 25.11+: a plain 15
+        ("143:0", "sacct", None, "143:0 (128+SIGTERM)", 15),  # only 25.11+ prints 128 or more
+        ("15:0", "sacct", None, "15:0 (or 143 = 128+SIGTERM)", None),  # unknown version: both readings
+        ("143:0", "scontrol", V22, "143:0 (128+SIGTERM)", 15),  # scontrol never subtracts
+        ("15:0", "scontrol", V22, "15:0", None),
+        ("0:15", "sacct", V22, "0:15 (killed by SIGTERM)", 15),
+        ("0:9", "scontrol", V26, "0:9 (killed by SIGKILL)", 9),
+        ("0:0", "sacct", V22, "0:0", None),
+        ("7:0", "sacct", V22, "7:0 (or 135 = 128+SIGBUS)", None),
+        ("100:0", "sacct", V22, "100:0", None),  # 100 or 228: no signal either way
+    ],
+)
 def test_exit_status_says_what_slurm_printed_and_what_it_means(
-        printed: str, source: str, version: SlurmVersion | None, shown: str, terminated_by: int | None) -> None:
+    printed: str, source: str, version: SlurmVersion | None, shown: str, terminated_by: int | None
+) -> None:
     status = exit_status(printed, source=source, version=version)
     assert status is not None and str(status) == shown and status.terminated_by == terminated_by
 
@@ -177,6 +190,7 @@ def test_recorded_sacct_exit_codes_read_as_the_scenario_ran(version: str) -> Non
 
 # ---- scontrol show job of every version ------------------------------------------------------------
 
+
 def _job_samples() -> list[tuple[str, str]]:
     """`scontrol show job -o` of a het job, per version: the scenario's, else the first cluster's."""
     out = []
@@ -190,8 +204,11 @@ def _job_samples() -> list[tuple[str, str]]:
 @pytest.mark.parametrize("version,text", _job_samples(), ids=[s[0] for s in _job_samples()])
 def test_scontrol_show_job_of_each_version_parses_to_the_same_records(version: str, text: str) -> None:
     slurm = _version_of(version)
-    records = [slurm_cli.parse_job_record(slurm_cli.parse_key_values(line), slurm)
-               for line in text.splitlines() if line.strip()]
+    records = [
+        slurm_cli.parse_job_record(slurm_cli.parse_key_values(line), slurm)
+        for line in text.splitlines()
+        if line.strip()
+    ]
     assert [r.het_offset for r in records] == list(range(len(records))) and len(records) >= 2
     first = int(records[0].job_id)
     assert [int(r.job_id) for r in records] == list(range(first, first + len(records)))  # consecutive ids
@@ -217,8 +234,10 @@ def test_the_22_05_record_reads_tres_and_its_known_values() -> None:
 
 
 def test_tres_keys_follow_the_version_that_printed_them() -> None:
-    line = ("JobId=5 HetJobOffset=0 JobState=RUNNING ReqTRES=cpu=2,node=1 AllocTRES=cpu=4,node=1,gres/gpu=8 "
-            "StdErr= StdOut=/r/logs/batch-5.out")
+    line = (
+        "JobId=5 HetJobOffset=0 JobState=RUNNING ReqTRES=cpu=2,node=1 AllocTRES=cpu=4,node=1,gres/gpu=8 "
+        "StdErr= StdOut=/r/logs/batch-5.out"
+    )
     fields = slurm_cli.parse_key_values(line)
     new = slurm_cli.parse_job_record(fields, V26)
     assert new.req_tres == {"cpu": "2", "node": "1"} and new.alloc_tres["gres/gpu"] == "8"
@@ -235,7 +254,8 @@ def test_nodes_and_partitions_of_each_version_give_cluster_facts(version: str) -
         pytest.skip(f"slurm-{version}: nodes/partitions not recorded (RECORD.md step 1)")
     facts = validate.parse_cluster_facts(
         [slurm_cli.parse_key_values(x) for x in parts.splitlines() if x.strip()],
-        [slurm_cli.parse_key_values(x) for x in nodes.splitlines() if x.strip()])
+        [slurm_cli.parse_key_values(x) for x in nodes.splitlines() if x.strip()],
+    )
     assert facts.partitions and facts.nodes
     for node in facts.nodes:
         assert node.cpus > 0 and node.memory_mb > 0 and node.partitions, node
@@ -245,15 +265,30 @@ def test_nodes_and_partitions_of_each_version_give_cluster_facts(version: str) -
 
 # ---- status shows the version and reads exit codes in its encoding ---------------------------------
 
+
 def _steps_status(version: str) -> submit.JobStatus:
     sample = _sample(version, "sacct-exit-codes.txt")
     assert sample is not None
     rows = slurm_cli.parse_parsable(sample, slurm_cli.SACCT_JOB_FIELDS)
-    comps = tuple(submit.ComponentState(int(r["JobID"].split("+")[1]), r["JobID"], r["Partition"], r["State"],
-                                        r["NodeList"], "", r["ExitCode"], r["Elapsed"])
-                  for r in rows if "." not in r["JobID"])
-    steps = tuple(submit.StepState(r["JobID"], r["JobName"], r["State"], r["ExitCode"], r["NodeList"])
-                  for r in rows if "." in r["JobID"] and not r["JobID"].endswith(".batch"))
+    comps = tuple(
+        submit.ComponentState(
+            int(r["JobID"].split("+")[1]),
+            r["JobID"],
+            r["Partition"],
+            r["State"],
+            r["NodeList"],
+            "",
+            r["ExitCode"],
+            r["Elapsed"],
+        )
+        for r in rows
+        if "." not in r["JobID"]
+    )
+    steps = tuple(
+        submit.StepState(r["JobID"], r["JobName"], r["State"], r["ExitCode"], r["NodeList"])
+        for r in rows
+        if "." in r["JobID"] and not r["JobID"].endswith(".batch")
+    )
     return submit.JobStatus("12", comps, steps, "sacct")
 
 
@@ -277,13 +312,15 @@ def test_status_version_line() -> None:
 
 # ---- through the CLI, with fake Slurm commands ------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def hetero() -> Plan:
     return plan_from_file(HETERO)
 
 
 def test_submit_records_the_version_once_and_old_run_json_still_loads(
-        tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (fake_slurm / "version.out").write_text("slurm 24.11.5\n")
     run_dir = tmp_path / "run"
     assert main(["submit", str(HETERO), "-o", str(run_dir)]) == 0
@@ -298,10 +335,14 @@ def test_submit_records_the_version_once_and_old_run_json_still_loads(
 
 
 def test_an_old_slurm_is_refused_before_anything_is_submitted(
-        tmp_path: Path, fake_slurm: Path, hetero: Plan, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, fake_slurm: Path, hetero: Plan, capsys: pytest.CaptureFixture[str]
+) -> None:
     (fake_slurm / "version.out").write_text("slurm 21.08.8\n")
-    for argv in (["submit", str(HETERO), "-o", str(tmp_path / "run")], ["validate", str(HETERO)],
-                 ["submit", str(HETERO), "-o", str(tmp_path / "run"), "--no-validate"]):
+    for argv in (
+        ["submit", str(HETERO), "-o", str(tmp_path / "run")],
+        ["validate", str(HETERO)],
+        ["submit", str(HETERO), "-o", str(tmp_path / "run"), "--no-validate"],
+    ):
         assert main(argv) == 3, argv
         err = capsys.readouterr().err
         assert "hpcplace: error: this site runs Slurm 21.08.8; hpcplace supports Slurm 22.05 and newer" in err
@@ -311,11 +352,13 @@ def test_an_old_slurm_is_refused_before_anything_is_submitted(
     assert _calls(fake_slurm) == [] and not (tmp_path / "run").exists()
 
 
-def test_a_version_that_cannot_be_read_is_one_clear_error(tmp_path: Path, fake_slurm: Path,
-                                                          hetero: Plan) -> None:
+def test_a_version_that_cannot_be_read_is_one_clear_error(tmp_path: Path, fake_slurm: Path, hetero: Plan) -> None:
     (fake_slurm / "version.out").write_text("scontrol: unrecognized option '--version'\n")
-    with pytest.raises(SlurmError, match=r"`scontrol --version` printed .* not a Slurm version such as 'slurm "
-                                         r"22.05.8'") as caught:
+    with pytest.raises(
+        SlurmError,
+        match=r"`scontrol --version` printed .* not a Slurm version such as 'slurm "
+        r"22.05.8'",
+    ) as caught:
         submit.submit(hetero, tmp_path / "run")
     assert caught.value.hint is not None and "slurm module" in caught.value.hint
     assert _calls(fake_slurm) == []
@@ -324,12 +367,14 @@ def test_a_version_that_cannot_be_read_is_one_clear_error(tmp_path: Path, fake_s
 def test_validate_says_the_version(fake_slurm: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(HETERO)]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == ("ok: Slurm 22.05.8: supported (22.05 and newer; what differs per version: "
-                                   "docs/slurm-versions.md)")
+    assert out.splitlines()[0] == (
+        "ok: Slurm 22.05.8: supported (22.05 and newer; what differs per version: docs/slurm-versions.md)"
+    )
 
 
 def test_status_shows_the_version_and_reads_exit_codes_in_its_encoding(
-        tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = tmp_path / "run"
     assert main(["submit", str(HETERO), "-o", str(run_dir)]) == 0  # recorded under 22.05.8 (the fixture's)
     sample = _sample("26.05.5", "sacct-exit-codes.txt")
@@ -340,8 +385,9 @@ def test_status_shows_the_version_and_reads_exit_codes_in_its_encoding(
     record = submit.read_record(run_dir)
     assert record is not None
     submitted = str(record["submitted_at"])[:19]
-    (fake_slurm / "sacct.out").write_text(sample.replace(recorded_dir, str(run_dir))
-                                          .replace(recorded_submit, submitted))
+    (fake_slurm / "sacct.out").write_text(
+        sample.replace(recorded_dir, str(run_dir)).replace(recorded_submit, submitted)
+    )
     (fake_slurm / "version.out").write_text("slurm-wlm 26.05.5\n")  # the site upgraded since
     capsys.readouterr()
     assert main(["status", str(run_dir)]) == 0

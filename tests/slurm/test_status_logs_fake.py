@@ -27,8 +27,14 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, st
     return code, out, err
 
 
-def _run_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str, config: Path = HETERO,
-             job_id: str | None = "12", started: bool = True) -> Path:
+def _run_dir(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    *extra: str,
+    config: Path = HETERO,
+    job_id: str | None = "12",
+    started: bool = True,
+) -> Path:
     """A rendered run directory as `hpcplace submit` leaves it (run.json names `job_id`), with the
     job's nodes.txt written when `started`."""
     run_dir = tmp_path / "run"
@@ -36,13 +42,23 @@ def _run_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str, co
     capsys.readouterr()
     plan = submit.load_plan(run_dir / "plan.json")
     if job_id is not None:
-        (run_dir / "run.json").write_text(json.dumps({
-            "job_id": job_id, "submitted_at": "2026-11-21T06:11:50+00:00",
-            "het_components": [g.label for g in plan.cluster.node_groups]}))
+        (run_dir / "run.json").write_text(
+            json.dumps(
+                {
+                    "job_id": job_id,
+                    "submitted_at": "2026-11-21T06:11:50+00:00",
+                    "het_components": [g.label for g in plan.cluster.node_groups],
+                }
+            )
+        )
     if started:
-        (run_dir / "logs" / "nodes.txt").write_text("".join(
-            f"{g} {i} {group.label}-{i + 1}\n" for g, group in enumerate(plan.cluster.node_groups)
-            for i in range(group.num_nodes)))
+        (run_dir / "logs" / "nodes.txt").write_text(
+            "".join(
+                f"{g} {i} {group.label}-{i + 1}\n"
+                for g, group in enumerate(plan.cluster.node_groups)
+                for i in range(group.num_nodes)
+            )
+        )
     return run_dir
 
 
@@ -63,8 +79,8 @@ def _rank_log(run_dir: Path, component: str, rank: int) -> Path:
 
 # ---- 1. status --watch sees the end within seconds --------------------------------------------------
 
-def test_watch_looks_at_least_every_five_seconds(fake_slurm: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+
+def test_watch_looks_at_least_every_five_seconds(fake_slurm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     delays: list[int] = []
 
     class Recording(slurm_cli.HetJobWatcher):
@@ -86,8 +102,10 @@ def test_watch_looks_at_least_every_five_seconds(fake_slurm: Path,
 
 # ---- 2. a job id finds its run directory -------------------------------------------------------------
 
-def test_status_and_logs_of_a_job_id_find_the_run_directory(tmp_path: Path, fake_slurm: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+
+def test_status_and_logs_of_a_job_id_find_the_run_directory(
+    tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = _run_dir(tmp_path, capsys)
     _slurm_job(fake_slurm, run_dir)
     (run_dir / "attempts.jsonl").write_text('{"attempt": 0, "event": "start", "host": "a800-1", "time": "T0"}\n')
@@ -105,8 +123,9 @@ def test_status_and_logs_of_a_job_id_find_the_run_directory(tmp_path: Path, fake
     assert f"inference rank 1 (het 1 node 0 (rtx4090-1), task 1): {run_dir}/logs/inference.rank1.out" in out
 
 
-def test_a_job_id_whose_directory_is_no_run_is_said_so(tmp_path: Path, fake_slurm: Path,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_job_id_whose_directory_is_no_run_is_said_so(
+    tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _slurm_job(fake_slurm, tmp_path)  # not a run directory
     code, out, _err = _cli(capsys, "status", "12")
     assert code == 0 and out.startswith("job 12: COMPLETED") and "het 0 ?" in out  # Slurm's view alone
@@ -116,8 +135,10 @@ def test_a_job_id_whose_directory_is_no_run_is_said_so(tmp_path: Path, fake_slur
 
 # ---- 3. Ray node errors reach status, also when the head never came up ------------------------------
 
-def test_status_shows_ray_node_errors_without_a_head(tmp_path: Path, fake_slurm: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+
+def test_status_shows_ray_node_errors_without_a_head(
+    tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = _run_dir(tmp_path, capsys, "--driver", "--", "python", "driver.py", config=ROLL)
     _slurm_job(fake_slurm, run_dir, "FAILED")
     error = "Ray node rank 0 (gpu, het 0 node 0, gpu-1): ray start exited with code 2 before the head was up"
@@ -142,28 +163,39 @@ hpcplace: component 'inference' failed first: the job fails with exit code 7
 """
 
 
-def test_status_summarises_the_failure(tmp_path: Path, fake_slurm: Path,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_summarises_the_failure(tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = _run_dir(tmp_path, capsys)
     _slurm_job(fake_slurm, run_dir, "FAILED")
     (run_dir / "logs" / "batch-12.out").write_text(BATCH_FAILED)
     log = _rank_log(run_dir, "inference", 1)
-    log.write_text("".join(f"step {i}\n" for i in range(20)) + "Traceback (most recent call last):\n"
-                   + "x" * 500 + "\n" + "ValueError: failing on purpose\n\n")
+    log.write_text(
+        "".join(f"step {i}\n" for i in range(20))
+        + "Traceback (most recent call last):\n"
+        + "x" * 500
+        + "\n"
+        + "ValueError: failing on purpose\n\n"
+    )
     code, out, _err = _cli(capsys, "status", run_dir)
     assert code == 10
-    summary = out[out.index("  failure (from the batch log):"):].splitlines()
+    summary = out[out.index("  failure (from the batch log):") :].splitlines()
     assert summary[1] == "    component 'inference' failed first: the job fails with exit code 7"
     assert summary[2].startswith("    FAILED: component 'inference' (3 tasks; ranks 0-2) exited with code 7: rank 1")
     assert summary[3] == f"    last 5 line(s) of inference rank 1's log ({log}):"
-    assert summary[4:9] == ["      | step 18", "      | step 19", "      | Traceback (most recent call last):",
-                            "      | " + "x" * 197 + "...", "      | ValueError: failing on purpose"]
+    assert summary[4:9] == [
+        "      | step 18",
+        "      | step 19",
+        "      | Traceback (most recent call last):",
+        "      | " + "x" * 197 + "...",
+        "      | ValueError: failing on purpose",
+    ]
 
 
 def test_a_failure_by_the_time_limit_warning_says_so() -> None:
     """A program that does not trap the default warning's SIGTERM: status repeats the script's why."""
-    why = ("  this SIGTERM was Slurm's time-limit warning (slurm.signal_before_limit TERM@18; 20s left): the program "
-           "does not trap it (docs/slurm-job.md, \"Stopping gracefully\")")
+    why = (
+        "  this SIGTERM was Slurm's time-limit warning (slurm.signal_before_limit TERM@18; 20s left): the program "
+        'does not trap it (docs/slurm-job.md, "Stopping gracefully")'
+    )
     text = BATCH_FAILED.replace("hpcplace: stopping the other", f"hpcplace: {why}\nhpcplace: stopping the other")
     failure = run_report.parse_failure(text)
     assert failure is not None and failure.cause == why.strip()
@@ -172,8 +204,9 @@ def test_a_failure_by_the_time_limit_warning_says_so() -> None:
 
 
 def test_failure_of_an_older_library_and_of_an_earlier_attempt() -> None:
-    older = BATCH_FAILED.replace(": rank 1 on rtx4090-1 failed first (srun exited 143: the other ranks were stopped)",
-                                 "")
+    older = BATCH_FAILED.replace(
+        ": rank 1 on rtx4090-1 failed first (srun exited 143: the other ranks were stopped)", ""
+    )
     failure = run_report.parse_failure(older)
     assert failure is not None and (failure.component, failure.rank, failure.host) == ("inference", 1, "rtx4090-1")
     requeued = BATCH_FAILED + "hpcplace: job 12 attempt 1: 20 processes in 5 steps; node-local directory x\n"
@@ -183,25 +216,33 @@ def test_failure_of_an_older_library_and_of_an_earlier_attempt() -> None:
 
 # ---- 5. a recorded job id that now names another run's job --------------------------------------------
 
-def test_status_and_cancel_refuse_a_job_of_another_run(tmp_path: Path, fake_slurm: Path,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+
+def test_status_and_cancel_refuse_a_job_of_another_run(
+    tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = _run_dir(tmp_path, capsys)
     _slurm_job(fake_slurm, "/home/someone/other-run", "RUNNING")
     code, out, err = _cli(capsys, "status", run_dir)
     assert code == 2 and out == ""
-    assert (f"job 12 is not this run's: Slurm's job 12 runs in /home/someone/other-run (submitted "
-            f"2026-11-21T06:11:49), not in {run_dir}") in err and "the cluster's job ids restarted?" in err
+    assert (
+        f"job 12 is not this run's: Slurm's job 12 runs in /home/someone/other-run (submitted "
+        f"2026-11-21T06:11:49), not in {run_dir}"
+    ) in err and "the cluster's job ids restarted?" in err
     code, _out, err = _cli(capsys, "cancel", run_dir)
     assert code == 2 and "job 12 is not this run's" in err
     assert not (fake_slurm / "scancel.calls").exists()  # the other run's job was left alone
 
 
-def test_attach_exec_and_release_refuse_a_job_of_another_run(tmp_path: Path, fake_slurm: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_attach_exec_and_release_refuse_a_job_of_another_run(
+    tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = _run_dir(tmp_path, capsys, "--hold", "--driver", "--", "python3", "x.py")
     _slurm_job(fake_slurm, "/home/someone/other-run", "RUNNING")
-    for argv in (["attach", str(run_dir), "--driver", "--", "python3", "y.py"],
-                 ["exec", str(run_dir), "--node", "0", "--", "true"], ["release", str(run_dir)]):
+    for argv in (
+        ["attach", str(run_dir), "--driver", "--", "python3", "y.py"],
+        ["exec", str(run_dir), "--node", "0", "--", "true"],
+        ["release", str(run_dir)],
+    ):
         code, _out, err = _cli(capsys, *argv)
         assert code == 2 and "job 12 is not this run's" in err, (argv, err)
     assert not (fake_slurm / "scancel.calls").exists()
@@ -212,7 +253,8 @@ def test_ownership_without_a_working_directory_compares_submit_times(tmp_path: P
     record = {"job_id": "12", "submitted_at": "2026-11-21T06:11:50+00:00"}
     old = submit.JobStatus("12", (comp,), (), "sacct", submit_time="2026-01-02T03:04:05+00:00")
     assert "job 12 is not this run's: Slurm's job 12 was submitted 2026-01-02T03:04:05+00:00" in (
-        run_report.ownership_problem(tmp_path, record, old) or "")
+        run_report.ownership_problem(tmp_path, record, old) or ""
+    )
     same = submit.JobStatus("12", (comp,), (), "sacct", submit_time="2026-11-21T06:11:49+00:00")
     assert run_report.ownership_problem(tmp_path, record, same) is None
     here = submit.JobStatus("12", (comp,), (), "sacct", work_dir=str(tmp_path).replace('"', "`"))
@@ -220,6 +262,7 @@ def test_ownership_without_a_working_directory_compares_submit_times(tmp_path: P
 
 
 # ---- 6. a rank that does not exist: the valid ones ----------------------------------------------------
+
 
 def test_logs_of_a_missing_rank_list_the_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = _run_dir(tmp_path, capsys)
@@ -230,8 +273,9 @@ def test_logs_of_a_missing_rank_list_the_ranks(tmp_path: Path, capsys: pytest.Ca
     assert code == 2 and "no rank 99 in any component; ranks per component: actor: 0-" in err
 
 
-def test_ray_logs_of_a_missing_node_rank_list_the_node_ranks(tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_ray_logs_of_a_missing_node_rank_list_the_node_ranks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = _run_dir(tmp_path, capsys, "--driver", "--", "python", "driver.py", config=ROLL)
     code, out, err = _cli(capsys, "logs", run_dir, "--component", "ray", "--rank", "9")
     assert code == 2 and out == "" and "no Ray node rank 9: the node ranks are 0-" in err
@@ -239,21 +283,26 @@ def test_ray_logs_of_a_missing_node_rank_list_the_node_ranks(tmp_path: Path,
 
 # ---- 7. a rendered directory sbatch'd by hand --------------------------------------------------------
 
+
 def test_logs_of_a_rendered_directory_sbatched_by_hand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = _run_dir(tmp_path, capsys, job_id=None)
     (run_dir / "logs" / "batch-31.out").write_text("hpcplace: all steps finished\n")
     _rank_log(run_dir, "inference", 1).write_text("hello from rank 1\n")
     code, out, err = _cli(capsys, "logs", run_dir, "--component", "inference", "--rank", "1")
     assert code == 0, err
-    assert out.startswith(f"(note: {run_dir} records no job id in run.json: it was not submitted by `hpcplace "
-                          "submit`; showing the logs it holds)")
+    assert out.startswith(
+        f"(note: {run_dir} records no job id in run.json: it was not submitted by `hpcplace "
+        "submit`; showing the logs it holds)"
+    )
     assert "hello from rank 1" in out
 
 
 # ---- 9. submitting a submitted directory again --------------------------------------------------------
 
-def test_submit_again_says_nothing_was_submitted(tmp_path: Path, fake_slurm: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+
+def test_submit_again_says_nothing_was_submitted(
+    tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = tmp_path / "run"
     code, out, _err = _cli(capsys, "submit", HETERO, "-o", run_dir)
     assert code == 0 and out.splitlines()[-1] == f"job 4242 ({run_dir})"
@@ -262,17 +311,21 @@ def test_submit_again_says_nothing_was_submitted(tmp_path: Path, fake_slurm: Pat
     assert out.splitlines()[-1] == f"already submitted as job 4242 ({run_dir}); nothing submitted"
     assert "already submitted" not in err  # said once, on stdout
     assert len(_calls(fake_slurm)) == 1
-    code, out, err = _cli(capsys, "submit", HETERO, "slurm.time=5", "-o", run_dir)  # another plan: refused, nothing submitted
+    code, out, err = _cli(
+        capsys, "submit", HETERO, "slurm.time=5", "-o", run_dir
+    )  # another plan: refused, nothing submitted
     assert code == 2 and "already holds job 4242 of another plan" in err and len(_calls(fake_slurm)) == 1
 
 
 def test_a_job_that_failed_before_its_steps_shows_the_end_of_its_batch_log(
-        tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, fake_slurm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """No FAILED: block (the script stopped before any step: its library was edited): the batch log's end."""
     run_dir = _run_dir(tmp_path, capsys)
     _slurm_job(fake_slurm, run_dir, "FAILED")
     (run_dir / "logs" / "batch-12.out").write_text(
-        "hpcplace: hpcplace-lib.sh in /r is not the library this script was rendered with (sha256 differs)\n")
+        "hpcplace: hpcplace-lib.sh in /r is not the library this script was rendered with (sha256 differs)\n"
+    )
     code, out, _err = _cli(capsys, "status", run_dir)
     assert code == 10
     assert f"  the batch log ends with ({run_dir / 'logs' / 'batch-12.out'}):" in out, out

@@ -104,7 +104,9 @@ def test_failure_stops_the_others_with_sigterm(slurm_cluster: LiveCluster, tmp_p
 
 
 def _small(tmp_path: Path, slurm: str, name: str = "config.yaml") -> Path:
-    return config_yaml(tmp_path, f"""
+    return config_yaml(
+        tmp_path,
+        f"""
         name: stop-test
         cluster:
           node_groups:
@@ -115,7 +117,9 @@ def _small(tmp_path: Path, slurm: str, name: str = "config.yaml") -> Path:
             agent: {{node_group: cpu, placement: "0:0-1"}}
         components: {{actor: {{command: ["true"]}}, agent: {{command: ["true"]}}}}
         slurm: {slurm}
-        """, name)
+        """,
+        name,
+    )
 
 
 def test_time_limit_warning_reaches_every_task(slurm_cluster: LiveCluster, tmp_path: Path) -> None:

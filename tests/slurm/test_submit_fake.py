@@ -64,8 +64,13 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bin_dir, state = tmp_path / "bin", tmp_path / "state"
     bin_dir.mkdir()
     state.mkdir()
-    for name, text in {"sbatch": SBATCH, "squeue": SQUEUE, "sacct": SACCT, "scontrol": SCONTROL,
-                       "scancel": SCANCEL}.items():
+    for name, text in {
+        "sbatch": SBATCH,
+        "squeue": SQUEUE,
+        "sacct": SACCT,
+        "scontrol": SCONTROL,
+        "scancel": SCANCEL,
+    }.items():
         path = bin_dir / name
         path.write_text(text)
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
@@ -95,8 +100,9 @@ def test_missing_sbatch(hetero: Plan, tmp_path: Path, monkeypatch: pytest.Monkey
     assert not (tmp_path / "run" / "submit.lock").exists()
 
 
-def test_success_records_job_and_hash_and_retry_does_not_resubmit(hetero: Plan, tmp_path: Path,
-                                                                   fake_slurm: Path) -> None:
+def test_success_records_job_and_hash_and_retry_does_not_resubmit(
+    hetero: Plan, tmp_path: Path, fake_slurm: Path
+) -> None:
     done = submit.submit(hetero, tmp_path / "run")
     assert done.job_id == "4242" and not done.already_submitted
     record = json.loads((tmp_path / "run" / "run.json").read_text())
@@ -112,13 +118,16 @@ def test_success_records_job_and_hash_and_retry_does_not_resubmit(hetero: Plan, 
     assert len(_calls(fake_slurm)) == 1  # no second sbatch
 
 
-@pytest.mark.parametrize("mode,needle", [
-    ("partition", r"node group 'a800' \(het component 0\) uses partition 'a800'"),
-    ("gres", r"node group 'rtx4090' \(het component 1\): partition 'rtx4090', 1 node\(s\), GRES gpu:rtx4090:4"),
-])
-def test_refusal_quotes_slurm_names_node_group_records_nothing(hetero: Plan, tmp_path: Path, fake_slurm: Path,
-                                                                monkeypatch: pytest.MonkeyPatch, mode: str,
-                                                                needle: str) -> None:
+@pytest.mark.parametrize(
+    "mode,needle",
+    [
+        ("partition", r"node group 'a800' \(het component 0\) uses partition 'a800'"),
+        ("gres", r"node group 'rtx4090' \(het component 1\): partition 'rtx4090', 1 node\(s\), GRES gpu:rtx4090:4"),
+    ],
+)
+def test_refusal_quotes_slurm_names_node_group_records_nothing(
+    hetero: Plan, tmp_path: Path, fake_slurm: Path, monkeypatch: pytest.MonkeyPatch, mode: str, needle: str
+) -> None:
     monkeypatch.setenv("FAKE_SBATCH", mode)
     with pytest.raises(SlurmError, match="Slurm rejected the job: sbatch: error") as info:
         submit.submit(hetero, tmp_path / "run")
@@ -129,16 +138,18 @@ def test_refusal_quotes_slurm_names_node_group_records_nothing(hetero: Plan, tmp
     assert submit.submit(hetero, tmp_path / "run").job_id == "4242"  # a retry after a refusal submits
 
 
-def test_unparsable_sbatch_output(hetero: Plan, tmp_path: Path, fake_slurm: Path,
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unparsable_sbatch_output(
+    hetero: Plan, tmp_path: Path, fake_slurm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("FAKE_SBATCH", "garbage")
     with pytest.raises(SlurmError, match="not a job id"):
         submit.submit(hetero, tmp_path / "run")
     assert not (tmp_path / "run" / "run.json").exists()
 
 
-def test_timeout_keeps_lock_and_retry_adopts_the_job(hetero: Plan, tmp_path: Path, fake_slurm: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_timeout_keeps_lock_and_retry_adopts_the_job(
+    hetero: Plan, tmp_path: Path, fake_slurm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run_dir = tmp_path / "run"
     monkeypatch.setenv("FAKE_SBATCH", "hang")
     with pytest.raises(SlurmError, match="did not answer") as info:
@@ -196,7 +207,9 @@ def test_status_running_from_scontrol(fake_slurm: Path) -> None:
     status = submit.job_status("12")
     assert status.source == "scontrol" and status.state == "RUNNING" and not status.done
     assert [(c.offset, c.partition, c.state, c.nodes) for c in status.components] == [
-        (0, "a800", "RUNNING", "a800-1"), (1, "cpu", "RUNNING", "cpu-1")]
+        (0, "a800", "RUNNING", "a800-1"),
+        (1, "cpu", "RUNNING", "cpu-1"),
+    ]
     assert [(s.job_id, s.name) for s in status.steps] == [("12+0.0", "actor"), ("12+1.1", "agent")]
     text = submit.format_status(status, ["a800", "cpu"])
     assert "het 0 a800" in text and "het 1 cpu" in text and "12+1.1" in text
@@ -251,7 +264,8 @@ def test_cancel_and_resolve(tmp_path: Path, fake_slurm: Path) -> None:
     assert "cancelled job 55" in submit.cancel("55")
     assert (fake_slurm / "scancel.calls").read_text() == "55\n"
     (fake_slurm / "scontrol-job.out").write_text(
-        (DATA / "scontrol-show-job-done.txt").read_text().replace("JobState=COMPLETED", "JobState=FAILED", 1))
+        (DATA / "scontrol-show-job-done.txt").read_text().replace("JobState=COMPLETED", "JobState=FAILED", 1)
+    )
     assert submit.cancel("55") == "job 55 had already ended: FAILED; nothing to cancel"
     assert (fake_slurm / "scancel.calls").read_text() == "55\n"  # not called again
 
@@ -265,10 +279,18 @@ def _status_with(fake_slurm: Path, states: tuple[str, str]) -> submit.JobStatus:
     return submit.job_status("12")
 
 
-@pytest.mark.parametrize(("states", "code"), [
-    (("COMPLETED", "COMPLETED"), 0), (("FAILED", "CANCELLED"), 10), (("COMPLETED", "OUT_OF_MEMORY"), 10),
-    (("CANCELLED", "CANCELLED"), 11), (("TIMEOUT", "CANCELLED"), 12), (("PREEMPTED", "COMPLETED"), 13),
-    (("RUNNING", "COMPLETED"), 0)])
+@pytest.mark.parametrize(
+    ("states", "code"),
+    [
+        (("COMPLETED", "COMPLETED"), 0),
+        (("FAILED", "CANCELLED"), 10),
+        (("COMPLETED", "OUT_OF_MEMORY"), 10),
+        (("CANCELLED", "CANCELLED"), 11),
+        (("TIMEOUT", "CANCELLED"), 12),
+        (("PREEMPTED", "COMPLETED"), 13),
+        (("RUNNING", "COMPLETED"), 0),
+    ],
+)
 def test_status_exit_codes(fake_slurm: Path, states: tuple[str, str], code: int) -> None:
     assert submit.status_exit_code(_status_with(fake_slurm, states)) == code
 
@@ -292,7 +314,8 @@ def test_attempts_record(tmp_path: Path) -> None:
         '{"attempt": 0, "event": "start", "job_id": "5", "host": "cpu-1", "time": "T0"}\n'
         '{"attempt": 0, "event": "end", "job_id": "5", "host": "cpu-1", "time": "T1", "exit_code": 143}\n'
         '{"attempt": 1, "event": "st\n'  # a line cut short by a dying node
-        '{"attempt": 1, "event": "start", "job_id": "5", "host": "cpu-1", "time": "T2"}\n')
+        '{"attempt": 1, "event": "start", "job_id": "5", "host": "cpu-1", "time": "T2"}\n'
+    )
     attempts = submit.read_attempts(tmp_path)
     assert attempts == [submit.Attempt(0, "T0", "cpu-1", "T1", 143), submit.Attempt(1, "T2", "cpu-1", None, None)]
     text = "\n".join(submit.format_attempts(attempts))
@@ -302,6 +325,7 @@ def test_attempts_record(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------------------
 # validation (pure comparison over text recorded on the test cluster)
+
 
 @pytest.fixture(scope="module")
 def lab_facts() -> validate.ClusterFacts:
@@ -321,52 +345,69 @@ def test_site_gpu_count(lab_facts: validate.ClusterFacts) -> None:
     """What RLinf/ROLL would find on whichever node of the partition the job gets."""
     count = validate.site_gpu_count
     assert count(lab_facts, "a800", None) == validate.SiteGpuCount(
-        8, "as all 2 nodes of partition 'a800' have (scontrol show node)")
+        8, "as all 2 nodes of partition 'a800' have (scontrol show node)"
+    )
     assert count(lab_facts, "a800", "a800").count == 8 and count(lab_facts, "rtx4090", None).count == 4
     assert count(lab_facts, "a800", "h100") == validate.SiteGpuCount(  # a GPU partition of another type
-        None, "partition 'a800' has no GPUs of type 'h100': its GPU type is 'a800'",
-        fix="set slurm.gpu_type to 'a800', or leave it out")
+        None,
+        "partition 'a800' has no GPUs of type 'h100': its GPU type is 'a800'",
+        fix="set slurm.gpu_type to 'a800', or leave it out",
+    )
     assert count(lab_facts, None, None) == validate.SiteGpuCount(  # the lab's default partition is cpu
-        None, "partition 'cpu' (the default) has no nodes with GPUs: name a GPU partition in slurm.partition")
-    assert count(lab_facts, "h100", None).source == ("partition 'h100' does not exist; the cluster has a800, cpu, "
-                                                     "robot, rtx4090")
+        None, "partition 'cpu' (the default) has no nodes with GPUs: name a GPU partition in slurm.partition"
+    )
+    assert count(lab_facts, "h100", None).source == (
+        "partition 'h100' does not exist; the cluster has a800, cpu, robot, rtx4090"
+    )
     node = lambda name, gpus, state="IDLE": validate.NodeFacts(  # noqa: E731
-        name, ("mixed",), 16, 64000, {"gpu": {None: gpus}}, frozenset(), state)
-    mixed = validate.ClusterFacts({"mixed": validate.PartitionFacts("mixed", "UP", None, None, default=True)},
-                                  (node("n1", 8), node("n2", 4)))
+        name, ("mixed",), 16, 64000, {"gpu": {None: gpus}}, frozenset(), state
+    )
+    mixed = validate.ClusterFacts(
+        {"mixed": validate.PartitionFacts("mixed", "UP", None, None, default=True)}, (node("n1", 8), node("n2", 4))
+    )
     assert count(mixed, None, None) == validate.SiteGpuCount(
-        None, "partition 'mixed' (the default) has nodes with 4 or 8 GPUs")
+        None, "partition 'mixed' (the default) has nodes with 4 or 8 GPUs"
+    )
     drained = validate.ClusterFacts(mixed.partitions, (node("n1", 8), node("n2", 4, "IDLE+DRAIN")))
     assert count(drained, None, None).count == 8  # a drained node counts only when no other is left
-    assert count(validate.ClusterFacts({}, ()), None, None).source == \
-        "the cluster has no default partition: set slurm.partition"
+    assert (
+        count(validate.ClusterFacts({}, ()), None, None).source
+        == "the cluster has no default partition: set slurm.partition"
+    )
 
 
-def test_rlinf_and_roll_gpu_counts_left_to_run_time_come_from_the_site(lab_facts: validate.ClusterFacts,
-                                                                       tmp_path: Path) -> None:
+def test_rlinf_and_roll_gpu_counts_left_to_run_time_come_from_the_site(
+    lab_facts: validate.ClusterFacts, tmp_path: Path
+) -> None:
     def site(partition: str | None, gpu_type: str | None) -> validate.SiteGpuCount:
         return validate.site_gpu_count(lab_facts, partition, gpu_type)
 
     rlinf = tmp_path / "rlinf.yaml"
-    rlinf.write_text("cluster:\n  num_nodes: 2\n  component_placement: {'actor,rollout': all}\n"
-                     "slurm: {partition: a800}\n")
+    rlinf.write_text(
+        "cluster:\n  num_nodes: 2\n  component_placement: {'actor,rollout': all}\nslurm: {partition: a800}\n"
+    )
     plan = plan_from_file(rlinf, site_gpus=site)
     assert plan.cluster.node_groups[0].gpus_per_node == (8, 8) and plan.component("actor").world_size == 16
-    assert "node group 'default': 8 GPUs per node, as all 2 nodes of partition 'a800' have (scontrol show node)" \
+    assert (
+        "node group 'default': 8 GPUs per node, as all 2 nodes of partition 'a800' have (scontrol show node)"
         " (RLinf discovers them at run time; set slurm.gpus_per_node to fix the count)" in plan.warnings
+    )
     rlinf.write_text(rlinf.read_text().replace("{partition: a800}", "{partition: cpu}"))
     with pytest.raises(HpcplaceError) as info:
         plan_from_file(rlinf, site_gpus=site)
-    assert info.value.message == ("`cluster`: GPUs per node of node group 'default' are unknown (partition 'cpu' has "
-                                  "no nodes with GPUs: name a GPU partition in slurm.partition)")
+    assert info.value.message == (
+        "`cluster`: GPUs per node of node group 'default' are unknown (partition 'cpu' has "
+        "no nodes with GPUs: name a GPU partition in slurm.partition)"
+    )
     rlinf.write_text(rlinf.read_text().replace("{partition: cpu}", "{partition: a800, gpu_type: h100}"))
     with pytest.raises(HpcplaceError) as info:
         plan_from_file(rlinf, site_gpus=site)
     assert info.value.hint == "set slurm.gpu_type to 'a800', or leave it out"  # not "add gpus_per_node"
 
     roll = tmp_path / "roll.yaml"  # ROLL detects the count on the node: the site's count wins over the config's
-    roll.write_text("num_gpus_per_node: 8\nslurm: {partition: rtx4090}\n"
-                    "actor_train: {device_mapping: 'list(range(0,8))'}\n")
+    roll.write_text(
+        "num_gpus_per_node: 8\nslurm: {partition: rtx4090}\nactor_train: {device_mapping: 'list(range(0,8))'}\n"
+    )
     plan = plan_from_file(roll, site_gpus=site)
     assert plan.cluster.node_groups[0].gpus_per_node == (4, 4)
     assert any(w.startswith("num_gpus_per_node 8 (") and "differs from the nodes' 4 GPUs" in w for w in plan.warnings)
@@ -397,32 +438,47 @@ def test_hetero_example_fits_the_lab(hetero: Plan, lab_facts: validate.ClusterFa
 def _variant(tmp_path: Path, group: str) -> Plan:
     from tests.slurm.conftest import plan_yaml
 
-    return plan_yaml(tmp_path, f"""
+    return plan_yaml(
+        tmp_path,
+        f"""
         name: v
         cluster:
           node_groups:
             - {group}
           component_placement: {{w: "0"}}
         components: {{w: {{command: ["true"]}}}}
-        """)
+        """,
+    )
 
 
-@pytest.mark.parametrize("group,needle", [
-    ("{label: g, partition: h100, nodes: 1, gpus_per_node: 8, gpu_type: h100}",
-     "partition does not exist (partitions: a800, cpu, robot, rtx4090)"),
-    ("{label: g, partition: a800, nodes: 3, gpus_per_node: 8, gpu_type: a800}",
-     "needs 3 node(s) with GRES gpu:a800:8, the partition has 2 such of 2"),
-    ("{label: g, partition: a800, nodes: 1, gpus_per_node: 8, gpu_type: h100}",
-     "needs 1 node(s) with GRES gpu:h100:8, the partition has 0 such of 2"),
-    ("{label: g, partition: rtx4090, nodes: 1, gpus_per_node: 8, gpu_type: rtx4090}",
-     "GRES gpu:rtx4090:8, the partition has 0 such of 1 (rtx4090-1: 8 CPUs, 32000 MB, GRES gpu:rtx4090:4)"),
-    ("{label: g, partition: cpu, nodes: 1, cpus_per_node: 64}", "needs 1 node(s) with 64 CPUs"),
-    ("{label: g, partition: cpu, nodes: 1, mem_per_node: 1T}", "with 1048576 MB memory"),
-    ("{label: g, partition: robot, nodes: 1, hardware: {type: camera, count: 2}}", "GRES camera:2"),
-    ("{label: g, partition: cpu, nodes: 1, constraint: ib}", "features 'ib'"),
-])
-def test_refuses_jobs_that_can_never_run(tmp_path: Path, lab_facts: validate.ClusterFacts, group: str,
-                                         needle: str) -> None:
+@pytest.mark.parametrize(
+    "group,needle",
+    [
+        (
+            "{label: g, partition: h100, nodes: 1, gpus_per_node: 8, gpu_type: h100}",
+            "partition does not exist (partitions: a800, cpu, robot, rtx4090)",
+        ),
+        (
+            "{label: g, partition: a800, nodes: 3, gpus_per_node: 8, gpu_type: a800}",
+            "needs 3 node(s) with GRES gpu:a800:8, the partition has 2 such of 2",
+        ),
+        (
+            "{label: g, partition: a800, nodes: 1, gpus_per_node: 8, gpu_type: h100}",
+            "needs 1 node(s) with GRES gpu:h100:8, the partition has 0 such of 2",
+        ),
+        (
+            "{label: g, partition: rtx4090, nodes: 1, gpus_per_node: 8, gpu_type: rtx4090}",
+            "GRES gpu:rtx4090:8, the partition has 0 such of 1 (rtx4090-1: 8 CPUs, 32000 MB, GRES gpu:rtx4090:4)",
+        ),
+        ("{label: g, partition: cpu, nodes: 1, cpus_per_node: 64}", "needs 1 node(s) with 64 CPUs"),
+        ("{label: g, partition: cpu, nodes: 1, mem_per_node: 1T}", "with 1048576 MB memory"),
+        ("{label: g, partition: robot, nodes: 1, hardware: {type: camera, count: 2}}", "GRES camera:2"),
+        ("{label: g, partition: cpu, nodes: 1, constraint: ib}", "features 'ib'"),
+    ],
+)
+def test_refuses_jobs_that_can_never_run(
+    tmp_path: Path, lab_facts: validate.ClusterFacts, group: str, needle: str
+) -> None:
     report = validate.check(_variant(tmp_path, group), lab_facts)
     assert any(needle in p for p in report.problems), report.problems
     assert all("node group 'g' (het component 0" in p for p in report.problems)
@@ -431,13 +487,16 @@ def test_refuses_jobs_that_can_never_run(tmp_path: Path, lab_facts: validate.Clu
 def test_too_many_tasks_for_the_cpus(tmp_path: Path, lab_facts: validate.ClusterFacts) -> None:
     from tests.slurm.conftest import plan_yaml
 
-    plan = plan_yaml(tmp_path, """
+    plan = plan_yaml(
+        tmp_path,
+        """
         name: v
         cluster:
           node_groups: [{label: cpu, partition: cpu, nodes: 1}]
           component_placement: {w: "0:0-8"}
         components: {w: {command: ["true"]}}
-        """)
+        """,
+    )
     assert any("needs 1 node(s) with 9 CPUs" in p for p in validate.check(plan, lab_facts).problems)
 
 
@@ -456,9 +515,9 @@ def test_time_minutes() -> None:
     assert validate.time_minutes("UNLIMITED") is None
 
 
-def test_cli_validate_accepts_a_ray_mode_framework_config(lab_facts: validate.ClusterFacts,
-                                                          monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_validate_accepts_a_ray_mode_framework_config(
+    lab_facts: validate.ClusterFacts, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """An unchanged RLinf config with `--driver` has components without commands of their own: the Ray
     mode's driver starts them, so `hpcplace validate` (and the check `submit` runs first) accepts it."""
     from hpcplace.cli import main
@@ -472,16 +531,21 @@ def test_cli_validate_accepts_a_ray_mode_framework_config(lab_facts: validate.Cl
     assert "component 'actor' has no command to run" in capsys.readouterr().err
 
 
-def test_a_framework_config_that_never_fits_names_its_own_keys(lab_facts: validate.ClusterFacts,
-                                                               tmp_path: Path) -> None:
+def test_a_framework_config_that_never_fits_names_its_own_keys(
+    lab_facts: validate.ClusterFacts, tmp_path: Path
+) -> None:
     """AReaL has no node groups: the way out is its cluster: keys (8 GPUs per node asked of 4-GPU nodes)."""
     config = tmp_path / "areal.yaml"
-    config.write_text("allocation_mode: sglang:d4+fsdp:d4\ncluster: {n_nodes: 1, n_gpus_per_node: 8}\n"
-                      "slurm: {partition: rtx4090, gpu_type: rtx4090}\n")
+    config.write_text(
+        "allocation_mode: sglang:d4+fsdp:d4\ncluster: {n_nodes: 1, n_gpus_per_node: 8}\n"
+        "slurm: {partition: rtx4090, gpu_type: rtx4090}\n"
+    )
     with pytest.raises(SlurmError) as info:
         validate.validate(plan_from_file(config), lab_facts)
-    assert info.value.hint == ("fix cluster.n_nodes, cluster.n_gpus_per_node or the slurm: block in the config (or "
-                               "skip this check with --no-validate)")
+    assert info.value.hint == (
+        "fix cluster.n_nodes, cluster.n_gpus_per_node or the slurm: block in the config (or "
+        "skip this check with --no-validate)"
+    )
 
 
 def test_submitting_another_plan_into_a_submitted_run_directory_is_refused(tmp_path: Path) -> None:

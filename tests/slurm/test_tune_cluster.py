@@ -48,9 +48,15 @@ def test_submit_top_two_and_compare(slurm_cluster: LiveCluster, tmp_path: Path) 
     profile.write_text(PROFILE)
     env = {**slurm_cluster.env, "PATH": f"{Path(sys.executable).parent}:{slurm_cluster.env.get('PATH', os.defpath)}"}
     hp = [sys.executable, "-m", "hpcplace.cli"]
-    tune = subprocess.run(hp + ["tune", str(config), "--profile", str(profile), "--top", "3", "--submit-top", "2",
-                                "--runs-dir", str(runs)], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=180)
+    tune = subprocess.run(
+        hp
+        + ["tune", str(config), "--profile", str(profile), "--top", "3", "--submit-top", "2", "--runs-dir", str(runs)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert tune.returncode == 0, tune.stdout + tune.stderr
     run_dirs = sorted(p for p in runs.iterdir() if p.is_dir())
     assert len(run_dirs) == 2, tune.stdout
@@ -60,8 +66,9 @@ def test_submit_top_two_and_compare(slurm_cluster: LiveCluster, tmp_path: Path) 
     for p in run_dirs:
         job = json.loads((p / "run.json").read_text())["job_id"]
         assert wait_done(job).state == "COMPLETED", p
-    out = subprocess.run(hp + ["compare", *map(str, run_dirs)], cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        hp + ["compare", *map(str, run_dirs)], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     print("\n" + tune.stdout + out.stdout)
     rows = out.stdout.splitlines()[1:]

@@ -34,6 +34,7 @@ CONFIGS = sorted(p.stem for p in (REPO / "configs").glob("*.yaml"))
 
 # ---- 1. explicit CPUs, memory and GRES on every srun ---------------------------------------------------
 
+
 def srun_segments(script: str) -> list[list[str]]:
     """Every srun of a rendered script, split into its colon-separated parts' options (the words before
     the program)."""
@@ -43,7 +44,7 @@ def srun_segments(script: str) -> list[list[str]]:
         if line.lstrip().startswith("#") or not re.search(r"(^|\s)srun\s", line):
             continue
         words = shlex.split(line.split(" >logs/")[0].split(" 2>")[0].rstrip("&"), posix=True)
-        rest = words[words.index("srun") + 1:]
+        rest = words[words.index("srun") + 1 :]
         part: list[str] = []
         for word in rest + [":"]:
             if word == ":":
@@ -96,7 +97,9 @@ def test_every_srun_names_its_cpus_memory_and_gres(config: str, mode: str) -> No
 
 def test_the_parser_sees_a_missing_option() -> None:
     """The check above fails where an srun leaves its CPUs, memory or GRES to Slurm."""
-    script = "srun --het-group=0 --nodes=1 --mem=0 --overlap prog \\\n    : --het-group=1 --cpus-per-task=1 --mem=0 prog\n"
+    script = (
+        "srun --het-group=0 --nodes=1 --mem=0 --overlap prog \\\n    : --het-group=1 --cpus-per-task=1 --mem=0 prog\n"
+    )
     first, second = srun_segments(script)
     assert _explicit(first) == ["CPUs (--cpus-per-task or --whole)", "GRES (--gres, or --gres=none)"]
     assert _explicit(second) == ["GRES (--gres, or --gres=none)"]
@@ -109,18 +112,32 @@ def test_attached_steps_name_theirs_and_drop_the_requests_of_the_allocation() ->
         for gpus in (True, False):
             options = step_args(job, "12", node_target(plan, rank), "exec", gpus=gpus)
             assert not _explicit(options), options
-    inside = {"SLURM_TRES_PER_TASK": "cpu=16", "SLURM_CPUS_PER_TASK_HET_GROUP_1": "8", "SRUN_CPUS_PER_TASK": "4",
-              "SLURM_GPU_BIND": "closest", "SLURM_EXACT": "1", "SLURM_CONF": "/etc/slurm/slurm.conf", "HOME": "/h"}
+    inside = {
+        "SLURM_TRES_PER_TASK": "cpu=16",
+        "SLURM_CPUS_PER_TASK_HET_GROUP_1": "8",
+        "SRUN_CPUS_PER_TASK": "4",
+        "SLURM_GPU_BIND": "closest",
+        "SLURM_EXACT": "1",
+        "SLURM_CONF": "/etc/slurm/slurm.conf",
+        "HOME": "/h",
+    }
     assert step_environment(inside) == {"SLURM_CONF": "/etc/slurm/slurm.conf", "HOME": "/h"}
 
 
 REQUESTS = {
     # 23.11+: the leader's -c (implies --exact) and, from 25.05, its TRES per task beside group 1's own -c:
     # "cpus_per_task set by two different environment variables" if srun read both
-    "SLURM_CPUS_PER_TASK": "16", "SLURM_TRES_PER_TASK": "cpu=16", "SLURM_CPUS_PER_TASK_HET_GROUP_0": "16",
-    "SLURM_CPUS_PER_TASK_HET_GROUP_1": "8", "SLURM_CPUS_PER_TASK_PACK_GROUP_1": "8", "SRUN_CPUS_PER_TASK": "4",
-    "SLURM_GPUS_PER_NODE_HET_GROUP_1": "2", "SLURM_NTASKS_PER_GPU": "1", "SLURM_GPU_BIND": "closest",
-    "SLURM_STEP_GRES": "none", "SLURM_EXACT": "1",
+    "SLURM_CPUS_PER_TASK": "16",
+    "SLURM_TRES_PER_TASK": "cpu=16",
+    "SLURM_CPUS_PER_TASK_HET_GROUP_0": "16",
+    "SLURM_CPUS_PER_TASK_HET_GROUP_1": "8",
+    "SLURM_CPUS_PER_TASK_PACK_GROUP_1": "8",
+    "SRUN_CPUS_PER_TASK": "4",
+    "SLURM_GPUS_PER_NODE_HET_GROUP_1": "2",
+    "SLURM_NTASKS_PER_GPU": "1",
+    "SLURM_GPU_BIND": "closest",
+    "SLURM_STEP_GRES": "none",
+    "SLURM_EXACT": "1",
 }
 
 
@@ -131,8 +148,9 @@ def test_the_job_script_runs_no_srun_with_the_allocations_requests(tmp_path: Pat
     rendered = render_run(plan, tmp_path / "run")
     spy = tmp_path / "spybin"
     spy.mkdir()
-    (spy / "srun").write_text('#!/bin/bash\nenv | grep -E "^(SLURM_|SRUN_)" >>"$FAKE_DIR/srun-env.$$"\n'
-                              f'exec {FAKEBIN}/srun "$@"\n')
+    (spy / "srun").write_text(
+        f'#!/bin/bash\nenv | grep -E "^(SLURM_|SRUN_)" >>"$FAKE_DIR/srun-env.$$"\nexec {FAKEBIN}/srun "$@"\n'
+    )
     (spy / "srun").chmod(0o755)
     res, calls, _ = run_script(rendered.run_dir, tmp_path, PATH=f"{spy}:{FAKEBIN}:{os.environ['PATH']}", **REQUESTS)
     assert res.returncode == 0, res.stderr
@@ -146,6 +164,7 @@ def test_the_job_script_runs_no_srun_with_the_allocations_requests(tmp_path: Pat
 
 
 # ---- 2. per-rank log files named by component and plan rank ------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -169,9 +188,22 @@ def test_each_task_of_a_spanning_step_writes_the_file_logs_finds(lab: Path) -> N
     try:
         for env in step_envs("0,1,2"):
             env = {**env, "SLURM_JOB_ID_HET_GROUP_0": job_id, RANK_LOG_VARIABLE: pattern}
-            done = subprocess.run(shim_command("--plan", str(lab / "plan.json"), "--component", "span012", "--", "sh",
-                                               "-c", f'echo "out $RANK ${{{RANK_LOG_VARIABLE}-unset}}"; echo "err $RANK" >&2'),
-                                  env={**base_env(), **env}, capture_output=True, text=True, timeout=60)
+            done = subprocess.run(
+                shim_command(
+                    "--plan",
+                    str(lab / "plan.json"),
+                    "--component",
+                    "span012",
+                    "--",
+                    "sh",
+                    "-c",
+                    f'echo "out $RANK ${{{RANK_LOG_VARIABLE}-unset}}"; echo "err $RANK" >&2',
+                ),
+                env={**base_env(), **env},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert done.returncode == 0 and done.stdout == done.stderr == "", done
     finally:
         shutil.rmtree(f"/dev/shm/hpcplace-{job_id}", ignore_errors=True)
@@ -187,8 +219,13 @@ def test_each_task_of_a_spanning_step_writes_the_file_logs_finds(lab: Path) -> N
 def test_a_shim_that_cannot_find_its_rank_says_so_on_sruns_stderr(lab: Path, tmp_path: Path) -> None:
     pattern = str(tmp_path / "x.rank{rank}.out")
     env = {**step_envs("0")[0], RANK_LOG_VARIABLE: pattern, "SLURM_STEP_NUM_TASKS": "9"}
-    done = subprocess.run(shim_command("--plan", str(lab / "plan.json"), "--component", "actor", "--", "true"),
-                          env={**base_env(), **env}, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        shim_command("--plan", str(lab / "plan.json"), "--component", "actor", "--", "true"),
+        env={**base_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "this step has 9 tasks" in done.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -200,8 +237,10 @@ def test_runs_rendered_before_keep_their_srun_named_logs(tmp_path: Path) -> None
     job = lower(plan)
     step = next(s for s in job.steps if s.component == "span01")
     hosts = {(0, 0): "a800-1", (0, 1): "a800-2", (1, 0): "rtx4090-1"}
-    for numbers in ({"a800-1": (0, 1), "a800-2": (2, 3), "rtx4090-1": (5,)},   # 22.05: group 1 offset
-                    {"a800-1": (0, 1), "a800-2": (2, 3), "rtx4090-1": (0,)}):  # 25.11: no offset
+    for numbers in (
+        {"a800-1": (0, 1), "a800-2": (2, 3), "rtx4090-1": (5,)},  # 22.05: group 1 offset
+        {"a800-1": (0, 1), "a800-2": (2, 3), "rtx4090-1": (0,)},
+    ):  # 25.11: no offset
         logs = tmp_path / "logs"
         shutil.rmtree(logs, ignore_errors=True)
         logs.mkdir()
@@ -223,7 +262,8 @@ def test_logs_and_status_show_the_rank_named_file(tmp_path: Path, capsys: pytest
     (run_dir / "logs" / "inference.rank1.out").write_text("Traceback: boom in rank 1\n")
     (run_dir / "logs" / "batch-12.out").write_text(
         "hpcplace: FAILED: component 'inference' (3 tasks; ranks 0-2) exited with code 7: rank 1 on rtx4090-1 "
-        "failed first\n")
+        "failed first\n"
+    )
     capsys.readouterr()
     assert main(["logs", str(run_dir), "--component", "inference", "--rank", "1"]) == 0
     assert "Traceback: boom in rank 1" in capsys.readouterr().out
@@ -233,11 +273,16 @@ def test_logs_and_status_show_the_rank_named_file(tmp_path: Path, capsys: pytest
 
 # ---- 3. the preflight names a failed device constraint ---------------------------------------------------
 
+
 def _preflight(tmp_path: Path, err: str, nodes: str = "") -> tuple[list[str], str]:
     plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
     rendered = render_run(plan, tmp_path / "run")
-    res, _, _ = run_script(rendered.run_dir, tmp_path, FAKE_PREFLIGHT=nodes or "node-b=hpcplace-preflight: node-b: ok",
-                               FAKE_PREFLIGHT_ERR=err)
+    res, _, _ = run_script(
+        rendered.run_dir,
+        tmp_path,
+        FAKE_PREFLIGHT=nodes or "node-b=hpcplace-preflight: node-b: ok",
+        FAKE_PREFLIGHT_ERR=err,
+    )
     assert res.returncode == 1, res.stderr
     return (rendered.run_dir / "logs" / "preflight.txt").read_text().splitlines(), res.stderr
 
@@ -245,15 +290,18 @@ def _preflight(tmp_path: Path, err: str, nodes: str = "") -> tuple[list[str], st
 def test_a_device_constraint_that_failed_for_a_task_is_named(tmp_path: Path) -> None:
     """Slurm 25.05+ on a ConstrainDevices=yes node whose per-task constraint cannot be applied:
     slurmstepd's error reaches srun's stderr, the task never starts."""
-    lines, stderr = _preflight(tmp_path, "slurmstepd-node-c: error: Could not apply device constrain to task 0\\n"
-                                         "srun: error: task 0 launch failed: Slurmd could not execve job",
-                               nodes=";".join(f"{n}=hpcplace-preflight: {n}: ok" for n in ("node-a", "node-b", "node-d",
-                                                                                         "node-e")))
+    lines, stderr = _preflight(
+        tmp_path,
+        "slurmstepd-node-c: error: Could not apply device constrain to task 0\\n"
+        "srun: error: task 0 launch failed: Slurmd could not execve job",
+        nodes=";".join(f"{n}=hpcplace-preflight: {n}: ok" for n in ("node-a", "node-b", "node-d", "node-e")),
+    )
     assert lines == [
         "node-c: FAILED: device constraint failed on node node-c: Could not apply device constrain to task 0 (Slurm "
         "25.05 and later fail a step whose ConstrainDevices limits cannot be applied; earlier versions ran it "
         "unconstrained): the node's device cgroup cannot be set up (slurmd's log there says why); ask the cluster's "
-        "admins, or leave the node out"], lines
+        "admins, or leave the node out"
+    ], lines
     assert "hpcplace:   preflight: node-c: FAILED: device constraint failed on node node-c" in stderr
 
 
@@ -261,31 +309,45 @@ def test_a_step_whose_device_constraint_failed_on_a_node_is_named(tmp_path: Path
     """The whole step's constraint failed (slurmd's log alone says `Could not apply device constrain to
     step`): srun says the task could not be launched; the node that wrote nothing and whose task never
     exited is named."""
-    lines, _ = _preflight(tmp_path, "srun: error: task 0 launch failed: Slurmd could not execve job",
-                          nodes=";".join(f"{n}=hpcplace-preflight: {n}: ok" for n in ("node-a", "node-b", "node-c",
-                                                                                    "node-d")))
+    lines, _ = _preflight(
+        tmp_path,
+        "srun: error: task 0 launch failed: Slurmd could not execve job",
+        nodes=";".join(f"{n}=hpcplace-preflight: {n}: ok" for n in ("node-a", "node-b", "node-c", "node-d")),
+    )
     assert lines == [
         "node-e: FAILED: device constraint failed on node node-e, or another part of Slurm's task set-up there: srun "
-        "says \"task 0 launch failed: Slurmd could not execve job\" before the preflight could start (Slurm 25.05 and "
+        'says "task 0 launch failed: Slurmd could not execve job" before the preflight could start (Slurm 25.05 and '
         "later fail a step whose ConstrainDevices limits cannot be applied; slurmd's log on node-e then says \"Could "
-        "not apply device constrain\"); ask the cluster's admins, or leave the node out"]
+        "not apply device constrain\"); ask the cluster's admins, or leave the node out"
+    ]
 
 
 def test_a_launcher_that_cannot_start_is_not_taken_for_a_device_constraint(tmp_path: Path) -> None:
-    lines, _ = _preflight(tmp_path, "slurmstepd-node-c: error: execve(): /v/hpcplace-run: No such file or directory\\n"
-                                    "srun: error: node-c: task 0: Exited with exit code 2",
-                          nodes=";".join(f"{n}=hpcplace-preflight: {n}: ok" for n in ("node-a", "node-b", "node-d",
-                                                                                    "node-e")))
+    lines, _ = _preflight(
+        tmp_path,
+        "slurmstepd-node-c: error: execve(): /v/hpcplace-run: No such file or directory\\n"
+        "srun: error: node-c: task 0: Exited with exit code 2",
+        nodes=";".join(f"{n}=hpcplace-preflight: {n}: ok" for n in ("node-a", "node-b", "node-d", "node-e")),
+    )
     assert len(lines) == 1 and lines[0].startswith(
-        "node-c: FAILED: cannot start the launcher /v/hpcplace-run on this node: No such file or directory"), lines
+        "node-c: FAILED: cannot start the launcher /v/hpcplace-run on this node: No such file or directory"
+    ), lines
 
 
 def test_the_preflight_writes_its_nodes_file_itself(lab: Path, tmp_path: Path) -> None:
     """`hpcplace-run --preflight` names its file by SLURMD_NODENAME (what logs/nodes.txt holds), not srun's %N."""
-    env = {**step_envs("2")[0], "HPCPLACE_PREFLIGHT_LOG": str(tmp_path / "preflight.{node}.out"),
-           "HPCPLACE_PREFLIGHT_TIMEOUT": "20"}
-    done = subprocess.run(shim_command("--preflight", "--plan", str(lab / "plan.json")), env={**base_env(), **env},
-                          capture_output=True, text=True, timeout=120)
+    env = {
+        **step_envs("2")[0],
+        "HPCPLACE_PREFLIGHT_LOG": str(tmp_path / "preflight.{node}.out"),
+        "HPCPLACE_PREFLIGHT_TIMEOUT": "20",
+    }
+    done = subprocess.run(
+        shim_command("--preflight", "--plan", str(lab / "plan.json")),
+        env={**base_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.stdout == done.stderr == "", done
     text = (tmp_path / "preflight.cpu-1.out").read_text()
     assert text.startswith("hpcplace-preflight: cpu-1: "), text

@@ -52,8 +52,7 @@ def step_cpus(cluster: LiveCluster, job_id: str, within: float = 30) -> dict[str
         time.sleep(0.5)
 
 
-def test_het_components_with_different_cpus_each_get_their_own(slurm_cluster: LiveCluster,
-                                                               tmp_path: Path) -> None:
+def test_het_components_with_different_cpus_each_get_their_own(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
     """23.11: srun reads SLURM_CPUS_PER_TASK (and SLURM_CPUS_PER_TASK_HET_GROUP_K in a het batch script)
     from the batch environment; 25.05: the batch environment carries the leader's SLURM_TRES_PER_TASK,
     which fights a step's own -c. Three het components asking 5, 2 and 1 CPUs per task (the leader's

@@ -34,13 +34,19 @@ def main() -> None:
     out = []
     for case in json.load(sys.stdin):
         g = case["total_gpus"]
-        cfg = NS(runner=NS(task_type="reasoning", seq_length=4096),
-                 algorithm=NS(recompute_logprobs=case["recompute_logprobs"], group_size=case["group_size"],
-                              n_minibatches=case["n_minibatches"]),
-                 data=NS(rollout_batch_size=case["rollout_batch_size"]),
-                 rollout=NS(max_running_requests=case["max_running_requests"], gpu_memory_utilization=0.5),
-                 profile_data=NS(actor_cost=case["actor_cost"], rollout_cost=case["rollout_cost"],
-                                 inference_cost=case["inference_cost"]))
+        cfg = NS(
+            runner=NS(task_type="reasoning", seq_length=4096),
+            algorithm=NS(
+                recompute_logprobs=case["recompute_logprobs"],
+                group_size=case["group_size"],
+                n_minibatches=case["n_minibatches"],
+            ),
+            data=NS(rollout_batch_size=case["rollout_batch_size"]),
+            rollout=NS(max_running_requests=case["max_running_requests"], gpu_memory_utilization=0.5),
+            profile_data=NS(
+                actor_cost=case["actor_cost"], rollout_cost=case["rollout_cost"], inference_cost=case["inference_cost"]
+            ),
+        )
         comps = ["actor", "rollout"] + (["inference"] if case["recompute_logprobs"] else [])
         mp = {"actor": case["actor_mp"], "rollout": case["rollout_mp"], "inference": case["actor_mp"]}
         placement = NS(_cluster_num_gpus=g, _components=comps)
@@ -51,12 +57,14 @@ def main() -> None:
         worker = AutoPlacementWorker(cfg, placement, get_workflow_graph(cfg))
         res = worker.run()
         names = ["rollout", "inference", "actor"] if case["recompute_logprobs"] else ["rollout", "actor"]
-        out.append({
-            "total_cost": None if res is None else res.total_cost,
-            "mode": None if res is None else res.mode.value,
-            "gpus": {} if res is None else {n.role: len(r) for n, r in res.placement.items()},
-            "tables": {n: {str(k): v for k, v in worker.get_node(n)._gpu_num_to_cost.items()} for n in names},
-        })
+        out.append(
+            {
+                "total_cost": None if res is None else res.total_cost,
+                "mode": None if res is None else res.mode.value,
+                "gpus": {} if res is None else {n.role: len(r) for n, r in res.placement.items()},
+                "tables": {n: {str(k): v for k, v in worker.get_node(n)._gpu_num_to_cost.items()} for n in names},
+            }
+        )
     json.dump(out, sys.stdout)
 
 

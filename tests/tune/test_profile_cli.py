@@ -33,14 +33,17 @@ def test_interpolation_rule() -> None:
     assert superlinear.seconds(4) == pytest.approx(20.0)
 
 
-@pytest.mark.parametrize("text, where, words", [
-    ("components: {actor: {seconds: {a800: {0: 5}}}}\n", "1:", "count 0"),
-    ("components:\n  actor:\n    seconds: {a800: {8: -1}}\n", "3:", "positive"),
-    ("components:\n  actor: {seconds: {a800: {8: 5}}, efficiency: 2}\n", "2:", "above 1"),
-    ("components:\n  actor: {seconds: {a800: {8: 5}}}\nworkflow: [actor, rollout]\n", "3:", "rollout"),
-    ("components:\n  reward: {with: actor}\n", "2:", "no costs"),
-    ("components:\n  actor: {seconds: {a800: {8: 5}}, speed: 3}\n", "2:", "speed"),
-])
+@pytest.mark.parametrize(
+    "text, where, words",
+    [
+        ("components: {actor: {seconds: {a800: {0: 5}}}}\n", "1:", "count 0"),
+        ("components:\n  actor:\n    seconds: {a800: {8: -1}}\n", "3:", "positive"),
+        ("components:\n  actor: {seconds: {a800: {8: 5}}, efficiency: 2}\n", "2:", "above 1"),
+        ("components:\n  actor: {seconds: {a800: {8: 5}}}\nworkflow: [actor, rollout]\n", "3:", "rollout"),
+        ("components:\n  reward: {with: actor}\n", "2:", "no costs"),
+        ("components:\n  actor: {seconds: {a800: {8: 5}}, speed: 3}\n", "2:", "speed"),
+    ],
+)
 def test_profile_errors_point_at_the_file(tmp_path: Path, text: str, where: str, words: str) -> None:
     path = tmp_path / "p.yaml"
     path.write_text(text)
@@ -51,8 +54,9 @@ def test_profile_errors_point_at_the_file(tmp_path: Path, text: str, where: str,
 
 def test_memory_rule_from_model_size(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
-    path.write_text("components:\n  actor: {seconds: {a800: {8: 5}}, params_b: 7, bytes_per_param: 16, "
-                    "model_parallel: 2}\n")
+    path.write_text(
+        "components:\n  actor: {seconds: {a800: {8: 5}}, params_b: 7, bytes_per_param: 16, model_parallel: 2}\n"
+    )
     assert parse_profile(path).components["actor"].memory_gb == 7 * 16 / 2
 
 
@@ -60,8 +64,18 @@ def test_tune_writes_the_winner_in_the_native_format(tmp_path: Path, capsys: pyt
     config = tmp_path / "hetero.yaml"
     shutil.copy(REPO / "configs" / "hetero-partitions.yaml", config)
     best = tmp_path / "best.yaml"
-    rc = main(["tune", str(config), "--profile", str(REPO / "configs" / "profiles" / "hetero-partitions.yaml"), "--top", "3",
-               "-o", str(best)])
+    rc = main(
+        [
+            "tune",
+            str(config),
+            "--profile",
+            str(REPO / "configs" / "profiles" / "hetero-partitions.yaml"),
+            "--top",
+            "3",
+            "-o",
+            str(best),
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "#1 " in out and "#3 " in out and "why:" in out and "baseline" in out
@@ -77,7 +91,8 @@ def test_tune_writes_the_winner_in_the_native_format(tmp_path: Path, capsys: pyt
 
 def test_tune_rlinf_stays_rlinf(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "rl.yaml"
-    config.write_text(textwrap.dedent("""\
+    config.write_text(
+        textwrap.dedent("""\
         # RLinf: comments stay
         cluster:
           num_nodes: 3
@@ -91,22 +106,25 @@ def test_tune_rlinf_stays_rlinf(tmp_path: Path, capsys: pytest.CaptureFixture[st
           node_groups:
             a800: {partition: a800, gpus_per_node: 8, gpu_type: a800}
             "4090": {partition: rtx4090, gpus_per_node: 4, gpu_type: rtx4090}
-        """))
+        """)
+    )
     profile = tmp_path / "p.yaml"
-    profile.write_text(textwrap.dedent("""\
+    profile.write_text(
+        textwrap.dedent("""\
         batches: 4
         workflow: [rollout, actor]
         components:
           rollout: {seconds: {rtx4090: {4: 20.0}, a800: {8: 30.0}}}
           actor: {seconds: {a800: {8: 40.0, 16: 22.0}}}
-        """))
+        """)
+    )
     best = tmp_path / "best.yaml"
     assert main(["tune", str(config), "--profile", str(profile), "-o", str(best)]) == 0
     out = capsys.readouterr().out
     assert "rollout@4090:4 | actor@a800:16" in out.split("#1 ")[1].splitlines()[0]
     text = best.read_text()
     assert text.startswith("# RLinf: comments stay\ncluster:\n  num_nodes: 3\n")
-    assert "    rollout: {node_group: \"4090\", placement: \"0-3\"}" in text
+    assert '    rollout: {node_group: "4090", placement: "0-3"}' in text
     assert "  node_groups:\n    - {label: a800, node_ranks: 0-1}" in text
     assert plan_from_file(best).source_format == "rlinf"
 
@@ -123,8 +141,10 @@ def test_compare_reads_metric_lines(tmp_path: Path, capsys: pytest.CaptureFixtur
     run = tmp_path / "run-a"
     (run / "logs").mkdir(parents=True)
     (run / TUNE_RECORD).write_text(json.dumps({"variant": "actor@a800:8", "predicted_iteration_s": 2.0}))
-    (run / "logs" / "actor.0.out").write_text("start\nhpcplace-metric iteration_s=3.0 step=1\n"
-                                              "[rank 1] hpcplace-metric iteration_s=5.0\nhpcplace-metric bad=1\n")
+    (run / "logs" / "actor.0.out").write_text(
+        "start\nhpcplace-metric iteration_s=3.0 step=1\n"
+        "[rank 1] hpcplace-metric iteration_s=5.0\nhpcplace-metric bad=1\n"
+    )
     (run / "logs" / "actor.1.out").write_text("hpcplace-metric iteration_s=4.0\niteration_s=99\n")
     assert read_metrics(run) == [3.0, 5.0, 4.0]
     assert main(["compare", str(run)]) == 0

@@ -33,10 +33,23 @@ def cases() -> list[dict]:
     out = []
     costs = [(101, 224, 10), (95.7, 59.9, 30.8), (40, 200, 20), (300, 50, 60), (60, 60, 60)]
     for gpus, (a, r, i), recompute, (amp, rmp) in itertools.product(
-            (16, 32, 64), costs, (True, False), ((1, 1), (2, 1), (2, 2))):
-        out.append({"total_gpus": gpus, "actor_cost": a, "rollout_cost": r, "inference_cost": i,
-                    "recompute_logprobs": recompute, "actor_mp": amp, "rollout_mp": rmp, "group_size": 8,
-                    "n_minibatches": 4, "rollout_batch_size": 64, "max_running_requests": 64})
+        (16, 32, 64), costs, (True, False), ((1, 1), (2, 1), (2, 2))
+    ):
+        out.append(
+            {
+                "total_gpus": gpus,
+                "actor_cost": a,
+                "rollout_cost": r,
+                "inference_cost": i,
+                "recompute_logprobs": recompute,
+                "actor_mp": amp,
+                "rollout_mp": rmp,
+                "group_size": 8,
+                "n_minibatches": 4,
+                "rollout_batch_size": 64,
+                "max_running_requests": 64,
+            }
+        )
     return out
 
 
@@ -57,21 +70,38 @@ def _config(case: dict) -> str:
     place = ["    rollout: 0-7", "    actor: 8-15" if g == 16 else f"    actor: 8-{g - 1}", "    reward: 0-7"]
     if case["recompute_logprobs"]:
         place = ["    rollout: 0-3", "    inference: 4-7", f"    actor: 8-{g - 1}", "    reward: 8-15"]
-    return "\n".join([
-        "# an RLinf reasoning config (comments outside the placement survive the rewrite)",
-        "cluster:", f"  num_nodes: {g // 8}", "  component_placement:", *place,
-        "slurm: {gpus_per_node: 8, gpu_type: a800}",
-        f"actor: {{model: {{tensor_model_parallel_size: {case['actor_mp']}}}}}",
-        f"rollout: {{tensor_parallel_size: {case['rollout_mp']}}}",
-        "reward: {}", f"algorithm: {{recompute_logprobs: {str(case['recompute_logprobs']).lower()}}}", ""])
+    return "\n".join(
+        [
+            "# an RLinf reasoning config (comments outside the placement survive the rewrite)",
+            "cluster:",
+            f"  num_nodes: {g // 8}",
+            "  component_placement:",
+            *place,
+            "slurm: {gpus_per_node: 8, gpu_type: a800}",
+            f"actor: {{model: {{tensor_model_parallel_size: {case['actor_mp']}}}}}",
+            f"rollout: {{tensor_parallel_size: {case['rollout_mp']}}}",
+            "reward: {}",
+            f"algorithm: {{recompute_logprobs: {str(case['recompute_logprobs']).lower()}}}",
+            "",
+        ]
+    )
 
 
-@pytest.mark.skipif(not SRC, reason="HPCPLACE_RLINF_SRC is not set: RLinf's auto-placement toolkit is not in the "
-                                    "rlinf wheel; point it at an RLinf checkout to compare")
+@pytest.mark.skipif(
+    not SRC,
+    reason="HPCPLACE_RLINF_SRC is not set: RLinf's auto-placement toolkit is not in the "
+    "rlinf wheel; point it at an RLinf checkout to compare",
+)
 def test_no_worse_than_rlinf_auto_placement(tmp_path: Path) -> None:
     todo = cases()
-    res = subprocess.run([sys.executable, str(HELPER), SRC], input=json.dumps(todo), capture_output=True,
-                         text=True, timeout=600, check=False)
+    res = subprocess.run(
+        [sys.executable, str(HELPER), SRC],
+        input=json.dumps(todo),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     results = json.loads(res.stdout)
     compared = better = agreed = 0
@@ -105,6 +135,8 @@ def test_no_worse_than_rlinf_auto_placement(tmp_path: Path) -> None:
             assert variant.startswith("# an RLinf reasoning config")
             plan_text(variant, str(config), format=None, overrides=())  # raises if it does not plan
         compared += 1
-    print(f"\nRLinf comparison: {compared} cases, hpcplace better in {better}, equal in {compared - better}; "
-          f"RLinf's choice predicted identically in {agreed}")
+    print(
+        f"\nRLinf comparison: {compared} cases, hpcplace better in {better}, equal in {compared - better}; "
+        f"RLinf's choice predicted identically in {agreed}"
+    )
     assert compared >= 60

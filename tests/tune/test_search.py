@@ -43,16 +43,30 @@ def problems(draw):
         types = draw(st.lists(st.sampled_from(labels), min_size=1, max_size=len(labels), unique=True))
         curves = {}
         for t in types:
-            pts = draw(st.lists(st.tuples(st.integers(1, 4), st.floats(1, 100)), min_size=1, max_size=3,
-                                unique_by=lambda p: p[0]))
+            pts = draw(
+                st.lists(
+                    st.tuples(st.integers(1, 4), st.floats(1, 100)), min_size=1, max_size=3, unique_by=lambda p: p[0]
+                )
+            )
             curves[t] = Curve(tuple(sorted(pts)), draw(st.floats(0.3, 1.0)))
-        prof = ComponentProfile(f"c{i}", curves, memory_gb=draw(st.sampled_from([None, 10.0, 40.0])),
-                                switch_seconds={"*": draw(st.sampled_from([0.0, 2.0]))},
-                                transfer_gb=draw(st.sampled_from([0.0, 5.0, 50.0])))
+        prof = ComponentProfile(
+            f"c{i}",
+            curves,
+            memory_gb=draw(st.sampled_from([None, 10.0, 40.0])),
+            switch_seconds={"*": draw(st.sampled_from([0.0, 2.0]))},
+            transfer_gb=draw(st.sampled_from([0.0, 5.0, 50.0])),
+        )
         chain.append(Component(f"c{i}", draw(st.sampled_from([1, 1, 2])), prof))
     rules = Rules(same_group=(("c0", "c1"),)) if draw(st.booleans()) else Rules()
-    return Problem(tuple(groups), tuple(chain), draw(st.integers(1, 6)), 25.0, 12.5, rules,
-                   draw(st.sampled_from(["time", "gpu-hours"])))
+    return Problem(
+        tuple(groups),
+        tuple(chain),
+        draw(st.integers(1, 6)),
+        25.0,
+        12.5,
+        rules,
+        draw(st.sampled_from(["time", "gpu-hours"])),
+    )
 
 
 @settings(max_examples=150, deadline=None)
@@ -74,18 +88,31 @@ def test_search_finds_the_exhaustive_optimum(problem: Problem) -> None:
 
 def _hetero(robots: bool) -> Problem:
     """a800 + rtx4090 + CPU (+ robots): the rollout is fast on 4090s, the trainer needs A800 memory."""
+
     def comp(name, curves, **kw):
         return Component(name, 1, ComponentProfile(name, {k: Curve(tuple(v), 0.9) for k, v in curves.items()}, **kw))
+
     chain = [
-        comp("env", {"robot": [(2, 40.0), (4, 22.0)]} if robots else {"cpu": [(1, 30.0), (2, 16.0)]},
-             transfer_gb=0.5),
-        comp("rollout", {"a800": [(8, 30.0), (16, 16.0)], "rtx4090": [(4, 36.0)]}, memory_gb=20.0,
-             switch_seconds={"*": 3.0}, transfer_gb=2.0),
-        comp("actor", {"a800": [(8, 60.0), (16, 32.0)], "rtx4090": [(4, 150.0)]}, memory_gb=40.0,
-             switch_seconds={"*": 4.0}),
+        comp("env", {"robot": [(2, 40.0), (4, 22.0)]} if robots else {"cpu": [(1, 30.0), (2, 16.0)]}, transfer_gb=0.5),
+        comp(
+            "rollout",
+            {"a800": [(8, 30.0), (16, 16.0)], "rtx4090": [(4, 36.0)]},
+            memory_gb=20.0,
+            switch_seconds={"*": 3.0},
+            transfer_gb=2.0,
+        ),
+        comp(
+            "actor",
+            {"a800": [(8, 60.0), (16, 32.0)], "rtx4090": [(4, 150.0)]},
+            memory_gb=40.0,
+            switch_seconds={"*": 4.0},
+        ),
     ]
-    groups = [Group("a800", "gpu", ("a800",), 16, 8, 80.0), Group("rtx4090", "gpu", ("rtx4090",), 4, 4, 24.0),
-              Group("cpu", "node", ("cpu",), 2, 1, None)]
+    groups = [
+        Group("a800", "gpu", ("a800",), 16, 8, 80.0),
+        Group("rtx4090", "gpu", ("rtx4090",), 4, 4, 24.0),
+        Group("cpu", "node", ("cpu",), 2, 1, None),
+    ]
     if robots:
         groups.append(Group("robot", "hardware", ("robot",), 4, 4, None))
     return Problem(tuple(groups), tuple(chain), 8, 25.0, 12.5)
@@ -97,8 +124,10 @@ def test_heterogeneous_choice_beats_the_obvious_placements() -> None:
         best = search(problem, top=1)[0]
         assert best == exhaustive(problem) or abs(best.time_s - exhaustive(problem).time_s) < 1e-9
         margins = {b.name: b.candidate.time_s / best.time_s for b in baselines(problem)}
-        print(f"\nrobots={robots}: best {best.time_s:.2f} s/iter ({best.describe()}); margins "
-              + ", ".join(f"{m:.2f}x over {n}" for n, m in margins.items()))
+        print(
+            f"\nrobots={robots}: best {best.time_s:.2f} s/iter ({best.describe()}); margins "
+            + ", ".join(f"{m:.2f}x over {n}" for n, m in margins.items())
+        )
         assert all(m > 1.05 for m in margins.values()), margins
         assert {s.group for s in best.stages} >= {"a800", "rtx4090"}  # uses both GPU types
 

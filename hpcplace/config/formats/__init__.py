@@ -23,8 +23,9 @@ def detect_format(data: object, path: str | None = None) -> str:
     """Guess the format from the document's shape; `format:` at the top level always wins."""
     where = SourceLocation(path, 1, 1) if path else None
     if data is None:
-        raise SpecError("the config is empty", hint="pass the experiment config, not an empty or comment-only file",
-                        location=where)
+        raise SpecError(
+            "the config is empty", hint="pass the experiment config, not an empty or comment-only file", location=where
+        )
     if not isinstance(data, dict):
         raise SpecError("the config must be a YAML mapping", hint="see configs/ for examples", location=where)
     declared = data.get("format")
@@ -33,17 +34,22 @@ def detect_format(data: object, path: str | None = None) -> str:
     cluster = data.get("cluster")
     if "allocation_mode" in data:
         return "areal"
-    if any(isinstance(data.get(k), dict) and isinstance(data[k].get("backend"), str) for k in _AREAL_ENGINES) \
-            and isinstance(cluster, dict) and ("n_gpus_per_node" in cluster or "n_nodes" in cluster):
+    if (
+        any(isinstance(data.get(k), dict) and isinstance(data[k].get("backend"), str) for k in _AREAL_ENGINES)
+        and isinstance(cluster, dict)
+        and ("n_gpus_per_node" in cluster or "n_nodes" in cluster)
+    ):
         return "areal"
     if isinstance(cluster, dict) and "component_placement" in cluster:
         groups = cluster.get("node_groups")
-        if "num_nodes" in cluster or (isinstance(groups, list) and groups and isinstance(groups[0], dict)
-                                      and "node_ranks" in groups[0]):
+        if "num_nodes" in cluster or (
+            isinstance(groups, list) and groups and isinstance(groups[0], dict) and "node_ranks" in groups[0]
+        ):
             return "rlinf"
         return "native"
-    if "num_gpus_per_node" in data or any(isinstance(v, dict) and ("device_mapping" in v or "world_size" in v)
-                                          for v in data.values()):
+    if "num_gpus_per_node" in data or any(
+        isinstance(v, dict) and ("device_mapping" in v or "world_size" in v) for v in data.values()
+    ):
         return "roll"
     raise SpecError(
         "cannot tell the config format: found none of `cluster.component_placement` (RLinf or native), "
@@ -51,7 +57,8 @@ def detect_format(data: object, path: str | None = None) -> str:
         "`num_gpus_per_node` or a worker with `device_mapping`/`world_size` (ROLL)",
         location=where,
         hint="add `format: native|rlinf|roll|areal` at the top level (or pass --format), or check that the "
-             "file is the experiment config rather than one of its defaults files")
+        "file is the experiment config rather than one of its defaults files",
+    )
 
 
 OWN_BLOCKS = ("slurm", "launch", "hpcplace")  # hpcplace's blocks in a framework config: their schemas check keys
@@ -69,14 +76,18 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str], *, hydra_keys: 
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise SpecError(f"cannot apply --set to {doc.path}: the document is not a mapping",
-                        location=doc.location(()), hint="--set KEY=VALUE sets a key of a YAML mapping")
+        raise SpecError(
+            f"cannot apply --set to {doc.path}: the document is not a mapping",
+            location=doc.location(()),
+            hint="--set KEY=VALUE sets a key of a YAML mapping",
+        )
     for item in overrides:
         key, sep, raw = item.partition("=")
         where = SourceLocation(f"<override {item}>", 1, 1)  # a command-line argument, not a line of the file
         if not sep or not key.strip():
-            raise SpecError(f"invalid override {item!r}", hint="write KEY=VALUE, e.g. slurm.gpus_per_node=8",
-                            location=where)
+            raise SpecError(
+                f"invalid override {item!r}", hint="write KEY=VALUE, e.g. slurm.gpus_per_node=8", location=where
+            )
         try:
             value = scalar_value(raw) if raw.strip() else ""
         except SpecError as exc:
@@ -86,8 +97,11 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str], *, hydra_keys: 
         node: Any = data  # a mapping or a list, as the path goes down
         parts = key.strip().split(".")
         if any(not p for p in parts):
-            raise SpecError(f"invalid override {item!r}: empty key in {key.strip()!r}",
-                            hint="write KEY=VALUE with dotted keys, e.g. slurm.time=1:00:00", location=where)
+            raise SpecError(
+                f"invalid override {item!r}: empty key in {key.strip()!r}",
+                hint="write KEY=VALUE with dotted keys, e.g. slurm.time=1:00:00",
+                location=where,
+            )
         if hydra_keys and parts[0] not in OWN_BLOCKS and adds < 2:
             _check_hydra_key(data, parts, adds == 1, item, where)
         path: list[str | int] = []
@@ -95,14 +109,19 @@ def apply_overrides(doc: YamlDocument, overrides: Sequence[str], *, hydra_keys: 
             at: str | int = part
             if isinstance(node, list):  # `cluster.node_groups.0.nodes=2`: a list item by its position, as Hydra
                 if not part.isdigit() or int(part) >= len(node):
-                    raise SpecError(f"override {item!r}: {'.'.join(parts[:depth])!r} is a list of {len(node)} "
-                                    f"item(s); {part!r} is not one of its positions", location=doc.location(tuple(path)),
-                                    hint="a list item is set by its position from 0, e.g. cluster.node_groups.0.nodes=2")
+                    raise SpecError(
+                        f"override {item!r}: {'.'.join(parts[:depth])!r} is a list of {len(node)} "
+                        f"item(s); {part!r} is not one of its positions",
+                        location=doc.location(tuple(path)),
+                        hint="a list item is set by its position from 0, e.g. cluster.node_groups.0.nodes=2",
+                    )
                 at = int(part)
             elif not isinstance(node, dict):
-                raise SpecError(f"override {item!r}: {parts[depth - 1]!r} is not a mapping in {doc.path}",
-                                location=doc.location(tuple(path)),
-                                hint="overrides set keys inside mappings (and list items by position)")
+                raise SpecError(
+                    f"override {item!r}: {parts[depth - 1]!r} is not a mapping in {doc.path}",
+                    location=doc.location(tuple(path)),
+                    hint="overrides set keys inside mappings (and list items by position)",
+                )
             path.append(at)
             if depth == len(parts) - 1:
                 node[at] = value
@@ -132,18 +151,25 @@ def _check_hydra_key(data: dict[str, Any], parts: list[str], adding: bool, item:
             dotted, known = ".".join(parts), node if isinstance(node, dict) else {}
             near = closest(part, [k for k in known if isinstance(k, str)])
             hint = f"; did you mean {'.'.join([*parts[:depth], near])!r}?" if near else ""
-            raise SpecError(f"override {item!r}: the config has no key {'.'.join(parts[:depth + 1])!r}{hint}",
-                            hint=f"Hydra refuses it too (\"Could not override\"); to add a new key write "
-                                 f"+{dotted}={item.partition('=')[2]}", location=where)
+            raise SpecError(
+                f"override {item!r}: the config has no key {'.'.join(parts[: depth + 1])!r}{hint}",
+                hint=f'Hydra refuses it too ("Could not override"); to add a new key write '
+                f"+{dotted}={item.partition('=')[2]}",
+                location=where,
+            )
         node = node[part]
     if adding:
-        raise SpecError(f"override {item!r}: the config already has {'.'.join(parts)!r}",
-                        hint=f"Hydra refuses it too (\"An item is already at\"): write {item.lstrip('+')} to change "
-                             f"it, or ++{item.lstrip('+')} to set it either way", location=where)
+        raise SpecError(
+            f"override {item!r}: the config already has {'.'.join(parts)!r}",
+            hint=f'Hydra refuses it too ("An item is already at"): write {item.lstrip("+")} to change '
+            f"it, or ++{item.lstrip('+')} to set it either way",
+            location=where,
+        )
 
 
-def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequence[str] = (),
-              site_gpus: SiteGpus | None = None) -> ExperimentSpec:
+def load_spec(
+    path: str | Path, *, format: str | None = None, overrides: Sequence[str] = (), site_gpus: SiteGpus | None = None
+) -> ExperimentSpec:
     """Read (and compose, when it has a Hydra `defaults:` list) a config, apply overrides, parse it;
     the top-level `launch:` block is read the same way in every format. `site_gpus` answers for GPU
     counts the config leaves to run time (RLinf, ROLL)."""
@@ -169,8 +195,9 @@ def load_spec(path: str | Path, *, format: str | None = None, overrides: Sequenc
         spec = replace(spec, launch=launch)
     if found_env:
         spec = _with_found_env(spec, found_env)
-    return replace(spec, composed=composed + tuple(f"override {o}" for o in overrides)) \
-        if composed or overrides else spec
+    return (
+        replace(spec, composed=composed + tuple(f"override {o}" for o in overrides)) if composed or overrides else spec
+    )
 
 
 def _with_found_env(spec: ExperimentSpec, found_env: dict[str, str]) -> ExperimentSpec:
@@ -178,12 +205,19 @@ def _with_found_env(spec: ExperimentSpec, found_env: dict[str, str]) -> Experime
     values composition used here (a value the config sets itself wins)."""
     from hpcplace.config.cluster import Cluster
 
-    notes = tuple(f"{var} is not set: hydra.searchpath was composed with {var}={value} (the nearest folder above "
-                  "the config that fits it, as the framework's run script sets it); the job's processes get the "
-                  f"same value (export {var} to choose another)" for var, value in sorted(found_env.items()))
+    notes = tuple(
+        f"{var} is not set: hydra.searchpath was composed with {var}={value} (the nearest folder above "
+        "the config that fits it, as the framework's run script sets it); the job's processes get the "
+        f"same value (export {var} to choose another)"
+        for var, value in sorted(found_env.items())
+    )
     groups = tuple(replace(g, env={**found_env, **g.env}) for g in spec.cluster.node_groups)
-    return replace(spec, cluster=Cluster(groups), launch=replace(spec.launch, env={**found_env, **spec.launch.env}),
-                   notes=spec.notes + notes)
+    return replace(
+        spec,
+        cluster=Cluster(groups),
+        launch=replace(spec.launch, env={**found_env, **spec.launch.env}),
+        notes=spec.notes + notes,
+    )
 
 
 def _detected(doc: YamlDocument) -> str | None:

@@ -18,8 +18,10 @@ TRAIN_BACKENDS = frozenset({"fsdp", "megatron", "archon"})
 _HEAD = re.compile(r"^(?:(?P<backend>[a-z][a-z0-9_]*)?(?:\[(?P<name>[^\]]+)\])?[:.])?(?P<rest>.*)$", re.S)
 _DIMS = re.compile(r"^(?:[a-z]\d+)+$")
 _DIM = re.compile(r"([a-z])(\d+)")
-_HINT = ("e.g. `sglang:d4t2`, `fsdp:d8`, `megatron:(attn:d4p4t2|ffn:d2p4e4)`; in the legacy allocation_mode "
-         "`sglang[rollout]:d8p1t1|fsdp[actor]:d8p1t1` (| colocate, + disaggregate)")
+_HINT = (
+    "e.g. `sglang:d4t2`, `fsdp:d8`, `megatron:(attn:d4p4t2|ffn:d2p4e4)`; in the legacy allocation_mode "
+    "`sglang[rollout]:d8p1t1|fsdp[actor]:d8p1t1` (| colocate, + disaggregate)"
+)
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,9 @@ def _split_top(text: str, sep: str) -> list[tuple[str, int]]:
             depth += 1
         elif ch == ")":
             depth -= 1
-        elif ch == sep and depth <= 0 and (i == len(text) or sep != "|" or not text[i + 1:].lstrip().startswith("ffn:")):
+        elif (
+            ch == sep and depth <= 0 and (i == len(text) or sep != "|" or not text[i + 1 :].lstrip().startswith("ffn:"))
+        ):
             out.append((text[start:i], start))
             start = i + 1
     return out
@@ -65,9 +69,13 @@ def _dims(view: View, text: str, lead: int, allowed: str, what: str, whole: str)
     dims: dict[str, int] = {}
     for letter, number in _DIM.findall(compact):
         if letter not in allowed or letter in dims:
-            raise view.error(f"invalid or repeated dimension {letter!r} in {text.strip()!r}", offset=lead,
-                             hint=f"{what} dimensions: " + ", ".join(allowed)
-                             + " (d data, p pipeline, t tensor, c context, e expert)")
+            raise view.error(
+                f"invalid or repeated dimension {letter!r} in {text.strip()!r}",
+                offset=lead,
+                hint=f"{what} dimensions: "
+                + ", ".join(allowed)
+                + " (d data, p pipeline, t tensor, c context, e expert)",
+            )
         if len(number) > 9 or int(number) > limits.MAX_PROCESSES:
             raise view.error(f"dimension {letter}{number} is larger than {limits.MAX_PROCESSES}", offset=lead)
         if int(number) < 1:
@@ -89,43 +97,59 @@ def parse_member(view: View, text: str, lead: int, default_name: str | None = No
     if backend in ("attn", "ffn"):  # bare MoE section without a backend prefix
         backend, rest = "", stripped
     if backend and backend not in INFERENCE_BACKENDS | TRAIN_BACKENDS:
-        raise view.error(f"unknown backend {backend!r} in {stripped!r}", offset=lead,
-                         hint="inference: sglang, vllm; training: fsdp, megatron, archon")
+        raise view.error(
+            f"unknown backend {backend!r} in {stripped!r}",
+            offset=lead,
+            hint="inference: sglang, vllm; training: fsdp, megatron, archon",
+        )
     if not backend and not re.fullmatch(r"\(.*\)|([a-z]\d+)+", rest):
         raise view.error(f"invalid allocation {stripped!r}", offset=lead, hint=_HINT)
     if not backend:  # AReaL >= 1.0 (api/alloc_mode.py) refuses it: no auto-backend any more
-        raise view.error(f"allocation {stripped!r} names no backend: AReaL requires it explicitly (bare "
-                         "parallelism dimensions without a backend prefix; auto-backend selection is no longer "
-                         "supported)", offset=lead,
-                         hint=f"write the backend first, e.g. fsdp:{rest} or megatron:{rest} for training, "
-                              f"sglang:{rest} for inference")
+        raise view.error(
+            f"allocation {stripped!r} names no backend: AReaL requires it explicitly (bare "
+            "parallelism dimensions without a backend prefix; auto-backend selection is no longer "
+            "supported)",
+            offset=lead,
+            hint=f"write the backend first, e.g. fsdp:{rest} or megatron:{rest} for training, "
+            f"sglang:{rest} for inference",
+        )
     inner = rest[1:-1] if rest.startswith("(") and rest.endswith(")") else rest
     if inner.lstrip().startswith("attn:"):
         if backend in INFERENCE_BACKENDS or backend == "fsdp":
             raise view.error(f"the MoE (attn|ffn) syntax needs megatron or archon, not {backend!r}", offset=lead)
         parts = [(piece, 0) for piece in inner.split("|")]
         if len(parts) != 2 or not parts[0][0].strip().startswith("attn:") or not parts[1][0].strip().startswith("ffn:"):
-            raise view.error(f"invalid MoE allocation {stripped!r}", offset=lead,
-                             hint="write megatron:(attn:<dims>|ffn:<dims>)")
+            raise view.error(
+                f"invalid MoE allocation {stripped!r}", offset=lead, hint="write megatron:(attn:<dims>|ffn:<dims>)"
+            )
         attn = _dims(view, parts[0][0].strip()[5:], lead, "cdtp", "attn", stripped)
         ffn = _dims(view, parts[1][0].strip()[4:], lead, "detp", "ffn", stripped)
         world = attn.get("d", 1) * attn.get("p", 1) * attn.get("t", 1) * attn.get("c", 1)
         if ffn.get("p", 1) != attn.get("p", 1):
-            raise view.error(f"MoE allocation {stripped!r}: pipeline size differs between attn "
-                             f"(p{attn.get('p', 1)}) and ffn (p{ffn.get('p', 1)})", offset=lead,
-                             hint="AReaL requires the same p for attn and ffn")
+            raise view.error(
+                f"MoE allocation {stripped!r}: pipeline size differs between attn "
+                f"(p{attn.get('p', 1)}) and ffn (p{ffn.get('p', 1)})",
+                offset=lead,
+                hint="AReaL requires the same p for attn and ffn",
+            )
         ffn_rest = ffn.get("p", 1) * ffn.get("t", 1) * ffn.get("e", 1)
         ffn_world = ffn["d"] * ffn_rest if "d" in ffn else None
         if (ffn_world is not None and ffn_world != world) or world % ffn_rest:
-            raise view.error(f"MoE allocation {stripped!r}: attn uses {world} GPUs but ffn "
-                             + (f"uses {ffn_world}" if ffn_world is not None else f"p*t*e = {ffn_rest} does not divide it"),
-                             offset=lead, hint="attn d*p*t*c must equal ffn d*p*t*e")
+            raise view.error(
+                f"MoE allocation {stripped!r}: attn uses {world} GPUs but ffn "
+                + (f"uses {ffn_world}" if ffn_world is not None else f"p*t*e = {ffn_rest} does not divide it"),
+                offset=lead,
+                hint="attn d*p*t*c must equal ffn d*p*t*e",
+            )
         dims = {"d": attn.get("d", 1), "p": attn.get("p", 1), "t": attn.get("t", 1), "c": attn.get("c", 1)}
     else:
         dims = _dims(view, rest, lead, "dtp" if backend in INFERENCE_BACKENDS else "dptce", backend, stripped)
         if backend == "fsdp" and m.group("backend") and (dims.get("p", 1) > 1 or dims.get("e", 1) > 1):
-            raise view.error(f"{stripped!r}: FSDP supports only data, tensor and context parallelism",
-                             offset=lead, hint="use megatron or archon for pipeline or expert parallelism")
+            raise view.error(
+                f"{stripped!r}: FSDP supports only data, tensor and context parallelism",
+                offset=lead,
+                hint="use megatron or archon for pipeline or expert parallelism",
+            )
     name = (m.group("name") or default_name or ("rollout" if backend in INFERENCE_BACKENDS else "actor")).strip()
     return Member(name, backend, dims.get("d", 1), dims.get("p", 1), dims.get("t", 1), dims.get("c", 1), lead)
 
@@ -135,12 +159,16 @@ def parse_allocation_mode(view: View) -> list[list[Member]]:
     text = view.str()
     groups: list[list[Member]] = []
     for group_text, offset in _split_top(text, "+"):
-        members = [parse_member(view, member_text, offset + inner)
-                   for member_text, inner in _split_top(group_text, "|")]
+        members = [
+            parse_member(view, member_text, offset + inner) for member_text, inner in _split_top(group_text, "|")
+        ]
         sizes = {m.gpus for m in members}
         if len(sizes) > 1:
-            raise view.error("colocated allocations must use the same number of GPUs: "
-                             + ", ".join(f"{m.name}={m.gpus}" for m in members), offset=members[0].offset)
+            raise view.error(
+                "colocated allocations must use the same number of GPUs: "
+                + ", ".join(f"{m.name}={m.gpus}" for m in members),
+                offset=members[0].offset,
+            )
         groups.append(members)
     names = [m.name for g in groups for m in g]
     for n in names:
@@ -163,8 +191,9 @@ def _engines(root: View) -> list[tuple[str, View]]:
     return out
 
 
-def _groups_from_backends(root: View, engines: list[tuple[str, View]],
-                          notes: list[str]) -> list[list[tuple[Member, View]]]:
+def _groups_from_backends(
+    root: View, engines: list[tuple[str, View]], notes: list[str]
+) -> list[list[tuple[Member, View]]]:
     """AReaL >= 1.0: each engine's `backend:`; `scheduling_strategy: {type: colocation, target: X}` shares
     X's GPUs, every other engine takes the next GPUs (creation order: actor, critic, ref, teacher, rollout)."""
     sections = dict(engines)
@@ -179,8 +208,10 @@ def _groups_from_backends(root: View, engines: list[tuple[str, View]],
             continue
         text = bview.str()
         if "+" in text:
-            raise bview.error(f"{name}.backend holds several allocations ({text!r})",
-                              hint="one allocation per engine, e.g. actor.backend: fsdp:d4, rollout.backend: sglang:d4")
+            raise bview.error(
+                f"{name}.backend holds several allocations ({text!r})",
+                hint="one allocation per engine, e.g. actor.backend: fsdp:d4, rollout.backend: sglang:d4",
+            )
         members[name] = (parse_member(bview, text, 0, default_name=name), bview)
     groups: list[list[tuple[Member, View]]] = []
     where: dict[str, int] = {}
@@ -195,8 +226,10 @@ def _groups_from_backends(root: View, engines: list[tuple[str, View]],
             else:
                 tname, tview = target
                 if tname not in members:
-                    raise tview.error(f"{name} is scheduled in colocation with {tname!r}, which is not a placed "
-                                      "engine", hint="targets: " + ", ".join(n for n in members if n != name))
+                    raise tview.error(
+                        f"{name} is scheduled in colocation with {tname!r}, which is not a placed engine",
+                        hint="targets: " + ", ".join(n for n in members if n != name),
+                    )
                 if tname not in where:
                     continue
                 where[name] = where[tname]
@@ -205,14 +238,17 @@ def _groups_from_backends(root: View, engines: list[tuple[str, View]],
                 if members[name][0].gpus != host.gpus:
                     raise members[name][1].error(
                         f"{name} uses {members[name][0].gpus} GPUs but is colocated with {host.name}, which uses "
-                        f"{host.gpus}", hint="colocated engines must use the same number of GPUs")
+                        f"{host.gpus}",
+                        hint="colocated engines must use the same number of GPUs",
+                    )
             pending.remove(name)
             progressed = True
         if not pending:
             break
         if not progressed:
-            raise sections[pending[0]].error("scheduling_strategy colocation targets form a cycle: "
-                                             + ", ".join(pending))
+            raise sections[pending[0]].error(
+                "scheduling_strategy colocation targets form a cycle: " + ", ".join(pending)
+            )
     return groups
 
 
@@ -231,8 +267,9 @@ def _colocation_target(section: View) -> tuple[str, View] | None:
     if kind in ("separation", "default", "none"):
         return None
     if kind not in ("colocation", "collocation"):
-        raise strategy.require("type").error(f"unknown scheduling_strategy type {kind!r}",
-                                             hint="AReaL uses `colocation` or `separation`")
+        raise strategy.require("type").error(
+            f"unknown scheduling_strategy type {kind!r}", hint="AReaL uses `colocation` or `separation`"
+        )
     target = strategy.get("target")
     if target is None or target.deref().value in (None, ""):
         raise strategy.error("scheduling_strategy colocation needs a target", hint="e.g. target: actor")
@@ -254,26 +291,44 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
         groups = [[(m, mode_view) for m in g] for g in parse_allocation_mode(mode_view)]
         _check_scheduling(root, {m.name: i for i, g in enumerate(groups) for m, _ in g})
     cluster_view = root.require("cluster")
-    n_nodes = limits.nodes(cluster_view.require("n_nodes").int(minimum=1), cluster_view.require("n_nodes").location(),
-                           "cluster.n_nodes")
+    n_nodes = limits.nodes(
+        cluster_view.require("n_nodes").int(minimum=1), cluster_view.require("n_nodes").location(), "cluster.n_nodes"
+    )
     gpn_view = cluster_view.require("n_gpus_per_node")
     if gpn_view.deref().value == 0:
-        raise gpn_view.error("cluster.n_gpus_per_node is 0 (AReaL's CPU-only template); hpcplace places engines "
-                             "on GPUs", hint="set the GPU count of the nodes, e.g. --set cluster.n_gpus_per_node=8")
+        raise gpn_view.error(
+            "cluster.n_gpus_per_node is 0 (AReaL's CPU-only template); hpcplace places engines on GPUs",
+            hint="set the GPU count of the nodes, e.g. --set cluster.n_gpus_per_node=8",
+        )
     gpn = limits.gpus_per_node(gpn_view.int(minimum=1), gpn_view.location(), "cluster.n_gpus_per_node")
     need = sum(g[0][0].gpus for g in groups)
     if need > n_nodes * gpn:
-        raise mode_view.error(f"the allocation needs {need} GPUs but the cluster has {n_nodes}x{gpn} = {n_nodes * gpn}",
-                              hint="raise cluster.n_nodes or cluster.n_gpus_per_node, shrink the allocation, or "
-                                   "share GPUs with `scheduling_strategy: {type: colocation, target: actor}` "
-                                   "(AReaL's local scheduler silently reuses GPUs round-robin; a Slurm job cannot)")
+        raise mode_view.error(
+            f"the allocation needs {need} GPUs but the cluster has {n_nodes}x{gpn} = {n_nodes * gpn}",
+            hint="raise cluster.n_nodes or cluster.n_gpus_per_node, shrink the allocation, or "
+            "share GPUs with `scheduling_strategy: {type: colocation, target: actor}` "
+            "(AReaL's local scheduler silently reuses GPUs round-robin; a Slurm job cannot)",
+        )
     slurm_view = root.get("slurm")
     facts = slurm_facts(slurm_view)
-    cluster = build_cluster((NodeGroup(
-        label="default", partition=facts.partition, num_nodes=n_nodes, gpus_per_node=(gpn,) * n_nodes,
-        gpu_type=facts.gpu_type, cpus_per_node=facts.cpus_per_node, mem_per_node_mb=facts.mem_per_node_mb,
-        constraint=facts.constraint, account=facts.account, qos=facts.qos, location=cluster_view.location()),),
-        cluster_view)
+    cluster = build_cluster(
+        (
+            NodeGroup(
+                label="default",
+                partition=facts.partition,
+                num_nodes=n_nodes,
+                gpus_per_node=(gpn,) * n_nodes,
+                gpu_type=facts.gpu_type,
+                cpus_per_node=facts.cpus_per_node,
+                mem_per_node_mb=facts.mem_per_node_mb,
+                constraint=facts.constraint,
+                account=facts.account,
+                qos=facts.qos,
+                location=cluster_view.location(),
+            ),
+        ),
+        cluster_view,
+    )
     group_of = {m.name: i for i, g in enumerate(groups) for m, _ in g}
     entries: list[PlacementEntry] = []
     start = 0
@@ -294,24 +349,41 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
         for label in ("tensor_parallel_size", "pipeline_parallel_size"):
             mine, theirs = getattr(spec, label), getattr(base, label)
             if mine is not None and mine != theirs:
-                raise mode_view.error(f"hpcplace.components.{n}.{label} = {mine} conflicts with the allocation "
-                                      f"mode's {theirs}")
-        settings[n] = replace(spec, tensor_parallel_size=base.tensor_parallel_size,
-                              pipeline_parallel_size=base.pipeline_parallel_size)
+                raise mode_view.error(
+                    f"hpcplace.components.{n}.{label} = {mine} conflicts with the allocation mode's {theirs}"
+                )
+        settings[n] = replace(
+            spec, tensor_parallel_size=base.tensor_parallel_size, pipeline_parallel_size=base.pipeline_parallel_size
+        )
     model_parallel = "actor" in settings and "rollout" in settings
-    if model_parallel and (settings["rollout"].pipeline_parallel_size or 1) > 1 and \
-            group_of["actor"] == group_of["rollout"]:
-        raise mode_view.error("colocated rollout with pipeline parallelism is not supported",
-                              hint="use p1 for the rollout engine when it shares the actor's GPUs")
-    return ExperimentSpec(name, cluster, tuple(entries), settings, doc.path, "areal", slurm_job_options(slurm_view),
-                          model_parallel, notes=tuple(notes))
+    if (
+        model_parallel
+        and (settings["rollout"].pipeline_parallel_size or 1) > 1
+        and group_of["actor"] == group_of["rollout"]
+    ):
+        raise mode_view.error(
+            "colocated rollout with pipeline parallelism is not supported",
+            hint="use p1 for the rollout engine when it shares the actor's GPUs",
+        )
+    return ExperimentSpec(
+        name,
+        cluster,
+        tuple(entries),
+        settings,
+        doc.path,
+        "areal",
+        slurm_job_options(slurm_view),
+        model_parallel,
+        notes=tuple(notes),
+    )
 
 
 def _check_scheduling(root: View, group_of: dict[str, int]) -> None:
     for name in group_of:
         section = root.get(name)
-        strategy = section.get("scheduling_strategy") if section is not None and isinstance(section.value, dict) \
-            else None
+        strategy = (
+            section.get("scheduling_strategy") if section is not None and isinstance(section.value, dict) else None
+        )
         if strategy is None or strategy.value is None:
             continue
         kind = str(strategy.require("type").value).lower()
@@ -325,12 +397,16 @@ def _check_scheduling(root: View, group_of: dict[str, int]) -> None:
             if group_of[target] != group_of[name]:
                 raise target_view.error(
                     f"{name} is scheduled in colocation with {target}, but the allocation mode places them on "
-                    "different GPUs ('+')", hint="join them with '|' in allocation_mode, or drop the strategy")
+                    "different GPUs ('+')",
+                    hint="join them with '|' in allocation_mode, or drop the strategy",
+                )
         elif kind in ("separation", "default", "none"):
             others = [n for n, g in group_of.items() if g == group_of[name] and n != name]
             if kind == "separation" and others:
-                raise strategy.error(f"{name} asks for separation but the allocation mode colocates it with "
-                                     f"{', '.join(others)} ('|')")
+                raise strategy.error(
+                    f"{name} asks for separation but the allocation mode colocates it with {', '.join(others)} ('|')"
+                )
         else:
-            raise strategy.require("type").error(f"unknown scheduling_strategy type {kind!r}",
-                                                 hint="AReaL uses `colocation` (or `separation`)")
+            raise strategy.require("type").error(
+                f"unknown scheduling_strategy type {kind!r}", hint="AReaL uses `colocation` (or `separation`)"
+            )

@@ -30,8 +30,17 @@ class SiteGpuCount:
 # (partition, or None for the cluster's default partition; GPU type or None) -> the count
 SiteGpus = Callable[[str | None, str | None], SiteGpuCount]
 
-SLURM_GROUP_KEYS = {"partition", "gpus_per_node", "gpu_type", "cpus_per_node", "mem_per_node", "constraint",
-                    "account", "qos", "hardware_gres"}
+SLURM_GROUP_KEYS = {
+    "partition",
+    "gpus_per_node",
+    "gpu_type",
+    "cpus_per_node",
+    "mem_per_node",
+    "constraint",
+    "account",
+    "qos",
+    "hardware_gres",
+}
 
 
 @dataclass(frozen=True)
@@ -82,11 +91,17 @@ def slurm_facts(view: View | None, label: str | None = None, base: SlurmFacts | 
         c = given("mem_per_node")
         return default if c is None else parse_memory_mb(c)
 
-    return SlurmFacts(opt_str("partition", facts.partition), opt_int("gpus_per_node", facts.gpus_per_node),
-                      opt_str("gpu_type", facts.gpu_type), opt_int("cpus_per_node", facts.cpus_per_node),
-                      opt_mem(facts.mem_per_node_mb), opt_str("constraint", facts.constraint),
-                      opt_str("account", facts.account), opt_str("qos", facts.qos),
-                      opt_str("hardware_gres", facts.hardware_gres))
+    return SlurmFacts(
+        opt_str("partition", facts.partition),
+        opt_int("gpus_per_node", facts.gpus_per_node),
+        opt_str("gpu_type", facts.gpu_type),
+        opt_int("cpus_per_node", facts.cpus_per_node),
+        opt_mem(facts.mem_per_node_mb),
+        opt_str("constraint", facts.constraint),
+        opt_str("account", facts.account),
+        opt_str("qos", facts.qos),
+        opt_str("hardware_gres", facts.hardware_gres),
+    )
 
 
 SLURM_BLOCK_KEYS = SLURM_GROUP_KEYS | SLURM_JOB_OPTIONS | {"node_groups", "cpu_partition", "cpu_nodes"}
@@ -99,9 +114,11 @@ def slurm_job_options(view: View | None, extra: frozenset[str] = frozenset()) ->
         return {}
     nodes = view.get("nodes")
     if nodes is not None and "nodes" not in extra:
-        raise nodes.key_error("slurm.nodes pins the node count of a ROLL config (derived there from the "
-                              "device mappings); this format states its node count itself",
-                              hint="set cluster.num_nodes (RLinf) or cluster.n_nodes (AReaL) instead")
+        raise nodes.key_error(
+            "slurm.nodes pins the node count of a ROLL config (derived there from the "
+            "device mappings); this format states its node count itself",
+            hint="set cluster.num_nodes (RLinf) or cluster.n_nodes (AReaL) instead",
+        )
     view.check_keys(SLURM_BLOCK_KEYS | extra)
     sub = {k: v for k, v in view.mapping().items() if k in SLURM_JOB_OPTIONS}
     return slurm_options(View(view.doc, view.path, sub))
@@ -114,8 +131,11 @@ def hpcplace_block(root: View, placed: set[str], doc_path: str) -> tuple[str, di
     if block is None:
         return _safe_name(default_name), {}
     block.check_keys({"name", "components", "model_parallel"})
-    name = check_name(block.require("name"), block.require("name").str(), "experiment name") \
-        if block.get("name") else _safe_name(default_name)
+    name = (
+        check_name(block.require("name"), block.require("name").str(), "experiment name")
+        if block.get("name")
+        else _safe_name(default_name)
+    )
     components: dict[str, ComponentSpec] = {}
     comps = block.get("components")
     if comps is not None:

@@ -33,8 +33,10 @@ def _node_ranks(view: View, num_nodes: int) -> list[int]:
     refused (RLinf reads the text of the value, and `[0, 2]` is no rank text)."""
     if isinstance(view.value, list):
         listed = ",".join(str(v) for v in view.value)
-        raise view.error("node_ranks is a YAML list: RLinf parses node_ranks as text and refuses a list",
-                         hint=f'write `node_ranks: "{listed}"` (rank text such as `0-1`, `0,2` or `all`)')
+        raise view.error(
+            "node_ranks is a YAML list: RLinf parses node_ranks as text and refuses a list",
+            hint=f'write `node_ranks: "{listed}"` (rank text such as `0-1`, `0,2` or `all`)',
+        )
     if view.value is None or not str(view.value).strip():
         raise view.error("node_ranks is empty", hint="give the group's node ranks, e.g. `0-1`, `0,2` or `all`")
     ranks: set[int] = set()
@@ -43,9 +45,15 @@ def _node_ranks(view: View, num_nodes: int) -> list[int]:
     for piece in text.split(","):
         if piece.strip():
             try:
-                a, b = parse_range(piece, total=num_nodes, offset=offset, what="node ranks", noun="nodes",
-                                   scope=f"cluster.num_nodes is {num_nodes}: node ranks count from 0 to "
-                                         f"{num_nodes - 1}; raise cluster.num_nodes or lower the ranks")
+                a, b = parse_range(
+                    piece,
+                    total=num_nodes,
+                    offset=offset,
+                    what="node ranks",
+                    noun="nodes",
+                    scope=f"cluster.num_nodes is {num_nodes}: node ranks count from 0 to "
+                    f"{num_nodes - 1}; raise cluster.num_nodes or lower the ranks",
+                )
             except RankSyntaxError as exc:
                 raise view.error(exc.message, hint=exc.hint, offset=exc.offset) from None
             ranks.update(range(a, b + 1))
@@ -54,18 +62,22 @@ def _node_ranks(view: View, num_nodes: int) -> list[int]:
         raise view.error("node_ranks is empty", hint="give the group's node ranks, e.g. `0-1`, `0,2` or `all`")
     for r in ranks:
         if r >= num_nodes:
-            raise view.error(f"node rank {r} is out of range: cluster.num_nodes is {num_nodes}",
-                             hint=f"node ranks count from 0 to {num_nodes - 1}; raise cluster.num_nodes or lower "
-                                  "the ranks")
+            raise view.error(
+                f"node rank {r} is out of range: cluster.num_nodes is {num_nodes}",
+                hint=f"node ranks count from 0 to {num_nodes - 1}; raise cluster.num_nodes or lower the ranks",
+            )
     return sorted(ranks)
 
 
-_ENV_HINT = ("RLinf's shape: env_configs: [{node_ranks: 0-1, env_vars: [{KEY: value}, ...], "
-             "python_interpreter_path: /path/python}]")
+_ENV_HINT = (
+    "RLinf's shape: env_configs: [{node_ranks: 0-1, env_vars: [{KEY: value}, ...], "
+    "python_interpreter_path: /path/python}]"
+)
 
 
-def _env_configs(view: View | None, label: str, ranks: list[int], num_nodes: int
-                 ) -> tuple[tuple[dict[str, str], ...], tuple[str | None, ...]]:
+def _env_configs(
+    view: View | None, label: str, ranks: list[int], num_nodes: int
+) -> tuple[tuple[dict[str, str], ...], tuple[str | None, ...]]:
     """RLinf `env_configs` -> (env per node of the group, python interpreter per node), each entry
     applied to its own node_ranks only; RLinf's checks: ranks inside the group, no rank in two
     entries, no variable in two entries of the group. Empty tuples when nothing is set."""
@@ -88,29 +100,41 @@ def _env_configs(view: View | None, label: str, ranks: list[int], num_nodes: int
             mine = _node_ranks(rv, num_nodes)
         for r in mine:
             if r not in interp:
-                raise rv.error(f"node rank {r} is not a node of group {label!r} (nodes {ranks})",
-                               hint="an env_configs entry applies to nodes of its own group (RLinf checks this)")
+                raise rv.error(
+                    f"node rank {r} is not a node of group {label!r} (nodes {ranks})",
+                    hint="an env_configs entry applies to nodes of its own group (RLinf checks this)",
+                )
             if r in rank_owner:
-                raise rv.error(f"node rank {r} is in env_configs entries {rank_owner[r]} and {i} of group {label!r}",
-                               hint="give each node one entry (RLinf checks this)")
+                raise rv.error(
+                    f"node rank {r} is in env_configs entries {rank_owner[r]} and {i} of group {label!r}",
+                    hint="give each node one entry (RLinf checks this)",
+                )
             rank_owner[r] = i
         env: dict[str, str] = {}
         ev = entry.get("env_vars")
         if ev is not None and ev.value is not None:
             if not isinstance(ev.value, list):
-                raise ev.error("env_vars must be a list of one-key mappings",
-                               hint="write `env_vars: [{KEY: value}]` (a '-' before each variable)")
+                raise ev.error(
+                    "env_vars must be a list of one-key mappings",
+                    hint="write `env_vars: [{KEY: value}]` (a '-' before each variable)",
+                )
             for item in ev.elements():
                 if not isinstance(item.value, dict) or len(item.value) != 1:
-                    raise item.error("each env_vars item must be a mapping with exactly one variable",
-                                     hint="write `- KEY: value`, one variable per item")
-                (key, value), = item.value.items()
+                    raise item.error(
+                        "each env_vars item must be a mapping with exactly one variable",
+                        hint="write `- KEY: value`, one variable per item",
+                    )
+                ((key, value),) = item.value.items()
                 if value is None:
-                    raise item.error(f"env_vars: {key} has no value",
-                                     hint="give a value (RLinf would set the text 'None'), or remove the item")
+                    raise item.error(
+                        f"env_vars: {key} has no value",
+                        hint="give a value (RLinf would set the text 'None'), or remove the item",
+                    )
                 if str(key) in env or str(key) in key_owner:
-                    raise item.error(f"environment variable {key!r} is set twice in env_configs of group {label!r}",
-                                     hint="set each variable once per node group (RLinf checks this)")
+                    raise item.error(
+                        f"environment variable {key!r} is set twice in env_configs of group {label!r}",
+                        hint="set each variable once per node group (RLinf checks this)",
+                    )
                 env.update(item.str_map())
             for key in env:
                 key_owner[key] = i
@@ -137,16 +161,19 @@ def _hardware(view: View, label: str, ranks: list[int]) -> Hardware:
         node_rank = item.get("node_rank") if isinstance(item.value, dict) else None
         if node_rank is None:
             if len(ranks) != 1:
-                raise item.error(f"hardware config of node group {label!r} needs `node_rank` "
-                                 "(the group has several nodes)")
+                raise item.error(
+                    f"hardware config of node group {label!r} needs `node_rank` (the group has several nodes)"
+                )
             counts[ranks[0]] += 1
             continue
         r = node_rank.int(minimum=0)
         if r not in counts:
-            raise node_rank.error(f"node_rank {r} is not a node of group {label!r} (nodes {ranks})",
-                                  hint="a hardware config's node_rank is the cluster node rank of the node the "
-                                       f"device is attached to, one of {ranks}; RLinf enumerates a node's devices "
-                                       "from the configs naming it, so this one would never exist")
+            raise node_rank.error(
+                f"node_rank {r} is not a node of group {label!r} (nodes {ranks})",
+                hint="a hardware config's node_rank is the cluster node rank of the node the "
+                f"device is attached to, one of {ranks}; RLinf enumerates a node's devices "
+                "from the configs naming it, so this one would never exist",
+            )
         counts[r] += 1
     return Hardware(hw_type, tuple(counts[r] for r in ranks))
 
@@ -155,8 +182,11 @@ def parse_rlinf(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experim
     root = doc.root()
     notes: list[str] = []
     cluster_view = root.require("cluster")
-    num_nodes = limits.nodes(cluster_view.require("num_nodes").int(minimum=1),
-                             cluster_view.require("num_nodes").location(), "cluster.num_nodes")
+    num_nodes = limits.nodes(
+        cluster_view.require("num_nodes").int(minimum=1),
+        cluster_view.require("num_nodes").location(),
+        "cluster.num_nodes",
+    )
     slurm_view = root.get("slurm")
     defaults = slurm_facts(slurm_view)
     groups_view = cluster_view.get("node_groups")
@@ -171,14 +201,27 @@ def parse_rlinf(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experim
                 if r in owner:
                     raise gv.require("node_ranks").error(
                         f"node {r} is in node groups {owner[r]!r} and {label!r}",
-                        hint="on Slurm a node belongs to one node group (one het component)")
+                        hint="on Slurm a node belongs to one node group (one het component)",
+                    )
                 owner[r] = label
             facts = slurm_facts(slurm_view, label, defaults)
             hardware = _hardware(gv.require("hardware"), label, ranks) if gv.get("hardware") else None
-            declared.append((ranks, _group(label, ranks, facts, gv, hardware,
-                                           v.bool() if (v := gv.get("ignore_hardware")) else False,
-                                           *_env_configs(gv.get("env_configs"), label, ranks, num_nodes),
-                                           site_gpus, notes)))
+            declared.append(
+                (
+                    ranks,
+                    _group(
+                        label,
+                        ranks,
+                        facts,
+                        gv,
+                        hardware,
+                        v.bool() if (v := gv.get("ignore_hardware")) else False,
+                        *_env_configs(gv.get("env_configs"), label, ranks, num_nodes),
+                        site_gpus,
+                        notes,
+                    ),
+                )
+            )
     # Nodes outside every declared group form implicit groups in the default partition (one per run of
     # consecutive unowned ranks). RLinf puts them in no named group; they are reached through `cluster`/`node`.
     run: list[int] = []
@@ -194,8 +237,23 @@ def parse_rlinf(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experim
         runs.append(run)
     for i, ranks in enumerate(runs):
         label = "default" if i == 0 else f"default-{i + 1}"
-        declared.append((ranks, _group(label, ranks, slurm_facts(slurm_view, label, defaults), cluster_view,
-                                       None, False, (), (), site_gpus, notes)))
+        declared.append(
+            (
+                ranks,
+                _group(
+                    label,
+                    ranks,
+                    slurm_facts(slurm_view, label, defaults),
+                    cluster_view,
+                    None,
+                    False,
+                    (),
+                    (),
+                    site_gpus,
+                    notes,
+                ),
+            )
+        )
     declared.sort(key=lambda item: item[0][0])
     cluster = build_cluster(tuple(g for _, g in declared), cluster_view)
     placements = placement_entries(cluster_view.require("component_placement"))
@@ -205,8 +263,11 @@ def parse_rlinf(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experim
     components = _rlinf_component_settings(root, placed, components)
     block = root.get("hpcplace")
     mp_flag = block.get("model_parallel") if block is not None else None
-    placement_class = _placement_class(placed, components, notes) if mp_flag is None else \
-        (MODEL_PARALLEL if mp_flag.bool() else HYBRID)
+    placement_class = (
+        _placement_class(placed, components, notes)
+        if mp_flag is None
+        else (MODEL_PARALLEL if mp_flag.bool() else HYBRID)
+    )
     model_parallel = placement_class == MODEL_PARALLEL
     if placement_class != HYBRID:
         _require_sections(root, cluster_view.require("component_placement"), placed, placement_class)
@@ -222,17 +283,32 @@ def parse_rlinf(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experim
         for n in sorted(placed):
             if n == "rollout" or n.startswith("rollout_"):
                 packed[n] = (rtp, stride)
-    return ExperimentSpec(name, cluster, placements, components, doc.path, "rlinf", slurm_job_options(slurm_view),
-                          model_parallel, notes=tuple(notes), packed=packed, placement_class=placement_class)
+    return ExperimentSpec(
+        name,
+        cluster,
+        placements,
+        components,
+        doc.path,
+        "rlinf",
+        slurm_job_options(slurm_view),
+        model_parallel,
+        notes=tuple(notes),
+        packed=packed,
+        placement_class=placement_class,
+    )
 
 
 def _misspelt_components(root: View, placed: set[str]) -> list[str]:
     """RLinf configures a placed component from the config section of its name (`actor:`, `rollout:`):
     a placed name without a section, close to a section that is not placed, is most likely a typo."""
     sections = {k for k in root.value if isinstance(k, str)} - placed if isinstance(root.value, dict) else set()
-    return [f"component {n!r} is placed, but the config has no `{n}:` section{hint}"
-            for n in sorted(placed) if n not in sections and root.get(n) is None
-            for hint in [did_you_mean(n, sections)] if hint]
+    return [
+        f"component {n!r} is placed, but the config has no `{n}:` section{hint}"
+        for n in sorted(placed)
+        if n not in sections and root.get(n) is None
+        for hint in [did_you_mean(n, sections)]
+        if hint
+    ]
 
 
 def _placement_class(placed: set[str], components: dict[str, ComponentSpec], notes: list[str]) -> str:
@@ -240,13 +316,16 @@ def _placement_class(placed: set[str], components: dict[str, ComponentSpec], not
     actor + rollout with model-parallel sizes -> ModelParallelComponentPlacement (collocated/disaggregated
     layout, weight-sync map); rollout engines named `rollout_*` -> the multi-agent class; rollout without actor
     -> the eval class; anything else (SFT with an actor only, embodied) -> HybridComponentPlacement."""
-    sized = any(c.tensor_parallel_size or c.pipeline_parallel_size
-                for n, c in components.items() if n in ("actor", "rollout"))
+    sized = any(
+        c.tensor_parallel_size or c.pipeline_parallel_size for n, c in components.items() if n in ("actor", "rollout")
+    )
     engines = sorted(n for n in placed if n.startswith("rollout_"))
     if engines:
-        notes.append(f"multi-agent placement (RLinf's MultiAgentModelParallelComponentPlacement): rollout engines "
-                     f"{', '.join(['rollout'] * ('rollout' in placed) + engines)} are packed by rollout's "
-                     "tensor-parallel size; no actor->rollout weight-sync map is planned")
+        notes.append(
+            f"multi-agent placement (RLinf's MultiAgentModelParallelComponentPlacement): rollout engines "
+            f"{', '.join(['rollout'] * ('rollout' in placed) + engines)} are packed by rollout's "
+            "tensor-parallel size; no actor->rollout weight-sync map is planned"
+        )
         return MULTI_AGENT if "actor" in placed else EVAL
     if not sized:
         return HYBRID
@@ -260,21 +339,26 @@ def _placement_class(placed: set[str], components: dict[str, ComponentSpec], not
 
 def _require_sections(root: View, placement_view: View, placed: set[str], placement_class: str) -> None:
     """The placements and config sections RLinf's class asserts before anything runs."""
-    needed = {MODEL_PARALLEL: ("actor", "rollout", "reward"), MULTI_AGENT: ("actor", "rollout", "reward"),
-              EVAL: ("rollout", "reward")}[placement_class]
+    needed = {
+        MODEL_PARALLEL: ("actor", "rollout", "reward"),
+        MULTI_AGENT: ("actor", "rollout", "reward"),
+        EVAL: ("rollout", "reward"),
+    }[placement_class]
     missing = [n for n in needed if n not in placed]
     if missing:
         raise placement_view.error(
             f"RLinf's {placement_class} needs a placement for {', '.join(missing)} (it asserts "
-            f"\"{missing[0].capitalize()} GPUs must be specified in the component_placement config\")",
+            f'"{missing[0].capitalize()} GPUs must be specified in the component_placement config")',
             hint=f"place {' and '.join(missing)} too, e.g. `actor,rollout,reward: all` as RLinf's collocated "
-                 "reasoning configs do, or `reward: <its GPUs>`")
+            "reasoning configs do, or `reward: <its GPUs>`",
+        )
     for engine in sorted(n for n in placed if n.startswith("rollout_")):
         if root.get(engine) is None:
             raise placement_view.error(
-                f"multi-agent engine {engine!r} has no `{engine}:` section (RLinf asserts \"component_name "
-                f"{engine} not found in cfg\" when it places the engine)",
-                hint=f"add `{engine}: {{tensor_parallel_size: 1}}` (or the engine's own rollout settings)")
+                f'multi-agent engine {engine!r} has no `{engine}:` section (RLinf asserts "component_name '
+                f'{engine} not found in cfg" when it places the engine)',
+                hint=f"add `{engine}: {{tensor_parallel_size: 1}}` (or the engine's own rollout settings)",
+            )
 
 
 def _check_recompute_logprobs(root: View, placements: Sequence[PlacementEntry]) -> None:
@@ -282,15 +366,26 @@ def _check_recompute_logprobs(root: View, placements: Sequence[PlacementEntry]) 
     flag = algorithm.get("recompute_logprobs") if algorithm is not None and isinstance(algorithm.value, dict) else None
     if flag is not None and flag.deref().value is False:
         where = next((e.location for e in placements if "inference" in e.components), None)
-        raise SpecError("algorithm.recompute_logprobs is false, which disables inference, but inference has GPUs "
-                        "placed", location=where or flag.location(),
-                        hint="remove `inference` from component_placement, or set algorithm.recompute_logprobs: true "
-                             "(RLinf asserts this)")
+        raise SpecError(
+            "algorithm.recompute_logprobs is false, which disables inference, but inference has GPUs placed",
+            location=where or flag.location(),
+            hint="remove `inference` from component_placement, or set algorithm.recompute_logprobs: true "
+            "(RLinf asserts this)",
+        )
 
 
-def _group(label: str, ranks: list[int], facts: SlurmFacts, view: View, hardware: Hardware | None, ignore: bool,
-           node_env: tuple[dict[str, str], ...], interpreter: tuple[str | None, ...],
-           site_gpus: SiteGpus | None, notes: list[str]) -> NodeGroup:
+def _group(
+    label: str,
+    ranks: list[int],
+    facts: SlurmFacts,
+    view: View,
+    hardware: Hardware | None,
+    ignore: bool,
+    node_env: tuple[dict[str, str], ...],
+    interpreter: tuple[str | None, ...],
+    site_gpus: SiteGpus | None,
+    notes: list[str],
+) -> NodeGroup:
     gpus = facts.gpus_per_node
     if gpus is None:
         if hardware is not None or ignore:
@@ -298,31 +393,52 @@ def _group(label: str, ranks: list[int], facts: SlurmFacts, view: View, hardware
         else:
             site = site_gpus(facts.partition, facts.gpu_type) if site_gpus is not None else None
             if site is None or site.count is None:
-                raise view.error(f"GPUs per node of node group {label!r} are unknown"
-                                 + (f" ({site.source})" if site is not None else ""),
-                                 hint=site.fix if site is not None and site.fix else
-                                 f"RLinf discovers them at run time; add `slurm: {{gpus_per_node: 8}}` or "
-                                 f"`slurm: {{node_groups: {{{label}: {{gpus_per_node: 8}}}}}}` "
-                                 "(or --set slurm.gpus_per_node=8)")
+                raise view.error(
+                    f"GPUs per node of node group {label!r} are unknown"
+                    + (f" ({site.source})" if site is not None else ""),
+                    hint=site.fix
+                    if site is not None and site.fix
+                    else f"RLinf discovers them at run time; add `slurm: {{gpus_per_node: 8}}` or "
+                    f"`slurm: {{node_groups: {{{label}: {{gpus_per_node: 8}}}}}}` "
+                    "(or --set slurm.gpus_per_node=8)",
+                )
             gpus = site.count
-            notes.append(f"node group {label!r}: {gpus} GPUs per node, {site.source} (RLinf discovers them at "
-                         "run time; set slurm.gpus_per_node to fix the count)")
+            notes.append(
+                f"node group {label!r}: {gpus} GPUs per node, {site.source} (RLinf discovers them at "
+                "run time; set slurm.gpus_per_node to fix the count)"
+            )
     partition = facts.partition  # None: Slurm's default partition
     if facts.hardware_gres is not None:
         if hardware is None:
-            raise view.error(f"slurm.node_groups.{label}.hardware_gres is set but node group {label!r} declares no "
-                             "hardware", hint="hardware_gres names the Slurm GRES of a group's `hardware.type`")
+            raise view.error(
+                f"slurm.node_groups.{label}.hardware_gres is set but node group {label!r} declares no hardware",
+                hint="hardware_gres names the Slurm GRES of a group's `hardware.type`",
+            )
         hardware = replace(hardware, gres=facts.hardware_gres)
     n = len(ranks)
-    return NodeGroup(label=label, partition=partition, num_nodes=n, node_ranks=tuple(ranks), gpus_per_node=(gpus,) * n,
-                     gpu_type=facts.gpu_type, cpus_per_node=facts.cpus_per_node,
-                     mem_per_node_mb=facts.mem_per_node_mb, constraint=facts.constraint, account=facts.account,
-                     qos=facts.qos, hardware=hardware, ignore_hardware=ignore, location=view.location(),
-                     node_env=node_env, python_interpreter=interpreter)
+    return NodeGroup(
+        label=label,
+        partition=partition,
+        num_nodes=n,
+        node_ranks=tuple(ranks),
+        gpus_per_node=(gpus,) * n,
+        gpu_type=facts.gpu_type,
+        cpus_per_node=facts.cpus_per_node,
+        mem_per_node_mb=facts.mem_per_node_mb,
+        constraint=facts.constraint,
+        account=facts.account,
+        qos=facts.qos,
+        hardware=hardware,
+        ignore_hardware=ignore,
+        location=view.location(),
+        node_env=node_env,
+        python_interpreter=interpreter,
+    )
 
 
-def _rlinf_component_settings(root: View, placed: set[str],
-                              given: dict[str, ComponentSpec]) -> dict[str, ComponentSpec]:
+def _rlinf_component_settings(
+    root: View, placed: set[str], given: dict[str, ComponentSpec]
+) -> dict[str, ComponentSpec]:
     """Read RLinf's own per-component keys: model-parallel sizes and offload switches."""
     out = dict(given)
     for name in placed:
@@ -331,20 +447,37 @@ def _rlinf_component_settings(root: View, placed: set[str],
             continue
         spec = out.get(name, ComponentSpec(name))
         model = section.get("model")
-        tp = _first_int(section, [("tensor_parallel_size",), ("model", "tensor_model_parallel_size")]) \
-            if model is None or isinstance(model.value, dict) else None
-        pp = _first_int(section, [("pipeline_parallel_size",), ("model", "pipeline_model_parallel_size")]) \
-            if model is None or isinstance(model.value, dict) else None
-        offload = any(isinstance(v, bool) and v for k, v in section.mapping().items()
-                      if k == "enable_offload" or str(k).startswith("offload_"))
-        for label, mine, theirs in (("tensor_parallel_size", spec.tensor_parallel_size, tp),
-                                    ("pipeline_parallel_size", spec.pipeline_parallel_size, pp)):
+        tp = (
+            _first_int(section, [("tensor_parallel_size",), ("model", "tensor_model_parallel_size")])
+            if model is None or isinstance(model.value, dict)
+            else None
+        )
+        pp = (
+            _first_int(section, [("pipeline_parallel_size",), ("model", "pipeline_model_parallel_size")])
+            if model is None or isinstance(model.value, dict)
+            else None
+        )
+        offload = any(
+            isinstance(v, bool) and v
+            for k, v in section.mapping().items()
+            if k == "enable_offload" or str(k).startswith("offload_")
+        )
+        for label, mine, theirs in (
+            ("tensor_parallel_size", spec.tensor_parallel_size, tp),
+            ("pipeline_parallel_size", spec.pipeline_parallel_size, pp),
+        ):
             if mine is not None and theirs is not None and mine != theirs:
-                raise SpecError(f"{name}: hpcplace.components.{name}.{label} = {mine} conflicts with RLinf's {theirs}",
-                                location=section.location(), hint="give the value once")
-        out[name] = replace(spec, tensor_parallel_size=spec.tensor_parallel_size or tp,
-                            pipeline_parallel_size=spec.pipeline_parallel_size or pp,
-                            offload=spec.offload or offload)
+                raise SpecError(
+                    f"{name}: hpcplace.components.{name}.{label} = {mine} conflicts with RLinf's {theirs}",
+                    location=section.location(),
+                    hint="give the value once",
+                )
+        out[name] = replace(
+            spec,
+            tensor_parallel_size=spec.tensor_parallel_size or tp,
+            pipeline_parallel_size=spec.pipeline_parallel_size or pp,
+            offload=spec.offload or offload,
+        )
     return out
 
 

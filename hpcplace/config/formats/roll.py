@@ -28,11 +28,11 @@ class _Grammar:
         self.text, self.view, self.pos = text, view, 0
         self.tokens: list[tuple[str, int]] = []
         while self.pos < len(text):
-            if text[self.pos:].strip() == "":
+            if text[self.pos :].strip() == "":
                 break
             m = _TOKEN.match(text, self.pos)
             if not m:
-                start = len(text) - len(text[self.pos:].lstrip())
+                start = len(text) - len(text[self.pos :].lstrip())
                 raise view.error(f"device_mapping: unexpected text {text[start:][:20]!r}", offset=start, hint=_HINT)
             self.tokens.append((m.group(1), m.start(1)))
             self.pos = m.end()
@@ -156,8 +156,8 @@ def _check_near_misses(section: View, keys: tuple[str, ...], where: str) -> None
     for key in section.mapping():
         if str(key) not in keys and (suggestion := did_you_mean(str(key), keys)):
             raise View(section.doc, section.path + (key,), None).key_error(
-                f"unknown key {key!r} in {where}{suggestion}",
-                hint="the keys hpcplace reads here: " + ", ".join(keys))
+                f"unknown key {key!r} in {where}{suggestion}", hint="the keys hpcplace reads here: " + ", ".join(keys)
+            )
 
 
 def _is_env_manager(key: str, section: View) -> bool:
@@ -167,9 +167,11 @@ def _is_env_manager(key: str, section: View) -> bool:
 def env_manager_world_size(section: View) -> int:
     """ROLL's EnvManagerConfig.__post_init__: ceil(num_env_groups * (group_size + redundancy) /
     max_env_num_per_worker); max_env_num_per_worker <= 0 puts every env in one worker."""
+
     def val(key: str, default: int) -> int:
         v = section.get(key)
         return v.int() if v is not None and v.deref().value is not None else default
+
     envs = val("num_env_groups", 128) * (val("group_size", 1) + val("group_size_redundancy", 0))
     per = val("max_env_num_per_worker", 0)
     if per <= 0:
@@ -177,8 +179,9 @@ def env_manager_world_size(section: View) -> int:
     return max(1, (envs + per - 1) // per)
 
 
-def _gpus_per_node(root: View, slurm_view: View | None, gpus_from_slurm: int | None, site: SiteGpuCount | None,
-                   notes: list[str]) -> tuple[int, View]:
+def _gpus_per_node(
+    root: View, slurm_view: View | None, gpus_from_slurm: int | None, site: SiteGpuCount | None, notes: list[str]
+) -> tuple[int, View]:
     """ROLL overwrites num_gpus_per_node with the GPU count it detects on the node, so on Slurm the
     truth is the node's GPU count (`slurm.gpus_per_node`, else what the live cluster reports); the
     config's value is only a fallback."""
@@ -186,22 +189,30 @@ def _gpus_per_node(root: View, slurm_view: View | None, gpus_from_slurm: int | N
     if gpus_from_slurm is None and site is not None and site.count is not None:
         stated = gpn_view.value if gpn_view is not None else None
         if stated != site.count:  # the config's own count, confirmed by the cluster, is no news
-            notes.append(f"{site.count} GPUs per node, {site.source} (ROLL detects them at run time; set "
-                         "slurm.gpus_per_node to fix the count)")
+            notes.append(
+                f"{site.count} GPUs per node, {site.source} (ROLL detects them at run time; set "
+                "slurm.gpus_per_node to fix the count)"
+            )
         gpus_from_slurm = site.count
     if gpus_from_slurm is not None:
-        where = slurm_view.require("gpus_per_node") if slurm_view is not None and slurm_view.get("gpus_per_node") \
-            else root
+        where = (
+            slurm_view.require("gpus_per_node") if slurm_view is not None and slurm_view.get("gpus_per_node") else root
+        )
         if gpn_view is not None and gpn_view.value is not None and gpn_view.int(minimum=1) != gpus_from_slurm:
-            notes.append(f"num_gpus_per_node {gpn_view.value} ({gpn_view.location()}) differs from the nodes' "
-                         f"{gpus_from_slurm} GPUs: ROLL uses the count it detects, so the plan does too")
+            notes.append(
+                f"num_gpus_per_node {gpn_view.value} ({gpn_view.location()}) differs from the nodes' "
+                f"{gpus_from_slurm} GPUs: ROLL uses the count it detects, so the plan does too"
+            )
         return limits.gpus_per_node(gpus_from_slurm, where.location(), "slurm.gpus_per_node"), where
     if gpn_view is None or gpn_view.value is None:
-        raise root.error("the GPUs per node are unknown: ROLL detects them at run time"
-                         + (f" ({site.source})" if site is not None else ""),
-                         hint=site.fix if site is not None and site.fix else
-                         "add `slurm: {gpus_per_node: 8}` (or --set slurm.gpus_per_node=8, or "
-                         "num_gpus_per_node: 8 at the top level)")
+        raise root.error(
+            "the GPUs per node are unknown: ROLL detects them at run time"
+            + (f" ({site.source})" if site is not None else ""),
+            hint=site.fix
+            if site is not None and site.fix
+            else "add `slurm: {gpus_per_node: 8}` (or --set slurm.gpus_per_node=8, or "
+            "num_gpus_per_node: 8 at the top level)",
+        )
     return limits.gpus_per_node(gpn_view.int(minimum=1), gpn_view.location(), "num_gpus_per_node"), gpn_view
 
 
@@ -210,8 +221,7 @@ def parse_roll(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experime
     slurm_view = root.get("slurm")
     facts = slurm_facts(slurm_view)
     notes: list[str] = []
-    site = site_gpus(facts.partition, facts.gpu_type) if site_gpus is not None and facts.gpus_per_node is None \
-        else None
+    site = site_gpus(facts.partition, facts.gpu_type) if site_gpus is not None and facts.gpus_per_node is None else None
     gpn, gpn_view = _gpus_per_node(root, slurm_view, facts.gpus_per_node, site, notes)
     gpu_workers: list[tuple[str, View, list[list[int]], SpanningWorkers | None]] = []
     cpu_workers: list[tuple[str, View, int]] = []
@@ -227,28 +237,36 @@ def parse_roll(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experime
         if (dm is None or dm.value is None) and _is_env_manager(name, wv):
             world = env_manager_world_size(wv)
             if ws_view is not None and ws_view.value is not None and ws_view.value != world:
-                notes.append(f"{name}: world_size {ws_view.value} is replaced by ROLL's computed {world} "
-                             "(num_env_groups * group_size / max_env_num_per_worker)")
+                notes.append(
+                    f"{name}: world_size {ws_view.value} is replaced by ROLL's computed {world} "
+                    "(num_env_groups * group_size / max_env_num_per_worker)"
+                )
             cpu_workers.append((name, wv, limits.processes(world, wv.location(), "env manager world_size")))
             continue
         if dm is None or dm.value is None:
             if ws_view is None:
                 raise wv.error(f"worker {name!r} has neither device_mapping nor world_size")
             if g_view is not None and g_view.value not in (0, None):
-                raise g_view.error(f"CPU-only worker {name!r} (no device_mapping) cannot ask for GPUs",
-                                   hint="set num_gpus_per_worker: 0 or give a device_mapping")
+                raise g_view.error(
+                    f"CPU-only worker {name!r} (no device_mapping) cannot ask for GPUs",
+                    hint="set num_gpus_per_worker: 0 or give a device_mapping",
+                )
             cpu_workers.append((name, wv, limits.processes(ws_view.int(minimum=1), ws_view.location(), "world_size")))
             continue
         ids = parse_device_mapping(dm)
         per = _gpus_per_worker(name, wv, g_view, notes)
         if len(ids) % per:
-            raise dm.error(f"{len(ids)} GPUs are not divisible by num_gpus_per_worker {per}",
-                           hint="ROLL asserts len(device_mapping) % num_gpus_per_worker == 0")
+            raise dm.error(
+                f"{len(ids)} GPUs are not divisible by num_gpus_per_worker {per}",
+                hint="ROLL asserts len(device_mapping) % num_gpus_per_worker == 0",
+            )
         world = len(ids) // per
         if ws_view is not None and ws_view.value is not None and ws_view.int(minimum=1) != world:
-            notes.append(f"{name}: world_size {ws_view.value} is replaced by ROLL's len(device_mapping) // "
-                         f"num_gpus_per_worker = {len(ids)} // {per} = {world}")
-        workers = [ids[i * per:(i + 1) * per] for i in range(world)]
+            notes.append(
+                f"{name}: world_size {ws_view.value} is replaced by ROLL's len(device_mapping) // "
+                f"num_gpus_per_worker = {len(ids)} // {per} = {world}"
+            )
+        workers = [ids[i * per : (i + 1) * per] for i in range(world)]
         spanning = _spanning(name, wv, dm, workers, gpn, per)
         if spanning is None:
             gpu_workers.append((name, dm, workers, None))
@@ -257,39 +275,73 @@ def parse_roll(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experime
     if not gpu_workers and not cpu_workers:
         raise root.error("no ROLL workers found (mappings with device_mapping or world_size)")
     num_nodes = _gpu_nodes(gpu_workers, gpn, slurm_view, notes)
-    groups = [NodeGroup(label="gpu", partition=facts.partition, num_nodes=num_nodes, gpus_per_node=(gpn,) * num_nodes,
-                        gpu_type=facts.gpu_type, cpus_per_node=facts.cpus_per_node,
-                        mem_per_node_mb=facts.mem_per_node_mb, constraint=facts.constraint, account=facts.account,
-                        qos=facts.qos, location=gpn_view.location())]
+    groups = [
+        NodeGroup(
+            label="gpu",
+            partition=facts.partition,
+            num_nodes=num_nodes,
+            gpus_per_node=(gpn,) * num_nodes,
+            gpu_type=facts.gpu_type,
+            cpus_per_node=facts.cpus_per_node,
+            mem_per_node_mb=facts.mem_per_node_mb,
+            constraint=facts.constraint,
+            account=facts.account,
+            qos=facts.qos,
+            location=gpn_view.location(),
+        )
+    ]
     cpu_partition = slurm_view.get("cpu_partition") if slurm_view is not None else None
     cpu_nodes = 0
     if cpu_workers and cpu_partition is not None and slurm_view is not None:
         cpu_nodes_view = slurm_view.get("cpu_nodes")
-        cpu_nodes = limits.nodes(cpu_nodes_view.int(minimum=1), cpu_nodes_view.location(),
-                                 "cpu_nodes") if cpu_nodes_view is not None else 1
-        groups.append(NodeGroup(label="cpu", partition=cpu_partition.str(), num_nodes=cpu_nodes,
-                                gpus_per_node=(0,) * cpu_nodes, location=cpu_partition.location()))
+        cpu_nodes = (
+            limits.nodes(cpu_nodes_view.int(minimum=1), cpu_nodes_view.location(), "cpu_nodes")
+            if cpu_nodes_view is not None
+            else 1
+        )
+        groups.append(
+            NodeGroup(
+                label="cpu",
+                partition=cpu_partition.str(),
+                num_nodes=cpu_nodes,
+                gpus_per_node=(0,) * cpu_nodes,
+                location=cpu_partition.location(),
+            )
+        )
     cluster = build_cluster(tuple(groups), root)
-    entries = [PlacementEntry((name, ), ("gpu",), None, tuple(tuple(x) for x in lists), dm.location(),
-                              spanning=spanning)
-               for name, dm, lists, spanning in gpu_workers]
+    entries = [
+        PlacementEntry((name,), ("gpu",), None, tuple(tuple(x) for x in lists), dm.location(), spanning=spanning)
+        for name, dm, lists, spanning in gpu_workers
+    ]
     for name, wv, world in cpu_workers:
         if cpu_nodes:
             spread = world % cpu_nodes == 0
             text = f"0-{cpu_nodes - 1}:0-{world - 1}" if spread else f"0:0-{world - 1}"
             entries.append(PlacementEntry((name,), ("cpu",), text, None, wv.location()))
         else:  # ROLL's allocate_placement_group: CPU worker rank r on GPU node r % nodes
-            entries.append(PlacementEntry((name,), ("node",), None, tuple((r % num_nodes,) for r in range(world)),
-                                          wv.location()))
+            entries.append(
+                PlacementEntry((name,), ("node",), None, tuple((r % num_nodes,) for r in range(world)), wv.location())
+            )
     placed = {n for e in entries for n in e.components}
     name, components = hpcplace_block(root, placed, doc.path)
-    return ExperimentSpec(name, cluster, tuple(entries), components, doc.path, "roll",
-                          slurm_job_options(slurm_view, frozenset({"nodes"})),
-                          notes=tuple(notes))
+    return ExperimentSpec(
+        name,
+        cluster,
+        tuple(entries),
+        components,
+        doc.path,
+        "roll",
+        slurm_job_options(slurm_view, frozenset({"nodes"})),
+        notes=tuple(notes),
+    )
 
 
-def _gpu_nodes(gpu_workers: list[tuple[str, View, list[list[int]], SpanningWorkers | None]], gpn: int,
-               slurm_view: View | None, notes: list[str]) -> int:
+def _gpu_nodes(
+    gpu_workers: list[tuple[str, View, list[list[int]], SpanningWorkers | None]],
+    gpn: int,
+    slurm_view: View | None,
+    notes: list[str],
+) -> int:
     """The GPU nodes: as ROLL, enough for the highest GPU id of any device_mapping (GPU g is on node
     g // gpus_per_node). `slurm.nodes` pins the count: a mapping that needs more is refused (fewer
     leaves nodes idle, which the plan warns about). Unpinned, a mapping that alone adds nodes is
@@ -303,24 +355,29 @@ def _gpu_nodes(gpu_workers: list[tuple[str, View, list[list[int]], SpanningWorke
         if widest is not None and num_nodes > nodes:
             name, dm, lists, _ = widest
             top = max(g for lst in lists for g in lst)
-            raise dm.error(f"worker {name!r}: device_mapping reaches GPU {top}, which needs {num_nodes} nodes of "
-                           f"{gpn} GPUs, but slurm.nodes ({pinned.location()}) pins the job to {nodes}",
-                           hint=f"with {nodes} nodes the GPU ids are 0-{nodes * gpn - 1}: narrow the mapping "
-                                f"(e.g. list(range(0,{nodes * gpn}))), or raise slurm.nodes")
+            raise dm.error(
+                f"worker {name!r}: device_mapping reaches GPU {top}, which needs {num_nodes} nodes of "
+                f"{gpn} GPUs, but slurm.nodes ({pinned.location()}) pins the job to {nodes}",
+                hint=f"with {nodes} nodes the GPU ids are 0-{nodes * gpn - 1}: narrow the mapping "
+                f"(e.g. list(range(0,{nodes * gpn}))), or raise slurm.nodes",
+            )
         return nodes
     others = [n for w, n in need.items() if widest is None or w != widest[0]]
     if widest is not None and others and num_nodes > max(others):
         name, dm, lists, _ = widest
         top = max(g for lst in lists for g in lst)
-        notes.append(f"worker {name!r}: device_mapping ({dm.location()}) reaches GPU {top}, so the job takes "
-                     f"{num_nodes} nodes of {gpn} GPUs where the other workers need {max(others)}; if that is "
-                     f"wider than intended, fix the mapping, or pin the node count with slurm.nodes: "
-                     f"{max(others)} (a mapping that needs more is then refused)")
+        notes.append(
+            f"worker {name!r}: device_mapping ({dm.location()}) reaches GPU {top}, so the job takes "
+            f"{num_nodes} nodes of {gpn} GPUs where the other workers need {max(others)}; if that is "
+            f"wider than intended, fix the mapping, or pin the node count with slurm.nodes: "
+            f"{max(others)} (a mapping that needs more is then refused)"
+        )
     return num_nodes
 
 
-def _spanning(name: str, worker: View, dm: View, workers: list[list[int]], gpn: int,
-              per: int) -> tuple[list[list[int]], SpanningWorkers] | None:
+def _spanning(
+    name: str, worker: View, dm: View, workers: list[list[int]], gpn: int, per: int
+) -> tuple[list[list[int]], SpanningWorkers] | None:
     """Workers whose GPUs lie on several nodes, as ROLL places them: ResourceManager maps GPU g to
     node g // gpn (one placement group per node), the worker actor runs on the node of its first GPU
     seeing its GPUs there (sorted), and vLLM starts one Ray worker per GPU on that GPU's node. Here
@@ -331,11 +388,13 @@ def _spanning(name: str, worker: View, dm: View, workers: list[list[int]], gpn: 
     strategy = _strategy_name(worker)
     if strategy not in ("vllm", "sglang"):
         wide = next(w for w in workers if min(w) // gpn != max(w) // gpn)
-        raise dm.error(f"worker {name!r} would span nodes {sorted({g // gpn for g in wide})} with GPUs {wide} "
-                       f"({gpn} per node), but strategy {strategy or '(none given)'} runs a worker as one "
-                       "process on one node; ROLL spreads only vLLM and SGLang workers over nodes",
-                       hint=f"align each worker's {per} GPUs to one node (device_mapping starting at a multiple "
-                            f"of {per}), or use strategy vllm")
+        raise dm.error(
+            f"worker {name!r} would span nodes {sorted({g // gpn for g in wide})} with GPUs {wide} "
+            f"({gpn} per node), but strategy {strategy or '(none given)'} runs a worker as one "
+            "process on one node; ROLL spreads only vLLM and SGLang workers over nodes",
+            hint=f"align each worker's {per} GPUs to one node (device_mapping starting at a multiple "
+            f"of {per}), or use strategy vllm",
+        )
     lists: list[list[int]] = []
     spans: list[tuple[int, ...]] = []
     for w, gpus in enumerate(workers):
@@ -357,11 +416,13 @@ def _check_sglang_nodes(name: str, dm: View, w: int, gpus: list[int], gpn: int, 
     nodes = per // gpn if per % gpn == 0 else None
     want = list(range(w * per, (w + 1) * per)) if nodes else None
     if want is None or sorted(gpus) != want:
-        raise dm.error(f"SGLang worker {w} of {name!r} holds GPUs {gpus}: ROLL's SGLang strategy runs a "
-                       f"multi-node worker on whole nodes, worker w on ROLL nodes w*n..w*n+n-1 "
-                       f"(n = num_gpus_per_worker / {gpn} GPUs per node)",
-                       hint=f"make num_gpus_per_worker a multiple of {gpn} and device_mapping "
-                            f"list(range(0, k*num_gpus_per_worker)), or use strategy vllm")
+        raise dm.error(
+            f"SGLang worker {w} of {name!r} holds GPUs {gpus}: ROLL's SGLang strategy runs a "
+            f"multi-node worker on whole nodes, worker w on ROLL nodes w*n..w*n+n-1 "
+            f"(n = num_gpus_per_worker / {gpn} GPUs per node)",
+            hint=f"make num_gpus_per_worker a multiple of {gpn} and device_mapping "
+            f"list(range(0, k*num_gpus_per_worker)), or use strategy vllm",
+        )
 
 
 def _gpus_per_worker(name: str, worker: View, given_view: View | None, notes: list[str]) -> int:
@@ -376,9 +437,14 @@ def _gpus_per_worker(name: str, worker: View, given_view: View | None, notes: li
     elif strategy is not None and strategy not in ("hf_infer", "vllm", "sglang") and per > 1:
         per = 1
     if given_view is not None and given is not None and given != per:
-        notes.append(f"{name}: num_gpus_per_worker {given} ({given_view.location()}) is replaced by ROLL's {per} "
-                     + ("(vLLM tensor_parallel_size * pipeline_parallel_size)" if tp_pp is not None
-                        else f"(strategy {strategy} runs one GPU per worker)"))
+        notes.append(
+            f"{name}: num_gpus_per_worker {given} ({given_view.location()}) is replaced by ROLL's {per} "
+            + (
+                "(vLLM tensor_parallel_size * pipeline_parallel_size)"
+                if tp_pp is not None
+                else f"(strategy {strategy} runs one GPU per worker)"
+            )
+        )
     return per
 
 

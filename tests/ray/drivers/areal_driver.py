@@ -40,17 +40,20 @@ def main(argv: list[str] | None = None) -> int:
         ray.init()  # exactly what areal.infra.launcher.ray.main() does
         report["attach_s"] = round(time.monotonic() - t0, 3)
         report["gcs_address"] = ray.get_runtime_context().gcs_address
-        report["ray_nodes"] = {
-            n["NodeID"]: n["NodeManagerHostname"] for n in ray.nodes() if n["Alive"]
-        }
+        report["ray_nodes"] = {n["NodeID"]: n["NodeManagerHostname"] for n in ray.nodes() if n["Alive"]}
         report["stages"].append("attached")
-        launcher = RayLauncher(experiment_name="hpcplace-probe", trial_name="t0",
-                               fileroot=str(out.parent))
+        launcher = RayLauncher(experiment_name="hpcplace-probe", trial_name="t0", fileroot=str(out.parent))
         count = args.nodes * args.gpus_per_node
         futures = launcher.submit_array(
-            job_name="probe", file_path=TASK_FILE, func_name="where", count=count,
-            nodes=args.nodes, list_args=[[i] for i in range(count)], gpus_per_task=1,
-            cpus_per_task=1, mem_per_task=64,
+            job_name="probe",
+            file_path=TASK_FILE,
+            func_name="where",
+            count=count,
+            nodes=args.nodes,
+            list_args=[[i] for i in range(count)],
+            gpus_per_task=1,
+            cpus_per_task=1,
+            mem_per_task=64,
         )
         report["stages"].append("placement group ready")
         report["tasks"] = ray.get(futures, timeout=120)

@@ -126,9 +126,7 @@ def run(config_path: str, config_name: str, out: Path, launch_workers: bool) -> 
                 )
                 report["workers"][name] = group.where().wait()
             _stage(report, "worker groups launched")
-        report["ray_node_hosts"] = {
-            n["NodeID"]: n["NodeManagerHostname"] for n in ray.nodes() if n["Alive"]
-        }
+        report["ray_node_hosts"] = {n["NodeID"]: n["NodeManagerHostname"] for n in ray.nodes() if n["Alive"]}
         status = 0
     except BaseException as exc:  # noqa: BLE001 - the report says where RLinf stopped
         report["error"] = f"{type(exc).__name__}: {exc}"

@@ -29,7 +29,9 @@ from pathlib import Path
 
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else Path(os.environ.get("HPCPLACE_RUN_DIR", ".")) / "roll-report.json")
-    report: dict = {"env": {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "RAY_ADDRESS")}}
+    report: dict = {
+        "env": {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "RAY_ADDRESS")}
+    }
     ray_cli = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
     t0 = time.monotonic()
     status = subprocess.run([ray_cli, "status"], capture_output=True, text=True, timeout=120)

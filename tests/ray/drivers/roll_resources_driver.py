@@ -33,16 +33,25 @@ def main() -> int:
 
     @ray.remote
     def probe() -> dict:
-        return {"node_rank": int(os.environ.get("NODE_RANK", "0")), "host": socket.gethostname(),
-                "visible": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+        return {
+            "node_rank": int(os.environ.get("NODE_RANK", "0")),
+            "host": socket.gethostname(),
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        }
 
-    nodes = sorted((n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) >= gpn_i),
-                   key=lambda n: n["Resources"]["CPU"])
+    nodes = sorted(
+        (n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) >= gpn_i),
+        key=lambda n: n["Resources"]["CPU"],
+    )
     need = (max(ids) + gpn_i) // gpn_i
     groups = [placement_group([{"GPU": gpn_i, "CPU": max(int(n["Resources"]["CPU"]) / 2, 1)}]) for n in nodes[:need]]
     ray.get([g.ready() for g in groups], timeout=120)
-    probes = ray.get([probe.options(num_gpus=gpn_i, scheduling_strategy=PlacementGroupSchedulingStrategy(g)).remote()
-                      for g in groups])
+    probes = ray.get(
+        [
+            probe.options(num_gpus=gpn_i, scheduling_strategy=PlacementGroupSchedulingStrategy(g)).remote()
+            for g in groups
+        ]
+    )
     ranks = [p["node_rank"] for p in probes]
     if ranks.count(0) > 1:
         ranks = list(range(len(groups)))
@@ -50,20 +59,29 @@ def main() -> int:
 
     def on(g: int, visible: str) -> str:
         strategy = PlacementGroupSchedulingStrategy(node2pg[g // gpn_i])
-        task = probe.options(num_gpus=0.01, scheduling_strategy=strategy,
-                             runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": visible,
-                                                       "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}})
+        task = probe.options(
+            num_gpus=0.01,
+            scheduling_strategy=strategy,
+            runtime_env={
+                "env_vars": {"CUDA_VISIBLE_DEVICES": visible, "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}
+            },
+        )
         return task.remote()
 
     workers = []
     for w in range(len(ids) // per_i):
-        gpus = ids[w * per_i:(w + 1) * per_i]
+        gpus = ids[w * per_i : (w + 1) * per_i]
         actor_gpus = sorted(g % gpn_i for g in gpus if g // gpn_i == gpus[0] // gpn_i)
         actor = ray.get(on(gpus[0], ",".join(map(str, actor_gpus))))
         per_gpu = ray.get([on(g, str(g % gpn_i)) for g in gpus])
-        workers.append({"actor_host": actor["host"], "actor_visible": actor["visible"],
-                        "gpu_hosts": {str(g): p["host"] for g, p in zip(gpus, per_gpu)},
-                        "gpu_visible": {str(g): p["visible"] for g, p in zip(gpus, per_gpu)}})
+        workers.append(
+            {
+                "actor_host": actor["host"],
+                "actor_visible": actor["visible"],
+                "gpu_hosts": {str(g): p["host"] for g, p in zip(gpus, per_gpu)},
+                "gpu_visible": {str(g): p["visible"] for g, p in zip(gpus, per_gpu)},
+            }
+        )
     report = {"node_groups": [{"node_rank": r, **p} for r, p in zip(ranks, probes)], "workers": workers}
     with open(out, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
