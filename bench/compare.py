@@ -51,6 +51,7 @@ BENCH = ROOT / "bench"
 sys.path.insert(0, str(BENCH))
 
 from bench_planner import big_spec_yaml, uniform_spec_yaml  # noqa: E402
+from shim_specs import BIG, BIG_TASK, SMALL, SMALL_TASK  # noqa: E402
 
 SKIPPED = {
     "bench_preflight.py": "needs the Slurm test cluster (sudo, scripts/slurm-cluster)",
@@ -268,59 +269,6 @@ def run_scripts(scripts: list[Script], sides: tuple[Side, Side], repeat: int, cw
             print(f"| {key[0][:70]} | {key[1][:40]} | {a:g} | {b:g} | {ratio(b, a)} |")
 
 
-SHIM_SMALL = """
-name: bench-small
-cluster:
-  node_groups:
-    - {label: a800, partition: a800, nodes: 2, gpus_per_node: 8, gpu_type: a800}
-    - {label: rtx4090, partition: rtx4090, nodes: 1, gpus_per_node: 4, gpu_type: rtx4090}
-    - {label: cpu, partition: cpu, nodes: 1}
-  component_placement:
-    actor,rollout: {node_group: a800, placement: "0-15:0-3"}
-    inference: {node_group: rtx4090, placement: "0-3"}
-    agent: {node_group: cpu, placement: "0:0-7"}
-components:
-  actor: {command: ["true"]}
-  rollout: {command: ["true"]}
-  inference: {command: ["true"]}
-  agent: {command: ["true"]}
-"""
-SHIM_BIG = """
-name: bench-big
-cluster:
-  node_groups:
-    - {label: gpu, partition: gpu, nodes: 8192, gpus_per_node: 8, gpu_type: h100}
-  component_placement:
-    actor: all
-components:
-  actor: {command: ["true"]}
-"""
-SMALL_TASK = {  # actor rank 3 on a800-2 (bench_shim's task)
-    "SLURM_JOB_ID": "120",
-    "SLURM_HET_SIZE": "3",
-    "SLURM_JOB_ID_HET_GROUP_0": "120",
-    "SLURM_JOB_NODELIST_HET_GROUP_0": "a800-[1-2]",
-    "SLURM_JOB_NODELIST_HET_GROUP_1": "rtx4090-1",
-    "SLURM_JOB_NODELIST_HET_GROUP_2": "cpu-1",
-    "SLURMD_NODENAME": "a800-2",
-    "SLURM_PROCID": "3",
-    "SLURM_LOCALID": "1",
-    "SLURM_NODEID": "1",
-    "SLURM_STEP_NUM_TASKS": "4",
-    "CUDA_VISIBLE_DEVICES": "4,5,6,7",
-    "SLURM_JOB_GPUS": "0,1",
-}
-BIG_TASK = {  # the last process of the big plan
-    "SLURM_JOB_ID": "121",
-    "SLURM_JOB_NODELIST": "gpu[0001-8192]",
-    "SLURMD_NODENAME": "gpu8192",
-    "SLURM_PROCID": "65535",
-    "SLURM_LOCALID": "7",
-    "SLURM_STEP_NUM_TASKS": "65536",
-    "CUDA_VISIBLE_DEVICES": "7",
-}
-
-
 def cli(side: Side, *args: str) -> list[str]:
     del side  # the side is its PYTHONPATH
     return [sys.executable, "-m", "hpcplace.cli", *args]
@@ -372,7 +320,7 @@ def build_cases(work: Path, sides: tuple[Side, Side], sizes: list[int], only: li
             )
     biggest = work / f"uniform-{max(sizes)}.yaml"
     cases.append(Case(f"plan (summary), uniform {max(sizes)} nodes", command("plan", str(biggest))))
-    for label, text, task in (("small plan", SHIM_SMALL, SMALL_TASK), ("65,536 processes", SHIM_BIG, BIG_TASK)):
+    for label, text, task in (("small plan", SMALL, SMALL_TASK), ("65,536 processes", BIG, BIG_TASK)):
         config = work / f"shim-{task['SLURM_JOB_ID']}.yaml"
         config.write_text(text)
         for side in sides:  # each side's own plan.json and index

@@ -17,7 +17,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -429,37 +429,48 @@ def job_status(job_id: str, *, timeout: float = slurm_cli.DEFAULT_TIMEOUT_S) -> 
     steps sacct knows."""
     rows = slurm_cli.show_job(job_id, timeout=timeout)
     acct = slurm_cli.sacct(job_id, steps=True, timeout=timeout)
-    steps = tuple(
+    if not rows:
+        return status_from_accounting(job_id, acct or [])
+    steps = accounted_steps(acct or [])
+    records = sorted((slurm_cli.parse_job_record(r) for r in rows), key=lambda r: r.het_offset)
+    comps = tuple(
+        ComponentState(r.het_offset, r.job_id, r.partition, r.state, r.nodes, r.reason, r.exit_code, r.run_time)
+        for r in records
+    )
+    lead = records[0]
+    return JobStatus(job_id, comps, steps, "scontrol", lead.work_dir, lead.submit_time, lead.std_out, lead.command)
+
+
+def accounted_steps(acct: Sequence[Mapping[str, str]]) -> tuple[StepState, ...]:
+    """The job's steps in sacct's rows (`ID+k.s`), without the batch and extern steps."""
+    return tuple(
         StepState(r["JobID"], r["JobName"], r["State"], r["ExitCode"], r["NodeList"])
-        for r in acct or ()
+        for r in acct
         if "." in r["JobID"] and not r["JobID"].endswith((".batch", ".extern"))
     )
-    if rows:
-        records = sorted((slurm_cli.parse_job_record(r) for r in rows), key=lambda r: r.het_offset)
-        comps = tuple(
-            ComponentState(r.het_offset, r.job_id, r.partition, r.state, r.nodes, r.reason, r.exit_code, r.run_time)
-            for r in records
+
+
+def status_from_accounting(job_id: str, acct: Sequence[Mapping[str, str]]) -> JobStatus:
+    """A job the controller has forgotten, from sacct's rows (`slurm_cli.SACCT_JOB_FIELDS`): one component
+    per `ID+k` row (`ID` alone: not a het job), its steps; source "none" when accounting has no row."""
+    comps = tuple(
+        ComponentState(
+            int(r["JobID"].split("+")[1]) if "+" in r["JobID"] else 0,
+            r["JobID"],
+            r["Partition"],
+            r["State"],
+            r["NodeList"],
+            "",
+            r["ExitCode"],
+            r["Elapsed"],
         )
-        lead = records[0]
-        return JobStatus(job_id, comps, steps, "scontrol", lead.work_dir, lead.submit_time, lead.std_out, lead.command)
-    if acct:
-        comps = tuple(
-            ComponentState(
-                int(r["JobID"].split("+")[1]) if "+" in r["JobID"] else 0,
-                r["JobID"],
-                r["Partition"],
-                r["State"],
-                r["NodeList"],
-                "",
-                r["ExitCode"],
-                r["Elapsed"],
-            )
-            for r in acct
-            if "." not in r["JobID"]
-        )
-        acct_lead = next((r for r in acct if "." not in r["JobID"]), {})
-        return JobStatus(job_id, comps, steps, "sacct", acct_lead.get("WorkDir", ""), acct_lead.get("Submit", ""))
-    return JobStatus(job_id, (), (), "none")
+        for r in acct
+        if "." not in r["JobID"]
+    )
+    if not acct:
+        return JobStatus(job_id, (), (), "none")
+    lead = next((r for r in acct if "." not in r["JobID"]), {})
+    return JobStatus(job_id, comps, accounted_steps(acct), "sacct", lead.get("WorkDir", ""), lead.get("Submit", ""))
 
 
 def shown_exit(printed: str, source: str, version: slurm_cli.SlurmVersion | None) -> str:

@@ -269,27 +269,7 @@ def test_nodes_and_partitions_of_each_version_give_cluster_facts(version: str) -
 def _steps_status(version: str) -> submit.JobStatus:
     sample = _sample(version, "sacct-exit-codes.txt")
     assert sample is not None
-    rows = slurm_cli.parse_parsable(sample, slurm_cli.SACCT_JOB_FIELDS)
-    comps = tuple(
-        submit.ComponentState(
-            int(r["JobID"].split("+")[1]),
-            r["JobID"],
-            r["Partition"],
-            r["State"],
-            r["NodeList"],
-            "",
-            r["ExitCode"],
-            r["Elapsed"],
-        )
-        for r in rows
-        if "." not in r["JobID"]
-    )
-    steps = tuple(
-        submit.StepState(r["JobID"], r["JobName"], r["State"], r["ExitCode"], r["NodeList"])
-        for r in rows
-        if "." in r["JobID"] and not r["JobID"].endswith(".batch")
-    )
-    return submit.JobStatus("12", comps, steps, "sacct")
+    return submit.status_from_accounting("12", slurm_cli.parse_parsable(sample, slurm_cli.SACCT_JOB_FIELDS))
 
 
 def test_status_shows_what_sacct_printed_and_what_it_means_on_each_version() -> None:
