@@ -438,6 +438,15 @@ phase "config written"
 # (a tmpfs staged at $DIR/mnt/<node>, filled, then moved onto /tmp).
 # A newer release's node: its root filesystem becomes the node's / (kernel interfaces bound in, the shared
 # paths bound at their own paths, its own munged on a private /run/munge), then slurmd starts in it.
+# The kernel's interfaces and the node names, bound into a release's root filesystem ($root) before a
+# chroot into it: by node_boot (each node) and root_boot (slurmctld, slurmdbd).
+# shellcheck disable=SC2016  # expanded by the inner bash
+root_binds='
+mount --rbind /proc "$root/proc"
+mount --rbind /sys "$root/sys"
+mount --rbind /dev "$root/dev"
+mount --bind /etc/hosts "$root/etc/hosts"
+'
 # shellcheck disable=SC2016  # $1, $2... are expanded by the inner bash
 node_boot='
 set -e
@@ -445,10 +454,7 @@ node=$1 stage=$2/mnt/$1 shm_size=$3 tmp_size=$4 root=$5
 shift 5
 hostname "$node"
 if [ -n "$root" ]; then
-    mount --rbind /proc "$root/proc"
-    mount --rbind /sys "$root/sys"
-    mount --rbind /dev "$root/dev"
-    mount --bind /etc/hosts "$root/etc/hosts"
+'"$root_binds"'
     mkdir -p "$root/run/munge"
     mount -t tmpfs -o size=16m,mode=0755 "hpcp-munge-$node" "$root/run/munge"
 fi
@@ -497,10 +503,7 @@ root_boot='
 set -e
 root=$1 dir=$2
 shift 2
-mount --rbind /proc "$root/proc"
-mount --rbind /sys "$root/sys"
-mount --rbind /dev "$root/dev"
-mount --bind /etc/hosts "$root/etc/hosts"
+'"$root_binds"'
 mkdir -p "$root/run/munge" "$root$dir"
 mount --bind /run/munge "$root/run/munge"
 mount --bind "$dir" "$root$dir"

@@ -4,6 +4,7 @@ the `hpcplace` command line as a user types it (every real-cluster submission go
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import re
 import subprocess
@@ -308,17 +309,24 @@ def _hold_cluster_lock() -> None:
         _cluster_lock_fd = fd
 
 
+@functools.cache
+def _install() -> None:
+    """install.sh for the release, once per test process (it is idempotent, but a subprocess and a dpkg
+    query per package each time)."""
+    install = subprocess.run(
+        [str(CLUSTER_SCRIPTS / "install.sh"), "--slurm", SLURM_RELEASE], capture_output=True, text=True, check=False
+    )
+    if install.returncode != 0:
+        _unavailable(f"cannot install Slurm ({SLURM_RELEASE}): {install.stderr.strip()[-500:]}")
+
+
 def ensure_cluster(mode: str) -> LiveCluster:
     """The cluster up in ConstrainDevices=`mode` (boots or re-boots it as needed)."""
     if os.geteuid() != 0:
         _unavailable("the Slurm test cluster needs root (scripts/slurm-cluster/up.sh)")
     if not (CLUSTER_SCRIPTS / "up.sh").exists():
         _unavailable("scripts/slurm-cluster/up.sh is missing")
-    install = subprocess.run(
-        [str(CLUSTER_SCRIPTS / "install.sh"), "--slurm", SLURM_RELEASE], capture_output=True, text=True, check=False
-    )
-    if install.returncode != 0:
-        _unavailable(f"cannot install Slurm ({SLURM_RELEASE}): {install.stderr.strip()[-500:]}")
+    _install()
     _hold_cluster_lock()
     owner = CLUSTER_OWNER.read_text() if CLUSTER_OWNER.exists() else ""
     status = _status()
