@@ -147,6 +147,7 @@ def node_main(argv: Sequence[str]) -> int:
         launch = header.get("launch") or {}
         env = dict(os.environ)  # the step's own GPU variables: Slurm set them for this step (the node's GPUs)
         env.update(launch.get("env") or {})
+        env.update((header["node_groups"][where[0]].get("container") or {}).get("env") or {})
         env["RLINF_NODE_RANK"] = str(rank)
         env.update(framework_node_env(header.get("source", {}).get("format"), rank))
         env.update({"HPCPLACE_PLAN": plan_path, "HPCPLACE_RUN_DIR": run_dir, "HPCPLACE_NODE_RANK": str(rank)})

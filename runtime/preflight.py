@@ -11,7 +11,10 @@ script turns into a line naming the node). On its node it checks, against the pl
 - for GPU nodes, the driver supports torch's CUDA build, and torch_memory_saver's hook loads where a
   component offloads (runtime/gpu_checks.py, run in a child process: NVML or CUDA may hang);
 - /dev/shm is writable with `slurm.shm_per_node` free (when the plan gives that figure);
-- in the Ray mode, `import ray` works in the raylet's interpreter.
+- in the Ray mode, `import ray` works in the raylet's interpreter;
+- in a node group's container image (it runs inside it, with the image's Python): /dev/shm is the
+  node's where components share devices on the node (the job's node-local directory, which the guard
+  task made on the host, is there), and the node's InfiniBand devices are inside when it has any.
 
 It prints `hpcplace-preflight: <node>: ok: ...` or one `hpcplace-preflight: <node>: FAILED: <cause>`
 line per problem and exits 1 on any. The checks are pure functions of facts (tested on their own);
@@ -124,6 +127,28 @@ def shm_problems(path: str, write_error: str | None, free_bytes: int | None, nee
             "memory for /dev/shm"
         ]
     return []
+
+
+def container_problems(container: str, shm_shared: bool | None, infiniband: tuple[bool, bool]) -> list[str]:
+    """Inside `container` (its description): `shm_shared` whether the job's node-local directory, made on
+    the host's /dev/shm, is seen here (None: not needed on this node); `infiniband`: (the node has
+    InfiniBand adapters, /dev/infiniband is here)."""
+    problems = []
+    if shm_shared is False:
+        problems.append(
+            f"/dev/shm in the {container} is not the node's (the job's node-local directory, made on the node's "
+            "/dev/shm, is missing inside): components sharing this node's GPUs run in separate containers and "
+            "hand weights over through /dev/shm; bind the node's /dev/shm into the image (no --contain / "
+            "private /dev/shm tmpfs; for an OCI bundle a bind mount of /dev/shm in config.json)"
+        )
+    has_adapters, has_devices = infiniband
+    if has_adapters and not has_devices:
+        problems.append(
+            f"the node has InfiniBand adapters (/sys/class/infiniband) but the {container} has no /dev/infiniband: "
+            "NCCL would silently fall back to TCP sockets (several times slower collectives); bind /dev/infiniband "
+            "into the image (container.mounts) or drop the runtime flag that hides /dev"
+        )
+    return problems
 
 
 def human(n: int) -> str:
@@ -295,6 +320,30 @@ def shm_facts(path: str = SHM) -> tuple[str | None, int | None]:
     return error, free
 
 
+def shm_shared_fact(job_id: str, node: str, wait_s: float = 15.0) -> bool:
+    """Whether this node's directory of the job (made by the guard task on the host's /dev/shm, started
+    just before the preflight) shows up in this /dev/shm within `wait_s`."""
+    import time
+
+    from hpcplace.runtime.shm_dir import job_dir_path, node_dir_path
+
+    path = node_dir_path(job_dir_path(job_id), node)
+    deadline = time.monotonic() + wait_s
+    while not os.path.isdir(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def infiniband_fact(sys_dir: str = "/sys/class/infiniband", dev_dir: str = "/dev/infiniband") -> tuple[bool, bool]:
+    try:
+        adapters = bool(os.listdir(sys_dir))
+    except OSError:
+        adapters = False
+    return adapters, os.path.isdir(dev_dir)
+
+
 def run_child(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int | None, str]:
     """(exit code, output) of a child; (None, output) when it ran past `timeout` (then killed)."""
     import subprocess
@@ -366,6 +415,8 @@ class NodePlan(Frozen):
     ray_python: str | None  # Ray mode: the raylet's interpreter
     shm_needed: int | None  # bytes
     ray_dashboard: bool = False  # the head runs Ray's dashboard (launch.dashboard): ray[default]'s packages
+    container: str | None = None  # "apptainer image /x.sif": this node group runs in it (so does this check)
+    shares_devices: bool = False  # components of a collocation group share devices on this node
 
 
 def node_plan(index: PlanIndex, g: int, j: int, node: str, environ: Mapping[str, str]) -> NodePlan:
@@ -432,6 +483,11 @@ def node_plan(index: PlanIndex, g: int, j: int, node: str, environ: Mapping[str,
     mb = (header.get("slurm") or {}).get("shm_per_node")
     shm = int(str(mb)) * 1024 * 1024 if str(mb or "").isdigit() else None
     where = f"{node} (node group {group['label']}, het group {g} node {j})"
+    container = group.get("container")
+    from hpcplace.runtime.ray_node import group_node_ranks
+
+    rank = group_node_ranks(group)[j]
+    shares = any(d.get("node") == rank for c in header.get("collocation_groups") or () for d in c.get("devices") or ())
     return NodePlan(
         where=where,
         expected_gpus=expected,
@@ -441,16 +497,24 @@ def node_plan(index: PlanIndex, g: int, j: int, node: str, environ: Mapping[str,
         ray_python=ray_python,
         shm_needed=shm,
         ray_dashboard=dashboard,
+        container=f"{container['runtime']} image {container['image']}" if container else None,
+        shares_devices=shares,
     )
 
 
-def check_node(plan: NodePlan, node: str, environ: Mapping[str, str], timeout: float) -> tuple[list[str], list[str]]:
+def check_node(
+    plan: NodePlan, node: str, environ: Mapping[str, str], timeout: float, job_id: str | None = None
+) -> tuple[list[str], list[str]]:
     """(problems, notes) for this node: the pure checks on gathered facts, plus the child checks (run
-    from the programs' working directory)."""
+    from the programs' working directory). `job_id`: the job's (its het leader's) id."""
     import threading
 
     problems: list[str] = []
     notes: list[str] = []
+    if plan.container:
+        shared = shm_shared_fact(job_id, node) if plan.shares_devices and job_id else None
+        problems += container_problems(plan.container, shared, infiniband_fact())
+        notes.append(f"in {plan.container} (Python {sys.version.split()[0]})")
     gpu = gpu_facts(node, environ)
     problems += gpu_problems(gpu, plan.expected_gpus, plan.used_gpus, plan.where)
     if plan.expected_gpus:
@@ -610,7 +674,7 @@ def main(argv: Sequence[str]) -> int:
         with PlanIndex(plan_path) as index:
             g, j = locate_node(snapshot, range(len(index.plan["node_groups"])))
             plan = node_plan(index, g, j, node, os.environ)
-        problems, notes = check_node(plan, node, os.environ, timeout)
+        problems, notes = check_node(plan, node, os.environ, timeout, snapshot.job_id)
         problems += [p for p in [workdir_problem] if p]
     except ShimError as exc:
         problems, notes = [exc.message + (f" ({exc.hint})" if exc.hint else "")], []

@@ -130,13 +130,15 @@ def compute_process_env(
 def plan_environment(
     plan: Mapping[str, Any], component: Mapping[str, Any], process: Mapping[str, Any]
 ) -> dict[str, str]:
-    """The user's env from plan.json: the node group's, then its node's (RLinf env_configs), then the
-    component's (component wins), RLinf's order: node env_configs before the worker's own env."""
+    """The user's env from plan.json: the node group's, its container's (`container.env`), then its node's
+    (RLinf env_configs), then the component's (component wins), RLinf's order: node env_configs before the
+    worker's own env. Set by the shim, inside the container: an image's own ENV never overrides them."""
     env: dict[str, str] = {}
     groups = plan.get("node_groups") or []
     g = process["het_group"]
     if isinstance(groups, list) and isinstance(g, int) and 0 <= g < len(groups):
         env.update(groups[g].get("env") or {})
+        env.update((groups[g].get("container") or {}).get("env") or {})
         per_node = groups[g].get("node_env") or []
         j = process.get("group_node_index")
         if isinstance(j, int) and 0 <= j < len(per_node):

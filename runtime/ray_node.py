@@ -98,6 +98,7 @@ def node_facts(header: dict[str, Any], g: int, j: int, cpus_needed: int = 0) -> 
         "num_cpus": max(int(cpus), 1),
         "env": {
             **(group.get("env") or {}),
+            **((group.get("container") or {}).get("env") or {}),
             **_at(group.get("node_env"), j, {}),
             **framework_node_env((header.get("source") or {}).get("format"), rank),
         },

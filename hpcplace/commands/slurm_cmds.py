@@ -349,6 +349,7 @@ def _refuse_submitted(run_dir: Path) -> None:
 
 def run_submit(args: argparse.Namespace) -> int:
     from hpcplace.slurm import slurm_cli, submit
+    from hpcplace.slurm.container_launch import refuse_unsupported
 
     cluster = LiveCluster()
     plan = _runnable_plan(args, cluster)
@@ -359,6 +360,7 @@ def run_submit(args: argparse.Namespace) -> int:
         sys.stdout.write(submit.dry_run_text(plan, run_dir, launcher=launcher, template_dir=args.template_dir))
         return 0
     version = slurm_cli.site_version(timeout=args.timeout)  # once; refused here when older than supported
+    refuse_unsupported(plan, (version.major, version.minor))
     if not args.no_validate:
         _validate_warn(plan, cluster, version)
     if args.test_only:

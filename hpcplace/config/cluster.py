@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from hpcplace.config.container import Container
 from hpcplace.errors import SourceLocation, SpecError
 
 RESERVED_NODE_LABEL = "node"
@@ -56,6 +57,7 @@ class NodeGroup:
     python_interpreter: tuple[str | None, ...] = ()  # per node; None: the job's Python (Ray mode only)
     location: SourceLocation | None = field(default=None, compare=False)
     node_ranks: tuple[int, ...] | None = None  # explicit cluster node ranks, ascending; None: consecutive
+    container: Container | None = None  # the image its processes run in (hpcplace.config.container); None: the node's
 
     def __post_init__(self) -> None:
         # Backstops for every input format (parsers check earlier, with finer locations).

@@ -458,7 +458,7 @@ def native_node_group(view: View) -> NodeGroup:
 
 def parse_native(doc: YamlDocument) -> ExperimentSpec:
     root = doc.root()
-    root.check_keys({"format", "name", "cluster", "components", "slurm", "launch"})
+    root.check_keys({"format", "name", "cluster", "components", "slurm", "launch", "container"})
     name = check_name(root.require("name"), root.require("name").str(), "experiment name")
     cluster_view = root.require("cluster")
     cluster_view.check_keys({"node_groups", "component_placement"})

@@ -117,6 +117,8 @@ def _group_json(group: NodeGroup, het_group: int, first_node_rank: int) -> dict[
         # RLinf env_configs, one entry per node of the group; present only when set
         **({"node_env": [dict(sorted(e.items())) for e in group.node_env]} if group.node_env else {}),
         **({"python_interpreter": list(group.python_interpreter)} if group.python_interpreter else {}),
+        # the image the group's processes run in; present only when set
+        **({"container": group.container.to_json()} if group.container else {}),
     }
 
 

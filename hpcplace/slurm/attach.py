@@ -211,14 +211,28 @@ def step_args(job: SlurmJob, job_id: str, target: Target, name: str, *, gpus: bo
     return args
 
 
+def entry(run: LiveRun, het_group: int) -> tuple[list[str], list[str]]:
+    """(srun options, launcher) that start the shim on a node of `het_group` the way the job's own steps do:
+    in the group's container when it has one (pyxis: the job's named container of that group)."""
+    from hpcplace.slurm.container_launch import JOB_ID, group_launch
+
+    groups = run.plan.cluster.node_groups
+    container = groups[het_group].container if het_group < len(groups) else None
+    launch = group_launch(het_group, container, run.launcher, str(run.run_dir))
+    return [a.replace(JOB_ID, run.job_id) for a in launch.srun_args], list(launch.launcher)
+
+
 def driver_argv(run: LiveRun, command_file: Path) -> list[str]:
     """`srun ... LAUNCHER --ray-driver --plan P --argv FILE`: an attached driver on the head."""
     job = lower(run.plan)
+    target = head_target(run.plan)
+    container_args, launcher = entry(run, target.het_group)
     return [
         "srun",
-        *step_args(job, run.job_id, head_target(run.plan), ATTACH_STEP, gpus=False),
+        *step_args(job, run.job_id, target, ATTACH_STEP, gpus=False),
         "--unbuffered",
-        *run.launcher,
+        *container_args,
+        *launcher,
         "--ray-driver",
         "--plan",
         str(run.plan_path),
@@ -232,7 +246,8 @@ def exec_argv(
 ) -> list[str]:
     """`srun ... LAUNCHER --plan P --component C --rank R --argv FILE` (or `--on-node N`)."""
     job = lower(run.plan)
-    head = ["srun", *step_args(job, run.job_id, target, EXEC_STEP, gpus=True, pty=pty), *run.launcher]
+    container_args, launcher = entry(run, target.het_group)
+    head = ["srun", *step_args(job, run.job_id, target, EXEC_STEP, gpus=True, pty=pty), *container_args, *launcher]
     if component is None:
         return [*head, "--on-node", str(target.node_rank), "--plan", str(run.plan_path), "--argv", str(command_file)]
     return [

@@ -25,6 +25,15 @@ from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.gpumap import spanning_lines
 from hpcplace.plan.plan import Plan, ProcessSpans, component_header, plan_header, write_plan_json
 from hpcplace.plan.process_table import node_processes
+from hpcplace.slurm.container_launch import (
+    CARRY_DIR,
+    CARRY_ENTRY,
+    ENTER_SCRIPT,
+    JOB_ID,
+    GroupLaunch,
+    group_launches,
+    uses_containers,
+)
 from hpcplace.slurm.slurm_job import (
     LEAKED_GPU_VARIABLES,
     PREFLIGHT_LOG_PATTERN,
@@ -46,6 +55,7 @@ from hpcplace.slurm.slurm_job import (
 TEMPLATE = "job.sbatch.j2"
 LIBRARY_TEMPLATE = "hpcplace-lib.sh.j2"  # the bash functions job.sbatch sources (the same for every job)
 LIBRARY_NAME = "hpcplace-lib.sh"
+ENTER_TEMPLATE = "enter-container.sh.j2"  # RUN/hpcplace-runtime/enter-container.sh (Apptainer images)
 RAY_TEMPLATE = "ray_job.sbatch.j2"  # the Ray launch mode (extends job.sbatch.j2)
 BUILTIN_PREFIX = "hpcplace"  # a site template extends "hpcplace/job.sbatch.j2"
 SCRIPT_NAME = "job.sbatch"
@@ -115,6 +125,24 @@ def var_ref(name: object) -> _Rendered:
     return _Rendered("${" + text + "}")
 
 
+def var_name(name: object) -> _Rendered:
+    """A shell variable name as written on the left of `=` (`name`)."""
+    text = str(name)
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        raise SlurmError(f"{text!r} is not a shell variable name")
+    return _Rendered(text)
+
+
+def job_words(values: Iterable[object]) -> _Rendered:
+    """`words`, except that container_launch.JOB_ID inside a word becomes the job's id when the script
+    runs (`job_words`): pyxis's container names carry it."""
+    out = []
+    for value in values:
+        parts = str(value).split(JOB_ID)
+        out.append('"${SLURM_JOB_ID}"'.join(quote_word(p) if p else "" for p in parts))
+    return _Rendered(" ".join(out))
+
+
 def _finalize(value: object) -> object:
     if isinstance(value, _Rendered):
         return value
@@ -159,7 +187,15 @@ def _environment(template_dir: str | None) -> jinja2.Environment:
         autoescape=False,
         finalize=_finalize,
     )
-    env.filters.update(q=shell_quote, words=shell_words, sbatch=sbatch_word, comment=comment_text, var_ref=var_ref)
+    env.filters.update(
+        q=shell_quote,
+        words=shell_words,
+        sbatch=sbatch_word,
+        comment=comment_text,
+        var_ref=var_ref,
+        name=var_name,
+        job_words=job_words,
+    )
     return env
 
 
@@ -227,6 +263,38 @@ def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
 
 
 @dataclass(frozen=True)
+class SrunPart:
+    """One colon-separated part of an srun that starts the shim: its options, and how its het group enters
+    the shim (`"${hp_launcher[@]}"`, or the group's container options and launcher)."""
+
+    args: tuple[str, ...]
+    enter: _Rendered
+
+
+def enter_words(launches: Sequence[GroupLaunch], het_group: int) -> _Rendered:
+    """How a task of `het_group` starts the shim (a het component beyond the node groups has no container)."""
+    if het_group >= len(launches) or launches[het_group].container is None:
+        return _Rendered('"${hp_launcher[@]}"')
+    return _Rendered(f'"${{hp_container_{het_group}[@]}}" "${{hp_launcher_{het_group}[@]}}"')
+
+
+def container_views(plan: Plan, launches: Sequence[GroupLaunch]) -> list[dict[str, object]]:
+    """The per-group arrays the script defines for groups that run in a container."""
+    return [
+        {
+            "label": plan.cluster.node_groups[gl.het_group].label,
+            "describe": gl.container.describe(),
+            "srun_var": f"hp_container_{gl.het_group}",
+            "srun": gl.srun_args,
+            "launcher_var": f"hp_launcher_{gl.het_group}",
+            "launcher": gl.launcher,
+        }
+        for gl in launches
+        if gl.container is not None
+    ]
+
+
+@dataclass(frozen=True)
 class StepView:
     """One step as the template needs it."""
 
@@ -238,12 +306,12 @@ class StepView:
     segment_ranks: str  # `G:RANKS ...`: each het group's ranks in its task order (srun names tasks per group)
     num_tasks: int  # exported as HPCPLACE_STEP_TASKS: a component may need several steps
     err_file: str
-    segments: tuple[tuple[str, ...], ...]
+    segments: tuple[SrunPart, ...]
     command: tuple[str, ...]
     rank_log: str  # where each rank's shim writes its output (relative to the run dir, `{rank}` filled in)
 
 
-def step_views(plan: Plan, job: SlurmJob) -> list[StepView]:
+def step_views(plan: Plan, job: SlurmJob, launches: Sequence[GroupLaunch]) -> list[StepView]:
     out = []
     counts: dict[str, int] = {}
     for step in job.steps:
@@ -269,7 +337,9 @@ def step_views(plan: Plan, job: SlurmJob) -> list[StepView]:
                 segment_ranks=" ".join(f"{s.het_group}:{compress_ranks(s.ranks)}" for s in step.segments),
                 num_tasks=step.num_tasks,
                 err_file=err,
-                segments=tuple(segment_srun_args(job, step, s) for s in step.segments),
+                segments=tuple(
+                    SrunPart(segment_srun_args(job, step, s), enter_words(launches, s.het_group)) for s in step.segments
+                ),
                 command=step.command,
                 rank_log=rank_log_pattern(step.name),
             )
@@ -305,6 +375,7 @@ def render_script(
     check_srun_argv(tuple(launcher), "the launcher command")
     job = job or lower(plan)
     env = template_environment(template_dir)
+    launches = group_launches(plan, launcher, run_dir)
     common = dict(
         job=job,
         plan=plan,
@@ -313,7 +384,8 @@ def render_script(
         launcher=tuple(launcher),
         every_node=all_nodes_srun_args(job, "hpcplace-shm"),
         clean_nodes=all_nodes_srun_args(job, "hpcplace-clean"),
-        preflight_nodes=preflight_srun_args(job),
+        preflight_nodes=[SrunPart(args, enter_words(launches, g)) for g, args in enumerate(preflight_srun_args(job))],
+        containers=container_views(plan, launches),
         library_name=LIBRARY_NAME,
         library_sha256=sha256_text(library if library is not None else render_library(template_dir)),
         clear_leaked=tuple(a for v in LEAKED_GPU_VARIABLES for a in ("-u", v)),
@@ -323,6 +395,12 @@ def render_script(
         preflight_log=PREFLIGHT_LOG_PATTERN,
     )
     started = ["", f"launcher (starts hpcplace's shim in every task): {shlex.join(launcher)}"]
+    for gl in launches:
+        if gl.container is not None:
+            started.append(
+                f"node group {plan.cluster.node_groups[gl.het_group].label}: in {gl.container.describe()}, "
+                f"the shim run by the image's {gl.container.python} from the run directory: {shlex.join(gl.launcher)}"
+            )
     try:
         if plan.launch.is_ray:
             from hpcplace.ray import ray_cluster
@@ -332,8 +410,12 @@ def render_script(
                 summary=placement_summary(plan, job) + started + ["", *ray_cluster.ray_summary(plan)],
                 steps=("ray", "driver"),
                 ray_lines=ray_cluster.ray_summary(plan),
-                ray_segments=ray_step_segments(job, plan),
-                driver_args=driver_step_args(job, plan),
+                ray_segments=[
+                    SrunPart(args, enter_words(launches, g)) for g, args in enumerate(ray_step_segments(job, plan))
+                ],
+                driver=SrunPart(
+                    driver_step_args(job, plan), enter_words(launches, ray_cluster.head_node(plan).het_group)
+                ),
                 node_ranks=ray_cluster.node_ranks_text(plan),
                 node_segments=" ".join(
                     f"{g}:{compress_ranks(plan.cluster.node_ranks(g))}" for g in range(len(plan.cluster.node_groups))
@@ -341,7 +423,7 @@ def render_script(
                 driver_het=f"+{ray_cluster.head_node(plan).het_group}" if job.is_het else "",
             )
         return env.get_template(TEMPLATE).render(
-            **common, summary=placement_summary(plan, job) + started, steps=step_views(plan, job)
+            **common, summary=placement_summary(plan, job) + started, steps=step_views(plan, job, launches)
         )
     except jinja2.TemplateError as exc:
         raise SpecError(f"template error: {exc}", hint="check the site template directory") from None
@@ -384,6 +466,8 @@ def render_run(
     make_run_dir(root)
     make_run_dir(root / "logs")
     try:
+        if uses_containers(plan):
+            write_carried_runtime(root / CARRY_DIR, template_dir)
         write_plan_files(plan, root / PLAN_NAME)
         _write(root / LIBRARY_NAME, library)
         _write(root / SCRIPT_NAME, script, mode=0o755)
@@ -418,6 +502,47 @@ def make_run_dir(path: str | os.PathLike[str]) -> Path:
             f"the run directory {root} is not writable", hint="choose another directory with -o DIR (one you can write)"
         )
     return root
+
+
+# The entry of the carried runtime. Written for any python3 an image may have: it says which Python it
+# needs before importing code that an older one cannot read.
+CARRIED_ENTRY = """\
+# hpcplace-run inside a container image: hpcplace's shim, carried in the run directory (the image need
+# not have hpcplace). Its directory goes first on PYTHONPATH, so the programs it starts (and the
+# preflight's checks) import this same hpcplace.runtime.
+import os
+import sys
+
+if sys.version_info < (3, 10):
+    sys.stderr.write("hpcplace-run: FAILED: this image's Python is %d.%d (%s); hpcplace's shim needs Python 3.10 "
+                     "or newer: set container.python to a newer one in the image\\n"
+                     % (sys.version_info[0], sys.version_info[1], sys.executable))
+    sys.exit(1)
+here = os.path.dirname(os.path.abspath(__file__))
+os.environ["PYTHONPATH"] = os.pathsep.join([here] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+from hpcplace.runtime.shim import main  # noqa: E402
+
+sys.exit(main())
+"""
+CARRIED_PACKAGE = '"""hpcplace as carried into a container image: its in-job runtime only (hpcplace.runtime)."""\n'
+
+
+def write_carried_runtime(target: Path, template_dir: str | os.PathLike[str] | None = None) -> None:
+    """RUN/hpcplace-runtime: hpcplace/runtime/*.py (stdlib-only), the entry a container's Python runs, and
+    the host-side enter script of Apptainer images."""
+    runtime = resources.files("hpcplace.runtime")
+    package = target / "hpcplace"
+    make_run_dir(package / "runtime")
+    _write(package / "__init__.py", CARRIED_PACKAGE)
+    for item in sorted(runtime.iterdir(), key=lambda r: r.name):
+        if item.name.endswith(".py") and item.is_file():
+            _write(package / "runtime" / item.name, item.read_text(encoding="utf-8"))
+    _write(target / CARRY_ENTRY, CARRIED_ENTRY)
+    try:
+        enter = template_environment(template_dir).get_template(ENTER_TEMPLATE).render()
+    except jinja2.TemplateError as exc:
+        raise SpecError(f"template error: {exc}", hint="check the site template directory") from None
+    _write(target / ENTER_SCRIPT, enter, mode=0o755)
 
 
 def write_plan_files(plan: Plan, path: Path) -> None:

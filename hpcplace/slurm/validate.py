@@ -309,7 +309,13 @@ def validate(plan: Plan, facts: ClusterFacts | None = None, version: slurm_cli.S
     Slurm as the caller read it (slurm_cli.site_version, which refuses one that is too old), said first."""
     report = check(plan, facts if facts is not None else read_cluster_facts())
     if version is not None:
-        report = replace(report, checked=(version_checked(version), *report.checked))
+        from hpcplace.slurm.container_launch import version_problems
+
+        report = replace(
+            report,
+            checked=(version_checked(version), *report.checked),
+            problems=(*report.problems, *version_problems(plan, (version.major, version.minor))),
+        )
     if report.problems:
         raise SlurmError(
             "the job can never run on this cluster:\n  - " + "\n  - ".join(report.problems),

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from hpcplace.config.container import ContainerBlock, apply_container_block, parse_container_block
 from hpcplace.config.formats.common import SiteGpus
 from hpcplace.config.hydra_config import compose, mark_override, needs_hydra, searchpath_env, split_overrides
 from hpcplace.config.spec import ExperimentSpec
@@ -61,7 +62,12 @@ def detect_format(data: object, path: str | None = None) -> str:
     )
 
 
-OWN_BLOCKS = ("slurm", "launch", "hpcplace")  # hpcplace's blocks in a framework config: their schemas check keys
+OWN_BLOCKS = (
+    "slurm",
+    "launch",
+    "hpcplace",
+    "container",
+)  # hpcplace's blocks in a framework config: their schemas check keys
 
 
 def apply_overrides(doc: YamlDocument, overrides: Sequence[str], *, hydra_keys: bool = False) -> YamlDocument:
@@ -193,11 +199,36 @@ def load_spec(
     launch = parse_launch(doc.root().get("launch"))
     if launch != spec.launch:
         spec = replace(spec, launch=launch)
+    spec = _with_container_block(spec, parse_container_block(doc.root().get("container")))
     if found_env:
         spec = _with_found_env(spec, found_env)
     return (
         replace(spec, composed=composed + tuple(f"override {o}" for o in overrides)) if composed or overrides else spec
     )
+
+
+def _with_container_block(spec: ExperimentSpec, block: ContainerBlock | None) -> ExperimentSpec:
+    """The `container:` block over what the format itself said (AReaL's scheduling_spec images): a node
+    group the block gives any setting takes the block's container (or none); the others keep theirs."""
+    from hpcplace.config.cluster import Cluster
+
+    if block is None:
+        return spec
+    groups = spec.cluster.node_groups
+    resolved = apply_container_block(block, [g.label for g in groups])
+    notes = []
+    changed = []
+    for g in groups:
+        if not block.job.values and g.label.lower() not in block.groups:
+            changed.append(g)
+            continue
+        if g.container is not None and g.container != resolved[g.label]:
+            notes.append(
+                f"node group {g.label!r}: the container block's settings replace the {g.container.describe()} "
+                f"the {spec.source_format} config names"
+            )
+        changed.append(replace(g, container=resolved[g.label]))
+    return replace(spec, cluster=Cluster(tuple(changed)), notes=spec.notes + tuple(notes))
 
 
 def _with_found_env(spec: ExperimentSpec, found_env: dict[str, str]) -> ExperimentSpec:
