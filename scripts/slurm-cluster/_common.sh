@@ -30,8 +30,57 @@ hpcp_rootfs() { # SUITE -> its root filesystem ("" for bookworm: this machine's 
     if [[ "$1" != bookworm ]]; then echo "$HPCP_ROOT_CACHE/slurm-$1/root"; fi
 }
 
+# The Debian mirror this machine's own apt uses (its deb822 sources), so root filesystems and images
+# come from the same registry (HPCPLACE_DEBIAN_MIRROR overrides it).
+hpcp_debian_mirror() {
+    local mirror="${HPCPLACE_DEBIAN_MIRROR:-}"
+    if [[ -z "$mirror" ]]; then
+        mirror="$(awk '/^URIs:/ && $2 ~ /\/debian\/?$/ { print $2; exit }' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)"
+    fi
+    echo "${mirror:-http://deb.debian.org/debian}"
+}
+
 hpcp_root_slurm_version() { # ROOT -> "26.05.5"
     chroot "$1" /usr/sbin/slurmd -V | awk '{print $2}'
+}
+
+# Shell code (for `bash -c` in a mount namespace of its own) that makes $root the process's / with
+# pivot_root, as a container runtime does: Apptainer refuses to start under a plain chroot ("Running
+# inside a weak chrooted environment"). $root must be a mount point (bind it onto itself before binding
+# anything into it). The old root ends up stacked on the new one and is detached at once (umount -l):
+# nothing in the namespace can reach this machine's files afterwards, except what was bound in.
+# shellcheck disable=SC2016  # expanded by the inner shell
+HPCP_PIVOT_ROOT='
+cd "$root"
+pivot_root . .
+umount -l .
+cd /
+'
+
+# Run COMMAND inside ROOT (a release's root filesystem) entered with pivot_root, in a private mount
+# namespace: /proc, /sys, /dev, /etc/hosts and this machine's /tmp bound in, and each PATH bound at
+# its own path.
+hpcp_in_root() { # ROOT [PATH...] -- COMMAND...
+    # shellcheck disable=SC2016  # expanded by the inner bash
+    unshare --mount --propagation private bash -c '
+set -e
+root=$1
+shift
+mount --bind "$root" "$root"
+mount --rbind /proc "$root/proc"
+mount --rbind /sys "$root/sys"
+mount --rbind /dev "$root/dev"
+mount --bind /etc/hosts "$root/etc/hosts"
+mount --rbind /tmp "$root/tmp"
+while [ "$1" != -- ]; do
+    mkdir -p "$root$1"
+    mount --rbind "$1" "$root$1"
+    shift
+done
+shift
+'"$HPCP_PIVOT_ROOT"'
+exec "$@"
+' bash "$@"
 }
 
 # `--slurm S` (the only option of install.sh; up.sh parses its own options and calls hpcp_set_suite).

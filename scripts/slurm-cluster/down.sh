@@ -136,6 +136,15 @@ for node in "${HPCP_NODES[@]}"; do
         find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
     done
 done
+# And those runc made for containers (`srun --container`, ids <node>.<user>.<job>.<step>.<task>) that
+# were never deleted (a runc killed before its cleanup): beside the node's, or under this machine's own
+# cgroup of a hierarchy.
+names=()
+for node in "${HPCP_NODES[@]}"; do
+    if [[ "${#names[@]}" -gt 0 ]]; then names+=(-o); fi
+    names+=(-name "$node.*.*.*.*")
+done
+find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d \( "${names[@]}" \) -exec rmdir {} + 2>/dev/null || true
 phase "cgroups removed"
 
 # 6. /etc/hosts lines we added (rewritten in place: /etc/hosts may be a bind mount).

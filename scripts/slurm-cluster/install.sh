@@ -32,6 +32,15 @@ fi
 # What the root filesystem of a newer release holds (python3: the node OS's own Python, which the
 # stdlib-only runtime must run with as well as with the site's shared one).
 root_packages=(slurmd slurmctld slurm-client slurmdbd munge libpmix-dev iproute2 procps util-linux python3)
+# Container runtimes on the nodes: runc for Slurm's own OCI containers (`srun --container=BUNDLE`, oci.conf
+# written by up.sh; Debian's crun refuses these machines' hybrid cgroups), and from sid on Apptainer
+# (trixie has no apptainer package) with squashfs-tools (SIF images).
+case "$HPCP_SUITE" in
+    trixie) root_packages+=(runc) ;;
+    sid) root_packages+=(runc apptainer squashfs-tools) ;;
+esac
+# What install.sh does to the root filesystem beyond installing packages; a change here rebuilds it.
+root_setup="apptainer-root-caps-no"
 
 export DEBIAN_FRONTEND=noninteractive
 
@@ -73,19 +82,13 @@ fi
 # ---------------------------------------------------------------- the release's root filesystem
 root="$(hpcp_rootfs "$HPCP_SUITE")"
 stamp="$root/.hpcplace-root"
-want="suite=$HPCP_SUITE packages=${root_packages[*]}"
+want="suite=$HPCP_SUITE packages=${root_packages[*]} setup=$root_setup"
 if [[ -r "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "install.sh: Slurm $(hpcp_root_slurm_version "$root") ($HPCP_SUITE root filesystem $root) ready"
     exit 0
 fi
 
-# The mirror this machine's own apt uses (its deb822 sources), so the root filesystem comes from the
-# same registry.
-mirror="${HPCPLACE_DEBIAN_MIRROR:-}"
-if [[ -z "$mirror" ]]; then
-    mirror="$(awk '/^URIs:/ && $2 ~ /\/debian\/?$/ { print $2; exit }' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)"
-fi
-mirror="${mirror:-http://deb.debian.org/debian}"
+mirror="$(hpcp_debian_mirror)"
 
 started="$(hpcp_now)"
 build="$root.build.$$"
@@ -112,6 +115,16 @@ with_policy_rc_d "$build" chroot "$build" apt-get "${apt_opts[@]}" install -y "$
     exit 1
 }
 chroot "$build" apt-get clean
+# Apptainer run by root keeps every capability by default and then fails to raise those this machine
+# does not have (CAP_SYS_RESOURCE): give root's containers none, as they get for any other user.
+apptainer_conf="$build/etc/apptainer/apptainer.conf"
+if [[ -e "$apptainer_conf" ]]; then
+    sed -i 's/^root default capabilities = .*/root default capabilities = no/' "$apptainer_conf"
+    grep -qx 'root default capabilities = no' "$apptainer_conf" || {
+        echo "install.sh: could not set 'root default capabilities = no' in $apptainer_conf" >&2
+        exit 1
+    }
+fi
 umount "$build/proc"
 rm -rf "$build/var/lib/apt/lists/"*
 # The root filesystem's own path resolves inside it too (a link to /): the Slurm tools on this
