@@ -344,7 +344,9 @@ def infiniband_fact(sys_dir: str = "/sys/class/infiniband", dev_dir: str = "/dev
     return adapters, os.path.isdir(dev_dir)
 
 
-def run_child(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int | None, str]:
+def run_child(
+    argv: Sequence[str], env: Mapping[str, str], timeout: float, cwd: str | None = None
+) -> tuple[int | None, str]:
     """(exit code, output) of a child; (None, output) when it ran past `timeout` (then killed)."""
     import subprocess
 
@@ -352,6 +354,7 @@ def run_child(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tu
         res = subprocess.run(
             list(argv),
             env=dict(env),
+            cwd=cwd,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -379,7 +382,9 @@ def gpu_runtime_problems(python: str, env: Mapping[str, str], offload: bool, tim
     the NVIDIA driver supports torch's CUDA build; where a component offloads, torch_memory_saver's
     preload hook really loads (with the environment the shim would give the process)."""
     problems = []
-    out = run_child([python, "-c", _GPU_CHECKS, "driver"], env, timeout)
+    # From /: `python -c` puts its working directory first on sys.path, and the programs' directory may hold
+    # an `hpcplace` folder (a checkout) that is not the hpcplace.runtime this check imports.
+    out = run_child([python, "-c", _GPU_CHECKS, "driver"], env, timeout, cwd="/")
     problem = child_problem("the NVIDIA driver and torch's CUDA", out, timeout=timeout)
     if problem:
         problems.append(problem)
@@ -392,7 +397,7 @@ def gpu_runtime_problems(python: str, env: Mapping[str, str], offload: bool, tim
         if not changes:
             problems.append(f"an offloading component runs here, but torch_memory_saver cannot be preloaded: {why}")
         else:
-            out = run_child([python, "-c", _GPU_CHECKS, "hook"], {**env, **changes}, timeout)
+            out = run_child([python, "-c", _GPU_CHECKS, "hook"], {**env, **changes}, timeout, cwd="/")
             problem = child_problem("torch_memory_saver's hook", out, timeout=timeout)
             if problem:
                 problems.append(problem)

@@ -36,6 +36,9 @@ BLOCK_KEYS = KEYS | {"node_groups"}
 # Image references Apptainer pulls itself (every node pulls or reads its cache): anything else is a path.
 APPTAINER_SCHEMES = ("docker://", "docker-archive:", "oras://", "library://", "shub://", "http://", "https://")
 DEFAULT_PYTHON = "python3"
+# pyxis options hpcplace gives every step of a pyxis group (hpcplace.slurm.container_launch); pyxis refuses
+# each given twice with different values (NVIDIA/pyxis args.c: "--container-image specified multiple times")
+PYXIS_OWN_OPTIONS = frozenset({"--container-image", "--container-workdir", "--container-name"})
 _MOUNT_OPTIONS = frozenset({"ro", "rw"})
 # pyxis/enroot: [USER@][REGISTRY#]IMAGE[:TAG] (docs of pyxis's --container-image); no spaces, no commas
 _ENROOT_REF = re.compile(r"^(docker://)?([^@/#\s,]+@)?([^#\s,]+#)?[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
@@ -196,6 +199,13 @@ def check_args(runtime: str, args: Sequence[str]) -> tuple[str, ...]:
                     f"container.args: {arg!r} is not one of pyxis's srun options (--container-*, --no-container-*)",
                     hint="e.g. --container-writable, --container-remap-root, --no-container-mount-home",
                 )
+            if arg.split("=", 1)[0] in PYXIS_OWN_OPTIONS:
+                raise SpecError(
+                    f"container.args: {arg!r} is an option hpcplace gives pyxis itself (pyxis fails a step that "
+                    f"gives it twice with different values: '{arg.split('=', 1)[0]} specified multiple times')",
+                    hint="set container.image or container.workdir instead; the container's name is hpcplace's "
+                    "(hpcplace-JOBID-gGROUP)",
+                )
     return tuple(args)
 
 
@@ -278,9 +288,15 @@ def _value(key: str, view: View) -> Any:
 
 
 def resolve(job: ContainerSettings, own: ContainerSettings) -> Container | None:
-    """A node group's container: its own keys over the job's (env merged, the group's winning), or None
+    """A node group's container: its own keys over the job's (env merged, the group's winning; a group of
+    another runtime does not inherit the job's `args`, an oci group not its `mounts`), or None
     (no runtime anywhere, or `runtime: none`). Raises SpecError, at the key that gave the bad value."""
-    values = {**job.values, **own.values}
+    inherited = dict(job.values)
+    if own.values.get("runtime", job.values.get("runtime")) != job.values.get("runtime"):
+        inherited.pop("args", None)  # the job's runtime's own flags mean nothing to the group's runtime
+    if own.values.get("runtime") == "oci":
+        inherited.pop("mounts", None)  # the bundle's config.json lists its mounts
+    values = {**inherited, **own.values}
     if "env" in job.values and "env" in own.values:
         values["env"] = {**job.values["env"], **own.values["env"]}
 
@@ -313,6 +329,12 @@ def resolve(job: ContainerSettings, own: ContainerSettings) -> Container | None:
         args = check_args(runtime, values.get("args", ()))
     except SpecError as exc:
         raise SpecError(exc.message, location=where("args"), hint=exc.hint) from None
+    if runtime == "oci" and values.get("mounts"):
+        raise SpecError(
+            "container.mounts: Slurm's --container takes no bind mounts (the bundle's config.json lists them)",
+            location=where("mounts"),
+            hint="add them to the bundle's config.json (its mounts), or remove mounts",
+        )
     return Container(
         runtime,
         image,

@@ -62,6 +62,13 @@ def group_launch(het_group: int, container: Container | None, launcher: Sequence
     for path in (run_dir, workdir):
         if path and not any(path == s or path.startswith(s.rstrip("/") + "/") for s in seen):
             seen.append(path)
+    for path in seen if container.runtime != "oci" else ():  # the others split binds on ',' and ':'
+        if "," in path or ":" in path:
+            raise SlurmError(
+                f"the directory {path} holds a ',' or ':': node group {het_group}'s container runtime "
+                f"({container.runtime}) cannot bind it into the image (its bind list splits on them)",
+                hint="choose a run directory (-o DIR) and a working directory without ',' and ':'",
+            )
     mounts = [f"{p}:{p}" for p in seen] + [m.text() for m in container.mounts]
     if container.is_apptainer:
         kind = "path" if container.image_is_path else "ref"

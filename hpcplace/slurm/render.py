@@ -386,6 +386,7 @@ def render_script(
         clean_nodes=all_nodes_srun_args(job, "hpcplace-clean"),
         preflight_nodes=[SrunPart(args, enter_words(launches, g)) for g, args in enumerate(preflight_srun_args(job))],
         containers=container_views(plan, launches),
+        images=[gl.container.describe() if gl.container else "" for gl in launches],
         library_name=LIBRARY_NAME,
         library_sha256=sha256_text(library if library is not None else render_library(template_dir)),
         clear_leaked=tuple(a for v in LEAKED_GPU_VARIABLES for a in ("-u", v)),

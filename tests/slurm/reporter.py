@@ -64,6 +64,15 @@ def openable_devices(host: str) -> tuple[list[int], dict[str, str]]:
     return granted, other
 
 
+def os_release() -> str:
+    try:
+        with open("/etc/os-release", encoding="utf-8") as f:
+            fields = dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+    except OSError:
+        return ""
+    return fields.get("PRETTY_NAME", "").strip('"')
+
+
 def main() -> int:
     out_dir, args = sys.argv[1], sys.argv[2:]
     host = socket.gethostname()
@@ -77,6 +86,9 @@ def main() -> int:
         "device_errors": other,
         "shm_dir_exists": os.path.isdir(env.get("HPCPLACE_SHM_DIR", "/nonexistent")),
         "time": time.time(),
+        # which image it ran in (the container tests): the Python and the system it found
+        "python": sys.version.split()[0],
+        "os_release": os_release(),
     }
     comp = urllib.parse.quote(env.get("HPCPLACE_COMPONENT", "unknown"), safe="")
     path = os.path.join(out_dir, f"{comp}.{env.get('HPCPLACE_RANK', 'x')}.json")

@@ -1,5 +1,5 @@
 # hpcplace-lib.sh: the functions of an hpcplace job script (sourced by job.sbatch, never run alone).
-# Expects from job.sbatch: hp_run_dir hp_plan hp_shm hp_kill_wait hp_attempt hp_warning.
+# Expects from job.sbatch: hp_run_dir hp_plan hp_shm hp_kill_wait hp_attempt hp_warning hp_images.
 
 hp_log() { printf 'hpcplace: %s\n' "$*" >&2; }
 
@@ -303,14 +303,19 @@ hp_preflight_report() {
 # - `Could not apply device constrain to ...`: Slurm 25.05+ fails a step whose device constraint
 #   (ConstrainDevices=yes) cannot be applied, where earlier versions ran it unconstrained;
 # - `execve(): PROGRAM: REASON` with srun's `HOST: task N: Exited`: the launcher cannot start there;
+# - on a node whose group runs in a container (hp_images, from job.sbatch): Apptainer's own `FATAL:` line
+#   (the image's Python missing, a broken image), or srun's `Task launch ... failed on node HOST` (Slurm's
+#   --container could not set the bundle up: slurmd's log there says `setup_container`);
 # - srun's `task N launch failed: Slurmd could not execve job` (no exit of HOST's task): slurmstepd
 #   failed to set the task up before starting it, which is how 25.05+ reports a device constraint that
 #   failed for the whole step (its own message goes to slurmd's log only).
 # slurmstepd names its node (`slurmstepd-HOST:`) only where slurmd is built for several per host: a line
 # naming another node is never taken for HOST's.
 hp_preflight_cause() {
-    local host=$1 line device= execve= exited= launch=
+    local host=$1 line device= execve= exited= launch= fatal= task_launch= image=
     [[ -r logs/preflight.srun.err ]] || return 0
+    image=$(awk -v h="$host" '$3 == h { print $1; exit }' logs/nodes.txt 2>/dev/null)
+    image=${image:+${hp_images[$image]-}}
     while IFS= read -r line; do
         [[ $line == slurmstepd-* && $line != "slurmstepd-$host: "* ]] && continue
         case $line in
@@ -318,10 +323,16 @@ hp_preflight_cause() {
             *"execve(): "*) execve=${execve:-$line} ;;
             "srun: error: $host: task"*": Exited with exit code "*) exited=1 ;;
             "srun: error: task "*" launch failed: "*) launch=${launch:-${line#srun: error: }} ;;
+            "srun: error: Task launch for "*" failed on node $host: "*) task_launch=${task_launch:-${line#srun: error: }} ;;
+            FATAL:*) fatal=${fatal:-$line} ;;
         esac
     done <logs/preflight.srun.err
     if [[ -n $device ]]; then
         echo "$host: FAILED: device constraint failed on node $host: ${device#*error: } (Slurm 25.05 and later fail a step whose ConstrainDevices limits cannot be applied; earlier versions ran it unconstrained): the node's device cgroup cannot be set up (slurmd's log there says why); ask the cluster's admins, or leave the node out"
+    elif [[ -n $image && -n $fatal ]]; then
+        echo "$host: FAILED: the container did not start on $host ($image): ${fatal//  / }"
+    elif [[ -n $image && -n $task_launch ]]; then
+        echo "$host: FAILED: the container did not start on $host ($image): srun says \"$task_launch\": Slurm's --container could not set the bundle up there (slurmd's log on $host says why, \"setup_container\"): is the bundle directory with its config.json on storage the node mounts?"
     elif [[ -n $execve && -n $exited && $execve =~ execve\(\):\ (.*):\ ([^:]+)$ ]]; then
         line="$host: FAILED: cannot start the launcher ${BASH_REMATCH[1]} on this node: ${BASH_REMATCH[2]}"
         [[ ${BASH_REMATCH[2]} == "No such file or directory" ]] &&
