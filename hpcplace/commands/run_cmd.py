@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from hpcplace.commands.plan_cmd import add_config_arguments, add_driver_argument, plan_with_launch
 from hpcplace.errors import SpecError
@@ -66,6 +67,13 @@ def run(args: argparse.Namespace) -> int:
 
     workdir = resolve_workdir(args.workdir)  # a bad --workdir is refused before the config is planned
     plan = plan_with_launch(args)
+    images = sorted({g.container.describe() for g in plan.cluster.node_groups if g.container})
+    if images:  # the same plan, this machine's own system: say so, never silently
+        print(
+            f"hpcplace: warning: --local runs every process on this machine's own system, not in "
+            f"{', '.join(images)} (the container block applies to Slurm jobs)",
+            file=sys.stderr,
+        )
     if plan.launch.is_ray:
         from hpcplace.local.local_ray import run_ray_locally
 
