@@ -1,6 +1,8 @@
 """AReaL configs: an allocation mode like `sglang[rollout]:d8p1t1|fsdp[actor]:d8p1t1` (`|` colocate
 on the same GPUs, `+` disaggregate onto the next GPUs) and per-component
-`scheduling_strategy: {type: colocation, target: actor}` (AReaL's spelling), checked for agreement."""
+`scheduling_strategy: {type: colocation, target: actor}` (AReaL's spelling), checked for agreement;
+each placed engine's `scheduling_spec[0]` (image, container_type, mount, env_vars) read as AReaL's Slurm
+launcher uses it: the image the node group runs in, and the engine's environment."""
 
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ from dataclasses import dataclass, replace
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import NodeGroup
+from hpcplace.config.container import Container, Mount, check_image, parse_container_block, parse_mount
 from hpcplace.config.formats.common import hpcplace_block, slurm_facts, slurm_job_options
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster, check_name
-from hpcplace.config.yaml_source import View, YamlDocument
+from hpcplace.config.yaml_source import View, YamlDocument, did_you_mean
+from hpcplace.errors import SpecError
 
 INFERENCE_BACKENDS = frozenset({"sglang", "vllm"})
 TRAIN_BACKENDS = frozenset({"fsdp", "megatron", "archon"})
@@ -343,6 +347,11 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
             settings[m.name] = ComponentSpec(m.name, tensor_parallel_size=m.tp, pipeline_parallel_size=m.pp)
         start += size
     placed = set(group_of)
+    container, engine_env = areal_container(root, list(settings), notes)
+    if container is not None:
+        cluster = build_cluster(tuple(replace(g, container=container) for g in cluster.node_groups), cluster_view)
+    for n, env in engine_env.items():
+        settings[n] = replace(settings[n], env=env)
     name, given = hpcplace_block(root, placed, doc.path)
     for n, spec in given.items():
         base = settings[n]
@@ -353,7 +362,10 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
                     f"hpcplace.components.{n}.{label} = {mine} conflicts with the allocation mode's {theirs}"
                 )
         settings[n] = replace(
-            spec, tensor_parallel_size=base.tensor_parallel_size, pipeline_parallel_size=base.pipeline_parallel_size
+            spec,
+            tensor_parallel_size=base.tensor_parallel_size,
+            pipeline_parallel_size=base.pipeline_parallel_size,
+            env={**base.env, **spec.env},  # hpcplace's own block over scheduling_spec[0].env_vars
         )
     model_parallel = "actor" in settings and "rollout" in settings
     if (
@@ -410,3 +422,241 @@ def _check_scheduling(root: View, group_of: dict[str, int]) -> None:
             raise strategy.require("type").error(
                 f"unknown scheduling_strategy type {kind!r}", hint="AReaL uses `colocation` (or `separation`)"
             )
+
+
+# ------------------------------------------------------------------------------------------------
+# scheduling_spec[0]: the image, its mounts and the engine's environment (areal/api/cli_args.py
+# SchedulingSpec; areal/infra/launcher/slurm.py reads each engine's first spec)
+
+# AReaL's SchedulingSpec defaults describe AReaL's own cluster: hpcplace names them, never applies them.
+AREAL_CONTAINER_TYPES = ("apptainer", "none")
+AREAL_DEFAULT_IMAGE = "/storage/openpsi/images/areal-latest.sif"
+AREAL_DEFAULT_MOUNT = "/storage:/storage"
+_DEFAULTS = {"image": AREAL_DEFAULT_IMAGE, "mount": AREAL_DEFAULT_MOUNT, "container_type": "apptainer"}
+# AReaL's Slurm launcher (areal/infra/utils/slurm.py, APPTAINER_CMD_TEMPLATE) runs an engine as
+#   singularity exec --no-home --writable-tmpfs --nv --pid --bind MOUNT --env K=V ... IMAGE CMD
+# hpcplace runs the same program with the same flags (`--nv` and the binds it always passes), except
+# --pid: its steps on a node share the node's PID namespace (collocated components watch each other's
+# processes through it), and the environment, which its shim sets inside.
+AREAL_RUNTIME = "singularity"
+AREAL_ARGS = ("--no-home", "--writable-tmpfs")
+AREAL_GROUP = "default"
+_SAME_HINT = (
+    "make them equal, e.g. `rollout.scheduling_spec: ${actor.scheduling_spec}`, or set a top-level "
+    "`container:` block (it decides the node group's container)"
+)
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What one placed engine's scheduling_spec[0] says: its container settings (None: not set) and env."""
+
+    engine: str
+    container_type: View | None
+    image: View | None
+    mount: View | None
+    mounts: tuple[Mount, ...]
+    env: dict[str, str]
+
+    def value(self, key: str) -> object:
+        if key == "mount":
+            return self.mounts
+        view = getattr(self, key)
+        return view.str().strip() if view is not None else None
+
+    def shown(self, key: str) -> str:
+        view = getattr(self, key)
+        return repr(view.str()) if view is not None else "(not set)"
+
+    @property
+    def wants_container(self) -> bool | None:
+        """As AReaL runs it: in a container (apptainer, also AReaL's default when an image is given), not
+        (none), or not said."""
+        if self.container_type is not None:
+            return self.container_type.str().strip() == "apptainer"
+        return True if self.image is not None else None
+
+
+def _set(view: View | None, key: str) -> View | None:
+    child = view.get(key) if view is not None else None
+    if child is None:
+        return None
+    child = child.deref()
+    return None if child.value is None else child
+
+
+def first_scheduling_spec(root: View, engine: str) -> View | None:
+    """`ENGINE.scheduling_spec[0]` (interpolations followed), or None where the config has none."""
+    section = root.get(engine)
+    if section is None or not isinstance(section.deref().value, dict):
+        return None
+    specs = _set(section.deref(), "scheduling_spec")
+    if specs is None or not specs.list():
+        return None
+    first = View(specs.doc, specs.path + (0,), specs.list()[0]).deref()
+    if first.value is None:
+        return None
+    first.mapping()  # a mapping, or a located error
+    return first
+
+
+def _mounts(view: View) -> tuple[Mount, ...]:
+    """AReaL's `mount`: one string of comma-separated `SRC:DST` binds (Apptainer's --bind syntax)."""
+    text = view.str() if view.value != "" else ""
+    mounts = []
+    offset = 0
+    for item in text.split(",") if text.strip() else ():
+        lead = offset + len(item) - len(item.lstrip())
+        offset += len(item) + 1
+        try:
+            mounts.append(parse_mount(item.strip()))
+        except SpecError as exc:
+            raise view.error(exc.message, hint=exc.hint, offset=lead) from None
+    return tuple(mounts)
+
+
+def _env(view: View | None) -> dict[str, str]:
+    """`env_vars`, names checked as every env of hpcplace (AReaL refuses CUDA_VISIBLE_DEVICES too)."""
+    if view is None:
+        return {}
+    env = view.str_map()
+    for key, child in view.items():
+        if isinstance(child.value, str) and "${" in child.value:
+            env[key] = child.str()  # OmegaConf's interpolation, as AReaL resolves it
+    return env
+
+
+def engine_spec(root: View, engine: str) -> EngineSpec:
+    first = first_scheduling_spec(root, engine)
+    kind = _set(first, "container_type")
+    if kind is not None and kind.str().strip() not in AREAL_CONTAINER_TYPES:
+        raise kind.error(
+            f"unknown container_type {kind.value!r}" + did_you_mean(kind.str().strip(), AREAL_CONTAINER_TYPES),
+            hint="AReaL's Slurm launcher knows apptainer and none; for pyxis or Slurm's --container set a "
+            "top-level `container:` block",
+        )
+    image = _set(first, "image")
+    if image is not None:
+        image.str()  # a non-empty string, or a located error
+    mount = _set(first, "mount")
+    return EngineSpec(engine, kind, image, mount, _mounts(mount) if mount else (), _env(_set(first, "env_vars")))
+
+
+def _agreed(specs: list[EngineSpec], key: str) -> EngineSpec | None:
+    """The first engine that sets `key`, once every other engine that sets it is checked to say the same."""
+    owner = None
+    for spec in specs:
+        if getattr(spec, key) is None:
+            continue
+        if owner is None:
+            owner = spec
+        elif spec.value(key) != owner.value(key):
+            theirs = getattr(owner, key).location()
+            raise getattr(spec, key).error(
+                f"{spec.engine}'s {key} {spec.shown(key)} differs from {owner.engine}'s {owner.shown(key)} "
+                f"(line {theirs.line}): hpcplace runs node group {AREAL_GROUP!r} in one container (Ray mode "
+                "runs one raylet per node, the preflight checks one image per node)",
+                hint=_SAME_HINT,
+            )
+    return owner
+
+
+def areal_container(
+    root: View, engines: list[str], notes: list[str]
+) -> tuple[Container | None, dict[str, dict[str, str]]]:
+    """The container of AReaL's node group, from the placed engines' scheduling_spec[0], and each
+    engine's env_vars. A top-level `container:` block that gives the node group any setting decides it
+    instead (load_spec applies it): then conflicting image settings here are noted, not errors."""
+    order = {name: i for i, name in enumerate(ENGINES)}
+    specs = [engine_spec(root, e) for e in sorted(engines, key=lambda e: order.get(e, len(ENGINES)))]
+    env = {s.engine: s.env for s in specs if s.env}
+    block = parse_container_block(root.get("container"))
+    block_decides = block is not None and (bool(block.job.values) or AREAL_GROUP in block.groups)
+    try:
+        return _container(specs, notes), env
+    except SpecError as exc:
+        if not block_decides:
+            raise
+        notes.append(
+            f"the top-level container: block decides node group {AREAL_GROUP!r}'s container; the engines' "
+            f"scheduling_spec image settings are not used ({exc.message})"
+        )
+        return None, env
+
+
+def _container(specs: list[EngineSpec], notes: list[str]) -> Container | None:
+    kind, image, mount = (_agreed(specs, key) for key in ("container_type", "image", "mount"))
+    inside = [s for s in specs if s.wants_container]
+    outside = [s for s in specs if s.wants_container is False]
+    if inside and outside:
+        there, bare = inside[0], outside[0]
+        assert bare.container_type is not None  # it says none
+        raise bare.container_type.error(
+            f"{bare.engine}'s container_type none runs it without a container, but {there.engine} sets the image "
+            f"{there.shown('image')} and no container_type, so AReaL runs it in one (its default container_type "
+            f"is apptainer): hpcplace runs node group {AREAL_GROUP!r} one way",
+            hint=_SAME_HINT,
+        )
+    if outside:
+        unused = [f"{s.engine}'s {key}" for s in specs for key in ("image", "mount") if getattr(s, key) is not None]
+        if unused:
+            notes.append(
+                f"scheduling_spec container_type none: node group {AREAL_GROUP!r} runs without a container, as "
+                f"AReaL's Slurm launcher runs it; {', '.join(unused)} not used"
+            )
+        return None
+    if image is None:
+        if kind is not None:
+            assert kind.container_type is not None
+            raise kind.container_type.error(
+                f"{kind.engine}'s container_type apptainer names no image: AReaL's default image "
+                f"{AREAL_DEFAULT_IMAGE} is AReaL's own cluster's, and hpcplace does not assume it",
+                hint=f"set {kind.engine}.scheduling_spec[0].image to your image's absolute path on storage the nodes "
+                "share (or a docker:// reference), or write container_type: none",
+            )
+        if mount is not None:
+            notes.append(
+                f"{mount.engine}.scheduling_spec[0].mount is not used: no engine sets an image (AReaL's Slurm "
+                f"launcher would run its default image {AREAL_DEFAULT_IMAGE}); set image to run in a container"
+            )
+        return None
+    assert image.image is not None
+    try:
+        path = check_image(AREAL_RUNTIME, image.image.str().strip())
+    except SpecError as exc:
+        raise image.image.error(exc.message, hint=exc.hint) from None
+    notes.append(
+        f"node group {AREAL_GROUP!r} runs in the image {path} ({image.engine}.scheduling_spec[0].image) as "
+        f"AReaL's Slurm launcher runs it: `{AREAL_RUNTIME} exec {' '.join(AREAL_ARGS)} --nv` (runtime "
+        f"{AREAL_RUNTIME}, which Apptainer installs too; container args {' '.join(AREAL_ARGS)}; not AReaL's "
+        "--pid: hpcplace's steps on a node share its PID namespace, so collocated components see each "
+        "other's processes)"
+    )
+    if kind is None:
+        notes.append(
+            f"{image.engine}.scheduling_spec[0] sets an image and no container_type: AReaL's default, apptainer, "
+            "applies"
+        )
+    if mount is None:
+        notes.append(
+            f"no scheduling_spec[0].mount: the image gets no binds but the run and submit directories; AReaL's "
+            f"default mount {AREAL_DEFAULT_MOUNT} (AReaL's own cluster's storage) is not applied"
+        )
+    given = {key: owner for key, owner in (("container_type", kind), ("image", image), ("mount", mount)) if owner}
+    for spec in specs:
+        missing = [key for key in given if getattr(spec, key) is None]
+        if missing:
+            notes.append(
+                f"{spec.engine}.scheduling_spec[0] sets no {', '.join(missing)}: it runs with "
+                + ", ".join(f"{given[key].engine}'s {key}" for key in missing)
+                + f", as every process of node group {AREAL_GROUP!r} (AReaL would give it its default "
+                + ", ".join(f"{key} {_DEFAULTS[key]}" for key in missing)
+                + ")"
+            )
+    return Container(
+        AREAL_RUNTIME,
+        path,
+        mount.mounts if mount is not None else (),
+        args=AREAL_ARGS,
+        location=image.image.location(),
+    )
