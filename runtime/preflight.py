@@ -34,7 +34,8 @@ from hpcplace.runtime.programs import shebang_words
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any
 
     from hpcplace.runtime.plan_index import PlanIndex
 
@@ -422,6 +423,11 @@ class NodePlan(Frozen):
     ray_dashboard: bool = False  # the head runs Ray's dashboard (launch.dashboard): ray[default]'s packages
     container: str | None = None  # "apptainer image /x.sif": this node group runs in it (so does this check)
     shares_devices: bool = False  # components of a collocation group share devices on this node
+    network: dict[str, Any] | None = None  # the node group's `network:` record (runtime/network.py)
+    is_head: bool = False  # cluster node rank 0
+    head_network: bool = False  # the head's node group has a network: nodes on one check they reach it
+    network_peers: int = 0  # nodes other than the head whose node group has a network
+    run_dir: str = ""
 
 
 def node_plan(index: PlanIndex, g: int, j: int, node: str, environ: Mapping[str, str]) -> NodePlan:
@@ -492,6 +498,11 @@ def node_plan(index: PlanIndex, g: int, j: int, node: str, environ: Mapping[str,
     from hpcplace.runtime.ray_node import group_node_ranks
 
     rank = group_node_ranks(group)[j]
+    from hpcplace.runtime.network import group_network
+
+    groups = header["node_groups"]
+    head_g = next((k for k, other in enumerate(groups) if 0 in group_node_ranks(other)), g)
+    peers = sum(int(other["num_nodes"]) for k, other in enumerate(groups) if group_network(header, k) is not None)
     shares = any(d.get("node") == rank for c in header.get("collocation_groups") or () for d in c.get("devices") or ())
     return NodePlan(
         where=where,
@@ -504,7 +515,57 @@ def node_plan(index: PlanIndex, g: int, j: int, node: str, environ: Mapping[str,
         ray_dashboard=dashboard,
         container=f"{container['runtime']} image {container['image']}" if container else None,
         shares_devices=shares,
+        network=group_network(header, g),
+        is_head=rank == 0,
+        head_network=group_network(header, head_g) is not None,
+        network_peers=max(peers - 1, 0),
+        run_dir=os.path.dirname(os.path.abspath(index.plan_path)),
     )
+
+
+def network_checks(
+    plan: NodePlan, job_id: str, restart: str, wait_s: float
+) -> tuple[list[str], list[str], Callable[[], list[str]] | None]:
+    """`network:`: the interface exists here with an IPv4 address, and (when the head's node group has
+    one) this node reaches the head's address on it: the head listens and publishes `ADDRESS PORT` in
+    the run directory, every other node with a network connects from its own address there.
+    (problems, notes, what the head calls at the end to learn how many nodes reached it)."""
+    from hpcplace.runtime import network as net
+
+    problems: list[str] = []
+    notes: list[str] = []
+    found: tuple[str, str] | None = None
+    if plan.network is not None:
+        chosen = net.choose(plan.network, net.local_interfaces())
+        if isinstance(chosen, str):
+            problems.append(f"network {net.describe(plan.network)}: {chosen}")
+        else:
+            found = chosen
+            notes.append(f"network {found[0]} {found[1]}")
+    if not plan.head_network:
+        return problems, notes, None
+    path = net.head_file(plan.run_dir, job_id, restart)
+    if plan.is_head:
+        if found is None:
+            net.publish_address(path, net.HEAD_FAILED)
+            return problems, notes, None
+        try:
+            finish = net.listen_for_peers(path, found[1], plan.network_peers, wait_s)
+        except OSError as exc:
+            net.publish_address(path, net.HEAD_FAILED)
+            return problems + [f"cannot listen on {found[1]} ({found[0]}): {exc.strerror}"], notes, None
+
+        def reached() -> list[str]:
+            return [f"{finish()}/{plan.network_peers} node(s) reached the head on {found[0]}"]
+
+        return problems, notes, reached
+    if found is not None:
+        problem, head = net.reach_head(path, found[1], wait_s)
+        problems += [f"network {found[0]}: {problem}"] if problem else []
+        notes += [] if problem else [f"head {head} answers"]
+    elif plan.network is not None:  # this node already failed; connect anyway so the head stops waiting for it
+        net.reach_head(path, "", wait_s, connect_s=1.0)
+    return problems, notes, None
 
 
 def check_node(
@@ -516,6 +577,11 @@ def check_node(
 
     problems: list[str] = []
     notes: list[str] = []
+    finish_network = None
+    if plan.network is not None or plan.head_network:
+        problems, notes, finish_network = network_checks(
+            plan, job_id or "", environ.get("SLURM_RESTART_COUNT", ""), min(timeout, 30.0)
+        )
     if plan.container:
         shared = shm_shared_fact(job_id, node) if plan.shares_devices and job_id else None
         problems += container_problems(plan.container, shared, infiniband_fact())
@@ -607,6 +673,8 @@ def check_node(
         elif problem:
             notes.append(f"warning: {problem} (fine unless the program imports hpcplace.runtime)")
     problems += gpu_runtime
+    if finish_network is not None:
+        notes += finish_network()
     return problems, notes
 
 

@@ -20,6 +20,7 @@ import sys
 from hpcplace.runtime.devices import GPU_MODES, DeviceChoice, check_devices, query_nvml
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.frozen import Frozen
+from hpcplace.runtime.network import group_network
 from hpcplace.runtime.plan_index import PlanIndex
 from hpcplace.runtime.process_env import ProcessEnv
 from hpcplace.runtime.ranks import compute_process_env, environment_changes, merge_environment, plan_environment
@@ -72,6 +73,9 @@ class Resolved(Frozen):
     snapshot: SlurmSnapshot
     gpu_type: str | None
     offload: bool
+    # `network:` of the component's rank-0 node group is set: MASTER_ADDR is rank 0's address there
+    # (rank 0 knows it; the others learn it from the run directory: _agree_master_addr)
+    master_on_network: bool = False
 
 
 def parse_args(argv: Sequence[str]) -> Options | None:
@@ -179,6 +183,14 @@ def _resolved(
     changes = environment_changes(info, plan_environment(index.plan, comp, process))
     if master_port is not None:
         changes["MASTER_PORT"] = str(master_port)
+    network = group_network(index.plan, process["het_group"])
+    if network is not None:  # this node's interface and address for collectives (runtime/network.py)
+        from hpcplace.runtime.network import environment, resolve
+
+        changes.update(environment(*resolve(network)))
+    master_on_network = group_network(index.plan, rank0["het_group"]) is not None
+    if master_on_network and process["rank"] == 0:
+        changes["MASTER_ADDR"] = changes["HPCPLACE_NETWORK_ADDR"]
     command = options.command or tuple(comp.get("command") or ())
     if not command:
         raise ShimError(
@@ -195,6 +207,7 @@ def _resolved(
         snapshot=snapshot,
         gpu_type=gpu_type,
         offload=bool(comp.get("offload")),
+        master_on_network=master_on_network,
     )
 
 
@@ -251,7 +264,8 @@ def _explain(resolved: Resolved) -> None:
         f"(het group {info.het_group}, node {info.group_node_index}, "
         f"local {info.local_rank}/{info.local_world_size}); "
         f"CUDA_VISIBLE_DEVICES={resolved.choice.value!r}: {resolved.choice.note}; "
-        f"MASTER_ADDR={info.master_addr} MASTER_PORT={info.master_port}"
+        f"MASTER_ADDR={resolved.changes.get('MASTER_ADDR')} MASTER_PORT={resolved.changes.get('MASTER_PORT')}"
+        + (f" network {resolved.changes['NCCL_SOCKET_IFNAME']}" if "NCCL_SOCKET_IFNAME" in resolved.changes else "")
     )
 
 
@@ -279,7 +293,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         resolved = resolve(options, os.environ)
         if not options.print_env and options.rank is None:
             _write_rank_log(os.environ.get(RANK_LOG_VARIABLE), resolved.info.rank)
-        if not options.print_env and options.rank is None and os.environ.get(PORT_CHECK_VARIABLE) == "1":
+        agree = not options.print_env and options.rank is None and os.environ.get(PORT_CHECK_VARIABLE) == "1"
+        if resolved.master_on_network:
+            resolved = _agree_master_addr(resolved, os.environ, options.plan, wait=agree)
+        if agree:
             resolved = _agree_master_port(resolved, os.environ, options.plan)
         env = merge_environment(os.environ, resolved.changes)
         env.pop(RANK_LOG_VARIABLE, None)  # the program's own steps (srun inside it) name their logs themselves
@@ -336,11 +353,32 @@ def _agree_master_port(resolved: Resolved, environ: Mapping[str, str], plan_path
         os.path.dirname(os.path.abspath(plan_path)), info.job_id, info.component, environ.get("SLURM_RESTART_COUNT", "")
     )
     if info.rank == 0:
-        below = mp.ephemeral_range()[0]  # under the node's ephemeral ports (`exclusive: false` nodes)
-        port = mp.choose_and_publish(path, mp.candidates(info.master_port, PORT_BASE, PORT_SPAN, PORT_STRIDE, below))
+        port = mp.choose_and_publish(path, mp.candidates(info.master_port, PORT_BASE, PORT_SPAN, PORT_STRIDE))
     else:
         port = mp.wait_published(path)
     return resolved.replace(changes={**resolved.changes, "MASTER_PORT": str(port)})
+
+
+def _agree_master_addr(resolved: Resolved, environ: Mapping[str, str], plan_path: str, *, wait: bool) -> Resolved:
+    """With `network:` on rank 0's node group, MASTER_ADDR is rank 0's address on that interface, which
+    only rank 0's node can tell: rank 0 publishes it beside the MASTER_PORT file, the others wait for
+    it (`wait`: in a job step) or take it when it is there (`--print-env`, `hpcplace exec`)."""
+    from hpcplace.runtime import master_port as mp
+    from hpcplace.runtime import network as net
+
+    info = resolved.info
+    restart = environ.get("SLURM_RESTART_COUNT", "") if wait else ""  # as _agree_master_port / attached.py
+    path = net.address_file(
+        mp.port_file(os.path.dirname(os.path.abspath(plan_path)), info.job_id, info.component, restart)
+    )
+    if info.rank == 0:
+        if wait:
+            net.publish_address(path, str(resolved.changes["MASTER_ADDR"]))
+        return resolved
+    address = net.wait_address(path, mp.WAIT_S) if wait else net.read_address(path)
+    if address is None:
+        return resolved
+    return resolved.replace(changes={**resolved.changes, "MASTER_ADDR": address})
 
 
 def _memory_saver_env(resolved: Resolved, env: dict[str, str], debug: bool) -> dict[str, str]:

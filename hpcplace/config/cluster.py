@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hpcplace.config.container import Container
+from hpcplace.config.network import Network, check_network
 from hpcplace.errors import SourceLocation, SpecError
 
 RESERVED_NODE_LABEL = "node"
@@ -58,6 +59,7 @@ class NodeGroup:
     location: SourceLocation | None = field(default=None, compare=False)
     node_ranks: tuple[int, ...] | None = None  # explicit cluster node ranks, ascending; None: consecutive
     container: Container | None = None  # the image its processes run in (hpcplace.config.container); None: the node's
+    network: Network | None = None  # the interface for collectives and Ray (hpcplace.config.network); None: theirs
 
     def __post_init__(self) -> None:
         # Backstops for every input format (parsers check earlier, with finer locations).
@@ -75,6 +77,17 @@ class NodeGroup:
             if value is not None:
                 check_sbatch_text(value, f"{where}: {key}", location=self.location)
         check_env(self.env, location=self.location, what=f"{where}: env")
+        if self.network is not None:
+            check_network(self.network, self.location, where)
+            from hpcplace.runtime.network import NETWORK_VARIABLES
+
+            clash = sorted({n for env in (self.env, *self.node_env) for n in env if n in NETWORK_VARIABLES})
+            if clash:
+                raise SpecError(
+                    f"{where}: env sets {', '.join(clash)}, which `network: {self.network.describe()}` computes",
+                    location=self.location,
+                    hint="keep network: (the node's own interface and address are exported) or the env entries, not both",
+                )
         for name, per_node in (("node_env", self.node_env), ("python_interpreter", self.python_interpreter)):
             if per_node and len(per_node) != self.num_nodes:
                 raise SpecError(

@@ -23,6 +23,7 @@ from typing import Any
 from hpcplace.config import limits
 from hpcplace.config.cluster import Cluster, Hardware, NodeGroup
 from hpcplace.config.launch import STEPS, LaunchSpec
+from hpcplace.config.network import parse_network
 from hpcplace.config.safe_words import argv_problem, check_sbatch_text
 from hpcplace.config.slurm_options import SLURM_JOB_OPTIONS, extra_args_problem, job_option_problem, sbatch_time_ok
 from hpcplace.config.yaml_source import View, YamlDocument, yaml_words
@@ -395,6 +396,7 @@ _NATIVE_GROUP_KEYS = {
     "hardware",
     "env",
     "ignore_hardware",
+    "network",
 }
 
 
@@ -452,6 +454,7 @@ def native_node_group(view: View) -> NodeGroup:
         hardware=hardware,
         ignore_hardware=v.bool() if (v := view.get("ignore_hardware")) else False,
         env=v.str_map() if (v := view.get("env")) else {},
+        network=parse_network(v) if (v := view.get("network")) is not None and v.value is not None else None,
         location=view.location(),
     )
 

@@ -119,6 +119,8 @@ def _group_json(group: NodeGroup, het_group: int, first_node_rank: int) -> dict[
         **({"python_interpreter": list(group.python_interpreter)} if group.python_interpreter else {}),
         # the image the group's processes run in; present only when set
         **({"container": group.container.to_json()} if group.container else {}),
+        # the interface for collectives and Ray (runtime/network.py resolves it); present only when set
+        **({"network": group.network.to_json()} if group.network else {}),
     }
 
 

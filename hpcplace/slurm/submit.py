@@ -26,6 +26,7 @@ from typing import Any
 from hpcplace.config.cluster import Cluster, Hardware, NodeGroup
 from hpcplace.config.container import container_from_json
 from hpcplace.config.launch import launch_from_json
+from hpcplace.config.network import network_from_json
 from hpcplace.config.spec import SpanningWorkers
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.placement import Placement
@@ -715,6 +716,7 @@ def _plan_of(data: dict[str, Any], path: Path) -> Plan:
                 node_env=tuple(dict(e) for e in g.get("node_env") or ()),
                 python_interpreter=tuple(g.get("python_interpreter") or ()),
                 container=container_from_json(g.get("container")),
+                network=network_from_json(g.get("network")),
             )
         )
     comps = []

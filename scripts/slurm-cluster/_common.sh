@@ -137,6 +137,19 @@ hpcp_netns() { # NODE
 hpcp_veth() { # NODE_INDEX
     echo "hpcpv$1"
 }
+# A second network, as a site's fast fabric beside the management Ethernet: bridge hpcpbr1 (no address on
+# the host: only the nodes are on it), veth hpcpf<i> <-> `fab0` in each node (10.99.0.11-15/24). Node
+# names resolve to the first network; jobs reach this one only by choosing it (a node group's `network:`).
+HPCP_FAB_NET="${HPCPLACE_SLURM_FABNET:-10.99.0}"  # first three octets of a /24
+HPCP_FAB_BRIDGE="hpcpbr1"
+HPCP_FAB_IF="fab0"
+HPCP_FAB_SUBNET="${HPCP_FAB_NET}.0/24"
+hpcp_fab_ip() { # NODE_INDEX
+    echo "${HPCP_FAB_NET}.$((11 + $1))"
+}
+hpcp_fab_veth() { # NODE_INDEX
+    echo "hpcpf$1"
+}
 
 # A path inside NODE's own mount namespace as seen from the host (its /dev/shm, /tmp), through the
 # root of its slurmd: /proc/<pid>/root. Empty when the node's slurmd is not running.

@@ -122,9 +122,12 @@ phase "munged handled"
         veth="$(hpcp_veth "$i")"
         ns="$(hpcp_netns "${HPCP_NODES[$i]}")"
         if [[ -e "/sys/class/net/$veth" ]]; then echo "link del $veth"; fi
+        veth="$(hpcp_fab_veth "$i")"
+        if [[ -e "/sys/class/net/$veth" ]]; then echo "link del $veth"; fi
         if [[ -e "/run/netns/$ns" ]]; then echo "netns del $ns"; fi
     done
     if [[ -e "/sys/class/net/$HPCP_BRIDGE" ]]; then echo "link del $HPCP_BRIDGE"; fi
+    if [[ -e "/sys/class/net/$HPCP_FAB_BRIDGE" ]]; then echo "link del $HPCP_FAB_BRIDGE"; fi
 } | ip -force -batch - 2>/dev/null || true
 while ip route del unreachable "$HPCP_SUBNET" 2>/dev/null; do :; done
 

@@ -197,7 +197,7 @@ for sub in etc spool log run dev mysql mnt; do
     rm -rf "${DIR:?}/$sub"
 done
 rm -rf "$DIR/bin"
-rm -f "$DIR/env.sh" "$DIR/mode" "$DIR/up" "$DIR/shared" "$DIR/slurm" "$DIR/version"
+rm -f "$DIR/env.sh" "$DIR/mode" "$DIR/up" "$DIR/shared" "$DIR/slurm" "$DIR/version" "$DIR/networks"
 mkdir -p "$etc" "$run" "$logs" "$DIR/spool/ctld" "$DIR/dev" "$DIR/mysql"
 chmod 0755 "$DIR" "$DIR/spool"
 for node in "${HPCP_NODES[@]}"; do
@@ -306,6 +306,19 @@ for i in "${!HPCP_NODES[@]}"; do
     ip -n "$ns" addr add "$(hpcp_node_ip "$i")/24" dev eth0
     ip -n "$ns" link set eth0 up
 done
+# The second network (the "fabric"): its own bridge and subnet, `fab0` in every node.
+ip link add "$HPCP_FAB_BRIDGE" type bridge
+ip link set "$HPCP_FAB_BRIDGE" up
+for i in "${!HPCP_NODES[@]}"; do
+    ns="$(hpcp_netns "${HPCP_NODES[$i]}")"
+    veth="$(hpcp_fab_veth "$i")"
+    ip link add "$veth" type veth peer name "$HPCP_FAB_IF" netns "$ns"
+    ip link set "$veth" master "$HPCP_FAB_BRIDGE" up
+    ip -n "$ns" addr add "$(hpcp_fab_ip "$i")/24" dev "$HPCP_FAB_IF"
+    ip -n "$ns" link set "$HPCP_FAB_IF" up
+done
+# What tests read: each node network's interface and subnet, the one node names resolve to first.
+printf 'eth0 %s\n%s %s\n' "$HPCP_SUBNET" "$HPCP_FAB_IF" "$HPCP_FAB_SUBNET" >"$DIR/networks"
 
 # /etc/hosts: node names (and nothing else) -> bridge addresses, marked for down.sh.
 {

@@ -335,6 +335,7 @@ def ensure_cluster(mode: str) -> LiveCluster:
         or status.get("slurm") != SLURM_RELEASE
         or owner != str(REPO)
         or _unshared(shared_paths())
+        or not (CLUSTER_DIR / "networks").is_file()  # booted before up.sh made the second network (fab0)
     ):
         _boot(mode)
         CLUSTER_OWNER.write_text(str(REPO))

@@ -328,6 +328,7 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
                 constraint=facts.constraint,
                 account=facts.account,
                 qos=facts.qos,
+                network=facts.network,
                 location=cluster_view.location(),
             ),
         ),

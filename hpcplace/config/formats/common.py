@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcplace.config.network import Network, parse_network
 from hpcplace.config.slurm_options import SLURM_JOB_OPTIONS
 from hpcplace.config.spec import (
     ComponentSpec,
@@ -40,6 +41,7 @@ SLURM_GROUP_KEYS = {
     "account",
     "qos",
     "hardware_gres",
+    "network",
 }
 
 
@@ -56,6 +58,7 @@ class SlurmFacts:
     account: str | None
     qos: str | None
     hardware_gres: str | None = None  # the site's GRES name for the group's hardware (default: its type)
+    network: Network | None = None  # the interface for collectives and Ray (hpcplace.config.network)
 
 
 def slurm_facts(view: View | None, label: str | None = None, base: SlurmFacts | None = None) -> SlurmFacts:
@@ -101,6 +104,7 @@ def slurm_facts(view: View | None, label: str | None = None, base: SlurmFacts | 
         opt_str("account", facts.account),
         opt_str("qos", facts.qos),
         opt_str("hardware_gres", facts.hardware_gres),
+        parse_network(c) if (c := given("network")) is not None else facts.network,
     )
 
 

@@ -428,6 +428,7 @@ def _group(
         constraint=facts.constraint,
         account=facts.account,
         qos=facts.qos,
+        network=facts.network,
         hardware=hardware,
         ignore_hardware=ignore,
         location=view.location(),

@@ -287,6 +287,7 @@ def parse_roll(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experime
             constraint=facts.constraint,
             account=facts.account,
             qos=facts.qos,
+            network=facts.network,
             location=gpn_view.location(),
         )
     ]
