@@ -152,6 +152,7 @@ def node_main(argv: Sequence[str]) -> int:
         env.update(framework_node_env(header.get("source", {}).get("format"), rank))
         env.update({"HPCPLACE_PLAN": plan_path, "HPCPLACE_RUN_DIR": run_dir, "HPCPLACE_NODE_RANK": str(rank)})
         head = read_head(os.path.join(run_dir, "ray", "head.json"), snapshot.job_id)
+        env.pop("RAY_ADDRESS", None)  # the submitting shell's may name another cluster: this job's, or none
         if head:
             env["RAY_ADDRESS"] = f"{head['host']}:{head['port']}"
         if values.get("--chdir"):

@@ -4,7 +4,9 @@ The derived port (`ranks.master_port`, from the job id) is only a first candidat
 ids map to the same port could share a node (`exclusive: false`), and their processes would then
 connect to each other's rendezvous. So the component's rank 0 (on MASTER_ADDR's node) takes the
 first candidate nothing listens on, and publishes it in the run directory (which every node sees:
-plan.json lives there); the other ranks wait for that file instead of assuming. Stdlib only.
+plan.json lives there); the other ranks wait for that file instead of assuming. Every candidate lies
+below the node's ephemeral port range (/proc/sys/net/ipv4/ip_local_port_range), where any process's
+outgoing connection may take a port between the check and the bind. Stdlib only.
 """
 
 from __future__ import annotations
@@ -21,6 +23,27 @@ if TYPE_CHECKING:
 CANDIDATES = 64  # derived port, then every PORT_STRIDE-th port after it (wrapping in the span)
 DIR_NAME = ".hpcplace-ports"
 WAIT_S = 600.0
+EPHEMERAL_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+EPHEMERAL_DEFAULT = (32768, 60999)  # Linux's default, where the file cannot be read
+
+
+def parse_port_range(text: str) -> tuple[int, int] | None:
+    """`32768\t60999` (ip_local_port_range) -> (32768, 60999); None when it is not two ports."""
+    parts = text.split()
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    low, high = int(parts[0]), int(parts[1])
+    return (low, high) if 0 < low <= high < 65536 else None
+
+
+def ephemeral_range(path: str = EPHEMERAL_FILE) -> tuple[int, int]:
+    """This node's ephemeral port range (the kernel's, per network namespace)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            parsed = parse_port_range(f.read())
+    except OSError:
+        parsed = None
+    return parsed or EPHEMERAL_DEFAULT
 
 
 def port_file(run_dir: str, job_id: str, component: str, restart: str = "") -> str:
@@ -41,7 +64,17 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def candidates(derived: int, base: int, span: int, stride: int) -> list[int]:
+def candidates(derived: int, base: int, span: int, stride: int, limit: int | None = None) -> list[int]:
+    """The derived port, then every stride-th port after it, wrapping in [base, base + span); with
+    `limit` (the ephemeral range's first port) the span shrinks to whole strides below it, so each
+    candidate keeps its component's offset in the stride."""
+    if limit is not None:
+        span = min(span, (limit - base) // stride * stride)
+        if span <= 0:
+            raise ShimError(
+                f"no MASTER_PORT below this node's ephemeral port range (it starts at {limit}; the ports start at {base})",
+                hint=f"raise the range's first port in {EPHEMERAL_FILE} (sysctl net.ipv4.ip_local_port_range)",
+            )
     return [base + (derived - base + k * stride) % span for k in range(CANDIDATES)]
 
 

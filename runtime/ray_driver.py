@@ -5,7 +5,8 @@
    matched by its hpcplace.node_rank label; after launch.join_timeout, fail naming the missing
    node ranks, hosts and node groups.
 3. Exec the driver argv from plan.json (never from a command line: no shell, no srun `:`), with
-   RAY_ADDRESS, ROLL's RANK=0 / WORLD_SIZE=<nodes> / MASTER_ADDR=<head> / MASTER_PORT=<GCS port>
+   RAY_ADDRESS (its own cluster's, whatever the submitting shell had), RAY_TMPDIR (the head's temp
+   dir: a default Ray temp dir stays in the job's), ROLL's RANK=0 / WORLD_SIZE=<nodes> / MASTER_ADDR=<head> / MASTER_PORT=<GCS port>
    (so ROLL finds the running cluster instead of starting one), HPCPLACE_PLAN, HPCPLACE_RUN_DIR and
    launch.env. Its exit code is the step's, hence the job's. Just before, the step's id goes to
    <run dir>/ray/driver.step: the batch script sends Slurm's time-limit warning to that step only.
@@ -77,10 +78,21 @@ def missing_text(
 
 
 def driver_env(
-    environ: Mapping[str, str], *, head: str, port: int, num_nodes: int, plan_path: str, launch_env: Mapping[str, str]
+    environ: Mapping[str, str],
+    *,
+    head: str,
+    port: int,
+    num_nodes: int,
+    plan_path: str,
+    launch_env: Mapping[str, str],
+    temp_dir: str = "",
 ) -> dict[str, str]:
+    """The driver's environment: its own cluster's RAY_ADDRESS set last, so neither the submitting
+    shell nor launch.env can point it at another cluster (RLinf #463)."""
     env = {k: v for k, v in environ.items() if k not in LEAKED}
     env.update(launch_env)
+    if temp_dir:
+        env["RAY_TMPDIR"] = temp_dir
     env.update(
         {
             "RAY_ADDRESS": f"{head}:{port}",
@@ -175,6 +187,7 @@ def main(argv: Sequence[str]) -> int:
             num_nodes=len(expected),
             plan_path=plan_path,
             launch_env=launch.get("env") or {},
+            temp_dir=str(info.get("temp_dir") or ""),
         )
         if info.get("interface"):  # `network:` on the head's node group: the head's interface (runtime/network.py)
             from hpcplace.runtime.network import environment

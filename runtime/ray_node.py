@@ -4,12 +4,20 @@ Finds its node in plan.json like the shim does (its host name in the per-compone
 then runs `ray start --block` with the plan's facts: RLINF_NODE_RANK (set before Ray starts, so
 every Ray worker inherits it), CUDA_VISIBLE_DEVICES and --num-gpus, --num-cpus, the group resource
 `ng_<label>` and hpcplace.* labels, the node group's env and launch.env. The head (cluster node
-rank 0) picks a free GCS port (derived from the job id, checked free here: two jobs sharing a node
-never collide; every other Ray port is left to the OS) and publishes `host:port` in
-<run dir>/ray/head.json; workers wait for that file (bounded by launch.join_timeout), then join.
+rank 0) publishes `host:port` in <run dir>/ray/head.json; workers wait for that file (bounded by
+launch.join_timeout), then join.
+
+Every port a node's Ray opens (GCS, node manager, object manager, dashboard and its agent, metrics,
+runtime-env agent, client server, workers) lies in one block of RAY_BLOCK ports, below the node's
+ephemeral range, chosen per node: the job id picks the first block tried, and a block where anything
+listens on one of its fixed ports (another job's Ray) is skipped. Each node records its ports and dirs
+in <run dir>/ray/nodes/n<rank>.json (`hpcplace status` shows them). The submitting shell's RAY_ADDRESS
+never reaches `ray start`, and RAY_TMPDIR points at the job's temp dir (anything that falls back to
+Ray's default temp dir stays in the job's).
 
 Ray's temp/session dir lives in the job's node-local directory (/dev/shm/hpcplace-<job>, which the
-job's guard removes even after a SIGKILL), its spill dir in ${TMPDIR:-/tmp}/hpcplace-ray-<job>-n<rank>.
+job's guard removes even after a SIGKILL; short whatever the run directory: Ray's sockets go there, and
+an AF_UNIX path holds 107 bytes), its spill dir in ${TMPDIR:-/tmp}/hpcplace-ray-<job>-n<rank>.
 On SIGTERM/SIGUSR1/SIGINT/SIGHUP (job end, cancel, time limit) it stops every Ray process it
 started (SIGTERM, then SIGKILL to what is left of its process tree), removes both dirs and exits 0;
 if Ray stops on its own it names this node and its group, and exits 1 (the job fails).
@@ -29,6 +37,7 @@ import time
 
 from hpcplace.runtime.devices import choose_devices
 from hpcplace.runtime.errors import ShimError
+from hpcplace.runtime.master_port import EPHEMERAL_FILE, ephemeral_range
 from hpcplace.runtime.network import environment as network_environment
 from hpcplace.runtime.network import group_network
 from hpcplace.runtime.network import resolve as resolve_network
@@ -44,10 +53,25 @@ if TYPE_CHECKING:
 
 PROG = "hpcplace-ray"
 LEAKED = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURM_JOB_GPUS")
-# Head ports 20000..32759 in blocks of 10 (GCS, then the dashboard): above Ray's default worker ports
-# (10002..19999) and below Linux's ephemeral range (32768+), where any process's outgoing connection may
-# hold a port between our check that it is free and the GCS binding it.
-PORT_BASE, PORT_SLOTS, PORT_STRIDE = 20000, 1276, 10
+# A node's Ray ports: one block of RAY_BLOCK ports from RAY_PORT_BASE up to the node's ephemeral range
+# (32768 by default; any outgoing connection may take a port there between our check and Ray's bind),
+# above Ray's default worker ports (10002..19999). Fixed ports first, then the worker ports.
+RAY_PORT_BASE, RAY_BLOCK, RAY_WORKER_OFFSET = 20000, 256, 16
+RAY_FIXED = {  # name -> offset in the block
+    "gcs": 0,
+    "node_manager": 1,
+    "object_manager": 2,
+    "dashboard": 3,
+    "dashboard_agent_grpc": 4,
+    "dashboard_agent_http": 5,
+    "metrics_export": 6,
+    "runtime_env_agent": 7,
+    "client_server": 8,
+}
+HEAD_ONLY = ("gcs", "dashboard", "client_server")
+# Ray's longest socket path under its temp dir: the session dir (date and pid) and sockets/plasma_store.
+SOCKET_TAIL = "/session_2025-01-01_00-00-00_000000_4194304/sockets/plasma_store.99"
+AF_UNIX_MAX = 107
 STOP_GRACE_S = 2.0  # Slurm's KillWait may be short: the SIGKILL comes that long after SIGTERM
 _LABEL_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
@@ -61,11 +85,65 @@ def say(text: str) -> None:
 # pure parts
 
 
-def port_candidates(job_id: str, count: int = 64) -> list[int]:
-    """GCS port candidates for a job: a per-job start (so two jobs rarely try the same port), then
-    a fixed stride; the first free one is taken."""
+def port_blocks(job_id: str, below: int = 32768) -> list[int]:
+    """The first port of each block of RAY_BLOCK ports under `below` (the ephemeral range's first port),
+    starting with the job's own (so two jobs rarely try the same block); [] when none fits."""
+    base = RAY_PORT_BASE if below - RAY_PORT_BASE >= 4 * RAY_BLOCK else 1024  # a low ephemeral range
+    count = max((below - base) // RAY_BLOCK, 0)
     jid = int(job_id) if job_id.isdigit() else sum(job_id.encode())
-    return [PORT_BASE + ((jid + k * 997) % PORT_SLOTS) * PORT_STRIDE for k in range(count)]
+    return [base + ((jid + k) % count) * RAY_BLOCK for k in range(count)]
+
+
+def port_candidates(job_id: str) -> list[int]:
+    """GCS port candidates for a job (the first port of each of its blocks)."""
+    return port_blocks(job_id)
+
+
+def block_ports(start: int, *, head: bool, client: bool) -> dict[str, int]:
+    """The ports one node's Ray uses in the block at `start`: its fixed ports (the GCS, dashboard and
+    client server on the head only: Ray's dashboard process starts even with --include-dashboard=false,
+    on 8265 unless told) and its worker range."""
+    wanted = {"gcs": head, "dashboard": head, "client_server": head and client}
+    ports = {name: start + off for name, off in RAY_FIXED.items() if wanted.get(name, True)}
+    ports["min_worker"] = start + RAY_WORKER_OFFSET
+    ports["max_worker"] = start + RAY_BLOCK - 1
+    return ports
+
+
+def choose_ports(
+    job_id: str, below: int, is_free: Callable[[int], bool], *, head: bool, client: bool
+) -> dict[str, int]:
+    """This node's Ray ports: the first of the job's blocks whose fixed ports are all free here (a
+    block where another job's Ray runs has its node manager's port taken). Worker ports are not checked:
+    Ray's raylet skips a worker port that is in use."""
+    blocks = port_blocks(job_id, below)
+    for start in blocks:
+        ports = block_ports(start, head=head, client=client)
+        if all(is_free(p) for name, p in ports.items() if name in RAY_FIXED):
+            return ports
+    if not blocks:
+        raise ShimError(
+            f"no room for the job's Ray ports below this node's ephemeral port range (it starts at {below})",
+            hint=f"raise the range's first port in {EPHEMERAL_FILE} (sysctl net.ipv4.ip_local_port_range)",
+        )
+    raise ShimError(
+        f"every block of {RAY_BLOCK} ports for Ray below {below} has a port in use on this node "
+        f"({len(blocks)} blocks from {blocks[0]})",
+        hint="other jobs' Ray clusters hold them; run with `slurm: {exclusive: true}`",
+    )
+
+
+def ray_temp_dir(job_id: str, rank: int) -> str:
+    """Ray's temp dir on this node: in the job's node-local dir, and short enough that Ray's longest
+    socket path fits AF_UNIX (107 bytes) whatever the run directory (verl #1120)."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in job_id)
+    path = f"/dev/shm/hpcplace-{safe}/ray-n{rank}"
+    if len((path + SOCKET_TAIL).encode()) > AF_UNIX_MAX:
+        raise ShimError(
+            f"Ray's socket paths under {path} would pass the {AF_UNIX_MAX}-byte AF_UNIX limit",
+            hint="the job id is unusually long; report it",
+        )
+    return path
 
 
 def label_ok(value: str) -> bool:
@@ -144,8 +222,10 @@ def ray_start_argv(
     spill_dir: str,
     extra: Sequence[str] = (),
     dashboard_port: int | None = None,
+    ports: Mapping[str, int] | None = None,
 ) -> list[str]:
-    """`python -m ray.scripts.scripts start --block ...` for one node (Ray's CLI from the job's Python)."""
+    """`python -m ray.scripts.scripts start --block ...` for one node (Ray's CLI from the job's Python).
+    `ports` (block_ports) pins every other port Ray opens; without it the OS picks them."""
     labels = {
         "hpcplace.group": node["label"],
         "hpcplace.partition": node["partition"] or "",  # None: the default
@@ -165,27 +245,45 @@ def ray_start_argv(
         "--labels=" + ",".join(f"{k}={v}" for k, v in labels.items() if label_ok(v)),
         f"--temp-dir={temp_dir}",
         f"--object-spilling-directory={spill_dir}",
-        "--dashboard-agent-listen-port=0",
-        "--min-worker-port=0",
-        "--max-worker-port=0",
     ]
+    if ports is None:
+        argv += ["--dashboard-agent-listen-port=0", "--min-worker-port=0", "--max-worker-port=0"]
+    else:
+        argv += [f"--{flag}={ports[name]}" for name, flag in _PORT_FLAGS.items() if name in ports]
     if head:
-        # No Ray client server: it needs ray[client]; without --ray-client-server-port none starts.
+        # The Ray client server starts only where ray[client] is installed (block_ports' client).
         argv += ["--head", f"--port={port}"]
         if dashboard_port is None:
             argv.append("--include-dashboard=false")
         else:  # launch.dashboard: on every interface of the head, reached through an ssh port-forward
-            argv += ["--include-dashboard=true", "--dashboard-host=0.0.0.0", f"--dashboard-port={dashboard_port}"]
+            argv += ["--include-dashboard=true", "--dashboard-host=0.0.0.0"]
+        if dashboard_port is not None and (ports is None or "dashboard" not in ports):
+            argv.append(f"--dashboard-port={dashboard_port}")
     else:
         argv += [f"--address={address}"]
     return argv + list(extra)
 
 
+_PORT_FLAGS = {  # block_ports' name -> `ray start` option (the GCS: ray_start_argv's own)
+    "dashboard": "dashboard-port",
+    "node_manager": "node-manager-port",
+    "object_manager": "object-manager-port",
+    "dashboard_agent_grpc": "dashboard-agent-grpc-port",
+    "dashboard_agent_http": "dashboard-agent-listen-port",
+    "metrics_export": "metrics-export-port",
+    "runtime_env_agent": "runtime-env-agent-port",
+    "client_server": "ray-client-server-port",
+    "min_worker": "min-worker-port",
+    "max_worker": "max-worker-port",
+}
+
+
 def raylet_env(
-    environ: Mapping[str, str], node: dict[str, Any], launch_env: Mapping[str, str], visible: str
+    environ: Mapping[str, str], node: dict[str, Any], launch_env: Mapping[str, str], visible: str, temp_dir: str = ""
 ) -> dict[str, Any]:
-    """The raylet's environment: the task's, leaked GPU variables replaced, the node's facts set."""
-    env = {k: v for k, v in environ.items() if k not in LEAKED}
+    """The raylet's environment: the task's, leaked GPU variables replaced, the node's facts set; no
+    RAY_ADDRESS from the submitting shell, and RAY_TMPDIR the job's temp dir (given one)."""
+    env = {k: v for k, v in environ.items() if k not in LEAKED and k != "RAY_ADDRESS"}
     env.update(node["env"])
     env.update(launch_env)
     env["RLINF_NODE_RANK"] = str(node["rank"])
@@ -196,6 +294,8 @@ def raylet_env(
     # `ray start --block` drains a node for 30 s on SIGTERM (for Ray Serve); the job is ending.
     env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
     env["HPCPLACE_RAY_NODE_RANK"] = str(node["rank"])
+    if temp_dir:
+        env["RAY_TMPDIR"] = temp_dir
     return env
 
 
@@ -203,11 +303,18 @@ def raylet_env(
 # I/O
 
 
-def dashboard_port(gcs_port: int, is_free: Callable[[int], bool] | None = None) -> int | None:
-    """The dashboard's port: the first free one after the GCS port in its block of PORT_STRIDE (derived
-    from the job like the GCS port, so two jobs on one head rarely meet); None when all are taken."""
-    is_free = is_free or port_free
-    return next((p for p in range(gcs_port + 1, gcs_port + PORT_STRIDE) if is_free(p)), None)
+def has_ray_client(python: str) -> bool:
+    """Whether `ray start --head` starts the Ray client server in this Python: it does where grpc
+    imports (ray[client]), on port 10001 unless told, and refuses a port where it does not."""
+    if python == sys.executable:
+        import importlib.util
+
+        return importlib.util.find_spec("grpc") is not None
+    try:
+        done = subprocess.run([python, "-c", "import grpc"], capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def port_free(port: int) -> bool:
@@ -412,7 +519,7 @@ def main(argv: Sequence[str]) -> int:
         ifname, address = resolve_network(network) if network is not None else (None, host)
         net_args = [f"--node-ip-address={address}"] if ifname else []
         choice = choose_devices(node["gpus"], os.environ.get("CUDA_VISIBLE_DEVICES"))
-        temp_dir = f"/dev/shm/hpcplace-{job_id}/ray-n{node['rank']}"
+        temp_dir = ray_temp_dir(job_id, node["rank"])
         spill_dir = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"hpcplace-ray-{job_id}-n{node['rank']}")
         for d in (os.path.dirname(temp_dir), temp_dir, spill_dir):
             try:
@@ -428,15 +535,12 @@ def main(argv: Sequence[str]) -> int:
         # The job's Python (the launcher's), where Ray is installed; a node with RLinf's
         # python_interpreter_path runs `ray start` with that one, so its default workers use it.
         python = node.get("python") or sys.executable
+        ephemeral = ephemeral_range()
+        client = head and has_ray_client(python)
+        ports = choose_ports(job_id, ephemeral[0], port_free, head=head, client=client)
         if head:
-            port = next((p for p in port_candidates(job_id) if port_free(p)), None)
-            if port is None:
-                raise ShimError(f"no free port for the Ray head among {port_candidates(job_id)[:4]}...")
-            dash = None
-            if launch.get("dashboard"):
-                dash = dashboard_port(port)
-                if dash is None:
-                    raise ShimError(f"no free port for the Ray dashboard among {port + 1}..{port + PORT_STRIDE - 1}")
+            port = ports["gcs"]
+            dash = ports["dashboard"] if launch.get("dashboard") else None
             argv_ = ray_start_argv(
                 python,
                 node,
@@ -447,6 +551,7 @@ def main(argv: Sequence[str]) -> int:
                 spill_dir=spill_dir,
                 extra=net_args + extra,
                 dashboard_port=dash,
+                ports=ports,
             )
         else:
             info = wait_for(f"the Ray head's address ({head_file})", lambda: read_head(head_file, job_id), timeout)
@@ -460,10 +565,21 @@ def main(argv: Sequence[str]) -> int:
                 temp_dir=temp_dir,
                 spill_dir=spill_dir,
                 extra=net_args + extra,
+                ports=ports,
             )
-        env = raylet_env(os.environ, node, launch.get("env") or {}, choice.value)
+        env = raylet_env(os.environ, node, launch.get("env") or {}, choice.value, temp_dir)
         if ifname:
             env.update(network_environment(ifname, address))
+        record = {
+            "job_id": job_id,
+            "rank": node["rank"],
+            "host": host,
+            "ports": ports,
+            "ephemeral": list(ephemeral),
+            "temp_dir": temp_dir,
+            "spill_dir": spill_dir,
+        }
+        write_json(os.path.join(run_dir, "ray", "nodes", f"n{node['rank']}.json"), record)
         say(
             f"{where}: RLINF_NODE_RANK={node['rank']} CUDA_VISIBLE_DEVICES={choice.value!r} "
             f"({choice.note}); {' '.join(shlex.quote(a) for a in argv_)}"
@@ -500,6 +616,8 @@ def main(argv: Sequence[str]) -> int:
                     "ready_s": round(time.monotonic() - started, 3),
                     "time": time.time(),
                     **({"dashboard_port": dash} if dash is not None else {}),
+                    "ports": ports,  # every port of the head's Ray (ray/nodes/n<rank>.json: each node's)
+                    "temp_dir": temp_dir,
                 },
             )
             say(f"head ready at {address}:{port} after {time.monotonic() - started:.2f} s")

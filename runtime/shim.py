@@ -353,7 +353,8 @@ def _agree_master_port(resolved: Resolved, environ: Mapping[str, str], plan_path
         os.path.dirname(os.path.abspath(plan_path)), info.job_id, info.component, environ.get("SLURM_RESTART_COUNT", "")
     )
     if info.rank == 0:
-        port = mp.choose_and_publish(path, mp.candidates(info.master_port, PORT_BASE, PORT_SPAN, PORT_STRIDE))
+        below = mp.ephemeral_range()[0]  # under the node's ephemeral ports (`exclusive: false` nodes)
+        port = mp.choose_and_publish(path, mp.candidates(info.master_port, PORT_BASE, PORT_SPAN, PORT_STRIDE, below))
     else:
         port = mp.wait_published(path)
     return resolved.replace(changes={**resolved.changes, "MASTER_PORT": str(port)})

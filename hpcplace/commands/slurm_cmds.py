@@ -567,7 +567,9 @@ def _ray_status(run_dir: Path, driver_waits: bool) -> list[str]:
     except (OSError, ValueError, KeyError, TypeError):
         if driver_waits:
             lines.append("Ray: waiting for every node to join")
-    return lines + _ray_errors(run_dir)
+    from hpcplace.slurm.run_report import ray_node_lines, read_ray_nodes
+
+    return lines + ray_node_lines(read_ray_nodes(run_dir)) + _ray_errors(run_dir)
 
 
 def _ray_errors(run_dir: Path) -> list[str]:

@@ -268,3 +268,53 @@ __all__ = [
     "slurm_version_line",
     "tail",
 ]
+
+
+# ------------------------------------------------------------------------------------------------
+# the Ray launch mode's ports and paths (runtime/ray_node.py writes ray/nodes/n<rank>.json)
+
+PORT_NAMES = (  # ray/nodes/n<rank>.json's `ports` keys, in the order status shows them
+    ("gcs", "GCS"),
+    ("node_manager", "node manager"),
+    ("object_manager", "object manager"),
+    ("dashboard", "dashboard"),
+    ("dashboard_agent_grpc", "dashboard agent grpc"),
+    ("dashboard_agent_http", "dashboard agent http"),
+    ("metrics_export", "metrics"),
+    ("runtime_env_agent", "runtime-env agent"),
+    ("client_server", "client server"),
+)
+
+
+def ray_node_lines(records: list[dict[str, object]]) -> list[str]:
+    """Each Ray node's ports and dirs, by node rank: what a job sharing its nodes with others used
+    (ports below the node's ephemeral range, its own temp dir). Records missing a field say less."""
+    lines: list[str] = []
+    for rec in sorted(records, key=lambda r: int(str(r.get("rank", 0))) if str(r.get("rank", "")).isdigit() else 0):
+        ports = rec.get("ports")
+        if not isinstance(ports, dict):
+            continue
+        named = [f"{label} {ports[key]}" for key, label in PORT_NAMES if key in ports]
+        if "min_worker" in ports and "max_worker" in ports:
+            named.append(f"workers {ports['min_worker']}-{ports['max_worker']}")
+        eph = rec.get("ephemeral")
+        below = f" (ephemeral range {eph[0]}-{eph[1]})" if isinstance(eph, list) and len(eph) == 2 else ""
+        lines.append(f"Ray node rank {rec.get('rank', '?')} on {rec.get('host', '?')}: ports {', '.join(named)}{below}")
+        if rec.get("temp_dir"):
+            lines.append(f"  temp dir {rec['temp_dir']}, spill dir {rec.get('spill_dir', '?')}")
+    return lines
+
+
+def read_ray_nodes(run_dir: Path) -> list[dict[str, object]]:
+    """The records of ray/nodes/ (unreadable ones skipped: status says less, never fails)."""
+    import json
+
+    out: list[dict[str, object]] = []
+    for path in sorted((run_dir / "ray" / "nodes").glob("n*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            out.append(data)
+    return out

@@ -16,7 +16,7 @@ from hpcplace.errors import SpecError
 from hpcplace.plan.plan import plan_to_json
 from hpcplace.plan.planner import plan_from_file
 from hpcplace.runtime.errors import ShimError
-from hpcplace.runtime.ray_node import dashboard_port, ray_start_argv
+from hpcplace.runtime.ray_node import RAY_BLOCK, block_ports, ray_start_argv
 from hpcplace.runtime.shim import Options, resolve
 from hpcplace.slurm import attach
 from hpcplace.slurm.render import render_script
@@ -280,9 +280,10 @@ def test_shim_reads_argv_file(lab_run: Path, tmp_path: Path) -> None:
 # ---- dashboard ---------------------------------------------------------------------------------
 
 
-def test_dashboard_port_follows_the_gcs_port_and_is_checked_free() -> None:
-    assert dashboard_port(30000, lambda p: p != 30001) == 30002
-    assert dashboard_port(30000, lambda p: False) is None
+def test_dashboard_port_is_in_the_heads_block() -> None:
+    ports = block_ports(30000, head=True, client=False)
+    assert ports["gcs"] == 30000 and 30000 < ports["dashboard"] < 30000 + RAY_BLOCK
+    assert "dashboard" not in block_ports(30000, head=False, client=False)  # the head's alone
     node = {"label": "a", "partition": "p", "gpu_type": None, "rank": 0, "num_cpus": 1, "gpus": []}
     argv = ray_start_argv(
         "py", node, head=True, port=30000, address=None, temp_dir="t", spill_dir="s", dashboard_port=30002
