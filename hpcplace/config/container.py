@@ -204,7 +204,7 @@ def check_args(runtime: str, args: Sequence[str]) -> tuple[str, ...]:
                     f"container.args: {arg!r} is an option hpcplace gives pyxis itself (pyxis fails a step that "
                     f"gives it twice with different values: '{arg.split('=', 1)[0]} specified multiple times')",
                     hint="set container.image or container.workdir instead; the container's name is hpcplace's "
-                    "(hpcplace-JOBID-gGROUP)",
+                    "(hpcplace-JOBID)",
                 )
     return tuple(args)
 

@@ -99,8 +99,7 @@ def summary(plan: Plan, *, max_nodes: int = 64) -> str:
         lines.append(
             f"  [{i}] {g.label:<{label_w}} partition={g.partition or '(default)':<{part_w}} "
             f"nodes={g.num_nodes:<4} gpus/node={gpus}{' ' + g.gpu_type if g.gpu_type else ''}{hw}  "
-            f"node ranks {compress(cluster.node_ranks(i))}"
-            + (f"  in {g.container.describe()}" if g.container else "")
+            f"node ranks {compress(cluster.node_ranks(i))}" + (f"  in {g.container.describe()}" if g.container else "")
         )
     lines += ["", "components:"]
     name_w = max([14] + [len(c.name) for c in plan.components])

@@ -39,10 +39,28 @@ class GroupLaunch:
     launcher: tuple[str, ...]  # the program srun execs and its arguments, up to hpcplace-run's own options
 
 
-def container_name(job_id: str, het_group: int) -> str:
-    """pyxis's --container-name of a het group: the job id in it, so no later job picks up this job's
-    container (NeMo-RL PR #4066), the group in it, so two images of one job never share one."""
-    return f"hpcplace-{job_id}-g{het_group}"
+def container_name(job_id: str) -> str:
+    """pyxis's --container-name: the job id in it, so no later job picks up this job's container (NeMo-RL
+    PR #4066). One name for the job: pyxis keeps one set of options per srun (`pyxis_problem`)."""
+    return f"hpcplace-{job_id}"
+
+
+def pyxis_problem(plan: Plan) -> str | None:
+    """Why the plan's pyxis containers cannot be started, or None. pyxis (a SPANK plugin) keeps ONE set of
+    options per srun process, refusing a second --container-image of another value ("specified multiple
+    times", NVIDIA/pyxis args.c), and a het step's srun spans every het group it starts (the preflight and
+    the Ray node step span them all): a job may use pyxis only if every node group runs in the same pyxis
+    container."""
+    containers = [g.container for g in plan.cluster.node_groups]
+    if not any(c is not None and c.runtime == "pyxis" for c in containers) or len(set(map(repr, containers))) == 1:
+        return None
+    what = ", ".join(
+        f"{g.label}: {g.container.describe() if g.container else 'no container'}" for g in plan.cluster.node_groups
+    )
+    return (
+        f"node groups in different containers with pyxis among them ({what}): pyxis keeps one set of options "
+        "per srun, and the job's preflight (and a Ray job's node step) is one srun over every node group"
+    )
 
 
 def workdir_of(launcher: Sequence[str]) -> str | None:
@@ -92,7 +110,7 @@ def group_launch(het_group: int, container: Container | None, launcher: Sequence
             f"--container-image={container.image}",
             f"--container-mounts={','.join(mounts)}",
             f"--container-workdir={container.workdir or workdir or run_dir}",
-            f"--container-name={container_name(JOB_ID, het_group)}",
+            f"--container-name={container_name(JOB_ID)}",
             *container.args,
         )
         return GroupLaunch(het_group, container, srun, shim)

@@ -32,6 +32,7 @@ from hpcplace.slurm.container_launch import (
     JOB_ID,
     GroupLaunch,
     group_launches,
+    pyxis_problem,
     uses_containers,
 )
 from hpcplace.slurm.slurm_job import (
@@ -375,6 +376,13 @@ def render_script(
     check_srun_argv(tuple(launcher), "the launcher command")
     job = job or lower(plan)
     env = template_environment(template_dir)
+    problem = pyxis_problem(plan)
+    if problem:
+        raise SpecError(
+            problem,
+            hint="give every node group the same pyxis image, or run per-group images with runtime apptainer "
+            "(or oci)",
+        )
     launches = group_launches(plan, launcher, run_dir)
     common = dict(
         job=job,

@@ -422,7 +422,7 @@ container:
   args: [--writable-tmpfs, --cleanenv]
   python: /opt/py/bin/python3
   node_groups:
-    rtx: {runtime: pyxis, image: 'nvcr.io#nvidia/pytorch:25.01-py3', args: [--container-remap-root]}
+    rtx: {runtime: oci, image: /shared/bundles/rtx}
     cpu: {runtime: none}
 """
     )

@@ -21,7 +21,7 @@ import pytest
 
 from hpcplace.config.container import Container, Mount
 from hpcplace.config.formats.areal import AREAL_ARGS, AREAL_RUNTIME
-from hpcplace.errors import SlurmError
+from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.planner import plan_from_file
 from hpcplace.slurm import attach
@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[2]
 HETERO = REPO / "configs" / "hetero-partitions.yaml"  # node groups a800, rtx4090, cpu, robot (het 0-3)
 RUN = "/srv/runs/c1"
 LAUNCHER = ("/venv/bin/hpcplace-run", "--chdir", "/home/u/proj")
-# a800 in Apptainer, rtx4090 in a pyxis image, cpu bare, robot in an OCI bundle
+# a800 and rtx4090 in two Apptainer images, cpu bare, robot in an OCI bundle
 BLOCK = """
 container:
   runtime: apptainer
@@ -53,13 +53,28 @@ container:
   args: [--writable-tmpfs]
   node_groups:
     rtx4090:
-      runtime: pyxis
-      image: nvcr.io#nvidia/pytorch:25.01-py3
+      image: /shared/images/sglang.sif
       mounts: [/models:/models:ro, /scratch]
-      args: [--container-writable, --no-container-mount-home]
+      args: [--cleanenv]
     cpu: {runtime: none}
     robot: {runtime: oci, image: /shared/bundles/robot, mounts: [], args: []}
 """
+# every node group in one pyxis image (pyxis keeps one set of options per srun: container_launch.pyxis_problem)
+PYXIS_BLOCK = """
+container:
+  runtime: pyxis
+  image: nvcr.io#nvidia/pytorch:25.01-py3
+  mounts: [/models:/models:ro, /scratch]
+  args: [--container-writable, --no-container-mount-home]
+"""
+PYXIS_SRUN = [
+    "--container-image=nvcr.io#nvidia/pytorch:25.01-py3",
+    f"--container-mounts={RUN}:{RUN},/home/u/proj:/home/u/proj,/models:/models:ro,/scratch:/scratch",
+    "--container-workdir=/home/u/proj",
+    "--container-name=hpcplace-${SLURM_JOB_ID}",
+    "--container-writable",
+    "--no-container-mount-home",
+]
 
 # pyxis's srun options as its README documents them ("Usage": `srun --help`), NVIDIA/pyxis at
 # 107519944221822ea1dace4db8e7234b2eaa4cd5 (README.md; the same list as args.c's spank_opts):
@@ -95,6 +110,11 @@ def container_config(tmp_path: Path, base: Path = HETERO, block: str = BLOCK, ta
 @pytest.fixture
 def plan(tmp_path: Path) -> Plan:
     return plan_from_file(container_config(tmp_path))
+
+
+@pytest.fixture
+def pyxis_plan(tmp_path: Path) -> Plan:
+    return plan_from_file(container_config(tmp_path, block=PYXIS_BLOCK))
 
 
 def assignments(text: str) -> dict[str, list[str]]:
@@ -171,16 +191,15 @@ def test_per_group_arrays(plan: Plan) -> None:
         "/shared/images/verl.sif",
         *shim,
     ]
-    # pyxis: srun options; the job id stays a shell expansion until the script runs
-    assert arrays["hp_container_1"] == [
-        "--container-image=nvcr.io#nvidia/pytorch:25.01-py3",
-        f"--container-mounts={RUN}:{RUN},/home/u/proj:/home/u/proj,/models:/models:ro,/scratch:/scratch",
-        "--container-workdir=/home/u/proj",
-        "--container-name=hpcplace-${SLURM_JOB_ID}-g1",
-        "--container-writable",
-        "--no-container-mount-home",
+    # the group's own image, mounts and args (not the job's --writable-tmpfs)
+    assert arrays["hp_container_1"] == []
+    assert arrays["hp_launcher_1"][arrays["hp_launcher_1"].index("--bind") :] == [
+        "--bind",
+        f"{RUN}:{RUN},/home/u/proj:/home/u/proj,/models:/models:ro,/scratch:/scratch",
+        "--cleanenv",
+        "/shared/images/sglang.sif",
+        *shim,
     ]
-    assert arrays["hp_launcher_1"] == shim
     # Slurm's OCI runtime: the bundle, nothing else
     assert arrays["hp_container_3"] == ["--container=/shared/bundles/robot"]
     assert arrays["hp_launcher_3"] == shim
@@ -190,9 +209,9 @@ def test_per_group_arrays(plan: Plan) -> None:
     assert subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True).returncode == 0
 
 
-def test_pyxis_flags_are_the_ones_pyxis_documents(plan: Plan) -> None:
+def test_pyxis_flags_are_the_ones_pyxis_documents(pyxis_plan: Plan) -> None:
     assert len(PYXIS_OPTIONS) == 16 and PYXIS_OPTIONS["--container-image"] and not PYXIS_OPTIONS["--container-writable"]
-    launch = group_launch(1, plan.cluster.node_groups[1].container, LAUNCHER, RUN)
+    launch = group_launch(1, pyxis_plan.cluster.node_groups[1].container, LAUNCHER, RUN)
     assert launch.srun_args  # the pyxis group's flags, as rendered
     for arg in launch.srun_args:
         name, eq, value = arg.partition("=")
@@ -210,10 +229,29 @@ def test_pyxis_flags_are_the_ones_pyxis_documents(plan: Plan) -> None:
     ]
 
 
-def test_the_job_id_fills_the_container_name_when_the_script_runs(plan: Plan) -> None:
-    text = render_script(plan, RUN, launcher=LAUNCHER)
+def test_pyxis_gives_every_group_the_jobs_one_container(pyxis_plan: Plan) -> None:
+    """pyxis: srun options (the job id stays a shell expansion until the script runs), the same for every group."""
+    arrays = assignments(render_script(pyxis_plan, RUN, launcher=LAUNCHER))
+    shim = ["python3", f"{RUN}/{CARRY_DIR}/{CARRY_ENTRY}", "--chdir", "/home/u/proj"]
+    for g in range(4):
+        assert arrays[f"hp_container_{g}"] == PYXIS_SRUN and arrays[f"hp_launcher_{g}"] == shim
+
+
+def test_pyxis_beside_another_container_is_refused(tmp_path: Path) -> None:
+    """pyxis keeps one set of options per srun (a second --container-image of another value: "specified multiple
+    times"), and the preflight is one srun over every group: pyxis in one group and another image (or none) in
+    another cannot start."""
+    block = PYXIS_BLOCK + "  node_groups:\n    cpu: {runtime: none}\n"
+    plan = plan_from_file(container_config(tmp_path, block=block))
+    with pytest.raises(SpecError, match=r"pyxis keeps one set of options per srun") as err:
+        render_script(plan, RUN, launcher=LAUNCHER)
+    assert "cpu: no container" in err.value.message and "runtime apptainer" in (err.value.hint or "")
+
+
+def test_the_job_id_fills_the_container_name_when_the_script_runs(pyxis_plan: Plan) -> None:
+    text = render_script(pyxis_plan, RUN, launcher=LAUNCHER)
     line = next(line for line in text.splitlines() if line.startswith("hp_container_1=("))
-    assert '--container-name=hpcplace-"${SLURM_JOB_ID}"-g1' in line
+    assert '--container-name=hpcplace-"${SLURM_JOB_ID}"' in line
     show = line + '\nprintf "%s\\n" "${hp_container_1[@]}"\n'
     env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "4242"}
     words = subprocess.run(["bash", "-c", show], env=env, text=True, capture_output=True, check=True).stdout
@@ -221,15 +259,15 @@ def test_the_job_id_fills_the_container_name_when_the_script_runs(plan: Plan) ->
         "--container-image=nvcr.io#nvidia/pytorch:25.01-py3",
         f"--container-mounts={RUN}:{RUN},/home/u/proj:/home/u/proj,/models:/models:ro,/scratch:/scratch",
         "--container-workdir=/home/u/proj",
-        f"--container-name={container_name('4242', 1)}",
+        f"--container-name={container_name('4242')}",
         "--container-writable",
         "--no-container-mount-home",
     ]
-    assert container_name("4242", 1) == "hpcplace-4242-g1"
+    assert container_name("4242") == "hpcplace-4242"
     # a hostile job id stays one word (the name is quoted, the id is data)
     env["SLURM_JOB_ID"] = "1; touch /tmp/x $(id)"
     words = subprocess.run(["bash", "-c", show], env=env, text=True, capture_output=True, check=True).stdout
-    assert "--container-name=hpcplace-1; touch /tmp/x $(id)-g1" in words.splitlines()
+    assert "--container-name=hpcplace-1; touch /tmp/x $(id)" in words.splitlines()
 
 
 def test_steps_and_preflight_enter_their_groups_container(plan: Plan) -> None:
@@ -402,16 +440,16 @@ def live(plan: Plan, tmp_path: Path) -> attach.LiveRun:
     return attach.LiveRun(tmp_path / "run", "4711", plan, LAUNCHER)
 
 
-def test_exec_enters_the_named_pyxis_container_of_the_real_job(plan: Plan, tmp_path: Path) -> None:
-    run = live(plan, tmp_path)
+def test_exec_enters_the_named_pyxis_container_of_the_real_job(pyxis_plan: Plan, tmp_path: Path) -> None:
+    run = live(pyxis_plan, tmp_path)
     target = attach.rank_target(run.plan, "inference", 2)  # rtx4090 (het 1)
     argv = attach.exec_argv(run, target, tmp_path / "c.json", component="inference", rank=2)
     assert "--het-group=1" in argv
-    assert "--container-name=hpcplace-4711-g1" in argv and not any("SLURM_JOB_ID" in a for a in argv)
+    assert "--container-name=hpcplace-4711" in argv and not any("SLURM_JOB_ID" in a for a in argv)
     assert "--container-image=nvcr.io#nvidia/pytorch:25.01-py3" in argv
     i = argv.index("python3")
     assert argv[i : i + 4] == ["python3", f"{run.run_dir}/{CARRY_DIR}/{CARRY_ENTRY}", "--chdir", "/home/u/proj"]
-    assert argv.index("--container-name=hpcplace-4711-g1") < i  # an srun option, before the program
+    assert argv.index("--container-name=hpcplace-4711") < i  # an srun option, before the program
     assert LAUNCHER[0] not in argv
 
 
@@ -438,14 +476,14 @@ def test_exec_and_driver_enter_apptainer_through_the_enter_script(plan: Plan, tm
     assert "/bin/bash" not in argv and not any(a.startswith("--container") for a in argv)
 
 
-def test_exec_from_plan_json_read_back(plan: Plan, tmp_path: Path) -> None:
+def test_exec_from_plan_json_read_back(pyxis_plan: Plan, tmp_path: Path) -> None:
     """`hpcplace exec` reads plan.json: what it enters is what the job's steps entered."""
-    rendered = render_run(plan, tmp_path / "run", launcher=LAUNCHER)
+    rendered = render_run(pyxis_plan, tmp_path / "run", launcher=LAUNCHER)
     back = attach.LiveRun(rendered.run_dir, "77", load_plan(rendered.plan_json), LAUNCHER)
     argv = attach.exec_argv(
         back, attach.node_target(back.plan, 2), tmp_path / "c.json", component=None, rank=None
     )  # rtx4090
-    assert "--container-name=hpcplace-77-g1" in argv
+    assert "--container-name=hpcplace-77" in argv
     script = rendered.script.read_text()
     line = next(x for x in script.splitlines() if x.startswith("hp_container_1=("))
     words = shlex.split(line[len("hp_container_1=(") : -1].replace('"${SLURM_JOB_ID}"', "77"))
