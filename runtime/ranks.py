@@ -14,7 +14,7 @@ from hpcplace.runtime.shm_dir import node_dir_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
     from hpcplace.runtime.slurm_env import SlurmSnapshot
@@ -197,3 +197,36 @@ def merge_environment(base: Mapping[str, str], changes: Mapping[str, str | None]
         else:
             merged[name] = value
     return merged
+
+
+# A run as a chain of jobs (launch.chain, hpcplace.slurm.chain): which link this is comes from the batch
+# script (HPCPLACE_CHAIN_LINK, from `hpcplace submit`); the chain's length and its state directory (kept
+# across links, for the program's checkpoints) from the plan and its run directory.
+CHAIN_STATE_DIR = "chain-state"
+
+
+def chain_environment(plan: Mapping[str, Any], plan_path: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """HPCPLACE_CHAIN_LINK (0-based), HPCPLACE_CHAIN_LENGTH and HPCPLACE_CHAIN_STATE for a chain's process;
+    empty when the run is not a chain. A link number that is not one reads as the first link."""
+    launch = plan.get("launch") or {}
+    length = launch.get("chain") if isinstance(launch, dict) else None
+    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+        return {}
+    raw = environ.get("HPCPLACE_CHAIN_LINK", "0")
+    link = int(raw) if raw.isdigit() else 0
+    run_dir = plan_path.rpartition("/")[0] or "."
+    return {
+        "HPCPLACE_CHAIN_LINK": str(link),
+        "HPCPLACE_CHAIN_LENGTH": str(length),
+        "HPCPLACE_CHAIN_STATE": f"{run_dir}/{CHAIN_STATE_DIR}",
+    }
+
+
+def chain_command(plan: Mapping[str, Any], command: Sequence[str], chain_env: Mapping[str, str]) -> tuple[str, ...]:
+    """The plan's command (a component's, or the Ray driver's) as a chain's link runs it: from the second
+    link on with launch.resume appended (the framework's resume switch, e.g. runner.resume_dir=auto)."""
+    launch = plan.get("launch") or {}
+    resume = launch.get("resume") if isinstance(launch, dict) else None
+    if int(chain_env.get("HPCPLACE_CHAIN_LINK", "0")) < 1 or not isinstance(resume, list):
+        return tuple(command)
+    return (*command, *(str(a) for a in resume))

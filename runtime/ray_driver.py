@@ -27,6 +27,7 @@ import time
 
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.plan_index import PlanIndex
+from hpcplace.runtime.ranks import chain_command, chain_environment
 from hpcplace.runtime.ray_node import (
     LEAKED,
     group_node_ranks,
@@ -193,6 +194,10 @@ def main(argv: Sequence[str]) -> int:
             from hpcplace.runtime.network import environment
 
             env.update(environment(str(info["interface"]), str(info["host"])))
+        chain_env = chain_environment(header, plan_path, os.environ)  # launch.chain: which link, its state dir
+        env.update(chain_env)
+        if argv_file is None:  # the plan's driver resumes from the second link on (launch.resume)
+            driver = list(chain_command(header, driver, chain_env))
         joined = argv_file is not None and os.path.exists(bringup)  # an attach to a cluster that is up
         if not joined:
             t_joined = wait_joined(address, expected, max(timeout - (t_head - t0), 1.0), host_of)

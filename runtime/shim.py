@@ -23,7 +23,14 @@ from hpcplace.runtime.frozen import Frozen
 from hpcplace.runtime.network import group_network
 from hpcplace.runtime.plan_index import PlanIndex
 from hpcplace.runtime.process_env import ProcessEnv
-from hpcplace.runtime.ranks import compute_process_env, environment_changes, merge_environment, plan_environment
+from hpcplace.runtime.ranks import (
+    chain_command,
+    chain_environment,
+    compute_process_env,
+    environment_changes,
+    merge_environment,
+    plan_environment,
+)
 from hpcplace.runtime.slurm_env import SlurmSnapshot, locate_node, node_name_at, read_snapshot
 
 TYPE_CHECKING = False
@@ -191,7 +198,9 @@ def _resolved(
     master_on_network = group_network(index.plan, rank0["het_group"]) is not None
     if master_on_network and process["rank"] == 0:
         changes["MASTER_ADDR"] = changes["HPCPLACE_NETWORK_ADDR"]
-    command = options.command or tuple(comp.get("command") or ())
+    chain_env = chain_environment(index.plan, index.plan_path, os.environ)  # launch.chain: which link, its state
+    changes.update(chain_env)
+    command = options.command or chain_command(index.plan, comp.get("command") or (), chain_env)
     if not command:
         raise ShimError(
             f"no command: component {comp['name']!r} has none in the plan",

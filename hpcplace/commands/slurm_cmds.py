@@ -17,6 +17,7 @@ from hpcplace.errors import SlurmError, SpecError
 
 if TYPE_CHECKING:
     from hpcplace.plan.plan import Plan
+    from hpcplace.slurm.chain import LinkState
     from hpcplace.slurm.slurm_cli import SlurmVersion
     from hpcplace.slurm.submit import JobStatus, Submission
 
@@ -45,6 +46,17 @@ def _hold_argument(parser: argparse.ArgumentParser) -> None:
         help="keep the job (and its Ray cluster) up after the driver/components, for `hpcplace "
         "attach | exec | shell`, until `hpcplace release`, cancel or the time limit "
         "(launch.hold: true)",
+    )
+
+
+def _chain_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--chain",
+        type=int,
+        metavar="N",
+        help="run longer than the time limit: submit the run as up to N jobs of the same job.sbatch, each "
+        "starting when the one before ended (--dependency=singleton) and resuming from HPCPLACE_CHAIN_STATE; "
+        "a link that exits 0 before its time limit, or fails, cancels the later ones (launch.chain: N)",
     )
 
 
@@ -81,6 +93,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _template_args(p)
     _hold_argument(p)
+    _chain_argument(p)
     add_driver_argument(p)
     p.set_defaults(func=run_render)
 
@@ -99,6 +112,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each Slurm command")
     _template_args(p)
     _hold_argument(p)
+    _chain_argument(p)
     add_driver_argument(p)
     p.set_defaults(func=run_submit)
 
@@ -139,6 +153,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         metavar="N",
         help="logs of attempt N of a requeued job (default: the latest; earlier ones are in logs/attempt-N)",
+    )
+    p.add_argument(
+        "--link",
+        type=int,
+        metavar="K",
+        help="logs of link K (0-based) of a chain of jobs (default: the running or last link; earlier "
+        "links' logs are in logs/link-K)",
     )
     p.set_defaults(func=run_logs)
 
@@ -193,10 +214,11 @@ def _plan(args: argparse.Namespace, cluster: LiveCluster | None = None) -> Plan:
     """The plan with `--driver` applied and a bare `python` driver made the submitting environment's."""
     from dataclasses import replace
 
-    from hpcplace.config.launch import resolve_driver_interpreter
+    from hpcplace.config.launch import resolve_driver_interpreter, with_chain
 
     plan = plan_with_launch(args, cluster)
-    launch = resolve_driver_interpreter(plan.launch, shutil.which, sys.executable)
+    launch = with_chain(plan.launch, getattr(args, "chain", None), plan.source_format)
+    launch = resolve_driver_interpreter(launch, shutil.which, sys.executable)
     return plan if launch == plan.launch else replace(plan, launch=launch)
 
 
@@ -371,6 +393,11 @@ def run_submit(args: argparse.Namespace) -> int:
         print(f"already submitted as job {done.job_id} ({done.run_dir}); nothing submitted")
     else:
         print(f"job {done.job_id} ({done.run_dir})")
+    from hpcplace.slurm import chain
+
+    ids = chain.chain_ids(submit.read_record(done.run_dir))
+    if ids:
+        print(f"chain of {len(ids)} jobs: {' '.join(ids)} (each starts when the one before it ended)")
     return 0
 
 
@@ -438,12 +465,20 @@ def _labels(run_dir: Path | None) -> list[str]:
 def run_status(args: argparse.Namespace) -> int:
     """Exit code: 0 when every het component COMPLETED (or, without --watch, the job has not ended
     yet); 10 FAILED, 11 CANCELLED, 12 TIMEOUT, 13 another end (docs/slurm-job.md, "Exit codes")."""
-    from hpcplace.slurm import run_report, slurm_cli, submit
+    from hpcplace.slurm import attach, chain, run_report, slurm_cli, submit
 
     job_id, run_dir, status = _job_and_run(args.target)
     labels = _labels(run_dir)
     version = slurm_cli.try_read_version()  # this host's sacct printed the exit codes: read them in its encoding
-    if args.watch:
+    links = _chain_links(run_dir, args)
+    if links:  # a chain: every link's state, then the running (or last) link's details as for one job
+        current = chain.current_link(links)
+        if current.job_id != job_id and run_dir is not None:
+            job_id, status = current.job_id, attach.owned_status(current.job_id, run_dir)
+    if args.watch and links:
+        status = submit.job_status(job_id)
+        print(submit.format_status(status, labels, version))
+    elif args.watch:
         status = submit.watch(job_id, labels=labels, interval=args.interval, version=version)
     else:
         print(submit.format_status(status, labels, version))  # its first line stays `job N: STATE (from SOURCE)`
@@ -471,7 +506,46 @@ def run_status(args: argparse.Namespace) -> int:
             print(line)
         for line in _launch_failure(status, run_dir, job_id):
             print(line)
+    if links:
+        return chain.chain_exit_code(links)
     return submit.status_exit_code(status)
+
+
+def _chain_links(run_dir: Path | None, args: argparse.Namespace) -> list[LinkState]:
+    """A chain's links with their states, printed (with `--watch`: again on every change until no link is
+    pending or running); empty for a run that is not a chain."""
+    import time
+
+    from hpcplace.slurm import chain, submit
+
+    ids = chain.chain_ids(submit.read_record(run_dir)) if run_dir is not None else []
+    if run_dir is None or not ids:
+        return []
+    recorded = (submit.read_record(run_dir) or {}).get("chain_length")
+    length = recorded if isinstance(recorded, int) else len(ids)
+    links = _link_states(run_dir, ids)
+    shown = chain.format_chain(links, length)
+    print("\n".join(shown))
+    delay = args.interval
+    while args.watch and not chain.chain_done(links):
+        time.sleep(delay)
+        delay = min(delay * 2, submit.WATCH_MAX_DELAY_S)
+        links = _link_states(run_dir, ids)
+        now = chain.format_chain(links, length)
+        if now != shown:
+            print("\n".join(now))
+            shown = now
+    return links
+
+
+def _link_states(run_dir: Path, ids: list[str]) -> list[LinkState]:
+    from hpcplace.slurm import chain, submit
+
+    records = chain.read_chain(run_dir)
+    by_job = {r.job_id: r for r in records.values()}
+    return [
+        chain.LinkState(i, job_id, submit.job_status(job_id).state, by_job.get(job_id)) for i, job_id in enumerate(ids)
+    ]
 
 
 def _launch_failure(status: JobStatus, run_dir: Path, job_id: str) -> list[str]:
@@ -539,10 +613,18 @@ def _job_and_run(target: str) -> tuple[str, Path | None, JobStatus]:
 
 
 def run_cancel(args: argparse.Namespace) -> int:
-    from hpcplace.slurm import submit
+    from hpcplace.slurm import chain, submit
 
-    job_id, _run_dir, _status = _job_and_run(args.target)  # never cancels another run's job of the same id
-    print(submit.cancel(job_id))
+    job_id, run_dir, _status = _job_and_run(args.target)  # never cancels another run's job of the same id
+    ids = chain.chain_ids(submit.read_record(run_dir)) if run_dir is not None else []
+    if not ids:
+        print(submit.cancel(job_id))
+        return 0
+    for link, link_id in enumerate(ids):  # a chain: every link, the running one and those pending after it
+        try:
+            print(f"link {link}: {submit.cancel(link_id)}")
+        except submit.UnknownJobError:
+            print(f"link {link}: Slurm no longer knows job {link_id} (it ended long ago); nothing to cancel")
     return 0
 
 
@@ -721,6 +803,8 @@ def run_logs(args: argparse.Namespace) -> int:
     attempts = submit.read_attempts(run_dir)
     latest = attempts[-1].number if attempts else 0
     folder = "logs"
+    if args.link is not None:
+        return _link_logs(args, run_dir, plan)
     if args.attempt is not None and args.attempt != latest:
         folder = f"logs/attempt-{args.attempt}"
         if not (run_dir / folder).is_dir():
@@ -763,6 +847,42 @@ def run_logs(args: argparse.Namespace) -> int:
             print(f"{title}: {r.path if r.path else '(job has not started: no logs/nodes.txt)'}")
         else:
             _show(title, r.path, args.tail)
+    return 0
+
+
+def _link_logs(args: argparse.Namespace, run_dir: Path, plan: Plan) -> int:
+    """`logs --link K`: a chain's link K: its batch log and its ranks' logs (logs/ for the link that ran
+    last, logs/link-K/ for an earlier one)."""
+    from hpcplace.slurm import chain, submit
+    from hpcplace.slurm.slurm_job import lower
+
+    ids = chain.chain_ids(submit.read_record(run_dir))
+    if not ids:
+        raise SpecError(f"{run_dir} is not a chain of jobs: it has no links", hint="leave --link out")
+    if not 0 <= args.link < len(ids):
+        raise SpecError(f"no link {args.link}: the chain's links are 0-{len(ids) - 1}", hint="--link K, 0-based")
+    marker = run_dir / chain.LOGS_LINK_FILE  # which link's step logs logs/ holds
+    latest = marker.read_text(encoding="utf-8").strip() if marker.exists() else ""
+    folder = "logs" if latest == str(args.link) else chain.LINK_LOGS.format(link=args.link)
+    if not (run_dir / folder).is_dir():
+        print(
+            f"link {args.link} (job {ids[args.link]}) has no logs: it has not run (or never will; `hpcplace status` says)"
+        )
+        return 0
+    batch = run_dir / "logs" / f"batch-{ids[args.link]}.out"
+    if args.component is None and args.rank is None and not args.list:
+        _show(f"batch script of link {args.link} ({batch})", batch, args.tail)
+    if plan.launch.is_ray:
+        print(f"(Ray mode: the driver's and raylets' logs of link {args.link} are in {run_dir / folder})")
+        return 0
+    logs = submit.rank_logs(run_dir.absolute(), lower(plan), submit.read_hosts(run_dir, folder), folder)
+    for r in logs:
+        if (args.component is None or r.component == args.component) and (args.rank is None or r.rank == args.rank):
+            title = f"link {args.link}: {r.component} rank {r.rank} ({r.where})"
+            if args.list:
+                print(f"{title}: {r.path}")
+            else:
+                _show(title, r.path, args.tail)
     return 0
 
 

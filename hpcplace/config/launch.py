@@ -7,6 +7,8 @@
       join_timeout: 300              # seconds to wait for every node's raylet
       hold: true                     # keep the allocation after the driver/components (hpcplace attach/exec/release)
       dashboard: true                # ray mode: the Ray dashboard on the head (status prints how to reach it)
+      chain: 4                       # run as up to 4 jobs in a row (--dependency=singleton), each resuming
+      resume: [runner.resume_dir=auto]  # appended to the driver/commands from the second link on
 
 In "ray" mode the plan shapes a Ray cluster (one raylet per allocated node, see hpcplace.ray.ray_cluster)
 and the driver runs once on the head. The frameworks never read this block.
@@ -24,7 +26,8 @@ from hpcplace.config.yaml_source import View, yaml_words
 from hpcplace.errors import SpecError
 
 MODES = ("steps", "ray")
-KEYS = frozenset({"mode", "driver", "env", "join_timeout", "hold", "dashboard"})
+KEYS = frozenset({"mode", "driver", "env", "join_timeout", "hold", "dashboard", "chain", "resume"})
+MAX_CHAIN = 100  # links of one chain: a week of 2-hour links; more is a typo, not a plan
 DEFAULT_JOIN_TIMEOUT = 300.0
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -39,6 +42,10 @@ class LaunchSpec:
     join_timeout: float = DEFAULT_JOIN_TIMEOUT
     hold: bool = False  # the job stays up after its driver/components until released, cancelled or timed out
     dashboard: bool = False  # ray mode: start the Ray dashboard on the head
+    chain: int = 0  # > 0: the run is a chain of up to this many jobs (hpcplace.slurm.chain); 0: one job
+    # appended to the driver's (ray mode) or each component's command from the second link on; None: the
+    # format's own resume switch (CHAIN_RESUME), resolved when planning (resolve_resume)
+    resume: tuple[str, ...] | None = None
 
     @property
     def is_ray(self) -> bool:
@@ -56,6 +63,9 @@ class LaunchSpec:
             out["hold"] = True
         if self.dashboard:
             out["dashboard"] = True
+        if self.chain:
+            out["chain"] = self.chain
+            out["resume"] = list(self.resume or ())
         return out
 
 
@@ -128,6 +138,17 @@ def parse_launch(view: View | None) -> LaunchSpec:
         timeout = float(tv.value)
     hold = _flag(view, "hold")
     dashboard = _flag(view, "dashboard")
+    chain = 0
+    chain_view = view.get("chain")
+    if chain_view is not None and chain_view.value is not None:
+        chain = _chain_length(chain_view.value, "launch.chain", chain_view.error)
+    resume: tuple[str, ...] | None = None
+    resume_view = view.get("resume")
+    if resume_view is not None and resume_view.value is not None:
+        resume = tuple(yaml_words(resume_view, "resume"))
+        for arg in resume:
+            if "\0" in arg:
+                raise resume_view.error(f"launch.resume: argument {arg!r} holds a NUL byte")
     if mode is None:
         mode = "ray" if driver or dashboard else "steps"
     if dashboard and mode != "ray":
@@ -140,7 +161,43 @@ def parse_launch(view: View | None) -> LaunchSpec:
         raise view.require("driver").error(
             "launch.driver is only used in ray mode", hint="set launch.mode: ray (or remove the driver)"
         )
-    return LaunchSpec(mode, driver, env, timeout, hold, dashboard)
+    return LaunchSpec(mode, driver, env, timeout, hold, dashboard, chain, resume)
+
+
+def _chain_length(value: object, where: str, error: Callable[..., SpecError]) -> int:
+    """A chain's length: a whole number of links from 1 to MAX_CHAIN."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CHAIN:
+        raise error(
+            f"{where} must be a number of jobs from 1 to {MAX_CHAIN}, got {value!r}",
+            hint="e.g. chain: 4 runs the training as up to 4 jobs, each resuming from the last checkpoint",
+        )
+    return value
+
+
+# The resume switch of each framework, appended (as a Hydra/AReaL override) to the driver from the second
+# link of a chain on: RLinf's runner.resume_dir=auto picks its newest checkpoints/global_step_N (reasoning
+# runner); AReaL's recover.mode=auto recovers when recover info and a checkpoint exist. ROLL's
+# resume_from_checkpoint takes one checkpoint's path, which only the run knows: no default there.
+CHAIN_RESUME: dict[str, tuple[str, ...]] = {
+    "rlinf": ("runner.resume_dir=auto",),
+    "areal": ("recover.mode=auto",),
+}
+
+
+def with_chain(launch: LaunchSpec, chain: int | None, source_format: str) -> LaunchSpec:
+    """`submit --chain N` (over launch.chain), and a chain's resume overrides: the config's `resume:`, else
+    the format's (CHAIN_RESUME), so plan.json says exactly what the second link on appends."""
+    if chain is not None:
+        launch = replace(launch, chain=_chain_length(chain, "--chain", SpecError))
+    if not launch.chain:
+        return launch if launch.resume is None else replace(launch, resume=None)
+    resume = launch.resume if launch.resume is not None else CHAIN_RESUME.get(source_format, ())
+    return replace(launch, resume=resume)
+
+
+def resumed_command(command: Sequence[str], resume: Sequence[str], link: int) -> tuple[str, ...]:
+    """The command a chain's link runs: from the second link (1) on, with the resume overrides appended."""
+    return (*command, *resume) if link > 0 else tuple(command)
 
 
 def _flag(view: View, key: str) -> bool:
@@ -213,6 +270,8 @@ def launch_from_json(data: object) -> LaunchSpec:
         float(data.get("join_timeout", DEFAULT_JOIN_TIMEOUT)),
         bool(data.get("hold")),
         bool(data.get("dashboard")),
+        int(data.get("chain") or 0),
+        tuple(str(a) for a in data["resume"]) if isinstance(data.get("resume"), list) else None,
     )
 
 

@@ -25,6 +25,8 @@ from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.gpumap import spanning_lines
 from hpcplace.plan.plan import Plan, ProcessSpans, component_header, plan_header, write_plan_json
 from hpcplace.plan.process_table import node_processes
+from hpcplace.slurm import chain
+from hpcplace.slurm.chain import chain_plan
 from hpcplace.slurm.container_launch import (
     CARRY_DIR,
     CARRY_ENTRY,
@@ -374,7 +376,7 @@ def render_script(
     if not launcher:
         raise SpecError("the launcher command is empty", hint="default: hpcplace-run")
     check_srun_argv(tuple(launcher), "the launcher command")
-    job = job or lower(plan)
+    job = job or lower(chain_plan(plan, run_dir))  # a chain's links: under the chain's own job name
     env = template_environment(template_dir)
     problem = pyxis_problem(plan)
     if problem:
@@ -402,6 +404,9 @@ def render_script(
         rank_log_variable=RANK_LOG_VARIABLE,
         preflight_log_variable=PREFLIGHT_LOG_VARIABLE,
         preflight_log=PREFLIGHT_LOG_PATTERN,
+        chain_name=job.job_name,
+        chain_state=chain.STATE_DIR,
+        chain_file=chain.CHAIN_FILE,
     )
     started = ["", f"launcher (starts hpcplace's shim in every task): {shlex.join(launcher)}"]
     for gl in launches:

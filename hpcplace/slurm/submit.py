@@ -31,7 +31,7 @@ from hpcplace.config.spec import SpanningWorkers
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.placement import Placement
 from hpcplace.plan.plan import SCHEMA, ComponentPlan, Plan, iter_plan_json
-from hpcplace.slurm import slurm_cli
+from hpcplace.slurm import chain, slurm_cli
 from hpcplace.slurm.render import (
     DEFAULT_LAUNCHER,
     LIBRARY_NAME,
@@ -171,7 +171,7 @@ def submit(
     )
     lock = root / LOCK_NAME
     if lock.exists():
-        adopted = _recover_interrupted(root, lock, timeout, version)
+        adopted = _recover_interrupted(root, lock, timeout, version, plan.launch.chain)
         if adopted is not None:
             say(f"found job {adopted.job_id} submitted from {root} by an interrupted attempt; recorded it")
             return adopted
@@ -202,8 +202,13 @@ def submit(
             f,
         )
     argv = slurm_cli.sbatch_argv(str(rendered.script))
+    if plan.launch.chain:  # link 0 of the chain (the script holds its singleton dependency)
+        argv = chain.link_sbatch_argv(argv, 0)
     try:
-        result = slurm_cli.sbatch(str(rendered.script), cwd=str(root), timeout=timeout)
+        if plan.launch.chain:
+            result = slurm_cli.run(argv, cwd=str(root), timeout=timeout)
+        else:
+            result = slurm_cli.sbatch(str(rendered.script), cwd=str(root), timeout=timeout)
     except SlurmError as exc:
         if "did not answer" in exc.message:  # the outcome is unknown: keep the lock for the retry
             raise SlurmError(
@@ -217,23 +222,44 @@ def submit(
         _remove_created(root, created)
         raise _sbatch_error(plan, result.message)
     job_id = slurm_cli.parse_job_id(result.stdout)
-    _write_json(
-        root / RUN_RECORD,
-        {
-            "job_id": job_id,
-            "script_sha256": rendered.script_sha256,
-            "script": SCRIPT_NAME,
-            "sbatch": argv,
-            "submitted_at": datetime.now().astimezone().isoformat(timespec="seconds"),
-            "name": plan.name,
-            "source": plan.source,
-            "het_components": [g.label for g in plan.cluster.node_groups],
-            "launcher": list(launcher),  # `hpcplace attach | exec` start their steps with the same launcher
-            SLURM_VERSION_KEY: str(version),
-        },
-    )
+    submitted: dict[str, object] = {
+        "job_id": job_id,
+        "script_sha256": rendered.script_sha256,
+        "script": SCRIPT_NAME,
+        "sbatch": argv,
+        "submitted_at": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "name": plan.name,
+        "source": plan.source,
+        "het_components": [g.label for g in plan.cluster.node_groups],
+        "launcher": list(launcher),  # `hpcplace attach | exec` start their steps with the same launcher
+        SLURM_VERSION_KEY: str(version),
+    }
+    _write_json(root / RUN_RECORD, submitted)
+    if plan.launch.chain:
+        _submit_links(plan, root, submitted, timeout, say)
     lock.unlink(missing_ok=True)
     return Submission(root, job_id, rendered.script_sha256)
+
+
+def _submit_links(
+    plan: Plan, root: Path, record: dict[str, object], timeout: float, say: Callable[[str], None]
+) -> None:
+    """The chain's links after the first (already submitted): the same script, each pending on the
+    earlier ones by its singleton dependency; run.json lists every link's job id as it is submitted. A
+    link Slurm refuses ends the chain there (the submitted links run; said on stderr)."""
+    ids = [str(record["job_id"])]
+    argvs = [chain.link_sbatch_argv(slurm_cli.sbatch_argv(str(root / SCRIPT_NAME)), 0)]
+    record.update(chain=ids, chain_length=plan.launch.chain, chain_sbatch=argvs)
+    _write_json(root / RUN_RECORD, record)
+    for link in range(1, plan.launch.chain):
+        argv = chain.link_sbatch_argv(slurm_cli.sbatch_argv(str(root / SCRIPT_NAME)), link)
+        result = slurm_cli.run(argv, cwd=str(root), timeout=timeout)
+        if result.returncode != 0:
+            say(f"link {link} of the chain was refused ({result.message}): the chain has {link} link(s)")
+            break
+        ids.append(slurm_cli.parse_job_id(result.stdout))
+        argvs.append(argv)
+        _write_json(root / RUN_RECORD, record)
 
 
 def _first_missing(path: Path) -> Path | None:
@@ -261,7 +287,9 @@ def _remove_created(root: Path, created: Path | None) -> None:
             break
 
 
-def _recover_interrupted(root: Path, lock: Path, timeout: float, version: slurm_cli.SlurmVersion) -> Submission | None:
+def _recover_interrupted(
+    root: Path, lock: Path, timeout: float, version: slurm_cli.SlurmVersion, chain_length: int = 0
+) -> Submission | None:
     try:
         info = json.loads(lock.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -270,7 +298,11 @@ def _recover_interrupted(root: Path, lock: Path, timeout: float, version: slurm_
     if host == socket.gethostname() and isinstance(pid, int) and pid != os.getpid() and _alive(pid):
         raise SlurmError(f"another submission of {root} is running (pid {pid})", hint="wait for it to finish")
     jobs = slurm_cli.jobs_in_workdir(str(root), timeout=timeout)
-    if len(jobs) > 1:
+    extra: dict[str, object] = {}
+    if chain_length and jobs:  # a chain's links, all from this directory: adopted in submission order
+        jobs = sorted(set(jobs), key=int)
+        extra = {"chain": jobs, "chain_length": chain_length}
+    elif len(jobs) > 1:
         raise SlurmError(
             f"jobs {', '.join(jobs)} were all submitted from {root}",
             hint="cancel the extra ones, then record the one to keep",
@@ -289,6 +321,7 @@ def _recover_interrupted(root: Path, lock: Path, timeout: float, version: slurm_
             "sbatch": slurm_cli.sbatch_argv(str(script)),
             "recovered": True,
             SLURM_VERSION_KEY: str(version),
+            **extra,
         },
     )
     lock.unlink(missing_ok=True)
