@@ -382,8 +382,7 @@ def render_script(
     if problem:
         raise SpecError(
             problem,
-            hint="give every node group the same pyxis image, or run per-group images with runtime apptainer "
-            "(or oci)",
+            hint="give every node group the same pyxis image, or run per-group images with runtime apptainer (or oci)",
         )
     launches = group_launches(plan, launcher, run_dir)
     common = dict(

@@ -170,6 +170,7 @@ hp_stop_steps() {
 # (the warning's time window, and no stop marker from this script in the run directory).
 hp_guard_pid=
 hp_stop_marker="$hp_run_dir/.stopping-$SLURM_JOB_ID-$hp_attempt"
+hp_warned_marker="$hp_run_dir/.warned-$SLURM_JOB_ID-$hp_attempt"  # a guard got Slurm's time-limit warning
 hp_guard_script="$(declare -f hp_time_left)"'
 umask 077
 job=$0 node=$0/node-${SLURMD_NODENAME//[^A-Za-z0-9._-]/_} warning=$1 grace=$2 marker=$3
@@ -177,7 +178,10 @@ on_signal() {  # $1: the signal; the time-limit warning is not the end of the jo
     local left
     if [[ $1 == "${warning%@*}" && ! -e $marker ]]; then
         left=$(hp_time_left)
-        [[ -n $left ]] && ((left > grace + 5 && left <= ${warning#*@} + 60)) && return
+        if [[ -n $left ]] && ((left > grace + 5 && left <= ${warning#*@} + 60)); then
+            : >"${marker%/*}/.warned-${marker##*/.stopping-}" 2>/dev/null  # the job got its time-limit warning
+            return
+        fi
     fi
     trap "" USR1 USR2 TERM INT HUP  # a 2nd signal must not cut the EXIT trap short
     exit 0
@@ -217,7 +221,7 @@ hp_cleanup() {
         kill -KILL "$hp_guard_pid" 2>/dev/null
         wait "$hp_guard_pid" 2>/dev/null
     fi
-    rm -f -- "$hp_stop_marker"
+    rm -f -- "$hp_stop_marker" "$hp_warned_marker"
     hp_record end "$rc"
     exit "$rc"
 }
