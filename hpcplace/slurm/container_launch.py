@@ -52,7 +52,8 @@ def pyxis_problem(plan: Plan) -> str | None:
     the Ray node step span them all): a job may use pyxis only if every node group runs in the same pyxis
     container."""
     containers = [g.container for g in plan.cluster.node_groups]
-    if not any(c is not None and c.runtime == "pyxis" for c in containers) or len(set(map(repr, containers))) == 1:
+    uses_pyxis = any(c is not None and c.runtime == "pyxis" for c in containers)
+    if not uses_pyxis or all(c == containers[0] for c in containers):  # == ignores where the settings were written
         return None
     what = ", ".join(
         f"{g.label}: {g.container.describe() if g.container else 'no container'}" for g in plan.cluster.node_groups

@@ -248,6 +248,12 @@ def test_pyxis_beside_another_container_is_refused(tmp_path: Path) -> None:
     assert "cpu: no container" in err.value.message and "runtime apptainer" in (err.value.hint or "")
 
 
+def test_pyxis_settings_written_again_for_a_group_are_the_same_container(tmp_path: Path) -> None:
+    block = PYXIS_BLOCK + "  node_groups:\n    cpu: {runtime: pyxis, image: 'nvcr.io#nvidia/pytorch:25.01-py3'}\n"
+    plan = plan_from_file(container_config(tmp_path, block=block))
+    assert "hp_container_2=(" in render_script(plan, RUN, launcher=LAUNCHER)
+
+
 def test_the_job_id_fills_the_container_name_when_the_script_runs(pyxis_plan: Plan) -> None:
     text = render_script(pyxis_plan, RUN, launcher=LAUNCHER)
     line = next(line for line in text.splitlines() if line.startswith("hp_container_1=("))
