@@ -381,7 +381,15 @@ def run_step(argv: Sequence[str], *, log: Path | None = None, grace_s: float = 1
 
 def _interrupt(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     print("hpcplace: interrupted: stopping this step only (the job stays up)", file=sys.stderr)
-    for _ in range(2):  # a terminal's Ctrl-C reached srun too; a SIGINT sent to hpcplace alone did not
+    # A terminal's Ctrl-C reached srun too (its process group): srun passes it to the step's tasks and ends
+    # when they do. A second SIGINT within a second would make srun kill the step ("forcing job termination",
+    # exit 137), so give it that long before sending one; a SIGINT sent to hpcplace alone did not reach srun.
+    try:
+        proc.wait(timeout=1.5)
+        return
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        pass
+    for _ in range(2):
         try:
             proc.send_signal(signal.SIGINT)
         except ProcessLookupError:
