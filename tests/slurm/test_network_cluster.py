@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcplace.runtime.network import INTERFACE_VARIABLES
 from tests.slurm.conftest import CLUSTER_DIR, LiveCluster, config_yaml, submit_cli, wait_done
 
 pytestmark = pytest.mark.slurm
@@ -21,12 +22,7 @@ RAY_ARGS = "--object-store-memory=80000000"  # as tests/ray: a small machine run
 ENV_KEYS = (
     "MASTER_ADDR",
     "MASTER_PORT",
-    "NCCL_SOCKET_IFNAME",
-    "GLOO_SOCKET_IFNAME",
-    "TP_SOCKET_IFNAME",
-    "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME",
-    "RLINF_COMM_NET_DEVICES",
-    "RAY_NETWORK_INTERFACE",
+    *INTERFACE_VARIABLES,
     "HPCPLACE_NETWORK_ADDR",
     "RANK",
     "SLURMD_NODENAME",
