@@ -19,7 +19,11 @@ if TYPE_CHECKING:
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments every command that reads a config shares."""
-    parser.add_argument("config", help="experiment YAML (native, RLinf, ROLL or AReaL)")
+    parser.add_argument(
+        "config",
+        help="experiment YAML (native, RLinf, ROLL or AReaL), or for verl, NeMo-RL, OpenRLHF and slime the YAML "
+        "with hpcplace's blocks beside the framework's command (launch.driver or --driver -- CMD...)",
+    )
     parser.add_argument("--format", choices=FORMATS, help="input format (default: detected)")
     parser.add_argument(
         "--set",
@@ -134,10 +138,11 @@ def plan_with_launch(args: argparse.Namespace, cluster: LiveCluster | None = Non
     from hpcplace.plan.runnable import driven_by_framework
 
     site = local_site_gpus() if getattr(args, "local", False) else (cluster or LiveCluster()).site_gpus
-    plan = plan_from_file(args.config, format=args.format, overrides=config_overrides(args), site_gpus=site)
-    launch = with_hold(
-        with_driver(plan.launch, getattr(args, "driver", None)), getattr(args, "hold", False), driven_by_framework(plan)
+    driver = getattr(args, "driver", None)
+    plan = plan_from_file(
+        args.config, format=args.format, overrides=config_overrides(args), site_gpus=site, driver=driver
     )
+    launch = with_hold(with_driver(plan.launch, driver), getattr(args, "hold", False), driven_by_framework(plan))
     plan = plan if launch == plan.launch else replace(plan, launch=launch)
     problem = driver_config_problem(
         plan,

@@ -122,12 +122,18 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
 
 
 def plan_from_file(
-    path: str | Path, *, format: str | None = None, overrides: Sequence[str] = (), site_gpus: SiteGpus | None = None
+    path: str | Path,
+    *,
+    format: str | None = None,
+    overrides: Sequence[str] = (),
+    site_gpus: SiteGpus | None = None,
+    driver: Sequence[str] | None = None,
 ) -> Plan:
-    """Load a config in any supported format and plan it (the CLI's `hpcplace plan`)."""
+    """Load a config in any supported format and plan it (the CLI's `hpcplace plan`); `driver` is
+    `--driver -- CMD...`, which the command formats (verl, ...) read their placement from."""
     from hpcplace.config.formats import load_spec
 
-    return plan_from_spec(load_spec(path, format=format, overrides=overrides, site_gpus=site_gpus))
+    return plan_from_spec(load_spec(path, format=format, overrides=overrides, site_gpus=site_gpus, driver=driver))
 
 
 def _space(

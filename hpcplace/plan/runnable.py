@@ -8,13 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hpcplace.config.formats.command import COMMAND_FORMATS
 from hpcplace.config.launch import FRAMEWORK_FORMATS
 from hpcplace.errors import SpecError
 from hpcplace.plan.plan import Plan
 
 
 def driven_by_framework(plan: Plan) -> bool:
-    """A framework config (RLinf, ROLL, AReaL) none of whose components has a command of its own."""
+    """A framework config (RLinf, ROLL, AReaL) none of whose components has a command of its own, or a
+    framework command (verl, ...), whose driver starts every process."""
+    if plan.source_format in COMMAND_FORMATS:
+        return True
     return plan.source_format in FRAMEWORK_FORMATS and not any(c.command for c in plan.components)
 
 

@@ -1,4 +1,5 @@
-"""Input formats: native hpcplace, RLinf, ROLL and AReaL configs, all converted to ExperimentSpec."""
+"""Input formats: native hpcplace, RLinf, ROLL and AReaL configs, and the framework commands of verl,
+NeMo-RL, OpenRLHF and slime (formats/command.py), all converted to ExperimentSpec."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from hpcplace.config.container import ContainerBlock, apply_container_block, parse_container_block
+from hpcplace.config.formats.command import COMMAND_FORMATS, detect_command_format, driver_words, parse_command_spec
 from hpcplace.config.formats.common import SiteGpus
 from hpcplace.config.hydra_config import compose, mark_override, needs_hydra, searchpath_env, split_overrides
 from hpcplace.config.spec import ExperimentSpec
 from hpcplace.config.yaml_source import YamlDocument, closest, load_yaml_file, scalar_value
 from hpcplace.errors import SourceLocation, SpecError
 
-FORMATS = ("native", "rlinf", "roll", "areal")
+FILE_FORMATS = ("native", "rlinf", "roll", "areal")  # the placement is in the YAML file
+FORMATS = (*FILE_FORMATS, *COMMAND_FORMATS)  # and those whose placement is in the framework's command
 
 
 _AREAL_ENGINES = ("actor", "rollout", "critic", "ref", "teacher")
@@ -58,7 +61,8 @@ def detect_format(data: object, path: str | None = None) -> str:
         "`num_gpus_per_node` or a worker with `device_mapping`/`world_size` (ROLL)",
         location=where,
         hint="add `format: native|rlinf|roll|areal` at the top level (or pass --format), or check that the "
-        "file is the experiment config rather than one of its defaults files",
+        "file is the experiment config rather than one of its defaults files; for verl, NeMo-RL, OpenRLHF "
+        "and slime give the framework's command as launch.driver (or --driver -- CMD...)",
     )
 
 
@@ -174,14 +178,23 @@ def _check_hydra_key(data: dict[str, Any], parts: list[str], adding: bool, item:
 
 
 def load_spec(
-    path: str | Path, *, format: str | None = None, overrides: Sequence[str] = (), site_gpus: SiteGpus | None = None
+    path: str | Path,
+    *,
+    format: str | None = None,
+    overrides: Sequence[str] = (),
+    site_gpus: SiteGpus | None = None,
+    driver: Sequence[str] | None = None,
 ) -> ExperimentSpec:
     """Read (and compose, when it has a Hydra `defaults:` list) a config, apply overrides, parse it;
     the top-level `launch:` block is read the same way in every format. `site_gpus` answers for GPU
-    counts the config leaves to run time (RLinf, ROLL)."""
+    counts the config leaves to run time (RLinf, ROLL). `driver` (`--driver -- CMD...`) is the
+    framework's command for the command formats (verl, NeMo-RL, OpenRLHF, slime)."""
     from hpcplace.config.launch import FRAMEWORK_FORMATS, parse_launch  # they take overrides as Hydra does
 
     doc = load_yaml_file(path)
+    command_format = _command_format(doc, format, driver)
+    if command_format is not None:
+        return _load_command_spec(command_format, apply_overrides(doc, overrides), driver, site_gpus, overrides)
     # The file's own format, before overrides: removing a key (`~cluster.num_nodes`) must not make an RLinf
     # config read as another format (a file whose `defaults:` hold the telling keys is detected once composed).
     format = format or _detected(doc)
@@ -205,6 +218,44 @@ def load_spec(
     return (
         replace(spec, composed=composed + tuple(f"override {o}" for o in overrides)) if composed or overrides else spec
     )
+
+
+def _command_format(doc: YamlDocument, format: str | None, driver: Sequence[str] | None) -> str | None:
+    """The command format the config is in: stated (--format, `format:`), or, for a file with no placement
+    of its own, the framework whose entry point the driver runs; None for the file formats."""
+    declared = doc.data.get("format") if isinstance(doc.data, dict) else None
+    stated = format or (declared.lower() if isinstance(declared, str) else None)
+    if stated is not None:
+        return stated if stated in COMMAND_FORMATS else None
+    if _detected(doc) is not None:
+        return None
+    return detect_command_format(driver_words(doc, driver))
+
+
+def _load_command_spec(
+    name: str,
+    doc: YamlDocument,
+    driver: Sequence[str] | None,
+    site_gpus: SiteGpus | None,
+    overrides: Sequence[str],
+) -> ExperimentSpec:
+    """A command format's spec: the framework's driver starts every process, so the job runs in the Ray
+    launch mode with that command as its driver."""
+    from hpcplace.config.launch import parse_launch
+
+    spec = parse_command_spec(name, doc, driver, site_gpus)
+    launch_view = doc.root().get("launch")
+    launch = parse_launch(launch_view)
+    mode = launch_view.get("mode") if launch_view is not None and isinstance(launch_view.value, dict) else None
+    if mode is not None and launch.mode != "ray":
+        raise mode.error(
+            f"a {name} job runs in the Ray launch mode: the framework's driver starts every process",
+            hint="remove launch.mode (or set it to ray)",
+        )
+    command = tuple(driver) if driver else launch.driver
+    spec = replace(spec, launch=replace(launch, mode="ray", driver=command))
+    spec = _with_container_block(spec, parse_container_block(doc.root().get("container")))
+    return replace(spec, composed=spec.composed + tuple(f"override {o}" for o in overrides)) if overrides else spec
 
 
 def _with_container_block(spec: ExperimentSpec, block: ContainerBlock | None) -> ExperimentSpec:
