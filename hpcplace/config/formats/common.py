@@ -134,7 +134,7 @@ def hpcplace_block(root: View, placed: set[str], doc_path: str) -> tuple[str, di
     default_name = Path(doc_path).stem.replace(" ", "-") or "experiment"
     if block is None:
         return _safe_name(default_name), {}
-    block.check_keys({"name", "components", "model_parallel"})
+    block.check_keys({"name", "components", "model_parallel", "framework_version"})  # framework_version.py
     name = (
         check_name(block.require("name"), block.require("name").str(), "experiment name")
         if block.get("name")

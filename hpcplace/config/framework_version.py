@@ -1,0 +1,273 @@
+"""Which version of a framework will run a config, and the rules that changed between versions.
+
+A framework's placement rules change between releases (AReaL 1.0.3 stopped choosing a backend for bare
+allocation dimensions), so a config is planned as the version that will run it does:
+
+1. stated: `hpcplace: {framework_version: "1.0.2"}` in the config (AReaL: in the file beside the AReaL
+   file that carries hpcplace's blocks, see docs/formats/areal.md), or on the command line as the
+   override `hpcplace.framework_version=1.0.2`;
+2. else installed: the framework's distribution in the environment that runs hpcplace (normally the
+   driver's venv or image), read with importlib.metadata;
+3. else None: today's rules (the newest release hpcplace knows), with no warning.
+
+A stated version wins over the installed one (a note says when they differ). When the job runs in a
+container image, the host's installed version may not be the one that runs: a note says so.
+
+How a format uses it (the other formats do the same with their own gates)::
+
+    from hpcplace.config.framework_version import VersionGate, resolve_version
+
+    EXPLICIT_BACKEND = VersionGate(
+        "areal", "1.0.3", "an allocation must name its backend (no auto-backend)",
+        "inclusionAI/AReaL 93b572d0 (#1044), first released in v1.0.3",
+    )
+
+    version = resolve_version("areal", root, notes)  # root: the document's top-level View
+    if EXPLICIT_BACKEND.applies(version):   # the new rule (also when version is None)
+        refuse(...)
+    else:                                    # the old rule, with a warning naming the gate
+        notes.append(EXPLICIT_BACKEND.warning(version, "write sglang:d4 ..."))
+
+Versions are PEP 440 (`packaging.version`, which hydra-core already requires); a malformed stated
+version is a located SpecError.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from hpcplace.config.yaml_source import View
+from hpcplace.errors import SourceLocation, SpecError
+
+KEY = "framework_version"  # in hpcplace's own `hpcplace:` block, every format
+
+
+@dataclass(frozen=True)
+class Framework:
+    """A framework hpcplace reads: its name in messages, and how to find its installed distribution
+    (`marker`: a file the real distribution installs, so an unrelated package of the same name on PyPI,
+    such as `slime`, is not taken for it)."""
+
+    name: str
+    distribution: str
+    marker: str
+
+
+FRAMEWORKS: dict[str, Framework] = {
+    "areal": Framework("AReaL", "areal", "areal/api/alloc_mode.py"),
+    "rlinf": Framework("RLinf", "rlinf", "rlinf/scheduler/placement/placement.py"),
+    "roll": Framework("ROLL", "roll", "roll/distributed/scheduler/resource_manager.py"),
+    "verl": Framework("verl", "verl", "verl/single_controller/ray/base.py"),
+    "nemo_rl": Framework("NeMo-RL", "nemo-rl", "nemo_rl/distributed/virtual_cluster.py"),
+    "openrlhf": Framework("OpenRLHF", "openrlhf", "openrlhf/trainer/ray/launcher.py"),
+    "slime": Framework("slime", "slime", "slime/ray/placement_group.py"),
+}
+
+
+@dataclass(frozen=True)
+class FrameworkVersion:
+    """The version that will run the config, and where hpcplace learnt it."""
+
+    framework: str  # a key of FRAMEWORKS
+    version: Version
+    source: str  # "stated" or "installed"
+    location: SourceLocation | None = None  # where it was stated
+
+    def describe(self) -> str:
+        """`AReaL 1.0.2 (stated at job.yaml:4:22)` / `AReaL 1.0.4 (installed: areal 1.0.4)`."""
+        fw = FRAMEWORKS[self.framework]
+        where = (
+            f"stated at {self.location}" if self.source == "stated" else f"installed: {fw.distribution} {self.version}"
+        )
+        return f"{fw.name} {self.version} ({where})"
+
+
+@dataclass(frozen=True)
+class VersionGate:
+    """Rule `change` holds from framework version `since` on; older versions follow the old rule.
+    `upstream` names the commit/PR and the first release carrying it, so a reader can check it."""
+
+    framework: str
+    since: str
+    change: str
+    upstream: str
+
+    @property
+    def since_version(self) -> Version:
+        return Version(self.since)
+
+    def applies(self, version: FrameworkVersion | None) -> bool:
+        """True when the new rule holds: no version known (today's rules) or `since` or later. A pre- or
+        dev release of `since` counts as before it (it reports that version before the release's rules
+        are final; state the version to decide)."""
+        return version is None or version.version >= self.since_version
+
+    def warning(self, version: FrameworkVersion, fix: str) -> str:
+        """A plan warning for a config planned by the old rule: newer releases refuse or change it."""
+        fw = FRAMEWORKS[self.framework].name
+        return f"planned as {version.describe()}: {fw} >= {self.since} changed this ({self.change}; {self.upstream}); {fix}"
+
+    def hint(self, fix: str) -> str:
+        """The hint of a refusal by the new rule: an older release accepted it, and how to say so."""
+        fw = FRAMEWORKS[self.framework]
+        older = _previous(self.since_version)
+        return (
+            f"{fix}; {fw.name} before {self.since} accepted it ({self.upstream}): if {older} or older runs "
+            f'this config, state it: `hpcplace: {{{KEY}: "{older}"}}` (or the override '
+            f"hpcplace.{KEY}={older})"
+        )
+
+
+# The gates of the formats hpcplace has read longest (docs/formats/versions.md has the table; a format
+# added later may keep its own gates in its module, as VersionGate constants, and list them there).
+_AREAL_1044 = "inclusionAI/AReaL 93b572d0, PR #1044 (2026-03-24), first released in v1.0.3 (2026-04-16)"
+AREAL_EXPLICIT_BACKEND = VersionGate(
+    "areal",
+    "1.0.3",
+    "an allocation must name its backend; bare dimensions such as d4p1t1 were a training allocation "
+    "whose backend AReaL chose: megatron when p or e > 1, else fsdp",
+    _AREAL_1044,
+)
+AREAL_ENGINE_BACKEND = VersionGate(
+    "areal",
+    "1.0.3",
+    "each engine names its backend and parallelism in its own `backend:` field (actor.backend, "
+    "rollout.backend, ...); allocation_mode is kept only for AReaL's SPMD launchers",
+    _AREAL_1044,
+)
+GATES: dict[str, tuple[VersionGate, ...]] = {"areal": (AREAL_EXPLICIT_BACKEND, AREAL_ENGINE_BACKEND)}
+
+
+def _previous(version: Version) -> str:
+    """A readable "the release before": 1.0.3 -> 1.0.2, 0.4.0 -> '<0.4.0' when it cannot tell."""
+    parts = list(version.release)
+    if parts and parts[-1] > 0:
+        parts[-1] -= 1
+        return ".".join(map(str, parts))
+    return f"<{version}"
+
+
+# a framework -> its installed version, or None when not installed
+InstalledLookup = Callable[[Framework], str | None]
+
+
+def installed_version(framework: Framework) -> str | None:
+    """The version of `framework`'s distribution installed where hpcplace runs, or None: not installed,
+    or a package of the same name without the framework's marker file (found through the import
+    system, so editable installs of a checkout count)."""
+    try:
+        version = importlib.metadata.version(framework.distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    package, _, rest = framework.marker.partition("/")
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
+    if not any((Path(location) / rest).is_file() for location in locations):
+        return None
+    return version
+
+
+def parse_version(text: str, framework: str, view: View | None = None) -> Version:
+    """A PEP 440 version, or a SpecError at `view` naming the value and what is allowed."""
+    try:
+        return Version(text.strip())
+    except InvalidVersion:
+        message = f"{FRAMEWORKS[framework].name} version {text!r} is not a version"
+        hint = 'write a release number as PyPI spells it, e.g. "1.0.2", "0.3.0", "1.0.0rc1", "1.0.4.post1"'
+        if view is not None:
+            raise view.error(message, hint=hint) from None
+        raise SpecError(message, hint=hint) from None
+
+
+def stated_view(root: View) -> View | None:
+    """`hpcplace.framework_version` of the document, or None when not stated."""
+    block = root.get("hpcplace")
+    if block is None or not isinstance(block.deref().value, dict):
+        return None
+    view = block.deref().get(KEY)
+    return None if view is None or view.deref().value is None else view.deref()
+
+
+def resolve_version(
+    framework: str,
+    root: View,
+    notes: list[str],
+    *,
+    installed: InstalledLookup | None = None,
+) -> FrameworkVersion | None:
+    """The version that will run the config: stated (`hpcplace.framework_version`) over installed over
+    None (today's rules). `notes` gets a line when a stated version differs from the installed one.
+    `installed` defaults to reading the environment (installed_version); tests pass their own."""
+    fw = FRAMEWORKS[framework]
+    lookup = installed if installed is not None else installed_version
+    view = stated_view(root)
+    found = lookup(fw)
+    if view is not None:
+        value = view.value
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            shown = repr(value) if not isinstance(value, float) else str(value)
+            raise view.error(
+                f"hpcplace.{KEY} must be a version string, got {shown}",
+                hint=f'quote it: {KEY}: "1.0.2" (YAML reads 1.10 as the number 1.1)',
+            )
+        version = parse_version(str(value), framework, view)
+        if found is not None and _same(found, version) is False:
+            notes.append(
+                f"{fw.name} {version} stated at {view.location()} is planned; the installed {fw.distribution} "
+                f"here is {found} (the job must run {version})"
+            )
+        return FrameworkVersion(framework, version, "stated", view.location())
+    if found is None:
+        return None
+    try:
+        return FrameworkVersion(framework, Version(found), "installed")
+    except InvalidVersion:
+        notes.append(
+            f"the installed {fw.distribution} reports version {found!r}, which is not a PEP 440 version: "
+            f"planned by today's {fw.name} rules (state hpcplace.{KEY} to choose)"
+        )
+        return None
+
+
+def _same(found: str, version: Version) -> bool | None:
+    try:
+        return Version(found) == version
+    except InvalidVersion:
+        return None
+
+
+def container_note(version: FrameworkVersion | None, image: str) -> str | None:
+    """A version read from the host's installation is not necessarily the one inside the job's image."""
+    if version is None or version.source != "installed":
+        return None
+    fw = FRAMEWORKS[version.framework]
+    return (
+        f"planned by the rules of {fw.name} {version.version}, installed where hpcplace runs; the job runs in "
+        f'{image}, whose {fw.distribution} may differ: state it with `hpcplace: {{{KEY}: "X.Y.Z"}}`'
+    )
+
+
+__all__ = [
+    "AREAL_ENGINE_BACKEND",
+    "AREAL_EXPLICIT_BACKEND",
+    "FRAMEWORKS",
+    "GATES",
+    "KEY",
+    "Framework",
+    "FrameworkVersion",
+    "VersionGate",
+    "container_note",
+    "installed_version",
+    "parse_version",
+    "resolve_version",
+    "stated_view",
+]
