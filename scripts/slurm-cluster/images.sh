@@ -19,7 +19,8 @@
 #
 # config.json binds, from the node the container starts on: /dev/shm, /tmp (the node's own: the state
 # dir and the shared paths under /tmp come along), /var/tmp, /work, /root, /home, /srv, the state dir
-# when it is not under /tmp ($HPCPLACE_SLURM_DIR, as when images.sh runs), and /etc/hosts (node names);
+# when it is not under /tmp ($HPCPLACE_SLURM_DIR, as when images.sh runs), every other path the running
+# cluster shares (its $HPCPLACE_SLURM_DIR/shared), and /etc/hosts (node names);
 # host network, PIDs and hostname (only a mount namespace of its own, as Apptainer does).
 set -euo pipefail
 
@@ -57,6 +58,22 @@ case "$HPCP_DIR/" in
     /tmp/*) ;;
     *) oci_binds+=("$HPCP_DIR") ;;
 esac
+bind_unless_held() { # PATH: add it to bundle_binds unless a bind there already holds it
+    local held
+    for held in "${bundle_binds[@]}"; do
+        case "$1/" in "${held%/}/"*) return 0 ;; esac
+    done
+    bundle_binds+=("$1")
+}
+bundle_binds=("${oci_binds[@]}")
+# and, in the OCI bundle only, every other path the running cluster shares with its nodes (up.sh's
+# $HPCP_DIR/shared: a checkout and its venv elsewhere, as CI's under /check): a task in the bundle sees
+# what its node sees. Their mount points are made in the bundle's own rootfs (its directories are its own).
+if [[ -r "$HPCP_DIR/shared" ]]; then
+    while IFS= read -r path; do
+        if [[ -n "$path" && -d "$path" ]]; then bind_unless_held "$path"; fi
+    done <"$HPCP_DIR/shared"
+fi
 
 built_any=no
 note() {
@@ -163,7 +180,7 @@ oci_config() { # the bundle's config.json (Slurm's runtime plugin sets process.a
     { "destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": [ "nosuid", "noexec", "nodev", "relatime", "ro" ] },
     { "destination": "/etc/hosts", "type": "bind", "source": "/etc/hosts", "options": [ "bind", "ro" ] },
 EOF
-    for path in "${oci_binds[@]}"; do
+    for path in "${bundle_binds[@]}"; do
         printf '%s    { "destination": "%s", "type": "bind", "source": "%s", "options": [ "rbind" ] }' "$sep" "$path" "$path"
         sep=$',\n'
     done
@@ -188,6 +205,9 @@ if ! stamp_ok "$oci_dir" "$want_oci" || [[ "$(cat "$oci_dir/config.json" 2>/dev/
     rm -rf "$tmp"
     mkdir -p "$tmp"
     cp -al "$sid_dir" "$tmp/rootfs"
+    for path in "${bundle_binds[@]}"; do
+        mkdir -p "$tmp/rootfs$path"
+    done
     oci_config >"$tmp/config.json"
     rm -rf "$oci_dir"
     mv "$tmp" "$oci_dir"
