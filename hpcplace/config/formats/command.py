@@ -154,7 +154,7 @@ def parse_command_spec(
         view = launch.get("driver") if launch is not None and isinstance(launch.value, dict) else None
         if view is None or view.value in (None, "", []):
             raise SpecError(
-                f"a {name} job is read from the framework's own command, and none is given",
+                f"format {name}: the placement is read from the framework's own command, and none is given",
                 location=doc.location(()),
                 hint="put it in the file as launch.driver (a list of words or one string), or pass it: "
                 f"hpcplace plan {doc.path} --driver -- python3 -m ... (see docs/formats/{name}.md)",
