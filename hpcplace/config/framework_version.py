@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -245,9 +245,10 @@ def _same(found: str, version: Version) -> bool | None:
         return None
 
 
-def container_note(version: FrameworkVersion | None, image: str) -> str | None:
-    """A version read from the host's installation is not necessarily the one inside the job's image."""
-    if version is None or version.source != "installed":
+def container_note(version: FrameworkVersion | None, image: str, gates: Iterable[VersionGate]) -> str | None:
+    """A version read from the host's installation is not necessarily the one inside the job's image:
+    said when that version's rules differ from today's (some of `gates` does not apply to it)."""
+    if version is None or version.source != "installed" or all(gate.applies(version) for gate in gates):
         return None
     fw = FRAMEWORKS[version.framework]
     return (

@@ -2,7 +2,9 @@
 on the same GPUs, `+` disaggregate onto the next GPUs) and per-component
 `scheduling_strategy: {type: colocation, target: actor}` (AReaL's spelling), checked for agreement;
 each placed engine's `scheduling_spec[0]` (image, container_type, mount, env_vars) read as AReaL's Slurm
-launcher uses it: the image the node group runs in, and the engine's environment."""
+launcher uses it: the image the node group runs in, and the engine's environment. Planned as the AReaL
+version that runs the config (framework_version.py): before 1.0.3, bare dimensions (`d4p1t1`) were a
+training allocation whose backend AReaL chose, and engines had no `backend:` field."""
 
 from __future__ import annotations
 
@@ -13,6 +15,13 @@ from hpcplace.config import limits
 from hpcplace.config.cluster import NodeGroup
 from hpcplace.config.container import Container, Mount, check_image, parse_container_block, parse_mount
 from hpcplace.config.formats.common import hpcplace_block, slurm_facts, slurm_job_options
+from hpcplace.config.framework_version import (
+    AREAL_ENGINE_BACKEND,
+    AREAL_EXPLICIT_BACKEND,
+    FrameworkVersion,
+    container_note,
+    resolve_version,
+)
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster, check_name
 from hpcplace.config.yaml_source import View, YamlDocument, did_you_mean
 from hpcplace.errors import SpecError
@@ -88,9 +97,17 @@ def _dims(view: View, text: str, lead: int, allowed: str, what: str, whole: str)
     return dims
 
 
-def parse_member(view: View, text: str, lead: int, default_name: str | None = None) -> Member:
-    """One allocation: `backend[name]:dims`, `backend:dims`, or MoE `backend:(attn:..|ffn:..)` (bare `dims`
-    are refused, as AReaL refuses them)."""
+def parse_member(
+    view: View,
+    text: str,
+    lead: int,
+    default_name: str | None = None,
+    version: FrameworkVersion | None = None,
+    notes: list[str] | None = None,
+) -> Member:
+    """One allocation: `backend[name]:dims`, `backend:dims`, or MoE `backend:(attn:..|ffn:..)`. Bare
+    `dims`, `[name]:dims` and `(attn:..|ffn:..)` are refused as AReaL >= 1.0.3 refuses them; for an older
+    `version` they are a training allocation with the backend that AReaL chose (a warning in `notes`)."""
     stripped = text.strip()
     lead += len(text) - len(text.lstrip())
     m = _HEAD.match(stripped)
@@ -108,14 +125,17 @@ def parse_member(view: View, text: str, lead: int, default_name: str | None = No
         )
     if not backend and not re.fullmatch(r"\(.*\)|([a-z]\d+)+", rest):
         raise view.error(f"invalid allocation {stripped!r}", offset=lead, hint=_HINT)
-    if not backend:  # AReaL >= 1.0 (api/alloc_mode.py) refuses it: no auto-backend any more
+    chosen = not backend  # AReaL < 1.0.3 chose the backend of a bare training allocation
+    if chosen and AREAL_EXPLICIT_BACKEND.applies(version):  # AReaL >= 1.0.3 (api/alloc_mode.py) refuses it
         raise view.error(
             f"allocation {stripped!r} names no backend: AReaL requires it explicitly (bare "
             "parallelism dimensions without a backend prefix; auto-backend selection is no longer "
             "supported)",
             offset=lead,
-            hint=f"write the backend first, e.g. fsdp:{rest} or megatron:{rest} for training, "
-            f"sglang:{rest} for inference",
+            hint=AREAL_EXPLICIT_BACKEND.hint(
+                f"write the backend first, e.g. fsdp:{rest} or megatron:{rest} for training, "
+                f"sglang:{rest} for inference"
+            ),
         )
     inner = rest[1:-1] if rest.startswith("(") and rest.endswith(")") else rest
     if inner.lstrip().startswith("attn:"):
@@ -146,25 +166,39 @@ def parse_member(view: View, text: str, lead: int, default_name: str | None = No
                 hint="attn d*p*t*c must equal ffn d*p*t*e",
             )
         dims = {"d": attn.get("d", 1), "p": attn.get("p", 1), "t": attn.get("t", 1), "c": attn.get("c", 1)}
+        backend = backend or "megatron"  # AReaL < 1.0.3: a bare (attn|ffn) allocation is megatron's
     else:
-        dims = _dims(view, rest, lead, "dtp" if backend in INFERENCE_BACKENDS else "dptce", backend, stripped)
+        dims = _dims(
+            view, rest, lead, "dtp" if backend in INFERENCE_BACKENDS else "dptce", backend or "training", stripped
+        )
         if backend == "fsdp" and m.group("backend") and (dims.get("p", 1) > 1 or dims.get("e", 1) > 1):
             raise view.error(
                 f"{stripped!r}: FSDP supports only data, tensor and context parallelism",
                 offset=lead,
                 hint="use megatron or archon for pipeline or expert parallelism",
             )
+    if not backend:  # AReaL < 1.0.3 (ModelAllocation / train_dims_only): megatron for p or e > 1
+        backend = "megatron" if dims.get("p", 1) > 1 or dims.get("e", 1) > 1 else "fsdp"
+    if chosen and version is not None and notes is not None:
+        explicit = f"{backend}:{rest}" if not m.group("name") else f"{backend}[{m.group('name')}]:{rest}"
+        notes.append(
+            f"allocation {stripped!r} names no backend: planned with {backend}, the backend AReaL chose for it; "
+            + AREAL_EXPLICIT_BACKEND.warning(version, f"newer AReaL refuses it: write {explicit}")
+        )
     name = (m.group("name") or default_name or ("rollout" if backend in INFERENCE_BACKENDS else "actor")).strip()
     return Member(name, backend, dims.get("d", 1), dims.get("p", 1), dims.get("t", 1), dims.get("c", 1), lead)
 
 
-def parse_allocation_mode(view: View) -> list[list[Member]]:
+def parse_allocation_mode(
+    view: View, version: FrameworkVersion | None = None, notes: list[str] | None = None
+) -> list[list[Member]]:
     """Legacy `allocation_mode`: groups (disaggregated, in GPU order) of members that share GPUs."""
     text = view.str()
     groups: list[list[Member]] = []
     for group_text, offset in _split_top(text, "+"):
         members = [
-            parse_member(view, member_text, offset + inner) for member_text, inner in _split_top(group_text, "|")
+            parse_member(view, member_text, offset + inner, version=version, notes=notes)
+            for member_text, inner in _split_top(group_text, "|")
         ]
         sizes = {m.gpus for m in members}
         if len(sizes) > 1:
@@ -283,8 +317,23 @@ def _colocation_target(section: View) -> tuple[str, View] | None:
 def parse_areal(doc: YamlDocument) -> ExperimentSpec:
     root = doc.root()
     notes: list[str] = []
+    version = resolve_version("areal", root, notes)
     engines = _engines(root)
     legacy = root.get("allocation_mode")
+    if engines and not AREAL_ENGINE_BACKEND.applies(version):
+        assert version is not None  # applies() is true without a version
+        raise (
+            engines[0][1]
+            .require("backend")
+            .key_error(
+                f"{engines[0][0]}.backend: AReaL {version.version} has no per-engine `backend:` field, its config "
+                f"refuses the key (planned as {version.describe()}; AReaL >= {AREAL_ENGINE_BACKEND.since}: "
+                f"{AREAL_ENGINE_BACKEND.upstream})",
+                hint="for that AReaL write the top-level allocation_mode instead, e.g. "
+                "`allocation_mode: sglang:d4+fsdp:d4`; or, if a newer AReaL runs the config, state it: "
+                '`hpcplace: {framework_version: "1.0.3"}`',
+            )
+        )
     if engines:
         groups = _groups_from_backends(root, engines, notes)
         if legacy is not None and legacy.value:
@@ -292,7 +341,7 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
         mode_view = engines[0][1].require("backend")
     else:
         mode_view = root.require("allocation_mode", "or per-engine `backend:` fields such as actor.backend")
-        groups = [[(m, mode_view) for m in g] for g in parse_allocation_mode(mode_view)]
+        groups = [[(m, mode_view) for m in g] for g in parse_allocation_mode(mode_view, version, notes)]
         _check_scheduling(root, {m.name: i for i, g in enumerate(groups) for m, _ in g})
     cluster_view = root.require("cluster")
     n_nodes = limits.nodes(
@@ -349,6 +398,10 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
         start += size
     placed = set(group_of)
     container, engine_env = areal_container(root, list(settings), notes)
+    if container is not None or root.get("container") is not None:
+        image = container.image if container is not None else "the container: block's image"
+        note = container_note(version, image, (AREAL_EXPLICIT_BACKEND, AREAL_ENGINE_BACKEND))
+        notes.extend([note] if note else [])
     if container is not None:
         cluster = build_cluster(tuple(replace(g, container=container) for g in cluster.node_groups), cluster_view)
     for n, env in engine_env.items():
