@@ -1,0 +1,348 @@
+"""NeMo-RL's format (hpcplace/config/formats/nemo_rl.py): the command read as NeMo-RL's scripts read it,
+the config loaded with its `defaults:` inheritance and Hydra overrides, GRPO/SFT placement as its
+setup() asks RayVirtualCluster for it, and its resource asserts refused at the key that set the value.
+Small configs written here (CI has no NeMo-RL checkout; tests/planner/test_nemo_rl_agreement.py
+compares with NeMo-RL's own code when one is given)."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hpcplace.config.formats import load_spec
+from hpcplace.errors import SpecError
+from hpcplace.plan.planner import plan_from_spec
+
+BASE = """\
+grpo: {num_prompts_per_step: 8}
+policy:
+  model_name: m
+  dtensor_cfg: {enabled: true, tensor_parallel_size: 1, context_parallel_size: 1}
+  megatron_cfg: {enabled: false, tensor_model_parallel_size: 1, pipeline_model_parallel_size: 1,
+                 context_parallel_size: 1}
+  generation:
+    backend: vllm
+    vllm_cfg: {tensor_parallel_size: 1, pipeline_parallel_size: 1, async_engine: false}
+    colocated:
+      enabled: true
+      resources: {gpus_per_node: null, num_nodes: null}
+data:
+  default: {env_name: math}
+env:
+  math: {num_workers: 8}
+cluster:
+  gpus_per_node: 1
+  num_nodes: 1
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    """A NeMo-RL-like checkout: examples/configs/base.yaml; the driver (and hpcplace) run from its root."""
+    configs = tmp_path / "examples" / "configs"
+    configs.mkdir(parents=True)
+    (configs / "base.yaml").write_text(BASE)
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        yield tmp_path
+    finally:
+        os.chdir(old)
+
+
+def write(root: Path, rel: str, text: str) -> str:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return rel
+
+
+def spec_of(root: Path, *words: str, blocks: str = "slurm: {partition: gpu}\n", script: str = "run_grpo.py"):
+    site = root / "site.yaml"
+    site.write_text(blocks)
+    return load_spec(site, driver=["uv", "run", f"examples/{script}", *words])
+
+
+def plan_of(root: Path, *words: str, **kw: str):
+    return plan_from_spec(spec_of(root, *words, **kw))
+
+
+def slots(plan, name: str) -> list[tuple[int, int]]:
+    comp = plan.component(name)
+    return [(p.cluster_node_rank, p.local_accelerator_rank) for p in comp.processes]
+
+
+def refused(root: Path, *words: str, **kw: str) -> SpecError:
+    with pytest.raises(SpecError) as info:
+        spec_of(root, *words, **kw)
+    return info.value
+
+
+# ---- the command and the config
+
+
+def test_detected_from_the_driver_and_run_in_ray_mode(workdir: Path) -> None:
+    spec = spec_of(workdir, "--config", "examples/configs/base.yaml")
+    assert spec.source_format == "nemo_rl"
+    assert spec.launch.mode == "ray"
+    assert spec.launch.driver[:3] == ("uv", "run", "examples/run_grpo.py")
+    assert all(not c.command for c in spec.components.values())
+
+
+def test_defaults_inheritance_merges_as_nemo_rl(workdir: Path) -> None:
+    write(workdir, "examples/configs/mid.yaml", "defaults: base.yaml\ncluster: {num_nodes: 2}\n")
+    child = write(
+        workdir,
+        "examples/configs/sub/child.yaml",
+        """\
+        defaults: [../mid.yaml]
+        cluster: {gpus_per_node: 4}
+        policy:
+          generation:
+            vllm_cfg: {tensor_parallel_size: 2}
+        """,
+    )
+    plan = plan_of(workdir, "--config", child)
+    assert plan.component("policy").world_size == 8  # 2 nodes (mid) x 4 GPUs (child)
+    assert plan.component("generation").tensor_parallel_size == 2  # merged, pipeline_parallel_size kept
+    assert plan.component("generation").pipeline_parallel_size == 1
+
+
+def test_override_marker_replaces_a_section(workdir: Path) -> None:
+    child = write(
+        workdir,
+        "examples/configs/child.yaml",
+        """\
+        defaults: base.yaml
+        cluster:
+          _override_: true
+          gpus_per_node: 2
+        """,
+    )
+    err = refused(workdir, "--config", child)  # the parent's num_nodes is gone with its section
+    assert "cluster.num_nodes" in err.message
+
+
+def test_missing_value_keeps_the_parent(workdir: Path) -> None:
+    child = write(workdir, "examples/configs/child.yaml", 'defaults: base.yaml\ncluster: {gpus_per_node: "???"}\n')
+    assert plan_of(workdir, "--config", child).component("policy").world_size == 1
+
+
+def test_error_in_a_parent_points_at_the_parent(workdir: Path) -> None:
+    write(workdir, "examples/configs/bad.yaml", "defaults: base.yaml\ncluster: {gpus_per_node: two}\n")
+    child = write(workdir, "examples/configs/child.yaml", "defaults: bad.yaml\n")
+    err = refused(workdir, "--config", child)
+    assert err.location is not None
+    assert err.location.path.endswith("bad.yaml") and err.location.line == 2
+
+
+def test_overrides_with_hydra_rules_and_located_words(workdir: Path) -> None:
+    plan = plan_of(workdir, "--config=examples/configs/base.yaml", "cluster.num_nodes=2", "cluster.gpus_per_node=4")
+    assert plan.component("policy").world_size == 8
+    err = refused(workdir, "--config", "examples/configs/base.yaml", "cluster.num_node=2")
+    assert "did you mean 'cluster.num_nodes'" in err.message
+    assert err.location is not None and err.location.path == "<--driver>"
+    assert err.location.column == len("uv run examples/run_grpo.py --config examples/configs/base.yaml ") + 1
+    err = refused(workdir, "--config", "examples/configs/base.yaml", "+cluster.num_nodes=2")
+    assert "already has 'cluster.num_nodes'" in err.message
+    plan = plan_of(workdir, "--config", "examples/configs/base.yaml", "++cluster.num_nodes=3")
+    assert plan.component("policy").world_size == 3
+    err = refused(workdir, "--config", "examples/configs/base.yaml", "~cluster.gpus_per_node")
+    assert "cluster.gpus_per_node" in err.message  # deleted, then required by the placement
+
+
+def test_value_from_override_is_located_at_its_word(workdir: Path) -> None:
+    blocks = "launch:\n  driver: [uv, run, examples/run_grpo.py, --config, examples/configs/base.yaml, cluster.num_nodes=x]\n"
+    site = workdir / "site.yaml"
+    site.write_text(blocks)
+    with pytest.raises(SpecError) as info:
+        load_spec(site)
+    assert info.value.location is not None
+    assert (info.value.location.path, info.value.location.line, info.value.location.column) == (
+        str(site),
+        2,
+        blocks.splitlines()[1].index("cluster.num_nodes=x") + 1,
+    )
+
+
+def test_config_path_missing_and_entry_points(workdir: Path) -> None:
+    err = refused(workdir, "--config", "examples/configs/nope.yaml")
+    assert "not found" in err.message and "directory the driver runs in" in (err.hint or "")
+    err = refused(workdir, blocks="format: nemo_rl\n")
+    assert "no --config" in err.message
+    err = refused(workdir, "--config", "examples/configs/base.yaml", script="run_distillation.py")
+    assert "not planned by hpcplace yet" in err.message
+
+
+# ---- GRPO placement
+
+
+def test_colocated_generation_shares_the_policy_gpus(workdir: Path) -> None:
+    plan = plan_of(
+        workdir,
+        "--config",
+        "examples/configs/base.yaml",
+        "cluster.num_nodes=2",
+        "cluster.gpus_per_node=4",
+        "policy.generation.vllm_cfg.tensor_parallel_size=2",
+    )
+    expected = [(n, g) for n in range(2) for g in range(4)]
+    assert slots(plan, "policy") == expected
+    assert slots(plan, "generation") == expected
+    assert plan.component("generation").tensor_parallel_size == 2
+    assert plan.component("policy").collocation_group == plan.component("generation").collocation_group is not None
+
+
+def test_non_colocated_generation_takes_whole_nodes(workdir: Path) -> None:
+    plan = plan_of(
+        workdir,
+        "--config",
+        "examples/configs/base.yaml",
+        "cluster.num_nodes=3",
+        "cluster.gpus_per_node=2",
+        "policy.generation.colocated.enabled=false",
+        "policy.generation.colocated.resources.num_nodes=1",
+        "policy.generation.colocated.resources.gpus_per_node=2",
+    )
+    assert slots(plan, "policy") == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert slots(plan, "generation") == [(2, 0), (2, 1)]
+
+
+def test_non_colocated_on_one_node_splits_it(workdir: Path) -> None:
+    plan = plan_of(
+        workdir,
+        "--config",
+        "examples/configs/base.yaml",
+        "cluster.gpus_per_node=8",
+        "policy.generation.colocated.enabled=false",
+        "policy.generation.colocated.resources.gpus_per_node=2",
+    )
+    assert slots(plan, "policy") == [(0, g) for g in range(6)]
+    assert slots(plan, "generation") == [(0, 6), (0, 7)]
+
+
+def test_reward_model_nodes(workdir: Path) -> None:
+    words = (
+        "--config",
+        "examples/configs/base.yaml",
+        "data.default.env_name=reward_model",
+        "+env.reward_model={resources: {num_nodes: 1, gpus_per_node: 2}}",
+    )
+    plan = plan_of(workdir, *words, "cluster.num_nodes=3", "cluster.gpus_per_node=4")
+    assert slots(plan, "policy") == [(n, g) for n in range(2) for g in range(4)]
+    assert slots(plan, "reward_model") == [(2, 0), (2, 1)]
+    plan = plan_of(workdir, *words, "cluster.gpus_per_node=4")  # one node: the reward model takes its last GPUs
+    assert slots(plan, "policy") == [(0, 0), (0, 1)]
+    assert slots(plan, "reward_model") == [(0, 2), (0, 3)]
+    err = refused(workdir, *words, "cluster.num_nodes=1", "cluster.gpus_per_node=2")
+    assert "NeMo-RL asserts" in err.message and err.location is not None and err.location.path == "<--driver>"
+
+
+def test_heterogeneous_pools_through_the_slurm_block(workdir: Path) -> None:
+    blocks = textwrap.dedent(
+        """\
+        slurm:
+          node_groups:
+            h100: {partition: h100, gpu_type: h100}
+            h20: {partition: h20, gpu_type: h20}
+          pools: {training: h100, generation: h20}
+        """
+    )
+    plan = plan_of(
+        workdir,
+        "--config",
+        "examples/configs/base.yaml",
+        "cluster.num_nodes=3",
+        "cluster.gpus_per_node=2",
+        "policy.generation.colocated.enabled=false",
+        "policy.generation.colocated.resources.num_nodes=1",
+        "policy.generation.colocated.resources.gpus_per_node=2",
+        blocks=blocks,
+    )
+    groups = {g.label: (g.partition, g.num_nodes, g.gpu_type) for g in plan.cluster.node_groups}
+    assert groups == {"h100": ("h100", 2, "h100"), "h20": ("h20", 1, "h20")}
+    assert {p.node_group_label for p in plan.component("policy").processes} == {"h100"}
+    assert {p.node_group_label for p in plan.component("generation").processes} == {"h20"}
+    bad = blocks.replace("generation: h20", "generation: h2")
+    err = refused(workdir, "--config", "examples/configs/base.yaml", blocks=bad)
+    assert "no node group 'h2'" in err.message and "did you mean 'h20'" in err.message
+    err = refused(workdir, "--config", "examples/configs/base.yaml", blocks=blocks)  # colocated: no generation nodes
+    assert "no generation nodes of its own" in err.message
+
+
+@pytest.mark.parametrize(
+    ("words", "key", "says"),
+    [
+        (
+            (
+                "cluster.num_nodes=2",
+                "policy.generation.colocated.enabled=false",
+                "policy.generation.colocated.resources.num_nodes=1",
+            ),
+            "gpus_per_node",
+            "equal to cluster.gpus_per_node",
+        ),
+        (
+            (
+                "cluster.num_nodes=2",
+                "cluster.gpus_per_node=2",
+                "policy.generation.colocated.enabled=false",
+                "policy.generation.colocated.resources.num_nodes=2",
+                "policy.generation.colocated.resources.gpus_per_node=2",
+            ),
+            "num_nodes",
+            "train_nodes > 0",
+        ),
+        (
+            (
+                "cluster.gpus_per_node=2",
+                "policy.generation.colocated.enabled=false",
+                "policy.generation.colocated.resources.gpus_per_node=2",
+            ),
+            "gpus_per_node",
+            "GPUs are left for training",
+        ),
+        (
+            ("cluster.num_nodes=2", "cluster.gpus_per_node=3", "policy.generation.vllm_cfg.tensor_parallel_size=2"),
+            "tensor_parallel_size",
+            "does not divide",
+        ),
+        (
+            ("cluster.gpus_per_node=4", "policy.generation.vllm_cfg.pipeline_parallel_size=2"),
+            "pipeline_parallel_size",
+            "async_engine",
+        ),
+        (
+            ("cluster.gpus_per_node=3", "policy.dtensor_cfg.tensor_parallel_size=2"),
+            "tensor_parallel_size",
+            "PP(1) * CP(1) * TP(2)",
+        ),
+    ],
+)
+def test_nemo_rl_asserts_are_refused_at_their_keys(workdir: Path, words: tuple[str, ...], key: str, says: str) -> None:
+    err = refused(workdir, "--config", "examples/configs/base.yaml", *words)
+    assert says in err.message
+    assert err.location is not None
+    if err.location.path.endswith("base.yaml"):
+        line = BASE.splitlines()[err.location.line - 1]
+        assert key in line[: err.location.column + len(key)]
+    else:
+        assert err.location.path == "<--driver>"
+
+
+# ---- SFT
+
+
+def test_sft_places_one_worker_per_gpu(workdir: Path) -> None:
+    cfg = write(
+        workdir,
+        "examples/configs/sft.yaml",
+        BASE.split("  generation:")[0] + "cluster: {gpus_per_node: 2, num_nodes: 2}\n",
+    )
+    plan = plan_of(workdir, "--config", cfg, script="run_sft.py")
+    assert [c.name for c in plan.components] == ["policy"]
+    assert slots(plan, "policy") == [(0, 0), (0, 1), (1, 0), (1, 1)]
