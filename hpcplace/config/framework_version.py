@@ -57,10 +57,20 @@ class Framework:
     name: str
     distribution: str
     marker: str
+    oldest: str | None = None  # the oldest version whose rules hpcplace knows (older ones are refused)
+    oldest_why: str = ""  # what differs before `oldest`, with the upstream commit
 
 
 FRAMEWORKS: dict[str, Framework] = {
-    "areal": Framework("AReaL", "areal", "areal/api/alloc_mode.py"),
+    "areal": Framework(
+        "AReaL",
+        "areal",
+        "areal/api/alloc_mode.py",
+        "0.4.1",
+        "its allocation grammar was another (only inference+training, `sglang.d4` with a dot, no names, "
+        "`actor.backend` a bare backend name); AReaL 0.4.1 replaced it: inclusionAI/AReaL cd0003db0, "
+        "PR #565 (2025-11-13)",
+    ),
     "rlinf": Framework("RLinf", "rlinf", "rlinf/scheduler/placement/placement.py"),
     "roll": Framework("ROLL", "roll", "roll/distributed/scheduler/resource_manager.py"),
     "verl": Framework("verl", "verl", "verl/single_controller/ray/base.py"),
@@ -211,6 +221,21 @@ def resolve_version(
     lookup = installed if installed is not None else installed_version
     view = stated_view(root)
     found = lookup(fw)
+    resolved = _resolve(fw, framework, view, found, notes)
+    if resolved is not None and fw.oldest is not None and resolved.version < Version(fw.oldest):
+        message = (
+            f"{resolved.describe()}: hpcplace plans {fw.name} {fw.oldest} and later; before {fw.oldest} {fw.oldest_why}"
+        )
+        hint = f'upgrade {fw.name}, or state the version the job runs: `hpcplace: {{{KEY}: "X.Y.Z"}}`'
+        if view is not None:
+            raise view.error(message, hint=hint)
+        raise SpecError(message, hint=hint, location=root.location())
+    return resolved
+
+
+def _resolve(
+    fw: Framework, framework: str, view: View | None, found: str | None, notes: list[str]
+) -> FrameworkVersion | None:
     if view is not None:
         value = view.value
         if isinstance(value, bool) or not isinstance(value, (str, int)):

@@ -271,3 +271,25 @@ def test_the_sweep_plans_a_checkout_as_its_own_version(tmp_path: Path, capsys: p
     assert sweep.main(["--installed", str(tmp_path / "examples")]) == 0
     out = capsys.readouterr().out
     assert "planned" not in out and "names no backend: AReaL requires it explicitly" in out
+
+
+def test_dot_after_the_backend_is_refused_with_the_colon_form(yml: Yaml) -> None:
+    """AReaL 0.4.1 (cd0003db0) replaced `sglang.d4` by `sglang:d4`; hpcplace plans 0.4.1 and later."""
+    path = old_era(yml, '"sglang.d4+fsdp.d4"', version=None)
+    err = yml.error(path)
+    assert "allocation 'sglang.d4': a dot after the backend is AReaL's grammar before 0.4.1" in err.message
+    assert str(err).startswith(f"{yml.where(path, 'sglang.d4')}:") and err.hint == "write a colon: sglang:d4"
+
+
+def test_a_version_older_than_hpcplace_knows_is_refused(
+    yml: Yaml, areal_installed: Callable[[str | None], None]
+) -> None:
+    err = yml.error(old_era(yml, "sglang:d4+fsdp:d4", version="0.4.0"))
+    assert "AReaL 0.4.0 (stated at " in err.message and "hpcplace plans AReaL 0.4.1 and later" in err.message
+    assert "cd0003db0" in err.message
+    areal_installed("0.3.4")  # installed, not stated: located at the config, with the way to state another
+    path = old_era(yml, "sglang:d4+fsdp:d4", version=None)
+    err = yml.error(path)
+    assert str(err).startswith(f"{path}:1:1: AReaL 0.3.4 (installed: areal 0.3.4): hpcplace plans AReaL 0.4.1")
+    assert err.hint is not None and "framework_version" in err.hint
+    assert plan_from_file(old_era(yml, "sglang:d4+fsdp:d4", version="0.4.1")).component("actor").world_size == 4

@@ -137,7 +137,7 @@ CAPPED = {
     ),
     "areal n_nodes": (
         """\
-        allocation_mode: "sglang.d8p1t1+fsdp.d8p1t1"
+        allocation_mode: "sglang:d8p1t1+fsdp:d8p1t1"
         cluster: {n_nodes: 1000000000, n_gpus_per_node: 8}
         slurm: {partition: a800}
         """,
@@ -145,7 +145,7 @@ CAPPED = {
     ),
     "areal dims": (
         """\
-        allocation_mode: "sglang.d99999999999p1t1+fsdp.d8p1t1"
+        allocation_mode: "sglang:d99999999999p1t1+fsdp:d8p1t1"
         cluster: {n_nodes: 2, n_gpus_per_node: 8}
         slurm: {partition: a800}
         """,

@@ -115,6 +115,14 @@ def parse_member(
         raise view.error(f"invalid allocation {stripped!r}", offset=lead, hint=_HINT)
     backend = (m.group("backend") or "").lower()
     rest = m.group("rest").strip()
+    if (m.group("backend") or m.group("name")) and stripped[m.start("rest") - 1] == ".":
+        fixed = stripped[: m.start("rest") - 1] + ":" + stripped[m.start("rest") :]
+        raise view.error(
+            f"allocation {stripped!r}: a dot after the backend is AReaL's grammar before 0.4.1; AReaL "
+            "0.4.1 and later refuse it (inclusionAI/AReaL cd0003db0, PR #565)",
+            offset=lead,
+            hint=f"write a colon: {fixed}",
+        )
     if backend in ("attn", "ffn"):  # bare MoE section without a backend prefix
         backend, rest = "", stripped
     if backend and backend not in INFERENCE_BACKENDS | TRAIN_BACKENDS:
