@@ -151,7 +151,13 @@ AREAL_ENGINE_BACKEND = VersionGate(
     "rollout.backend, ...); allocation_mode is kept only for AReaL's SPMD launchers",
     _AREAL_1044,
 )
-GATES: dict[str, tuple[VersionGate, ...]] = {"areal": (AREAL_EXPLICIT_BACKEND, AREAL_ENGINE_BACKEND)}
+AREAL_ARCHON = VersionGate(
+    "areal",
+    "0.5.2",
+    "the archon training backend (archon:d2, archon:(attn:..|ffn:..))",
+    "inclusionAI/AReaL 3de273d1e, PR #799 (2026-01-07), first released in v0.5.2",
+)
+GATES: dict[str, tuple[VersionGate, ...]] = {"areal": (AREAL_ARCHON, AREAL_EXPLICIT_BACKEND, AREAL_ENGINE_BACKEND)}
 
 
 def _previous(version: Version) -> str:
@@ -283,6 +289,7 @@ def container_note(version: FrameworkVersion | None, image: str, gates: Iterable
 
 
 __all__ = [
+    "AREAL_ARCHON",
     "AREAL_ENGINE_BACKEND",
     "AREAL_EXPLICIT_BACKEND",
     "FRAMEWORKS",

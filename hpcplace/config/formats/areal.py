@@ -16,6 +16,7 @@ from hpcplace.config.cluster import NodeGroup
 from hpcplace.config.container import Container, Mount, check_image, parse_container_block, parse_mount
 from hpcplace.config.formats.common import hpcplace_block, slurm_facts, slurm_job_options
 from hpcplace.config.framework_version import (
+    AREAL_ARCHON,
     AREAL_ENGINE_BACKEND,
     AREAL_EXPLICIT_BACKEND,
     FrameworkVersion,
@@ -133,6 +134,14 @@ def parse_member(
         )
     if not backend and not re.fullmatch(r"\(.*\)|([a-z]\d+)+", rest):
         raise view.error(f"invalid allocation {stripped!r}", offset=lead, hint=_HINT)
+    if backend == "archon" and not AREAL_ARCHON.applies(version):
+        assert version is not None  # applies() is true without a version
+        raise view.error(
+            f"unknown backend 'archon' in {stripped!r} for {version.describe()}: AReaL >= "
+            f"{AREAL_ARCHON.since} added it ({AREAL_ARCHON.upstream})",
+            offset=lead,
+            hint="that AReaL's training backends: fsdp, megatron",
+        )
     chosen = not backend  # AReaL < 1.0.3 chose the backend of a bare training allocation
     if chosen and AREAL_EXPLICIT_BACKEND.applies(version):  # AReaL >= 1.0.3 (api/alloc_mode.py) refuses it
         raise view.error(
