@@ -298,8 +298,7 @@ def test_a_version_older_than_hpcplace_knows_is_refused(
 def test_archon_needs_areal_0_5_2(yml: Yaml) -> None:
     path = old_era(yml, "sglang:d6+archon:d2", version="0.5.1")
     err = yml.error(path)
-    assert str(err).startswith(
-        f"{yml.where(path, 'archon:d2')}: unknown backend 'archon' in 'archon:d2' for AReaL 0.5.1"
-    )
+    where = yml.where(path, "archon:d2")
+    assert str(err).startswith(f"{where}: `allocation_mode`: unknown backend 'archon' in 'archon:d2' for AReaL 0.5.1")
     assert "3de273d1e" in err.message and err.hint == "that AReaL's training backends: fsdp, megatron"
     assert plan_from_file(old_era(yml, "sglang:d6+archon:d2", version="0.5.2")).component("actor").world_size == 2
