@@ -59,6 +59,10 @@ class Framework:
     marker: str
     oldest: str | None = None  # the oldest version whose rules hpcplace knows (older ones are refused)
     oldest_why: str = ""  # what differs before `oldest`, with the upstream commit
+    # The version whose placement code hpcplace's rules follow (its tests run against it); an older one
+    # gets a plan warning naming what changed since (`follows_why`), where no gate says more.
+    follows: str | None = None
+    follows_why: str = ""
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -71,7 +75,15 @@ FRAMEWORKS: dict[str, Framework] = {
         "`actor.backend` a bare backend name); AReaL 0.4.1 replaced it: inclusionAI/AReaL cd0003db0, "
         "PR #565 (2025-11-13)",
     ),
-    "rlinf": Framework("RLinf", "rlinf", "rlinf/scheduler/placement/placement.py"),
+    "rlinf": Framework(
+        "RLinf",
+        "rlinf",
+        "rlinf/scheduler/placement/placement.py",
+        follows="0.3.0",
+        follows_why="RLinf changed its placement code in 0.2.0 (048c5a426, PR #641: heterogeneous node groups "
+        "and hardware placement) and 0.3.0 (5d29bfd2f, PR #842: the multi-agent and evaluation placement "
+        "classes); 0.3.0 through 0.4.0.dev (a3816b596) place alike",
+    ),
     "roll": Framework("ROLL", "roll", "roll/distributed/scheduler/resource_manager.py"),
     "verl": Framework("verl", "verl", "verl/single_controller/ray/base.py"),
     "nemo_rl": Framework("NeMo-RL", "nemo-rl", "nemo_rl/distributed/virtual_cluster.py"),
@@ -236,6 +248,11 @@ def resolve_version(
         if view is not None:
             raise view.error(message, hint=hint)
         raise SpecError(message, hint=hint, location=root.location())
+    if resolved is not None and fw.follows is not None and resolved.version < Version(fw.follows):
+        notes.append(
+            f"planned by {fw.name} {fw.follows}'s placement rules (hpcplace is checked against {fw.distribution}"
+            f"=={fw.follows}), not those of {resolved.describe()}: {fw.follows_why}"
+        )
     return resolved
 
 

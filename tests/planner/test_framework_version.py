@@ -302,3 +302,41 @@ def test_archon_needs_areal_0_5_2(yml: Yaml) -> None:
     assert str(err).startswith(f"{where}: `allocation_mode`: unknown backend 'archon' in 'archon:d2' for AReaL 0.5.1")
     assert "3de273d1e" in err.message and err.hint == "that AReaL's training backends: fsdp, megatron"
     assert plan_from_file(old_era(yml, "sglang:d6+archon:d2", version="0.5.2")).component("actor").world_size == 2
+
+
+# ================================================================================================
+# RLinf and ROLL: one reading across their versions (docs/formats/versions.md); RLinf older than the
+# 0.3.0 its rules follow is said in the plan
+
+RLINF_CONFIG = """
+cluster:
+  num_nodes: 1
+  component_placement: {actor: all}
+slurm: {gpus_per_node: 8}
+"""
+
+
+def test_rlinf_older_than_the_rules_followed_is_noted(yml: Yaml, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fv, "installed_version", lambda framework: "0.3.0")
+    plan = plan_from_file(yml.write(RLINF_CONFIG))
+    assert not any("placement rules" in w for w in plan.warnings)
+    plan = plan_from_file(yml.write(RLINF_CONFIG + 'hpcplace: {framework_version: "0.2.0"}\n'))
+    assert plan.component("actor").world_size == 8
+    (warning,) = [w for w in plan.warnings if "placement rules" in w]
+    assert warning.startswith("planned by RLinf 0.3.0's placement rules (hpcplace is checked against rlinf==0.3.0)")
+    assert "not those of RLinf 0.2.0 (stated at " in warning and "5d29bfd2f, PR #842" in warning
+    plan = plan_from_file(yml.write(RLINF_CONFIG + 'hpcplace: {framework_version: "0.4.0"}\n'))
+    assert not any("placement rules" in w for w in plan.warnings)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [RLINF_CONFIG, "num_gpus_per_node: 8\nactor_train: {device_mapping: '[0, 1]'}\n"],
+    ids=["rlinf", "roll"],
+)
+def test_a_malformed_version_is_refused_in_every_format_that_reads_it(yml: Yaml, config: str) -> None:
+    path = yml.write(config + 'hpcplace: {framework_version: "latest"}\n')
+    err = yml.error(path)
+    where = yml.where(path, '"latest"')
+    assert str(err).startswith(f"{where}: `hpcplace.framework_version`: ")
+    assert "version 'latest' is not a version" in err.message
