@@ -109,10 +109,40 @@ def driver_env(
     return env
 
 
+def ip_order_problem(
+    nodes: Sequence[Mapping[str, Any]], expected: Mapping[int, tuple[int, int, str]], host_of: Callable[[int, int], str]
+) -> str | None:
+    """verl numbers a pool's ranks over its nodes sorted by IP address as a string (sort_placement_group_by_node_ip:
+    10.0.0.10 before 10.0.0.9); the plan numbers them in node-rank order. Each node group is one verl pool
+    (formats/verl.py), so its nodes' addresses must sort in node-rank order; the difference, or None."""
+    address = {}
+    for n in nodes:
+        rank = (n.get("Labels") or {}).get("hpcplace.node_rank")
+        if n.get("Alive") and rank is not None and str(rank).isdigit():
+            address[int(rank)] = str(n.get("NodeManagerAddress") or "")
+    groups: dict[str, list[int]] = {}
+    for rank, (_g, _j, label) in sorted(expected.items()):
+        groups.setdefault(label, []).append(rank)
+    for label, ranks in groups.items():
+        by_ip = sorted(ranks, key=lambda r: address.get(r, ""))
+        if by_ip != ranks:
+            shown = ", ".join(f"{address.get(r, '?')} (node rank {r}, {host_of(*expected[r][:2])})" for r in by_ip)
+            return (
+                f"verl orders node group {label}'s nodes by IP address as a string: {shown}; the plan puts the "
+                f"pool's first ranks on node rank {ranks[0]}, verl would put them on node rank {by_ip[0]}"
+            )
+    return None
+
+
 def wait_joined(
-    address: str, expected: Mapping[int, tuple[int, int, str]], timeout: float, host_of: Callable[[int, int], str]
+    address: str,
+    expected: Mapping[int, tuple[int, int, str]],
+    timeout: float,
+    host_of: Callable[[int, int], str],
+    ip_order: bool = False,
 ) -> float:
-    """Poll the GCS until every expected rank is alive; returns when. Raises ShimError naming the missing."""
+    """Poll the GCS until every expected rank is alive; returns when. Raises ShimError naming the missing.
+    `ip_order` (verl): then also check that each node group's addresses sort in node-rank order."""
     import logging
 
     import ray  # the job's Ray: only here, never on the shim's hot path
@@ -123,6 +153,13 @@ def wait_joined(
         while True:
             missing = sorted(set(expected) - joined_ranks(ray.nodes()))  # type: ignore[no-untyped-call]  # unannotated in Ray
             if not missing:
+                problem = ip_order_problem(ray.nodes(), expected, host_of) if ip_order else None  # type: ignore[no-untyped-call]  # unannotated in Ray
+                if problem is not None:
+                    raise ShimError(
+                        problem,
+                        hint="verl's ranks would not be the plan's: use nodes whose addresses sort as their names "
+                        "(the same number of digits), or a `network:` whose addresses do (docs/formats/verl.md)",
+                    )
                 return time.time()
             if time.monotonic() >= deadline:
                 raise ShimError(
@@ -200,7 +237,13 @@ def main(argv: Sequence[str]) -> int:
             driver = list(chain_command(header, driver, chain_env))
         joined = argv_file is not None and os.path.exists(bringup)  # an attach to a cluster that is up
         if not joined:
-            t_joined = wait_joined(address, expected, max(timeout - (t_head - t0), 1.0), host_of)
+            t_joined = wait_joined(
+                address,
+                expected,
+                max(timeout - (t_head - t0), 1.0),
+                host_of,
+                ip_order=(header.get("source") or {}).get("format") == "verl",
+            )
             start = os.environ.get("HPCPLACE_JOB_START")
             write_json(
                 bringup,

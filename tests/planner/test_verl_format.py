@@ -1,0 +1,245 @@
+"""verl's placement read from its command (hpcplace/config/formats/verl.py): composition with verl's own config
+files (the installed verl 0.9.1, tests/requirements-frameworks.txt), pools, roles, rollout replicas, refusals
+located at the word of the command that caused them."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hpcplace.config.formats import load_spec
+from hpcplace.config.formats import verl as verl_format
+from hpcplace.errors import SpecError
+from hpcplace.plan.planner import plan_from_spec
+from hpcplace.runtime.ray_driver import ip_order_problem
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("verl") is None,
+    reason="verl is not installed (pip install --no-deps -r tests/requirements-frameworks.txt): its config files "
+    "are what hpcplace composes",
+)
+ENTRY = ["python3", "-m", "verl.trainer.main_ppo"]
+
+
+def site(tmp_path: Path, text: str = "slurm: {partition: a800, gpu_type: a800}\n") -> Path:
+    path = tmp_path / "site.yaml"
+    path.write_text(text)
+    return path
+
+
+def spec_of(tmp_path: Path, *words: str, text: str | None = None):  # type: ignore[no-untyped-def]  # the spec
+    return load_spec(site(tmp_path, text) if text else site(tmp_path), driver=[*ENTRY, *words])
+
+
+def where(plan, component: str) -> list[tuple[int, tuple[int, ...]]]:  # type: ignore[no-untyped-def]  # a Plan
+    """(cluster node rank, GPUs) of each rank of a component."""
+    return [
+        (p.cluster_node_rank, tuple(int(g) for g in p.visible_accelerators))
+        for p in plan.component(component).processes
+    ]
+
+
+def error(tmp_path: Path, *words: str, text: str | None = None) -> SpecError:
+    with pytest.raises(SpecError) as err:
+        spec_of(tmp_path, *words, text=text)
+    return err.value
+
+
+def column_of(words: list[str], index: int) -> int:
+    return 1 + sum(len(w) + 1 for w in words[:index])
+
+
+def test_default_config_is_one_node_of_eight_gpus_with_colocated_roles(tmp_path: Path) -> None:
+    spec = spec_of(tmp_path)
+    assert spec.launch.mode == "ray" and spec.launch.driver == tuple(ENTRY)
+    plan = plan_from_spec(spec)
+    assert [(g.label, g.num_nodes, g.gpus_per_node, g.partition) for g in spec.cluster.node_groups] == [
+        ("global_pool", 1, (8,) * 1, "a800")
+    ]
+    # gae (verl's default adv_estimator) makes a critic; no KL: actor_rollout without ref; one WorkerDict per GPU
+    assert set(c.name for c in plan.components) == {"actor_rollout", "critic", "rollout"}
+    assert where(plan, "actor_rollout") == [(0, (g,)) for g in range(8)] == where(plan, "critic")
+    assert plan.component("rollout").tensor_parallel_size == 2
+    assert any("4 replica(s) of tp2 dp1 pp1 = 2 GPUs on global_pool ranks 0-1, 2-3, 4-5, 6-7" in n for n in spec.notes)
+
+
+def test_two_nodes_kl_and_grpo_make_actor_rollout_ref_without_critic(tmp_path: Path) -> None:
+    plan = plan_from_spec(
+        spec_of(
+            tmp_path,
+            "trainer.nnodes=2",
+            "trainer.n_gpus_per_node=4",
+            "algorithm.adv_estimator=grpo",
+            "actor_rollout_ref.actor.use_kl_loss=True",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=8",
+        )
+    )
+    assert {c.name for c in plan.components} == {"actor_rollout_ref", "rollout"}
+    assert where(plan, "actor_rollout_ref") == [(r // 4, (r % 4,)) for r in range(8)]
+    assert plan.component("rollout").tensor_parallel_size == 8  # one replica over both nodes (4 GPUs each)
+
+
+def test_reward_pool_on_its_own_node_group_and_partition(tmp_path: Path) -> None:
+    text = (
+        "slurm:\n  partition: a800\n  gpu_type: a800\n  pools: {reward_pool: r4090}\n"
+        "  node_groups:\n    r4090: {partition: rtx4090, gpu_type: rtx4090}\n"
+    )
+    spec = spec_of(
+        tmp_path,
+        "trainer.nnodes=2",
+        "trainer.n_gpus_per_node=4",
+        "reward.reward_model.enable=True",
+        "reward.reward_model.enable_resource_pool=True",
+        "reward.reward_model.nnodes=1",
+        "reward.reward_model.n_gpus_per_node=2",
+        "reward.reward_model.rollout.tensor_model_parallel_size=1",
+        text=text,
+    )
+    plan = plan_from_spec(spec)
+    groups = [(g.label, g.partition, g.gpu_type, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups]
+    assert groups == [("global_pool", "a800", "a800", 2, (4, 4)), ("r4090", "rtx4090", "rtx4090", 1, (2,))]
+    assert where(plan, "reward_model") == [(2, (0,)), (2, (1,))]
+    assert not any("may swap nodes" in n for n in spec.notes)  # 4-GPU groups cannot fit on the 2-GPU node
+
+
+def test_pools_of_equal_width_are_left_to_ray_and_the_plan_says_so(tmp_path: Path) -> None:
+    spec = spec_of(
+        tmp_path,
+        "reward.reward_model.enable=True",
+        "reward.reward_model.enable_resource_pool=True",
+        "reward.reward_model.nnodes=1",
+    )
+    assert any("global_pool's placement groups (8 GPUs each) also fit on reward_pool's nodes" in n for n in spec.notes)
+
+
+def test_an_override_of_a_missing_key_is_refused_at_its_word_with_the_closest_key(tmp_path: Path) -> None:
+    words = [*ENTRY, "trainer.nnode=2"]
+    err = error(tmp_path, "trainer.nnode=2")
+    assert "did you mean 'trainer.nnodes'" in err.message
+    assert err.location is not None and (err.location.path, err.location.column) == ("<--driver>", column_of(words, 3))
+
+
+def test_plus_adds_and_refuses_an_existing_key_as_hydra_does(tmp_path: Path) -> None:
+    spec_of(tmp_path, "+trainer.my_new_key=1")
+    err = error(tmp_path, "+trainer.nnodes=2")
+    assert "already has 'trainer.nnodes'" in err.message
+
+
+def test_a_bad_value_is_located_at_the_override_that_set_it(tmp_path: Path) -> None:
+    words = [*ENTRY, "data.train_batch_size=8", "trainer.nnodes=0"]
+    err = error(tmp_path, *words[3:])
+    assert "trainer.nnodes must be at least 1" in err.message
+    assert err.location is not None and err.location.column == column_of(words, 4) + len("trainer.nnodes=")
+
+
+def test_rollout_replica_not_divisible_by_node_width_is_refused_with_verls_reason(tmp_path: Path) -> None:
+    err = error(tmp_path, "trainer.nnodes=2", "actor_rollout_ref.rollout.tensor_model_parallel_size=12")
+    assert "world_size 12 must be divisible by gpus_per_node 8" in err.message
+    assert err.location is not None and err.location.path == "<--driver>"
+
+
+def test_a_replica_wider_than_the_pool_is_refused(tmp_path: Path) -> None:
+    err = error(tmp_path, "actor_rollout_ref.rollout.tensor_model_parallel_size=16")
+    assert "verl would start no rollout server" in err.message
+
+
+def test_reward_replicas_must_divide_the_reward_pool(tmp_path: Path) -> None:
+    err = error(
+        tmp_path,
+        "reward.reward_model.enable=True",
+        "reward.reward_model.enable_resource_pool=True",
+        "reward.reward_model.nnodes=1",
+        "reward.reward_model.n_gpus_per_node=3",
+        "reward.reward_model.rollout.tensor_model_parallel_size=2",
+    )
+    assert "split_size must be a divisor of world_size" in err.message
+
+
+def test_reward_pool_of_zero_gpus_is_refused_as_verl_does(tmp_path: Path) -> None:
+    err = error(tmp_path, "reward.reward_model.enable_resource_pool=True")  # nnodes: 0 in verl's reward.yaml
+    assert "reward.reward_model.nnodes must be greater than 0" in err.message
+
+
+def test_separate_async_plans_the_standalone_rollout_pool(tmp_path: Path) -> None:
+    spec = spec_of(
+        tmp_path,
+        "trainer.v1.trainer_mode=separate_async",
+        "trainer.n_gpus_per_node=4",
+        "actor_rollout_ref.rollout.nnodes=1",
+        "actor_rollout_ref.rollout.n_gpus_per_node=2",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    )
+    plan = plan_from_spec(spec)
+    assert [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups] == [
+        ("global_pool", 1, (4,)),
+        ("rollout_pool", 2, (1, 1)),  # verl: one pool per replica, min(n_gpus_per_node, tp*dp*pp) GPUs a node
+    ]
+    assert len(plan.component("rollout_standalone").processes) == 2
+
+
+def test_separate_async_refuses_a_colocated_reward_model(tmp_path: Path) -> None:
+    err = error(
+        tmp_path,
+        "trainer.v1.trainer_mode=separate_async",
+        "actor_rollout_ref.rollout.nnodes=1",
+        "reward.reward_model.enable=True",
+    )
+    assert "Colocate reward model" in err.message
+
+
+def test_unknown_trainer_mode_lists_verls_trainers(tmp_path: Path) -> None:
+    err = error(tmp_path, "trainer.v1.trainer_mode=fast")
+    assert "Available trainers: colocate_async, separate_async, sync" in err.message
+
+
+def test_pool_names_and_shared_groups_in_the_slurm_block(tmp_path: Path) -> None:
+    err = error(tmp_path, text="slurm:\n  pools: {reward_pol: x}\n")
+    assert "did you mean 'reward_pool'" in err.message and err.location is not None and err.location.line == 2
+    err = error(tmp_path, text="slurm:\n  pools: {reward_pool: x}\n")
+    assert "this command makes no reward_pool" in err.message
+
+
+def test_a_node_group_with_fewer_gpus_than_its_pool_is_refused(tmp_path: Path) -> None:
+    err = error(tmp_path, text="slurm: {partition: a800, gpus_per_node: 4}\n")
+    assert "global_pool needs 8 GPUs on each of its 1 node(s)" in err.message
+
+
+def test_other_entry_points_and_unexpanded_words_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="not a trainer whose placement hpcplace reads"):
+        load_spec(site(tmp_path), format="verl", driver=["python3", "-m", "verl.trainer.main_generation"])
+    err = error(tmp_path, "trainer.nnodes=2", "$@")
+    assert "'$@' is neither a Hydra override" in err.message and err.hint is not None and "unexpanded" in err.hint
+
+
+def test_without_any_verl_config_says_what_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(verl_format.SOURCE_ENV, raising=False)
+    monkeypatch.setattr(verl_format.importlib.util, "find_spec", lambda name: None)
+    err = error(tmp_path)
+    assert "HPCPLACE_VERL_SRC is not set; verl is not installed in this Python" in err.message
+    assert err.hint is not None and "verl==0.9.1" in err.hint
+
+
+def test_a_checkout_named_by_the_environment_is_composed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = importlib.util.find_spec("verl")
+    assert spec is not None and spec.origin is not None
+    checkout = tmp_path / "verl-src"
+    shutil.copytree(Path(spec.origin).parent / "trainer" / "config", checkout / "verl" / "trainer" / "config")
+    monkeypatch.setenv(verl_format.SOURCE_ENV, str(checkout))
+    assert any(str(checkout) in f for f in spec_of(tmp_path, "trainer.nnodes=3").composed)
+
+
+def test_ip_order_check_names_the_difference() -> None:
+    expected = {0: (0, 0, "global_pool"), 1: (0, 1, "global_pool"), 2: (1, 0, "reward_pool")}
+    nodes = [
+        {"Alive": True, "NodeManagerAddress": "10.0.0.9", "Labels": {"hpcplace.node_rank": "0"}},
+        {"Alive": True, "NodeManagerAddress": "10.0.0.10", "Labels": {"hpcplace.node_rank": "1"}},
+        {"Alive": True, "NodeManagerAddress": "10.0.0.2", "Labels": {"hpcplace.node_rank": "2"}},
+    ]
+    problem = ip_order_problem(nodes, expected, lambda g, j: f"h{g}{j}")
+    assert problem is not None and "10.0.0.10 (node rank 1, h01), 10.0.0.9 (node rank 0, h00)" in problem
+    nodes[1]["NodeManagerAddress"] = "10.0.0.11"
+    nodes[0]["NodeManagerAddress"] = "10.0.0.10"
+    assert ip_order_problem(nodes, expected, lambda g, j: "h") is None
