@@ -773,9 +773,16 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
             spec.location,
         )
     notes.append(
-        "NeMo-RL makes one PACK placement group per node for each of its clusters; which Ray node takes "
-        "each group is Ray's choice: the plan gives group i the i-th node of its node group"
+        "NeMo-RL makes one PACK placement group per node for each of its clusters and asks only for CPUs and "
+        "GPUs: which Ray node takes each group is Ray's choice (the plan gives group i the i-th node of its "
+        "node group; a group's ranks and GPUs on its node are as planned)"
     )
+    if len(groups) > 1:
+        notes.append(
+            "node groups " + ", ".join(g.label for g in groups) + ": NeMo-RL's placement groups name no node "
+            "group, so Ray may put a pool on another group's nodes with the same GPU count; hpcplace does not yet "
+            "check at start where they landed (docs/formats/nemo_rl.md)"
+        )
     return ExperimentSpec(
         name,
         cluster,
