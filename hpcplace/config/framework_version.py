@@ -169,7 +169,15 @@ AREAL_ARCHON = VersionGate(
     "the archon training backend (archon:d2, archon:(attn:..|ffn:..))",
     "inclusionAI/AReaL 3de273d1e, PR #799 (2026-01-07), first released in v0.5.2",
 )
-GATES: dict[str, tuple[VersionGate, ...]] = {"areal": (AREAL_ARCHON, AREAL_EXPLICIT_BACKEND, AREAL_ENGINE_BACKEND)}
+AREAL_SCHEDULING = VersionGate(
+    "areal",
+    "0.5.0",
+    "each engine's scheduling_strategy (colocation/separation) and scheduling_spec (image, mount, env_vars)",
+    "inclusionAI/AReaL b3bd51476, PR #610 (2025-11-24), first released in v0.5.0",
+)
+GATES: dict[str, tuple[VersionGate, ...]] = {
+    "areal": (AREAL_SCHEDULING, AREAL_ARCHON, AREAL_EXPLICIT_BACKEND, AREAL_ENGINE_BACKEND)
+}
 
 
 def _previous(version: Version) -> str:
@@ -309,6 +317,7 @@ __all__ = [
     "AREAL_ARCHON",
     "AREAL_ENGINE_BACKEND",
     "AREAL_EXPLICIT_BACKEND",
+    "AREAL_SCHEDULING",
     "FRAMEWORKS",
     "GATES",
     "KEY",

@@ -340,3 +340,13 @@ def test_a_malformed_version_is_refused_in_every_format_that_reads_it(yml: Yaml,
     where = yml.where(path, '"latest"')
     assert str(err).startswith(f"{where}: `hpcplace.framework_version`: ")
     assert "version 'latest' is not a version" in err.message
+
+
+def test_engine_scheduling_keys_need_areal_0_5_0(yml: Yaml) -> None:
+    extra = "rollout:\n  scheduling_strategy: {type: separation}\n"
+    path = old_era(yml, "sglang:d4+fsdp:d4", version="0.4.1", extra=extra)
+    err = yml.error(path)
+    assert str(err).startswith(f"{yml.where(path, 'scheduling_strategy')}: rollout.scheduling_strategy: AReaL 0.4.1")
+    assert "b3bd51476" in err.message and 'framework_version: "0.5.0"' in (err.hint or "")
+    plan = plan_from_file(old_era(yml, "sglang:d4+fsdp:d4", version="0.5.0", extra=extra))
+    assert plan.component("rollout").world_size == 4

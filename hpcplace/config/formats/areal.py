@@ -19,6 +19,7 @@ from hpcplace.config.framework_version import (
     AREAL_ARCHON,
     AREAL_ENGINE_BACKEND,
     AREAL_EXPLICIT_BACKEND,
+    AREAL_SCHEDULING,
     FrameworkVersion,
     container_note,
     resolve_version,
@@ -351,6 +352,8 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
                 '`hpcplace: {framework_version: "1.0.3"}`',
             )
         )
+    if not AREAL_SCHEDULING.applies(version):
+        _refuse_scheduling_keys(root, version)
     if engines:
         groups = _groups_from_backends(root, engines, notes)
         if legacy is not None and legacy.value:
@@ -459,6 +462,25 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
         model_parallel,
         notes=tuple(notes),
     )
+
+
+def _refuse_scheduling_keys(root: View, version: FrameworkVersion | None) -> None:
+    """AReaL < 0.5.0: engines have no scheduling_strategy or scheduling_spec (its config class refuses them)."""
+    assert version is not None  # applies() is true without a version
+    for engine in ENGINES:
+        section = root.get(engine)
+        if section is None or not isinstance(section.deref().value, dict):
+            continue
+        for key in ("scheduling_strategy", "scheduling_spec"):
+            child = section.deref().get(key)
+            if child is not None and child.deref().value is not None:
+                raise child.key_error(
+                    f"{engine}.{key}: AReaL {version.version} has no such field, its config refuses the key "
+                    f"(planned as {version.describe()}; AReaL >= {AREAL_SCHEDULING.since}: "
+                    f"{AREAL_SCHEDULING.upstream})",
+                    hint="colocate with '|' in allocation_mode for that AReaL, or state the version that runs "
+                    'the config: `hpcplace: {framework_version: "0.5.0"}`',
+                )
 
 
 def _check_scheduling(root: View, group_of: dict[str, int]) -> None:
