@@ -224,8 +224,10 @@ def parse_version(text: str, framework: str, view: View | None = None) -> Versio
         raise SpecError(message, hint=hint) from None
 
 
-def stated_view(root: View) -> View | None:
-    """`hpcplace.framework_version` of the document, or None when not stated."""
+def stated_view(root: View | None) -> View | None:
+    """`hpcplace.framework_version` of the document, or None when not stated (or no document)."""
+    if root is None:
+        return None
     block = root.get("hpcplace")
     if block is None or not isinstance(block.deref().value, dict):
         return None
@@ -235,13 +237,16 @@ def stated_view(root: View) -> View | None:
 
 def resolve_version(
     framework: str,
-    root: View,
+    root: View | None,
     notes: list[str],
     *,
     installed: InstalledLookup | None = None,
 ) -> FrameworkVersion | None:
-    """The version that will run the config: stated (`hpcplace.framework_version`) over installed over
-    None (today's rules). `notes` gets a line when a stated version differs from the installed one.
+    """The version that will run the config: stated (`hpcplace.framework_version` of `root`, the
+    document's top level; None for a config that is only a command line) over installed over None
+    (today's rules). `notes` gets a line when a stated version differs from the installed one, or when
+    the version is older than the one the format's rules follow. A stated version that is not PEP 440,
+    or any version older than the framework's `oldest`, is a SpecError (located where stated).
     `installed` defaults to reading the environment (installed_version); tests pass their own."""
     fw = FRAMEWORKS[framework]
     lookup = installed if installed is not None else installed_version
@@ -255,7 +260,7 @@ def resolve_version(
         hint = f'upgrade {fw.name}, or state the version the job runs: `hpcplace: {{{KEY}: "X.Y.Z"}}`'
         if view is not None:
             raise view.error(message, hint=hint)
-        raise SpecError(message, hint=hint, location=root.location())
+        raise SpecError(message, hint=hint, location=root.location() if root is not None else None)
     if resolved is not None and fw.follows is not None and resolved.version < Version(fw.follows):
         notes.append(
             f"planned by {fw.name} {fw.follows}'s placement rules (hpcplace is checked against {fw.distribution}"

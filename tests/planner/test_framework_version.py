@@ -350,3 +350,11 @@ def test_engine_scheduling_keys_need_areal_0_5_0(yml: Yaml) -> None:
     assert "b3bd51476" in err.message and 'framework_version: "0.5.0"' in (err.hint or "")
     plan = plan_from_file(old_era(yml, "sglang:d4+fsdp:d4", version="0.5.0", extra=extra))
     assert plan.component("rollout").world_size == 4
+
+
+def test_a_config_without_a_document_reads_the_installed_version() -> None:
+    """Formats read from a command line alone (no YAML) pass no root: installed, else today's rules."""
+    notes: list[str] = []
+    found = fv.resolve_version("slime", None, notes, installed=installed("0.4.0"))
+    assert found is not None and found.describe() == "slime 0.4.0 (installed: slime 0.4.0)" and notes == []
+    assert fv.resolve_version("verl", None, notes, installed=NONE_INSTALLED) is None
