@@ -34,6 +34,7 @@ version is a located SpecError.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 from collections.abc import Callable, Iterable
@@ -193,6 +194,7 @@ def _previous(version: Version) -> str:
 InstalledLookup = Callable[[Framework], str | None]
 
 
+@functools.lru_cache(maxsize=32)  # a lookup scans sys.path (~6 ms); installations do not change mid-run
 def installed_version(framework: Framework) -> str | None:
     """The version of `framework`'s distribution installed where hpcplace runs, or None: not installed,
     or a package of the same name without the framework's marker file (found through the import
