@@ -40,6 +40,7 @@ import importlib.util
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
@@ -99,7 +100,7 @@ class FrameworkVersion:
 
     framework: str  # a key of FRAMEWORKS
     version: Version
-    source: str  # "stated" or "installed"
+    source: Literal["stated", "installed"]
     location: SourceLocation | None = None  # where it was stated
 
     def describe(self) -> str:
@@ -116,10 +117,15 @@ class VersionGate:
     """Rule `change` holds from framework version `since` on; older versions follow the old rule.
     `upstream` names the commit/PR and the first release carrying it, so a reader can check it."""
 
-    framework: str
-    since: str
+    framework: str  # a key of FRAMEWORKS
+    since: str  # PEP 440: the first release with the new rule
     change: str
     upstream: str
+
+    def __post_init__(self) -> None:  # a mistyped gate fails at import, not in a user's plan
+        if self.framework not in FRAMEWORKS:
+            raise ValueError(f"VersionGate for unknown framework {self.framework!r}: one of {sorted(FRAMEWORKS)}")
+        Version(self.since)
 
     @property
     def since_version(self) -> Version:

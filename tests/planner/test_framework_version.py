@@ -358,3 +358,10 @@ def test_a_config_without_a_document_reads_the_installed_version() -> None:
     found = fv.resolve_version("slime", None, notes, installed=installed("0.4.0"))
     assert found is not None and found.describe() == "slime 0.4.0 (installed: slime 0.4.0)" and notes == []
     assert fv.resolve_version("verl", None, notes, installed=NONE_INSTALLED) is None
+
+
+def test_a_mistyped_gate_fails_when_it_is_defined() -> None:
+    with pytest.raises(ValueError, match="unknown framework 'areall'"):
+        fv.VersionGate("areall", "1.0.3", "x", "y")
+    with pytest.raises(fv.InvalidVersion):
+        fv.VersionGate("areal", "1.0.x", "x", "y")
