@@ -273,6 +273,19 @@ def main(argv: Sequence[str]) -> int:
         write_text(os.path.join(run_dir, "ray", "driver.step"), step + "\n")
     sys.stdout.flush()
     sys.stderr.flush()
+    if argv_file is None and (header.get("source") or {}).get("format") == "nemo_rl" and len(header["node_groups"]) > 1:
+        import subprocess  # NeMo-RL's pools on their node groups, checked beside its driver (runtime/nemo_rl_watch.py)
+
+        watcher = [
+            sys.executable,
+            "-m",
+            "hpcplace.runtime.nemo_rl_watch",
+            address,
+            os.path.join(run_dir, os.path.basename(plan_path)),  # the driver may have changed directory
+            run_dir,
+            str(os.getpid()),
+        ]
+        subprocess.Popen(watcher, env=env, stdin=subprocess.DEVNULL)  # an argv list of our own values, no shell
     try:
         os.execvpe(driver[0], driver, env)
     except OSError as exc:

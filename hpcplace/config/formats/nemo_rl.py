@@ -780,8 +780,8 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     if len(groups) > 1:
         notes.append(
             "node groups " + ", ".join(g.label for g in groups) + ": NeMo-RL's placement groups name no node "
-            "group, so Ray may put a pool on another group's nodes with the same GPU count; hpcplace does not yet "
-            "check at start where they landed (docs/formats/nemo_rl.md)"
+            "group, so Ray may put a pool on another group's nodes with the same GPU count; the driver step "
+            "watches where they land and stops the job naming the difference (runtime/nemo_rl_watch.py)"
         )
     return ExperimentSpec(
         name,
