@@ -1,0 +1,292 @@
+"""OpenRLHF's train_ppo_ray command (hpcplace/config/formats/openrlhf.py): read as its argparse parser reads it,
+refused where OpenRLHF refuses, planned as its Ray placement places it. The flag table is checked against the
+installed openrlhf's own source (tests/requirements-frameworks.txt)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from hpcplace.config.formats import load_spec
+from hpcplace.config.formats.openrlhf import PLACEMENT_FLAGS, pack
+from hpcplace.config.formats.openrlhf_flags import FLAGS_0_10_2
+from hpcplace.errors import SpecError
+from hpcplace.plan.plan import Plan
+from hpcplace.plan.planner import plan_from_spec
+from tests.planner.argparse_ast import file_flags
+
+ENTRY = ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
+MODELS = ["--actor.model_name_or_path", "m", "--reward.model_name_or_path", "r"]
+
+
+def site(tmp_path: Path, text: str = "slurm: {partition: a800, gpus_per_node: 8}\n") -> str:
+    path = tmp_path / "site.yaml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def plan(tmp_path: Path, *words: str, text: str | None = None) -> Plan:
+    path = site(tmp_path) if text is None else site(tmp_path, text)
+    return plan_from_spec(load_spec(path, driver=[*ENTRY, *words]))
+
+
+def refused(tmp_path: Path, *words: str, text: str | None = None) -> SpecError:
+    with pytest.raises(SpecError) as err:
+        plan(tmp_path, *words, text=text)
+    return err.value
+
+
+def column(words: list[str], index: int) -> int:
+    """The column of words[index] in `--driver -- WORDS` (joined by spaces)."""
+    return 1 + sum(len(w) + 1 for w in words[:index])
+
+
+def gpus(p: Plan, name: str) -> list[tuple[int, tuple[str, ...]]]:
+    comp = next(c for c in p.components if c.name == name)
+    return [(x.cluster_node_rank, x.visible_accelerators) for x in comp.processes]
+
+
+# ---- the parser ------------------------------------------------------------------------------------------
+
+
+def test_defaults_start_actor_ref_critic_reward_on_their_own_eight_gpus(tmp_path: Path) -> None:
+    p = plan(tmp_path, *MODELS)
+    assert [c.name for c in p.components] == ["actor", "ref", "critic", "reward"]  # gae: a critic, kl 0.01: a ref
+    assert [c.world_size for c in p.components] == [8, 8, 8, 8]
+    assert len(p.cluster.nodes) == 4 and p.source_format == "openrlhf"
+    assert p.launch.is_ray and p.launch.driver == (*ENTRY, *MODELS)
+
+
+def test_equals_sign_abbreviations_and_switches_as_argparse(tmp_path: Path) -> None:
+    p = plan(
+        tmp_path,
+        "--actor.num_n=1",  # a unique prefix stands for the flag (allow_abbrev)
+        "--actor.num_gpus_per_node=4",
+        "--ref.num_gpus_per_node",
+        "4",
+        "--train.colocate_actor_r",
+        "--algo.advantage.estimator=rloo",
+        "--rollout.n_samples_per_prompt",
+        "2",
+        "--reward.remote_url",
+        "http://rm",
+        "--actor.eps_clip_low_high",  # nargs=2 takes both words, a negative number included
+        "-0.2",
+        "0.3",
+    )
+    assert [c.name for c in p.components] == ["actor", "ref"]
+    assert gpus(p, "actor") == gpus(p, "ref") == [(0, (str(g),)) for g in range(4)]
+
+
+@pytest.mark.parametrize(
+    ("words", "index", "message", "hint"),
+    [
+        (["--actor.nodes", "2"], 0, "has no flag --actor.nodes", "did you mean --actor.num_nodes?"),
+        (["--actor.num_nodes", "two"], 1, "invalid int value: 'two'", "takes an integer"),
+        (["--actor.num", "2"], 0, "ambiguous option: --actor.num could match --actor.num_gpus_per_node", None),
+        (["--train.colocate_all=true"], 0, "ignored explicit argument 'true'", None),
+        (["--actor.num_nodes"], 0, "expected one argument", None),
+        (["--actor.eps_clip_low_high", "0.2"], 1, "expected 2 arguments", None),
+        (["--algo.advantage.estimator", "grpo"], 1, "invalid choice: 'grpo'", None),
+        (["extra"], 0, "takes no positional argument", None),
+        (["--help"], 0, "prints its help and exits", None),
+    ],
+)
+def test_what_argparse_refuses_is_refused_at_the_word(
+    tmp_path: Path, words: list[str], index: int, message: str, hint: str | None
+) -> None:
+    err = refused(tmp_path, *words)
+    assert message in err.message
+    assert err.location is not None and err.location.column == column([*ENTRY, *words], len(ENTRY) + index)
+    if hint is not None:
+        assert err.hint is not None and hint in err.hint
+
+
+def test_old_flag_names_are_refused_by_0_10_2_and_read_when_an_older_release_is_stated(tmp_path: Path) -> None:
+    err = refused(tmp_path, "--actor_num_nodes", "2")
+    assert "--actor_num_nodes is the flag's name before OpenRLHF 0.10.2" in err.message
+    assert "--actor.num_nodes" in err.message
+    old = 'slurm: {gpus_per_node: 8}\nhpcplace: {framework_version: "0.10.1"}\n'
+    p = plan(
+        tmp_path,
+        "--actor_num_nodes",
+        "1",
+        "--colocate_all_models",
+        "--vllm_num_engines",
+        "8",
+        "--pretrain",
+        "m",
+        "--reward_pretrain",
+        "r",
+        text=old,
+    )
+    assert {c.name for c in p.components} == {"actor", "ref", "critic", "reward", "vllm"}
+    assert all(c.collocation_group == "colloc-0" for c in p.components)
+    err = refused(tmp_path, "--actor.num_nodes", "1", text=old)
+    assert "OpenRLHF 0.10.2's name" in err.message and "--actor_num_nodes" in err.message
+
+
+def test_ray_job_submit_is_read_after_its_double_dash_and_the_plan_says_what_the_driver_is(tmp_path: Path) -> None:
+    words = ["ray", "job", "submit", "--address=http://127.0.0.1:8265", "--", *ENTRY, *MODELS]
+    p = plan_from_spec(load_spec(site(tmp_path), driver=words))
+    assert [c.name for c in p.components] == ["actor", "ref", "critic", "reward"]
+    assert any("ray job submit" in n and "python3 -m openrlhf.cli.train_ppo_ray" in n for n in p.warnings)
+
+
+def test_the_deepspeed_entry_points_are_not_ray_drivers(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="not OpenRLHF's Ray driver"):
+        load_spec(site(tmp_path), format="openrlhf", driver=["python3", "-m", "openrlhf.cli.train_sft"])
+
+
+# ---- OpenRLHF's own checks -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("words", "flag", "message"),
+    [
+        (
+            ["--train.colocate_all", "--vllm.num_engines", "4", *MODELS],
+            "--vllm.num_engines",
+            "must be equal to vllm_num_engines * vllm_tensor_parallel_size, got 8 and 4",
+        ),
+        (
+            ["--train.colocate_actor_ref", "--ref.num_gpus_per_node", "4", *MODELS],
+            "--train.colocate_actor_ref",
+            "must be the same when colocate actor and ref model",
+        ),
+        (
+            ["--train.colocate_critic_reward", "--critic.num_nodes", "2", *MODELS],
+            "--train.colocate_critic_reward",
+            "must be the same when colocate critic and reward model",
+        ),
+        (["--ds.packing_samples", *MODELS], "--ds.packing_samples", "Only support `--packing_samples` with vLLM"),
+        (["--algo.advantage.estimator", "rloo", *MODELS], "--algo.advantage.estimator", "requires n_samples"),
+        (["--actor.num_gpus_per_node", "0", *MODELS], "--actor.num_gpus_per_node", "would have no GPU"),
+        (["--rollout.batch_size", "4", *MODELS], "--rollout.batch_size", "number of sample batches"),
+        (["--actor.model_name_or_path", "m"], None, "takes the critic's model from --reward.model_name_or_path"),
+    ],
+)
+def test_openrlhfs_asserts_are_refused_with_its_reason_at_the_flag(
+    tmp_path: Path, words: list[str], flag: str | None, message: str
+) -> None:
+    err = refused(tmp_path, *words)
+    assert message in err.message
+    full = [*ENTRY, *words]
+    index = full.index(flag) if flag is not None else 2  # a default: the entry point's word
+    assert err.location is not None and err.location.column == column(full, index)
+
+
+# ---- the placement ---------------------------------------------------------------------------------------
+
+
+def test_colocate_all_puts_every_role_and_the_engines_tp_groups_on_the_actors_gpus(tmp_path: Path) -> None:
+    p = plan(tmp_path, "--train.colocate_all", "--vllm.num_engines", "4", "--vllm.tensor_parallel_size", "2", *MODELS)
+    assert len(p.cluster.nodes) == 1
+    assert {c.collocation_group for c in p.components} == {"colloc-0"}
+    assert gpus(p, "vllm") == [(0, (str(2 * e), str(2 * e + 1))) for e in range(4)]
+    assert gpus(p, "critic") == gpus(p, "actor") == [(0, (str(g),)) for g in range(8)]
+
+
+def test_separate_groups_follow_rays_pack_in_openrlhfs_order(tmp_path: Path) -> None:
+    text = "slurm: {gpus_per_node: 4}\n"
+    words = ["--actor.num_gpus_per_node", "4", "--ref.num_gpus_per_node", "2", "--critic.num_gpus_per_node", "2"]
+    words += ["--reward.num_gpus_per_node", "2", "--vllm.num_engines", "3", "--vllm.tensor_parallel_size", "2"]
+    p = plan(tmp_path, *words, *MODELS, text=text)
+    # vLLM first (6 GPUs: node 0 whole, then 2 of node 1), the actor on the next empty node, the ref on the
+    # least loaded (empty node 3), the critic on the first of the two half-used nodes, the reward on the last
+    assert gpus(p, "vllm") == [(0, ("0", "1")), (0, ("2", "3")), (1, ("0", "1"))]
+    assert gpus(p, "actor") == [(2, (str(g),)) for g in range(4)]
+    assert gpus(p, "ref") == [(3, ("0",)), (3, ("1",))]
+    assert gpus(p, "critic") == [(1, ("2",)), (1, ("3",))]
+    assert gpus(p, "reward") == [(3, ("2",)), (3, ("3",))]
+
+
+def test_a_role_packed_on_fewer_nodes_than_its_flags_say_is_noted(tmp_path: Path) -> None:
+    p = plan(tmp_path, "--actor.num_nodes", "2", "--actor.num_gpus_per_node", "4", "--reward.remote_url", "x")
+    assert gpus(p, "actor") == [(0, (str(g),)) for g in range(8)]
+    assert any("takes 1 node(s) of 8 GPUs" in w for w in p.warnings)
+
+
+def test_engines_wider_than_a_node_are_one_process_per_node(tmp_path: Path) -> None:
+    words = ["--vllm.num_engines", "1", "--vllm.tensor_parallel_size", "16", "--reward.remote_url", "x"]
+    p = plan(tmp_path, *words, "--algo.advantage.estimator", "reinforce")
+    comp = next(c for c in p.components if c.name == "vllm")
+    assert comp.spanning is not None and comp.spanning.workers == ((0, 1),)
+    assert gpus(p, "vllm") == [(0, tuple(str(g) for g in range(8))), (1, tuple(str(g) for g in range(8)))]
+
+
+def test_pack_takes_the_least_loaded_node_that_holds_the_group_else_spreads() -> None:
+    free = [[0, 1], list(range(4)), [3]]
+    assert pack(free, 2) == [(1, 0), (1, 1)]
+    assert pack(free, 4) == [(0, 0), (0, 1), (1, 2), (1, 3)]
+    assert pack(free, 2) is None and free == [[], [], [3]]
+
+
+# ---- heterogeneous pools ---------------------------------------------------------------------------------
+
+HETERO = """
+slurm:
+  partition: a800
+  gpus_per_node: 4
+  node_groups:
+    gen: {partition: h20, gpus_per_node: 8, gpu_type: h20}
+  roles: {vllm: gen}
+"""
+
+
+def test_slurm_roles_puts_the_engines_on_their_own_partition(tmp_path: Path) -> None:
+    words = ["--actor.num_gpus_per_node", "4", "--ref.num_gpus_per_node", "4", "--train.colocate_actor_ref"]
+    words += ["--vllm.num_engines", "2", "--vllm.tensor_parallel_size", "4", "--reward.remote_url", "x"]
+    words += ["--algo.advantage.estimator", "reinforce"]
+    p = plan(tmp_path, *words, text=HETERO)
+    assert [(g.label, g.partition, g.num_nodes) for g in p.cluster.node_groups] == [
+        ("default", "a800", 1),
+        ("gen", "h20", 1),
+    ]
+    vllm = next(c for c in p.components if c.name == "vllm")
+    assert vllm.node_groups == ("gen",) and [x.partition for x in vllm.processes] == ["h20", "h20"]
+    assert any("Ray may place a role on another group's nodes" in w for w in p.warnings)
+
+
+@pytest.mark.parametrize(
+    ("roles", "message"),
+    [
+        ("{vlm: gen}", "'vlm' is no OpenRLHF role"),
+        ("{vllm: generation}", "node group 'generation' is not in slurm.node_groups"),
+        ("{actor: gen}", "puts actor, ref on node groups default, gen"),
+        ("{critic: gen}", "the command starts no critic"),
+    ],
+)
+def test_slurm_roles_errors_are_located(tmp_path: Path, roles: str, message: str) -> None:
+    words = ["--actor.num_gpus_per_node", "4", "--ref.num_gpus_per_node", "4", "--train.colocate_actor_ref"]
+    words += ["--vllm.num_engines", "2", "--reward.remote_url", "x", "--algo.advantage.estimator", "reinforce"]
+    err = refused(tmp_path, *words, text=HETERO.replace("{vllm: gen}", roles))
+    assert message in err.message
+    assert err.location is not None and err.location.line == 7
+
+
+def test_unknown_gpus_per_node_says_where_to_give_it(tmp_path: Path) -> None:
+    err = refused(tmp_path, *MODELS, text="slurm: {partition: a800}\n")
+    assert "GPUs per node of node group 'default' are unknown" in err.message
+    assert err.hint is not None and "slurm.gpus_per_node" in err.hint
+
+
+# ---- the flag table against OpenRLHF's own parser ----------------------------------------------------------
+
+
+def test_the_flag_table_is_the_installed_openrlhfs_parser() -> None:
+    spec = importlib.util.find_spec("openrlhf")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("openrlhf is not installed (tests/requirements-frameworks.txt)")
+    source = Path(next(iter(spec.submodule_search_locations))) / "cli" / "train_ppo_ray.py"
+    theirs = file_flags(source)
+    assert set(theirs) == set(FLAGS_0_10_2)
+    for name, info in theirs.items():
+        flag = FLAGS_0_10_2[name]
+        kind = "store_true" if info.get("action") == "store_true" else info.get("type", "str")
+        assert (flag.kind, flag.nargs) == (kind, info.get("nargs")), name
+        assert flag.choices == (tuple(info["choices"]) if info.get("choices") else None), name  # type: ignore[arg-type]
+    for name, (_, default) in PLACEMENT_FLAGS.items():
+        assert theirs[name].get("default") == default, name
