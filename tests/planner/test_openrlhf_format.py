@@ -232,11 +232,11 @@ slurm:
   gpus_per_node: 4
   node_groups:
     gen: {partition: h20, gpus_per_node: 8, gpu_type: h20}
-  roles: {vllm: gen}
+  pools: {vllm: gen}
 """
 
 
-def test_slurm_roles_puts_the_engines_on_their_own_partition(tmp_path: Path) -> None:
+def test_slurm_pools_puts_the_engines_on_their_own_partition(tmp_path: Path) -> None:
     words = ["--actor.num_gpus_per_node", "4", "--ref.num_gpus_per_node", "4", "--train.colocate_actor_ref"]
     words += ["--vllm.num_engines", "2", "--vllm.tensor_parallel_size", "4", "--reward.remote_url", "x"]
     words += ["--algo.advantage.estimator", "reinforce"]
@@ -259,7 +259,7 @@ def test_slurm_roles_puts_the_engines_on_their_own_partition(tmp_path: Path) -> 
         ("{critic: gen}", "the command starts no critic"),
     ],
 )
-def test_slurm_roles_errors_are_located(tmp_path: Path, roles: str, message: str) -> None:
+def test_slurm_pools_errors_are_located(tmp_path: Path, roles: str, message: str) -> None:
     words = ["--actor.num_gpus_per_node", "4", "--ref.num_gpus_per_node", "4", "--train.colocate_actor_ref"]
     words += ["--vllm.num_engines", "2", "--reward.remote_url", "x", "--algo.advantage.estimator", "reinforce"]
     err = refused(tmp_path, *words, text=HETERO.replace("{vllm: gen}", roles))

@@ -145,7 +145,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         )
     groups, sizes = groups_of(command, entry, args, notes)
     slurm_view = root.get("slurm")
-    options = slurm_job_options(slurm_view, frozenset({"roles"}))
+    options = slurm_job_options(slurm_view, frozenset({"pools"}))
     role_group = _role_groups(slurm_view, sizes, groups)
     base = slurm_facts(slurm_view)
     labels = sorted({role_group[r] for r in sizes}, key=lambda label: (label != "default", label))
@@ -183,7 +183,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     if len(labels) > 1:
         notes.append(
             "OpenRLHF's placement groups name no node group (train_ppo_ray passes no custom resource): Ray "
-            "may place a role on another group's nodes; the plan puts each role on its slurm.roles group"
+            "may place a role on another group's nodes; the plan puts each role on its slurm.pools group"
         )
     order = [e.components[0] for e in entries]
     name, given = hpcplace_block(root, set(order), blocks.path)
@@ -435,15 +435,15 @@ def _size_key(role: str) -> str:
 
 
 def _role_groups(slurm: View | None, sizes: dict[str, int], groups: list[Group]) -> dict[str, str]:
-    """slurm.roles: {role: node group label} (a label of slurm.node_groups); the others: 'default'."""
+    """slurm.pools: {role: node group label} (a label of slurm.node_groups); the others: 'default'."""
     out = dict.fromkeys(ROLES, "default")
-    view = slurm.get("roles") if slurm is not None else None
+    view = slurm.get("pools") if slurm is not None else None
     if view is None or view.value is None:
         return out
     if not isinstance(view.value, dict):
         raise view.error(
-            "slurm.roles maps an OpenRLHF role to a node group",
-            hint="e.g. roles: {vllm: gen} (roles: " + ", ".join(ROLES) + ")",
+            "slurm.pools maps an OpenRLHF role to a node group",
+            hint="e.g. pools: {vllm: gen} (roles: " + ", ".join(ROLES) + ")",
         )
     node_groups = slurm.get("node_groups") if slurm is not None else None
     labels = [str(k) for k, _ in node_groups.items()] if node_groups is not None else []
@@ -452,20 +452,20 @@ def _role_groups(slurm: View | None, sizes: dict[str, int], groups: list[Group])
         if role not in ROLES:
             near = closest(role, ROLES)
             raise child.key_error(
-                f"slurm.roles: {role!r} is no OpenRLHF role",
+                f"slurm.pools: {role!r} is no OpenRLHF role",
                 hint=(f"did you mean {near!r}? " if near else "") + "roles: " + ", ".join(ROLES),
             )
         label = child.str()
         if label != "default" and label not in labels:
             near = closest(label, labels)
             raise child.error(
-                f"slurm.roles.{role}: node group {label!r} is not in slurm.node_groups",
+                f"slurm.pools.{role}: node group {label!r} is not in slurm.node_groups",
                 hint=(f"did you mean {near!r}? " if near else "")
                 + f"add `node_groups: {{{label}: {{partition: ..., gpus_per_node: 8}}}}` to the slurm block",
             )
         if role not in sizes:
             raise child.key_error(
-                f"slurm.roles.{role}: the command starts no {role} (its flags leave it out)",
+                f"slurm.pools.{role}: the command starts no {role} (its flags leave it out)",
                 hint="remove the entry, or give the role in the command",
             )
         out[role] = label
@@ -473,7 +473,7 @@ def _role_groups(slurm: View | None, sizes: dict[str, int], groups: list[Group])
         targets = {out[r] for r in g.roles}
         if len(targets) > 1:
             raise view.error(
-                f"slurm.roles puts {', '.join(g.roles)} on node groups {', '.join(sorted(targets))}, but OpenRLHF "
+                f"slurm.pools puts {', '.join(g.roles)} on node groups {', '.join(sorted(targets))}, but OpenRLHF "
                 "places them in one placement group (they share GPUs)",
                 hint=f"give {', '.join(g.roles)} the same node group",
             )
