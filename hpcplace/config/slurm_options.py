@@ -65,9 +65,9 @@ _SIGNAL_NAMES = (
 
 
 def limit_signal(value: str) -> str | None:
-    """slurm.signal_before_limit -> `SIG@SECONDS` for `--signal` (no `B:`: every task of every step
-    gets it, not the batch script; the Ray mode renders `B:USR2` instead and the script passes SIG on
-    to the driver), or None when turned off. Accepts `120` (SIGTERM), `USR1@300`,
+    """slurm.signal_before_limit -> `SIG@SECONDS`, or None when turned off. The job renders
+    `--signal=B:USR2@SECONDS` (the batch script alone); the script passes SIG on to the programs once
+    they run (every step's tasks; the Ray mode's driver only). Accepts `120` (SIGTERM), `USR1@300`,
     `SIGUSR1@300`, `false`/`0`/`none`."""
     text = str(value).strip()
     if text.lower() in ("false", "no", "none", "off", "0"):

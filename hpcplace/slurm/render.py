@@ -433,7 +433,7 @@ def render_script(
                 node_segments=" ".join(
                     f"{g}:{compress_ranks(plan.cluster.node_ranks(g))}" for g in range(len(plan.cluster.node_groups))
                 ),
-                driver_het=f"+{ray_cluster.head_node(plan).het_group}" if job.is_het else "",
+                driver_group=str(ray_cluster.head_node(plan).het_group) if job.is_het else "",
             )
         return env.get_template(TEMPLATE).render(
             **common, summary=placement_summary(plan, job) + started, steps=step_views(plan, job, launches)

@@ -269,14 +269,13 @@ def lower(plan: Plan) -> SlurmJob:
             hint="warn fewer seconds before the limit, or turn the warning off with false",
         )
     requeue = flag(options, "requeue", False)
-    # Steps mode: the warning goes to every task of every step. Ray mode: to the batch script only
-    # (`B:`, component 0 runs it), which passes the user's signal on to the driver step alone; Slurm
-    # would signal every process of the Ray step (raylets, Ray workers), stopping the cluster.
+    # The warning goes to the batch script only (`B:`, component 0 runs it), which passes the user's
+    # signal on (hpcplace-lib.sh, hp_deliver_warning): to every step (steps mode), or to the Ray driver's
+    # step alone (Slurm would signal every raylet and Ray worker, stopping the cluster); and only once they
+    # run, at the seconds asked for: Slurm may send it up to a minute early, before the programs started.
     lead_args: tuple[str, ...] = ()
-    if warning and plan.launch.is_ray:
-        lead_args = (f"--signal=B:{RAY_WARNING_SIGNAL}@{warning.split('@')[1]}",)
-    elif warning:
-        time_args += (f"--signal={warning}",)
+    if warning:
+        lead_args = (f"--signal=B:{BATCH_WARNING_SIGNAL}@{warning.split('@')[1]}",)
     if requeue:
         time_args += ("--requeue",)
     check_spanning_workers(plan)
@@ -388,7 +387,8 @@ def check_roll_cpu_nodes(plan: Plan) -> None:
             )
 
 
-RAY_WARNING_SIGNAL = "USR2"  # Ray mode: what Slurm sends the batch script; it sends the user's signal on
+# what Slurm sends the batch script as the time-limit warning; the script sends the user's signal on
+BATCH_WARNING_SIGNAL = "USR2"
 
 
 def _uniform(group: NodeGroup, values: Sequence[int], what: str) -> int:

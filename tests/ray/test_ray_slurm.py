@@ -24,6 +24,7 @@ from tests.slurm.conftest import (
     submit_cli,
     wait_done,
 )
+from tests.slurm.test_stop_cluster import warn_early
 
 pytestmark = pytest.mark.slurm
 
@@ -302,14 +303,13 @@ def test_time_limit_warning_reaches_the_driver_and_not_the_ray_nodes(
     slurm_cluster: LiveCluster, tmp_path: Path
 ) -> None:
     """1-minute limit, `signal_before_limit: TERM@30`: Slurm's warning goes to the batch script only
-    (B:USR2), which sends SIGTERM to the driver step alone. After it the driver still runs a task on
-    every node (no raylet was touched); at the limit the job ends TIMEOUT and nothing of it is left
-    on any node."""
+    (B:USR2), here sent before the driver runs (warn_early), which sends SIGTERM to the driver step
+    alone once it runs, 30 s before the limit. After it the driver still runs a task on every node (no
+    raylet was touched); at the limit the job ends TIMEOUT and nothing of it is left on any node."""
     out = tmp_path / "probe.json"
     config = CONFIG + 'slurm: {time: "1", signal_before_limit: "TERM@30"}\n'
-    # Slurm sends the warning on its own schedule (here 9 s early to 30 s late): a warning that comes
-    # while the driver is still starting must wait for its handler, so SIGTERM is blocked from before
-    # the probe's exec (the mask survives exec) until the probe has its handler (after ray.init).
+    # The probe installs its handler after ray.init (Ray's own SIGTERM handler would end it): SIGTERM is
+    # blocked from before the probe's exec (the mask survives exec) until then, as a real driver would.
     block = (
         "import os, signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}); "
         "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
@@ -319,6 +319,7 @@ def test_time_limit_warning_reaches_the_driver_and_not_the_ray_nodes(
     )
     script = (tmp_path / "run" / "job.sbatch").read_text()
     assert script.count("#SBATCH --signal=") == 1 and "#SBATCH --signal=B:USR2@30" in script
+    limit_at = warn_early(slurm_cluster, job_id, run_dir)
     status = wait_done(run_dir, 200)
     batch = "".join(p.read_text() for p in (tmp_path / "run" / "logs").glob("batch-*.out"))
     assert status.state == "TIMEOUT", status.text + batch
@@ -326,10 +327,14 @@ def test_time_limit_warning_reaches_the_driver_and_not_the_ray_nodes(
     after = json.loads(Path(f"{out}.after").read_text())
     assert after["terms"], f"the driver never got the warning\n{batch}"
     warned = after["terms"][0]
-    assert warned - before["started"] < 55, warned - before["started"]  # before the limit
+    # 30 s before the limit (not at Slurm's early moment), or just after the driver started if later
+    assert limit_at - 33 < warned < max(limit_at - 30, before["started"]) + 6, (warned - limit_at, batch)
+    # once: Slurm's own warning, which came too, changed nothing (a second SIGTERM is the limit's own)
+    assert all(t > limit_at - 3 for t in after["terms"][1:]), (after["terms"], limit_at)
+    assert "time-limit warning from Slurm again: already" in batch, batch
     assert sorted(after["nodes"]) == ["0", "1", "2", "3"], after  # every raylet still serves tasks
     assert {r: n["host"] for r, n in after["nodes"].items()} == {r: n["host"] for r, n in before["nodes"].items()}
     assert after["probed"] > warned
     step = (tmp_path / "run" / "ray" / "driver.step").read_text().strip()
-    assert f"time-limit warning: SIGTERM sent to the driver (step {job_id}+0.{step}) only" in batch, batch
+    assert f"time-limit warning: SIGTERM sent to the driver (step {job_id}.{step}) only" in batch, batch
     assert_clean(job_id)

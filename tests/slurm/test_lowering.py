@@ -229,15 +229,18 @@ def test_slurm_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_stop_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """signal_before_limit -> --signal on every het component (default TERM@120), requeue ->
+    """signal_before_limit -> the job's limit_signal (default TERM@120), passed on by the batch script,
+    which alone gets Slurm's warning (--signal=B:USR2@SECONDS on het component 0 only), requeue ->
     --requeue on every component and one appended batch log, kill_wait -> the script's grace."""
     plan = lab(tmp_path, 'actor: {node_group: a800, placement: "0-7"}')
     job = lower(plan)
-    assert "--signal=TERM@120" in job.components[0].sbatch_args and "--requeue" not in job.components[0].sbatch_args
+    assert job.limit_signal == "TERM@120" and "--signal=B:USR2@120" in job.components[0].sbatch_args
+    assert "--requeue" not in job.components[0].sbatch_args
     assert (job.kill_wait_s, job.requeue) == (None, False)
     for value, rendered in (("30", "TERM@30"), ("SIGUSR1@300", "USR1@300"), ("usr2@60", "USR2@60"), ("10@5", "10@5")):
-        args = lower(replace(plan, slurm={"signal_before_limit": value})).components[0].sbatch_args
-        assert f"--signal={rendered}" in args, value
+        job = lower(replace(plan, slurm={"signal_before_limit": value}))
+        signals = [a for c in job.components for a in c.sbatch_args if a.startswith("--signal")]
+        assert job.limit_signal == rendered and signals == [f"--signal=B:USR2@{rendered.split('@')[1]}"], value
     for limit, default in (
         ("1", "TERM@6"),
         ("3", "TERM@18"),
@@ -245,7 +248,9 @@ def test_stop_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
         ("20", "TERM@120"),
         ("4:00:00", "TERM@120"),
     ):  # a tenth of a short job's time, at most 2 minutes
-        assert f"--signal={default}" in lower(replace(plan, slurm={"time": limit})).components[0].sbatch_args, limit
+        job = lower(replace(plan, slurm={"time": limit}))
+        assert job.limit_signal == default, limit
+        assert f"--signal=B:USR2@{default.split('@')[1]}" in job.components[0].sbatch_args, limit
     assert [time_limit_seconds(t) for t in ("1", "1:30", "1:00:00", "2-0", "1-2:03", "1-0:0:5", "INFINITE", "")] == [
         60,
         90,

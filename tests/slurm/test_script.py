@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from dataclasses import replace
@@ -248,22 +249,74 @@ def test_hostile_values_render_safely(hetero: Plan, tmp_path: Path, index: int) 
     assert not canary.exists(), "a hostile value was executed"
 
 
-@pytest.mark.parametrize(
-    ("left", "explained"), [("1:30", True), ("0-00:02:59", True), ("10:00", False), ("UNLIMITED", False)]
-)
-def test_a_step_killed_by_the_time_limit_warning_is_named(
-    hetero: Plan, tmp_path: Path, left: str, explained: bool
-) -> None:
-    """Default warning TERM@120: a program that does not trap SIGTERM dies of it; the log says the
-    SIGTERM was the warning when the limit is that close (squeue %L), not a crash."""
+def run_warned(run_dir: Path, tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], str, float]:
+    """run_script, with Slurm's time-limit warning (SIGUSR2 to the batch script, --signal=B:USR2) sent while
+    the preflight runs, before any program step exists; also when it was sent (time.time())."""
+    fake = tmp_path / "fake"
+    fake.mkdir(exist_ok=True)
+    full = {**os.environ, "PATH": f"{FAKEBIN}:{os.environ['PATH']}", "FAKE_DIR": str(fake), "SLURM_JOB_ID": "4242"}
+    full.update({f"SLURM_JOB_NODELIST_HET_GROUP_{g}": n for g, n in enumerate(("node-a,node-b", "node-c", "node-d"))})
+    full.update({"SLURM_JOB_NODELIST": "node-a,node-b", "FAKE_PREFLIGHT_SLEEP": "1", **env})
+    proc = subprocess.Popen(
+        ["bash", str(run_dir / "job.sbatch")], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    events = fake / "events.txt"
+    deadline = time.monotonic() + 20
+    while not (events.exists() and "preflight" in events.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    sent = time.time()
+    os.kill(proc.pid, signal.SIGUSR2)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), events.read_text(), sent
+
+
+def test_an_early_time_limit_warning_waits_for_the_programs_and_its_seconds(hetero: Plan, tmp_path: Path) -> None:
+    """Slurm's warning (B:USR2) during the preflight, 32 s before the limit, for USR1@30: nothing is
+    signalled then; USR1 goes to every step (`scancel --signal=USR1 JOBID`) once, after every program
+    step's tasks started (their rank logs) and 2 s settled, and not before 30 s are left; a second
+    warning changes nothing. The script runs on to a clean end."""
+    plan = replace(hetero, slurm={**hetero.slurm, "signal_before_limit": "USR1@30"})
+    rendered = render_run(plan, tmp_path / "run")
+    assert "#SBATCH --signal=B:USR2@30" in rendered.script.read_text()
+    res, events, sent = run_warned(rendered.run_dir, tmp_path, FAKE_SLEEP="7", FAKE_TIME_LEFT="0:33")
+    assert res.returncode == 0, res.stderr
+    assert (
+        "time-limit warning from Slurm (slurm.signal_before_limit USR1@30; 33s left): SIGUSR1 goes to the steps in 3s"
+        in res.stderr
+    ), res.stderr
+    lines = events.splitlines()
+    delivered = [i for i, line in enumerate(lines) if line == "scancel --signal=USR1 4242"]
+    assert len(delivered) == 1, events
+    started = [i for i, line in enumerate(lines) if line.split()[1:2] == ["started"]]
+    assert len(started) == len(lower(plan).steps) and max(started) < delivered[0], events
+    assert "time-limit warning: SIGUSR1 sent to every task of every step (scancel exit 0)" in res.stderr
+    # no signal reached anything before: the guard and every step ran on (each ended by itself)
+    assert "task-TERM" not in events and events.count("done ") == len(lower(plan).steps), events
+    assert not (rendered.run_dir / ".warned-4242-0").exists()  # the cleanup removed the marker
+    at = float((tmp_path / "fake" / "scancel-times").read_text().split()[0])
+    assert at - sent >= 2.0, at - sent  # no earlier than asked: 33 s left - 30 s (whole seconds)
+    last_start = max(
+        (tmp_path / "fake" / f).stat().st_mtime for f in os.listdir(tmp_path / "fake") if f.endswith(".argv")
+    )
+    assert at - last_start >= 1.0, at - last_start  # the programs' tasks had their settle time (whole seconds)
+
+
+@pytest.mark.parametrize("warned", [True, False])
+def test_a_step_killed_by_the_time_limit_warning_is_named(hetero: Plan, tmp_path: Path, warned: bool) -> None:
+    """Default warning TERM@120: a program that does not trap SIGTERM dies of it once the script passed
+    the warning on; the log says the SIGTERM was the warning, not a crash; the same death without the
+    warning is not explained so."""
     no_limit = replace(hetero, slurm={k: v for k, v in hetero.slurm.items() if k != "time"})  # the full default
     rendered = render_run(no_limit, tmp_path / "run")
     assert "hp_warning=TERM@120 " in rendered.script.read_text()
-    res, _, _ = run_script(
-        rendered.run_dir, tmp_path, FAKE_FAIL="inference", FAKE_FAIL_TERM="1", FAKE_SLEEP="30", FAKE_TIME_LEFT=left
-    )
+    env = {"FAKE_FAIL": "inference", "FAKE_FAIL_TERM": "wait", "FAKE_SLEEP": "30", "FAKE_TIME_LEFT": "2:00"}
+    if warned:
+        res, _, _ = run_warned(rendered.run_dir, tmp_path, **env)
+    else:
+        env.update(FAKE_FAIL_TERM="1")
+        res, _, _ = run_script(rendered.run_dir, tmp_path, **env)
     assert res.returncode == 143, res.stderr
     # a first srun error line that is not "Exited with exit code" is reported too (it once killed the script)
     assert "component 'inference' ranks 0,1,2 on node-a: Terminated" in res.stderr
     assert "component 'inference' failed first: the job fails with exit code 143" in res.stderr
-    assert ("this SIGTERM was Slurm's time-limit warning" in res.stderr) == explained, res.stderr
+    assert ("this SIGTERM was Slurm's time-limit warning" in res.stderr) == warned, res.stderr

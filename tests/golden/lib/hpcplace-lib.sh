@@ -122,14 +122,14 @@ hp_time_left() {
     echo $(((10#$d * 24 + 10#$h) * 3600 + 10#$m * 60 + 10#$sec))
 }
 
-# hp_explain_warning RC: a step killed by SIGTERM while the time-limit warning is due was killed by the
-# warning itself (the program does not trap it): say so, so nobody hunts for a crash.
+# hp_explain_warning RC: a step killed by SIGTERM after this script passed the time-limit warning on
+# as SIGTERM was killed by the warning itself (the program does not trap it): say so, so nobody hunts
+# for a crash.
 hp_explain_warning() {
     local left
-    [[ $hp_warning == TERM@* ]] && (($1 == 143)) || return 0
+    [[ -n $hp_warn_sent && $hp_warning == TERM@* ]] && (($1 == 143)) || return 0
     left=$(hp_time_left)
-    [[ -n $left ]] && ((left <= ${hp_warning#TERM@} + 60)) || return 0
-    hp_log "  this SIGTERM was Slurm's time-limit warning (slurm.signal_before_limit $hp_warning; ${left}s left): the program does not trap it (docs/slurm-job.md, \"Stopping gracefully\")"
+    hp_log "  this SIGTERM was Slurm's time-limit warning (slurm.signal_before_limit $hp_warning; ${left:-?}s left): the program does not trap it (docs/slurm-job.md, \"Stopping gracefully\")"
 }
 
 # The single place that stops steps (fail fast, cancel, time limit, preemption, requeue): SIGTERM to
@@ -165,25 +165,24 @@ hp_stop_steps() {
 # directory, then the job's whole once no other node's is left (nodes sharing one /dev/shm): also what
 # a step left beside it (the Ray mode's ray-n<rank> temp dirs) if that step was stopped first. Stopped
 # by hp_cleanup with SIGUSR1 (srun forwards it; SIGTERM would make srun SIGKILL its tasks), or by
-# Slurm's SIGTERM at cancel / time limit / job end. Slurm's time-limit warning (slurm.signal_before_limit)
-# reaches the guard too, while the programs run on for its seconds: the guard ignores its signal then
-# (the warning's time window, and no stop marker from this script in the run directory).
+# Slurm's SIGTERM at cancel / time limit / job end. The steps mode's time-limit warning (the user's
+# signal, which this script sends to every step: hp_deliver_warning) reaches the guard too, while the
+# programs run on for its seconds: the guard ignores that signal once this script has recorded the
+# warning (the warned marker), while it has not left its stop marker (written before it stops anything)
+# and the limit is not reached (squeue's time left: Slurm's SIGTERM at the limit may be the same signal).
 hp_guard_pid=
 hp_stop_marker="$hp_run_dir/.stopping-$SLURM_JOB_ID-$hp_attempt"
-hp_warned_marker="$hp_run_dir/.warned-$SLURM_JOB_ID-$hp_attempt"  # a guard got Slurm's time-limit warning
+hp_warned_marker="$hp_run_dir/.warned-$SLURM_JOB_ID-$hp_attempt"  # the job got Slurm's time-limit warning
 hp_guard_script="$(declare -f hp_time_left)"'
 umask 077
-job=$0 node=$0/node-${SLURMD_NODENAME//[^A-Za-z0-9._-]/_} warning=$1 grace=$2 marker=$3
+job=$0 node=$0/node-${SLURMD_NODENAME//[^A-Za-z0-9._-]/_} warning=$1 marker=$3
 on_signal() {  # $1: the signal; the time-limit warning is not the end of the job
     local left
-    if [[ $1 == "${warning%@*}" && ! -e $marker ]]; then
+    if [[ $1 == "${warning%@*}" && ! -e $marker && -e ${marker%/*}/.warned-${marker##*/.stopping-} ]]; then
         left=$(hp_time_left)
-        if [[ -n $left ]] && ((left > grace + 5 && left <= ${warning#*@} + 60)); then
-            : >"${marker%/*}/.warned-${marker##*/.stopping-}" 2>/dev/null  # the job got its time-limit warning
-            return
-        fi
+        [[ -n $left ]] && ((left > 0)) && return
     fi
-    trap "" USR1 USR2 TERM INT HUP  # a 2nd signal must not cut the EXIT trap short
+    trap "" USR1 USR2 TERM INT HUP ${warning%@*}  # a 2nd signal must not cut the EXIT trap short
     exit 0
 }
 for d in "$job" "$node"; do
@@ -194,7 +193,7 @@ for d in "$job" "$node"; do
     fi
 done
 trap "rm -rf -- \"\$node\"; compgen -G \"\$job/node-*\" >/dev/null || rm -rf -- \"\$job\"" EXIT
-for sig in USR1 USR2 TERM INT HUP; do trap "on_signal $sig" "$sig"; done
+for sig in USR1 USR2 TERM INT HUP ${warning%@*}; do trap "on_signal $sig" "$sig"; done
 while :; do sleep 3600 & wait $!; kill $! 2>/dev/null; done
 '
 hp_guard=(bash -c "$hp_guard_script" "$hp_shm" "$hp_warning" "$hp_kill_wait" "$hp_stop_marker")
@@ -354,26 +353,82 @@ hp_since() {
     echo "$((ds / 10)).$((ds % 10))"
 }
 
-# ---- the Ray launch mode ------------------------------------------------------------------------
-# The time-limit warning (slurm.signal_before_limit): Slurm sends SIGUSR2 to the batch script only
-# (--signal=B:USR2@SECONDS), never to the steps, so no Ray process is touched; it goes on as the
-# configured signal to the driver step alone (`scancel --signal`: every process of that step, as
-# Slurm would), as soon as the driver runs (ray_driver.py writes its step id to ray/driver.step).
-# hp_driver_het (set by job.sbatch): +OFFSET of the driver's het component (empty: not a het job).
-hp_warn_due=
-hp_deliver_warning() {
-    [[ -n $hp_warn_due && -n $hp_warning && -r ray/driver.step ]] || return 0
-    local step rc
-    step=$(<ray/driver.step)
-    hp_warn_due=
-    if [[ ! $step =~ ^[0-9]+$ ]]; then
-        hp_log "time-limit warning: ray/driver.step holds no step id ('$step'): not delivered"
+# ---- the time-limit warning (slurm.signal_before_limit) ------------------------------------------
+# Slurm sends SIGUSR2 to this script alone (--signal=B:USR2@SECONDS, het component 0), never to the
+# steps, and on its own schedule: up to 60 s before the seconds asked for, so possibly before the
+# programs run (during the preflight, or while a step is still starting), when a signal to the steps
+# would be lost or kill a program before it could install its handler. So this script keeps the
+# warning (hp_warning_received) and passes the user's signal on itself (hp_deliver_warning, from the
+# wait loops): at the seconds asked for before the limit, and only once its target runs and has had
+# hp_warn_settle seconds to install a handler. The target: every step (steps mode: every task of every
+# program, `scancel --signal=SIG JOBID`, also steps `hpcplace exec` started; the node-local guards
+# ignore it), or the Ray driver's step alone (hp_warn_to=driver: Slurm would signal every raylet).
+hp_warn_to=steps hp_warn_settle=2
+hp_warn_due= hp_warn_at= hp_warn_up= hp_warn_sent=
+declare -A hp_step_logs=() hp_step_tasks=()  # steps mode: step index -> its rank log pattern, its task count
+
+# hp_warning_received: the USR2 trap: record the warning (the warned marker: the guards, the chain's
+# end) and when to pass it on; a second warning changes nothing.
+hp_warning_received() {
+    local left s=${hp_warning#*@}
+    [[ -n $hp_warning ]] || { hp_log "SIGUSR2 with no time-limit warning configured: ignored"; return 0; }
+    if [[ -n $hp_warn_due || -n $hp_warn_sent ]]; then
+        hp_log "time-limit warning from Slurm again: already $([[ -n $hp_warn_sent ]] && echo passed on || echo kept)"
         return 0
     fi
-    step=$SLURM_JOB_ID$hp_driver_het.$step
-    # Slurm 22.05's scancel may print "Invalid job id" for a het job's step (the other components
-    # lack it) although the step was signalled: its exit code is logged, not trusted.
-    scancel --signal="${hp_warning%@*}" "$step"
+    : >"$hp_warned_marker" 2>/dev/null
+    left=$(hp_time_left)
+    hp_warn_at=$EPOCHSECONDS
+    [[ -n $left ]] && ((left > s)) && hp_warn_at=$((EPOCHSECONDS + left - s))
+    hp_warn_due=1
+    hp_log "time-limit warning from Slurm (slurm.signal_before_limit $hp_warning; ${left:-?}s left): SIG${hp_warning%@*} goes to the $hp_warn_to in $((hp_warn_at - EPOCHSECONDS))s, ${s}s before the limit, once running"
+}
+
+# hp_steps_up: true when every program step this script started has all its tasks past their shim (each
+# rank's shim creates its rank log just before it runs the program; a component's steps share a pattern).
+hp_steps_up() {
+    local i pat n
+    local -A need=()
+    for i in "${!hp_step_logs[@]}"; do
+        pat=${hp_step_logs[$i]/\{rank\}/*}
+        need[$pat]=$((${need[$pat]:-0} + ${hp_step_tasks[$i]}))
+    done
+    for pat in "${!need[@]}"; do
+        n=$(compgen -G "$pat" | wc -l)
+        ((n >= ${need[$pat]})) || return 1
+    done
+}
+
+# hp_deliver_warning: pass a recorded warning on when it is due and its target has run hp_warn_settle s.
+hp_deliver_warning() {
+    [[ -n $hp_warn_due ]] || return 0
+    local target err rc
+    if [[ $hp_warn_to == driver ]]; then
+        [[ -r ray/driver.step ]] || return 0
+        target=$(<ray/driver.step)
+        if [[ ! $target =~ ^[0-9]+$ ]]; then
+            hp_warn_due=
+            hp_log "time-limit warning: ray/driver.step holds no step id ('$target'): not delivered"
+            return 0
+        fi
+        # the step of the driver's het component, named by that component's own job id: scancel ignores
+        # the +OFFSET of JOBID+OFFSET.STEP (22.05 to 26.05) and would signal step STEP of component 0
+        err=SLURM_JOB_ID_HET_GROUP_${hp_driver_group:-0}
+        target=${!err:-$SLURM_JOB_ID}.$target
+    else
+        hp_steps_up || { hp_warn_up=; return 0; }
+        target=$SLURM_JOB_ID
+    fi
+    [[ -n $hp_warn_up ]] || hp_warn_up=$EPOCHSECONDS
+    ((EPOCHSECONDS >= hp_warn_at && EPOCHSECONDS >= hp_warn_up + hp_warn_settle)) || return 0
+    hp_warn_due= hp_warn_sent=1
+    err=$(scancel --signal="${hp_warning%@*}" "$target" 2>&1)
     rc=$?
-    hp_log "time-limit warning: SIG${hp_warning%@*} sent to the driver (step $step) only (scancel exit $rc); the Ray cluster runs on until the job ends"
+    if [[ $hp_warn_to == driver ]]; then
+        # before 23.11 scancel asks every node of the component for a step and reports "Invalid job id"
+        # from those the step does not run on, although it signalled it: the exit code is logged, not trusted
+        hp_log "time-limit warning: SIG${hp_warning%@*} sent to the driver (step $target) only (scancel exit $rc${err:+: ${err//$'\n'/ }}); the Ray cluster runs on until the job ends"
+    else
+        hp_log "time-limit warning: SIG${hp_warning%@*} sent to every task of every step (scancel exit $rc${err:+: ${err//$'\n'/ }})"
+    fi
 }
