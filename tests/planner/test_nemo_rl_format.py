@@ -346,3 +346,21 @@ def test_sft_places_one_worker_per_gpu(workdir: Path) -> None:
     plan = plan_of(workdir, "--config", cfg, script="run_sft.py")
     assert [c.name for c in plan.components] == ["policy"]
     assert slots(plan, "policy") == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_inheritance_files_listed_and_cycles_refused(workdir: Path) -> None:
+    child = write(workdir, "examples/configs/child.yaml", "defaults: base.yaml\ncluster: {num_nodes: 2}\n")
+    spec = spec_of(workdir, "--config", child, "cluster.gpus_per_node=2")
+    assert spec.composed == (
+        "examples/configs/base.yaml",
+        "examples/configs/child.yaml",
+        "override cluster.gpus_per_node=2",
+    )
+    write(workdir, "examples/configs/a.yaml", "defaults: b.yaml\n")
+    write(workdir, "examples/configs/b.yaml", "defaults: [a.yaml]\n")
+    err = refused(workdir, "--config", "examples/configs/a.yaml")
+    assert "inherits from itself" in err.message
+    assert err.location is not None and err.location.path == "examples/configs/b.yaml"
+    err = refused(workdir, "--config", write(workdir, "examples/configs/lost.yaml", "defaults: nowhere.yaml\n"))
+    assert "parent config 'nowhere.yaml' not found" in err.message
+    assert err.location is not None and (err.location.path, err.location.line) == ("examples/configs/lost.yaml", 1)

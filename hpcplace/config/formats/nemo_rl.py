@@ -134,13 +134,16 @@ def _config_path(command: FrameworkCommand, index: int | None, config: str | Non
 # NeMo-RL's load_config: `defaults:` inheritance, kept with locations
 
 
-def load_config(path: Path, where: SourceLocation | None = None) -> YamlDocument:
+def load_config(path: Path, where: SourceLocation | None = None, files: list[str] | None = None) -> YamlDocument:
     """The config as nemo_rl.utils.config.load_config builds it, with every value's file and line."""
-    data, marks = _load(path, where, ())
+    data, marks = _load(path, where, (), files if files is not None else [])
     return YamlDocument(str(path), data, marks)
 
 
-def _load(path: Path, where: SourceLocation | None, stack: tuple[Path, ...]) -> tuple[Any, dict[PathKey, ScalarMark]]:
+def _load(
+    path: Path, where: SourceLocation | None, stack: tuple[Path, ...], files: list[str]
+) -> tuple[Any, dict[PathKey, ScalarMark]]:
+    """One file and, depth-first, its parents; `files` gets each file read, parents first."""
     resolved = path.resolve()
     if resolved in stack or len(stack) > MAX_DEFAULTS_DEPTH:
         raise SpecError(
@@ -162,6 +165,7 @@ def _load(path: Path, where: SourceLocation | None, stack: tuple[Path, ...]) -> 
         k: (m if m.file else ScalarMark(m.line, m.column, m.style, m.raw, file=str(path))) for k, m in doc.marks.items()
     }
     if "defaults" not in data:
+        files.append(str(path))
         return data, marks
     view = View(doc, ("defaults",), data.pop("defaults"))
     items = [view] if not isinstance(view.value, list) else list(view.elements())
@@ -179,8 +183,9 @@ def _load(path: Path, where: SourceLocation | None, stack: tuple[Path, ...]) -> 
                 f"parent config {text!r} not found ({parent})",
                 hint="NeMo-RL reads a `defaults:` path relative to the folder of the file that names it",
             )
-        pdata, pmarks = _load(parent, item.location(), (*stack, resolved))
+        pdata, pmarks = _load(parent, item.location(), (*stack, resolved), files)
         base, base_marks = _merge_with_override(base, base_marks, pdata, pmarks)
+    files.append(str(path))
     return _merge_with_override(base, base_marks, data, marks)
 
 
@@ -721,7 +726,8 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     script, algorithm = _entry(command)
     config_index, config, overrides = _arguments(command, script)
     path = _config_path(command, config_index, config, script)
-    doc = apply_overrides(load_config(path, command.location(config_index or script)), command, overrides)
+    files: list[str] = []
+    doc = apply_overrides(load_config(path, command.location(config_index or script), files), command, overrides)
     root = doc.root()
     layout = grpo_layout(root) if algorithm == "grpo" else single_cluster_layout(root, algorithm)
     broot = blocks.root()
@@ -792,7 +798,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         "nemo_rl",
         job_options,
         notes=tuple(notes),
-        composed=(str(path),),
+        composed=(*files, *(f"override {command.argv[i]}" for i in overrides)),
     )
 
 
