@@ -49,14 +49,33 @@ def parse_flags(
     flags: Mapping[str, Flag],
     framework: str,
     other_names: Mapping[str, str] | None = None,
+    *,
+    known: frozenset[str] | None = None,
+    abbrev: bool = True,
 ) -> dict[str, Given]:
     """command.argv[start:] parsed with `flags` -> each flag given (by its full name). `other_names` maps
-    a flag of another version of the framework to a sentence saying so (used for an unknown flag)."""
+    a flag of another version of the framework to a sentence saying so (used for an unknown flag).
+
+    `known` given: the framework parses with parse_known_args and ignores what it does not know (slime:
+    Megatron's parser with ignore_unknown_args, SGLang's flags on another parser), so only `flags` are read;
+    another word is skipped, unless it is a flag outside `known` close to one of `flags` (a misspelt
+    placement flag the framework would silently ignore). `abbrev`: the parser's allow_abbrev."""
     argv = command.argv
     out: dict[str, Given] = {}
     i = start
     while i < len(argv):
         word = argv[i]
+        if known is not None and (word.split("=", 1)[0] not in flags or not word.startswith("--")):
+            name = word.split("=", 1)[0]
+            if name.startswith("--") and name not in known and (near := closest(name, list(flags))):
+                raise command.error(
+                    i,
+                    f"{framework} has no flag {name}: its parser would ignore it (it skips unknown flags), and it "
+                    f"is close to {near}, which it reads for placement",
+                    hint=f"did you mean {near}?",
+                )
+            i += 1
+            continue
         if word == "--" or not word.startswith("-") or _NEGATIVE_NUMBER.match(word):
             raise command.error(
                 i,
@@ -67,7 +86,7 @@ def parse_flags(
             )
         name, _, explicit = word.partition("=")
         has_explicit = "=" in word
-        full = _match(command, i, name, flags, framework, other_names or {})
+        full = _match(command, i, name, flags, framework, other_names or {}, abbrev)
         if full in ("-h", "--help"):
             raise command.error(
                 i, f"{word}: {framework}'s parser prints its help and exits: the command would start nothing"
@@ -135,12 +154,13 @@ def _match(
     flags: Mapping[str, Flag],
     framework: str,
     other_names: Mapping[str, str],
+    abbrev: bool = True,
 ) -> str:
     """The full flag `name` stands for: itself, or the one flag it is a prefix of (argparse's
     abbreviations; only for `--` options, as argparse's for long options)."""
     if name in flags:
         return name
-    if name.startswith("--") and len(name) > 2:
+    if abbrev and name.startswith("--") and len(name) > 2:
         matches = sorted(f for f in flags if f.startswith(name))
         if len(matches) == 1:
             return matches[0]

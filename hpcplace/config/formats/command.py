@@ -51,7 +51,13 @@ COMMAND_FORMATS: dict[str, CommandFormatEntry] = {
     "slime": CommandFormatEntry(
         "hpcplace.config.formats.slime",
         re.compile(r"(^|.*/)train(_async)?\.py$"),
-        ("--actor-num-nodes", "--actor-num-gpus-per-node", "--rollout-num-gpus"),
+        (
+            "--actor-num-nodes",
+            "--actor-num-gpus-per-node",
+            "--rollout-num-gpus",
+            "--rollout-num-gpus-per-engine",
+            "--colocate",
+        ),
     ),
 }
 # what the file beside the command may hold: hpcplace's blocks, and which framework the command is

@@ -1,0 +1,347 @@
+"""slime's `python3 train.py ...` / `train_async.py` (THUDM/slime 624b824; also wrapped as `ray job submit ... --`),
+read as its parsers read it, planned as slime/ray/placement_group.py places it.
+
+What slime does: `create_placement_groups` makes ONE Ray placement group of `{GPU: 1, CPU: 1}` bundles with
+strategy PACK, of actor + rollout GPUs (disaggregated), max(actor, rollout) (`--colocate`), the actor's
+(`--debug-train-only`, external engines) or the rollout's (`--debug-rollout-only`); it asks each bundle for its
+node IP and GPU id and sorts the bundles by (IP as numbers, GPU id): logical GPU i is the i-th of that order.
+The actor's rank r (and the critic's, `--advantage-estimator ppo`, on the same bundles) is on logical GPU r
+(0.4 GPU each); the SGLang engines start at the rollout offset (the actor's GPUs when disaggregated, 0 when
+colocated): engine part i on logical GPUs offset + i·k .. + k - 1, k = min(--rollout-num-gpus-per-engine,
+--num-gpus-per-node), an engine wider than a node being one part per node.
+
+hpcplace sizes the job to the group (nodes = GPUs / GPUs per node, rounded up) and plans logical GPU i on node
+i // gpus_per_node, GPU i % gpus_per_node: that is slime's order when the nodes' IPs sort in node rank order (the
+job's node list order). See docs/formats/slime.md."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from hpcplace.config import limits
+from hpcplace.config.cluster import NodeGroup
+from hpcplace.config.formats.argv import Flag, Value, parse_flags
+from hpcplace.config.formats.command import COMMAND_FORMATS, FrameworkCommand
+from hpcplace.config.formats.common import SiteGpus, SlurmFacts, hpcplace_block, slurm_facts, slurm_job_options
+from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, SpanningWorkers, build_cluster
+from hpcplace.config.yaml_source import View, YamlDocument, closest
+
+# The flags slime's placement reads (slime/utils/arguments.py, slime/backends/sglang_utils/arguments.py at
+# 624b824; checked against a checkout by tests/planner/test_slime_format.py): flag, default.
+FLAGS: dict[str, tuple[Flag, Value | None]] = {
+    "--actor-num-nodes": (Flag("int"), 1),
+    "--actor-num-gpus-per-node": (Flag("int"), 8),
+    "--rollout-num-gpus": (Flag("int"), None),
+    "--rollout-num-gpus-per-engine": (Flag("int"), 1),
+    "--num-gpus-per-node": (Flag("int"), 8),
+    "--colocate": (Flag("store_true"), False),
+    "--debug-train-only": (Flag("store_true"), False),
+    "--debug-rollout-only": (Flag("store_true"), False),
+    "--rollout-external-engine-addrs": (Flag("str", "+"), None),
+    "--advantage-estimator": (
+        Flag("str", None, ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")),
+        "grpo",
+    ),
+    "--sglang-config": (Flag("str"), None),
+    "--prefill-num-servers": (Flag("int"), None),
+    "--sglang-pp-size": (Flag("int"), 1),
+    "--sglang-pipeline-parallel-size": (Flag("int"), 1),
+}
+POOLS = ("actor", "rollout")
+_ENTRY = re.compile(r"(^|.*/)train(_async)?\.py$")
+
+
+def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus | None) -> ExperimentSpec:
+    root = blocks.root()
+    notes: list[str] = []
+    entry = _entry(command, notes)
+    given = parse_flags(
+        command,
+        entry + 1,
+        {k: f for k, (f, _) in FLAGS.items()},
+        "slime",
+        known=frozenset(FLAGS) | _known_elsewhere(),
+        abbrev=False,
+    )
+    args = {k: (given[k].value if k in given else d) for k, (_, d) in FLAGS.items()}
+    at = {k: (given[k].index if k in given else entry) for k in FLAGS}
+
+    def num(key: str) -> int:
+        value = args[key]
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    for key in ("--sglang-config", "--prefill-num-servers"):
+        if args[key] is not None:
+            raise command.error(
+                at[key],
+                f"{key}: slime's engine groups from {key} are not planned by hpcplace (only the default group of "
+                "--rollout-num-gpus engines of --rollout-num-gpus-per-engine GPUs)",
+                hint=f"remove {key} to plan the default group",
+            )
+    debug_train, debug_rollout = bool(args["--debug-train-only"]), bool(args["--debug-rollout-only"])
+    if debug_train and debug_rollout:
+        raise command.error(
+            at["--debug-rollout-only"],
+            "slime: debug_rollout_only and debug_train_only cannot be set at the same time (its assert)",
+        )
+    colocate = bool(args["--colocate"])
+    if colocate and command.argv[entry].endswith("train_async.py"):
+        raise command.error(at["--colocate"], "slime: Colocation is not supported for async training (its assert)")
+    external = args["--rollout-external-engine-addrs"] is not None
+    for key in ("--actor-num-nodes", "--actor-num-gpus-per-node", "--num-gpus-per-node"):
+        if num(key) < 1 and not (debug_rollout and key != "--num-gpus-per-node"):
+            raise command.error(at[key], f"{key} is {num(key)}", hint="1 or more")
+    actor = num("--actor-num-nodes") * num("--actor-num-gpus-per-node")
+    rollout_given = args["--rollout-num-gpus"]
+    per_engine = num("--rollout-num-gpus-per-engine")
+    if per_engine < 1:
+        raise command.error(at["--rollout-num-gpus-per-engine"], "--rollout-num-gpus-per-engine must be 1 or more")
+    pp = max(num("--sglang-pp-size"), num("--sglang-pipeline-parallel-size"))
+    if pp > 1 and per_engine % pp:
+        raise command.error(
+            at["--rollout-num-gpus-per-engine"],
+            f"slime: rollout_num_gpus_per_engine ({per_engine}) must be divisible by sglang_pp_size ({pp}) "
+            "(its assert)",
+        )
+    if debug_rollout and rollout_given is None and not colocate and not external:
+        raise command.error(
+            at["--debug-rollout-only"],
+            "--debug-rollout-only without --rollout-num-gpus (and without --colocate): slime sizes its actor by "
+            "min(8, rollout_num_gpus) and fails (TypeError)",
+            hint="give --rollout-num-gpus N",
+        )
+    if debug_rollout or colocate:
+        rollout = actor if rollout_given is None else num("--rollout-num-gpus")
+    elif external or debug_train:
+        rollout = 0
+    elif rollout_given is None:
+        raise command.error(
+            entry,
+            "without --colocate slime adds --rollout-num-gpus to the actor's GPUs, and it is not given "
+            "(slime fails: TypeError: unsupported operand type(s) for +: 'int' and 'NoneType')",
+            hint="give --rollout-num-gpus N (the GPUs of the SGLang engines), or --colocate to share the actor's",
+        )
+    else:
+        rollout = num("--rollout-num-gpus")
+    if debug_rollout and rollout_given is not None:  # slime resizes its actor to the rollout's GPUs
+        actor = (rollout // min(8, rollout)) * min(8, rollout) if rollout else 0
+    if debug_train:
+        size, offset = actor, 0
+    elif external:
+        size, offset = actor, actor
+        notes.append("slime: external SGLang engines (--rollout-external-engine-addrs): only the actor is placed")
+    elif debug_rollout:
+        size, offset = rollout, 0
+    elif colocate:
+        size, offset = max(actor, rollout), 0
+    else:
+        size, offset = actor + rollout, actor
+    slime_gpn = num("--num-gpus-per-node")
+    on_node = min(per_engine, slime_gpn)
+    engines = rollout // on_node if rollout else 0
+    if rollout and rollout % on_node:
+        notes.append(
+            f"slime: --rollout-num-gpus {rollout} is not a multiple of {on_node} GPUs per engine on a node: "
+            f"{engines} engine part(s), {rollout % on_node} GPU(s) of the group unused"
+        )
+    nodes_per_engine = max(1, per_engine // slime_gpn)
+    if engines % nodes_per_engine:
+        raise command.error(
+            at["--rollout-num-gpus"],
+            f"slime: {engines} engine parts of {on_node} GPUs do not make whole engines of {per_engine} GPUs "
+            f"({nodes_per_engine} nodes each)",
+            hint=f"give --rollout-num-gpus a multiple of {per_engine}",
+        )
+    # the node groups: the actor's (default) and the rollout's
+    slurm_view = root.get("slurm")
+    options = slurm_job_options(slurm_view, frozenset({"pools"}))
+    pools = _pools(slurm_view)
+    base = slurm_facts(slurm_view)
+    where = slurm_view if slurm_view is not None else root
+    split = pools["rollout"] != pools["actor"]
+    if split and (colocate or offset == 0 or not rollout):
+        raise (slurm_view.require("pools") if slurm_view is not None else root).error(
+            "slurm.pools puts slime's rollout on another node group than its actor, but "
+            + ("--colocate shares the actor's GPUs" if colocate else "the command places no separate rollout"),
+            hint="remove slurm.pools, or disaggregate (drop --colocate, give --rollout-num-gpus)",
+        )
+    counts = [actor, rollout] if split else [size]
+    labels = [pools["actor"], pools["rollout"]] if split else [pools["actor"]]
+    groups: list[NodeGroup] = []
+    gpns: list[int] = []
+    for label, count in zip(labels, counts, strict=True):
+        facts = base if label == "default" else slurm_facts(slurm_view, label, base)
+        gpn = _gpus_per_node(facts, label, where, site_gpus, notes, slime_gpn)
+        if gpn != slime_gpn and (rollout and (not split or label == pools["rollout"])):
+            notes.append(
+                f"node group {label!r} has {gpn} GPUs per node but slime's --num-gpus-per-node is {slime_gpn}: "
+                "slime lays its engines out by --num-gpus-per-node"
+            )
+        nodes = limits.nodes(max(1, math.ceil(count / gpn)), where.location(), f"nodes of node group {label!r}")
+        if count % gpn:
+            notes.append(
+                f"slime's placement group leaves {nodes * gpn - count} GPU(s) of node group {label!r} free: which "
+                "node keeps them is Ray's choice (the plan: the last)"
+            )
+        groups.append(_node_group(label, facts, nodes, gpn, where))
+        gpns.append(gpn)
+    if split:
+        notes.append(
+            f"slime sorts its one placement group by node IP: the rollout is on {pools['rollout']!r} only when "
+            f"every {pools['rollout']!r} node's IP sorts after every {pools['actor']!r} node's"
+        )
+    notes.append(
+        "slime orders GPUs by (node IP, GPU id): the plan's node order is slime's when the nodes' IPs sort in "
+        "node rank order"
+    )
+    cluster = build_cluster(tuple(groups), where)
+
+    def gpu(logical: int) -> tuple[int, int]:
+        """(node group index, GPU index in that group's space) of slime's logical GPU."""
+        if split and logical >= actor:
+            return 1, logical - actor
+        return 0, logical
+
+    entries: list[PlacementEntry] = []
+    components: dict[str, ComponentSpec] = {}
+    if actor:
+        lists = tuple((gpu(r)[1],) for r in range(actor))
+        loc = command.location(at["--actor-num-nodes"])
+        entries.append(PlacementEntry(("actor",), (labels[0],), None, lists, loc))
+        components["actor"] = ComponentSpec("actor")
+        if args["--advantage-estimator"] == "ppo":
+            entries.append(PlacementEntry(("critic",), (labels[0],), None, lists, loc))
+            components["critic"] = ComponentSpec("critic")
+    if engines:
+        parts = []
+        space_gpn = gpns[-1]
+        for i in range(engines):
+            first = gpu(offset + i * on_node)[1]
+            if first % space_gpn + on_node > space_gpn:
+                raise command.error(
+                    at["--rollout-num-gpus-per-engine"],
+                    f"slime's engine {i} starts at GPU {first % space_gpn} of a {space_gpn}-GPU node and needs "
+                    f"{on_node} GPUs there: slime starts it on GPUs {first % space_gpn}..{first % space_gpn + on_node - 1} "
+                    "of that node, past the node's last GPU or on GPUs of the next node's bundles",
+                    hint="make the actor's GPUs (the rollout offset) a multiple of --rollout-num-gpus-per-engine",
+                )
+            parts.append(tuple(first + k for k in range(on_node)))
+        workers = tuple(
+            tuple(range(e * nodes_per_engine, (e + 1) * nodes_per_engine)) for e in range(engines // nodes_per_engine)
+        )
+        spanning = SpanningWorkers(workers, per_engine, "slime") if nodes_per_engine > 1 else None
+        group_label = labels[1] if split else labels[0]
+        entries.append(
+            PlacementEntry(
+                ("rollout",),
+                (group_label,),
+                None,
+                tuple(parts),
+                command.location(at["--rollout-num-gpus"]),
+                spanning=spanning,
+            )
+        )
+        components["rollout"] = ComponentSpec("rollout", tensor_parallel_size=per_engine // max(pp, 1))
+    name, given_components = hpcplace_block(root, set(components), blocks.path)
+    for role, settings in given_components.items():
+        components[role] = ComponentSpec(
+            role,
+            settings.command,
+            settings.env,
+            settings.offload,
+            components[role].tensor_parallel_size,
+            settings.pipeline_parallel_size,
+            settings.cpus_per_process,
+            settings.mem_per_process_mb,
+            settings.location,
+        )
+    return ExperimentSpec(name, cluster, tuple(entries), components, blocks.path, "slime", options, notes=tuple(notes))
+
+
+def _entry(command: FrameworkCommand, notes: list[str]) -> int:
+    pattern = COMMAND_FORMATS["slime"].entry_point
+    for i, word in enumerate(command.argv):
+        if pattern.match(word) and _ENTRY.match(word):
+            if "submit" in command.argv[:i] and "--" in command.argv[:i]:
+                notes.append(
+                    "the command is wrapped in `ray job submit ... --`: under hpcplace the driver is the command "
+                    "after `--` itself (hpcplace starts the Ray cluster and runs the driver on its head)"
+                )
+            return i
+    raise command.error(0, "the command runs no slime entry point", hint="the driver is `python3 train.py ...`")
+
+
+def _known_elsewhere() -> frozenset[str]:
+    """Flags of slime's parsers that placement does not read but that sit close to one it reads (so that a
+    real flag is never taken for a misspelling)."""
+    return frozenset(
+        {
+            "--critic-num-nodes",
+            "--critic-num-gpus-per-node",
+            "--rollout-num-gpus-per-node",
+            "--sglang-dp-size",
+            "--sglang-ep-size",
+            "--sglang-tp-size",
+            "--debug-first-weight-sync",
+            "--rollout-external",
+        }
+    )
+
+
+def _pools(slurm: View | None) -> dict[str, str]:
+    out = dict.fromkeys(POOLS, "default")
+    view = slurm.get("pools") if slurm is not None else None
+    if slurm is None or view is None or view.value is None:
+        return out
+    if not isinstance(view.value, dict):
+        raise view.error("slurm.pools maps slime's actor/rollout to a node group", hint="e.g. pools: {rollout: gen}")
+    groups = slurm.get("node_groups")
+    labels = [str(k) for k, _ in groups.items()] if groups is not None else []
+    for key, child in view.items():
+        if str(key) not in POOLS:
+            near = closest(str(key), POOLS)
+            raise child.key_error(
+                f"slurm.pools: {key!r} is not a slime pool",
+                hint=(f"did you mean {near!r}? " if near else "") + "pools: actor, rollout",
+            )
+        label = child.str()
+        if label != "default" and label not in labels:
+            raise child.error(
+                f"slurm.pools.{key}: node group {label!r} is not in slurm.node_groups",
+                hint=f"add `node_groups: {{{label}: {{partition: ..., gpus_per_node: 8}}}}` to the slurm block",
+            )
+        out[str(key)] = label
+    return out
+
+
+def _gpus_per_node(
+    facts: SlurmFacts, label: str, view: View, site_gpus: SiteGpus | None, notes: list[str], slime_gpn: int
+) -> int:
+    if facts.gpus_per_node is not None:
+        if facts.gpus_per_node < 1:
+            raise view.error(f"node group {label!r}: gpus_per_node is 0; slime places every role on GPUs")
+        return limits.gpus_per_node(facts.gpus_per_node, view.location(), "gpus_per_node")
+    site = site_gpus(facts.partition, facts.gpu_type) if site_gpus is not None else None
+    if site is not None and site.count is not None:
+        notes.append(f"node group {label!r}: {site.count} GPUs per node, {site.source}")
+        return site.count
+    notes.append(f"node group {label!r}: {slime_gpn} GPUs per node, slime's --num-gpus-per-node")
+    return slime_gpn
+
+
+def _node_group(label: str, facts: SlurmFacts, nodes: int, gpn: int, view: View) -> NodeGroup:
+    return NodeGroup(
+        label=label,
+        partition=facts.partition,
+        num_nodes=nodes,
+        gpus_per_node=(gpn,) * nodes,
+        gpu_type=facts.gpu_type,
+        cpus_per_node=facts.cpus_per_node,
+        mem_per_node_mb=facts.mem_per_node_mb,
+        constraint=facts.constraint,
+        account=facts.account,
+        qos=facts.qos,
+        network=facts.network,
+        location=view.location(),
+    )

@@ -1,0 +1,132 @@
+"""slime's train.py command (hpcplace/config/formats/slime.py): the flags its placement reads, slime's own
+refusals, the one IP-sorted placement group planned, heterogeneous pools. The flag table is checked against a
+slime checkout when HPCPLACE_SLIME_SRC names one (slime is not on PyPI: skipped in CI)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from hpcplace.config.formats import load_spec
+from hpcplace.config.formats.slime import FLAGS
+from hpcplace.errors import SpecError
+from hpcplace.plan.plan import Plan
+from hpcplace.plan.planner import plan_from_spec
+from tests.planner.argparse_ast import file_flags
+
+ENTRY = ["python3", "train.py"]
+
+
+def plan(tmp_path: Path, *words: str, text: str = "slurm: {partition: a800, gpus_per_node: 8}\n") -> Plan:
+    path = tmp_path / "site.yaml"
+    path.write_text("format: slime\n" + text, encoding="utf-8")  # a misspelt flag hides the entry point
+    return plan_from_spec(load_spec(str(path), driver=[*ENTRY, *words]))
+
+
+def refused(tmp_path: Path, *words: str, text: str = "slurm: {gpus_per_node: 8}\n") -> SpecError:
+    with pytest.raises(SpecError) as err:
+        plan(tmp_path, *words, text=text)
+    return err.value
+
+
+def gpus(p: Plan, name: str) -> list[tuple[int, tuple[str, ...]]]:
+    comp = next(c for c in p.components if c.name == name)
+    return [(x.cluster_node_rank, x.visible_accelerators) for x in comp.processes]
+
+
+def test_colocated_actor_and_engines_share_the_gpus(tmp_path: Path) -> None:
+    p = plan(tmp_path, "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "8", "--colocate",
+             "--rollout-num-gpus-per-engine", "2", "--lr", "1e-6", "--attention-backend", "flash")  # fmt: skip
+    assert [c.name for c in p.components] == ["actor", "rollout"]
+    assert gpus(p, "rollout") == [(0, (str(2 * e), str(2 * e + 1))) for e in range(4)]
+    assert {c.collocation_group for c in p.components} == {"colloc-0"}
+
+
+def test_disaggregated_engines_start_at_the_actors_offset_and_the_ppo_critic_shares_the_actor(
+    tmp_path: Path,
+) -> None:
+    words = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "4", "--rollout-num-gpus", "12"]
+    p = plan(tmp_path, *words, "--rollout-num-gpus-per-engine", "4", "--advantage-estimator", "ppo")
+    assert len(p.cluster.nodes) == 2
+    assert gpus(p, "actor") == gpus(p, "critic") == [(0, (str(g),)) for g in range(4)]
+    assert gpus(p, "rollout") == [(0, ("4", "5", "6", "7")), (1, ("0", "1", "2", "3")), (1, ("4", "5", "6", "7"))]
+
+
+def test_an_engine_wider_than_a_node_is_one_process_per_node(tmp_path: Path) -> None:
+    p = plan(tmp_path, "--actor-num-nodes", "2", "--rollout-num-gpus", "16", "--rollout-num-gpus-per-engine", "16")
+    comp = next(c for c in p.components if c.name == "rollout")
+    assert comp.spanning is not None and comp.spanning.workers == ((0, 1),)
+    assert [x.cluster_node_rank for x in comp.processes] == [2, 3]
+
+
+@pytest.mark.parametrize(
+    ("words", "message", "word"),
+    [
+        (["--actor-num-nodes", "1"], "adds --rollout-num-gpus to the actor's GPUs, and it is not given", 1),
+        (["--debug-train-only", "--debug-rollout-only"], "cannot be set at the same time", 3),
+        (["--actor-num-node", "2", "--colocate"], "close to --actor-num-nodes", 2),
+        (["--colocate", "--rollout-num-gpus-per-engine", "6", "--sglang-pp-size", "4"], "divisible by", 3),
+        (["--colocate", "--sglang-config", "x.yaml"], "--sglang-config: slime's engine groups", 3),
+        (["--actor-num-nodes", "x"], "invalid int value: 'x'", 3),
+        (["--rollout-num-gpus", "8", "--rollout-num-gpus-per-engine", "16"], "do not make whole engines", 2),
+    ],
+)
+def test_refusals_are_located_at_the_word(tmp_path: Path, words: list[str], message: str, word: int) -> None:
+    err = refused(tmp_path, *words)
+    assert message in err.message
+    full = [*ENTRY, *words]
+    assert err.location is not None and err.location.column == 1 + sum(len(w) + 1 for w in full[: word - 1 + 1])
+
+
+def test_async_training_refuses_colocation(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("slurm: {gpus_per_node: 8}\n", encoding="utf-8")
+    with pytest.raises(SpecError, match="Colocation is not supported for async training"):
+        load_spec(str(path), driver=["python3", "train_async.py", "--colocate", "--actor-num-nodes", "1"])
+
+
+def test_unknown_flags_are_ignored_as_slime_ignores_them(tmp_path: Path) -> None:
+    p = plan(tmp_path, "--colocate", "--some-megatron-flag", "3", "--sglang-mem-fraction-static", "0.7")
+    assert [c.world_size for c in p.components] == [8, 8]
+
+
+HETERO = """
+slurm:
+  partition: a800
+  gpus_per_node: 8
+  node_groups:
+    gen: {partition: h20, gpus_per_node: 4, gpu_type: h20}
+  pools: {rollout: gen}
+"""
+
+
+def test_slurm_pools_put_the_rollout_on_its_partition_after_the_actor(tmp_path: Path) -> None:
+    words = ["--actor-num-nodes", "1", "--rollout-num-gpus", "8", "--rollout-num-gpus-per-engine", "2"]
+    p = plan(tmp_path, *words, text=HETERO)
+    assert [(g.label, g.partition, g.num_nodes) for g in p.cluster.node_groups] == [
+        ("default", "a800", 1),
+        ("gen", "h20", 2),
+    ]
+    assert gpus(p, "rollout") == [(1, ("0", "1")), (1, ("2", "3")), (2, ("0", "1")), (2, ("2", "3"))]
+    assert any("IP sorts after" in w for w in p.warnings)
+    err = refused(tmp_path, "--colocate", text=HETERO)
+    assert "--colocate shares the actor's GPUs" in err.message and err.location is not None
+    err = refused(tmp_path, *words, text=HETERO.replace("{rollout: gen}", "{rolout: gen}"))
+    assert "'rolout' is not a slime pool" in err.message and err.hint is not None and "'rollout'" in err.hint
+
+
+def test_the_flags_are_slimes_own() -> None:
+    src = os.environ.get("HPCPLACE_SLIME_SRC")
+    if not src:
+        pytest.skip("HPCPLACE_SLIME_SRC (a THUDM/slime checkout) is not set: slime is not on PyPI, so CI has none")
+    theirs = {
+        **file_flags(Path(src) / "slime" / "utils" / "arguments.py"),
+        **file_flags(Path(src) / "slime" / "backends" / "sglang_utils" / "arguments.py"),
+    }
+    for name, (flag, default) in FLAGS.items():
+        info = theirs[name]
+        kind = "store_true" if info.get("action") == "store_true" else info.get("type", "str")
+        assert (flag.kind, flag.nargs, info.get("default")) == (kind, info.get("nargs"), default), name
+        assert flag.choices == (tuple(info["choices"]) if info.get("choices") else None), name  # type: ignore[arg-type]
