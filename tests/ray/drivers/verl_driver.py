@@ -1,0 +1,184 @@
+"""Run verl's own placement code for a verl command's overrides and report where every rank landed.
+
+    python verl_driver.py --report R.json [--local IP:GPUS:RANK,...] -- key=value ...
+
+The overrides are composed with verl's own config files by Hydra (as verl.trainer.main_ppo's @hydra.main
+does). The pools are those of verl's PPOTrainer._init_resource_pool_mgr (verl 0.9.1
+verl/trainer/ppo/v1/trainer_base.py; that module imports the GPU training stack, so its 20 lines of pool
+spec are written out here); everything after that is verl's code unchanged: ResourcePoolManager,
+create_resource_pool (its GPU check), RayResourcePool's STRICT_PACK placement groups sorted by node IP,
+create_colocated_worker_cls (the WorkerDict of actor/ref/critic), RayWorkerGroup and spawn,
+split_resource_pool and RayWorkerGroup(bin_pack=False) for a reward model's replicas
+(RewardModelManager + RolloutReplica.init_colocated), rollout replicas = consecutive WorkerDict ranks
+(RolloutReplica.init_hybrid). Each worker reports its RANK, node and Ray GPU ids.
+
+Without --local it attaches to RAY_ADDRESS (hpcplace's Ray launch mode); node ranks are the raylets'
+`hpcplace.node_rank` labels. With --local it starts a ray.cluster_utils.Cluster whose nodes have the given
+IP addresses (127.0.0.x) and GPU counts, each marked with a resource hp_node_<rank>.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import ray
+
+
+def compose(overrides: list[str]) -> Any:
+    import importlib.util
+
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    spec = importlib.util.find_spec("verl")
+    assert spec is not None and spec.origin is not None
+    folder = (
+        Path(os.environ.get("HPCPLACE_VERL_SRC") or Path(spec.origin).parent.parent) / "verl" / "trainer" / "config"
+    )
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(folder), version_base=None):
+        return hydra_compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def pool_spec(config: Any) -> tuple[dict[str, list[int]], list[str], str]:
+    """resource_pool_spec, the WorkerDict's roles and the reward model's pool, as PPOTrainer builds them."""
+    use_ref = bool(config.algorithm.get("use_kl_in_reward", False) or config.actor_rollout_ref.actor.use_kl_loss)
+    lora = config.actor_rollout_ref.model.get("lora", {}).get("rank", 0) or config.actor_rollout_ref.model.get(
+        "lora_rank", 0
+    )
+    ref_in_actor = lora > 0 or config.actor_rollout_ref.model.get("lora_adapter_path") is not None
+    roles = ["actor_rollout_ref" if use_ref and not ref_in_actor else "actor_rollout"]
+    critic = config.critic.enable if config.critic.enable is not None else config.algorithm.adv_estimator == "gae"
+    roles += ["critic"] if critic else []
+    spec = {"global_pool": [config.trainer.n_gpus_per_node] * config.trainer.nnodes}
+    rm = config.reward.reward_model
+    reward = "global_pool"
+    if rm.enable_resource_pool:
+        spec["reward_pool"] = [rm.n_gpus_per_node] * rm.nnodes
+        reward = "reward_pool"
+    return spec, roles, reward
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--report", required=True)
+    parser.add_argument("--local", default="")
+    opts, overrides = parser.parse_known_args()
+    overrides = [o for o in overrides if o != "--"]
+    report: dict[str, Any] = {"records": [], "overrides": overrides}
+    cluster = None
+    t0 = time.time()
+    try:
+        if opts.local:
+            from ray.cluster_utils import Cluster
+
+            cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
+            for item in opts.local.split(","):
+                ip, gpus, rank = item.split(":")
+                cluster.add_node(
+                    num_cpus=3 * int(gpus) + 2,
+                    num_gpus=int(gpus),
+                    node_ip_address=ip,
+                    resources={f"hp_node_{rank}": 1},
+                )
+            cluster.wait_for_nodes()
+            ray.init(address=cluster.address)
+        else:
+            ray.init()  # RAY_ADDRESS: the cluster hpcplace started
+        rank_of = {}
+        for n in ray.nodes():
+            if not n["Alive"]:
+                continue
+            label = (n.get("Labels") or {}).get("hpcplace.node_rank")
+            marks = [int(k[8:]) for k in n["Resources"] if k.startswith("hp_node_")]
+            rank_of[n["NodeID"]] = int(label) if label is not None else (marks[0] if marks else -1)
+        report["nodes"] = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
+        report["records"] = place(compose(overrides), rank_of)
+    except Exception as exc:  # noqa: BLE001 - any failure of verl's code goes into the report the test reads
+        report["error"] = f"{type(exc).__name__}: {exc}"
+        report["traceback"] = traceback.format_exc()
+    finally:
+        report["seconds"] = round(time.time() - t0, 1)
+        Path(opts.report).write_text(json.dumps(report, indent=1), encoding="utf-8")
+        ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+    print(json.dumps({k: v for k, v in report.items() if k != "records"}, indent=1))
+    return 0 if "error" not in report else 1
+
+
+def place(config: Any, rank_of: dict[str, int]) -> list[dict[str, Any]]:
+    from verl.single_controller.base import Worker
+    from verl.single_controller.base.decorator import Dispatch, register
+    from verl.single_controller.ray.base import (
+        RayClassWithInitArgs,
+        RayWorkerGroup,
+        ResourcePoolManager,
+        create_colocated_worker_cls,
+        split_resource_pool,
+    )
+
+    class Probe(Worker):  # stands where verl's ActorRolloutRefWorker / TrainingWorker / rollout worker would
+        @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+        def where(self) -> dict[str, Any]:
+            return {
+                "rank": int(os.environ["RANK"]),
+                "node_id": ray.get_runtime_context().get_node_id(),
+                "gpus": [int(g) for g in ray.get_gpu_ids()],
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            }
+
+    spec, roles, reward_pool = pool_spec(config)
+    manager = ResourcePoolManager(resource_pool_spec=spec, mapping=dict.fromkeys(roles, "global_pool"))
+    manager.create_resource_pool()
+    pools = manager.resource_pool_dict
+    records: list[dict[str, Any]] = []
+
+    def add(component: str, rank: int, where: dict[str, Any]) -> None:
+        records.append(
+            {
+                **where,
+                "worker_rank": where["rank"],
+                "component": component,
+                "rank": rank,
+                "node_rank": rank_of.get(where["node_id"], -1),
+            }
+        )
+
+    class_dict = {role: RayClassWithInitArgs(cls=ray.remote(Probe)) for role in roles}
+    wg_dict = RayWorkerGroup(
+        resource_pool=pools["global_pool"], ray_cls_with_init=create_colocated_worker_cls(class_dict=class_dict)
+    )
+    spawned = wg_dict.spawn(prefix_set=class_dict.keys())
+    for role in roles:
+        for where in spawned[role].where():
+            add(role, where["rank"], where)
+    rollout = config.actor_rollout_ref.rollout
+    width = rollout.tensor_model_parallel_size * rollout.data_parallel_size * rollout.pipeline_model_parallel_size
+    hybrid = spawned[roles[0]].where()
+    for replica in range(len(hybrid) // width):  # LLMServerManager: world // (tp*dp*pp) replicas
+        for where in hybrid[replica * width : (replica + 1) * width]:  # RolloutReplica.init_hybrid's slice
+            add("rollout", where["rank"], where)
+    rm = config.reward.reward_model
+    if rm.enable:
+        r_width = rm.rollout.tensor_model_parallel_size * rm.rollout.data_parallel_size
+        r_width *= rm.rollout.pipeline_model_parallel_size
+        for replica, sub in enumerate(split_resource_pool(pools[reward_pool], split_size=r_width)):
+            group = RayWorkerGroup(
+                resource_pool=sub, ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(Probe)), bin_pack=False
+            )
+            for where in group.where():
+                add("reward_model", replica * r_width + where["rank"], where)
+    return records
+
+
+if __name__ == "__main__":
+    sys.exit(main())

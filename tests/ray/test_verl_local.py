@@ -1,0 +1,128 @@
+"""verl's own placement agrees with hpcplace's plan: tests/ray/drivers/verl_driver.py runs verl 0.9.1's
+ResourcePoolManager, RayResourcePool (STRICT_PACK groups sorted by node IP as a string), the WorkerDict of
+create_colocated_worker_cls, RayWorkerGroup/spawn and split_resource_pool on a local Ray cluster with fake
+GPUs shaped as the plan (ray.cluster_utils; one raylet per planned node, its planned GPUs), and every rank's
+node and GPU ids are compared with the plan. The nodes of a two-node pool get the addresses 127.0.0.10
+(node rank 0) and 127.0.0.9 (node rank 1): sorted as strings, as verl sorts them, that is the plan's order
+(the order hpcplace's start check requires); sorted as numbers it would not be."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpcplace.config.formats import load_spec
+from hpcplace.plan.plan import Plan
+from hpcplace.plan.planner import plan_from_spec
+from hpcplace.runtime.ray_driver import expected_nodes, ip_order_problem
+
+DRIVER = Path(__file__).parent / "drivers" / "verl_driver.py"
+ENTRY = ["python3", "-m", "verl.trainer.main_ppo"]
+TIMEOUT_S = 300
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("verl") is None or importlib.util.find_spec("ray") is None,
+    reason="verl and ray are not installed (pip install -e '.[frameworks]'; pip install --no-deps -r "
+    "tests/requirements-frameworks.txt)",
+)
+
+CASES = {
+    # one node: actor_rollout + critic in one WorkerDict per GPU, rollout replicas of TP 2 on them, and a
+    # reward model colocated in processes of its own on the same GPUs
+    "colocated_sync": (
+        "slurm: {partition: a800}\n",
+        [
+            "trainer.nnodes=1",
+            "trainer.n_gpus_per_node=2",
+            "reward.reward_model.enable=True",
+            "reward.reward_model.rollout.tensor_model_parallel_size=1",
+        ],
+    ),
+    # two nodes, a rollout replica of TP 4 across both, and a reward pool on a node group of its own
+    "two_nodes_reward_pool_tp4": (
+        "slurm:\n  partition: a800\n  pools: {reward_pool: r4090}\n  node_groups: {r4090: {partition: rtx4090}}\n",
+        [
+            "trainer.nnodes=2",
+            "trainer.n_gpus_per_node=2",
+            "actor_rollout_ref.actor.use_kl_loss=True",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=4",
+            "reward.reward_model.enable=True",
+            "reward.reward_model.enable_resource_pool=True",
+            "reward.reward_model.nnodes=1",
+            "reward.reward_model.n_gpus_per_node=1",
+            "reward.reward_model.rollout.tensor_model_parallel_size=1",
+        ],
+    ),
+}
+
+
+def addresses(plan: Plan) -> dict[int, str]:
+    """Node rank -> an address: a group's nodes sort as strings in node-rank order, across a digit change."""
+    out: dict[int, str] = {}
+    first = 20
+    for group in plan.cluster.node_groups:
+        ranks = [r for r, (_g, _j, label) in expected_nodes(plan_header(plan)).items() if label == group.label]
+        if len(ranks) == 2:
+            out.update(zip(ranks, ("127.0.0.10", "127.0.0.9"), strict=True))
+        else:
+            for r in ranks:
+                out[r] = f"127.0.0.{first + r}"
+    return out
+
+
+def plan_header(plan: Plan) -> dict[str, Any]:
+    from hpcplace.plan.plan import plan_to_json
+
+    header: dict[str, Any] = json.loads(plan_to_json(plan))
+    return header
+
+
+def compare(plan: Plan, records: list[dict[str, Any]]) -> None:
+    got: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {
+        (r["component"], r["rank"]): (r["node_rank"], tuple(r["gpus"])) for r in records
+    }
+    want = {
+        (c.name, p.rank): (p.cluster_node_rank, tuple(int(g) for g in p.visible_accelerators))
+        for c in plan.components
+        for p in c.processes
+    }
+    assert got == want
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_verl_places_every_rank_as_planned(case: str, tmp_path: Path) -> None:
+    blocks, overrides = CASES[case]
+    site = tmp_path / "site.yaml"
+    site.write_text(blocks)
+    plan = plan_from_spec(load_spec(site, driver=[*ENTRY, *overrides]))
+    ips = addresses(plan)
+    gpus = {p.cluster_node_rank: 0 for c in plan.components for p in c.processes}
+    for group in plan.cluster.node_groups:
+        for rank, (_g, _j, label) in expected_nodes(plan_header(plan)).items():
+            if label == group.label:
+                gpus[rank] = group.gpus_per_node[0]
+    local = ",".join(f"{ips[r]}:{gpus[r]}:{r}" for r in sorted(ips))
+    report_path = tmp_path / "report.json"
+    run = subprocess.run(
+        [sys.executable, str(DRIVER), "--report", str(report_path), "--local", local, "--", *overrides],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    report = json.loads(report_path.read_text())
+    assert "error" not in report, report.get("traceback") or run.stderr[-3000:]
+    # hpcplace's start check accepts this cluster (each group's addresses sort as strings in node-rank order)
+    nodes = [
+        {"Alive": True, "NodeManagerAddress": ips[r], "Labels": {"hpcplace.node_rank": str(r)}} for r in sorted(ips)
+    ]
+    assert ip_order_problem(nodes, expected_nodes(plan_header(plan)), lambda g, j: "host") is None
+    assert set(ips.values()) <= set(report["nodes"].values())  # the raylets had the planned addresses
+    compare(plan, report["records"])
+    assert {r["component"] for r in report["records"]} == {c.name for c in plan.components}
