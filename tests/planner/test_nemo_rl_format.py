@@ -364,3 +364,19 @@ def test_inheritance_files_listed_and_cycles_refused(workdir: Path) -> None:
     err = refused(workdir, "--config", write(workdir, "examples/configs/lost.yaml", "defaults: nowhere.yaml\n"))
     assert "parent config 'nowhere.yaml' not found" in err.message
     assert err.location is not None and (err.location.path, err.location.line) == ("examples/configs/lost.yaml", 1)
+
+
+def test_sglang_engines_take_the_first_num_gpus(workdir: Path) -> None:
+    sglang = (
+        "policy.generation.backend=sglang",
+        "+policy.generation.sglang_cfg={sglang_server_config: {num_gpus: 4, num_gpus_per_engine: 2}}",
+    )
+    plan = plan_of(
+        workdir, "--config", "examples/configs/base.yaml", "cluster.num_nodes=2", "cluster.gpus_per_node=4", *sglang
+    )
+    assert slots(plan, "generation") == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    assert plan.component("generation").tensor_parallel_size == 2
+    assert slots(plan, "policy") == [(n, g) for n in range(2) for g in range(4)]
+    err = refused(workdir, "--config", "examples/configs/base.yaml", "cluster.gpus_per_node=2", *sglang)
+    assert "the generation cluster has 2 GPUs" in err.message
+    assert err.location is not None and err.location.path == "<--driver>"

@@ -494,9 +494,9 @@ def _generation(root: View) -> tuple[str, int, int, View]:
                 f"NeMo-RL refuses vLLM expert_parallel_size {ep}: it must be a multiple of tensor_parallel_size {tp}"
             )
         return backend, tp, pp, tp_v
-    if backend == "sglang":
-        per = _opt(root, "policy.generation.sglang_cfg.gpus_per_server")
-        return backend, (_int(per, 1) if per is not None and per.value is not None else 1), 1, per or backend_v
+    if backend == "sglang":  # SGLangGeneration: sglang_server_config.num_gpus_per_engine
+        per = _req(root, "policy.generation.sglang_cfg.sglang_server_config.num_gpus_per_engine")
+        return backend, _int(per, 1), 1, per
     if backend == "megatron":
         return backend, 1, 1, backend_v
     raise backend_v.error(
@@ -639,6 +639,8 @@ def grpo_layout(root: View) -> Layout:
     placed: list[Role] = [Role("policy", "training", train, nodes_v, ptp, ppp)]
     if backend == "megatron":
         notes.append("generation backend megatron: the policy's own workers generate (no separate generation workers)")
+    elif backend == "sglang":
+        gen = _sglang(root, gen, gen_gpn, gtp, notes)
     else:
         mp = gtp * gpp
         if len(gen) % mp:
@@ -660,8 +662,31 @@ def grpo_layout(root: View) -> Layout:
                 "group for them and orders its bundles by (Ray node id, GPU id); the plan orders nodes as hpcplace "
                 "numbers them, and Ray's node ids decide which engine gets which nodes"
             )
+    if backend != "megatron":
         placed.append(Role("generation", "generation" if not colocated else "training", gen, gview, gtp, gpp))
     return Layout(tuple(pools), gpn, gpn_v, tuple(placed + roles), tuple(notes))
+
+
+def _sglang(
+    root: View, gen: tuple[tuple[int, int], ...], gen_gpn: int, per: int, notes: list[str]
+) -> tuple[tuple[int, int], ...]:
+    """SGLangGeneration: one PACK placement group over the generation cluster, bundles sorted by (Ray node id,
+    GPU id); num_gpus // min(num_gpus_per_engine, GPUs per node) engines take the first bundles."""
+    num_v = _req(root, "policy.generation.sglang_cfg.sglang_server_config.num_gpus")
+    num = _int(num_v, 1)
+    local = min(per, gen_gpn)
+    used = (num // local) * local
+    if used > len(gen) or used == 0:
+        raise num_v.error(
+            f"SGLang's {num} GPUs make {num // local} engine(s) of {local} GPU(s) per node, but the generation "
+            f"cluster has {len(gen)} GPUs",
+            hint=f"set sglang_server_config.num_gpus to at most {len(gen)} (and at least {local})",
+        )
+    notes.append(
+        f"SGLang: {num // local} engine(s) on the first {used} of the generation cluster's {len(gen)} GPUs; NeMo-RL "
+        "orders them by (Ray node id, GPU id) in one placement group, so Ray's node ids decide which nodes are first"
+    )
+    return gen[:used]
 
 
 def _data_configs(root: View) -> list[View]:
