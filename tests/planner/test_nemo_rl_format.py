@@ -317,6 +317,24 @@ def test_heterogeneous_pools_through_the_slurm_block(workdir: Path) -> None:
             "async_engine",
         ),
         (
+            (
+                "cluster.num_nodes=2",
+                "cluster.gpus_per_node=2",
+                "policy.generation.backend=trtllm",
+                "+policy.generation.trtllm_cfg={tensor_parallel_size: 4}",
+            ),
+            "tensor_parallel_size",
+            "cross-node tensor parallelism is only supported for non-colocated",
+        ),
+        (
+            (
+                "policy.generation.backend=trtllm",
+                "+policy.generation.trtllm_cfg={tensor_parallel_size: 1, pipeline_parallel_size: 2}",
+            ),
+            "pipeline_parallel_size",
+            "does not support pipeline parallelism",
+        ),
+        (
             ("cluster.gpus_per_node=3", "policy.dtensor_cfg.tensor_parallel_size=2"),
             "tensor_parallel_size",
             "PP(1) * CP(1) * TP(2)",

@@ -487,6 +487,11 @@ def _generation(root: View) -> tuple[str, int, int, View]:
                 "NeMo-RL refuses vLLM pipeline_parallel_size > 1 without async_engine",
                 hint="add policy.generation.vllm_cfg.async_engine=true",
             )
+        if backend == "trtllm" and pp > 1:
+            raise (pp_v or tp_v).error(
+                f"NeMo-RL refuses TRT-LLM pipeline_parallel_size {pp}: the TRT-LLM backend does not support pipeline "
+                "parallelism yet (it must be 1)"
+            )
         ep_v = _opt(root, f"{cfg}.expert_parallel_size")
         ep = _int(ep_v, 1) if ep_v is not None and ep_v.value is not None else 1
         if backend == "vllm" and ep > 1 and ep % tp:
@@ -655,6 +660,12 @@ def grpo_layout(root: View) -> Layout:
                 f"each node's placement group with {gen_gpn // mp} engine(s), leaves {gen_gpn % mp} GPU(s) idle and "
                 "asserts (data parallel size mismatch)",
                 hint=f"make TP*PP a divisor of {gen_gpn}, or larger than it (engines spanning nodes)",
+            )
+        if mp > gen_gpn and colocated and backend == "trtllm":
+            raise gview.error(
+                f"NeMo-RL refuses TRT-LLM engines of TP {mp} over {gen_gpn}-GPU nodes with colocated generation "
+                "(cross-node tensor parallelism is only supported for non-colocated generation)",
+                hint="use a TP that fits a node, or policy.generation.colocated.enabled=false",
             )
         if mp > gen_gpn:
             notes.append(
