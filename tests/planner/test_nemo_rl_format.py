@@ -398,3 +398,11 @@ def test_sglang_engines_take_the_first_num_gpus(workdir: Path) -> None:
     err = refused(workdir, "--config", "examples/configs/base.yaml", "cluster.gpus_per_node=2", *sglang)
     assert "the generation cluster has 2 GPUs" in err.message
     assert err.location is not None and err.location.path == "<--driver>"
+
+
+def test_a_stated_framework_version_is_checked_where_written(workdir: Path) -> None:
+    spec = spec_of(workdir, "--config", "examples/configs/base.yaml", blocks="hpcplace: {framework_version: 0.6.0}\n")
+    assert spec.source_format == "nemo_rl"
+    err = refused(workdir, "--config", "examples/configs/base.yaml", blocks="hpcplace:\n  framework_version: latest\n")
+    assert "NeMo-RL version 'latest' is not a version" in err.message
+    assert err.location is not None and (err.location.line, err.location.column) == (2, 22)

@@ -29,6 +29,7 @@ from hpcplace.config import limits
 from hpcplace.config.cluster import NodeGroup
 from hpcplace.config.formats.command import FrameworkCommand
 from hpcplace.config.formats.common import SiteGpus, SlurmFacts, hpcplace_block, slurm_facts, slurm_job_options
+from hpcplace.config.framework_version import resolve_version
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster
 from hpcplace.config.yaml_source import (
     KEY,
@@ -770,6 +771,9 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     slurm_view = broot.get("slurm") if blocks.data is not None else None
     job_options = slurm_job_options(slurm_view, frozenset({"pools"}))
     notes = list(layout.notes)
+    # hpcplace.framework_version, stated beside the command (or the installed nemo-rl): checked and noted; no
+    # NeMo-RL rule hpcplace reads is known to differ between releases, so no gate applies it yet
+    resolve_version("nemo_rl", broot if blocks.data is not None else None, notes)
     pool_group = _pool_groups(slurm_view, layout)
     base = slurm_facts(slurm_view)
     # node groups in the order their pools' nodes come (training, generation, reward model)
