@@ -19,33 +19,62 @@ def _literal(node: ast.expr) -> object:
         return f"<expr {ast.unparse(node)}>"
 
 
+def _name(node: ast.expr, env: dict[str, str]) -> str | None:
+    """A flag name: a string constant, or an f-string over the enclosing `for` loops' variables."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for value in node.values:
+            if isinstance(value, ast.Constant):
+                parts.append(str(value.value))
+            elif isinstance(value, ast.FormattedValue) and isinstance(value.value, ast.Name) and value.value.id in env:
+                parts.append(env[value.value.id])
+            else:
+                return None
+        return "".join(parts)
+    return None
+
+
 def argparse_flags(source: str, function: str | None = None) -> dict[str, dict[str, object]]:
     """Each option string of every add_argument call (in `function` only, when given) -> its literal
-    keywords (action, type as a name, default, nargs, choices) and the option strings of the same call."""
+    keywords (action, type as a name, default, nargs, choices) and the option strings of the same call.
+    A call inside `for prefix in ("actor", "critic"):` with f-string names counts once per value."""
     tree = ast.parse(source)
     roots: list[ast.AST] = [tree]
     if function is not None:
         roots = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function]
     out: dict[str, dict[str, object]] = {}
+
+    def visit(node: ast.AST, env: dict[str, str]) -> None:
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name):
+            try:
+                values = ast.literal_eval(node.iter)
+            except ValueError:
+                values = None
+            if isinstance(values, (tuple, list)) and all(isinstance(v, str) for v in values):
+                for value in values:
+                    for child in node.body:
+                        visit(child, {**env, node.target.id: value})
+                return
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+            names = [n for a in node.args if (n := _name(a, env)) is not None]
+            if names and names[0].startswith("-"):
+                info: dict[str, object] = {"names": tuple(names)}
+                for kw in node.keywords:
+                    if kw.arg in ("action", "default", "nargs", "choices", "const"):
+                        info[kw.arg] = _literal(kw.value)
+                    elif kw.arg == "type":
+                        info["type"] = kw.value.id if isinstance(kw.value, ast.Name) else ast.unparse(kw.value)
+                    elif kw.arg == "dest":
+                        info["dest"] = _name(kw.value, env) or _literal(kw.value)
+                for name in names:
+                    out[name] = info
+        for child in ast.iter_child_nodes(node):
+            visit(child, env)
+
     for root in roots:
-        for node in ast.walk(root):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-                continue
-            if node.func.attr != "add_argument":
-                continue
-            names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-            if not names or not names[0].startswith("-"):
-                continue
-            info: dict[str, object] = {"names": tuple(names)}
-            for kw in node.keywords:
-                if kw.arg in ("action", "default", "nargs", "choices", "const"):
-                    info[kw.arg] = _literal(kw.value)
-                elif kw.arg == "type":
-                    info["type"] = kw.value.id if isinstance(kw.value, ast.Name) else ast.unparse(kw.value)
-                elif kw.arg == "dest":
-                    info["dest"] = _literal(kw.value)
-            for name in names:
-                out[name] = info
+        visit(root, {})
     return out
 
 

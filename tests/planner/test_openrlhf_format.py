@@ -285,7 +285,7 @@ def test_the_flag_table_is_the_installed_openrlhfs_parser() -> None:
     assert set(theirs) == set(FLAGS_0_10_2)
     for name, info in theirs.items():
         flag = FLAGS_0_10_2[name]
-        kind = "store_true" if info.get("action") == "store_true" else info.get("type", "str")
+        kind = info["action"] if info.get("action") in ("store_true", "store_false") else info.get("type", "str")
         assert (flag.kind, flag.nargs) == (kind, info.get("nargs")), name
         assert flag.choices == (tuple(info["choices"]) if info.get("choices") else None), name  # type: ignore[arg-type]
     for name, (_, default) in PLACEMENT_FLAGS.items():

@@ -24,7 +24,8 @@ _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 @dataclass(frozen=True)
 class Flag:
-    """One option of the framework's parser: `kind` is `store_true` or the type's name (int, float, str),
+    """One option of the framework's parser: `kind` is `store_true`/`store_false` or the type's name (int,
+    float, str),
     `nargs` argparse's (None: one value), `choices` the allowed values (None: any)."""
 
     kind: str
@@ -51,6 +52,7 @@ def parse_flags(
     other_names: Mapping[str, str] | None = None,
     *,
     known: frozenset[str] | None = None,
+    near: tuple[str, ...] | None = None,
     abbrev: bool = True,
 ) -> dict[str, Given]:
     """command.argv[start:] parsed with `flags` -> each flag given (by its full name). `other_names` maps
@@ -59,7 +61,8 @@ def parse_flags(
     `known` given: the framework parses with parse_known_args and ignores what it does not know (slime:
     Megatron's parser with ignore_unknown_args, SGLang's flags on another parser), so only `flags` are read;
     another word is skipped, unless it is a flag outside `known` close to one of `flags` (a misspelt
-    placement flag the framework would silently ignore). `abbrev`: the parser's allow_abbrev."""
+    placement flag the framework would silently ignore; `near`: the flags that count, default all of `flags`).
+    `abbrev`: the parser's allow_abbrev."""
     argv = command.argv
     out: dict[str, Given] = {}
     i = start
@@ -67,12 +70,12 @@ def parse_flags(
         word = argv[i]
         if known is not None and (word.split("=", 1)[0] not in flags or not word.startswith("--")):
             name = word.split("=", 1)[0]
-            if name.startswith("--") and name not in known and (near := closest(name, list(flags))):
+            if name.startswith("--") and name not in known and (close := closest(name, list(near or flags))):
                 raise command.error(
                     i,
                     f"{framework} has no flag {name}: its parser would ignore it (it skips unknown flags), and it "
-                    f"is close to {near}, which it reads for placement",
-                    hint=f"did you mean {near}?",
+                    f"is close to {close}, which it reads for placement",
+                    hint=f"did you mean {close}?",
                 )
             i += 1
             continue
@@ -94,14 +97,14 @@ def parse_flags(
         flag = flags[full]
         at = i  # the flag's word: where a refusal of its value points
         i += 1
-        if flag.kind == "store_true":
+        if flag.kind in ("store_true", "store_false"):
             if has_explicit:
                 raise command.error(
                     i - 1,
                     f"argument {full}: ignored explicit argument {explicit!r} (argparse: a switch takes no value)",
                     hint=f"write {full} alone to set it; leave it out to keep it off",
                 )
-            out[full] = Given(True, i - 1)
+            out[full] = Given(flag.kind == "store_true", i - 1)
             continue
         values: list[str] = []
         indices: list[int] = []

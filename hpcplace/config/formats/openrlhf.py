@@ -249,7 +249,8 @@ def parse_args(command: FrameworkCommand, entry: int, version: FrameworkVersion 
     else:
         for new, (old, _) in PLACEMENT_FLAGS.items():
             other[new] = f"{new} is OpenRLHF 0.10.2's name; {shown} calls it {old}"
-    given = parse_flags(command, entry + 1, flags, "OpenRLHF", other)
+    label = f"OpenRLHF {version.version}" if version is not None else "OpenRLHF"
+    given = parse_flags(command, entry + 1, flags, label, other)
     names = {new: (new if dotted else old) for new, (old, _) in PLACEMENT_FLAGS.items()}
     values: dict[str, Value | None] = {}
     index: dict[str, int] = {}

@@ -49,6 +49,16 @@ FLAGS: dict[str, tuple[Flag, Value | None]] = {
     "--sglang-pipeline-parallel-size": (Flag("int"), 1),
 }
 POOLS = ("actor", "rollout")
+# the flags whose misspelling slime would silently ignore with a placement hpcplace cannot see: a flag close to
+# one of these (and not a slime flag) is refused; Megatron's and SGLang's many flags are left to their parsers
+NEAR_MISSES = (
+    "--actor-num-nodes",
+    "--actor-num-gpus-per-node",
+    "--rollout-num-gpus",
+    "--rollout-num-gpus-per-engine",
+    "--num-gpus-per-node",
+    "--colocate",
+)
 _ENTRY = re.compile(r"(^|.*/)train(_async)?\.py$")
 
 
@@ -62,6 +72,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         {k: f for k, (f, _) in FLAGS.items()},
         "slime",
         known=frozenset(FLAGS) | _known_elsewhere(),
+        near=NEAR_MISSES,
         abbrev=False,
     )
     args = {k: (given[k].value if k in given else d) for k, (_, d) in FLAGS.items()}

@@ -1,0 +1,168 @@
+"""The framework commands in the frameworks' example shell scripts, read without running a shell.
+
+What is read: lines joined at backslash-newlines (a comment line ends where it is, as in bash); arrays
+`NAME=( words... )` (one or several lines) whose words are literal; scalars `NAME=word` and
+`NAME=${NAME:-word}` with a literal word; the command line holding the entry point, from the `python`
+word before it. `${NAME[@]}` and `$NAME`/`${NAME}` are replaced by those literal values. What cannot be
+read that way (a variable set by a command, a loop, arithmetic) is left unresolved: a command with an
+unresolved word where placement reads a value is "not extractable", with the reason; elsewhere such a
+word is replaced by `X` (a value placement does not read); an array never set expands to nothing, as in
+bash. Nothing is evaluated."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+_ARRAY_START = re.compile(r"^\s*(?:export\s+|local\s+|declare\s+-a\s+)?([A-Za-z_]\w*)=\((.*)$")
+_SCALAR = re.compile(r"^\s*(?:export\s+|local\s+)?([A-Za-z_]\w*)=(\S*)\s*$")
+_DEFAULT = re.compile(r"^\$\{([A-Za-z_]\w*):?-([^}$]*)\}$")
+_ARRAY_REF = re.compile(r"^\$\{([A-Za-z_]\w*)\[@\]\}$")
+_VAR = re.compile(r"\$\{([A-Za-z_]\w*)(?::?-([^}$]*))?\}|\$([A-Za-z_]\w*)")
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """One command (its words) and the script line it starts on, or why it could not be read."""
+
+    line: int
+    words: tuple[str, ...] = ()
+    problem: str | None = None
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    out: list[tuple[int, str]] = []
+    buffer, start = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        if raw.lstrip().startswith("#"):  # bash: a comment ends at its line, a `\` in it continues nothing
+            continue
+        if not buffer:
+            start = number
+        if raw.rstrip().endswith("\\"):
+            buffer += raw.rstrip()[:-1] + " "
+            continue
+        out.append((start, buffer + raw))
+        buffer = ""
+    if buffer:
+        out.append((start, buffer))
+    return out
+
+
+_SOURCE = re.compile(r"^\s*(?:source|\.)\s+(\S+)\s*$")
+
+
+def extract(
+    text: str,
+    entry: re.Pattern[str],
+    placement_flags: Collection[str],
+    script: Path | None = None,
+) -> list[Extracted]:
+    """Every command of the script that runs `entry`. `script`: where it is, for `source "${SCRIPT_DIR}/x.sh"`
+    (SCRIPT_DIR: the script's folder), whose arrays and scalars are read the same way."""
+    arrays: dict[str, list[str] | None] = {}  # None: not literal
+    scalars: dict[str, str | None] = {}
+    lines = _logical_lines(text)
+    if script is not None:
+        lines = _with_sourced(lines, script)
+    found: list[Extracted] = []
+    i = 0
+    while i < len(lines):
+        number, line = lines[i]
+        i += 1
+        start = _ARRAY_START.match(line)
+        if start:
+            name, body = start.group(1), start.group(2)
+            while ")" not in _unquoted(body) and i < len(lines):
+                body += " " + lines[i][1]
+                i += 1
+            body = body[: _unquoted(body).rindex(")")] if ")" in _unquoted(body) else body
+            try:
+                words = shlex.split(body, comments=True)
+            except ValueError:
+                arrays[name] = None
+                continue
+            arrays[name] = words  # a `$` word is judged where it is used (_expand)
+            continue
+        scalar = _SCALAR.match(line)
+        if scalar and "(" not in scalar.group(2):
+            value = scalar.group(2).strip("\"'")
+            default = _DEFAULT.match(value)
+            if default:
+                scalars[scalar.group(1)] = default.group(2)
+            else:
+                scalars[scalar.group(1)] = None if "$" in value or "`" in value else value
+            continue
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        at = next((k for k, w in enumerate(words) if entry.match(w)), None)
+        if at is None:
+            continue
+        first = at
+        while first > 0 and (words[first - 1] in ("-m", "-u") or "python" in words[first - 1]):
+            first -= 1
+        found.append(_expand(number, words[first:], arrays, scalars, placement_flags))
+    return found
+
+
+def _with_sourced(lines: list[tuple[int, str]], script: Path) -> list[tuple[int, str]]:
+    """The lines of the script with each `source FILE` replaced by FILE's lines (FILE written literally or
+    with ${SCRIPT_DIR}; a file that is not there is left out: its variables stay unset)."""
+    out: list[tuple[int, str]] = []
+    for number, line in lines:
+        match = _SOURCE.match(line)
+        if match is None:
+            out.append((number, line))
+            continue
+        name = match.group(1).strip("\"'").replace("${SCRIPT_DIR}", str(script.parent))
+        name = name.replace("$SCRIPT_DIR", str(script.parent))
+        path = Path(name) if Path(name).is_absolute() else script.parent / name
+        if "$" not in name and path.is_file():
+            out.extend((number, sourced) for _, sourced in _logical_lines(path.read_text(errors="replace")))
+    return out
+
+
+def _scalar(match: re.Match[str], scalars: dict[str, str | None]) -> str:
+    """A variable's literal value, else its `:-` default, else the reference itself (unresolved)."""
+    value = scalars.get(match.group(1) or match.group(3))
+    if value is not None:
+        return value
+    return match.group(2) if match.group(2) is not None else match.group(0)
+
+
+def _unquoted(text: str) -> str:
+    """`text` with quoted parts blanked (so a `)` inside quotes does not end an array)."""
+    return re.sub(r"'[^']*'|\"[^\"]*\"", lambda m: " " * len(m.group(0)), text)
+
+
+def _expand(
+    number: int,
+    words: list[str],
+    arrays: dict[str, list[str] | None],
+    scalars: dict[str, str | None],
+    placement_flags: Collection[str],
+) -> Extracted:
+    out: list[str] = []
+    for word in words:
+        ref = _ARRAY_REF.match(word)
+        if ref:
+            if ref.group(1) in arrays and arrays[ref.group(1)] is None:
+                return Extracted(number, problem=f"${{{ref.group(1)}[@]}} cannot be split as the shell would")
+            values = arrays.get(ref.group(1)) or []  # an array never set: bash expands it to nothing
+            out.extend(_VAR.sub(lambda m: _scalar(m, scalars), v) for v in values)
+            continue
+
+        out.append(_VAR.sub(lambda m: _scalar(m, scalars), word))
+    for k, word in enumerate(out):
+        if "$" not in word and "`" not in word:
+            continue
+        before = out[k - 1].split("=", 1)[0] if k else ""
+        flag = word.split("=", 1)[0]
+        if before in placement_flags or flag in placement_flags:
+            return Extracted(number, problem=f"{word!r}, a value placement reads, is set at run time")
+        out[k] = "X" if "=" not in word or not word.startswith("-") else f"{flag}=X"
+    return Extracted(number, tuple(out))
