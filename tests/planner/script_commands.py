@@ -44,6 +44,9 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
         if raw.rstrip().endswith("\\"):
             buffer += raw.rstrip()[:-1] + " "
             continue
+        if _open_quote(buffer + raw):  # a quoted string goes on over the newline (ray's --runtime-env-json='{...}')
+            buffer += raw + "\n"
+            continue
         out.append((start, buffer + raw))
         buffer = ""
     if buffer:
@@ -52,6 +55,24 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
 
 
 _SOURCE = re.compile(r"^\s*(?:source|\.)\s+(\S+)\s*$")
+
+
+def _open_quote(text: str) -> bool:
+    """Whether `text` ends inside a '...' or "..." string (bash's quoting: no escapes inside '...')."""
+    quote = None
+    escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote != "'":
+            escaped = True
+        elif quote is None and char in "'\"":
+            quote = char
+        elif char == quote:
+            quote = None
+        elif quote is None and char == "#":
+            break  # the rest is a comment (a good enough approximation for these scripts)
+    return quote is not None
 
 
 def extract(
