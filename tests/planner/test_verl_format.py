@@ -124,6 +124,8 @@ def test_an_override_of_a_missing_key_is_refused_at_its_word_with_the_closest_ke
 
 def test_plus_adds_and_refuses_an_existing_key_as_hydra_does(tmp_path: Path) -> None:
     spec_of(tmp_path, "+trainer.my_new_key=1")
+    # Hydra appends over a key whose value is null (critic.enable: null in verl's critic.yaml), as it does
+    assert "critic" not in {e.components[-1] for e in spec_of(tmp_path, "+critic.enable=False").placements}
     err = error(tmp_path, "+trainer.nnodes=2")
     assert "already has 'trainer.nnodes'" in err.message
 

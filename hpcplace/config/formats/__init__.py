@@ -168,7 +168,7 @@ def _check_hydra_key(data: dict[str, Any], parts: list[str], adding: bool, item:
                 location=where,
             )
         node = node[part]
-    if adding:
+    if adding and node is not None and node != "???":  # Hydra: `+key` may set a key whose value is null/missing
         raise SpecError(
             f"override {item!r}: the config already has {'.'.join(parts)!r}",
             hint=f'Hydra refuses it too ("An item is already at"): write {item.lstrip("+")} to change '
