@@ -1,6 +1,12 @@
 """Which GPUs a process sees, and an NVML check that they are the planned ones.
 
-The plan gives each process PHYSICAL GPU indices on its node. What Slurm put in
+The plan of a job that takes its nodes whole (slurm.exclusive, the default) gives each process
+PHYSICAL GPU indices on its node. A job that shares its nodes (`exclusive: false`, plan.json
+`"gpu_ids": "job-relative"`) is given whichever GPUs are free, so its plan's ids are JOB-RELATIVE:
+index k is the k-th (ascending) of the GPUs Slurm gave the job on the node. Its steps ask for all of
+them with no --gpu-bind, so each task finds them all in CUDA_VISIBLE_DEVICES (physical ids under
+ConstrainDevices=no, 0..n-1 under =yes, in the same order) and keeps entry k for plan id k; the
+physical ids come from SLURM_STEP_GPUS (_relative_choice). For physical plans: What Slurm put in
 CUDA_VISIBLE_DEVICES depends on ConstrainDevices: =no gives physical indices (exactly the planned
 ones, or a superset such as all GPUs of the node, which we narrow), =yes gives task-local 0..k-1
 (k must equal the planned count; we keep them). Anything else is a binding error, reported before
@@ -37,7 +43,8 @@ STEP_LOCAL = "step-local"  # Slurm remapped to 0..k-1 (ConstrainDevices=yes)
 LOCAL_MAP = "local-map"  # local backend: planned ids mapped onto this machine's GPUs
 VIRTUAL = "virtual"  # local backend without GPUs: planned ids exported, nothing behind them
 BY_UUID = "uuid"  # the task was given GPU-<uuid> / MIG-<uuid> ids (a site's prolog, a container runtime)
-GPU_MODES = (PHYSICAL, STEP_LOCAL, BY_UUID)  # modes where real GPUs are bound (NVML check, preload)
+JOB_RELATIVE = "job-relative"  # planned ids index the job's GPUs on the node (slurm.exclusive: false)
+GPU_MODES = (PHYSICAL, STEP_LOCAL, BY_UUID, JOB_RELATIVE)  # modes where real GPUs are bound (NVML check, preload)
 
 
 class DeviceChoice(Frozen):
@@ -48,6 +55,7 @@ class DeviceChoice(Frozen):
     seen: str | None  # CUDA_VISIBLE_DEVICES as the task found it
     mode: str
     note: str
+    physical: tuple[str, ...] | None = None  # job-relative mode: the node's GPU ids behind `visible`, when known
 
     @property
     def value(self) -> str:
@@ -70,12 +78,19 @@ def _is_uuid(text: str) -> bool:
 
 
 def choose_devices(
-    planned: tuple[str, ...], seen: str | None, *, local_gpus: tuple[str, ...] | None = None
+    planned: tuple[str, ...],
+    seen: str | None,
+    *,
+    local_gpus: tuple[str, ...] | None = None,
+    relative: bool = False,
+    step_gpus: str | None = None,
 ) -> DeviceChoice:
-    """Decide CUDA_VISIBLE_DEVICES for a process with planned physical GPUs `planned`.
+    """Decide CUDA_VISIBLE_DEVICES for a process with planned GPUs `planned` (physical ids, or with
+    `relative` indices into the job's GPUs on the node).
 
-    `seen` is the task's CUDA_VISIBLE_DEVICES as Slurm left it. `local_gpus` is only for the local
-    backend: this machine's GPUs (planned index i -> local_gpus[i % n]); () means none (virtual)."""
+    `seen` is the task's CUDA_VISIBLE_DEVICES as Slurm left it, `step_gpus` its SLURM_STEP_GPUS (the
+    step's physical GPU ids). `local_gpus` is only for the local backend: this machine's GPUs (planned
+    index i -> local_gpus[i % n]); () means none (virtual)."""
     planned = tuple(planned)
     if not planned:
         note = "no GPU planned: CUDA_VISIBLE_DEVICES=''"
@@ -84,6 +99,8 @@ def choose_devices(
         return DeviceChoice(visible=(), planned=planned, seen=seen, mode=NONE, note=note)
     if local_gpus is not None:
         return _local_choice(planned, seen, local_gpus)
+    if relative:
+        return _relative_choice(planned, seen, step_gpus)
     given = parse_device_list(seen)
     if not given:
         return DeviceChoice(
@@ -126,6 +143,42 @@ def choose_devices(
         hint="the srun step must bind each task to exactly its planned GPUs (--gpu-bind=map_gpu:... or "
         "mask_gpu:..., typed --gpus-per-task always with --gpu-bind)",
     )
+
+
+def job_gpus(seen: str | None, step_gpus: str | None) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+    """(the ids this task must use for the job's GPUs on the node, ascending; their physical ids when
+    known): from the step's CUDA_VISIBLE_DEVICES (every GPU of the job there, no --gpu-bind) and
+    SLURM_STEP_GPUS. Indices sort numerically, UUIDs keep Slurm's order."""
+    given = parse_device_list(seen) or ()
+    if given and all(_is_index(g) for g in given):
+        given = tuple(sorted(given, key=int))
+    physical = parse_device_list(step_gpus)
+    if physical and len(physical) == len(given) and all(_is_index(g) for g in physical):
+        return given, tuple(sorted(physical, key=int))
+    return given, None  # (ConstrainDevices=no: `given` are physical, but nothing here tells which mode)
+
+
+def _relative_choice(planned: tuple[str, ...], seen: str | None, step_gpus: str | None) -> DeviceChoice:
+    given, physical = job_gpus(seen, step_gpus)
+    if not given:
+        raise ShimError(
+            f"the plan's GPU ids are job-relative (slurm.exclusive: false) and put this task on GPU(s) "
+            f"{','.join(planned)} of the job's, but Slurm gave this task no GPU (CUDA_VISIBLE_DEVICES={seen!r})",
+            hint="the step must ask for the node's GPUs (--gres=gpu:N) without --gpu-bind: render the job again",
+        )
+    bad = [p for p in planned if not _is_index(p) or int(p) >= len(given)]
+    if bad:
+        raise ShimError(
+            f"the plan puts this task on job-relative GPU(s) {','.join(planned)}, but the job holds {len(given)} "
+            f"GPU(s) on this node (CUDA_VISIBLE_DEVICES={seen!r}): no GPU {','.join(bad)}",
+            hint="the node group's gpus_per_node must be the number of GPUs the job asks for per node (--gres)",
+        )
+    visible = tuple(given[int(p)] for p in planned)
+    used = tuple(physical[int(p)] for p in planned) if physical else None
+    note = f"job-relative GPU(s) {','.join(planned)} -> {','.join(visible)} of the job's {','.join(given)} on this node"
+    if used is not None:
+        note += f" (physical {','.join(used)})"
+    return DeviceChoice(visible=visible, planned=planned, seen=seen, mode=JOB_RELATIVE, note=note, physical=used)
 
 
 def _local_choice(planned: tuple[str, ...], seen: str | None, local_gpus: tuple[str, ...]) -> DeviceChoice:
@@ -229,6 +282,16 @@ def check_devices(
                 errors.append(
                     f"GPU {p} is planned on {node}, but this task cannot open it (it can open "
                     f"{len(devices)} GPU(s): {listed})"
+                )
+            else:
+                chosen.append(match[0])
+    elif choice.mode == JOB_RELATIVE:
+        for p in choice.physical or ():
+            match = [d for d in devices if d.minor == int(p)]
+            if not match:
+                errors.append(
+                    f"job-relative GPU(s) {','.join(choice.planned)} are physical {','.join(choice.physical or ())} "
+                    f"on {node}, but this task cannot open GPU {p} ({listed})"
                 )
             else:
                 chosen.append(match[0])

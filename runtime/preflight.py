@@ -60,17 +60,64 @@ class GpuFacts(Frozen):
     present: tuple[int, ...]
     openable: tuple[int, ...]
     slurm_visible: str | None
+    step_gpus: str | None = None  # SLURM_STEP_GPUS: the step's physical GPU ids
 
 
 def _ids(values: Sequence[int]) -> str:
     return ",".join(str(v) for v in values) or "none"
 
 
-def gpu_problems(facts: GpuFacts, expected: int, used: Sequence[int], where: str) -> list[str]:
+def job_gpu_ids(facts: GpuFacts) -> tuple[int, ...]:
+    """The physical ids of the GPUs Slurm gave the job on this node, ascending (what job-relative plan
+    ids index): SLURM_STEP_GPUS, else the devices the job may open (ConstrainDevices=yes), else
+    CUDA_VISIBLE_DEVICES (ConstrainDevices=no: physical ids)."""
+    from hpcplace.runtime.devices import job_gpus
+
+    given, physical = job_gpus(facts.slurm_visible, facts.step_gpus)
+    if physical is not None:
+        return tuple(int(p) for p in physical)
+    if len(facts.openable) < len(facts.present):
+        return facts.openable
+    return tuple(int(g) for g in given if g.isdigit())
+
+
+def job_gpus_note(ids: Sequence[int], used: Sequence[int]) -> str:
+    """The ok line's GPU note of a job sharing its nodes: the job's GPUs on the node, the physical ones
+    its plan's job-relative ids `used` stand for (`hpcplace status` reads it: slurm/run_report.py)."""
+    physical = [ids[k] for k in used if k < len(ids)]
+    return f"the job's GPU(s) {_ids(ids)}, of which the plan uses {_ids(physical)} (job-relative {_ids(used)})"
+
+
+def relative_gpu_problems(facts: GpuFacts, expected: int, used: Sequence[int], where: str) -> list[str]:
+    """A job that shares its nodes (plan ids job-relative): the job holds `expected` GPUs here, and
+    the ones the plan uses (indices into them) can be opened."""
+    ids = job_gpu_ids(facts)
+    problems = []
+    if len(ids) != expected:
+        problems.append(
+            f"Slurm gave the job {len(ids)} GPU(s) on {where} ({_ids(ids)}), but the plan expects {expected} "
+            "(job-relative ids, slurm.exclusive: false): check the job's --gres and gres.conf"
+        )
+    beyond = [k for k in used if k >= len(ids)]
+    if beyond:
+        problems.append(f"the plan uses job-relative GPU(s) {_ids(beyond)} on {where}, beyond the job's {len(ids)}")
+    closed = [ids[k] for k in used if k < len(ids) and ids[k] not in facts.openable]
+    if closed:
+        problems.append(
+            f"the job's GPU(s) {_ids(closed)} on {where} cannot be opened ({facts.device_dir}/nvidia{{{_ids(closed)}}}; "
+            f"can open: {_ids(facts.openable)})"
+        )
+    return problems
+
+
+def gpu_problems(facts: GpuFacts, expected: int, used: Sequence[int], where: str, relative: bool = False) -> list[str]:
     """The node's GPUs against the plan: `expected` GPUs (the node group's gpus_per_node for this
-    node), of which the plan's processes use `used` (physical indices)."""
+    node), of which the plan's processes use `used` (physical indices, or with `relative` indices into
+    the job's GPUs on the node: relative_gpu_problems)."""
     if not expected and not used:
         return []
+    if relative:
+        return relative_gpu_problems(facts, expected, used, where)
     problems = []
     constrained = len(facts.openable) < len(facts.present)  # ConstrainDevices=yes hides the others
     shown = facts.openable if constrained else facts.present
@@ -298,6 +345,7 @@ def gpu_facts(node: str, environ: Mapping[str, str]) -> GpuFacts:
         device_dir=device_dir,
         present=tuple(present),
         openable=tuple(openable),
+        step_gpus=environ.get("SLURM_STEP_GPUS"),
         slurm_visible=environ.get("CUDA_VISIBLE_DEVICES"),
     )
 
@@ -424,6 +472,7 @@ class NodePlan(Frozen):
     container: str | None = None  # "apptainer image /x.sif": this node group runs in it (so does this check)
     shares_devices: bool = False  # components of a collocation group share devices on this node
     network: dict[str, Any] | None = None  # the node group's `network:` record (runtime/network.py)
+    relative_gpus: bool = False  # plan.json "gpu_ids": "job-relative" (slurm.exclusive: false)
     is_head: bool = False  # cluster node rank 0
     head_network: bool = False  # the head's node group has a network: nodes on one check they reach it
     network_peers: int = 0  # nodes other than the head whose node group has a network
@@ -516,6 +565,7 @@ def node_plan(index: PlanIndex, g: int, j: int, node: str, environ: Mapping[str,
         container=f"{container['runtime']} image {container['image']}" if container else None,
         shares_devices=shares,
         network=group_network(header, g),
+        relative_gpus=header.get("gpu_ids") == "job-relative",
         is_head=rank == 0,
         head_network=group_network(header, head_g) is not None,
         network_peers=max(peers - 1, 0),
@@ -587,8 +637,10 @@ def check_node(
         problems += container_problems(plan.container, shared, infiniband_fact())
         notes.append(f"in {plan.container} (Python {sys.version.split()[0]})")
     gpu = gpu_facts(node, environ)
-    problems += gpu_problems(gpu, plan.expected_gpus, plan.used_gpus, plan.where)
-    if plan.expected_gpus:
+    problems += gpu_problems(gpu, plan.expected_gpus, plan.used_gpus, plan.where, plan.relative_gpus)
+    if plan.expected_gpus and plan.relative_gpus:  # `status` reads this note (slurm/run_report.py)
+        notes.append(job_gpus_note(job_gpu_ids(gpu), plan.used_gpus))
+    elif plan.expected_gpus:
         notes.append(f"{len(gpu.openable)} GPU(s)")
         notes += [f"warning: {w}" for w in gpu_warnings(gpu, plan.expected_gpus)]
     write_error, free = shm_facts()

@@ -7,7 +7,7 @@ caller applies the result.
 
 from __future__ import annotations
 
-from hpcplace.runtime.devices import GPU_VARIABLES, DeviceChoice, choose_devices
+from hpcplace.runtime.devices import GPU_VARIABLES, JOB_RELATIVE, DeviceChoice, choose_devices
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.process_env import ProcessEnv
 from hpcplace.runtime.shm_dir import node_dir_path
@@ -91,7 +91,11 @@ def compute_process_env(
     name = str(component["name"])
     rank = int(process["rank"])
     choice = choose_devices(
-        tuple(process["visible_accelerators"]), snapshot.cuda_visible_devices, local_gpus=local_gpus
+        tuple(process["visible_accelerators"]),
+        snapshot.cuda_visible_devices,
+        local_gpus=local_gpus,
+        relative=plan.get("gpu_ids") == JOB_RELATIVE,
+        step_gpus=snapshot.step_gpus,
     )
     targets, sources = weight_sync_peers(plan, name, rank)
     group = component.get("collocation_group")
@@ -108,7 +112,7 @@ def compute_process_env(
         master_addr=master_addr,
         master_port=master_port(snapshot.job_id, component_index),
         visible_devices=choice.visible,
-        physical_devices=choice.planned,
+        physical_devices=choice.planned if choice.physical is None else choice.physical,
         device_mode=choice.mode,
         isolate_accelerator=bool(process["isolate_accelerator"]),
         local_accelerator_rank=process["local_accelerator_rank"],

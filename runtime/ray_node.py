@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 
-from hpcplace.runtime.devices import choose_devices
+from hpcplace.runtime.devices import JOB_RELATIVE, choose_devices
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.master_port import EPHEMERAL_FILE, ephemeral_range
 from hpcplace.runtime.network import environment as network_environment
@@ -518,7 +518,12 @@ def main(argv: Sequence[str]) -> int:
         network = group_network(header, g)
         ifname, address = resolve_network(network) if network is not None else (None, host)
         net_args = [f"--node-ip-address={address}"] if ifname else []
-        choice = choose_devices(node["gpus"], os.environ.get("CUDA_VISIBLE_DEVICES"))
+        choice = choose_devices(
+            node["gpus"],
+            os.environ.get("CUDA_VISIBLE_DEVICES"),
+            relative=header.get("gpu_ids") == JOB_RELATIVE,
+            step_gpus=os.environ.get("SLURM_STEP_GPUS"),
+        )
         temp_dir = ray_temp_dir(job_id, node["rank"])
         spill_dir = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"hpcplace-ray-{job_id}-n{node['rank']}")
         for d in (os.path.dirname(temp_dir), temp_dir, spill_dir):
@@ -578,6 +583,8 @@ def main(argv: Sequence[str]) -> int:
             "ephemeral": list(ephemeral),
             "temp_dir": temp_dir,
             "spill_dir": spill_dir,
+            # job-relative GPU ids (slurm.exclusive: false): the node's GPUs this raylet got (`status`)
+            **({"gpus": list(choice.physical)} if choice.physical is not None else {}),
         }
         write_json(os.path.join(run_dir, "ray", "nodes", f"n{node['rank']}.json"), record)
         say(

@@ -499,6 +499,8 @@ def run_status(args: argparse.Namespace) -> int:
         waits = not status.done and status.state != "PENDING" and (plan is None or bool(plan.launch.driver))
         for line in _ray_status(run_dir, waits):
             print(line)
+        for line in run_report.job_gpu_lines(run_dir):  # a job sharing its nodes: the physical GPUs it used
+            print(line)
         ended_failed = status.done and status.state != "COMPLETED" and not preflight.exists()
         for line in run_report.read_failure(run_dir, job_id, ended_failed):
             print(line)

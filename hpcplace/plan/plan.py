@@ -25,6 +25,17 @@ if TYPE_CHECKING:
     from hpcplace.plan.process_table import Slot
 
 SCHEMA = "hpcplace.plan/1"
+PHYSICAL_GPU_IDS = "physical"  # a process's GPU ids are the node's (the job holds its nodes whole)
+JOB_RELATIVE_GPU_IDS = "job-relative"  # GPU k = the k-th (ascending) of the GPUs Slurm gives the job on the node
+
+
+def gpu_id_kind(slurm: dict[str, str]) -> str:
+    """Which GPU ids a plan holds: physical when the job takes its nodes whole (`slurm.exclusive`, the
+    default), job-relative when it shares them (Slurm then gives it whichever GPUs are free)."""
+    exclusive = str(slurm.get("exclusive", "true")).lower() not in ("false", "no", "0")
+    return PHYSICAL_GPU_IDS if exclusive else JOB_RELATIVE_GPU_IDS
+
+
 PROCESS_FIELDS = tuple(Placement.__dataclass_fields__)
 
 
@@ -184,6 +195,8 @@ def plan_header(plan: Plan) -> dict[str, object]:
             "actor_to_rollout": [[list(t) for t in targets] for targets in plan.weight_sync.actor_to_rollout],
         },
         "slurm": dict(sorted(plan.slurm.items())),
+        # Only for job-relative ids (absent = physical): plans of jobs that hold their nodes stay as they were.
+        **({"gpu_ids": JOB_RELATIVE_GPU_IDS} if gpu_id_kind(plan.slurm) == JOB_RELATIVE_GPU_IDS else {}),
         "warnings": list(plan.warnings),
         # Only in ray mode (absent = steps): plans of the default mode stay as they were.
         **({"launch": plan.launch.to_json()} if plan.launch != STEPS else {}),

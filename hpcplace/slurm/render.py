@@ -23,7 +23,15 @@ from hpcplace.config.rank_syntax import compress_ranks
 from hpcplace.config.safe_words import check_srun_argv
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.gpumap import spanning_lines
-from hpcplace.plan.plan import Plan, ProcessSpans, component_header, plan_header, write_plan_json
+from hpcplace.plan.plan import (
+    JOB_RELATIVE_GPU_IDS,
+    Plan,
+    ProcessSpans,
+    component_header,
+    gpu_id_kind,
+    plan_header,
+    write_plan_json,
+)
 from hpcplace.plan.process_table import node_processes
 from hpcplace.slurm import chain
 from hpcplace.slurm.chain import chain_plan
@@ -235,6 +243,11 @@ def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
         f"{len(plan.cluster.nodes)} nodes in {len(job.components)} het component(s)",
     ]
     lines += [f"composed: {item}" for item in plan.composed]
+    if gpu_id_kind(plan.slurm) == JOB_RELATIVE_GPU_IDS and any(g.gpus_per_node for g in plan.cluster.node_groups):
+        lines += [
+            "GPU ids: job-relative (slurm.exclusive: false): GPU k on a node is the k-th (ascending) of the GPUs",
+            "  Slurm gives this job there; no --gpu-bind, each task's shim keeps its own (physical ids: status)",
+        ]
     lines += ["", "het component <- node group: partition, nodes, GRES"]
     for hc in job.components:
         ranks = compress_ranks(hc.node_ranks or range(hc.first_node_rank, hc.first_node_rank + hc.num_nodes))

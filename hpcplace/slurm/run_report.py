@@ -302,7 +302,37 @@ def ray_node_lines(records: list[dict[str, object]]) -> list[str]:
         lines.append(f"Ray node rank {rec.get('rank', '?')} on {rec.get('host', '?')}: ports {', '.join(named)}{below}")
         if rec.get("temp_dir"):
             lines.append(f"  temp dir {rec['temp_dir']}, spill dir {rec.get('spill_dir', '?')}")
+        gpus = rec.get("gpus")
+        if isinstance(gpus, list) and gpus:  # job-relative GPU ids (slurm.exclusive: false)
+            lines.append(f"  GPUs {','.join(map(str, gpus))} of the node (the plan's job-relative 0-{len(gpus) - 1})")
     return lines
+
+
+# the preflight's note on a node of a job sharing its nodes (runtime/preflight.py, run)
+_JOB_GPUS = re.compile(
+    r"the job's GPU\(s\) ([0-9,]+|none), of which the plan uses ([0-9,]+|none) \(job-relative ([0-9,]+|none)\)"
+)
+
+
+def job_gpu_lines(run_dir: Path) -> list[str]:
+    """A job whose plan holds job-relative GPU ids (slurm.exclusive: false): the physical GPUs Slurm gave
+    it on each node and the ones its plan uses, from each node's preflight (logs/preflight.<node>.out,
+    in logs/nodes.txt's order); nothing when no preflight said so."""
+    lines = []
+    try:
+        nodes = [line.split()[2] for line in (run_dir / "logs" / "nodes.txt").read_text().splitlines() if line.strip()]
+    except (OSError, IndexError):
+        return []
+    for host in nodes:
+        try:
+            text = (run_dir / "logs" / f"preflight.{host}.out").read_text(errors="replace")
+        except OSError:
+            continue
+        match = _JOB_GPUS.search(text)
+        if match:
+            got, used, relative = match.groups()
+            lines.append(f"  {host}: the job's GPUs {got}; the plan's {relative} are {used}")
+    return ["GPUs (job-relative ids: slurm.exclusive: false; physical ids per node):", *lines] if lines else []
 
 
 def read_ray_nodes(run_dir: Path) -> list[dict[str, object]]:

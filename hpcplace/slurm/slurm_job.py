@@ -32,7 +32,7 @@ from hpcplace.config.slurm_options import (
     time_limit_seconds,
 )
 from hpcplace.errors import SlurmError, SpecError
-from hpcplace.plan.plan import ComponentPlan, Plan
+from hpcplace.plan.plan import JOB_RELATIVE_GPU_IDS, PHYSICAL_GPU_IDS, ComponentPlan, Plan, gpu_id_kind
 from hpcplace.plan.process_table import LocalRankError, NodeProcesses, Slot, node_processes
 from hpcplace.plan.runnable import commandless_components
 from hpcplace.ray.ray_cluster import DRIVER_STEP, RAY_STEP, head_node
@@ -246,7 +246,7 @@ def lower(plan: Plan) -> SlurmJob:
     if unknown:
         raise SpecError(f"unknown slurm option(s) {unknown}", hint=f"known: {', '.join(sorted(SLURM_JOB_OPTIONS))}")
     job_name = slug(options.get("job_name") or plan.name, "hpcplace")
-    exclusive = options.get("exclusive", "true").lower() not in ("false", "no", "0")
+    exclusive = gpu_id_kind(plan.slurm) == PHYSICAL_GPU_IDS
     extra = extra_args(options.get("extra_sbatch_args", ""))
     time_args: tuple[str, ...] = ()
     if options.get("time"):
@@ -500,10 +500,14 @@ def _het_component(
     )
 
 
-def _node_layout(slots: Sequence[Slot], node_gpus: int) -> tuple[tuple[tuple[str, ...], ...], str | None]:
-    """Per-node key: GPUs per local task, and the bind (None: every task sees all step GPUs)."""
+def _node_layout(
+    slots: Sequence[Slot], node_gpus: int, relative: bool = False
+) -> tuple[tuple[tuple[str, ...], ...], str | None]:
+    """Per-node key: GPUs per local task, and the bind (None: every task sees all step GPUs). Job-relative
+    GPU ids (a job sharing its nodes) bind nothing: Slurm's --gpu-bind names the node's GPUs, the job holds
+    whichever were free; each task sees all of the job's there and the shim keeps its own (runtime/devices.py)."""
     task_gpus = tuple(s.visible_accelerators for s in slots)
-    if not node_gpus or not slots[0].isolate_accelerator:
+    if not node_gpus or not slots[0].isolate_accelerator or relative:
         return task_gpus, None
     return task_gpus, gpu_bind(task_gpus)
 
@@ -515,13 +519,14 @@ def _component_steps(plan: Plan, comp: ComponentPlan, name: str) -> list[Step]:
     cluster = plan.cluster
     views = sorted(_node_views(comp), key=lambda v: (v.het_group, v.group_node_index))
     keys: dict[tuple[int, int], _Layout] = {}  # (id of a slots tuple, GPUs of the node) -> layout key
+    relative = gpu_id_kind(plan.slurm) == JOB_RELATIVE_GPU_IDS
     per_group: dict[int, list[tuple[int, tuple[_Layout, Sequence[int]]]]] = {}
     for view in views:
         g, j = view.het_group, view.group_node_index
         node_gpus = cluster.node_groups[g].gpus_per_node[j]
         key = keys.get((id(view.slots), node_gpus))
         if key is None:
-            task_gpus, bind = _node_layout(view.slots, node_gpus)
+            task_gpus, bind = _node_layout(view.slots, node_gpus, relative)
             key = keys[(id(view.slots), node_gpus)] = (len(view.slots), node_gpus, bind, task_gpus)
         per_group.setdefault(g, []).append((j, (key, view.ranks)))
     mem_per_task = comp.mem_per_process_mb or 0

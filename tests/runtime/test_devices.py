@@ -8,6 +8,7 @@ import pytest
 
 from hpcplace.runtime.devices import (
     BY_UUID,
+    JOB_RELATIVE,
     LOCAL_MAP,
     NONE,
     PHYSICAL,
@@ -79,6 +80,37 @@ def test_step_local_ids_are_kept() -> None:
 def test_other_bindings_are_errors(planned: tuple[str, ...], seen: str) -> None:
     with pytest.raises(ShimError, match="gpu-bind"):
         choose_devices(planned, seen)
+
+
+def test_job_relative_ids_index_the_jobs_gpus_in_both_constrain_modes() -> None:
+    """A job sharing its node got GPUs 4,5 (of 8): every task of its steps sees both (no --gpu-bind),
+    "4,5" under ConstrainDevices=no, "0,1" under =yes; plan id k keeps the k-th, and the physical ids
+    come from SLURM_STEP_GPUS (ascending, whatever Slurm's order)."""
+    no = choose_devices(("1",), "4,5", relative=True, step_gpus="4,5")
+    assert (no.mode, no.value, no.physical) == (JOB_RELATIVE, "5", ("5",))
+    yes = choose_devices(("1",), "0,1", relative=True, step_gpus="5,4")
+    assert (yes.mode, yes.value, yes.physical) == (JOB_RELATIVE, "1", ("5",))
+    both = choose_devices(("0", "1"), "1,0", relative=True, step_gpus="4,5")
+    assert (both.value, both.physical) == ("0,1", ("4", "5"))
+    assert both.note == "job-relative GPU(s) 0,1 -> 0,1 of the job's 0,1 on this node (physical 4,5)"
+    unknown = choose_devices(("0",), "6,7", relative=True)  # no SLURM_STEP_GPUS: the physical ids unknown
+    assert (unknown.value, unknown.physical) == ("6", None)
+    # the same ids read as physical: a binding error
+    with pytest.raises(ShimError, match="gpu-bind"):
+        choose_devices(("0", "1"), "4,5")
+    with pytest.raises(ShimError, match=r"the job holds 2 GPU\(s\) on this node .*: no GPU 2"):
+        choose_devices(("2",), "4,5", relative=True, step_gpus="4,5")
+    with pytest.raises(ShimError, match="Slurm gave this task no GPU"):
+        choose_devices(("0",), None, relative=True)
+    assert choose_devices((), "4,5", relative=True).value == ""  # a CPU process still sees none
+
+
+def test_nvml_job_relative_checks_the_physical_gpus() -> None:
+    choice = choose_devices(("1",), "0,1", relative=True, step_gpus="4,5")
+    hidden = tuple(d for d in gpus(8) if d.minor in (4, 5))  # ConstrainDevices=yes: NVML sees the job's two
+    assert check_devices(choice, hidden, "a800", "n") == ([], [])
+    errors, _ = check_devices(choice, tuple(d for d in gpus(8) if d.minor == 4), "a800", "n")
+    assert errors and "cannot open GPU 5" in errors[0]
 
 
 def test_local_backend_mapping_and_virtual() -> None:

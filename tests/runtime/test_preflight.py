@@ -322,3 +322,25 @@ def test_a_ray_dashboard_without_its_packages_fails_the_head_at_once(
         assert rc == 1 and "Ray's dashboard (launch.dashboard)" in out and 'pip install "ray[default]"' in out, out
     rc, out = run_task(tmp_path, slurm_env("cpu-1", rendered), capsys)  # only the head runs the dashboard
     assert "dashboard" not in out, out
+
+
+def test_job_relative_gpus_map_onto_the_jobs_allocation_in_both_constrain_modes() -> None:
+    """A job sharing its nodes (plan ids job-relative) got GPUs 4,5 of an 8-GPU node: plan ids 0,1 are
+    4,5 whether Slurm says so in SLURM_STEP_GPUS, through the devices it may open (ConstrainDevices=yes),
+    or in CUDA_VISIBLE_DEVICES (=no); a plan id beyond the job's GPUs, or a count that differs, fails."""
+    no = GpuFacts(device_dir="/dev", present=tuple(range(8)), openable=tuple(range(8)), slurm_visible="4,5")
+    yes = GpuFacts(device_dir="/dev", present=tuple(range(8)), openable=(4, 5), slurm_visible="0,1")
+    stated = GpuFacts(device_dir="/dev", present=tuple(range(8)), openable=(4, 5), slurm_visible="0,1", step_gpus="5,4")
+    for f in (no, yes, stated):
+        assert pf.job_gpu_ids(f) == (4, 5), f
+        assert pf.gpu_problems(f, 2, [0, 1], WHERE, relative=True) == [], f
+        assert pf.gpu_problems(f, 2, [1], WHERE, relative=True) == [], f
+    # the same facts read as physical ids: the plan's GPU 0 is not the job's
+    assert pf.gpu_problems(yes, 2, [0, 1], WHERE) != []
+    (problem,) = pf.gpu_problems(no, 2, [0, 2], WHERE, relative=True)
+    assert problem == f"the plan uses job-relative GPU(s) 2 on {WHERE}, beyond the job's 2"
+    (problem,) = pf.gpu_problems(no, 4, [0], WHERE, relative=True)
+    assert problem.startswith(f"Slurm gave the job 2 GPU(s) on {WHERE} (4,5), but the plan expects 4")
+    closed = GpuFacts(device_dir="/dev", present=tuple(range(8)), openable=(4,), slurm_visible="0,1", step_gpus="4,5")
+    (problem,) = pf.gpu_problems(closed, 2, [0, 1], WHERE, relative=True)
+    assert problem.startswith(f"the job's GPU(s) 5 on {WHERE} cannot be opened (/dev/nvidia{{5}}; can open: 4)")

@@ -301,3 +301,27 @@ def test_stop_options_refused_at_plan_time_with_location(tmp_path, option: str, 
             """,
         )
     assert err.value.location is not None and err.value.location.line == 7
+
+
+def test_a_job_sharing_its_nodes_binds_job_relative_gpu_ids(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`exclusive: false`: the plan's GPU ids are job-relative (plan.json says so, the summary too); no
+    step binds them with --gpu-bind (it would name the node's GPUs), each still asks for the job's GPUs of
+    the node. The same plan exclusive: physical ids, map_gpu, nothing in plan.json."""
+    from hpcplace.plan.plan import JOB_RELATIVE_GPU_IDS, PHYSICAL_GPU_IDS, gpu_id_kind, plan_header
+    from hpcplace.slurm.render import placement_summary
+
+    placements = 'actor: {node_group: a800, placement: "0-3"}\nrollout: {node_group: a800, placement: "4-5"}'
+    held = lab(tmp_path, placements)
+    shared = replace(held, slurm={**held.slurm, "exclusive": "false"})
+    assert (gpu_id_kind(held.slurm), gpu_id_kind(shared.slurm)) == (PHYSICAL_GPU_IDS, JOB_RELATIVE_GPU_IDS)
+    assert "gpu_ids" not in plan_header(held) and plan_header(shared)["gpu_ids"] == "job-relative"
+    for plan, bound in ((held, True), (shared, False)):
+        job = lower(plan)
+        for step in job.steps:
+            for seg in step.segments:
+                args = segment_srun_args(job, step, seg)
+                assert any(a.startswith("--gpu-bind=map_gpu:") for a in args) == bound, (step.component, args)
+                assert f"--gres=gpu:a800:{seg.gpus_per_node}" in args
+        summary = "\n".join(placement_summary(plan, job))
+        assert ("GPU ids: job-relative (slurm.exclusive: false)" in summary) == (not bound)
+    assert "--exclusive" not in lower(shared).components[0].sbatch_args

@@ -22,8 +22,7 @@ pytestmark = pytest.mark.slurm
 
 PROBE = Path(__file__).with_name("shared_nodes_probe.py")
 RAY_ARGS = "--object-store-memory=80000000"  # small machine, several raylets
-# No GPUs: a job that does not hold a node whole cannot pin physical GPU ids (Slurm's --gpu-bind=map_gpu names
-# the node's GPUs, and a second job on the node holds others): issue 27 leaves GPU jobs on shared nodes open.
+# No GPUs here: GPU jobs sharing nodes (job-relative GPU ids) are test_shared_gpus_cluster.py's.
 GROUP = "{label: a800, partition: a800, nodes: 2, cpus_per_node: 2, mem_per_node: 6000}"
 
 
