@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hpcplace.config import limits
@@ -43,6 +43,7 @@ SOURCE_ENV = "HPCPLACE_VERL_SRC"  # a verl checkout whose verl/trainer/config is
 ENTRY = re.compile(r"(^|.*/)verl[./]trainer[./](main_\w+?)(\.py)?$")
 PLANNED_ENTRIES = ("main_ppo",)
 TRAINER_MODES = ("colocate_async", "separate_async", "sync")  # verl's TRAINER_REGISTRY (v1/trainer_*.py)
+COLOCATE, STANDALONE_COLOCATE = 3, 2  # CPUs of a bundle: ResourcePoolManager's max_colocate_count (replica.py: 2)
 POOLS = ("global_pool", "reward_pool", "teacher_pool", "rollout_pool")  # in the order verl creates them
 CONFIG_FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn": "name"}
 HYDRA_FLAGS_WITHOUT_VALUE = ("--multirun", "-m", "--resolve", "--cfg", "-c", "--info", "-i", "--help", "-h")
@@ -491,6 +492,14 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         "verl orders a pool's nodes by IP address as a string (10.0.0.10 before 10.0.0.9): the job checks at start "
         "that the IP order of each pool's nodes is the plan's node order, and stops naming the difference"
     )
+    groups, cpus = bundle_cpus(groups, entries, pools, labels)
+    for key, count in cpus.items():
+        settings[key] = replace(settings.get(key) or ComponentSpec(key), cpus_per_process=count)
+    notes.append(
+        f"CPUs: verl's bundles hold {COLOCATE} CPUs per GPU (ResourcePoolManager's max_colocate_count; "
+        f"{STANDALONE_COLOCATE} in a standalone rollout pool) and its TaskRunner actor 1 more, taken before the "
+        "pools: a node group without cpus_per_node asks for those"
+    )
     cluster = build_cluster(tuple(groups), root if slurm_view is None else slurm_view)
     name, given = hpcplace_block(
         root, {c for e in entries for c in e.components}, blocks.path if blocks.data else "verl"
@@ -575,3 +584,24 @@ def ray_choice_notes(pools: list[Pool], labels: dict[str, str]) -> list[str]:
                     f"{pool.name} for an exact placement"
                 )
     return out
+
+
+def bundle_cpus(
+    groups: list[NodeGroup], entries: list[PlacementEntry], pools: list[Pool], labels: dict[str, str]
+) -> tuple[list[NodeGroup], dict[str, int]]:
+    """Each GPU's bundle holds max_colocate_count CPUs, shared by the processes on that GPU, and verl's
+    TaskRunner takes one CPU before any pool exists: without it a node of exactly 3 CPUs per GPU could
+    never hold its pool's STRICT_PACK group. The first component on a pool's GPUs asks for what the others
+    leave of the bundle; a group without cpus_per_node gets the bundles' CPUs + 1."""
+    per_process: dict[str, int] = {}
+    out = []
+    for group, pool in zip(groups, pools, strict=True):
+        bundle = STANDALONE_COLOCATE if pool.name == "rollout_pool" else COLOCATE
+        names = [c for e in entries if e.node_group == (labels[pool.name],) for c in e.components]
+        if names:
+            per_process[names[0]] = max(1, bundle - (len(names) - 1))
+        per_gpu = max(bundle, len(names))
+        if group.cpus_per_node is None:
+            group = replace(group, cpus_per_node=per_gpu * pool.per_node + 1)
+        out.append(group)
+    return out, per_process

@@ -1,6 +1,6 @@
 """Run verl's own placement code for a verl command's overrides and report where every rank landed.
 
-    python verl_driver.py --report R.json [--local IP:GPUS:RANK,...] -- key=value ...
+    python verl_driver.py --report R.json [--local IP:GPUS:RANK,...] -- [python3 -m verl.trainer.main_ppo] key=value ...
 
 The overrides are composed with verl's own config files by Hydra (as verl.trainer.main_ppo's @hydra.main
 does). The pools are those of verl's PPOTrainer._init_resource_pool_mgr (verl 0.9.1
@@ -72,7 +72,8 @@ def main() -> int:
     parser.add_argument("--report", required=True)
     parser.add_argument("--local", default="")
     opts, overrides = parser.parse_known_args()
-    overrides = [o for o in overrides if o != "--"]
+    entry = next((i for i, w in enumerate(overrides) if w.endswith("verl.trainer.main_ppo")), None)
+    overrides = overrides[entry + 1 :] if entry is not None else [o for o in overrides if o != "--"]
     report: dict[str, Any] = {"records": [], "overrides": overrides}
     cluster = None
     t0 = time.time()
