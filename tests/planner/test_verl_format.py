@@ -60,7 +60,7 @@ def test_default_config_is_one_node_of_eight_gpus_with_colocated_roles(tmp_path:
         ("global_pool", 1, (8,) * 1, "a800")
     ]
     # gae (verl's default adv_estimator) makes a critic; no KL: actor_rollout without ref; one WorkerDict per GPU
-    assert set(c.name for c in plan.components) == {"actor_rollout", "critic", "rollout"}
+    assert {c.name for c in plan.components} == {"actor_rollout", "critic", "rollout"}
     assert where(plan, "actor_rollout") == [(0, (g,)) for g in range(8)] == where(plan, "critic")
     assert plan.component("rollout").tensor_parallel_size == 2
     assert any("4 replica(s) of tp2 dp1 pp1 = 2 GPUs on global_pool ranks 0-1, 2-3, 4-5, 6-7" in n for n in spec.notes)
@@ -245,3 +245,12 @@ def test_ip_order_check_names_the_difference() -> None:
     nodes[1]["NodeManagerAddress"] = "10.0.0.11"
     nodes[0]["NodeManagerAddress"] = "10.0.0.10"
     assert ip_order_problem(nodes, expected, lambda g, j: "h") is None
+
+
+def test_node_groups_ask_for_verls_bundle_cpus_and_the_task_runner(tmp_path: Path) -> None:
+    spec = spec_of(tmp_path, "critic.enable=False")
+    # one WorkerDict per GPU whose bundle holds 3 CPUs (actor_rollout 2 + rollout 1), plus verl's TaskRunner
+    assert spec.cluster.node_groups[0].cpus_per_node == 3 * 8 + 1
+    assert (spec.component("actor_rollout").cpus_per_process, spec.component("rollout").cpus_per_process) == (2, 1)
+    given = spec_of(tmp_path, text="slurm: {partition: a800, cpus_per_node: 64}\n")
+    assert given.cluster.node_groups[0].cpus_per_node == 64
