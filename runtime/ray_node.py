@@ -184,6 +184,7 @@ def node_facts(header: dict[str, Any], g: int, j: int, cpus_needed: int = 0) -> 
             **framework_node_env((header.get("source") or {}).get("format"), rank),
         },
         "python": _at(group.get("python_interpreter"), j, None),
+        "framework": (header.get("source") or {}).get("format"),
     }
 
 
@@ -289,7 +290,11 @@ def raylet_env(
     env["RLINF_NODE_RANK"] = str(node["rank"])
     env["CUDA_VISIBLE_DEVICES"] = visible
     if visible:
-        env["GPU_DEVICE_ORDINAL"] = env["ROCR_VISIBLE_DEVICES"] = visible
+        env["GPU_DEVICE_ORDINAL"] = visible
+        # verl's Worker refuses ROCR_VISIBLE_DEVICES beside the CUDA_VISIBLE_DEVICES Ray gives each actor
+        # ("Please don't set ROCR_VISIBLE_DEVICES when HIP/CUDA_VISIBLE_DEVICES is set", worker.py)
+        if node.get("framework") != "verl":
+            env["ROCR_VISIBLE_DEVICES"] = visible
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     # `ray start --block` drains a node for 30 s on SIGTERM (for Ray Serve); the job is ending.
     env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")

@@ -254,3 +254,12 @@ def test_node_groups_ask_for_verls_bundle_cpus_and_the_task_runner(tmp_path: Pat
     assert (spec.component("actor_rollout").cpus_per_process, spec.component("rollout").cpus_per_process) == (2, 1)
     given = spec_of(tmp_path, text="slurm: {partition: a800, cpus_per_node: 64}\n")
     assert given.cluster.node_groups[0].cpus_per_node == 64
+
+
+def test_raylets_of_a_verl_job_carry_no_rocr_visible_devices() -> None:
+    from hpcplace.runtime.ray_node import raylet_env
+
+    slurm = {"ROCR_VISIBLE_DEVICES": "0,1", "CUDA_VISIBLE_DEVICES": "0,1", "PATH": "/bin"}
+    verl_env = raylet_env(slurm, {"env": {}, "rank": 1, "framework": "verl"}, {}, "0,1")
+    assert "ROCR_VISIBLE_DEVICES" not in verl_env and verl_env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert raylet_env(slurm, {"env": {}, "rank": 1, "framework": "rlinf"}, {}, "0,1")["ROCR_VISIBLE_DEVICES"] == "0,1"

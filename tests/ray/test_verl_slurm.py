@@ -1,0 +1,66 @@
+"""A heterogeneous verl job on the real Slurm test cluster (marker `slurm`): global_pool (actor, ref, critic
+and rollout replicas of TP 4 across both nodes) on the a800 partition, reward_pool on rtx4090, planned from
+verl's command and submitted with `hpcplace submit --driver -- python verl_driver.py ... -- python3 -m
+verl.trainer.main_ppo <overrides>`. The driver (tests/ray/drivers/verl_driver.py) runs verl 0.9.1's own
+placement code on the Ray cluster hpcplace started (the job's start check for verl's IP-string node order
+passed first); every rank's node (the raylet's hpcplace.node_rank) and GPU ids must equal plan.json."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpcplace.slurm import submit
+from tests.ray.test_frameworks_slurm import FAKE_GPU, run_job
+from tests.ray.test_ray_slurm import _small_ray, assert_clean  # noqa: F401 - fixture
+from tests.slurm.conftest import LiveCluster
+
+pytestmark = pytest.mark.slurm
+DRIVER = Path(__file__).parent / "drivers" / "verl_driver.py"
+OVERRIDES = [
+    "trainer.nnodes=2",
+    "trainer.n_gpus_per_node=2",
+    "actor_rollout_ref.actor.use_kl_loss=True",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=4",
+    "reward.reward_model.enable=True",
+    "reward.reward_model.enable_resource_pool=True",
+    "reward.reward_model.nnodes=1",
+    "reward.reward_model.n_gpus_per_node=1",
+    "reward.reward_model.rollout.tensor_model_parallel_size=1",
+]
+BLOCKS = {
+    "slurm": {
+        "partition": "a800",
+        "gpu_type": "a800",
+        "mem_per_node": 4000,
+        "time": "00:05:00",
+        "pools": {"reward_pool": "r4090"},
+        "node_groups": {"r4090": {"partition": "rtx4090", "gpu_type": "rtx4090"}},
+    },
+    "launch": {"mode": "ray", "env": {"PYTHONPATH": str(FAKE_GPU)}, "join_timeout": 180},
+}
+
+
+def test_heterogeneous_verl_job_places_every_rank_as_planned(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    pytest.importorskip("verl", reason="verl is installed by tests/requirements-frameworks.txt")
+    config = tmp_path / "verl-site.yaml"
+    config.write_text(yaml.safe_dump(BLOCKS, sort_keys=False), encoding="utf-8")
+    report_path = tmp_path / "verl-report.json"
+    driver = [sys.executable, str(DRIVER), "--report", str(report_path), "--", "python3", "-m"]
+    run_dir, plan, hosts = run_job(tmp_path, config, "--driver", "--", *driver, "verl.trainer.main_ppo", *OVERRIDES)
+    report = json.loads(report_path.read_text())
+    assert "error" not in report, report.get("traceback")
+    groups = [(g["label"], g["partition"], g["gpus_per_node"]) for g in plan["node_groups"]]
+    assert groups == [("global_pool", "a800", [2, 2]), ("r4090", "rtx4090", [1])]
+    planned = submit.load_plan(run_dir / "plan.json")
+    want = {
+        (c.name, p.rank): (p.cluster_node_rank, tuple(int(g) for g in p.visible_accelerators))
+        for c in planned.components
+        for p in c.processes
+    }
+    got = {(r["component"], r["rank"]): (r["node_rank"], tuple(r["gpus"])) for r in report["records"]}
+    assert got == want and len(got) == 4 * 3 + 1, (got, want, hosts)
