@@ -10,7 +10,7 @@ RewardModelActor, RolloutRayActor) are probes that record their node and GPUs. A
 parallelism does what vLLM's Ray executor does with OpenRLHF's VLLM_RAY_BUNDLE_INDICES: one worker per
 bundle index of the engine's placement group, with VLLM_RAY_PER_WORKER_GPUS GPUs each.
 
-    python openrlhf_driver.py --report OUT.json --nodes 8,8 [--address ADDR] -- --actor.num_nodes 1 ...
+    python openrlhf_driver.py --report OUT.json --nodes 8,8 [--address ADDR] -- [python3 -m openrlhf.cli.train_ppo_ray] --actor.num_nodes 1 ...
 
 Without --address it starts a ray.cluster_utils.Cluster of nodes with those GPU counts (a local fake-GPU
 cluster); with it (or RAY_ADDRESS) it attaches to the cluster hpcplace started."""
@@ -172,6 +172,8 @@ def main() -> int:
         cut = ours.index("--")
         ours, rest = ours[:cut], ours[cut + 1 :]
     opts = parser.parse_args(ours)
+    if "openrlhf.cli.train_ppo_ray" in rest:  # `-- python3 -m openrlhf.cli.train_ppo_ray ARGS`: the command as planned
+        rest = rest[rest.index("openrlhf.cli.train_ppo_ray") + 1 :]
     report: dict[str, Any] = {"error": None, "argv": rest}
     probe_dir = tempfile.mkdtemp(prefix="openrlhf-probe-", dir=os.environ.get("OPENRLHF_PROBE_PARENT"))
     os.environ[PROBE_DIR] = probe_dir
@@ -194,7 +196,12 @@ def main() -> int:
                 cluster.add_node(num_gpus=int(gpus), num_cpus=int(gpus) * 2 + 4)
             ray.init(address=cluster.address, runtime_env=env)
         report["nodes"] = [
-            {"node_id": n["NodeID"], "gpus": int(n["Resources"].get("GPU", 0)), "resources": n["Resources"]}
+            {
+                "node_id": n["NodeID"],
+                "host": n.get("NodeManagerHostname"),
+                "gpus": int(n["Resources"].get("GPU", 0)),
+                "resources": n["Resources"],
+            }
             for n in ray.nodes()
             if n["Alive"]
         ]
