@@ -263,3 +263,26 @@ def test_raylets_of_a_verl_job_carry_no_rocr_visible_devices() -> None:
     verl_env = raylet_env(slurm, {"env": {}, "rank": 1, "framework": "verl"}, {}, "0,1")
     assert "ROCR_VISIBLE_DEVICES" not in verl_env and verl_env["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert raylet_env(slurm, {"env": {}, "rank": 1, "framework": "rlinf"}, {}, "0,1")["ROCR_VISIBLE_DEVICES"] == "0,1"
+
+
+def test_distillation_makes_a_teacher_pool_after_the_reward_pool(tmp_path: Path) -> None:
+    spec = spec_of(
+        tmp_path,
+        "distillation.enabled=True",
+        "distillation.nnodes=1",
+        "distillation.n_gpus_per_node=4",
+        "reward.reward_model.enable_resource_pool=True",
+        "reward.reward_model.nnodes=1",
+        "reward.reward_model.n_gpus_per_node=2",
+    )
+    assert [(g.label, g.gpus_per_node) for g in spec.cluster.node_groups] == [
+        ("global_pool", (8,)),
+        ("reward_pool", (2,)),
+        ("teacher_pool", (4,)),
+    ]
+    assert len(plan_from_spec(spec).component("teacher_model").processes) == 4
+    # reward_pool (2 per node) is created before teacher_pool (4): its groups fit on the teacher's node
+    assert any("reward_pool's placement groups (2 GPUs each) also fit on teacher_pool's" in n for n in spec.notes)
+    assert any("reward_pool (1x2 GPUs) is reserved by verl" in n for n in spec.notes)
+    err = error(tmp_path, "distillation.enabled=True")  # nnodes: 0 in verl's distillation.yaml
+    assert "config.distillation.nnodes must be greater than 0" in err.message
