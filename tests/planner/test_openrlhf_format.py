@@ -133,6 +133,7 @@ def test_ray_job_submit_is_read_after_its_double_dash_and_the_plan_says_what_the
     p = plan_from_spec(load_spec(site(tmp_path), driver=words))
     assert [c.name for c in p.components] == ["actor", "ref", "critic", "reward"]
     assert any("ray job submit" in n and "python3 -m openrlhf.cli.train_ppo_ray" in n for n in p.warnings)
+    assert p.launch.is_ray and p.launch.driver == (*ENTRY, *MODELS)  # the job runs the part after `--`
 
 
 def test_the_deepspeed_entry_points_are_not_ray_drivers(tmp_path: Path) -> None:

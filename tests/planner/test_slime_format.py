@@ -80,6 +80,18 @@ def test_refusals_are_located_at_the_word(tmp_path: Path, words: list[str], mess
     assert err.location is not None and err.location.column == 1 + sum(len(w) + 1 for w in full[: word - 1 + 1])
 
 
+def test_ray_job_submit_runs_the_part_after_its_double_dash(tmp_path: Path) -> None:
+    wrapped = ["ray", "job", "submit", "--address=http://127.0.0.1:8265", "--runtime-env-json={}", "--"]
+    p = plan(tmp_path, "--colocate", "--rollout-num-gpus-per-engine", "2")
+    q = plan_from_spec(
+        load_spec(
+            str(tmp_path / "site.yaml"), driver=[*wrapped, *ENTRY, "--colocate", "--rollout-num-gpus-per-engine", "2"]
+        )
+    )
+    assert q.launch.driver == p.launch.driver == (*ENTRY, "--colocate", "--rollout-num-gpus-per-engine", "2")
+    assert q.components == p.components and any("ray job submit" in w for w in q.warnings)
+
+
 def test_async_training_refuses_colocation(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text("slurm: {gpus_per_node: 8}\n", encoding="utf-8")

@@ -252,7 +252,8 @@ def _load_command_spec(
             f"a {name} job runs in the Ray launch mode: the framework's driver starts every process",
             hint="remove launch.mode (or set it to ray)",
         )
-    command = tuple(driver) if driver else launch.driver
+    # a format may name the part of the command that is the driver (the words after `ray job submit ... --`)
+    command = spec.launch.driver or (tuple(driver) if driver else launch.driver)
     spec = replace(spec, launch=replace(launch, mode="ray", driver=command))
     spec = _with_container_block(spec, parse_container_block(doc.root().get("container")))
     return replace(spec, composed=spec.composed + tuple(f"override {o}" for o in overrides)) if overrides else spec

@@ -208,3 +208,19 @@ def _convert(
             hint=f"did you mean {near!r}?" if (near := closest(text, flag.choices)) else None,
         )
     return value
+
+
+def submitted_command(command: FrameworkCommand, entry: int, notes: list[str]) -> tuple[str, ...]:
+    """The driver of a command wrapped as `ray job submit [OPTIONS] -- CMD...` (the frameworks' scripts start it
+    so): CMD, which hpcplace runs on the head of the job's own Ray cluster (there is no job server to submit to),
+    with a note saying so; () for an unwrapped command (the whole command is the driver)."""
+    head = command.argv[:entry]
+    if "submit" not in head or "--" not in head:
+        return ()
+    driver = command.argv[len(head) - head[::-1].index("--") :]
+    notes.append(
+        "the command is wrapped in `ray job submit ... --`: the job's driver is the part after `--` ("
+        + " ".join(driver[: driver.index(command.argv[entry]) + 1])
+        + " ...): hpcplace starts the Ray cluster and runs it on the head, with no job server to submit to"
+    )
+    return driver

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import NodeGroup
-from hpcplace.config.formats.argv import Flag, Given, Value, parse_flags
+from hpcplace.config.formats.argv import Flag, Given, Value, parse_flags, submitted_command
 from hpcplace.config.formats.command import COMMAND_FORMATS, FrameworkCommand
 from hpcplace.config.formats.common import (
     SiteGpus,
@@ -42,6 +42,7 @@ from hpcplace.config.formats.common import (
 )
 from hpcplace.config.formats.openrlhf_flags import FLAGS_0_10_2, FLAGS_BEFORE_0_10_2
 from hpcplace.config.framework_version import FrameworkVersion, VersionGate, resolve_version
+from hpcplace.config.launch import LaunchSpec
 from hpcplace.config.spec import (
     ComponentSpec,
     ExperimentSpec,
@@ -137,12 +138,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     entry = entry_index(command)
     version = resolve_version("openrlhf", root, notes)
     args = parse_args(command, entry, version)
-    if "submit" in command.argv[:entry] and "--" in command.argv[:entry]:
-        notes.append(
-            "the command is wrapped in `ray job submit ... --`: under hpcplace the driver is the command after "
-            "`--` itself (hpcplace starts the Ray cluster and runs the driver on its head); give launch.driver "
-            "as " + " ".join(command.argv[command.argv.index("--") + 1 : entry + 1]) + " ..."
-        )
+    driver = submitted_command(command, entry, notes)
     groups, sizes = groups_of(command, entry, args, notes)
     slurm_view = root.get("slurm")
     options = slurm_job_options(slurm_view, frozenset({"pools"}))
@@ -208,6 +204,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         "openrlhf",
         options,
         notes=tuple(notes),
+        launch=LaunchSpec(driver=driver),  # load_spec makes it the Ray mode's; () keeps the whole command
     )
 
 

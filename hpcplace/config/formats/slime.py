@@ -21,9 +21,10 @@ import re
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import NodeGroup
-from hpcplace.config.formats.argv import Flag, Value, parse_flags
+from hpcplace.config.formats.argv import Flag, Value, parse_flags, submitted_command
 from hpcplace.config.formats.command import COMMAND_FORMATS, FrameworkCommand
 from hpcplace.config.formats.common import SiteGpus, SlurmFacts, hpcplace_block, slurm_facts, slurm_job_options
+from hpcplace.config.launch import LaunchSpec
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, SpanningWorkers, build_cluster
 from hpcplace.config.yaml_source import View, YamlDocument, closest
 
@@ -66,6 +67,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     root = blocks.root()
     notes: list[str] = []
     entry = _entry(command, notes)
+    driver = submitted_command(command, entry, notes)
     given = parse_flags(
         command,
         entry + 1,
@@ -267,18 +269,23 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
             settings.mem_per_process_mb,
             settings.location,
         )
-    return ExperimentSpec(name, cluster, tuple(entries), components, blocks.path, "slime", options, notes=tuple(notes))
+    return ExperimentSpec(
+        name,
+        cluster,
+        tuple(entries),
+        components,
+        blocks.path,
+        "slime",
+        options,
+        notes=tuple(notes),
+        launch=LaunchSpec(driver=driver),  # load_spec makes it the Ray mode's; () keeps the whole command
+    )
 
 
 def _entry(command: FrameworkCommand, notes: list[str]) -> int:
     pattern = COMMAND_FORMATS["slime"].entry_point
     for i, word in enumerate(command.argv):
         if pattern.match(word) and _ENTRY.match(word):
-            if "submit" in command.argv[:i] and "--" in command.argv[:i]:
-                notes.append(
-                    "the command is wrapped in `ray job submit ... --`: under hpcplace the driver is the command "
-                    "after `--` itself (hpcplace starts the Ray cluster and runs the driver on its head)"
-                )
             return i
     raise command.error(0, "the command runs no slime entry point", hint="the driver is `python3 train.py ...`")
 
