@@ -622,11 +622,16 @@ def run_cancel(args: argparse.Namespace) -> int:
     if not ids:
         print(submit.cancel(job_id))
         return 0
-    for link, link_id in enumerate(ids):  # a chain: every link, the running one and those pending after it
+    # A chain: every link, the pending ones first (the last first), then the running one: cancelled first,
+    # its batch script would cancel the pending links itself (a link that fails ends its chain), racing
+    # this loop, and a pending link could start in between. Said in link order.
+    said: dict[int, str] = {}
+    for link, link_id in reversed(list(enumerate(ids))):
         try:
-            print(f"link {link}: {submit.cancel(link_id)}")
+            said[link] = f"link {link}: {submit.cancel(link_id)}"
         except submit.UnknownJobError:
-            print(f"link {link}: Slurm no longer knows job {link_id} (it ended long ago); nothing to cancel")
+            said[link] = f"link {link}: Slurm no longer knows job {link_id} (it ended long ago); nothing to cancel"
+    print("\n".join(said[link] for link in sorted(said)))
     return 0
 
 

@@ -4,7 +4,8 @@ Every link is the same job.sbatch, submitted with `--dependency=singleton` under
 run shares (`chain_job_name`): Slurm starts a link only once every earlier job of that name and user
 has ended, whatever its state. So the chain's stop is the batch script's: a link that ends the training
 (exit 0 before its time-limit warning) or fails cancels the later links (templates/chain.sh.j2); a
-link stopped by its time limit lets the next one run. Each link records its start and its end (with
+link stopped by its time limit lets the next one run; a link Slurm requeued (`slurm.requeue`) is the same
+link starting again, ending nothing (the later links wait behind it). Each link records its start and its end (with
 the outcome and what it cancelled) in <run dir>/chain.jsonl; run.json lists every link's job id.
 """
 
@@ -57,7 +58,7 @@ class LinkRecord:
     job_id: str
     started: str
     ended: str | None = None
-    outcome: str | None = None  # finished | time-limit | failed
+    outcome: str | None = None  # finished | time-limit | failed | requeued (then it starts again)
     exit_code: int | None = None
     cancelled: tuple[str, ...] = ()
 
@@ -98,6 +99,7 @@ OUTCOME_TEXT = {
     "finished": "exited 0 before its time limit: the training is done, the chain ends here",
     "time-limit": "reached its time limit: the next link resumes",
     "failed": "failed: the chain stops here",
+    "requeued": "was requeued by Slurm: it runs again, the later links wait for it",
 }
 
 
@@ -139,7 +141,9 @@ def format_chain(links: Sequence[LinkState], length: int) -> list[str]:
     for link in links:
         rec = link.record
         what = ""
-        if rec is not None and rec.outcome:
+        if rec is not None and rec.outcome == "requeued" and link.state in LIVE_STATES:
+            what = f": {OUTCOME_TEXT['requeued']} (since {rec.ended})"
+        elif rec is not None and rec.outcome:
             code = f" exit={rec.exit_code}" if rec.exit_code is not None else ""
             what = f"{code}: {OUTCOME_TEXT.get(rec.outcome, rec.outcome)}"
             if rec.cancelled:

@@ -4,6 +4,8 @@ then waits for Slurm's time-limit warning (SIGTERM), checkpoints and exits 0; it
 counter reaches TOTAL (the training is done). Each link appends what it saw to $HPCPLACE_CHAIN_STATE/links.jsonl.
 
     chain_counter.py TOTAL STEPS_PER_LINK [EXIT_CODE]   (EXIT_CODE: exit with it at once, a failing link)
+    chain_counter.py TOTAL STEPS_PER_LINK --ray         (a Ray-mode driver: ray.init() and one task on
+                                                         its cluster first, recorded as `ray_task_host`)
 """
 
 from __future__ import annotations
@@ -15,6 +17,20 @@ import sys
 import time
 
 total, per_link = int(sys.argv[1]), int(sys.argv[2])
+ray_host = None
+if "--ray" in sys.argv[3:]:
+    # SIGTERM (the time-limit warning) waits until the handler below is in place: ray.init installs its own
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    import socket
+
+    import ray
+
+    @ray.remote
+    def host() -> str:
+        return socket.gethostname()
+
+    ray.init(logging_level="ERROR")
+    ray_host = ray.get(host.remote())
 state = os.environ["HPCPLACE_CHAIN_STATE"]
 count_file = os.path.join(state, "count")
 count = 0
@@ -27,6 +43,8 @@ seen = {
     "start_count": count,
     "argv": sys.argv[3:],
     "job": os.environ.get("SLURM_JOB_ID"),
+    "ray_task_host": ray_host,
+    "ray_address": os.environ.get("RAY_ADDRESS"),
 }
 with open(os.path.join(state, "links.jsonl"), "a") as f:
     f.write(json.dumps(seen) + "\n")
@@ -50,6 +68,7 @@ def on_term(signum: int, frame: object) -> None:
 
 
 signal.signal(signal.SIGTERM, on_term)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 for _ in range(per_link):
     if count >= total:
         break

@@ -16,7 +16,7 @@ from hpcplace.errors import SpecError
 from hpcplace.plan.plan import Plan
 from hpcplace.runtime.ranks import chain_command, chain_environment
 from hpcplace.slurm import chain, slurm_cli, submit
-from hpcplace.slurm.render import render_script
+from hpcplace.slurm.render import render_run, render_script
 from tests.slurm.conftest import plan_yaml
 from tests.slurm.test_submit_fake import _calls, fake_slurm  # noqa: F401  (the fixture)
 
@@ -133,3 +133,53 @@ def test_shim_chain_environment_and_resume() -> None:
     first = chain_environment(plan, "/runs/a/plan.json", {"HPCPLACE_CHAIN_LINK": "x"})
     assert first["HPCPLACE_CHAIN_LINK"] == "0" and chain_command(plan, ("t",), first) == ("t",)
     assert chain_environment({"launch": {"mode": "steps"}}, "/runs/a/plan.json", {}) == {}
+
+
+@pytest.mark.parametrize(
+    ("env", "outcome", "cancels"),
+    [
+        ({"FAKE_RESTARTS": "1"}, "requeued", False),  # Slurm requeued it: the same link starts again
+        ({"FAKE_RESTARTS": "1", "FAKE_FAIL": "trainer"}, "requeued", False),  # its tasks killed by the requeue
+        ({}, "finished", True),
+        ({"FAKE_FAIL": "trainer"}, "failed", True),
+        ({"FAKE_TIME_LEFT": "0:40"}, "time-limit", False),  # 40 s left <= the 45 s warning + 5
+    ],
+)
+def test_a_links_end_decides_the_chain(tmp_path: Path, env: dict[str, str], outcome: str, cancels: bool) -> None:
+    """The batch script's own decision at a link's end (fake Slurm commands): a link Slurm requeued
+    (scontrol's Restarts= past this attempt's) is neither the training's end nor a failure: it cancels
+    nothing, and the later links stay pending behind it; a finished or failed link cancels them; one at
+    its time limit lets them run."""
+    from tests.slurm.test_script import run_script
+
+    run = tmp_path / "run"
+    render_run(chained(tmp_path), run)
+    res, _, events = run_script(run, tmp_path, FAKE_PENDING="4243 4244", **{"FAKE_TIME_LEFT": "10:00", **env})
+    ends = [r for r in map(json.loads, (run / "chain.jsonl").read_text().splitlines()) if r["event"] == "end"]
+    assert [e["outcome"] for e in ends] == [outcome], res.stderr
+    assert ("scancel 4243 4244" in events) == cancels, events
+    if outcome == "requeued":
+        assert "link 0 was requeued by Slurm" in res.stderr and "it runs again as attempt 1" in res.stderr
+        record = chain.parse_chain((run / "chain.jsonl").read_text().splitlines())[0]
+        links = [chain.LinkState(0, "4242", "PENDING", record), chain.LinkState(1, "4243", "PENDING", None)]
+        text = "\n".join(chain.format_chain(links, 2))
+        assert "link 0: job 4242 PENDING: was requeued by Slurm: it runs again" in text, text
+        assert chain.chain_exit_code(links) == 0 and not chain.chain_done(links)
+
+
+@pytest.mark.parametrize(
+    ("env", "outcome"), [({"FAKE_FAIL": "trainer"}, "failed"), ({"FAKE_SLEEP": "30"}, "time-limit")]
+)
+def test_slurms_early_warning_alone_is_no_time_limit(tmp_path: Path, env: dict[str, str], outcome: str) -> None:
+    """Slurm warns 55 s before the limit (10 s early for TERM@45): a link whose program fails before the
+    warning is due failed (its later links cancelled); one still running when the script passes the
+    warning on (SIGTERM, which ends it) reached its time limit, though the time left (fake: 55 s) says not."""
+    from tests.slurm.test_script import run_warned
+
+    run = tmp_path / "run"
+    render_run(chained(tmp_path), run)
+    res, events, _ = run_warned(run, tmp_path, FAKE_PENDING="4243", FAKE_TIME_LEFT="0:55", **env)
+    ends = [r for r in map(json.loads, (run / "chain.jsonl").read_text().splitlines()) if r["event"] == "end"]
+    assert [e["outcome"] for e in ends] == [outcome], res.stderr
+    assert ("scancel 4243" in events) == (outcome == "failed"), events
+    assert ("scancel --signal=TERM 4242" in events) == (outcome == "time-limit"), events

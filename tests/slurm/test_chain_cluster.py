@@ -6,7 +6,8 @@ $HPCPLACE_CHAIN_STATE. A 1-minute limit with a 45 s warning (SIGTERM@45) ends a 
 - 3 links: links 0 and 1 are stopped by the warning (the next resumes), link 2 finishes the count;
 - a link that exits 0 at once ends the chain: the later links are cancelled and never run;
 - a failing link stops the chain: later links cancelled, `status` says why (exit 10);
-- `cancel` of a chain cancels the running link and the pending ones.
+- `cancel` of a chain cancels the running link and the pending ones;
+- the Ray launch mode: a 2-link chain whose driver resumes the counter (the warning reaches the driver).
 """
 
 from __future__ import annotations
@@ -135,3 +136,79 @@ def test_cancel_cancels_every_link(slurm_cluster: LiveCluster, tmp_path: Path) -
     assert code in (10, 11), text  # link 0's own end (SIGTERM) records it as failed; the rest CANCELLED
     assert f"link 1: job {ids[1]} CANCELLED" in text and f"link 2: job {ids[2]} CANCELLED" in text
     assert [s["link"] for s in links_seen(run_dir)] == ["0"]
+
+
+def test_a_ray_mode_chain_resumes_its_driver(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """`launch: {mode: ray, chain: 2}`: each link starts its own Ray cluster; the driver (chain_counter.py
+    --ray: ray.init and a task on the cluster first) resumes the counter from HPCPLACE_CHAIN_STATE, with
+    launch.resume appended from link 1 on. TOTAL 8, 5 steps per link: link 0 ends at its time-limit
+    warning (SIGTERM to the driver alone), link 1 resumes at 5 and finishes."""
+    run_dir = tmp_path / "run"
+    config = config_yaml(
+        tmp_path,
+        """
+        name: chain-ray
+        cluster:
+          node_groups:
+            - {label: cpu, partition: cpu, nodes: 1}
+          component_placement:
+            trainer: {node_group: cpu, placement: "0:0"}
+        launch: {mode: ray, chain: 2, resume: ["--resumed"], join_timeout: 60}
+        slurm: {time: "1", signal_before_limit: 45}
+        """,
+        "ray.yaml",
+    )
+    env = {**slurm_cluster.env, "HPCPLACE_RAY_ARGS": "--object-store-memory=80000000"}
+    res = cli(
+        "submit", config, "-o", run_dir, "--driver", "--", sys.executable, str(COUNTER), "8", "5", "--ray", env=env
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    ids = [str(i) for i in json.loads((run_dir / "run.json").read_text())["chain"]]
+    code, text = wait_chain(run_dir, timeout=150)
+    assert code == 0, text + "".join(p.read_text() for p in (run_dir / "logs").rglob("batch-*.out"))
+    assert (run_dir / "chain-state" / "count").read_text() == "8"
+    seen = links_seen(run_dir)
+    assert [(s["link"], s["length"], s["start_count"], s["argv"]) for s in seen] == [
+        ("0", "2", 0, ["--ray"]),
+        ("1", "2", 5, ["--ray", "--resumed"]),
+    ], seen
+    assert all(s["ray_task_host"] == "cpu-1" and s["ray_address"] for s in seen), seen
+    assert [s["job"] for s in seen] == ids, (seen, ids)
+    ends = {r["link"]: r for r in records(run_dir) if r["event"] == "end"}
+    assert [ends[k]["outcome"] for k in (0, 1)] == ["time-limit", "finished"], ends
+    batch = (run_dir / "logs" / f"batch-{ids[0]}.out").read_text()
+    assert "time-limit warning: SIGTERM sent to the driver (step" in batch, batch
+
+
+def test_a_requeued_link_is_the_same_link_starting_again(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """`slurm.requeue: true`, 2 links, TOTAL 15, 5 steps per link: link 0 is requeued while it runs
+    (`scontrol requeue`, as a preemption would): it records `requeued`, cancels nothing, link 1 stays
+    pending behind it; link 0 runs again as attempt 1 (from the counter its SIGTERM saved), ends at its
+    time-limit warning, and link 1 resumes and finishes."""
+    run_dir = tmp_path / "run"
+    config = chain_config(tmp_path, "requeue", ["15", "5"], chain=2)
+    config.write_text(config.read_text().replace('slurm: {time: "1",', 'slurm: {requeue: true, time: "1",'))
+    ids = submit_chain(config, run_dir)
+    deadline = time.monotonic() + 60
+    while not links_seen(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert links_seen(run_dir), "link 0 never started"
+    time.sleep(1)  # its 5 steps
+    res = slurm_cluster.run("scontrol", "requeue", ids[0])
+    assert res.returncode == 0, res.stderr
+    deadline = time.monotonic() + 60  # Slurm holds a requeued job back (BeginTime): let it start now
+    while len(links_seen(run_dir)) < 2 and time.monotonic() < deadline:
+        slurm_cluster.run("scontrol", "update", f"JobId={ids[0]}", "StartTime=now")
+        time.sleep(1)
+    code, text = wait_chain(run_dir, timeout=150)
+    assert code == 0, text
+    seen = links_seen(run_dir)
+    assert [(s["link"], s["start_count"], s["job"]) for s in seen] == [
+        ("0", 0, ids[0]),
+        ("0", 5, ids[0]),
+        ("1", 10, ids[1]),
+    ], seen
+    assert (run_dir / "chain-state" / "count").read_text() == "15"
+    ends = [(r["link"], r["attempt"], r["outcome"], r["cancelled"]) for r in records(run_dir) if r["event"] == "end"]
+    assert ends == [(0, 0, "requeued", ""), (0, 1, "time-limit", ""), (1, 0, "finished", "")], ends
+    assert "the chain ended at link 1: the training finished" in text
