@@ -24,7 +24,7 @@ from hpcplace.plan.planner import plan_from_spec
 SOURCE = os.environ.get("HPCPLACE_VERL_SRC")
 ENTRY = "verl.trainer.main_ppo"
 _ASSIGN = re.compile(r"^(?:export\s+|local\s+|readonly\s+)?([A-Za-z_]\w*)(\+?)=(.*)$", re.S)
-_VAR = re.compile(r"\$\{([A-Za-z_]\w*)(?::?-([^}]*))?\}|\$([A-Za-z_]\w*)")
+_VAR = re.compile(r"\$\{([A-Za-z_]\w*)(?:(:?)-([^}]*))?\}|\$([A-Za-z_]\w*)")
 _ARRAY = re.compile(r'"?\$\{([A-Za-z_]\w*)\[[@*]\]\}"?')
 
 
@@ -48,11 +48,12 @@ def expand(text: str, env: dict[str, str], arrays: dict[str, list[str]]) -> str:
     text = re.sub(r'"\$[@*]"|\$[@*]|"\$\{@\}"', "", text)
 
     def one(m: re.Match[str]) -> str:
-        name = m.group(1) or m.group(3)
-        if name in env:
-            return env[name]
-        if m.group(2) is not None:
-            return expand(m.group(2), env, arrays)
+        name = m.group(1) or m.group(4)
+        default = m.group(3)
+        if name in env and not (default is not None and m.group(2) == ":" and env[name] == ""):
+            return env[name]  # bash: ${X:-d} also takes d when X is empty, ${X-d} only when unset
+        if default is not None:
+            return expand(default, env, arrays)
         return m.group(0)
 
     return _VAR.sub(one, text)
