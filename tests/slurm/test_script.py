@@ -320,3 +320,38 @@ def test_a_step_killed_by_the_time_limit_warning_is_named(hetero: Plan, tmp_path
     assert "component 'inference' ranks 0,1,2 on node-a: Terminated" in res.stderr
     assert "component 'inference' failed first: the job fails with exit code 143" in res.stderr
     assert ("this SIGTERM was Slurm's time-limit warning" in res.stderr) == warned, res.stderr
+
+
+@pytest.mark.parametrize(("group", "target"), [("", "4242.3"), ("0", "4242.3"), ("2", "4244.3")])
+def test_the_driver_steps_warning_names_its_components_own_job_id(tmp_path: Path, group: str, target: str) -> None:
+    """The Ray driver's step is named JOBID.STEP with the job id of the driver's het component: scancel
+    drops the +OFFSET of LEADER+OFFSET.STEP (22.05 and 26.05 alike: it exits 0 and signals nothing), and
+    inside a later component's step SLURM_JOB_ID is the leader's."""
+    from hpcplace.slurm.render import render_library
+
+    lib = tmp_path / "hpcplace-lib.sh"
+    lib.write_text(render_library())
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "driver.step").write_text("3\n")
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "srun-pids").write_text("")  # no fake srun runs: the fake scancel signals none
+    snippet = (
+        'hp_run_dir=$PWD hp_plan= hp_shm= hp_kill_wait=2 hp_attempt=0 hp_warning=TERM@30 hp_images=(); source "$1"; '
+        "hp_warn_to=driver hp_driver_group=$2 hp_warn_due=1 hp_warn_at=0 hp_warn_up=1; hp_deliver_warning"
+    )
+    env = {
+        **os.environ,
+        "PATH": f"{FAKEBIN}:{os.environ['PATH']}",
+        "FAKE_DIR": str(fake),
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_ID_HET_GROUP_0": "4242",
+        "SLURM_JOB_ID_HET_GROUP_1": "4243",
+        "SLURM_JOB_ID_HET_GROUP_2": "4244",
+    }
+    res = subprocess.run(
+        ["bash", "-c", snippet, "bash", str(lib), group], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    assert (fake / "events.txt").read_text() == f"scancel --signal=TERM {target}\n"
+    assert f"SIGTERM sent to the driver (step {target}) only (scancel exit 0)" in res.stderr
