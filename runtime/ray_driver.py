@@ -109,27 +109,53 @@ def driver_env(
     return env
 
 
+def _string_key(address: str) -> tuple[object, ...]:
+    return (address,)
+
+
+def _numeric_key(address: str) -> tuple[object, ...]:
+    """slime's sort_key: the address's parts as numbers (a non-numeric address by its characters' codes)."""
+    parts = address.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else tuple(ord(c) for c in address)
+
+
+# The frameworks that number ranks over nodes sorted by IP address: how they sort, and over which nodes.
+# verl (sort_placement_group_by_node_ip) sorts each pool's per-node groups by the address as a string
+# (10.0.0.10 before 10.0.0.9), and each node group is one verl pool (formats/verl.py); slime
+# (placement_group.sort_key) sorts its one group's GPUs by the address as numbers, over every GPU node.
+IP_ORDER = {"verl": (_string_key, "by_group"), "slime": (_numeric_key, "gpu_nodes")}
+
+
 def ip_order_problem(
-    nodes: Sequence[Mapping[str, Any]], expected: Mapping[int, tuple[int, int, str]], host_of: Callable[[int, int], str]
+    nodes: Sequence[Mapping[str, Any]],
+    expected: Mapping[int, tuple[int, int, str]],
+    host_of: Callable[[int, int], str],
+    framework: str = "verl",
+    gpu_groups: frozenset[int] = frozenset(),
 ) -> str | None:
-    """verl numbers a pool's ranks over its nodes sorted by IP address as a string (sort_placement_group_by_node_ip:
-    10.0.0.10 before 10.0.0.9); the plan numbers them in node-rank order. Each node group is one verl pool
-    (formats/verl.py), so its nodes' addresses must sort in node-rank order; the difference, or None."""
+    """The plan numbers a framework's ranks in node-rank order; verl and slime number them over the nodes
+    sorted by IP address (IP_ORDER), so those addresses must sort in node-rank order. The difference, or
+    None. `gpu_groups`: the het groups whose nodes have GPUs (slime's group spans only those)."""
+    key, scope = IP_ORDER[framework]
     address = {}
     for n in nodes:
         rank = (n.get("Labels") or {}).get("hpcplace.node_rank")
         if n.get("Alive") and rank is not None and str(rank).isdigit():
             address[int(rank)] = str(n.get("NodeManagerAddress") or "")
     groups: dict[str, list[int]] = {}
-    for rank, (_g, _j, label) in sorted(expected.items()):
-        groups.setdefault(label, []).append(rank)
-    for label, ranks in groups.items():
-        by_ip = sorted(ranks, key=lambda r: address.get(r, ""))
+    for rank, (g, _j, label) in sorted(expected.items()):
+        if scope == "by_group":
+            groups.setdefault(f"node group {label}'s nodes", []).append(rank)
+        elif g in gpu_groups:
+            groups.setdefault("the job's GPU nodes", []).append(rank)
+    how = "as a string" if scope == "by_group" else "as numbers"
+    for what, ranks in groups.items():
+        by_ip = sorted(ranks, key=lambda r: key(address.get(r, "")))
         if by_ip != ranks:
             shown = ", ".join(f"{address.get(r, '?')} (node rank {r}, {host_of(*expected[r][:2])})" for r in by_ip)
             return (
-                f"verl orders node group {label}'s nodes by IP address as a string: {shown}; the plan puts the "
-                f"pool's first ranks on node rank {ranks[0]}, verl would put them on node rank {by_ip[0]}"
+                f"{framework} orders {what} by IP address {how}: {shown}; the plan puts the first ranks on "
+                f"node rank {ranks[0]}, {framework} would put them on node rank {by_ip[0]}"
             )
     return None
 
@@ -139,10 +165,12 @@ def wait_joined(
     expected: Mapping[int, tuple[int, int, str]],
     timeout: float,
     host_of: Callable[[int, int], str],
-    ip_order: bool = False,
+    ip_order: str | None = None,
+    gpu_groups: frozenset[int] = frozenset(),
 ) -> float:
     """Poll the GCS until every expected rank is alive; returns when. Raises ShimError naming the missing.
-    `ip_order` (verl): then also check that each node group's addresses sort in node-rank order."""
+    `ip_order` (a framework of IP_ORDER: verl, slime): then also check that the addresses sort as the
+    plan's node ranks."""
     import logging
 
     import ray  # the job's Ray: only here, never on the shim's hot path
@@ -153,12 +181,16 @@ def wait_joined(
         while True:
             missing = sorted(set(expected) - joined_ranks(ray.nodes()))  # type: ignore[no-untyped-call]  # unannotated in Ray
             if not missing:
-                problem = ip_order_problem(ray.nodes(), expected, host_of) if ip_order else None  # type: ignore[no-untyped-call]  # unannotated in Ray
+                problem = (
+                    ip_order_problem(ray.nodes(), expected, host_of, ip_order, gpu_groups)  # type: ignore[no-untyped-call]  # unannotated in Ray
+                    if ip_order
+                    else None
+                )
                 if problem is not None:
                     raise ShimError(
                         problem,
-                        hint="verl's ranks would not be the plan's: use nodes whose addresses sort as their names "
-                        "(the same number of digits), or a `network:` whose addresses do (docs/formats/verl.md)",
+                        hint=f"{ip_order}'s ranks would not be the plan's: use nodes whose addresses sort as their "
+                        f"node ranks, or a `network:` whose addresses do (docs/formats/{ip_order}.md)",
                     )
                 return time.time()
             if time.monotonic() >= deadline:
@@ -201,6 +233,7 @@ def main(argv: Sequence[str]) -> int:
             raise ShimError("plan.json has no launch.driver", hint="render the job with launch.mode: ray and a driver")
         timeout = float(launch.get("join_timeout") or 300)
         expected = expected_nodes(header)
+        framework = str((header.get("source") or {}).get("format") or "")
 
         def host_of(g: int, j: int) -> str:
             try:
@@ -242,7 +275,8 @@ def main(argv: Sequence[str]) -> int:
                 expected,
                 max(timeout - (t_head - t0), 1.0),
                 host_of,
-                ip_order=(header.get("source") or {}).get("format") == "verl",
+                ip_order=framework if framework in IP_ORDER else None,
+                gpu_groups=frozenset(g for g, group in enumerate(header["node_groups"]) if any(group["gpus_per_node"])),
             )
             start = os.environ.get("HPCPLACE_JOB_START")
             write_json(
@@ -273,7 +307,7 @@ def main(argv: Sequence[str]) -> int:
         write_text(os.path.join(run_dir, "ray", "driver.step"), step + "\n")
     sys.stdout.flush()
     sys.stderr.flush()
-    if argv_file is None and (header.get("source") or {}).get("format") == "nemo_rl" and len(header["node_groups"]) > 1:
+    if argv_file is None and framework == "nemo_rl" and len(header["node_groups"]) > 1:
         import subprocess  # NeMo-RL's pools on their node groups, checked beside its driver (runtime/nemo_rl_watch.py)
 
         watcher = [

@@ -142,3 +142,23 @@ def test_the_flags_are_slimes_own() -> None:
         kind = "store_true" if info.get("action") == "store_true" else info.get("type", "str")
         assert (flag.kind, flag.nargs, info.get("default")) == (kind, info.get("nargs"), default), name
         assert flag.choices == (tuple(info["choices"]) if info.get("choices") else None), name  # type: ignore[arg-type]
+
+
+def test_the_driver_step_checks_slimes_numeric_ip_order_over_the_gpu_nodes() -> None:
+    """slime sorts its group's GPUs by IP address as numbers (10.0.0.9 before 10.0.0.10, unlike verl's
+    string sort) over every GPU node, whatever its node group; CPU-only nodes hold none of its bundles."""
+    from hpcplace.runtime.ray_driver import ip_order_problem
+
+    expected = {0: (0, 0, "actor"), 1: (0, 1, "actor"), 2: (1, 0, "gen"), 3: (2, 0, "cpu")}
+    nodes = [
+        {"Alive": True, "NodeManagerAddress": address, "Labels": {"hpcplace.node_rank": str(rank)}}
+        for rank, address in enumerate(["10.0.0.9", "10.0.0.10", "10.0.0.11", "10.0.0.1"])
+    ]
+    gpu_groups = frozenset({0, 1})
+    assert ip_order_problem(nodes, expected, lambda g, j: "h", "slime", gpu_groups) is None
+    assert ip_order_problem(nodes, expected, lambda g, j: "h", "verl", gpu_groups) is not None  # a string sort
+    nodes[2]["NodeManagerAddress"] = "10.0.0.2"  # the generation node sorts before the actor's
+    problem = ip_order_problem(nodes, expected, lambda g, j: f"h{g}{j}", "slime", gpu_groups)
+    assert problem is not None
+    assert "slime orders the job's GPU nodes by IP address as numbers: 10.0.0.2 (node rank 2, h10)" in problem
+    assert "slime would put them on node rank 2" in problem

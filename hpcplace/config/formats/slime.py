@@ -206,7 +206,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         )
     notes.append(
         "slime orders GPUs by (node IP, GPU id): the plan's node order is slime's when the nodes' IPs sort in "
-        "node rank order"
+        "node rank order (the job checks it once the Ray nodes joined, before the driver runs)"
     )
     cluster = build_cluster(tuple(groups), where)
 
