@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from html import escape
@@ -73,13 +74,30 @@ def idle_gpus(node: Node, cells: Mapping[str, object]) -> list[str]:
     return [f"GPU{g}" for g in range(node.gpus) if f"GPU{g}" not in cells]
 
 
+COMPOSED_SHOWN = 8  # more composed files than this (verl's config is ~20) are counted, not listed
+
+
+def composed_lines(composed: Sequence[str]) -> list[str]:
+    """What Hydra composed, in order: each file and override; a long list of files (a framework's own
+    defaults tree) is one line with their count and folder, the overrides still each on their own."""
+    files = [c for c in composed if not c.startswith("override ")]
+    if len(files) <= COMPOSED_SHOWN:
+        return [f"  composed: {item}" for item in composed]
+    paths = [f.split(" @", 1)[0] for f in files]
+    folder = os.path.commonpath([os.path.dirname(p) for p in paths]) if all(os.path.isabs(p) for p in paths) else ""
+    where = f" under {folder}" if folder else ""
+    return [f"  composed: {len(files)} files{where}, the last {files[-1]} (plan --json lists each)"] + [
+        f"  composed: {c}" for c in composed if c.startswith("override ")
+    ]
+
+
 def summary(plan: Plan, *, max_nodes: int = 64) -> str:
     cluster = plan.cluster
     lines = [
         f"plan {plan.name!r} from {plan.source} ({plan.source_format}): {plural(len(plan.components), 'component')}"
         f", {plural(plan.num_processes, 'process', 'processes')}, {plural(len(cluster.nodes), 'node')}"
     ]
-    lines += [f"  composed: {item}" for item in plan.composed]
+    lines += composed_lines(plan.composed)
     time = plan.slurm.get("time")
     lines.append(
         f"  time limit: {time}"

@@ -99,7 +99,10 @@ def test_plan_json_for_every_config(capsys: pytest.CaptureFixture[str], config: 
     assert code == 0, err
     data = json.loads(out)
     assert data["schema"] == SCHEMA == "hpcplace.plan/1"
-    assert list(data) == TOP_KEYS
+    # `launch` (between warnings and components) only in the Ray launch mode (the command formats' configs)
+    assert list(data) == (
+        TOP_KEYS[:-1] + ["launch", "components"] if data.get("launch", {}).get("mode") == "ray" else TOP_KEYS
+    )
     assert data["source"]["path"] == str(config)
     for i, g in enumerate(data["node_groups"]):
         assert list(g) == GROUP_KEYS and g["het_group"] == i
@@ -232,3 +235,15 @@ def test_console_script_real_subprocess() -> None:
         "env": 8,
         "agent": 4,
     }
+
+
+def test_a_frameworks_long_defaults_tree_is_one_summary_line_and_overrides_stay_listed() -> None:
+    from hpcplace.plan.gpumap import COMPOSED_SHOWN, composed_lines
+
+    few = ["/c/main.yaml", "override cluster.num_nodes=2"]
+    assert composed_lines(few) == ["  composed: /c/main.yaml", "  composed: override cluster.num_nodes=2"]
+    many = [f"/v/config/part{i}.yaml @x{i}" for i in range(COMPOSED_SHOWN)] + ["/v/ppo.yaml", "override a=1"]
+    assert composed_lines(many) == [
+        f"  composed: {COMPOSED_SHOWN + 1} files under /v, the last /v/ppo.yaml (plan --json lists each)",
+        "  composed: override a=1",
+    ]
