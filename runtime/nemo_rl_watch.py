@@ -109,14 +109,14 @@ def watch(address: str, plan_path: str, run_dir: str, driver_pid: int) -> int:
     sizes = {str(c["name"]): int(c["world_size"]) for c in header.get("components") or () if c.get("name") in planned}
     ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     try:
-        while _alive(driver_pid):
+        while driver_alive(driver_pid):
             table = ray.util.placement_group_table()
             nodes = nodes_by_id(ray.nodes(), labels)  # type: ignore[no-untyped-call]  # unannotated in Ray
             problem = placement_problem(table, nodes, planned)
             if problem is not None:
                 say(f"error: {problem}")
                 record_error(run_dir, f"NeMo-RL placement: {problem}")
-                _stop(driver_pid)
+                stop_driver(driver_pid)
                 return 1
             placed = placed_bundles(table)
             if all(placed.get(c, 0) >= sizes[c] for c in ("policy", "generation", "reward_model") if c in sizes):
@@ -131,7 +131,7 @@ def watch(address: str, plan_path: str, run_dir: str, driver_pid: int) -> int:
     return 0
 
 
-def _alive(pid: int) -> bool:
+def driver_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -141,14 +141,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _stop(pid: int) -> None:
+def stop_driver(pid: int) -> None:
     for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 0.0)):
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
             return
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and _alive(pid):
+        while time.monotonic() < deadline and driver_alive(pid):
             time.sleep(0.2)
 
 

@@ -204,6 +204,17 @@ def wait_joined(
         ray.shutdown()
 
 
+# The frameworks whose placement groups name no node group: in a plan with several node groups, a watcher
+# beside the driver checks that Ray put each pool on its planned group (NeMo-RL: by its groups' names;
+# OpenRLHF: by its roles' actor classes) and stops the driver otherwise.
+WATCHERS = {"nemo_rl": "hpcplace.runtime.nemo_rl_watch", "openrlhf": "hpcplace.runtime.openrlhf_watch"}
+
+
+def watcher_module(framework: str, header: Mapping[str, Any]) -> str | None:
+    """The watcher to start beside this plan's driver, or None (one node group: nothing to mix up)."""
+    return WATCHERS.get(framework) if len(header["node_groups"]) > 1 else None
+
+
 def main(argv: Sequence[str]) -> int:
     t0 = time.time()
     args = list(argv)
@@ -307,13 +318,14 @@ def main(argv: Sequence[str]) -> int:
         write_text(os.path.join(run_dir, "ray", "driver.step"), step + "\n")
     sys.stdout.flush()
     sys.stderr.flush()
-    if argv_file is None and framework == "nemo_rl" and len(header["node_groups"]) > 1:
-        import subprocess  # NeMo-RL's pools on their node groups, checked beside its driver (runtime/nemo_rl_watch.py)
+    watch = watcher_module(framework, header) if argv_file is None else None
+    if watch is not None:
+        import subprocess  # the framework's pools on their node groups, checked beside its driver (WATCHERS)
 
         watcher = [
             sys.executable,
             "-m",
-            "hpcplace.runtime.nemo_rl_watch",
+            watch,
             address,
             os.path.join(run_dir, os.path.basename(plan_path)),  # the driver may have changed directory
             run_dir,

@@ -179,7 +179,10 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     if len(labels) > 1:
         notes.append(
             "OpenRLHF's placement groups name no node group (train_ppo_ray passes no custom resource): Ray "
-            "may place a role on another group's nodes; the plan puts each role on its slurm.pools group"
+            "may place a role on another group's nodes; the plan puts each role on its slurm.pools group, and "
+            "the job checks at its start that Ray did (each role's actors by their class, with their placement "
+            "groups' bundles) and stops naming the role, the node and both node groups otherwise "
+            "(runtime/openrlhf_watch.py)"
         )
     order = [e.components[0] for e in entries]
     name, given = hpcplace_block(root, set(order), blocks.path)
