@@ -12,9 +12,8 @@ import re
 from dataclasses import dataclass, replace
 
 from hpcplace.config import limits
-from hpcplace.config.cluster import NodeGroup
 from hpcplace.config.container import Container, Mount, check_image, parse_container_block, parse_mount
-from hpcplace.config.formats.common import hpcplace_block, slurm_facts, slurm_job_options
+from hpcplace.config.formats.common import facts_node_group, hpcplace_block, slurm_facts, slurm_job_options
 from hpcplace.config.framework_version import (
     AREAL_ARCHON,
     AREAL_ENGINE_BACKEND,
@@ -385,22 +384,7 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
     slurm_view = root.get("slurm")
     facts = slurm_facts(slurm_view)
     cluster = build_cluster(
-        (
-            NodeGroup(
-                label="default",
-                partition=facts.partition,
-                num_nodes=n_nodes,
-                gpus_per_node=(gpn,) * n_nodes,
-                gpu_type=facts.gpu_type,
-                cpus_per_node=facts.cpus_per_node,
-                mem_per_node_mb=facts.mem_per_node_mb,
-                constraint=facts.constraint,
-                account=facts.account,
-                qos=facts.qos,
-                network=facts.network,
-                location=cluster_view.location(),
-            ),
-        ),
+        (facts_node_group("default", facts, n_nodes, gpn, cluster_view),),
         cluster_view,
     )
     group_of = {m.name: i for i, g in enumerate(groups) for m, _ in g}

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from hpcplace.config.cluster import NodeGroup
 from hpcplace.config.network import Network, parse_network
 from hpcplace.config.slurm_options import SLURM_JOB_OPTIONS
 from hpcplace.config.spec import (
@@ -108,6 +109,25 @@ def slurm_facts(view: View | None, label: str | None = None, base: SlurmFacts | 
     )
 
 
+def facts_node_group(label: str, facts: SlurmFacts, nodes: int, gpus_per_node: int, where: View) -> NodeGroup:
+    """A node group of `nodes` alike nodes, each with `gpus_per_node` GPUs, on the `slurm:` facts' partition
+    (what every foreign format's plain group is); `where` is the value it was sized from, for errors."""
+    return NodeGroup(
+        label=label,
+        partition=facts.partition,
+        num_nodes=nodes,
+        gpus_per_node=(gpus_per_node,) * nodes,
+        gpu_type=facts.gpu_type,
+        cpus_per_node=facts.cpus_per_node,
+        mem_per_node_mb=facts.mem_per_node_mb,
+        constraint=facts.constraint,
+        account=facts.account,
+        qos=facts.qos,
+        network=facts.network,
+        location=where.location(),
+    )
+
+
 SLURM_BLOCK_KEYS = SLURM_GROUP_KEYS | SLURM_JOB_OPTIONS | {"node_groups", "cpu_partition", "cpu_nodes"}
 
 
@@ -148,6 +168,16 @@ def hpcplace_block(root: View, placed: set[str], doc_path: str) -> tuple[str, di
                 raise child.key_error(f"component {key!r} has settings but no placement")
             components[key] = component_settings(child, key)
     return name, components
+
+
+def with_block_settings(framework: ComponentSpec, block: ComponentSpec) -> ComponentSpec:
+    """A component's `hpcplace.components.<name>` settings (command, env, offload, CPUs, memory) over what the
+    framework's own config gives it: its tensor/pipeline sizes stay the framework's, which decide the placement."""
+    return replace(
+        block,
+        tensor_parallel_size=framework.tensor_parallel_size,
+        pipeline_parallel_size=framework.pipeline_parallel_size,
+    )
 
 
 def _safe_name(name: str) -> str:

@@ -28,7 +28,15 @@ from typing import Any
 from hpcplace.config import limits
 from hpcplace.config.cluster import NodeGroup
 from hpcplace.config.formats.command import FrameworkCommand
-from hpcplace.config.formats.common import SiteGpus, SlurmFacts, hpcplace_block, slurm_facts, slurm_job_options
+from hpcplace.config.formats.common import (
+    SiteGpus,
+    SlurmFacts,
+    facts_node_group,
+    hpcplace_block,
+    slurm_facts,
+    slurm_job_options,
+    with_block_settings,
+)
 from hpcplace.config.framework_version import resolve_version
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster
 from hpcplace.config.yaml_source import (
@@ -807,17 +815,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         else (Path(blocks.path).stem or "nemo-rl", {})
     )
     for key, spec in given.items():
-        settings[key] = ComponentSpec(
-            key,
-            spec.command,
-            spec.env,
-            spec.offload,
-            settings[key].tensor_parallel_size,
-            settings[key].pipeline_parallel_size,
-            spec.cpus_per_process,
-            spec.mem_per_process_mb,
-            spec.location,
-        )
+        settings[key] = with_block_settings(settings[key], spec)
     notes.append(
         "NeMo-RL makes one PACK placement group per node for each of its clusters and asks only for CPUs and "
         "GPUs: which Ray node takes each group is Ray's choice (the plan gives group i the i-th node of its "
@@ -843,20 +841,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
 
 
 def _group(label: str, facts: SlurmFacts, nodes: int, layout: Layout) -> NodeGroup:
-    return NodeGroup(
-        label=label,
-        partition=facts.partition,
-        num_nodes=nodes,
-        gpus_per_node=(layout.gpus_per_node,) * nodes,
-        gpu_type=facts.gpu_type,
-        cpus_per_node=facts.cpus_per_node,
-        mem_per_node_mb=facts.mem_per_node_mb,
-        constraint=facts.constraint,
-        account=facts.account,
-        qos=facts.qos,
-        network=facts.network,
-        location=layout.gpn_view.location(),
-    )
+    return facts_node_group(label, facts, nodes, layout.gpus_per_node, layout.gpn_view)
 
 
 def _check_gpus(

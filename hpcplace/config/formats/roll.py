@@ -10,7 +10,14 @@ import re
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import NodeGroup
-from hpcplace.config.formats.common import SiteGpuCount, SiteGpus, hpcplace_block, slurm_facts, slurm_job_options
+from hpcplace.config.formats.common import (
+    SiteGpuCount,
+    SiteGpus,
+    facts_node_group,
+    hpcplace_block,
+    slurm_facts,
+    slurm_job_options,
+)
 from hpcplace.config.framework_version import resolve_version
 from hpcplace.config.spec import ExperimentSpec, PlacementEntry, SpanningWorkers, build_cluster, check_name
 from hpcplace.config.yaml_source import View, YamlDocument, did_you_mean
@@ -277,22 +284,7 @@ def parse_roll(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experime
     if not gpu_workers and not cpu_workers:
         raise root.error("no ROLL workers found (mappings with device_mapping or world_size)")
     num_nodes = _gpu_nodes(gpu_workers, gpn, slurm_view, notes)
-    groups = [
-        NodeGroup(
-            label="gpu",
-            partition=facts.partition,
-            num_nodes=num_nodes,
-            gpus_per_node=(gpn,) * num_nodes,
-            gpu_type=facts.gpu_type,
-            cpus_per_node=facts.cpus_per_node,
-            mem_per_node_mb=facts.mem_per_node_mb,
-            constraint=facts.constraint,
-            account=facts.account,
-            qos=facts.qos,
-            network=facts.network,
-            location=gpn_view.location(),
-        )
-    ]
+    groups = [facts_node_group("gpu", facts, num_nodes, gpn, gpn_view)]
     cpu_partition = slurm_view.get("cpu_partition") if slurm_view is not None else None
     cpu_nodes = 0
     if cpu_workers and cpu_partition is not None and slurm_view is not None:

@@ -23,7 +23,15 @@ from hpcplace.config import limits
 from hpcplace.config.cluster import NodeGroup
 from hpcplace.config.formats.argv import Flag, Value, parse_flags, submitted_command
 from hpcplace.config.formats.command import COMMAND_FORMATS, FrameworkCommand
-from hpcplace.config.formats.common import SiteGpus, SlurmFacts, hpcplace_block, slurm_facts, slurm_job_options
+from hpcplace.config.formats.common import (
+    SiteGpus,
+    SlurmFacts,
+    facts_node_group,
+    hpcplace_block,
+    slurm_facts,
+    slurm_job_options,
+    with_block_settings,
+)
 from hpcplace.config.launch import LaunchSpec
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, SpanningWorkers, build_cluster
 from hpcplace.config.yaml_source import View, YamlDocument, closest
@@ -258,17 +266,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         components["rollout"] = ComponentSpec("rollout", tensor_parallel_size=per_engine // max(pp, 1))
     name, given_components = hpcplace_block(root, set(components), blocks.path)
     for role, settings in given_components.items():
-        components[role] = ComponentSpec(
-            role,
-            settings.command,
-            settings.env,
-            settings.offload,
-            components[role].tensor_parallel_size,
-            settings.pipeline_parallel_size,
-            settings.cpus_per_process,
-            settings.mem_per_process_mb,
-            settings.location,
-        )
+        components[role] = with_block_settings(components[role], settings)
     return ExperimentSpec(
         name,
         cluster,
@@ -349,17 +347,4 @@ def _gpus_per_node(
 
 
 def _node_group(label: str, facts: SlurmFacts, nodes: int, gpn: int, view: View) -> NodeGroup:
-    return NodeGroup(
-        label=label,
-        partition=facts.partition,
-        num_nodes=nodes,
-        gpus_per_node=(gpn,) * nodes,
-        gpu_type=facts.gpu_type,
-        cpus_per_node=facts.cpus_per_node,
-        mem_per_node_mb=facts.mem_per_node_mb,
-        constraint=facts.constraint,
-        account=facts.account,
-        qos=facts.qos,
-        network=facts.network,
-        location=view.location(),
-    )
+    return facts_node_group(label, facts, nodes, gpn, view)

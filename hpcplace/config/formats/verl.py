@@ -30,9 +30,11 @@ from hpcplace.config.formats.command import FrameworkCommand
 from hpcplace.config.formats.common import (
     SiteGpus,
     SlurmFacts,
+    facts_node_group,
     hpcplace_block,
     slurm_facts,
     slurm_job_options,
+    with_block_settings,
 )
 from hpcplace.config.framework_version import resolve_version
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster
@@ -376,22 +378,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         label = labels[pool.name]
         facts = slurm_facts(slurm_view, label, base)
         check_gpus(pool, facts, label, site_gpus, slurm_view)
-        groups.append(
-            NodeGroup(
-                label=label,
-                partition=facts.partition,
-                num_nodes=pool.nodes,
-                gpus_per_node=(pool.per_node,) * pool.nodes,
-                gpu_type=facts.gpu_type,
-                cpus_per_node=facts.cpus_per_node,
-                mem_per_node_mb=facts.mem_per_node_mb,
-                constraint=facts.constraint,
-                account=facts.account,
-                qos=facts.qos,
-                network=facts.network,
-                location=pool.view.location(),
-            )
-        )
+        groups.append(facts_node_group(label, facts, pool.nodes, pool.per_node, pool.view))
     notes += ray_choice_notes(pools, labels)
 
     # the processes on each pool
@@ -505,7 +492,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         root, {c for e in entries for c in e.components}, blocks.path if blocks.data else "verl"
     )
     for key, spec in given.items():
-        settings[key] = spec
+        settings[key] = with_block_settings(settings[key], spec)
     return ExperimentSpec(
         name,
         cluster,
