@@ -416,7 +416,7 @@ hp_deliver_warning() {
         err=SLURM_JOB_ID_HET_GROUP_${hp_driver_group:-0}
         target=${!err:-$SLURM_JOB_ID}.$target
     else
-        hp_steps_up || { hp_warn_up=; return 0; }
+        [[ -n $hp_warn_up ]] || hp_steps_up || return 0  # once up, not counted again (a rank log per task)
         target=$SLURM_JOB_ID
     fi
     [[ -n $hp_warn_up ]] || hp_warn_up=$EPOCHSECONDS
