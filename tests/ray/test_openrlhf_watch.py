@@ -355,3 +355,124 @@ def test_watcher_stops_a_driver_whose_role_landed_elsewhere(
     assert driver_code != 0 and ran < HOLD_S  # stopped, not run to its end
     recorded = (tmp_path / "wrong" / "logs" / "ray-errors.txt").read_text()
     assert recorded.startswith("OpenRLHF placement: " + said)
+
+
+# OpenRLHF's own train_ppo_ray (tests/ray/drivers/openrlhf_driver.py: its placement code, probes named as its
+# actor classes) with the watcher beside it. vLLM (one engine of TP 4) planned on gen's 4-GPU node, the actor
+# (1 x 2) on default's 2-GPU node; OpenRLHF makes the engines' group first, and Ray's PACK puts a group of 4
+# on the one node that holds 4 GPUs: the node group whose node has 4 GPUs decides where vLLM lands.
+E2E_SITE = """\
+slurm:
+  partition: a800
+  gpus_per_node: 2
+  node_groups:
+    gen: {partition: h20, gpus_per_node: 4}
+  pools: {vllm: gen}
+"""
+E2E_ARGV = [
+    "--actor.num_nodes",
+    "1",
+    "--actor.num_gpus_per_node",
+    "2",
+    "--vllm.num_engines",
+    "1",
+    "--vllm.tensor_parallel_size",
+    "4",
+    "--algo.kl.init_coef",
+    "0",
+    "--actor.model_name_or_path",
+    "m",
+    "--reward.remote_url",
+    "http://rm:5000",
+    "--algo.advantage.estimator",
+    "reinforce_baseline",
+    "--rollout.n_samples_per_prompt",
+    "2",
+]
+OPENRLHF_DRIVER = Path(__file__).parent / "drivers" / "openrlhf_driver.py"
+
+
+@pytest.mark.parametrize(("gpus", "stopped"), [((2, 4), False), ((4, 2), True)], ids=["as_planned", "swapped"])
+def test_watcher_beside_openrlhfs_own_placement(tmp_path: Path, gpus: tuple[int, int], stopped: bool) -> None:
+    if importlib.util.find_spec("openrlhf") is None:
+        pytest.skip("openrlhf is not installed (tests/requirements-frameworks.txt, --no-deps)")
+    from ray.cluster_utils import Cluster
+
+    (tmp_path / "site.yaml").write_text(E2E_SITE)
+    spec = load_spec(str(tmp_path / "site.yaml"), driver=["python3", "-m", "openrlhf.cli.train_ppo_ray", *E2E_ARGV])
+    header = json.loads(plan_to_json(plan_from_spec(spec)))
+    assert planned_roles(header) == {"actor": "default", "vllm": "gen"}
+    assert [g["gpus_per_node"] for g in header["node_groups"]] == [[2], [4]]
+    run_dir = tmp_path / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "plan.json").write_text(json.dumps(header))
+    cluster = Cluster()
+    try:
+        for rank, count in enumerate(gpus):  # node rank 0 is default's node, 1 gen's: GPU counts as given
+            cluster.add_node(num_cpus=count * 2 + 4, num_gpus=count, labels={"hpcplace.node_rank": str(rank)})
+        cluster.wait_for_nodes()
+        report = tmp_path / "report.json"
+        driver = subprocess.Popen(
+            [
+                sys.executable,
+                str(OPENRLHF_DRIVER),
+                "--report",
+                str(report),
+                "--address",
+                cluster.address,
+                "--",
+                *E2E_ARGV,
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        watcher = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hpcplace.runtime.openrlhf_watch",
+                cluster.address,
+                str(run_dir / "plan.json"),
+                str(run_dir),
+                str(driver.pid),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _, driver_err = driver.communicate(timeout=240)
+            _, err = watcher.communicate(timeout=30)
+        finally:
+            for proc in (driver, watcher):
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    finally:
+        cluster.shutdown()
+    if not stopped:
+        assert watcher.returncode == 0, err
+        assert "OpenRLHF's roles are on their planned node groups: actor on default, vllm on gen" in err
+        assert driver.returncode == 0, driver_err[-3000:]
+        data = json.loads(report.read_text())
+        assert data["error"] is None, data.get("traceback") or data["error"]
+        assert len(data["records"]) == 3  # both actor ranks and the engine ran
+        assert not (run_dir / "logs" / "ray-errors.txt").exists()
+        return
+    assert watcher.returncode == 1, err
+    # stopped before its end: Ray's SIGTERM handler in a driver raises SystemExit, which the test driver catches
+    # and reports (its own exit code is then 0); a SIGKILL leaves no report
+    stop = json.loads(report.read_text())["error"] if report.exists() else None
+    assert driver.returncode == -9 or (
+        "SIGTERM received" in driver_err and stop in ("SystemExit(1)", "SystemExit(15)")
+    ), driver_err[-3000:]
+    said = (run_dir / "logs" / "ray-errors.txt").read_text()
+    assert (
+        "OpenRLHF's vllm (RolloutRayActor) has bundle 0 of its placement group on node rank 0 (" in said
+        and "in node group default; the plan puts vllm on node group gen" in said
+    ) or (
+        "OpenRLHF's actor (PolicyModelActor) has bundle 0 of its placement group on node rank 1 (" in said
+        and "in node group gen; the plan puts actor on node group default" in said
+    ), said

@@ -6,7 +6,8 @@ What is replaced is what would touch a GPU or a model, each named here: the modu
 that import vllm, deepspeed or flash-attn (`vllm` itself, openrlhf.models, openrlhf.utils.deepspeed,
 ppo_actor/ppo_critic, the PPO trainers, get_strategy) are stand-in modules put in sys.modules before the
 import, and the Ray actor classes train() places (PolicyModelActor, CriticModelActor, ReferenceModelActor,
-RewardModelActor, RolloutRayActor) are probes that record their node and GPUs. A probe engine with tensor
+RewardModelActor, RolloutRayActor) are probes that record their node and GPUs, named as the classes they stand
+in for (Ray's actor table shows those names: runtime/openrlhf_watch.py finds the roles by them). A probe engine with tensor
 parallelism does what vLLM's Ray executor does with OpenRLHF's VLLM_RAY_BUNDLE_INDICES: one worker per
 bundle index of the engine's placement group, with VLLM_RAY_PER_WORKER_GPUS GPUs each.
 
@@ -32,6 +33,14 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 PROBE_DIR = "OPENRLHF_PROBE_DIR"
+# the OpenRLHF 0.11.2 class each probe stands in for
+CLASSES = {
+    "actor": "PolicyModelActor",
+    "ref": "ReferenceModelActor",
+    "critic": "CriticModelActor",
+    "reward": "RewardModelActor",
+    "vllm": "RolloutRayActor",
+}
 
 
 def _where() -> dict[str, Any]:
@@ -66,7 +75,7 @@ def probe_actor(role: str) -> Any:
         def save_model(self) -> None:
             return None
 
-    Probe.__name__ = Probe.__qualname__ = f"Probe_{role}"
+    Probe.__name__ = Probe.__qualname__ = CLASSES[role]
     return ray.remote(Probe)
 
 
@@ -75,7 +84,6 @@ def _vllm_worker() -> dict[str, Any]:
     return _where()
 
 
-@ray.remote
 class ProbeEngine:
     """A stand-in for OpenRLHF's RolloutRayActor (which starts vLLM)."""
 
@@ -98,6 +106,11 @@ class ProbeEngine:
 
     def sleep(self, *args: Any, **kwargs: Any) -> None:
         return None
+
+
+def probe_engine() -> Any:
+    """ProbeEngine as a Ray actor class named RolloutRayActor (a subclass made here: Ray ships it by value)."""
+    return ray.remote(type(CLASSES["vllm"], (ProbeEngine,), {"__qualname__": CLASSES["vllm"]}))
 
 
 @ray.remote(num_cpus=0)
@@ -154,7 +167,7 @@ def install_stand_ins(patch: bool = True) -> None:
 
     launcher.ReferenceModelActor = probe_actor("ref")  # type: ignore[attr-defined]
     launcher.RewardModelActor = probe_actor("reward")  # type: ignore[attr-defined]
-    vllm_engine.RolloutRayActor = ProbeEngine  # type: ignore[attr-defined]
+    vllm_engine.RolloutRayActor = probe_engine()  # type: ignore[attr-defined]
 
 
 def worker_setup() -> None:
