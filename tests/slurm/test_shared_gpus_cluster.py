@@ -4,7 +4,7 @@ so Slurm gives the second job other GPUs than the first (physical ids bound with
 Their plans' GPU ids are job-relative: every task must run on the GPU of its own job's allocation on its
 node (`scontrol show job -d`: GRES IDX) that its plan id indexes (ascending), the collocated component on
 exactly the physical GPUs of the one it shares them with; both jobs end COMPLETED; `status` names each
-node's physical GPUs."""
+node's physical GPUs. And a Ray-mode job beside a steps-mode one: each raylet gets its own job's GPUs."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from tests.slurm.conftest import LiveCluster, cli, config_yaml, ensure_cluster, 
 pytestmark = pytest.mark.slurm
 
 REPORTER = Path(__file__).with_name("reporter.py")
+PROBE = Path(__file__).parent.parent / "ray" / "probe_driver.py"  # one task per Ray node, its CUDA_VISIBLE_DEVICES
 
 
 @pytest.fixture(scope="module", params=["no", "yes"], ids=["ConstrainDevices=no", "ConstrainDevices=yes"])
@@ -112,3 +113,62 @@ def test_two_gpu_jobs_share_nodes_each_on_its_own_gpus(lab: LiveCluster, tmp_pat
         for host in ("a800-1", "a800-2"):
             ids = ",".join(map(str, allocated[tag][host]))
             assert f"  {host}: the job's GPUs {ids}; the plan's 0,1 are {ids}" in status, status
+
+
+def test_a_ray_job_beside_a_steps_job_gets_its_own_gpus(lab: LiveCluster, tmp_path: Path) -> None:
+    """A steps-mode job holds 2 GPUs of each a800 node while a Ray-mode job (2 GPUs per node) starts on
+    the same nodes: each raylet gets exactly its own job's GPUs of the node (ray/nodes/n<rank>.json names
+    their physical ids: those of `scontrol show job -d`), Ray counts 2 per node, and a 1-GPU task on
+    each node runs on one of them; both jobs end COMPLETED."""
+    out = tmp_path / "out-steps"
+    out.mkdir()
+    steps = submit_cli(
+        config(tmp_path, "gpus-steps", out), tmp_path / "run-steps", env={**lab.env, "HPCPLACE_TEST_HOLD": "25"}
+    )
+    ray_config = config_yaml(
+        tmp_path,
+        textwrap.dedent(
+            """\
+            name: gpus-ray
+            cluster:
+              node_groups:
+                - {label: a800, partition: a800, nodes: 2, gpus_per_node: 2, gpu_type: a800, cpus_per_node: 4, mem_per_node: 4000}
+              component_placement:
+                actor: {node_group: a800, placement: "0-3"}
+            slurm: {exclusive: false, time: "5"}
+            launch: {join_timeout: 80}
+            """
+        ),
+        "gpus-ray.yaml",
+    )
+    report = tmp_path / "probe.json"
+    env = {**lab.env, "HPCPLACE_RAY_ARGS": "--object-store-memory=80000000"}
+    deadline = time.monotonic() + 60
+    while len(allocation(lab, steps)) < 2 and time.monotonic() < deadline:  # the steps job holds its GPUs first
+        time.sleep(0.3)
+    ray_job = submit_cli(
+        ray_config, tmp_path / "run-ray", "--driver", "--", sys.executable, str(PROBE), str(report), env=env
+    )
+    held: dict[str, dict[str, list[int]]] = {}
+    deadline = time.monotonic() + 90
+    while len(held) < 2 and time.monotonic() < deadline:
+        held = {t: a for t, j in (("steps", steps), ("ray", ray_job)) if len(a := allocation(lab, j)) == 2}
+        time.sleep(0.3)
+    assert len(held) == 2, {j: lab.run("scontrol", "show", "job", "-d", j).stdout for j in (steps, ray_job)}
+    for name in ("ray", "steps"):
+        done = wait_done(tmp_path / f"run-{name}", timeout=150)
+        assert done.state == "COMPLETED", (name, done.text)
+    probe = json.loads(report.read_text())
+    for rank, host in (("0", "a800-1"), ("1", "a800-2")):
+        mine, other = held["ray"][host], held["steps"][host]
+        assert len(mine) == 2 and not set(mine) & set(other), (host, mine, other)
+        record = json.loads((tmp_path / "run-ray" / "ray" / "nodes" / f"n{rank}.json").read_text())
+        assert record["host"] == host and record["gpus"] == [str(g) for g in mine], (record, mine)
+        node = probe["nodes"][rank]
+        assert node["host"] == host and node["num_gpus"] == 2, node
+        local = [str(g) for g in mine] if lab.mode == "no" else ["0", "1"]  # what the raylet's CUDA sees
+        assert node["cuda_visible_devices"] in local, (node, mine, lab.mode)
+    status = cli("status", tmp_path / "run-ray").stdout
+    assert f"  GPUs {','.join(map(str, held['ray']['a800-1']))} of the node (the plan's job-relative 0-1)" in status, (
+        status
+    )
