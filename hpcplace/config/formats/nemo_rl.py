@@ -797,7 +797,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         _check_gpus(facts, layout, slurm_view, label, site_gpus, notes)
         for j, n in enumerate(members):
             node_index[n] = (label, j)
-        groups.append(_group(label, facts, len(members), layout))
+        groups.append(facts_node_group(label, facts, len(members), layout.gpus_per_node, layout.gpn_view))
     cluster = build_cluster(tuple(groups), layout.gpn_view)
     entries: list[PlacementEntry] = []
     settings: dict[str, ComponentSpec] = {}
@@ -838,10 +838,6 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         notes=tuple(notes),
         composed=(*files, *(f"override {command.argv[i]}" for i in overrides)),
     )
-
-
-def _group(label: str, facts: SlurmFacts, nodes: int, layout: Layout) -> NodeGroup:
-    return facts_node_group(label, facts, nodes, layout.gpus_per_node, layout.gpn_view)
 
 
 def _check_gpus(

@@ -36,9 +36,11 @@ from hpcplace.config.formats.command import COMMAND_FORMATS, FrameworkCommand
 from hpcplace.config.formats.common import (
     SiteGpus,
     SlurmFacts,
+    facts_node_group,
     hpcplace_block,
     slurm_facts,
     slurm_job_options,
+    with_block_settings,
 )
 from hpcplace.config.formats.openrlhf_flags import FLAGS_0_10_2, FLAGS_BEFORE_0_10_2
 from hpcplace.config.framework_version import FrameworkVersion, VersionGate, resolve_version
@@ -155,7 +157,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         mine = [g for g in groups if any(role_group[r] == label for r in g.roles)]
         need = sum(g.size for g in mine)
         nodes = limits.nodes(max(1, math.ceil(need / gpn)), where.location(), f"nodes of node group {label!r}")
-        node_groups.append(_node_group(label, facts, nodes, gpn, where))
+        node_groups.append(facts_node_group(label, facts, nodes, gpn, where))
         placed = _pack(mine, nodes, gpn, command, entry)
         for g in mine:
             for role in g.roles:
@@ -187,17 +189,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     order = [e.components[0] for e in entries]
     name, given = hpcplace_block(root, set(order), blocks.path)
     for role, settings in given.items():
-        components[role] = ComponentSpec(
-            role,
-            settings.command,
-            settings.env,
-            settings.offload,
-            components[role].tensor_parallel_size,
-            settings.pipeline_parallel_size,
-            settings.cpus_per_process,
-            settings.mem_per_process_mb,
-            settings.location,
-        )
+        components[role] = with_block_settings(components[role], settings)
     return ExperimentSpec(
         name,
         cluster,
@@ -498,23 +490,6 @@ def _gpus_per_node(facts: SlurmFacts, label: str, view: View, site_gpus: SiteGpu
         )
     notes.append(f"node group {label!r}: {site.count} GPUs per node, {site.source}")
     return site.count
-
-
-def _node_group(label: str, facts: SlurmFacts, nodes: int, gpn: int, view: View) -> NodeGroup:
-    return NodeGroup(
-        label=label,
-        partition=facts.partition,
-        num_nodes=nodes,
-        gpus_per_node=(gpn,) * nodes,
-        gpu_type=facts.gpu_type,
-        cpus_per_node=facts.cpus_per_node,
-        mem_per_node_mb=facts.mem_per_node_mb,
-        constraint=facts.constraint,
-        account=facts.account,
-        qos=facts.qos,
-        network=facts.network,
-        location=view.location(),
-    )
 
 
 # Ray's choice among equally loaded nodes (candidates in node order; the bundles the chosen one will take)

@@ -205,7 +205,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
                 f"slime's placement group leaves {nodes * gpn - count} GPU(s) of node group {label!r} free: which "
                 "node keeps them is Ray's choice (the plan: the last)"
             )
-        groups.append(_node_group(label, facts, nodes, gpn, where))
+        groups.append(facts_node_group(label, facts, nodes, gpn, where))
         gpns.append(gpn)
     if split:
         notes.append(
@@ -344,7 +344,3 @@ def _gpus_per_node(
         return site.count
     notes.append(f"node group {label!r}: {slime_gpn} GPUs per node, slime's --num-gpus-per-node")
     return slime_gpn
-
-
-def _node_group(label: str, facts: SlurmFacts, nodes: int, gpn: int, view: View) -> NodeGroup:
-    return facts_node_group(label, facts, nodes, gpn, view)
