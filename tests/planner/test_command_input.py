@@ -96,3 +96,12 @@ def test_the_file_beside_the_command_holds_only_hpcplaces_blocks(tmp_path: Path)
         load_spec(config, driver=["python3", "-m", "verl.trainer.main_ppo"])
     assert "trainer" in err.value.message and err.value.location is not None
     assert err.value.location.line == 2
+
+
+def test_a_command_format_runs_in_the_ray_mode_only(tmp_path: Path) -> None:
+    config = tmp_path / "site.yaml"
+    config.write_text("launch: {mode: steps}\nslurm: {partition: a800, gpus_per_node: 4}\n")
+    with pytest.raises(SpecError) as err:
+        load_spec(config, driver=["python3", "train.py", "--actor-num-nodes", "1", "--colocate"])
+    assert "the slime format runs in the Ray launch mode only" in err.value.message
+    assert err.value.location is not None and err.value.location.line == 1

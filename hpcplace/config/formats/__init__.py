@@ -249,7 +249,7 @@ def _load_command_spec(
     mode = launch_view.get("mode") if launch_view is not None and isinstance(launch_view.value, dict) else None
     if mode is not None and launch.mode != "ray":
         raise mode.error(
-            f"a {name} job runs in the Ray launch mode: the framework's driver starts every process",
+            f"the {name} format runs in the Ray launch mode only (the framework's driver starts every process)",
             hint="remove launch.mode (or set it to ray)",
         )
     # a format may name the part of the command that is the driver (the words after `ray job submit ... --`)
