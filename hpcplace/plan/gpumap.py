@@ -86,7 +86,7 @@ def composed_lines(composed: Sequence[str]) -> list[str]:
     paths = [f.split(" @", 1)[0] for f in files]
     folder = os.path.commonpath([os.path.dirname(p) for p in paths]) if all(os.path.isabs(p) for p in paths) else ""
     where = f" under {folder}" if folder else ""
-    return [f"  composed: {len(files)} files{where}, the last {files[-1]} (plan --json lists each)"] + [
+    return [f"  composed: {len(files)} files{where}, the last {files[-1]} (plan.json lists each)"] + [
         f"  composed: {c}" for c in composed if c.startswith("override ")
     ]
 

@@ -22,7 +22,7 @@ import jinja2
 from hpcplace.config.rank_syntax import compress_ranks
 from hpcplace.config.safe_words import check_srun_argv
 from hpcplace.errors import SlurmError, SpecError
-from hpcplace.plan.gpumap import spanning_lines
+from hpcplace.plan.gpumap import composed_lines, spanning_lines
 from hpcplace.plan.plan import (
     JOB_RELATIVE_GPU_IDS,
     Plan,
@@ -242,7 +242,7 @@ def placement_summary(plan: Plan, job: SlurmJob) -> list[str]:
         f"{plan.num_processes} processes, {len(plan.components)} components, "
         f"{len(plan.cluster.nodes)} nodes in {len(job.components)} het component(s)",
     ]
-    lines += [f"composed: {item}" for item in plan.composed]
+    lines += [line.strip() for line in composed_lines(plan.composed)]
     if gpu_id_kind(plan.slurm) == JOB_RELATIVE_GPU_IDS and any(g.gpus_per_node for g in plan.cluster.node_groups):
         lines += [
             "GPU ids: job-relative (slurm.exclusive: false): GPU k on a node is the k-th (ascending) of the GPUs",

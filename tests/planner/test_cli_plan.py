@@ -244,6 +244,6 @@ def test_a_frameworks_long_defaults_tree_is_one_summary_line_and_overrides_stay_
     assert composed_lines(few) == ["  composed: /c/main.yaml", "  composed: override cluster.num_nodes=2"]
     many = [f"/v/config/part{i}.yaml @x{i}" for i in range(COMPOSED_SHOWN)] + ["/v/ppo.yaml", "override a=1"]
     assert composed_lines(many) == [
-        f"  composed: {COMPOSED_SHOWN + 1} files under /v, the last /v/ppo.yaml (plan --json lists each)",
+        f"  composed: {COMPOSED_SHOWN + 1} files under /v, the last /v/ppo.yaml (plan.json lists each)",
         "  composed: override a=1",
     ]
