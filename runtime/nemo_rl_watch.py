@@ -11,8 +11,6 @@ planned."""
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import time
 
@@ -100,7 +98,7 @@ def watch(address: str, plan_path: str, run_dir: str, driver_pid: int) -> int:
 
     import ray  # the job's Ray
 
-    from hpcplace.runtime.ray_node import group_node_ranks, record_error, say
+    from hpcplace.runtime.ray_node import group_node_ranks, pid_alive, record_error, say, stop_driver
 
     with open(plan_path, encoding="utf-8") as fh:
         header = json.load(fh)
@@ -109,7 +107,7 @@ def watch(address: str, plan_path: str, run_dir: str, driver_pid: int) -> int:
     sizes = {str(c["name"]): int(c["world_size"]) for c in header.get("components") or () if c.get("name") in planned}
     ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     try:
-        while driver_alive(driver_pid):
+        while pid_alive(driver_pid):
             table = ray.util.placement_group_table()
             nodes = nodes_by_id(ray.nodes(), labels)  # type: ignore[no-untyped-call]  # unannotated in Ray
             problem = placement_problem(table, nodes, planned)
@@ -129,27 +127,6 @@ def watch(address: str, plan_path: str, run_dir: str, driver_pid: int) -> int:
     finally:
         ray.shutdown()
     return 0
-
-
-def driver_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def stop_driver(pid: int) -> None:
-    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 0.0)):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and driver_alive(pid):
-            time.sleep(0.2)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -168,8 +168,7 @@ def watch(address: str, plan_path: str, run_dir: str, driver_pid: int) -> int:
 
     import ray  # the job's Ray
 
-    from hpcplace.runtime.nemo_rl_watch import driver_alive, stop_driver
-    from hpcplace.runtime.ray_node import group_node_ranks, record_error, say
+    from hpcplace.runtime.ray_node import group_node_ranks, pid_alive, record_error, say, stop_driver
 
     with open(plan_path, encoding="utf-8") as fh:
         header = json.load(fh)
@@ -178,7 +177,7 @@ def watch(address: str, plan_path: str, run_dir: str, driver_pid: int) -> int:
     counts = expected_actors(header)
     ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     try:
-        while driver_alive(driver_pid):
+        while pid_alive(driver_pid):
             actors = actor_rows()
             table = ray.util.placement_group_table()
             nodes = nodes_by_id(ray.nodes(), labels)  # type: ignore[no-untyped-call]  # unannotated in Ray

@@ -430,7 +430,7 @@ def stop_tree(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> Non
             proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             pass
-    left = [p for p in tree + descendants(proc.pid) if _alive(p)]
+    left = [p for p in tree + descendants(proc.pid) if pid_alive(p)]
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
@@ -445,12 +445,25 @@ def stop_tree(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> Non
     proc.wait()
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def stop_driver(pid: int, grace: float = 10.0) -> None:
+    """SIGTERM to the driver, SIGKILL once `grace` seconds pass (the framework watchers' stop)."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 0.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and pid_alive(pid):
+            time.sleep(0.2)
 
 
 class _Stop(Exception):
