@@ -1,7 +1,9 @@
 """The real-cluster tier (marker `slurm`) for runs longer than the time limit (issue 27, part 3): a run
 submitted as a chain of jobs (`hpcplace submit --chain N`), every link the same job.sbatch under a
 singleton dependency. Links run chain_counter.py, which resumes a step counter from
-$HPCPLACE_CHAIN_STATE. A 1-minute limit with a 45 s warning (SIGTERM@45) ends a link ~15 s in.
+$HPCPLACE_CHAIN_STATE. A 1-minute limit with a 30 s warning (SIGTERM@30) ends a link ~30 s in; a link that
+ends with no more than the warning's seconds + 5 s left counts as reaching its limit, so a link that finishes
+must end within ~25 s of its start (a 45 s warning left 10 s, and a slow start on a loaded CI machine took 8).
 
 - 3 links: links 0 and 1 are stopped by the warning (the next resumes), link 2 finishes the count;
 - a link that exits 0 at once ends the chain: the later links are cancelled and never run;
@@ -39,7 +41,7 @@ def chain_config(tmp_path: Path, name: str, args: list[str], chain: int = 3) -> 
             trainer: {{node_group: cpu, placement: "0:0"}}
         components: {{trainer: {{command: {command}}}}}
         launch: {{chain: {chain}, resume: ["--resumed"]}}
-        slurm: {{time: "1", signal_before_limit: 45}}
+        slurm: {{time: "1", signal_before_limit: 30}}
         """,
         f"{name}.yaml",
     )

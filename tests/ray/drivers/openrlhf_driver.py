@@ -33,6 +33,7 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 PROBE_DIR = "OPENRLHF_PROBE_DIR"
+ENGINE_START_S = 180  # a probe engine of TP > 1 starts a Ray task per bundle: seconds on a loaded test cluster
 # the OpenRLHF 0.11.2 class each probe stands in for
 CLASSES = {
     "actor": "PolicyModelActor",
@@ -170,6 +171,22 @@ def install_stand_ins(patch: bool = True) -> None:
     vllm_engine.RolloutRayActor = probe_engine()  # type: ignore[attr-defined]
 
 
+def keep_engines(engines: list[Any]) -> None:
+    """Wrap OpenRLHF's create_vllm_engines to keep its engine handles in `engines`: train() never waits for an
+    engine to finish starting (its constructor runs while train() goes on), so the driver waits for them before
+    it reads the records."""
+    import openrlhf.trainer.ray as ray_pkg
+
+    create = ray_pkg.create_vllm_engines
+
+    def create_and_keep(*args: Any, **kwargs: Any) -> Any:
+        made = create(*args, **kwargs)
+        engines.extend(made or [])
+        return made
+
+    ray_pkg.create_vllm_engines = create_and_keep
+
+
 def worker_setup() -> None:
     """Ray's worker_process_setup_hook: every worker gets the stand-in modules."""
     install_stand_ins(patch=False)
@@ -219,6 +236,8 @@ def main() -> int:
             if n["Alive"]
         ]
         install_stand_ins()
+        engines: list[Any] = []
+        keep_engines(engines)
         sys.argv = ["train_ppo_ray", *rest]
         try:
             runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
@@ -226,6 +245,7 @@ def main() -> int:
             report["error"] = f"SystemExit({exc.code})"
         except AssertionError as exc:
             report["error"] = f"AssertionError: {exc}"
+        ray.get([engine.__ray_ready__.remote() for engine in engines], timeout=ENGINE_START_S)
         report["records"] = [json.loads(p.read_text()) for p in sorted(Path(probe_dir).glob("*.json"))]
     except Exception as exc:  # noqa: BLE001  # the report names any failure: the test reads it, not a traceback
         report["error"] = f"{type(exc).__name__}: {exc}"
