@@ -363,12 +363,16 @@ hp_since() {
 # hp_warn_settle seconds to install a handler. The target: every step (steps mode: every task of every
 # program, `scancel --signal=SIG JOBID`, also steps `hpcplace exec` started; the node-local guards
 # ignore it), or the Ray driver's step alone (hp_warn_to=driver: Slurm would signal every raylet).
+# Slurm sends the warning once, from its periodic check, and a signal it sends while the batch script is
+# still starting is lost (seen on 26.05 with a 1-minute limit): so this script also keeps its own clock
+# (hp_warn_end, the job's end as squeue gives it), and passes the warning on by it when none has come.
 hp_warn_to=steps hp_warn_settle=2
-hp_warn_due= hp_warn_at= hp_warn_up= hp_warn_sent=
+hp_warn_due= hp_warn_at= hp_warn_up= hp_warn_sent= hp_warn_end=
 declare -A hp_step_logs=() hp_step_tasks=()  # steps mode: step index -> its rank log pattern, its task count
 
-# hp_warning_received: the USR2 trap: record the warning (the warned marker: the guards, the chain's
-# end) and when to pass it on; a second warning changes nothing.
+# hp_warning_received [LEFT]: the USR2 trap: record the warning (the warned marker: the guards, the chain's
+# end) and when to pass it on; a second warning changes nothing. LEFT: called by this script's own clock
+# (hp_warning_clock) with the seconds left, Slurm's warning not having come.
 hp_warning_received() {
     local left s=${hp_warning#*@}
     [[ -n $hp_warning ]] || { hp_log "SIGUSR2 with no time-limit warning configured: ignored"; return 0; }
@@ -377,6 +381,11 @@ hp_warning_received() {
         return 0
     fi
     : >"$hp_warned_marker" 2>/dev/null
+    if [[ -n ${1-} ]]; then
+        hp_warn_at=$EPOCHSECONDS hp_warn_due=1
+        hp_log "time-limit warning: none from Slurm, ${1}s left (Slurm sends it once, and one sent while the job starts is lost): SIG${hp_warning%@*} goes to the $hp_warn_to by this script's clock, once running"
+        return 0
+    fi
     left=$(hp_time_left)
     hp_warn_at=$EPOCHSECONDS
     [[ -n $left ]] && ((left > s)) && hp_warn_at=$((EPOCHSECONDS + left - s))
@@ -399,8 +408,24 @@ hp_steps_up() {
     done
 }
 
+# hp_warning_clock: the warning by this script's clock when Slurm's has not come by its seconds before the
+# job's end: squeue's time left, read once, and again only when the end seems reached (a time limit raised
+# meanwhile moves it).
+hp_warning_clock() {
+    local left s=${hp_warning#*@}
+    [[ -n $hp_warning && -z $hp_warn_due && -z $hp_warn_sent && $hp_warn_end != never ]] || return 0
+    if [[ -z $hp_warn_end ]] || ((EPOCHSECONDS >= hp_warn_end - s)); then
+        left=$(hp_time_left)
+        [[ -n $left ]] || { hp_warn_end=never; return 0; }  # no time left known (squeue failed): Slurm's alone
+        hp_warn_end=$((EPOCHSECONDS + left))
+        ((left <= s)) && hp_warning_received "$left"
+    fi
+    return 0
+}
+
 # hp_deliver_warning: pass a recorded warning on when it is due and its target has run hp_warn_settle s.
 hp_deliver_warning() {
+    hp_warning_clock
     [[ -n $hp_warn_due ]] || return 0
     local target err rc
     if [[ $hp_warn_to == driver ]]; then
