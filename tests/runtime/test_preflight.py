@@ -344,3 +344,36 @@ def test_job_relative_gpus_map_onto_the_jobs_allocation_in_both_constrain_modes(
     closed = GpuFacts(device_dir="/dev", present=tuple(range(8)), openable=(4,), slurm_visible="0,1", step_gpus="4,5")
     (problem,) = pf.gpu_problems(closed, 2, [0, 1], WHERE, relative=True)
     assert problem.startswith(f"the job's GPU(s) 5 on {WHERE} cannot be opened (/dev/nvidia{{5}}; can open: 4)")
+
+
+IMAGE = "apptainer image /images/sid-python"
+
+
+def test_container_with_the_nodes_shm_and_infiniband_passes() -> None:
+    assert pf.container_problems(IMAGE, True, (True, True)) == []
+    assert pf.container_problems(IMAGE, None, (False, False)) == []  # no collocation here, no adapters
+
+
+def test_container_with_a_private_shm_where_components_share_the_node() -> None:
+    (problem,) = pf.container_problems(IMAGE, False, (False, False))
+    assert problem.startswith(f"/dev/shm in the {IMAGE} is not the node's"), problem
+    assert "no --contain" in problem
+
+
+def test_container_without_infiniband_devices_on_a_node_with_adapters() -> None:
+    """AReaL #639: NCCL falls back to sockets without a word when /dev/infiniband is not in the container."""
+    (problem,) = pf.container_problems(IMAGE, None, (True, False))
+    assert "InfiniBand adapters (/sys/class/infiniband)" in problem and f"the {IMAGE} has no /dev/infiniband" in problem
+    both = pf.container_problems(IMAGE, False, (True, False))
+    assert len(both) == 2 and both[0].startswith("/dev/shm") and "InfiniBand" in both[1]
+
+
+def test_infiniband_fact_reads_the_adapters_and_the_device_dir(tmp_path: Path) -> None:
+    sys_dir, dev_dir = tmp_path / "sys", tmp_path / "dev"
+    assert pf.infiniband_fact(str(sys_dir), str(dev_dir)) == (False, False)  # neither exists
+    sys_dir.mkdir()
+    assert pf.infiniband_fact(str(sys_dir), str(dev_dir)) == (False, False)  # no adapter listed
+    (sys_dir / "mlx5_0").mkdir()
+    assert pf.infiniband_fact(str(sys_dir), str(dev_dir)) == (True, False)
+    dev_dir.mkdir()
+    assert pf.infiniband_fact(str(sys_dir), str(dev_dir)) == (True, True)
