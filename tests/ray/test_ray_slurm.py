@@ -329,9 +329,10 @@ def test_time_limit_warning_reaches_the_driver_and_not_the_ray_nodes(
     warned = after["terms"][0]
     # 30 s before the limit (not at Slurm's early moment), or just after the driver started if later
     assert limit_at - 33 < warned < max(limit_at - 30, before["started"]) + 6, (warned - limit_at, batch)
-    # once: Slurm's own warning, which came too, changed nothing (a second SIGTERM is the limit's own)
+    # once: Slurm's own warning changed nothing (a second SIGTERM is the limit's own); it comes too ("again:
+    # already ..."), or merges with the test's (signals of one kind do not queue), or is lost at the start
     assert all(t > limit_at - 3 for t in after["terms"][1:]), (after["terms"], limit_at)
-    assert "time-limit warning from Slurm again: already" in batch, batch
+    assert batch.count("time-limit warning: SIGTERM sent to the driver") == 1, batch
     assert sorted(after["nodes"]) == ["0", "1", "2", "3"], after  # every raylet still serves tasks
     assert {r: n["host"] for r, n in after["nodes"].items()} == {r: n["host"] for r, n in before["nodes"].items()}
     assert after["probed"] > warned

@@ -83,7 +83,7 @@ def warn_early(cluster: LiveCluster, job_id: str, run_dir: Path, timeout: float 
     a minute before the seconds asked for (CI's runs got it 13 s into a 1-minute job, during the
     preflight or while the driver step started). Sent once the script has its traps (its first log
     line), so the race that lost the warning is run every time, not by chance; Slurm's own warning
-    still comes. Returns when the time limit falls (time.time(), from squeue's time left)."""
+    may still come (or merge with this one). Returns when the time limit falls (time.time(), from squeue's time left)."""
     deadline = time.monotonic() + timeout
     while f"job {job_id} attempt 0:" not in batch_log(run_dir):
         assert time.monotonic() < deadline, f"job {job_id} never started its script\n{batch_log(run_dir)}"
@@ -167,8 +167,9 @@ def test_time_limit_warning_reaches_every_task(slurm_cluster: LiveCluster, tmp_p
         at = e["USR1"]["time"]
         assert at > started and limit_at - 33 < at < max(limit_at - 30, started) + 6, (key, at - limit_at, log)
         assert "TERM" in e and "saved" in e, (key, e)  # and the limit's own SIGTERM reached it
+    # one delivery, whatever Slurm's own warning did: it comes too (logged "again: already ..."), or close
+    # enough to the test's to merge with it (signals of one kind do not queue), or is lost while the script starts
     assert log.count("time-limit warning: SIGUSR1 sent to every task of every step (scancel exit 0") == 1, log
-    assert "time-limit warning from Slurm again: already" in log, log  # Slurm's own warning came too
     assert "received SIGTERM (scancel, time limit, preemption or requeue)" in log
 
 
