@@ -381,16 +381,15 @@ hp_warning_received() {
         return 0
     fi
     : >"$hp_warned_marker" 2>/dev/null
-    if [[ -n ${1-} ]]; then
-        hp_warn_at=$EPOCHSECONDS hp_warn_due=1
-        hp_log "time-limit warning: none from Slurm, ${1}s left (Slurm sends it once, and one sent while the job starts is lost): SIG${hp_warning%@*} goes to the $hp_warn_to by this script's clock, once running"
-        return 0
-    fi
-    left=$(hp_time_left)
+    left=${1:-$(hp_time_left)}
     hp_warn_at=$EPOCHSECONDS
     [[ -n $left ]] && ((left > s)) && hp_warn_at=$((EPOCHSECONDS + left - s))
     hp_warn_due=1
-    hp_log "time-limit warning from Slurm (slurm.signal_before_limit $hp_warning; ${left:-?}s left): SIG${hp_warning%@*} goes to the $hp_warn_to in $((hp_warn_at - EPOCHSECONDS))s, ${s}s before the limit, once running"
+    if [[ -n ${1-} ]]; then
+        hp_log "time-limit warning: none from Slurm, ${1}s left (Slurm sends it once, and one sent while the job starts is lost): SIG${hp_warning%@*} goes to the $hp_warn_to by this script's clock, once running"
+    else
+        hp_log "time-limit warning from Slurm (slurm.signal_before_limit $hp_warning; ${left:-?}s left): SIG${hp_warning%@*} goes to the $hp_warn_to in $((hp_warn_at - EPOCHSECONDS))s, ${s}s before the limit, once running"
+    fi
 }
 
 # hp_steps_up: true when every program step this script started has all its tasks past their shim (each
