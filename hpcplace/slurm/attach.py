@@ -15,6 +15,7 @@ The pure half (argv of the steps) is tested without Slurm; the rest is the I/O a
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -25,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -207,7 +208,7 @@ def step_args(job: SlurmJob, job_id: str, target: Target, name: str, *, gpus: bo
         args.append(f"--gres=gpu:{target.gpu_type}:{target.gpus}" if target.gpu_type else f"--gres=gpu:{target.gpus}")
     else:
         args.append(NO_GRES)
-    args.append("--pty" if pty else "--quit-on-interrupt")
+    args.append("--pty" if pty else "--disable-status")  # one Ctrl-C: SIGINT to the tasks (run_step)
     return args
 
 
@@ -335,6 +336,8 @@ def release(run: LiveRun) -> Path:
 
 
 def _copy(src: io.BufferedReader, sinks: Sequence[BinaryIO], lock: threading.Lock) -> None:  # a PIPE: read1
+    # SIGINT goes to the main thread only: delivered here, it would not wake the main thread's wait for srun.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     for chunk in iter(lambda: src.read1(65536), b""):
         with lock:
             for sink in sinks:
@@ -342,67 +345,99 @@ def _copy(src: io.BufferedReader, sinks: Sequence[BinaryIO], lock: threading.Loc
                 sink.flush()
 
 
+# srun takes a second SIGINT within this many seconds of the first as "abort": SIGKILL to the step's tasks.
+SRUN_ABORT_WINDOW_S = 1.0
+
+
 def run_step(argv: Sequence[str], *, log: Path | None = None, grace_s: float = 10.0) -> int:
     """Run one srun step in the foreground; its exit code. With `log`, its stdout and stderr go to the
-    terminal AND the log. Ctrl-C (SIGINT here, or to the terminal's process group) ends this step only:
-    srun runs with --quit-on-interrupt and is sent SIGINT; SIGKILL after `grace_s` if it hangs on."""
+    terminal AND the log. Ctrl-C (SIGINT here, or to the terminal's process group) ends this step only,
+    gracefully: the step's tasks get SIGINT (see `_interrupt`), then SIGKILL after `grace_s`; 130."""
     env = step_environment(os.environ)
-    try:
-        if log is None:
-            proc = subprocess.Popen(list(argv), env=env)
-        else:
-            proc = subprocess.Popen(list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except OSError as exc:
-        raise SlurmError(
-            f"cannot run `{argv[0]}`: {exc.strerror}", hint="run hpcplace on a Slurm login node (srun on PATH)"
-        ) from None
-    threads: list[threading.Thread] = []
-    out = None
-    try:
-        if log is not None:
-            out = open(log, "ab")  # noqa: SIM115 (closed below, after the copying threads)
-            lock = threading.Lock()
-            for src, sink in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer)):
-                t = threading.Thread(target=_copy, args=(src, (sink, out), lock), daemon=True)
-                t.start()
-                threads.append(t)
+    with _interruptible():
         try:
-            rc = proc.wait()
-        except KeyboardInterrupt:
-            _interrupt(proc, grace_s)
-            rc = 130
-    finally:
-        for t in threads:
-            t.join(timeout=5)
-        if out is not None:
-            out.close()
+            if log is None:
+                proc = subprocess.Popen(list(argv), env=env)
+            else:
+                proc = subprocess.Popen(list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as exc:
+            raise SlurmError(
+                f"cannot run `{argv[0]}`: {exc.strerror}", hint="run hpcplace on a Slurm login node (srun on PATH)"
+            ) from None
+        threads: list[threading.Thread] = []
+        out = None
+        try:
+            if log is not None:
+                out = open(log, "ab")  # noqa: SIM115 (closed below, after the copying threads)
+                lock = threading.Lock()
+                for src, sink in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer)):
+                    t = threading.Thread(target=_copy, args=(src, (sink, out), lock), daemon=True)
+                    t.start()
+                    threads.append(t)
+            try:
+                rc = proc.wait()
+            except KeyboardInterrupt:
+                _interrupt(proc, grace_s)
+                rc = 130
+        finally:
+            for t in threads:
+                t.join(timeout=5)
+            if out is not None:
+                out.close()
     return rc
 
 
-def _interrupt(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    print("hpcplace: interrupted: stopping this step only (the job stays up)", file=sys.stderr)
-    # A terminal's Ctrl-C reached srun too (its process group): srun passes it to the step's tasks and ends
-    # when they do. A second SIGINT within a second would make srun kill the step ("forcing job termination",
-    # exit 137), so give it that long before sending one; a SIGINT sent to hpcplace alone did not reach srun.
-    try:
-        proc.wait(timeout=1.5)
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt here while a step runs, even where this process inherited it ignored
+    (started in the background by a shell without job control): srun itself acts on SIGINT whatever it
+    inherited, so hpcplace must too, or a Ctrl-C would end the step and hpcplace would report srun's 137."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
         return
-    except (subprocess.TimeoutExpired, KeyboardInterrupt):
-        pass
-    for _ in range(2):
-        try:
-            proc.send_signal(signal.SIGINT)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=grace_s / 2)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupt(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """Stop the step gracefully, whether the SIGINT reached srun too (a terminal's Ctrl-C: its process group)
+    or hpcplace alone (`kill -INT`). srun runs with --disable-status: one SIGINT makes it pass SIGINT to the
+    step's tasks, which end as they handle it; a second one within SRUN_ABORT_WINDOW_S would SIGKILL them. So
+    first wait past that window (srun may have its own SIGINT), then pass one SIGINT on, then after `grace_s`
+    SIGTERM (srun kills the tasks: "forcing job termination"), and SIGKILL srun itself if it hangs on."""
+    print("hpcplace: interrupted: stopping this step only (the job stays up)", file=sys.stderr, flush=True)
+    schedule: tuple[tuple[signal.Signals | None, float | None], ...] = (
+        (None, SRUN_ABORT_WINDOW_S + 0.5),
+        (signal.SIGINT, grace_s),
+        (signal.SIGTERM, 5.0),
+        (signal.SIGKILL, None),
+    )
+    for sig, wait_s in schedule:
+        if sig is not None:
+            try:
+                proc.send_signal(sig)
+            except ProcessLookupError:
+                return
+        if _ended_within(proc, wait_s):
             return
+
+
+def _ended_within(proc: subprocess.Popen[bytes], wait_s: float | None) -> bool:
+    """Whether `proc` ends within `wait_s` seconds (None: however long); a further Ctrl-C does not cut the
+    wait short (one reaching srun too is srun's own abort)."""
+    deadline = None if wait_s is None else time.monotonic() + wait_s
+    while True:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            proc.wait(timeout=left)
+            return True
         except subprocess.TimeoutExpired:
-            continue
+            return False
         except KeyboardInterrupt:
             continue
-    proc.kill()
-    proc.wait()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 create OUT   create the detached named actor `hp_keeper` (namespace hp) holding a token, report env
 find OUT     find `hp_keeper` (created by an earlier driver of the same cluster), report its token
-sleep OUT    report env, print `started`, then sleep until stopped (the Ctrl-C test)
+sleep OUT    report env, print `started`, then sleep until stopped (the Ctrl-C test: OUT.stopped says how)
 """
 
 import json
@@ -27,7 +27,12 @@ if what == "sleep":
     with open(out, "w") as f:
         json.dump(report, f)
     print("started", flush=True)
-    time.sleep(600)
+    try:
+        time.sleep(600)
+    except KeyboardInterrupt:  # Ctrl-C reached the driver as SIGINT: it stops as it chooses
+        with open(out + ".stopped", "w") as f:
+            f.write("KeyboardInterrupt")
+        sys.exit(130)
     sys.exit(0)
 
 import ray  # noqa: E402

@@ -125,7 +125,7 @@ def test_exec_argv_targets_the_ranks_node_and_reads_the_command_from_a_file(tmp_
     argv = attach.exec_argv(run, target, tmp_path / "exec-1.json", component="actor", rank=11)
     assert argv[:2] == ["srun", "--jobid=4711"]
     assert "--het-group=0" in argv and "--relative=1" in argv and "--overlap" in argv and "--ntasks=1" in argv
-    assert "--gres=gpu:a800:8" in argv and "--quit-on-interrupt" in argv
+    assert "--gres=gpu:a800:8" in argv and "--disable-status" in argv and "--quit-on-interrupt" not in argv
     i = argv.index("/venv/bin/hpcplace-run")
     assert argv[i:] == [
         "/venv/bin/hpcplace-run",

@@ -169,6 +169,8 @@ def test_held_ray_cluster_attach_exec_interrupt_cancel(lab: LiveCluster, tmp_pat
         os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, out + err
+        assert "hpcplace: interrupted: stopping this step only" in err, err
+        assert (tmp_path / "d3.json.stopped").read_text() == "KeyboardInterrupt", err  # gracefully: its own handler
         steps = lambda: lab.run("squeue", "-h", "--steps", "-j", job_id, "-o", "%i %j").stdout  # noqa: E731
         wait_for("the attached step to end", lambda: " attach" not in steps(), 30)
         assert held(run_dir)  # the job, and its Ray cluster, are still up
