@@ -7,25 +7,51 @@ machine stay apart); pytest's numbered, lock-protected pytest-N directories belo
 concurrent sessions of one checkout apart. PYTEST_DEBUG_TEMPROOT or --basetemp override it.
 
 The suite leaves the checkout as it found it: a session that adds untracked files (not ignored) to
-it fails, naming them (a test writing relative to the working directory, e.g. a driver's output/).
+it fails, naming them (a test writing relative to the working directory, e.g. a driver's output/). It leaves
+the machine as it found it too (tests/leftovers.py): new entries in /dev/shm or /tmp (this host's and the test
+cluster's nodes'), processes the session started, Slurm jobs still queued fail the session, each named.
+HPCPLACE_TEST_LEFTOVERS=off skips that check (two test sessions at once on one machine would blame each other
+for their files); =cluster checks the test cluster only (scripts/test-all.sh runs sessions side by side and
+checks the host once, after all of them: `python -m tests.leftovers`).
+
+Signals are as a terminal's foreground job has them: a shell without job control starts background
+commands with SIGINT and SIGQUIT ignored, and every process the tests start (hpcplace, srun, slurmd, the
+jobs' tasks) would inherit that, so a test's Ctrl-C would test nothing a user does.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from tests import leftovers
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_TEMP_PARENT = Path("/var/tmp")
 
 
+def _terminal_signals() -> None:
+    """SIGINT and SIGQUIT as a terminal's foreground job has them (a handled signal is default again in
+    every program started from here)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
+# Libraries the tests import that keep caches in /tmp unless told otherwise: kept in the suite's own folder.
+CACHE_VARIABLES = {"AREAL_CACHE_DIR": "areal", "TORCHINDUCTOR_CACHE_DIR": "torchinductor"}
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    if config.option.basetemp is not None or os.environ.get("PYTEST_DEBUG_TEMPROOT"):
-        return
+    _terminal_signals()
+    os.environ.setdefault(leftovers.SESSION_VARIABLE, f"{os.getpid()}-{os.urandom(4).hex()}")
     if not SHARED_TEMP_PARENT.is_dir():
         return
     tag = hashlib.sha256(str(REPO).encode()).hexdigest()[:10]
@@ -34,7 +60,10 @@ def pytest_configure(config: pytest.Config) -> None:
         root.mkdir(mode=0o755, exist_ok=True)
     except OSError:
         return
-    os.environ["PYTEST_DEBUG_TEMPROOT"] = str(root)
+    for variable, folder in CACHE_VARIABLES.items():
+        os.environ.setdefault(variable, str(root / "caches" / folder))
+    if config.option.basetemp is None and not os.environ.get("PYTEST_DEBUG_TEMPROOT"):
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = str(root)
 
 
 def _untracked() -> set[str] | None:
@@ -57,12 +86,28 @@ def _untracked() -> set[str] | None:
 _UNTRACKED_AT_START: set[str] | None = None
 
 
+_MACHINE_AT_START: leftovers.Snapshot | None = None
+
+
+@pytest.fixture(scope="session", params=["no", "yes"], ids=["ConstrainDevices=no", "ConstrainDevices=yes"])
+def lab(request: pytest.FixtureRequest) -> object:
+    """The real test cluster in each ConstrainDevices mode (tests/slurm/conftest.py: `ensure_cluster`). Session
+    scope: pytest runs every test of one mode, across modules, before the other's, so the cluster boots once a
+    mode instead of twice a module."""
+    from tests.slurm.conftest import ensure_cluster
+
+    return ensure_cluster(request.param)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
-    global _UNTRACKED_AT_START
+    global _UNTRACKED_AT_START, _MACHINE_AT_START
     _UNTRACKED_AT_START = _untracked()
+    if os.environ.get("HPCPLACE_TEST_LEFTOVERS") != "off":
+        _MACHINE_AT_START = leftovers.take()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _check_machine(session)
     if _UNTRACKED_AT_START is None:
         return
     now = _untracked()
@@ -73,4 +118,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             f"\nthe test session left {len(new)} new untracked file(s) in the checkout {REPO} "
             f"(tests must write under tmp_path):\n  {shown}"
         )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _check_machine(session: pytest.Session) -> None:
+    """Fail the session naming what it left on the machine (tests/leftovers.py)."""
+    if _MACHINE_AT_START is None:
+        return
+    before = _MACHINE_AT_START
+    cluster = sys.modules.get("tests.slurm.conftest")
+    kept = cluster.harness_tmp_names() if cluster is not None else []  # the test cluster's state and lock
+
+    host = os.environ.get("HPCPLACE_TEST_LEFTOVERS") != "cluster"  # scripts/test-all.sh checks the host itself
+
+    def left() -> list[str]:
+        token = os.environ[leftovers.SESSION_VARIABLE]
+        found = leftovers.host_leftovers(before, token, kept) if host else []
+        if cluster is not None:
+            found += cluster.cluster_leftovers()
+        return found
+
+    remaining = leftovers.settled(left, within=30)
+    if remaining:
+        shown = "\n  ".join(remaining[:40])
+        print(f"\nthe test session left {len(remaining)} thing(s) on this machine (tests must clean up):\n  {shown}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,14 @@ SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-WORK = tempfile.TemporaryDirectory(prefix="hpcplace-rlinf-ref-")
+WORK: list[Path] = []  # where hpcplace_view writes its config files: this module's own temporary folder
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _work_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    WORK.append(tmp_path_factory.mktemp("rlinf-ref"))
+    yield
+    WORK.clear()
 
 
 def planned_gpus(plan: dict[str, Any]) -> list[int]:
@@ -60,7 +68,7 @@ def rlinf_view(
 
 
 def hpcplace_view(text: str) -> dict[str, Any] | str:
-    path = Path(tempfile.mkstemp(suffix=".yaml", dir=WORK.name)[1])
+    path = Path(tempfile.mkstemp(suffix=".yaml", dir=WORK[0])[1])
     path.write_text(text, encoding="utf-8")
     try:
         return json.loads(plan_to_json(plan_from_file(path)))

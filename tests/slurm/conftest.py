@@ -320,8 +320,40 @@ def _install() -> None:
         _unavailable(f"cannot install Slurm ({SLURM_RELEASE}): {install.stderr.strip()[-500:]}")
 
 
+_USED_CLUSTER = False  # this session asked for the cluster: its jobs and nodes are checked at the end
+
+
+def harness_tmp_names() -> list[str]:
+    """Names in this host's /tmp that the test cluster's harness keeps across sessions (its state directory,
+    the lock): not left by a test."""
+    return [p.name for p in (CLUSTER_DIR, CLUSTER_LOCK, CLUSTER_OWNER) if p.parent == Path("/tmp")]
+
+
+def cluster_leftovers() -> list[str]:
+    """What this session left in the test cluster: jobs still queued, files in a node's own /dev/shm, and in
+    its own /tmp beyond the paths up.sh binds there (the state directory, the shared checkouts)."""
+    if not _USED_CLUSTER:
+        return []
+    res = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True, check=False, timeout=60)
+    left = [f"Slurm job {line.strip()}" for line in res.stdout.splitlines() if line.strip()]
+    try:
+        bound = (CLUSTER_DIR / "shared").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        bound = []
+    kept = {Path(p).relative_to("/tmp").parts[0] for p in [str(CLUSTER_DIR), *bound] if p.startswith("/tmp/")}
+    for node in cluster_nodes():
+        root = node_root(node)
+        if root is None:
+            continue
+        left += [f"{node}: /dev/shm/{name}" for name in sorted(os.listdir(root / "dev" / "shm"))]
+        left += [f"{node}: /tmp/{name}" for name in sorted(set(os.listdir(root / "tmp")) - kept)]
+    return left
+
+
 def ensure_cluster(mode: str) -> LiveCluster:
     """The cluster up in ConstrainDevices=`mode` (boots or re-boots it as needed)."""
+    global _USED_CLUSTER
+    _USED_CLUSTER = True
     if os.geteuid() != 0:
         _unavailable("the Slurm test cluster needs root (scripts/slurm-cluster/up.sh)")
     if not (CLUSTER_SCRIPTS / "up.sh").exists():
