@@ -315,7 +315,7 @@ def test_local_head_that_exits_stops_the_driver(tmp_path: Path) -> None:
 
     from hpcplace.local.local_ray import LocalRayError, _wait_driver
 
-    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     head = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     started = time.monotonic()
     try:
@@ -324,7 +324,7 @@ def test_local_head_that_exits_stops_the_driver(tmp_path: Path) -> None:
     finally:
         driver.kill()
         driver.wait()
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 60  # not the driver's 120 s
     assert info.value.message == "the local Ray head exited with code 3 while the driver ran: stopping the driver"
     assert info.value.hint == f"see {tmp_path / 'ray-head.log'}"
     done = subprocess.Popen([sys.executable, "-c", "raise SystemExit(5)"])
