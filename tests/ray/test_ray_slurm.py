@@ -18,7 +18,6 @@ from tests.slurm.conftest import (
     LiveCluster,
     cli,
     cluster_nodes,
-    ensure_cluster,
     hostile_values,
     node_root,
     submit_cli,
@@ -109,11 +108,6 @@ def assert_clean(job_id: str, within: float = 15) -> None:
 @pytest.fixture(autouse=True)
 def _small_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HPCPLACE_RAY_ARGS", RAY_ARGS)
-
-
-@pytest.fixture(scope="module", params=["no", "yes"], ids=["ConstrainDevices=no", "ConstrainDevices=yes"])
-def lab(request: pytest.FixtureRequest) -> LiveCluster:
-    return ensure_cluster(request.param)
 
 
 def test_ray_cluster_matches_the_plan(lab: LiveCluster, tmp_path: Path) -> None:

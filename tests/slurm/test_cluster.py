@@ -31,7 +31,6 @@ from tests.slurm.conftest import (
     RunStatus,
     cli,
     config_yaml,
-    ensure_cluster,
     submit_cli,
     wait_done,
     with_command,
@@ -128,11 +127,6 @@ def check_reports(plan: Plan, run_dir: Path, reports: Path, mode: str) -> None:
             assert sorted(report["devices"]) == sorted(want_devices), where
             assert report["device_errors"] == {}, where
             assert report["shm_dir_exists"], where
-
-
-@pytest.fixture(scope="module", params=["no", "yes"], ids=["ConstrainDevices=no", "ConstrainDevices=yes"])
-def lab(request: pytest.FixtureRequest) -> LiveCluster:
-    return ensure_cluster(request.param)
 
 
 def _fits(plan: Plan) -> validate.Report:

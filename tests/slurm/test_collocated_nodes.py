@@ -22,7 +22,6 @@ from tests.slurm.conftest import (
     JobShm,
     LiveCluster,
     cluster_nodes,
-    ensure_cluster,
     node_root,
     shared_paths,
     submit_cli,
@@ -44,11 +43,6 @@ components:
   actor:   {command: ["python3", "examples/collocated_demo.py", "--role", "actor", "--cycles", "CYCLES"], offload: true}
   rollout: {command: ["python3", "examples/collocated_demo.py", "--role", "rollout", "--cycles", "CYCLES"], offload: true}
 """
-
-
-@pytest.fixture(scope="module", params=["no", "yes"], ids=["ConstrainDevices=no", "ConstrainDevices=yes"])
-def lab(request: pytest.FixtureRequest) -> LiveCluster:
-    return ensure_cluster(request.param)
 
 
 def job_env(cluster: LiveCluster, **extra: str) -> dict[str, str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hpcplace.slurm import submit
-from tests.ray.test_ray_slurm import RAY_ARGS, assert_clean, lab  # noqa: F401 (lab: both ConstrainDevices modes)
+from tests.ray.test_ray_slurm import RAY_ARGS, assert_clean
 from tests.slurm.conftest import HPCPLACE, JobShm, LiveCluster, cli, run_status, submit_cli, wait_done
 
 pytestmark = pytest.mark.slurm

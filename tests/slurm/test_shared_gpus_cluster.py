@@ -18,17 +18,12 @@ from pathlib import Path
 import pytest
 
 from hpcplace.slurm import submit
-from tests.slurm.conftest import LiveCluster, cli, config_yaml, ensure_cluster, submit_cli, wait_done
+from tests.slurm.conftest import LiveCluster, cli, config_yaml, submit_cli, wait_done
 
 pytestmark = pytest.mark.slurm
 
 REPORTER = Path(__file__).with_name("reporter.py")
 PROBE = Path(__file__).parent.parent / "ray" / "probe_driver.py"  # one task per Ray node, its CUDA_VISIBLE_DEVICES
-
-
-@pytest.fixture(scope="module", params=["no", "yes"], ids=["ConstrainDevices=no", "ConstrainDevices=yes"])
-def lab(request: pytest.FixtureRequest) -> LiveCluster:
-    return ensure_cluster(request.param)
 
 
 def config(tmp_path: Path, name: str, out: Path) -> Path:
