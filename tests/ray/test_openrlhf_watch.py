@@ -12,6 +12,7 @@ import ast
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -462,12 +463,16 @@ def test_watcher_beside_openrlhfs_own_placement(tmp_path: Path, gpus: tuple[int,
         assert not (run_dir / "logs" / "ray-errors.txt").exists()
         return
     assert watcher.returncode == 1, err
-    # stopped before its end: Ray's SIGTERM handler in a driver raises SystemExit, which the test driver catches
-    # and reports (its own exit code is then 0); a SIGKILL leaves no report
+    # stopped before its end, however the driver's Ray takes the watcher's SIGTERM: Ray's handler raises
+    # SystemExit, which the test driver catches and reports (its own exit code is then 0); when the signal lands
+    # inside Ray's core worker, Ray aborts (SIGABRT, seen on a loaded 2-core machine); the SIGKILL 10 s later
+    # leaves no report
     stop = json.loads(report.read_text())["error"] if report.exists() else None
-    assert driver.returncode == -9 or (
-        "SIGTERM received" in driver_err and stop in ("SystemExit(1)", "SystemExit(15)")
-    ), driver_err[-3000:]
+    assert driver.returncode in (-signal.SIGKILL, -signal.SIGABRT) or stop in ("SystemExit(1)", "SystemExit(15)"), (
+        driver.returncode,
+        stop,
+        driver_err[-3000:],
+    )
     said = (run_dir / "logs" / "ray-errors.txt").read_text()
     assert (
         "OpenRLHF's vllm (RolloutRayActor) has bundle 0 of its placement group on node rank 0 (" in said
