@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# Install everything and run the whole test suite, including the real-Slurm tier on the project's
-# own test cluster, on two Slurm releases one after the other: Debian 12's 22.05 (the whole suite) and
-# the newest Debian serves, sid's 26.05 (the real-Slurm tier again; HPCPLACE_SLURM_RELEASES changes
-# the list, e.g. "bookworm trixie sid"). This is README's second command and what CI (.ci/run) runs.
+# Install everything and run the whole test suite, including the real-Slurm tier on the project's own test
+# cluster on two Slurm releases: Debian 12's 22.05 (bookworm) and the newest Debian serves, sid's 26.05
+# (HPCPLACE_SLURM_RELEASES changes the list, e.g. "bookworm trixie sid"). This is README's second command
+# and what CI (.ci/run) runs.
+#
+# Two lanes run side by side (the real-Slurm tier mostly waits on Slurm, Ray and its jobs):
+#   checks: lint and types, the docs, then the CPU tiers (pytest -m "not slurm"), at a lower CPU priority
+#           (nice), so the Slurm lane's jobs get the CPU when they need it;
+#   slurm:  the real-Slurm tier (pytest -m slurm) on each release in turn, one test cluster at a time; a
+#           framework's own placement code (marker framework_driver) on the first release only.
+# Each lane's pytest checks the test cluster for what its tests left (jobs, node-local files); after both
+# lanes this script checks the machine itself (/dev/shm, /tmp, processes: tests/leftovers.py). The last lines
+# give each part's time and exit code.
 #   - the Slurm tier needs root (it installs Debian's Slurm and boots a cluster in namespaces);
 #     without root it is skipped with the reason, except under CI=true where that is a failure.
 #   - the GPU tier runs only where a GPU is present (scripts/gpu-tier.sh); elsewhere it skips.
+# Arguments go to every pytest run (`scripts/test-all.sh tests/planner -x`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root_dir=$(pwd)
+started=$SECONDS
 
 venv="${HPCPLACE_VENV:-$root_dir/.venv}"
 if [ ! -x "$venv/bin/python" ]; then
@@ -21,13 +32,19 @@ venv="$(cd "$venv" && pwd)"  # absolute: the test cluster shares it with its nod
 # code imports comes from the `frameworks` extra above); tests also check hpcplace against their parsers.
 "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r tests/requirements-frameworks.txt
 
-# The first release runs the whole suite; each further one runs the real-Slurm tier (-m slurm) again.
 read -r -a releases <<<"${HPCPLACE_SLURM_RELEASES:-bookworm sid}"
 slurm_ok=0
+later_installs=""
 if [ "$(id -u)" = 0 ]; then
-  for release in "${releases[@]}"; do
-    scripts/slurm-cluster/install.sh --slurm "$release"
-  done
+  # The first release now; the others (a root filesystem each: a minute or two on a fresh machine) while
+  # the first one's tier runs.
+  scripts/slurm-cluster/install.sh --slurm "${releases[0]}"
+  if [ "${#releases[@]}" -gt 1 ]; then
+    later_log=$(mktemp "${TMPDIR:-/var/tmp}/hpcplace-install.XXXXXX")
+    (for release in "${releases[@]:1}"; do scripts/slurm-cluster/install.sh --slurm "$release" || exit 1; done) \
+      >"$later_log" 2>&1 &
+    later_installs=$!
+  fi
   slurm_ok=1
 elif [ "${CI:-}" = "true" ]; then
   echo "test-all: the real Slurm tier needs root and is required in CI" >&2
@@ -35,6 +52,7 @@ elif [ "${CI:-}" = "true" ]; then
 else
   echo "test-all: not root: the real-Slurm tests will be skipped (they need root to boot the test cluster)" >&2
 fi
+installed=$((SECONDS - started))
 
 export PATH="$venv/bin:$PATH"
 export HPCPLACE_REQUIRE_SLURM="${CI:-false}"
@@ -42,32 +60,100 @@ export HPCPLACE_REQUIRE_SLURM="${CI:-false}"
 # venv wherever they are, /tmp included (as a real site shares /home): tests/slurm/conftest.py boots
 # the cluster with these (and itself adds the checkout and the running venv).
 export HPCPLACE_SLURM_SHARED="$root_dir:$venv${HPCPLACE_SLURM_SHARED:+:$HPCPLACE_SLURM_SHARED}"
-status=0
-# Lint and types: ruff check, ruff format --check and mypy --strict, zero findings.
-HPCPLACE_VENV="$venv" scripts/lint.sh || status=$?
-# The docs site, strict (a broken link, a missing page or a failing generated part fails CI).
-scripts/build-docs.sh || status=$?
-# A test stuck for 5 minutes prints every thread's stack (then goes on), so a hang is diagnosable.
+# Every process either lane starts carries this marker (the leftover check finds them by it); each pytest
+# checks only the cluster, this script the machine, once both lanes are done.
+export HPCPLACE_TEST_SESSION="test-all-$$-$RANDOM"
+export HPCPLACE_TEST_LEFTOVERS=cluster
+work=$(mktemp -d "${TMPDIR:-/var/tmp}/hpcplace-test-all.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+python -m tests.leftovers snapshot "$work/machine.json"
+
 summary=()
-for i in "${!releases[@]}"; do
-  release="${releases[$i]}"
-  selection=()
-  if [ "$i" -gt 0 ]; then
-    [ "$slurm_ok" = 1 ] || break
-    selection=(-m slurm)
-  fi
-  echo "test-all: Slurm test cluster: $release (${selection[*]:-the whole suite})"
-  rc=0
-  HPCPLACE_SLURM="$release" python -m pytest -q -o faulthandler_timeout=300 "${selection[@]}" "$@" || rc=$?
-  if [ "$slurm_ok" = 1 ]; then
-    summary+=("$release: Slurm $(cat "${HPCPLACE_SLURM_DIR:-/tmp/hpcplace-slurm}/version" 2>/dev/null || echo '?'), pytest exit $rc")
+record() { # NAME SECONDS RC
+  summary+=("$(printf '%-28s %4d s  exit %s' "$1" "$2" "$3")")
+}
+timed() { # NAME COMMAND...: run it, record its time and exit code, return its exit code
+  local name=$1 t0=$SECONDS rc=0
+  shift
+  "$@" || rc=$?
+  record "$name" $((SECONDS - t0)) "$rc"
+  return "$rc"
+}
+
+# A test stuck for 5 minutes prints every thread's stack (then goes on), so a hang is diagnosable. Each run
+# writes a JUnit report for the totals at the end.
+runs=0
+pytest_run() {
+  runs=$((runs + 1))
+  python -m pytest -q -o faulthandler_timeout=300 --junitxml="$work/junit-$BASHPID-$runs.xml" "$@"
+}
+
+checks_lane() { # lint, docs, the CPU tiers; its summary lines go to $work/checks.summary
+  local status=0
+  summary=()
+  renice -n 10 -p "$BASHPID" >/dev/null  # this lane and all it starts: the Slurm lane's jobs come first
+  # Lint and types: ruff check, ruff format --check and mypy --strict, zero findings.
+  HPCPLACE_VENV="$venv" timed "lint and types" scripts/lint.sh || status=1
+  # The docs site, strict (a broken link, a missing page or a failing generated part fails CI).
+  timed "docs" scripts/build-docs.sh || status=1
+  local rc=0
+  timed "CPU tiers (not slurm)" pytest_run -m "not slurm" "$@" || rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 5 ] || status=1  # 5: a selection with no CPU test in it
+  printf '%s\n' "${summary[@]}" >"$work/checks.summary"
+  return "$status"
+}
+
+echo "test-all: lane checks (lint, docs, pytest -m 'not slurm') runs beside lane slurm; its output: $work/checks.log"
+checks_lane "$@" >"$work/checks.log" 2>&1 &
+checks_pid=$!
+
+status=0
+if [ "$slurm_ok" = 1 ]; then
+  for i in "${!releases[@]}"; do
+    release="${releases[$i]}"
+    selection="slurm"
+    if [ "$i" -gt 0 ]; then
+      selection="slurm and not framework_driver"
+      if [ -n "$later_installs" ]; then
+        rc=0
+        wait "$later_installs" || rc=$?
+        later_installs=""
+        cat "$later_log"
+        rm -f "$later_log"
+        if [ "$rc" != 0 ]; then
+          echo "test-all: installing Slurm for ${releases[*]:1} failed" >&2
+          status=1
+          break
+        fi
+      fi
+    fi
+    echo "test-all: Slurm test cluster: $release (pytest -m '$selection')"
+    rc=0
+    HPCPLACE_SLURM="$release" timed "Slurm tier: $release" pytest_run -m "$selection" "$@" || rc=$?
+    version=$(cat "${HPCPLACE_SLURM_DIR:-/tmp/hpcplace-slurm}/version" 2>/dev/null || echo '?')
+    summary[-1]="${summary[-1]}  (Slurm $version)"
     scripts/slurm-cluster/down.sh >/dev/null 2>&1 || true
-  fi
-  # A selection with no real-Slurm test in it (`scripts/test-all.sh tests/planner`) ran nothing there.
-  if [ "$i" -gt 0 ] && [ "$rc" = 5 ]; then rc=0; fi
-  [ "$rc" = 0 ] || status=$rc
+    # A selection with no real-Slurm test in it (`scripts/test-all.sh tests/planner`) ran nothing there.
+    [ "$rc" = 0 ] || [ "$rc" = 5 ] || status=$rc
+  done
+fi
+
+checks_rc=0
+wait "$checks_pid" || checks_rc=$?
+echo "test-all: lane checks:"
+cat "$work/checks.log"
+[ "$checks_rc" = 0 ] || status=1
+mapfile -t checks_summary <"$work/checks.summary" || true
+
+leftovers_rc=0
+timed "leftovers on this machine" python -m tests.leftovers check "$work/machine.json" || leftovers_rc=$?
+[ "$leftovers_rc" = 0 ] || status=1
+
+echo
+echo "test-all: install $installed s, then the two lanes side by side:"
+python scripts/junit_totals.py "$work"/junit-*.xml || true
+for line in "${checks_summary[@]}" "${summary[@]}"; do
+  echo "test-all:   $line"
 done
-for line in "${summary[@]}"; do
-  echo "test-all: $line"
-done
+echo "test-all: total $((SECONDS - started)) s, exit $status"
 exit "$status"

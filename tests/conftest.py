@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,9 +50,16 @@ def _terminal_signals() -> None:
 CACHE_VARIABLES = {"AREAL_CACHE_DIR": "areal", "TORCHINDUCTOR_CACHE_DIR": "torchinductor"}
 
 
+# Where the Ray clusters the tests start on this host keep their session folders (Ray's default, /tmp/ray, is
+# never cleaned): one per test session, removed at its end; short, as Ray's socket paths must fit 107 bytes.
+RAY_TEMP = Path(f"/var/tmp/hpray-{os.getpid()}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     _terminal_signals()
     os.environ.setdefault(leftovers.SESSION_VARIABLE, f"{os.getpid()}-{os.urandom(4).hex()}")
+    if "RAY_TMPDIR" not in os.environ:
+        os.environ["RAY_TMPDIR"] = str(RAY_TEMP)
     if not SHARED_TEMP_PARENT.is_dir():
         return
     tag = hashlib.sha256(str(REPO).encode()).hexdigest()[:10]
@@ -108,6 +116,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _check_machine(session)
+    if os.environ.get("RAY_TMPDIR") == str(RAY_TEMP):
+        shutil.rmtree(RAY_TEMP, ignore_errors=True)
     if _UNTRACKED_AT_START is None:
         return
     now = _untracked()

@@ -20,7 +20,7 @@ from tests.ray.framework_checks import node_table, rlinf_mismatches
 from tests.ray.test_ray_slurm import _small_ray, assert_clean  # noqa: F401 - fixture
 from tests.slurm.conftest import LiveCluster, submit_cli, wait_done  # slurm_cluster: tests/ray/conftest.py
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.framework_driver]
 
 HERE = Path(__file__).parent
 FIXTURE = HERE.parent / "fixtures" / "rlinf-ray-hetero.yaml"

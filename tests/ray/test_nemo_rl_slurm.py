@@ -23,6 +23,7 @@ from tests.slurm.conftest import LiveCluster, submit_cli, wait_done  # slurm_clu
 
 pytestmark = [
     pytest.mark.slurm,
+    pytest.mark.framework_driver,
     pytest.mark.skipif(
         not os.environ.get("HPCPLACE_NEMO_RL_SRC"),
         reason="HPCPLACE_NEMO_RL_SRC is not set: NeMo-RL's code comes from a checkout (not on PyPI)",

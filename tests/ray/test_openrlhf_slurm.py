@@ -19,7 +19,7 @@ from tests.ray.test_openrlhf_local import mismatches, observed
 from tests.ray.test_ray_slurm import _small_ray, assert_clean  # noqa: F401 - fixture
 from tests.slurm.conftest import LiveCluster
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.framework_driver]
 
 ARGV = [
     "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "2", "--vllm.num_engines", "1",

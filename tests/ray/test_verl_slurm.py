@@ -19,7 +19,7 @@ from tests.ray.test_frameworks_slurm import FAKE_GPU, run_job
 from tests.ray.test_ray_slurm import _small_ray, assert_clean  # noqa: F401 - fixture
 from tests.slurm.conftest import LiveCluster
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.framework_driver]
 DRIVER = Path(__file__).parent / "drivers" / "verl_driver.py"
 OVERRIDES = [
     "trainer.nnodes=2",

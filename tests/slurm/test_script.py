@@ -138,7 +138,12 @@ def test_stubborn_step_gets_sigkill_after_the_grace(hetero: Plan, tmp_path: Path
     assert "hp_kill_wait=1 " in rendered.script.read_text()
     t0 = time.monotonic()
     res, _, events = run_script(
-        rendered.run_dir, tmp_path, FAKE_FAIL="inference", FAKE_SLEEP="120", FAKE_STUBBORN="rollout", FAKE_KILL_WAIT="60"
+        rendered.run_dir,
+        tmp_path,
+        FAKE_FAIL="inference",
+        FAKE_SLEEP="120",
+        FAKE_STUBBORN="rollout",
+        FAKE_KILL_WAIT="60",
     )
     elapsed = time.monotonic() - t0
     assert res.returncode == 7, res.stderr

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import runpy
+import shutil
 import sys
 import tempfile
 import traceback
@@ -255,6 +256,7 @@ def main() -> int:
         ray.shutdown()
         if cluster is not None:
             cluster.shutdown()
+        shutil.rmtree(probe_dir, ignore_errors=True)  # its records are in the report
     return 0
 
 
