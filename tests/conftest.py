@@ -74,6 +74,16 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PYTEST_DEBUG_TEMPROOT"] = str(root)
 
 
+@pytest.fixture(scope="session", params=["no", "yes"], ids=["ConstrainDevices=no", "ConstrainDevices=yes"])
+def lab(request: pytest.FixtureRequest) -> object:
+    """The real test cluster in each ConstrainDevices mode (tests/slurm/conftest.py: `ensure_cluster`). Session
+    scope: pytest runs every test of one mode, across modules, before the other's, so the cluster boots once a
+    mode instead of twice a module."""
+    from tests.slurm.conftest import ensure_cluster
+
+    return ensure_cluster(request.param)
+
+
 def _untracked() -> set[str] | None:
     """The checkout's untracked, not ignored files; None when git cannot tell (no git, no repository)."""
     try:
@@ -92,19 +102,7 @@ def _untracked() -> set[str] | None:
 
 
 _UNTRACKED_AT_START: set[str] | None = None
-
-
 _MACHINE_AT_START: leftovers.Snapshot | None = None
-
-
-@pytest.fixture(scope="session", params=["no", "yes"], ids=["ConstrainDevices=no", "ConstrainDevices=yes"])
-def lab(request: pytest.FixtureRequest) -> object:
-    """The real test cluster in each ConstrainDevices mode (tests/slurm/conftest.py: `ensure_cluster`). Session
-    scope: pytest runs every test of one mode, across modules, before the other's, so the cluster boots once a
-    mode instead of twice a module."""
-    from tests.slurm.conftest import ensure_cluster
-
-    return ensure_cluster(request.param)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -138,7 +136,6 @@ def _check_machine(session: pytest.Session) -> None:
     before = _MACHINE_AT_START
     cluster = sys.modules.get("tests.slurm.conftest")
     kept = cluster.harness_tmp_names() if cluster is not None else []  # the test cluster's state and lock
-
     host = os.environ.get("HPCPLACE_TEST_LEFTOVERS") != "cluster"  # scripts/test-all.sh checks the host itself
 
     def left() -> list[str]:
