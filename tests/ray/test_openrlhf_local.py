@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -114,6 +115,7 @@ def run_openrlhf(tmp_path: Path, plan: Plan, argv: list[str]) -> dict[str, Any]:
         text=True,
         timeout=TIMEOUT_S,
         cwd=tmp_path,
+        env={**os.environ, "OPENRLHF_PROBE_PARENT": str(tmp_path)},  # its probe records: not in /tmp
     )
     assert report.exists(), done.stdout[-3000:] + done.stderr[-3000:]
     data: dict[str, Any] = json.loads(report.read_text())

@@ -425,6 +425,7 @@ def test_watcher_beside_openrlhfs_own_placement(tmp_path: Path, gpus: tuple[int,
                 *E2E_ARGV,
             ],
             cwd=tmp_path,
+            env={**os.environ, "OPENRLHF_PROBE_PARENT": str(tmp_path)},  # a stopped driver leaves its probes there
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.conftest import LiveCluster, cli, config_yaml, submit_cli, wait_done
+from tests.slurm.conftest import LiveCluster, cli, cluster_nodes, config_yaml, node_root, submit_cli, wait_done
 
 pytestmark = pytest.mark.slurm
 
@@ -154,3 +154,7 @@ def test_run_directory_the_nodes_cannot_see(slurm_cluster: LiveCluster, tmp_path
         assert f"{said}{run_dir}/logs/batch-" in status.text and "must be on storage every node mounts" in status.text
     finally:
         shutil.rmtree(local, ignore_errors=True)
+        for node in cluster_nodes():  # Slurm 26.05 makes the missing folder on the node it starts the script on
+            root = node_root(node)
+            if root is not None:
+                shutil.rmtree(root / local.relative_to("/"), ignore_errors=True)

@@ -185,6 +185,8 @@ on_signal() {  # $1: the signal; the time-limit warning is not the end of the jo
     trap "" USR1 USR2 TERM INT HUP ${warning%@*}  # a 2nd signal must not cut the EXIT trap short
     exit 0
 }
+stopped=  # a stop that comes while the directories are made waits for their EXIT trap (a job that fails at once)
+for sig in USR1 USR2 TERM INT HUP ${warning%@*}; do trap "stopped=$sig" "$sig"; done
 for d in "$job" "$node"; do
     mkdir -- "$d" 2>/dev/null
     if [[ -L $d || ! -d $d || ! -O $d || $(stat -c %a -- "$d") != 700 ]]; then
@@ -194,6 +196,7 @@ for d in "$job" "$node"; do
 done
 trap "rm -rf -- \"\$node\"; compgen -G \"\$job/node-*\" >/dev/null || rm -rf -- \"\$job\"" EXIT
 for sig in USR1 USR2 TERM INT HUP ${warning%@*}; do trap "on_signal $sig" "$sig"; done
+[[ -z $stopped ]] || on_signal "$stopped"
 while :; do sleep 3600 & wait $!; kill $! 2>/dev/null; done
 '
 hp_guard=(bash -c "$hp_guard_script" "$hp_shm" "$hp_warning" "$hp_kill_wait" "$hp_stop_marker")
