@@ -21,6 +21,15 @@ cd "$(dirname "$0")/.."
 root_dir=$(pwd)
 started=$SECONDS
 
+read -r -a releases <<<"${HPCPLACE_SLURM_RELEASES:-bookworm sid}"
+# The first release's Slurm installs (apt) while pip installs the project.
+first_install=""
+if [ "$(id -u)" = 0 ]; then
+  first_log=$(mktemp "${TMPDIR:-/var/tmp}/hpcplace-install.XXXXXX")
+  scripts/slurm-cluster/install.sh --slurm "${releases[0]}" >"$first_log" 2>&1 &
+  first_install=$!
+fi
+
 venv="${HPCPLACE_VENV:-$root_dir/.venv}"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
@@ -32,13 +41,16 @@ venv="$(cd "$venv" && pwd)"  # absolute: the test cluster shares it with its nod
 # code imports comes from the `frameworks` extra above); tests also check hpcplace against their parsers.
 "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r tests/requirements-frameworks.txt
 
-read -r -a releases <<<"${HPCPLACE_SLURM_RELEASES:-bookworm sid}"
 slurm_ok=0
 later_installs=""
-if [ "$(id -u)" = 0 ]; then
-  # The first release now; the others (a root filesystem each: a minute or two on a fresh machine) while
-  # the first one's tier runs.
-  scripts/slurm-cluster/install.sh --slurm "${releases[0]}"
+if [ -n "$first_install" ]; then
+  rc=0
+  wait "$first_install" || rc=$?
+  cat "$first_log"
+  rm -f "$first_log"
+  [ "$rc" = 0 ] || { echo "test-all: installing Slurm (${releases[0]}) failed" >&2; exit 1; }
+  # The other releases (a root filesystem each: a minute or two on a fresh machine) while the first one's
+  # tier runs.
   if [ "${#releases[@]}" -gt 1 ]; then
     later_log=$(mktemp "${TMPDIR:-/var/tmp}/hpcplace-install.XXXXXX")
     (for release in "${releases[@]:1}"; do scripts/slurm-cluster/install.sh --slurm "$release" || exit 1; done) \
@@ -85,7 +97,7 @@ timed() { # NAME COMMAND...: run it, record its time and exit code, return its e
 runs=0
 pytest_run() {
   runs=$((runs + 1))
-  python -m pytest -q -o faulthandler_timeout=300 --junitxml="$work/junit-$BASHPID-$runs.xml" "$@"
+  python -m pytest -q -o faulthandler_timeout=300 --durations=15 --junitxml="$work/junit-$BASHPID-$runs.xml" "$@"
 }
 
 checks_lane() { # lint, docs, the CPU tiers; its summary lines go to $work/checks.summary
