@@ -21,11 +21,14 @@ cd "$(dirname "$0")/.."
 root_dir=$(pwd)
 started=$SECONDS
 
+work=$(mktemp -d "${TMPDIR:-/var/tmp}/hpcplace-test-all.XXXXXX")  # logs, reports; removed at exit
+trap 'rm -rf "$work"' EXIT
+
 read -r -a releases <<<"${HPCPLACE_SLURM_RELEASES:-bookworm sid}"
 # The first release's Slurm installs (apt) while pip installs the project.
 first_install=""
 if [ "$(id -u)" = 0 ]; then
-  first_log=$(mktemp "${TMPDIR:-/var/tmp}/hpcplace-install.XXXXXX")
+  first_log="$work/install-first.log"
   scripts/slurm-cluster/install.sh --slurm "${releases[0]}" >"$first_log" 2>&1 &
   first_install=$!
 fi
@@ -47,12 +50,11 @@ if [ -n "$first_install" ]; then
   rc=0
   wait "$first_install" || rc=$?
   cat "$first_log"
-  rm -f "$first_log"
   [ "$rc" = 0 ] || { echo "test-all: installing Slurm (${releases[0]}) failed" >&2; exit 1; }
   # The other releases (a root filesystem each: a minute or two on a fresh machine) while the first one's
   # tier runs.
   if [ "${#releases[@]}" -gt 1 ]; then
-    later_log=$(mktemp "${TMPDIR:-/var/tmp}/hpcplace-install.XXXXXX")
+    later_log="$work/install-later.log"
     (for release in "${releases[@]:1}"; do scripts/slurm-cluster/install.sh --slurm "$release" || exit 1; done) \
       >"$later_log" 2>&1 &
     later_installs=$!
@@ -76,8 +78,6 @@ export HPCPLACE_SLURM_SHARED="$root_dir:$venv${HPCPLACE_SLURM_SHARED:+:$HPCPLACE
 # checks only the cluster, this script the machine, once both lanes are done.
 export HPCPLACE_TEST_SESSION="test-all-$$-$RANDOM"
 export HPCPLACE_TEST_LEFTOVERS=cluster
-work=$(mktemp -d "${TMPDIR:-/var/tmp}/hpcplace-test-all.XXXXXX")
-trap 'rm -rf "$work"' EXIT
 python -m tests.leftovers snapshot "$work/machine.json"
 
 summary=()
@@ -131,7 +131,6 @@ if [ "$slurm_ok" = 1 ]; then
         wait "$later_installs" || rc=$?
         later_installs=""
         cat "$later_log"
-        rm -f "$later_log"
         if [ "$rc" != 0 ]; then
           echo "test-all: installing Slurm for ${releases[*]:1} failed" >&2
           status=1
