@@ -162,9 +162,9 @@ timed "leftovers on this machine" python -m tests.leftovers check "$work/machine
 
 echo
 echo "test-all: install $installed s, then the two lanes side by side:"
-python scripts/junit_totals.py "$work"/junit-*.xml || true
 for line in "${checks_summary[@]}" "${summary[@]}"; do
   echo "test-all:   $line"
 done
 echo "test-all: total $((SECONDS - started)) s, exit $status"
+python scripts/junit_totals.py "$work"/junit-*.xml || true  # the closing line: every pytest run's counts
 exit "$status"
