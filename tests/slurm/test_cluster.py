@@ -215,7 +215,22 @@ def test_a_component_over_three_het_groups_names_its_failing_rank_and_logs(
     """srun numbers a het step's tasks per het group in its messages (`cpu-1: task 0`) and, on Slurm 22.05,
     adds the group's index to %t in file names (0,1 | 3,4 | 6,7): the batch log, status and logs name
     each rank by its group's own task order."""
-    program = "import os, sys; print('I am rank', os.environ['RANK']); sys.exit(7 if os.environ['RANK'] == '4' else 0)"
+    # Rank 4 fails once every rank has said who it is: a rank the failure stops before its print reaches its log
+    # would prove nothing about the logs (seen on a loaded machine).
+    said = tmp_path / "said"
+    said.mkdir()
+    program = tmp_path / "rank.py"
+    program.write_text(
+        "import os, pathlib, sys, time\n"
+        "rank = os.environ['RANK']\n"
+        "print('I am rank', rank, flush=True)\n"
+        f"said = pathlib.Path({str(said)!r})\n"
+        "(said / rank).touch()\n"
+        "end = time.time() + 120\n"
+        "while rank == '4' and len(os.listdir(said)) < 6 and time.time() < end:\n"
+        "    time.sleep(0.1)\n"
+        "sys.exit(7 if rank == '4' else 0)\n"
+    )
     config = config_yaml(
         tmp_path,
         f"""
@@ -228,7 +243,7 @@ def test_a_component_over_three_het_groups_names_its_failing_rank_and_logs(
           component_placement:
             span: {{node_group: node, placement: "0-2:0-5"}}
         components:
-          span: {{command: [{sys.executable}, -c, "{program}"]}}
+          span: {{command: [{sys.executable}, "{program}"]}}
         """,
     )
     run_dir = tmp_path / "run"
