@@ -30,14 +30,22 @@ hpcp_rootfs() { # SUITE -> its root filesystem ("" for bookworm: this machine's 
     if [[ "$1" != bookworm ]]; then echo "$HPCP_ROOT_CACHE/slurm-$1/root"; fi
 }
 
-# The Debian mirror this machine's own apt uses (its deb822 sources), so root filesystems and images
-# come from the same registry (HPCPLACE_DEBIAN_MIRROR overrides it).
+# The Debian mirror this machine's own apt uses (its deb822 sources, or classic `deb` lines), so root
+# filesystems and images come from the same registry (HPCPLACE_DEBIAN_MIRROR overrides it). No host name is
+# written here: a machine whose apt names none must say which.
 hpcp_debian_mirror() {
     local mirror="${HPCPLACE_DEBIAN_MIRROR:-}"
     if [[ -z "$mirror" ]]; then
         mirror="$(awk '/^URIs:/ && $2 ~ /\/debian\/?$/ { print $2; exit }' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)"
     fi
-    echo "${mirror:-http://deb.debian.org/debian}"
+    if [[ -z "$mirror" ]]; then
+        mirror="$(awk '/^deb / && $2 ~ /\/debian\/?$/ { print $2; exit }' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true)"
+    fi
+    if [[ -z "$mirror" ]]; then
+        echo "no Debian mirror in this machine's apt sources: set HPCPLACE_DEBIAN_MIRROR to the one to use" >&2
+        return 1
+    fi
+    echo "$mirror"
 }
 
 hpcp_root_slurm_version() { # ROOT -> "26.05.5"
