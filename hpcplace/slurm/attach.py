@@ -352,7 +352,7 @@ SRUN_ABORT_WINDOW_S = 1.0
 def run_step(argv: Sequence[str], *, log: Path | None = None, grace_s: float = 10.0) -> int:
     """Run one srun step in the foreground; its exit code. With `log`, its stdout and stderr go to the
     terminal AND the log. Ctrl-C (SIGINT here, or to the terminal's process group) ends this step only,
-    gracefully: the step's tasks get SIGINT (see `_interrupt`), then SIGKILL after `grace_s`; 130."""
+    gracefully: the step's tasks get SIGINT, and are killed if still running `grace_s` later (`_interrupt`); 130."""
     env = step_environment(os.environ)
     with _interruptible():
         try:
