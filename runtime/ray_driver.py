@@ -35,6 +35,7 @@ from hpcplace.runtime.ray_node import (
     read_head,
     record_error,
     say,
+    steer_environment,
     wait_for,
     write_json,
     write_text,
@@ -277,6 +278,7 @@ def main(argv: Sequence[str]) -> int:
             env.update(environment(str(info["interface"]), str(info["host"])))
         chain_env = chain_environment(header, plan_path, os.environ)  # launch.chain: which link, its state dir
         env.update(chain_env)
+        env.update(steer_environment(env, run_dir))  # the framework's Ray requests to their planned nodes
         if argv_file is None:  # the plan's driver resumes from the second link on (launch.resume)
             driver = list(chain_command(header, driver, chain_env))
         joined = argv_file is not None and os.path.exists(bringup)  # an attach to a cluster that is up

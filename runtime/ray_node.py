@@ -2,9 +2,10 @@
 
 Finds its node in plan.json like the shim does (its host name in the per-component node lists),
 then runs `ray start --block` with the plan's facts: RLINF_NODE_RANK (set before Ray starts, so
-every Ray worker inherits it), CUDA_VISIBLE_DEVICES and --num-gpus, --num-cpus, the group resource
-`ng_<label>` and hpcplace.* labels, the node group's env and launch.env. The head (cluster node
-rank 0) publishes `host:port` in <run dir>/ray/head.json; workers wait for that file (bounded by
+every Ray worker inherits it), CUDA_VISIBLE_DEVICES and --num-gpus, --num-cpus, the resources
+`ng_<label>` and `hpcplace_node_<rank>` (node_resources) and hpcplace.* labels, the node group's env and
+launch.env, and the steering hook first on PYTHONPATH when the plan has steer rules (runtime/steer_hook.py).
+The head (cluster node rank 0) publishes `host:port` in <run dir>/ray/head.json; workers wait for that file (bounded by
 launch.join_timeout), then join.
 
 Every port a node's Ray opens (GCS, node manager, object manager, dashboard and its agent, metrics,
@@ -43,6 +44,11 @@ from hpcplace.runtime.network import group_network
 from hpcplace.runtime.network import resolve as resolve_network
 from hpcplace.runtime.plan_index import PlanIndex
 from hpcplace.runtime.slurm_env import locate_node, read_snapshot
+from hpcplace.runtime.steer_hook import ENV as STEER_ENV
+from hpcplace.runtime.steer_hook import NODE_RESOURCE
+
+STEER_DIR = os.path.join("ray", "steer")  # in the run directory: the hook as sitecustomize.py, the table, the log
+STEER_TABLE = "steer.json"
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -207,6 +213,29 @@ def framework_node_env(source_format: str | None, rank: int) -> dict[str, Any]:
     return {"NODE_RANK": str(rank)} if source_format == "roll" else {}
 
 
+def node_resources(node: Mapping[str, Any]) -> dict[str, int]:
+    """The custom resources a raylet advertises: its node group's `ng_<label>`, its own node's
+    `hpcplace_node_<rank>` (what the steering hook pins a framework's requests to: runtime/steer_hook.py;
+    a user's own Ray code may ask for it too), and NeMo-RL's `topo_rank` = rank + 1 (NeMo-RL orders the
+    bundles of its unified placement groups by it, else by Ray's random node ids: virtual_cluster.py)."""
+    rank = int(node["rank"])
+    out = {f"ng_{node['label']}": 1, f"{NODE_RESOURCE}{rank}": 1}
+    if node.get("framework") == "nemo_rl":
+        out["topo_rank"] = rank + 1
+    return out
+
+
+def steer_environment(env: Mapping[str, str], run_dir: str) -> dict[str, str]:
+    """PYTHONPATH and HPCPLACE_STEER for the steering hook (its sitecustomize first on the path), when the
+    run directory has one (a plan with steer rules: hpcplace.slurm.render writes it); else {}."""
+    folder = os.path.join(run_dir, STEER_DIR)
+    table = os.path.join(folder, STEER_TABLE)
+    if not os.path.exists(table):
+        return {}
+    rest = [p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p and p != folder]
+    return {"PYTHONPATH": os.pathsep.join([folder, *rest]), STEER_ENV: table}
+
+
 def _at(per_node: object, j: int, default: Any) -> Any:
     """Entry j of a per-node list from plan.json (absent or short: the default)."""
     return per_node[j] if isinstance(per_node, list) and 0 <= j < len(per_node) and per_node[j] else default
@@ -242,7 +271,7 @@ def ray_start_argv(
         "--disable-usage-stats",
         f"--num-cpus={node['num_cpus']}",
         f"--num-gpus={len(node['gpus'])}",
-        "--resources=" + json.dumps({f"ng_{node['label']}": 1}, separators=(",", ":")),
+        "--resources=" + json.dumps(node_resources(node), separators=(",", ":")),
         "--labels=" + ",".join(f"{k}={v}" for k, v in labels.items() if label_ok(v)),
         f"--temp-dir={temp_dir}",
         f"--object-spilling-directory={spill_dir}",
@@ -591,6 +620,7 @@ def main(argv: Sequence[str]) -> int:
                 ports=ports,
             )
         env = raylet_env(os.environ, node, launch.get("env") or {}, choice.value, temp_dir)
+        env.update(steer_environment(env, run_dir))
         if ifname:
             env.update(network_environment(ifname, address))
         record = {

@@ -9,6 +9,7 @@
       dashboard: true                # ray mode: the Ray dashboard on the head (status prints how to reach it)
       chain: 4                       # run as up to 4 jobs in a row (--dependency=singleton), each resuming
       resume: [runner.resume_dir=auto]  # appended to the driver/commands from the second link on
+      steer: false                   # verl, NeMo-RL, OpenRLHF, slime: leave their Ray requests' nodes to Ray
 
 In "ray" mode the plan shapes a Ray cluster (one raylet per allocated node, see hpcplace.ray.ray_cluster)
 and the driver runs once on the head. The frameworks never read this block.
@@ -26,7 +27,7 @@ from hpcplace.config.yaml_source import View, yaml_words
 from hpcplace.errors import SpecError
 
 MODES = ("steps", "ray")
-KEYS = frozenset({"mode", "driver", "env", "join_timeout", "hold", "dashboard", "chain", "resume"})
+KEYS = frozenset({"mode", "driver", "env", "join_timeout", "hold", "dashboard", "chain", "resume", "steer"})
 MAX_CHAIN = 100  # links of one chain: a week of 2-hour links; more is a typo, not a plan
 DEFAULT_JOIN_TIMEOUT = 300.0
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -46,6 +47,8 @@ class LaunchSpec:
     # appended to the driver's (ray mode) or each component's command from the second link on; None: the
     # format's own resume switch (CHAIN_RESUME), resolved when planning (resolve_resume)
     resume: tuple[str, ...] | None = None
+    # the framework's own Ray requests pinned to their planned nodes (hpcplace.config.steer); False: Ray chooses
+    steer: bool = True
 
     @property
     def is_ray(self) -> bool:
@@ -66,6 +69,8 @@ class LaunchSpec:
         if self.chain:
             out["chain"] = self.chain
             out["resume"] = list(self.resume or ())
+        if not self.steer:
+            out["steer"] = False
         return out
 
 
@@ -138,6 +143,7 @@ def parse_launch(view: View | None) -> LaunchSpec:
         timeout = float(tv.value)
     hold = _flag(view, "hold")
     dashboard = _flag(view, "dashboard")
+    steer = view.get("steer") is None or view.require("steer").value is None or _flag(view, "steer")
     chain = 0
     chain_view = view.get("chain")
     if chain_view is not None and chain_view.value is not None:
@@ -161,7 +167,7 @@ def parse_launch(view: View | None) -> LaunchSpec:
         raise view.require("driver").error(
             "launch.driver is only used in ray mode", hint="set launch.mode: ray (or remove the driver)"
         )
-    return LaunchSpec(mode, driver, env, timeout, hold, dashboard, chain, resume)
+    return LaunchSpec(mode, driver, env, timeout, hold, dashboard, chain, resume, steer)
 
 
 def _chain_length(value: object, where: str, error: Callable[..., SpecError]) -> int:
@@ -272,6 +278,7 @@ def launch_from_json(data: object) -> LaunchSpec:
         bool(data.get("dashboard")),
         int(data.get("chain") or 0),
         tuple(str(a) for a in data["resume"]) if isinstance(data.get("resume"), list) else None,
+        data.get("steer") is not False,
     )
 
 

@@ -26,6 +26,7 @@ from hpcplace.config.launch import STEPS, LaunchSpec
 from hpcplace.config.network import parse_network
 from hpcplace.config.safe_words import argv_problem, check_sbatch_text
 from hpcplace.config.slurm_options import SLURM_JOB_OPTIONS, extra_args_problem, job_option_problem, sbatch_time_ok
+from hpcplace.config.steer import SteerRule
 from hpcplace.config.yaml_source import View, YamlDocument, yaml_words
 from hpcplace.errors import SourceLocation, SpecError
 
@@ -126,6 +127,8 @@ class ExperimentSpec:
     packed: dict[str, tuple[int, int]] = field(default_factory=dict)
     placement_class: str | None = None  # RLinf's ComponentPlacement class the config implies (rlinf format)
     launch: LaunchSpec = STEPS  # the top-level `launch:` block (hpcplace.config.launch)
+    # which node each of the framework's own Ray requests is for (hpcplace.config.steer; the Ray launch mode)
+    steer: tuple[SteerRule, ...] = ()
 
     def component(self, name: str) -> ComponentSpec:
         return self.components.get(name) or ComponentSpec(name)

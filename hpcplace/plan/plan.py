@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, BinaryIO, TextIO, cast
 from hpcplace.config.cluster import Charge, Cluster, Hardware, Node, NodeGroup, charges
 from hpcplace.config.launch import STEPS, LaunchSpec
 from hpcplace.config.spec import SpanningWorkers
+from hpcplace.config.steer import SteerRule
 from hpcplace.plan.placement import Placement
 
 if TYPE_CHECKING:
@@ -96,6 +97,7 @@ class Plan:
     warnings: tuple[str, ...] = ()
     composed: tuple[str, ...] = ()  # files Hydra composed and overrides applied, in order
     launch: LaunchSpec = STEPS
+    steer: tuple[SteerRule, ...] = ()  # the framework's Ray requests -> planned nodes (hpcplace.config.steer)
 
     def component(self, name: str) -> ComponentPlan:
         for comp in self.components:
@@ -200,6 +202,8 @@ def plan_header(plan: Plan) -> dict[str, object]:
         "warnings": list(plan.warnings),
         # Only in ray mode (absent = steps): plans of the default mode stay as they were.
         **({"launch": plan.launch.to_json()} if plan.launch != STEPS else {}),
+        # Only where a framework's Ray requests are steered: other plans stay as they were.
+        **({"steer": [r.to_json() for r in plan.steer]} if plan.steer else {}),
     }
 
 

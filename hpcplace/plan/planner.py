@@ -115,9 +115,10 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
         groups,
         weight_sync,
         dict(spec.slurm),
-        spec.notes + _warnings(spec, components),
+        spec.notes + _warnings(spec, components) + _unsteered(spec),
         spec.composed,
         spec.launch,
+        spec.steer if spec.launch.steer else (),
     )
 
 
@@ -589,6 +590,17 @@ class _Disjoint:
         if got is None:
             got = self._seen[key] = a.isdisjoint(b)
         return got
+
+
+def _unsteered(spec: ExperimentSpec) -> tuple[str, ...]:
+    """`launch.steer: false` on a plan whose framework's requests would be steered: say what that leaves to Ray."""
+    if not spec.steer or spec.launch.steer:
+        return ()
+    return (
+        "launch.steer is false: the framework's own Ray requests name no node ("
+        + "; ".join(sorted({r.what for r in spec.steer}))
+        + "), so Ray chooses where they go; the job only checks what it can (docs/formats)",
+    )
 
 
 _LISTED = 8  # nodes a warning names before it counts the rest (a 16,384-node job must not print them all)

@@ -112,7 +112,7 @@ def head_node(plan: Plan) -> RayNode:
 
 def ray_summary(plan: Plan) -> list[str]:
     """The script's comment lines: which host is which node rank, and what each raylet gets."""
-    from hpcplace.runtime.ray_node import framework_node_env
+    from hpcplace.runtime.ray_node import STEER_DIR, framework_node_env, node_resources
 
     launch = plan.launch
     nodes = ray_nodes(plan)
@@ -121,6 +121,7 @@ def ray_summary(plan: Plan) -> list[str]:
         f"head = cluster node rank 0; join timeout {launch.join_timeout:g} s"
     ]
     for n in nodes:
+        raylet = {"rank": n.rank, "label": n.label, "framework": plan.source_format}
         framework = framework_node_env(plan.source_format, n.rank)
         gpus = f"{len(n.gpus)} GPU(s) CUDA_VISIBLE_DEVICES={','.join(n.gpus)}" if n.gpus else "no GPU"
         role = "head" if n.rank == 0 else "worker"
@@ -128,7 +129,7 @@ def ray_summary(plan: Plan) -> list[str]:
         lines.append(
             f"  node rank {n.rank} ({role}): het {n.het_group} node {n.index} ({n.label}, {where}): "
             f"RLINF_NODE_RANK={n.rank}, --num-cpus={n.num_cpus}, {gpus}, "
-            f"resources {{{group_resource(n.label)}: 1}}"
+            f"resources {{{', '.join(f'{k}: {v}' for k, v in node_resources(raylet).items())}}}"
             + "".join(f", {k}={v} ({plan.source_format})" for k, v in framework.items())
             + (f", env {', '.join(sorted(set(n.env) - set(framework)))}" if set(n.env) - set(framework) else "")
             + (f", python {n.python}" if n.python else "")
@@ -137,6 +138,12 @@ def ray_summary(plan: Plan) -> list[str]:
         lines.append(f"driver (on the head, argv from plan.json launch.driver): {shlex.join(launch.driver)}")
     else:
         lines.append("no driver: the job holds the Ray cluster for `hpcplace attach RUN --driver -- CMD...`")
+    if plan.steer:
+        lines.append(
+            f"steered (the hook {STEER_DIR}/sitecustomize.py, first on PYTHONPATH of the driver and every raylet, "
+            f"adds hpcplace_node_<rank>: 0.001 to each matching request; decisions in {STEER_DIR}/steer.log):"
+        )
+        lines += [f"  {rule.describe()}" for rule in plan.steer]
     if launch.hold:
         lines.append(
             "launch.hold: the Ray cluster stays up after the driver, until `hpcplace release RUN`, cancel or "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -495,6 +496,8 @@ def render_run(
         if uses_containers(plan):
             write_carried_runtime(root / CARRY_DIR, template_dir)
         write_plan_files(plan, root / PLAN_NAME)
+        if plan.steer:
+            write_steer_files(plan, root)
         _write(root / LIBRARY_NAME, library)
         _write(root / SCRIPT_NAME, script, mode=0o755)
     except OSError as exc:
@@ -569,6 +572,17 @@ def write_carried_runtime(target: Path, template_dir: str | os.PathLike[str] | N
     except jinja2.TemplateError as exc:
         raise SpecError(f"template error: {exc}", hint="check the site template directory") from None
     _write(target / ENTER_SCRIPT, enter, mode=0o755)
+
+
+def write_steer_files(plan: Plan, root: Path) -> None:
+    """RUN/ray/steer: the steering hook as sitecustomize.py (hpcplace/runtime/steer_hook.py, stdlib-only: every
+    Python of the job runs it, hpcplace installed there or not) and its table, steer.json (the plan's rules)."""
+    from hpcplace.runtime.ray_node import STEER_DIR, STEER_TABLE  # the runtime's own names
+
+    folder = make_run_dir(root / STEER_DIR)
+    hook = resources.files("hpcplace.runtime").joinpath("steer_hook.py").read_text(encoding="utf-8")
+    _write(folder / "sitecustomize.py", hook)
+    _write(folder / STEER_TABLE, json.dumps({"rules": [r.to_json() for r in plan.steer]}, indent=1) + "\n")
 
 
 def write_plan_files(plan: Plan, path: Path) -> None:

@@ -28,6 +28,7 @@ from hpcplace.config.container import container_from_json
 from hpcplace.config.launch import launch_from_json
 from hpcplace.config.network import network_from_json
 from hpcplace.config.spec import SpanningWorkers
+from hpcplace.config.steer import steer_from_json
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.placement import Placement
 from hpcplace.plan.plan import SCHEMA, ComponentPlan, Plan, iter_plan_json
@@ -794,6 +795,7 @@ def _plan_of(data: dict[str, Any], path: Path) -> Plan:
         tuple(data.get("warnings", ())),
         tuple(data["source"].get("composed", ())),
         launch_from_json(data.get("launch")),
+        steer_from_json(data.get("steer")),
     )
 
 

@@ -99,10 +99,11 @@ def test_plan_json_for_every_config(capsys: pytest.CaptureFixture[str], config: 
     assert code == 0, err
     data = json.loads(out)
     assert data["schema"] == SCHEMA == "hpcplace.plan/1"
-    # `launch` (between warnings and components) only in the Ray launch mode (the command formats' configs)
-    assert list(data) == (
-        TOP_KEYS[:-1] + ["launch", "components"] if data.get("launch", {}).get("mode") == "ray" else TOP_KEYS
-    )
+    # `launch` (between warnings and components) only in the Ray launch mode (the command formats' configs),
+    # then `steer` where the framework's own Ray requests are steered (verl, NeMo-RL, OpenRLHF, slime)
+    ray = data.get("launch", {}).get("mode") == "ray"
+    steered = ["steer"] if data.get("source", {}).get("format") in ("verl", "nemo_rl", "openrlhf", "slime") else []
+    assert list(data) == (TOP_KEYS[:-1] + ["launch", *steered, "components"] if ray else TOP_KEYS)
     assert data["source"]["path"] == str(config)
     for i, g in enumerate(data["node_groups"]):
         assert list(g) == GROUP_KEYS and g["het_group"] == i

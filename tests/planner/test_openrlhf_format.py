@@ -248,7 +248,11 @@ def test_slurm_pools_puts_the_engines_on_their_own_partition(tmp_path: Path) -> 
     ]
     vllm = next(c for c in p.components if c.name == "vllm")
     assert vllm.node_groups == ("gen",) and [x.partition for x in vllm.processes] == ["h20", "h20"]
-    assert any("Ray may place a role on another group's nodes" in w for w in p.warnings)
+    # steered: train() makes the actor+ref group first, then the engines' group, on the gen node
+    assert [(r.what, r.ordinal, r.nodes) for r in p.steer] == [
+        ("OpenRLHF actor+ref", 0, (0, 0, 0, 0)),
+        ("OpenRLHF vllm", 1, tuple(x.cluster_node_rank for x in vllm.processes for _ in range(4))),
+    ]
 
 
 @pytest.mark.parametrize(

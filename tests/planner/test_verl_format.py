@@ -5,6 +5,7 @@ located at the word of the command that caused them."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 from pathlib import Path
 
@@ -105,14 +106,19 @@ def test_reward_pool_on_its_own_node_group_and_partition(tmp_path: Path) -> None
     assert not any("may swap nodes" in n for n in spec.notes)  # 4-GPU groups cannot fit on the 2-GPU node
 
 
-def test_pools_of_equal_width_are_left_to_ray_and_the_plan_says_so(tmp_path: Path) -> None:
+def test_pools_of_equal_width_are_steered_each_to_its_own_node_group(tmp_path: Path) -> None:
     spec = spec_of(
         tmp_path,
         "reward.reward_model.enable=True",
         "reward.reward_model.enable_resource_pool=True",
         "reward.reward_model.nnodes=1",
     )
-    assert any("global_pool's placement groups (8 GPUs each) also fit on reward_pool's nodes" in n for n in spec.notes)
+    assert not any("Ray chooses" in n for n in spec.notes)
+    rules = {r.what: r for r in spec.steer}
+    assert [(r.pin, r.nodes) for r in spec.steer] == [("group", (0,)), ("group", (1,))]
+    assert re.fullmatch(rules["verl global_pool"].name, "global_poolverl_group_8:0")
+    assert not re.fullmatch(rules["verl global_pool"].name, "reward_poolverl_group_8:0")
+    assert re.fullmatch(rules["verl reward_pool"].name, "reward_poolverl_group_8:0")
 
 
 def test_an_override_of_a_missing_key_is_refused_at_its_word_with_the_closest_key(tmp_path: Path) -> None:
@@ -282,7 +288,7 @@ def test_distillation_makes_a_teacher_pool_after_the_reward_pool(tmp_path: Path)
     ]
     assert len(plan_from_spec(spec).component("teacher_model").processes) == 4
     # reward_pool (2 per node) is created before teacher_pool (4): its groups fit on the teacher's node
-    assert any("reward_pool's placement groups (2 GPUs each) also fit on teacher_pool's" in n for n in spec.notes)
+    assert [r.what for r in spec.steer] == ["verl global_pool", "verl reward_pool", "verl teacher_pool"]
     assert any("reward_pool (1x2 GPUs) is reserved by verl" in n for n in spec.notes)
     err = error(tmp_path, "distillation.enabled=True")  # nnodes: 0 in verl's distillation.yaml
     assert "config.distillation.nnodes must be greater than 0" in err.message

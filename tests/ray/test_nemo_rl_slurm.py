@@ -1,12 +1,12 @@
-"""A NeMo-RL job with training and generation on two partitions of the real Slurm test cluster (marker
-`slurm`): NeMo-RL's own example config, unchanged, with overrides on the command; hpcplace's blocks put
-the training pool on a800 and the generation pool on rtx4090. The driver (tests/ray/drivers/nemo_rl/
-run_grpo.py) runs NeMo-RL's own load_config, parse_hydra_overrides, init_ray and RayVirtualCluster from the
-checkout in HPCPLACE_NEMO_RL_SRC (on a path the nodes see), so Ray, not the test, decides which node takes
-each of NeMo-RL's placement groups: the job must either run every worker where the plan says (each group on
-one node of its pool's node group, its GPUs as planned) or fail within seconds naming the difference
-(hpcplace's watcher beside the driver), never run a pool on another partition silently. Skipped without the
-checkout (NeMo-RL is not on PyPI)."""
+"""NeMo-RL jobs with training and generation on two partitions of the real Slurm test cluster (marker `slurm`):
+NeMo-RL's own example config, unchanged, with overrides on the command; hpcplace's blocks put each pool on its
+node group. The driver (tests/ray/drivers/nemo_rl/run_grpo.py) runs NeMo-RL's own load_config,
+parse_hydra_overrides, init_ray and RayVirtualCluster (its placement groups, and for an engine wider than a node
+its unified group and topology sort) from the checkout in HPCPLACE_NEMO_RL_SRC (on a path the nodes see). The
+pools' nodes have the same GPU count, so unsteered Ray could put either pool on the other's partition (it did in
+5 of 10 starts) and order a wide engine's ranks by its random node ids; with hpcplace's steering every worker
+must run on its planned node and GPU, on every start (conftest.py: the repeated proof), and the watcher beside
+the driver must find nothing. Skipped without the checkout (NeMo-RL is not on PyPI)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.ray.test_ray_slurm import assert_clean
-from tests.slurm.conftest import LiveCluster, submit_cli, wait_done  # slurm_cluster: tests/ray/conftest.py
+from tests.slurm.conftest import LiveCluster, submit_cli, wait_done  # steer_cluster: tests/ray/conftest.py
 
 pytestmark = [
     pytest.mark.slurm,
@@ -32,9 +32,21 @@ pytestmark = [
 HERE = Path(__file__).parent
 DRIVER = HERE / "drivers" / "nemo_rl" / "run_grpo.py"
 FAKE_GPU = HERE / "fake_gpu"
+A800 = {"partition": "a800", "gpu_type": "a800", "cpus_per_node": 4, "mem_per_node": 4000}
+RTX = {"partition": "rtx4090", "gpu_type": "rtx4090", "cpus_per_node": 4, "mem_per_node": 4000}
+CASES = {
+    # training on the a800 partition's two nodes, generation (TP 1) on the rtx4090 node: per-node groups
+    "two_partitions": ({"train": A800, "gen": RTX}, 1, 1, {"train": [0, 1], "gen": [2]}),
+    # training on rtx4090, one TP 4 engine across both a800 nodes: one unified group, ordered by topo_rank
+    "engine_wider_than_a_node": ({"train": RTX, "gen": A800}, 2, 4, {"train": [0], "gen": [1, 2]}),
+}
 
 
-def test_nemo_rl_training_and_generation_on_two_partitions(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_nemo_rl_pools_on_two_partitions_land_as_planned(
+    steer_cluster: LiveCluster, start: int, case: str, tmp_path: Path
+) -> None:
+    groups, gen_nodes, tp, want_ranks = CASES[case]
     src = os.environ["HPCPLACE_NEMO_RL_SRC"]
     driver = [
         sys.executable,
@@ -44,20 +56,13 @@ def test_nemo_rl_training_and_generation_on_two_partitions(slurm_cluster: LiveCl
         "cluster.num_nodes=3",
         "cluster.gpus_per_node=2",
         "policy.generation.colocated.enabled=false",
-        "policy.generation.colocated.resources.num_nodes=1",
+        f"policy.generation.colocated.resources.num_nodes={gen_nodes}",
         "policy.generation.colocated.resources.gpus_per_node=2",
+        f"policy.generation.vllm_cfg.tensor_parallel_size={tp}",
     ]
-    node = {"cpus_per_node": 4, "mem_per_node": 4000}
     blocks = {
         "format": "nemo_rl",
-        "slurm": {
-            "time": "00:05:00",
-            "node_groups": {
-                "train": {"partition": "a800", "gpu_type": "a800", **node},
-                "gen": {"partition": "rtx4090", "gpu_type": "rtx4090", **node},
-            },
-            "pools": {"training": "train", "generation": "gen"},
-        },
+        "slurm": {"time": "00:05:00", "node_groups": groups, "pools": {"training": "train", "generation": "gen"}},
         "launch": {
             "driver": driver,
             "env": {"PYTHONPATH": str(FAKE_GPU), "NEMO_RL_SRC": src},
@@ -71,33 +76,23 @@ def test_nemo_rl_training_and_generation_on_two_partitions(slurm_cluster: LiveCl
     status = wait_done(run_dir, 300)
     plan = json.loads((run_dir / "plan.json").read_text())
     logs = "".join(p.read_text(errors="replace") for p in (run_dir / "logs").glob("*.out"))
-    groups = {g["label"]: g for g in plan["node_groups"]}
-    ranks = {
-        label: list(range(g["first_node_rank"], g["first_node_rank"] + g["num_nodes"])) for label, g in groups.items()
-    }
-    assert ranks == {"train": [0, 1], "gen": [2]}
+    assert status.state == "COMPLETED", status.text + logs[-6000:]
+    labels = {g["label"]: g for g in plan["node_groups"]}
+    ranks = {k: list(range(g["first_node_rank"], g["first_node_rank"] + g["num_nodes"])) for k, g in labels.items()}
+    assert ranks == want_ranks
     errors = run_dir / "logs" / "ray-errors.txt"
-    if status.state != "COMPLETED":  # Ray put a pool on the other partition: stopped, and said which
-        text = errors.read_text() if errors.exists() else ""
-        assert "NeMo-RL placement: NeMo-RL's placement group grpo_" in text, status.text + logs[-6000:]
-        assert "the plan puts" in text
-        print("watcher stopped the job:", text)
-        assert_clean(job_id)
-        return
     assert not errors.exists() or "NeMo-RL placement" not in errors.read_text()
     report = json.loads((run_dir / "nemo-rl-report.json").read_text())
     planned = {c["name"]: c for c in plan["components"]}
-    for name, label in (("policy", "train"), ("generation", "gen")):
-        workers = report[name]
-        assert len(workers) == planned[name]["world_size"]
-        by_group: dict[int, list[dict]] = {}
-        for w in workers:
-            by_group.setdefault(w["group"], []).append(w)
-        nodes = set()
-        for members in by_group.values():  # each of NeMo-RL's per-node groups: one node of the pool's group
-            assert len({w["node_rank"] for w in members}) == 1, members
-            assert members[0]["node_rank"] in ranks[label], (name, members)
-            assert [w["gpu"] for w in members] == [[0], [1]]  # bundle b on GPU b, as planned
-            nodes.add(members[0]["node_rank"])
-        assert sorted(nodes) == ranks[label]  # the pool's nodes, each once
+    for name in ("policy", "generation"):
+        got = [(w["node_rank"], w["gpu"]) for w in report[name]]
+        want = [
+            (p["cluster_node_rank"], [int(g) for g in p["visible_accelerators"]]) for p in planned[name]["processes"]
+        ]
+        assert got == want, (name, got, want)
+    assert [w["unified"] for w in report["generation"]] == [tp > 2] * len(report["generation"])
+    log = (run_dir / "ray" / "steer" / "steer.log").read_text()
+    assert "NeMo-RL policy (training pool): placement group grpo_train_cluster-node0" in log, log
+    tail = "grpo_inference_cluster-unified" if tp > 2 else "grpo_inference_cluster-node0"
+    assert f"NeMo-RL generation (generation pool): placement group {tail}" in log, log
     assert_clean(job_id)

@@ -1,8 +1,11 @@
 """OpenRLHF's own train_ppo_ray placement under hpcplace's Ray launch mode on the real Slurm test cluster
-(marker `slurm`): `hpcplace submit` of an OpenRLHF command (the planned command, run through
-tests/ray/drivers/openrlhf_driver.py, which runs OpenRLHF's module with probes where models would load) on
-the a800 partition's two 2-GPU nodes; every rank's host and GPUs are replayed through hpcplace's model of
-OpenRLHF's placement (tests/ray/test_openrlhf_local.py) and, node by node, compared with plan.json."""
+(marker `slurm`), across two partitions: `hpcplace submit` of an OpenRLHF command (the planned command, run
+through tests/ray/drivers/openrlhf_driver.py, which runs OpenRLHF's module with probes where models would load)
+with the actor (a placement group) and the reference model (1-GPU actors, no group) on the a800 partition's two
+2-GPU nodes, the vLLM engine (a TP 2 group, made first) and the reward model (1-GPU actors) on the rtx4090 node.
+Unsteered, Ray picks the node of each: the engine's group and the actor's fit on either partition. With
+hpcplace's steering every rank's host and GPUs must equal plan.json, on every start (conftest.py: the repeated
+proof), and the run-time check beside the driver (runtime/openrlhf_watch.py) must find nothing."""
 
 from __future__ import annotations
 
@@ -15,34 +18,37 @@ import pytest
 import yaml
 
 from tests.ray.test_frameworks_slurm import DRIVERS, FAKE_GPU, run_job
-from tests.ray.test_openrlhf_local import mismatches, observed
+from tests.ray.test_openrlhf_local import observed
 from tests.ray.test_ray_slurm import _small_ray, assert_clean  # noqa: F401 - fixture
 from tests.slurm.conftest import LiveCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.framework_driver]
 
 ARGV = [
-    "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "2", "--vllm.num_engines", "1",
-    "--vllm.tensor_parallel_size", "2", "--algo.kl.init_coef", "0", "--reward.remote_url", "http://rm",
-    "--algo.advantage.estimator", "reinforce", "--actor.model_name_or_path", "m",
+    "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "2", "--ref.num_nodes", "1",
+    "--ref.num_gpus_per_node", "1", "--algo.kl.init_coef", "0.01", "--vllm.num_engines", "1",
+    "--vllm.tensor_parallel_size", "2", "--reward.num_nodes", "1", "--reward.num_gpus_per_node", "1",
+    "--reward.model_name_or_path", "r", "--algo.advantage.estimator", "reinforce", "--actor.model_name_or_path", "m",
 ]  # fmt: skip
 
 
-def test_openrlhf_placement_on_the_real_cluster_agrees_with_the_plan(
-    slurm_cluster: LiveCluster, tmp_path: Path
+def test_openrlhf_roles_across_two_partitions_land_as_planned(
+    steer_cluster: LiveCluster, start: int, tmp_path: Path
 ) -> None:
     if importlib.util.find_spec("openrlhf") is None:
         pytest.skip("openrlhf is not installed (tests/requirements-frameworks.txt, --no-deps)")
     report_path = tmp_path / "openrlhf-report.json"
     driver = [sys.executable, str(DRIVERS / "openrlhf_driver.py"), "--report", str(report_path), "--"]
+    node = {"cpus_per_node": 4, "mem_per_node": 4000}
     config = {
         "format": "openrlhf",
         "slurm": {
             "partition": "a800",
             "gpus_per_node": 2,
             "gpu_type": "a800",
-            "cpus_per_node": 4,
-            "mem_per_node": 4000,
+            **node,
+            "node_groups": {"gen": {"partition": "rtx4090", "gpu_type": "rtx4090", "gpus_per_node": 4, **node}},
+            "pools": {"vllm": "gen", "reward": "gen"},
         },
         "launch": {
             "driver": [*driver, "python3", "-m", "openrlhf.cli.train_ppo_ray", *ARGV],
@@ -52,23 +58,30 @@ def test_openrlhf_placement_on_the_real_cluster_agrees_with_the_plan(
     }
     path = tmp_path / "openrlhf.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    _, plan, hosts = run_job(tmp_path, path)
+    run_dir, plan, hosts = run_job(tmp_path, path)
     report = json.loads(report_path.read_text())
     assert report["error"] is None, report.get("traceback") or report["error"]
-    assert mismatches(ARGV, report, 2) == []  # Ray's choices are the model's (ties aside)
+    assert [(g["label"], g["partition"], g["num_nodes"]) for g in plan["node_groups"]] == [
+        ("default", "a800", 2),
+        ("gen", "rtx4090", 1),
+    ]
     host_of_node = [n["host"] for n in report["nodes"]]
-    seen: dict[str, list[tuple[str, int, int]]] = {}
-    for (role, rank), gpus in observed(report).items():
-        for node, gpu in gpus:
-            seen.setdefault(host_of_node[node], []).append((role, rank, gpu))
-    planned: dict[str, list[tuple[str, int, int]]] = {}
-    for c in plan["components"]:
-        for rank, p in enumerate(c["processes"]):
-            for gpu in p["visible_accelerators"]:
-                planned.setdefault(hosts[(p["het_group"], p["group_node_index"])], []).append(
-                    (c["name"], rank, int(gpu))
-                )
-    # two empty 2-GPU nodes: the engine (TP 2, made first) takes one whole node, the actor the other; which
-    # node is Ray's choice between equally loaded ones, so each host's ranks and GPUs are compared, not its name
-    assert sorted(sorted(v) for v in seen.values()) == sorted(sorted(v) for v in planned.values())
-    assert set(seen) == set(planned) == {hosts[(0, 0)], hosts[(0, 1)]}
+    got = {key: sorted((host_of_node[n], g) for n, g in gpus) for key, gpus in observed(report).items()}
+    want = {
+        (c["name"], rank): sorted(
+            (hosts[(p["het_group"], p["group_node_index"])], int(g)) for g in p["visible_accelerators"]
+        )
+        for c in plan["components"]
+        for rank, p in enumerate(c["processes"])
+    }
+    if "vllm" in {c["name"] for c in plan["components"]}:  # an engine spanning nodes: one process per node part
+        engine = sorted(x for (name, _), v in want.items() if name == "vllm" for x in v)
+        want = {k: v for k, v in want.items() if k[0] != "vllm"} | {("vllm", 0): engine}
+    assert got == want, (got, want)
+    log = (run_dir / "ray" / "steer" / "steer.log").read_text()
+    for line in ("OpenRLHF vllm: placement group unnamed #0", "OpenRLHF actor: placement group unnamed #1"):
+        assert line in log, log
+    assert "OpenRLHF ref: actor ReferenceModelActor rank 0 on node rank" in log, log
+    assert "OpenRLHF reward: actor RewardModelActor rank 0 on node rank 2" in log, log
+    errors = run_dir / "logs" / "ray-errors.txt"
+    assert not errors.exists() or "OpenRLHF placement" not in errors.read_text()

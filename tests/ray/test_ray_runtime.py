@@ -48,7 +48,10 @@ def test_node_facts_and_raylet_argv() -> None:
     argv = ray_start_argv("/py", node, head=False, port=20010, address="h:20010", temp_dir="/t", spill_dir="/s")
     assert argv[:5] == ["/py", "-m", "ray.scripts.scripts", "start", "--block"]
     assert "--num-gpus=8" in argv and "--num-cpus=5" in argv and "--address=h:20010" in argv
-    assert json.loads(next(a for a in argv if a.startswith("--resources="))[12:]) == {"ng_a800": 1}
+    assert json.loads(next(a for a in argv if a.startswith("--resources="))[12:]) == {
+        "ng_a800": 1,
+        "hpcplace_node_1": 1,
+    }
     labels = next(a for a in argv if a.startswith("--labels="))[9:]
     assert "hpcplace.node_rank=1" in labels and "hpcplace.group=a800" in labels
     head = ray_start_argv(

@@ -4,12 +4,18 @@ create_colocated_worker_cls, RayWorkerGroup/spawn and split_resource_pool on a l
 GPUs shaped as the plan (ray.cluster_utils; one raylet per planned node, its planned GPUs), and every rank's
 node and GPU ids are compared with the plan. The nodes of a two-node pool get the addresses 127.0.0.10
 (node rank 0) and 127.0.0.9 (node rank 1): sorted as strings, as verl sorts them, that is the plan's order
-(the order hpcplace's start check requires); sorted as numbers it would not be."""
+(the order hpcplace's start check requires); sorted as numbers it would not be.
+
+The driver runs with hpcplace's steering hook (the run directory's ray/steer, as render writes it, first on
+PYTHONPATH): each pool's groups go to the planned nodes by construction, even where two pools' groups would fit
+on each other's nodes (equal_pools: Ray alone put them there in 7 of 10 starts on the test cluster), and
+ray/steer/steer.log names each group steered."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +27,8 @@ from hpcplace.config.formats import load_spec
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.planner import plan_from_spec
 from hpcplace.runtime.ray_driver import expected_nodes, ip_order_problem
+from hpcplace.runtime.ray_node import steer_environment
+from hpcplace.slurm.render import write_steer_files
 
 DRIVER = Path(__file__).parent / "drivers" / "verl_driver.py"
 ENTRY = ["python3", "-m", "verl.trainer.main_ppo"]
@@ -56,6 +64,19 @@ CASES = {
             "reward.reward_model.enable_resource_pool=True",
             "reward.reward_model.nnodes=1",
             "reward.reward_model.n_gpus_per_node=1",
+            "reward.reward_model.rollout.tensor_model_parallel_size=1",
+        ],
+    ),
+    # two pools of equal width on two node groups: without steering, Ray chooses which pool takes which node
+    "equal_pools": (
+        "slurm:\n  partition: a800\n  pools: {reward_pool: r4090}\n  node_groups: {r4090: {partition: rtx4090}}\n",
+        [
+            "trainer.nnodes=1",
+            "trainer.n_gpus_per_node=2",
+            "reward.reward_model.enable=True",
+            "reward.reward_model.enable_resource_pool=True",
+            "reward.reward_model.nnodes=1",
+            "reward.reward_model.n_gpus_per_node=2",
             "reward.reward_model.rollout.tensor_model_parallel_size=1",
         ],
     ),
@@ -109,12 +130,15 @@ def test_verl_places_every_rank_as_planned(case: str, tmp_path: Path) -> None:
                 gpus[rank] = group.gpus_per_node[0]
     local = ",".join(f"{ips[r]}:{gpus[r]}:{r}" for r in sorted(ips))
     report_path = tmp_path / "report.json"
+    write_steer_files(plan, tmp_path)
+    env = {**os.environ, **steer_environment(os.environ, str(tmp_path))}
     run = subprocess.run(
         [sys.executable, str(DRIVER), "--report", str(report_path), "--local", local, "--", *overrides],
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
         check=False,
+        env=env,
     )
     report = json.loads(report_path.read_text())
     assert "error" not in report, report.get("traceback") or run.stderr[-3000:]
@@ -126,3 +150,7 @@ def test_verl_places_every_rank_as_planned(case: str, tmp_path: Path) -> None:
     assert set(ips.values()) <= set(report["nodes"].values())  # the raylets had the planned addresses
     compare(plan, report["records"])
     assert {r["component"] for r in report["records"]} == {c.name for c in plan.components}
+    log = (tmp_path / "ray" / "steer" / "steer.log").read_text()
+    for group in plan.cluster.node_groups:  # one pool per node group, each of its groups steered
+        pool = "global_pool" if group.label == "global_pool" else "reward_pool"
+        assert f"verl {pool}: placement group {pool}verl_group_" in log, log

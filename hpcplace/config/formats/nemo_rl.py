@@ -14,13 +14,14 @@ sft.py, dpo.py, rm.py): GRPO's policy cluster (colocated generation shares it) o
 inference clusters (non-colocated: whole nodes, or a split of the one node), and the reward model
 environment's own cluster. NeMo-RL's resource asserts are refused here with their reasons, at the key
 that set the value. Each worker holds one GPU (one bundle); a vLLM engine is TP*PP consecutive
-bundles. Which Ray node hosts each of NeMo-RL's per-node placement groups is Ray's choice: the plan
-names the node group's i-th node for group i (docs/formats/nemo_rl.md)."""
+bundles. Each of NeMo-RL's placement groups is steered to its planned node (steer_rules;
+docs/formats/nemo_rl.md)."""
 
 from __future__ import annotations
 
 import copy
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from hpcplace.config.formats.common import (
 )
 from hpcplace.config.framework_version import resolve_version
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster
+from hpcplace.config.steer import SteerRule
 from hpcplace.config.yaml_source import (
     KEY,
     PathKey,
@@ -50,6 +52,7 @@ from hpcplace.config.yaml_source import (
     load_yaml_file,
 )
 from hpcplace.errors import SourceLocation, SpecError
+from hpcplace.runtime.nemo_rl_watch import CLUSTERS
 
 # examples/run_<name>.py -> the algorithm whose setup() places it
 ENTRY_POINTS = {
@@ -679,8 +682,8 @@ def grpo_layout(root: View) -> Layout:
         if mp > gen_gpn:
             notes.append(
                 f"generation engines span nodes (TP*PP {mp} > {gen_gpn} GPUs per node): NeMo-RL makes one placement "
-                "group for them and orders its bundles by (Ray node id, GPU id); the plan orders nodes as hpcplace "
-                "numbers them, and Ray's node ids decide which engine gets which nodes"
+                "group for them and orders its bundles by (topo_rank, GPU id); hpcplace's raylets carry topo_rank = "
+                "node rank + 1, so engine e takes the plan's nodes in node rank order"
             )
     if backend != "megatron":
         placed.append(Role("generation", "generation" if not colocated else "training", gen, gview, gtp, gpp))
@@ -690,8 +693,9 @@ def grpo_layout(root: View) -> Layout:
 def _sglang(
     root: View, gen: tuple[tuple[int, int], ...], gen_gpn: int, per: int, notes: list[str]
 ) -> tuple[tuple[int, int], ...]:
-    """SGLangGeneration: one PACK placement group over the generation cluster, bundles sorted by (Ray node id,
-    GPU id); num_gpus // min(num_gpus_per_engine, GPUs per node) engines take the first bundles."""
+    """SGLangGeneration: one PACK placement group over the generation cluster, bundles sorted by (topo_rank, GPU
+    id), topo_rank being node rank + 1 on hpcplace's raylets; num_gpus // min(num_gpus_per_engine, GPUs per node)
+    engines take the first bundles."""
     num_v = _req(root, "policy.generation.sglang_cfg.sglang_server_config.num_gpus")
     num = _int(num_v, 1)
     local = min(per, gen_gpn)
@@ -704,7 +708,8 @@ def _sglang(
         )
     notes.append(
         f"SGLang: {num // local} engine(s) on the first {used} of the generation cluster's {len(gen)} GPUs; NeMo-RL "
-        "orders them by (Ray node id, GPU id) in one placement group, so Ray's node ids decide which nodes are first"
+        "orders them by (topo_rank, GPU id) in one placement group: the plan's node order (hpcplace's raylets carry "
+        "topo_rank = node rank + 1)"
     )
     return gen[:used]
 
@@ -817,16 +822,11 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     for key, spec in given.items():
         settings[key] = with_block_settings(settings[key], spec)
     notes.append(
-        "NeMo-RL makes one PACK placement group per node for each of its clusters and asks only for CPUs and "
-        "GPUs: which Ray node takes each group is Ray's choice (the plan gives group i the i-th node of its "
-        "node group; a group's ranks and GPUs on its node are as planned)"
+        "NeMo-RL's placement groups are steered: each cluster's group i (`<cluster>-node<i>`) goes to the i-th "
+        "node of its pool, each bundle of a `<cluster>-unified` group to its rank's node, and the raylets carry "
+        "NeMo-RL's topo_rank (node rank + 1), by which NeMo-RL orders unified bundles (docs/formats/nemo_rl.md)"
     )
-    if len(groups) > 1:
-        notes.append(
-            "node groups " + ", ".join(g.label for g in groups) + ": NeMo-RL's placement groups name no node "
-            "group, so Ray may put a pool on another group's nodes with the same GPU count; the driver step "
-            "watches where they land and stops the job naming the difference (runtime/nemo_rl_watch.py)"
-        )
+    rank_of = {n: cluster.node_ranks(order.index(label))[j] for n, (label, j) in node_index.items()}
     return ExperimentSpec(
         name,
         cluster,
@@ -837,7 +837,27 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         job_options,
         notes=tuple(notes),
         composed=(*files, *(f"override {command.argv[i]}" for i in overrides)),
+        steer=steer_rules(layout.roles, rank_of),
     )
+
+
+def steer_rules(roles: tuple[Role, ...], rank_of: dict[int, int]) -> tuple[SteerRule, ...]:
+    """RayVirtualCluster names its placement groups `<cluster>-node<i>` (one per node: NODE_RANK i, bundles in
+    order) or `<cluster>-unified` (bundles sorted by topo_rank, then GPU id), the cluster named by the algorithm's
+    setup() (CLUSTERS): group i on the i-th node of the role's slots, unified bundle k on its rank k's node.
+    `rank_of`: job node -> cluster node rank."""
+    rules = []
+    for role in roles:
+        names = sorted(c for c, comp in CLUSTERS.items() if comp == role.name)
+        if not names:
+            continue
+        slots = [rank_of[n] for n, _ in role.slots]
+        nodes = tuple(dict.fromkeys(slots))
+        either = "(?:" + "|".join(re.escape(c) for c in names) + ")"
+        what = f"NeMo-RL {role.name} ({role.pool} pool)"
+        rules.append(SteerRule(what, "group", nodes, name=either + r"-node(?P<index>[0-9]+)"))
+        rules.append(SteerRule(what, "bundle", tuple(slots), name=either + "-unified"))
+    return tuple(rules)
 
 
 def _check_gpus(

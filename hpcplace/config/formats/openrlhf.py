@@ -16,11 +16,11 @@ old flag names): it makes Ray placement groups of `{GPU: 1, CPU: 1}` bundles wit
    --train.colocate_critic_reward, in the shared group of step 1 under colocate_all, else alone;
 5. the reward model (unless --reward.remote_url or --train.agent_func_path): like the critic.
 
-The groups name no node and no custom resource, so Ray decides the nodes: hpcplace plans what Ray's PACK
-does on the planned cluster (a group that fits on one node goes to the least loaded node that holds it,
-a larger one fills the least loaded nodes in turn; GPUs in ascending order; among equally loaded nodes,
-the lowest node rank — Ray picks any of them: the plan's node ranks are exact up to swapping nodes of
-equal load, its GPU sets and which roles share a GPU are exact). See docs/formats/openrlhf.md."""
+The groups name no node and no custom resource: hpcplace plans what Ray's PACK does on the planned cluster (a
+group that fits on one node goes to the least loaded node that holds it, a larger one fills the least loaded nodes
+in turn; GPUs in ascending order; among equally loaded nodes, the lowest node rank), then steers each bundle (and
+each 1-GPU actor placed without a group) to that node (steer_rules, runtime/steer_hook.py): the node ranks are
+exact by construction, its GPU sets and which roles share a GPU are exact. See docs/formats/openrlhf.md."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hpcplace.config import limits
-from hpcplace.config.cluster import NodeGroup
+from hpcplace.config.cluster import Cluster, NodeGroup
 from hpcplace.config.formats.argv import Flag, Given, Value, parse_flags, submitted_command
 from hpcplace.config.formats.command import COMMAND_FORMATS, FrameworkCommand
 from hpcplace.config.formats.common import (
@@ -52,8 +52,10 @@ from hpcplace.config.spec import (
     SpanningWorkers,
     build_cluster,
 )
+from hpcplace.config.steer import SteerRule
 from hpcplace.config.yaml_source import View, YamlDocument, closest
 from hpcplace.errors import SpecError
+from hpcplace.runtime.openrlhf_watch import ROLE_CLASSES
 
 DOTTED_FLAGS = VersionGate(
     "openrlhf",
@@ -150,6 +152,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     node_groups: list[NodeGroup] = []
     entries: list[PlacementEntry] = []
     components: dict[str, ComponentSpec] = {}
+    where_placed: dict[str, tuple[int, list[tuple[int, int]]]] = {}  # group -> (node group, its bundles)
     for label in labels:
         facts = base if label == "default" else slurm_facts(slurm_view, label, base)
         where = slurm_view if slurm_view is not None else root
@@ -159,6 +162,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         nodes = limits.nodes(max(1, math.ceil(need / gpn)), where.location(), f"nodes of node group {label!r}")
         node_groups.append(facts_node_group(label, facts, nodes, gpn, where))
         placed = _pack(mine, nodes, gpn, command, entry)
+        where_placed.update({g.name: (len(node_groups) - 1, placed[g.name]) for g in mine})
         for g in mine:
             for role in g.roles:
                 lists = role_lists(role, g, placed[g.name], args, sizes)
@@ -178,14 +182,11 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
                 components[role] = ComponentSpec(role, tensor_parallel_size=tp)
         _note_spread(mine, placed, gpn, args, notes)
     cluster = build_cluster(tuple(node_groups), slurm_view if slurm_view is not None else root)
-    if len(labels) > 1:
-        notes.append(
-            "OpenRLHF's placement groups name no node group (train_ppo_ray passes no custom resource): Ray "
-            "may place a role on another group's nodes; the plan puts each role on its slurm.pools group, and "
-            "the job checks at its start that Ray did (each role's actors by their class, with their placement "
-            "groups' bundles) and stops naming the role, the node and both node groups otherwise "
-            "(runtime/openrlhf_watch.py)"
-        )
+    notes.append(
+        "OpenRLHF's placement groups (and its 1-GPU actors placed without one) are steered: each bundle goes to "
+        "the planned node of its rank, the groups told apart by the order train() makes them "
+        "(docs/formats/openrlhf.md)"
+    )
     order = [e.components[0] for e in entries]
     name, given = hpcplace_block(root, set(order), blocks.path)
     for role, settings in given.items():
@@ -200,7 +201,29 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         options,
         notes=tuple(notes),
         launch=LaunchSpec(driver=driver),  # load_spec makes it the Ray mode's; () keeps the whole command
+        steer=steer_rules(groups, where_placed, cluster),
     )
+
+
+def steer_rules(
+    groups: list[Group], placed: dict[str, tuple[int, list[tuple[int, int]]]], cluster: Cluster
+) -> tuple[SteerRule, ...]:
+    """OpenRLHF's groups are unnamed: the n-th placement group train() makes (groups_of's order, the `pack` ones)
+    has its bundle k on the planned node of bundle k; a role placed without a group (1 GPU per node) has its
+    actor of rank r (the constructor's second argument) on the planned node of rank r, told by its class."""
+    rules = []
+    ordinal = 0
+    for g in groups:
+        index, bundles = placed[g.name]
+        nodes = tuple(cluster.node_ranks(index)[node] for node, _ in bundles)
+        what = f"OpenRLHF {'+'.join(g.roles)}"
+        if g.pack:
+            rules.append(SteerRule(what, "bundle", nodes, ordinal=ordinal))
+            ordinal += 1
+            continue
+        for cls in sorted(c for c, role in ROLE_CLASSES.items() if role in g.roles):
+            rules.append(SteerRule(what, "rank", nodes, actor_class=cls, rank_arg=1))
+    return tuple(rules)
 
 
 def entry_index(command: FrameworkCommand) -> int:

@@ -34,6 +34,7 @@ from hpcplace.config.formats.common import (
 )
 from hpcplace.config.launch import LaunchSpec
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, SpanningWorkers, build_cluster
+from hpcplace.config.steer import SteerRule
 from hpcplace.config.yaml_source import View, YamlDocument, closest
 
 # The flags slime's placement reads (slime/utils/arguments.py, slime/backends/sglang_utils/arguments.py at
@@ -202,8 +203,8 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         nodes = limits.nodes(max(1, math.ceil(count / gpn)), where.location(), f"nodes of node group {label!r}")
         if count % gpn:
             notes.append(
-                f"slime's placement group leaves {nodes * gpn - count} GPU(s) of node group {label!r} free: which "
-                "node keeps them is Ray's choice (the plan: the last)"
+                f"slime's placement group leaves {nodes * gpn - count} GPU(s) of node group {label!r} free, on its "
+                "last node (the group's bundles are steered to their planned nodes)"
             )
         groups.append(facts_node_group(label, facts, nodes, gpn, where))
         gpns.append(gpn)
@@ -213,8 +214,9 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
             f"every {pools['rollout']!r} node's IP sorts after every {pools['actor']!r} node's"
         )
     notes.append(
-        "slime orders GPUs by (node IP, GPU id): the plan's node order is slime's when the nodes' IPs sort in "
-        "node rank order (the job checks it once the Ray nodes joined, before the driver runs)"
+        "slime's placement group is steered: bundle k goes to the node of logical GPU k, so each node holds its "
+        "planned count; slime then orders GPUs by (node IP, GPU id): the plan's node order is slime's when the "
+        "nodes' IPs sort in node rank order (the job checks it once the Ray nodes joined, before the driver runs)"
     )
     cluster = build_cluster(tuple(groups), where)
 
@@ -277,6 +279,16 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         options,
         notes=tuple(notes),
         launch=LaunchSpec(driver=driver),  # load_spec makes it the Ray mode's; () keeps the whole command
+        steer=(
+            SteerRule(
+                "slime's placement group",
+                "bundle",
+                tuple(cluster.node_ranks(g)[i // gpns[g]] for g, i in map(gpu, range(size))),
+                ordinal=0,
+            ),
+        )
+        if size
+        else (),
     )
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hpcplace.config import limits
-from hpcplace.config.cluster import NodeGroup
+from hpcplace.config.cluster import Cluster, NodeGroup
 from hpcplace.config.formats.command import FrameworkCommand
 from hpcplace.config.formats.common import (
     SiteGpus,
@@ -38,6 +38,7 @@ from hpcplace.config.formats.common import (
 )
 from hpcplace.config.framework_version import resolve_version
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster
+from hpcplace.config.steer import SteerRule
 from hpcplace.config.yaml_source import PathKey, ScalarMark, View, YamlDocument, closest, load_yaml_file
 from hpcplace.errors import SpecError
 
@@ -47,6 +48,7 @@ PLANNED_ENTRIES = ("main_ppo",)
 TRAINER_MODES = ("colocate_async", "separate_async", "sync")  # verl's TRAINER_REGISTRY (v1/trainer_*.py)
 COLOCATE, STANDALONE_COLOCATE = 3, 2  # CPUs of a bundle: ResourcePoolManager's max_colocate_count (replica.py: 2)
 POOLS = ("global_pool", "reward_pool", "teacher_pool", "rollout_pool")  # in the order verl creates them
+PG_NAME_TAIL = r"verl_group_[0-9_]+:(?P<index>[0-9]+)"  # after the pool's name (RayResourcePool.get_placement_groups)
 CONFIG_FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn": "name"}
 HYDRA_FLAGS_WITHOUT_VALUE = ("--multirun", "-m", "--resolve", "--cfg", "-c", "--info", "-i", "--help", "-h")
 
@@ -379,7 +381,6 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         facts = slurm_facts(slurm_view, label, base)
         check_gpus(pool, facts, label, site_gpus, slurm_view)
         groups.append(facts_node_group(label, facts, pool.nodes, pool.per_node, pool.view))
-    notes += ray_choice_notes(pools, labels)
 
     # the processes on each pool
     entries: list[PlacementEntry] = []
@@ -476,6 +477,10 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
             )
         )
     notes.append(
+        "verl's placement groups are steered: each pool's group i (one per node) goes to the i-th node of the pool's "
+        "node group (hpcplace's hook adds that node's resource to its bundles; docs/formats/verl.md)"
+    )
+    notes.append(
         "verl orders a pool's nodes by IP address as a string (10.0.0.10 before 10.0.0.9): the job checks at start "
         "that the IP order of each pool's nodes is the plan's node order, and stops naming the difference"
     )
@@ -503,6 +508,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         job_options,
         notes=tuple(notes),
         composed=files,
+        steer=steer_rules(pools, cluster, rworld // standalone[0].per_node if standalone else 1),
     )
 
 
@@ -556,21 +562,27 @@ def check_gpus(pool: Pool, facts: SlurmFacts, label: str, site_gpus: SiteGpus | 
         )
 
 
-def ray_choice_notes(pools: list[Pool], labels: dict[str, str]) -> list[str]:
-    """verl 0.9.1 asks Ray for a pool's placement groups without naming nodes (ResourcePoolManager passes no
-    accelerator_type): a pool lands on its own nodes only when no node of a pool created after it could
-    hold one of its placement groups (earlier pools' nodes are full by then)."""
-    out = []
-    for i, pool in enumerate(pools):
-        for later in pools[i + 1 :]:
-            if later.per_node >= pool.per_node and labels[later.name] != labels[pool.name]:
-                out.append(
-                    f"{pool.name}'s placement groups ({pool.per_node} GPUs each) also fit on {later.name}'s nodes "
-                    f"({later.per_node} GPUs each), and verl names no node for them: Ray chooses, so the pools may "
-                    f"swap nodes (a run-time difference from this plan); give {later.name} fewer GPUs per node than "
-                    f"{pool.name} for an exact placement"
+def steer_rules(pools: list[Pool], cluster: Cluster, replica_nodes: int) -> tuple[SteerRule, ...]:
+    """verl names each pool's placement groups `<pool>verl_group_<counts>:<i>`, one per node (RayResourcePool.
+    get_placement_groups; a standalone rollout replica r's pool is `rollout_pool_<r>`): group i of a pool goes to
+    the i-th node of the pool's node group (pools[g] is node group g; a replica's groups follow the replicas
+    before it, `replica_nodes` nodes each)."""
+    rules = []
+    for g, pool in enumerate(pools):
+        nodes = cluster.node_ranks(g)
+        if pool.name == "rollout_pool":
+            rules.append(
+                SteerRule(
+                    "verl rollout_pool_<r> (standalone rollout replica r)",
+                    "group",
+                    nodes,
+                    name=r"rollout_pool_(?P<replica>[0-9]+)verl_group_[0-9_]+:(?P<index>[0-9]+)",
+                    stride=replica_nodes,
                 )
-    return out
+            )
+        else:
+            rules.append(SteerRule(f"verl {pool.name}", "group", nodes, name=re.escape(pool.name) + PG_NAME_TAIL))
+    return tuple(rules)
 
 
 def bundle_cpus(

@@ -7,7 +7,10 @@ parameter for the actor class; the probe records its node IP and GPU instead of 
 engines would start vLLM-free only with SGLang installed: for them the report lists the rollout group's slice
 of slime's reordered bundles (`pgs["rollout"]`, slime's own), each with its node IP and GPU id.
 
-    python slime_driver.py --report OUT.json --nodes 8,8 -- --actor-num-nodes 1 ... (the placement flags)"""
+    python slime_driver.py --report OUT.json --nodes 8,8 -- --actor-num-nodes 1 ... (the placement flags)
+
+Without --nodes it attaches to RAY_ADDRESS (the cluster hpcplace started; the checkout on a path every node
+sees) and reports each node's `hpcplace.node_rank` label (node_ranks: Ray node id -> node rank)."""
 
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ class ProbeTrainActor:
             "role": role,
             "rank": self.rank,
             "ip": ray.util.get_node_ip_address(),
+            "node_id": ray.get_runtime_context().get_node_id(),
             "gpus": [int(g) for g in ray.get_gpu_ids()],
         }
 
@@ -67,24 +71,34 @@ def slime_args(flags: list[str]) -> argparse.Namespace:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--report", required=True)
-    parser.add_argument("--nodes", required=True)
+    parser.add_argument("--nodes", default="")
     ours, rest = sys.argv[1:], []
     if "--" in ours:
         cut = ours.index("--")
         ours, rest = ours[:cut], ours[cut + 1 :]
     opts = parser.parse_args(ours)
+    entry = next((i for i, w in enumerate(rest) if w.endswith(("train.py", "train_async.py"))), None)
+    rest = rest[entry + 1 :] if entry is not None else rest  # `-- python3 train.py FLAGS`: the command as planned
     report: dict[str, Any] = {"error": None, "argv": rest}
     cluster = None
     try:
-        sys.path.insert(0, os.environ["HPCPLACE_SLIME_SRC"])
-        from ray.cluster_utils import Cluster
-
-        cluster = Cluster()
+        src = os.environ["HPCPLACE_SLIME_SRC"]
+        sys.path.insert(0, src)
+        path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
         ips = []
-        for i, gpus in enumerate(opts.nodes.split(",")):
-            ips.append(f"127.0.0.{i + 2}")
-            cluster.add_node(num_gpus=int(gpus), num_cpus=int(gpus) * 2 + 4, node_ip_address=ips[-1])
-        ray.init(address=cluster.address, runtime_env={"env_vars": {"PYTHONPATH": os.environ["HPCPLACE_SLIME_SRC"]}})
+        if opts.nodes:
+            from ray.cluster_utils import Cluster
+
+            cluster = Cluster()
+            for i, gpus in enumerate(opts.nodes.split(",")):
+                ips.append(f"127.0.0.{i + 2}")
+                cluster.add_node(num_gpus=int(gpus), num_cpus=int(gpus) * 2 + 4, node_ip_address=ips[-1])
+        ray.init(
+            address=cluster.address if cluster is not None else None, runtime_env={"env_vars": {"PYTHONPATH": path}}
+        )
+        report["node_ranks"] = {
+            n["NodeID"]: int((n.get("Labels") or {}).get("hpcplace.node_rank", -1)) for n in ray.nodes() if n["Alive"]
+        }
         report["node_ips"] = ips
         from slime.ray.placement_group import allocate_train_group, create_placement_groups
 
@@ -97,7 +111,9 @@ def main() -> int:
         pg, indices, gpu_ids = pgs["rollout"]
         nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
         table = ray.util.placement_group_table(pg)["bundles_to_node_id"]
-        report["rollout_bundles"] = [{"ip": nodes[table[b]], "gpu": int(g)} for b, g in zip(indices, gpu_ids)]
+        report["rollout_bundles"] = [
+            {"ip": nodes[table[b]], "node_id": table[b], "gpu": int(g)} for b, g in zip(indices, gpu_ids)
+        ]
     except Exception as exc:  # noqa: BLE001 - the report names any failure: the test reads it, not a traceback
         report["error"] = f"{type(exc).__name__}: {exc}"
         report["traceback"] = traceback.format_exc()

@@ -14,7 +14,8 @@ split_resource_pool and RayWorkerGroup(bin_pack=False) for a reward model's repl
 
 Without --local it attaches to RAY_ADDRESS (hpcplace's Ray launch mode); node ranks are the raylets'
 `hpcplace.node_rank` labels. With --local it starts a ray.cluster_utils.Cluster whose nodes have the given
-IP addresses (127.0.0.x) and GPU counts, each marked with a resource hp_node_<rank>.
+IP addresses (127.0.0.x) and GPU counts, each with the resource hpcplace_node_<rank> as hpcplace's raylets have
+(so hpcplace's steering hook, on PYTHONPATH with HPCPLACE_STEER set, pins verl's groups there).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def main() -> int:
                     num_cpus=3 * int(gpus) + 2,
                     num_gpus=int(gpus),
                     node_ip_address=ip,
-                    resources={f"hp_node_{rank}": 1},
+                    resources={f"hpcplace_node_{rank}": 1},
                 )
             cluster.wait_for_nodes()
             ray.init(address=cluster.address)
@@ -99,7 +100,7 @@ def main() -> int:
             if not n["Alive"]:
                 continue
             label = (n.get("Labels") or {}).get("hpcplace.node_rank")
-            marks = [int(k[8:]) for k in n["Resources"] if k.startswith("hp_node_")]
+            marks = [int(k[len("hpcplace_node_") :]) for k in n["Resources"] if k.startswith("hpcplace_node_")]
             rank_of[n["NodeID"]] = int(label) if label is not None else (marks[0] if marks else -1)
         report["nodes"] = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
         report["records"] = place(compose(overrides), rank_of)

@@ -2,9 +2,12 @@
 from the checkout in NEMO_RL_SRC (the test passes HPCPLACE_NEMO_RL_SRC on) as far as placement: `load_config` and `parse_hydra_overrides` read
 the command as run_grpo.py does, `init_ray()` attaches to the cluster hpcplace started, and the train and
 inference `RayVirtualCluster`s of grpo.py's non-colocated multi-node case make their placement groups (the
-cluster sizes as grpo.setup computes them for that case). Then it waits a few seconds, as NeMo-RL loads its
-models (hpcplace's watcher acts then), and schedules one task per bundle as RayWorkerGroup schedules its
-workers, reporting each worker's host, node rank and GPU to <run dir>/nemo-rl-report.json.
+cluster sizes as grpo.setup computes them for that case; the inference cluster's as
+VllmGeneration.init_cluster_placement_groups does: PACK, one unified group when TP*PP is wider than a node).
+Then it waits a few seconds, as NeMo-RL loads its models (hpcplace's watcher acts then), and schedules one
+task per bundle as RayWorkerGroup schedules its workers (worker k of a unified group on the k-th of NeMo-RL's
+own topology-sorted bundles, `_sorted_bundle_indices`), reporting each worker's host, node rank and GPU to
+<run dir>/nemo-rl-report.json.
 
 argv (as run_grpo.py's): --config FILE [OVERRIDES...]
 """
@@ -58,7 +61,9 @@ def main() -> int:
         max_colocated_worker_groups=1,
     )
     train.get_placement_groups()
-    inference._init_placement_groups(strategy="PACK", use_unified_pg=False)  # VllmGeneration, TP fits a node
+    vllm = generation["vllm_cfg"]
+    wide = vllm["tensor_parallel_size"] * vllm["pipeline_parallel_size"] > inference.num_gpus_per_node
+    inference._init_placement_groups(strategy="PACK", use_unified_pg=wide)  # VllmGeneration's
     time.sleep(8)  # NeMo-RL would load its models now
 
     @ray.remote
@@ -73,6 +78,9 @@ def main() -> int:
     ranks = {n["NodeID"]: int((n.get("Labels") or {}).get("hpcplace.node_rank", -1)) for n in ray.nodes()}
     report: dict[str, list[dict]] = {}
     for name, vc in (("policy", train), ("generation", inference)):
+        groups = vc.get_placement_groups()
+        order = getattr(vc, "_sorted_bundle_indices", None) if len(groups) == 1 else None
+        slots = [(groups[0], b) for b in order] if order else [(pg, b) for pg in groups for b in range(pg.bundle_count)]
         refs = [
             where.options(
                 num_cpus=0,
@@ -81,11 +89,10 @@ def main() -> int:
                     placement_group=pg, placement_group_bundle_index=b
                 ),
             ).remote()
-            for pg in vc.get_placement_groups()
-            for b in range(pg.bundle_count)
+            for pg, b in slots
         ]
         report[name] = [
-            dict(r, node_rank=ranks.get(r["node_id"], -1), group=k // vc.num_gpus_per_node)
+            dict(r, node_rank=ranks.get(r["node_id"], -1), group=k // vc.num_gpus_per_node, unified=bool(order))
             for k, r in enumerate(ray.get(refs))
         ]
     with open(os.path.join(os.environ["HPCPLACE_RUN_DIR"], "nemo-rl-report.json"), "w", encoding="utf-8") as f:
