@@ -21,8 +21,10 @@ How requests are recognised (steer rules, hpcplace/config/steer.py):
 
 Never silently overridden: a bundle (or actor) that already asks for an `hpcplace_node_*` or `ng_*` resource is
 left as the user wrote it; a request whose size differs from the plan's is not steered. Every decision is a
-line in ray/steer/steer.log (the run directory). A failure inside the hook never fails the framework's call:
-the request goes to Ray unchanged, and the log says why (the driver step's checks stay as the backstop).
+line in ray/steer/steer.log (the run directory), and a steered group still pending after 120 s
+(HPCPLACE_STEER_PENDING_S) is said there and on stderr: its pinned node lacks what it asks for. A failure inside
+the hook never fails the framework's call: the request goes to Ray unchanged, and the log says why (the driver
+step's checks stay as the backstop).
 
 Then the next sitecustomize on sys.path (a site's or a test's) runs as it would have. Stdlib only, Python 3.8+:
 it runs in every Python the job starts, whatever that Python has installed.
@@ -49,6 +51,7 @@ ENV = "HPCPLACE_STEER"  # the steer table (ray/steer/steer.json); unset: the hoo
 NODE_RESOURCE = "hpcplace_node_"  # + cluster node rank: each raylet advertises its own, 1
 GROUP_RESOURCE = "ng_"  # + node group label: each raylet advertises its group's, 1
 PIN = 0.001  # per bundle or actor: a node holds 1000 of them
+PENDING_S = float(os.environ.get("HPCPLACE_STEER_PENDING_S") or 120)  # then a steered group still waiting is said
 PLACEMENT_MODULE = "ray.util.placement_group"
 ACTOR_MODULE = "ray.actor"
 
@@ -196,6 +199,30 @@ class Steering:
             self.log(line)
         return new
 
+    def watch(self, group: Any, name: str, bundles: Sequence[Mapping[str, Any]]) -> None:
+        """Say so when a steered group is still pending after PENDING_S (its pinned node lacks what it asks):
+        the framework would wait for it without a word. It never stops or changes the job."""
+        wait = getattr(group, "wait", None)
+        if not callable(wait) or PENDING_S <= 0:
+            return
+
+        def check() -> None:
+            try:
+                if wait(PENDING_S):
+                    return
+            except Exception:  # noqa: BLE001 - Ray shut down meanwhile: nothing to say
+                return
+            pins = sorted({k for b in bundles for k in b if k.startswith(NODE_RESOURCE)})
+            text = (
+                f"placement group {name or '(unnamed)'} is still pending after {PENDING_S:g} s: the planned node(s) "
+                f"({', '.join(pins)}) lack the free resources its bundles ask for ({bundles[0]} ...); another "
+                "request holds them, or the framework asks for more than the plan gave it"
+            )
+            self.log(text)
+            sys.stderr.write(f"hpcplace steer: warning: {text}\n")
+
+        threading.Thread(target=check, name="hpcplace-steer-watch", daemon=True).start()
+
     def actor(
         self, class_name: str, args: Sequence[Any], kwargs: Mapping[str, Any], options: Mapping[str, Any]
     ) -> dict[str, Any] | None:
@@ -223,10 +250,13 @@ def wrap_placement_group(original: Callable[..., Any], steering: Steering) -> Ca
             bound = signature.bind(*args, **kwargs)
             bundles = bound.arguments.get("bundles")
             if isinstance(bundles, (list, tuple)) and all(isinstance(b, dict) for b in bundles):
-                new = steering.placement_group(str(bound.arguments.get("name") or ""), bundles)
+                name = str(bound.arguments.get("name") or "")
+                new = steering.placement_group(name, bundles)
                 if new is not None:
                     bound.arguments["bundles"] = new
-                    return original(*bound.args, **bound.kwargs)
+                    group = original(*bound.args, **bound.kwargs)
+                    steering.watch(group, name, new)
+                    return group
         except Exception as exc:  # noqa: BLE001 - the framework's call goes on unsteered; the log says why
             steering.log(f"placement group not steered: {type(exc).__name__}: {exc}")
         return original(*args, **kwargs)

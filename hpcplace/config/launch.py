@@ -133,8 +133,8 @@ def parse_launch(view: View | None) -> LaunchSpec:
     if env_view is not None and env_view.value is not None:
         try:
             env = check_env(env_view.str_map())
-        except SpecError as exc:
-            raise env_view.error(exc.message, hint=exc.hint) from None
+        except SpecError as exc:  # str_map's errors name launch.env and point at the key already
+            raise SpecError(exc.message, hint=exc.hint, location=exc.location or env_view.location()) from None
     timeout = DEFAULT_JOIN_TIMEOUT
     tv = view.get("join_timeout")
     if tv is not None and tv.value is not None:

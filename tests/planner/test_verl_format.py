@@ -5,6 +5,7 @@ located at the word of the command that caused them."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 from pathlib import Path
@@ -119,6 +120,29 @@ def test_pools_of_equal_width_are_steered_each_to_its_own_node_group(tmp_path: P
     assert re.fullmatch(rules["verl global_pool"].name, "global_poolverl_group_8:0")
     assert not re.fullmatch(rules["verl global_pool"].name, "reward_poolverl_group_8:0")
     assert re.fullmatch(rules["verl reward_pool"].name, "reward_poolverl_group_8:0")
+
+
+def test_launch_steer_false_leaves_the_pools_to_ray_and_the_plan_says_so(tmp_path: Path) -> None:
+    from hpcplace.plan.plan import plan_to_json
+    from hpcplace.slurm.render import render_run
+    from hpcplace.slurm.submit import load_plan
+
+    words = ["reward.reward_model.enable=True", "reward.reward_model.enable_resource_pool=True"]
+    words += ["reward.reward_model.nnodes=1"]
+    steered = plan_from_spec(spec_of(tmp_path, *words))
+    assert steered.steer and "steer" in json.loads(plan_to_json(steered))
+    text = "slurm: {partition: a800, gpu_type: a800}\nlaunch: {steer: false}\n"
+    plan = plan_from_spec(spec_of(tmp_path, *words, text=text))
+    assert plan.steer == () and not plan.launch.steer
+    assert any("launch.steer is false" in w and "verl global_pool" in w for w in plan.warnings)
+    data = json.loads(plan_to_json(plan))
+    assert "steer" not in data and data["launch"]["steer"] is False
+    run = render_run(plan, tmp_path / "run")  # no hook in the run directory: nothing is steered
+    assert not (run.run_dir / "ray" / "steer").exists()
+    assert load_plan(run.plan_json).launch.steer is False
+    run = render_run(steered, tmp_path / "steered")
+    assert (run.run_dir / "ray" / "steer" / "sitecustomize.py").is_file()
+    assert load_plan(run.plan_json).steer == steered.steer
 
 
 def test_an_override_of_a_missing_key_is_refused_at_its_word_with_the_closest_key(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("start", range(STEER_REPEAT), ids=[f"start{i + 1}" for i in range(STEER_REPEAT)])
 
 
-@pytest.fixture(scope="module", params=STEER_MODES or ["as-is"], ids=lambda m: f"ConstrainDevices={m}")
+@pytest.fixture(scope="session", params=STEER_MODES or ["as-is"], ids=lambda m: f"ConstrainDevices={m}")
 def steer_cluster(request: pytest.FixtureRequest) -> LiveCluster:
     """The cluster a steering proof runs on: as it is, or each mode of HPCPLACE_STEER_MODES."""
     if request.param == "as-is":

@@ -73,13 +73,15 @@ def test_launch_block_in_every_format(config: Path, tmp_path: Path) -> None:
         ("launch: {mode: ray, driver: [x], join_timeout: 0}", "join_timeout must be a number of seconds"),
         ("launch: {mode: ray, driver: [x], drvier: [y]}", "unknown key 'drvier'"),
         ("launch: [ray]", "launch must be a mapping"),
+        ("launch: {mode: ray, driver: [x], env: {HPCPLACE_X: 1}}", "`launch.env`: environment variable 'HPCPLACE_X'"),
+        ("launch: {mode: ray, driver: [x], steer: maybe}", "launch.steer must be true or false"),
     ],
 )
 def test_launch_block_errors(tmp_path: Path, block: str, message: str) -> None:
     path = with_launch(tmp_path, REPO / "configs" / "hetero-partitions.yaml", block + "\n")
     with pytest.raises(SpecError) as err:
         plan_from_file(path)
-    assert message in str(err.value)
+    assert message in str(err.value) and "`launch.env`: `launch.env`" not in str(err.value)
     assert str(err.value).startswith(str(path) + ":")  # file:line:col
 
 

@@ -53,7 +53,7 @@ def test_slime_actor_and_rollout_on_two_partitions_land_as_planned(
         },
         "launch": {
             "driver": [*driver, "python3", "train.py", *FLAGS],
-            "env": {"PYTHONPATH": str(FAKE_GPU), "HPCPLACE_SLIME_SRC": src},
+            "env": {"PYTHONPATH": str(FAKE_GPU), "SLIME_SRC": src},
             "join_timeout": 180,
         },
     }

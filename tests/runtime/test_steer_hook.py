@@ -126,7 +126,10 @@ groups = {
     "unnamed1": imported_early([{"GPU": 1, "CPU": 1}] * 3, strategy="PACK"),
     "other": imported_early([{"CPU": 1}], name="not-ours"),
 }
+stuck = imported_early([{"GPU": 5}], strategy="STRICT_PACK", name="poolverl_group_5:0")  # node rank 2 has 4 GPUs
 ray.get([pg.ready() for pg in groups.values()])
+import time; time.sleep(3)  # the hook's watch (HPCPLACE_STEER_PENDING_S=1) says it is still pending
+ray.util.remove_placement_group(stuck)
 table = ray.util.placement_group_table()
 for key, pg in groups.items():
     got = table[pg.id.hex()]["bundles_to_node_id"]
@@ -163,7 +166,7 @@ def test_on_a_real_ray_cluster_every_steered_request_lands_on_its_planned_node(t
     nxt = tmp_path / "next"
     nxt.mkdir()
     (nxt / "sitecustomize.py").write_text("import os\nos.environ['NEXT_SITECUSTOMIZE_RAN'] = __name__\n")
-    env = {**os.environ, "PYTHONPATH": str(nxt)}
+    env = {**os.environ, "PYTHONPATH": str(nxt), "HPCPLACE_STEER_PENDING_S": "1"}
     env.update(steer_environment(env, str(tmp_path)))
     run = subprocess.run(
         [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300, env=env, check=False, cwd=tmp_path
@@ -178,3 +181,6 @@ def test_on_a_real_ray_cluster_every_steered_request_lands_on_its_planned_node(t
     log = (folder / "steer.log").read_text()
     assert "placement group poolverl_group_2_2:1: bundles on node ranks 1,1" in log
     assert "not-ours" not in log
+    assert "placement group poolverl_group_5:0 is still pending after 1 s" in log and "hpcplace_node_2" in log
+    assert "placement group poolverl_group_2_2:0 is still pending" not in log
+    assert "hpcplace steer: warning: placement group poolverl_group_5:0 is still pending" in run.stderr

@@ -82,7 +82,7 @@ def main() -> int:
     report: dict[str, Any] = {"error": None, "argv": rest}
     cluster = None
     try:
-        src = os.environ["HPCPLACE_SLIME_SRC"]
+        src = os.environ.get("HPCPLACE_SLIME_SRC") or os.environ["SLIME_SRC"]  # SLIME_SRC: in a job's launch.env
         sys.path.insert(0, src)
         path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
         ips = []
