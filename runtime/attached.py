@@ -16,6 +16,7 @@ import os
 import sys
 
 from hpcplace.runtime.errors import ShimError
+from hpcplace.runtime.ip_order import read_overlay
 from hpcplace.runtime.slurm_env import HetGroup, SlurmSnapshot, locate_node
 
 TYPE_CHECKING = False
@@ -42,7 +43,8 @@ def read_argv(path: str) -> tuple[str, ...]:
 
 
 def job_node_lists(run_dir: str) -> dict[int, list[str]]:
-    """logs/nodes.txt -> {het group: [host of node 0, node 1, ...]}."""
+    """logs/nodes.txt -> {het group: [host of node 0, node 1, ...]}, a group the job numbered in its framework's
+    IP order as it did (logs/ray-order-g<G>.txt, runtime/ip_order.py)."""
     path = os.path.join(run_dir, NODES_FILE)
     out: dict[int, dict[int, str]] = {}
     try:
@@ -56,6 +58,9 @@ def job_node_lists(run_dir: str) -> dict[int, list[str]]:
             f"cannot read {path}: {exc.strerror}",
             hint="the job writes it when it starts: is it running, from this run directory?",
         ) from None
+    for (g, j), host in read_overlay(os.path.dirname(path)).items():  # groups in verl's/slime's IP order
+        if j in out.get(g, {}):
+            out[g][j] = host
     return {g: [nodes[j] for j in sorted(nodes)] for g, nodes in sorted(out.items())}
 
 

@@ -26,6 +26,7 @@ import sys
 import time
 
 from hpcplace.runtime.errors import ShimError
+from hpcplace.runtime.ip_order import IP_ORDER, read_overlay
 from hpcplace.runtime.plan_index import PlanIndex
 from hpcplace.runtime.ranks import chain_command, chain_environment
 from hpcplace.runtime.ray_node import (
@@ -108,23 +109,6 @@ def driver_env(
         }
     )
     return env
-
-
-def _string_key(address: str) -> tuple[object, ...]:
-    return (address,)
-
-
-def _numeric_key(address: str) -> tuple[object, ...]:
-    """slime's sort_key: the address's parts as numbers (a non-numeric address by its characters' codes)."""
-    parts = address.split(".")
-    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else tuple(ord(c) for c in address)
-
-
-# The frameworks that number ranks over nodes sorted by IP address: how they sort, and over which nodes.
-# verl (sort_placement_group_by_node_ip) sorts each pool's per-node groups by the address as a string
-# (10.0.0.10 before 10.0.0.9), and each node group is one verl pool (formats/verl.py); slime
-# (placement_group.sort_key) sorts its one group's GPUs by the address as numbers, over every GPU node.
-IP_ORDER = {"verl": (_string_key, "by_group"), "slime": (_numeric_key, "gpu_nodes")}
 
 
 def ip_order_problem(
@@ -248,6 +232,9 @@ def main(argv: Sequence[str]) -> int:
         framework = str((header.get("source") or {}).get("format") or "")
 
         def host_of(g: int, j: int) -> str:
+            reordered = read_overlay(os.path.join(run_dir, "logs")).get((g, j))  # a group in verl's/slime's IP order
+            if reordered:
+                return reordered
             try:
                 return node_name_at(snapshot, g, j)
             except ShimError:

@@ -3,10 +3,10 @@
 Finds its node in plan.json like the shim does (its host name in the per-component node lists),
 then runs `ray start --block` with the plan's facts: RLINF_NODE_RANK (set before Ray starts, so
 every Ray worker inherits it), CUDA_VISIBLE_DEVICES and --num-gpus, --num-cpus, the resources
-`ng_<label>` and `hpcplace_node_<rank>` (node_resources) and hpcplace.* labels, the node group's env and
-launch.env, and the steering hook first on PYTHONPATH when the plan has steer rules (runtime/steer_hook.py).
-The head (cluster node rank 0) publishes `host:port` in <run dir>/ray/head.json; workers wait for that file (bounded by
-launch.join_timeout), then join.
+`ng_<label>` and `hpcplace_node_<rank>` (node_resources) and hpcplace.* labels, the node group's env
+and launch.env, and the steering hook first on PYTHONPATH when the plan has steer rules
+(runtime/steer_hook.py). The head (cluster node rank 0) publishes `host:port` in
+<run dir>/ray/head.json; workers wait for that file (bounded by launch.join_timeout), then join.
 
 Every port a node's Ray opens (GCS, node manager, object manager, dashboard and its agent, metrics,
 runtime-env agent, client server, workers) lies in one block of RAY_BLOCK ports, below the node's
@@ -38,12 +38,13 @@ import time
 
 from hpcplace.runtime.devices import JOB_RELATIVE, choose_devices
 from hpcplace.runtime.errors import ShimError
+from hpcplace.runtime.ip_order import ORDER_DIR, exchange, in_ip_order, ordered_by_ip, route_address, write_overlay
 from hpcplace.runtime.master_port import EPHEMERAL_FILE, ephemeral_range
 from hpcplace.runtime.network import environment as network_environment
 from hpcplace.runtime.network import group_network
 from hpcplace.runtime.network import resolve as resolve_network
 from hpcplace.runtime.plan_index import PlanIndex
-from hpcplace.runtime.slurm_env import locate_node, read_snapshot
+from hpcplace.runtime.slurm_env import locate_node, node_name_at, read_snapshot
 from hpcplace.runtime.steer_hook import ENV as STEER_ENV
 from hpcplace.runtime.steer_hook import NODE_RESOURCE
 
@@ -54,6 +55,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any, TypeVar
+
+    from hpcplace.runtime.slurm_env import SlurmSnapshot
 
     _T = TypeVar("_T")
 
@@ -495,6 +498,43 @@ def stop_driver(pid: int, grace: float = 10.0) -> None:
             time.sleep(0.2)
 
 
+def ip_position(
+    header: dict[str, Any],
+    g: int,
+    j: int,
+    snapshot: SlurmSnapshot,
+    run_dir: str,
+    address: str | None,
+    launch: Mapping[str, Any],
+) -> tuple[int, str | None]:
+    """This node's index in its group and the address its Ray must take: for a verl or slime group of
+    interchangeable nodes, its place in the framework's IP order among the group's nodes (runtime/ip_order.py),
+    and its address (`address` on a `network:`, else the one routing to the job's first node); else (j, None)."""
+    key = ordered_by_ip(header, g)
+    if key is None:
+        return j, None
+    ip = address or route_address(node_name_at(snapshot, 0, 0))
+    if ip is None:
+        say(f"warning: {snapshot.node_name}: no address routes to the job's first node: node order as Slurm's")
+        return j, None
+    count = int(header["node_groups"][g]["num_nodes"])
+    attempt = f"{snapshot.job_id}.{os.environ.get('SLURM_RESTART_COUNT') or 0}"
+    timeout = float(launch.get("join_timeout") or 300)
+    records = exchange(run_dir, attempt, g, j, count, {"address": ip, "host": snapshot.node_name}, timeout)
+    if records is None:
+        raise ShimError(
+            f"the nodes of het group {g} did not all publish their addresses within {timeout:g} s "
+            f"({os.path.join(run_dir, ORDER_DIR)})",
+            hint="see logs/ray.<host>.out of the group's other nodes",
+        )
+    order = in_ip_order([r["address"] for r in records], key)
+    write_overlay(os.path.join(run_dir, "logs"), g, [records[k]["host"] for k in order])
+    new = order.index(j)
+    if new != j:
+        say(f"{snapshot.node_name}: node {new} of het group {g} in IP order ({ip}; Slurm's order: node {j})")
+    return new, ip
+
+
 class _Stop(Exception):
     pass
 
@@ -554,17 +594,21 @@ def main(argv: Sequence[str]) -> int:
             g, j = locate_node(snapshot, range(len(header["node_groups"])))
             needed = group_cpus_needed(index, g)
         launch = header.get("launch") or {}
-        node = node_facts(header, g, j, needed)
         host = snapshot.node_name
         _write_node_log(run_dir, host)
-        where = f"Ray node rank {node['rank']} on {host} (node group {node['label']}, het group {g} node {j})"
-        head = node["rank"] == 0
         job_id = snapshot.job_id
         # `network:`: the raylet binds, and the head advertises, this node's address on that interface
         # (runtime/network.py); its workers and the driver get the interface variables NCCL/Gloo read.
         network = group_network(header, g)
         ifname, address = resolve_network(network) if network is not None else (None, host)
         net_args = [f"--node-ip-address={address}"] if ifname else []
+        # verl's and slime's ranks follow their nodes' IP order: this node's index is its place in it
+        j, ip = ip_position(header, g, j, snapshot, run_dir, address if ifname else None, launch)
+        if ip is not None and not ifname:
+            net_args = [f"--node-ip-address={ip}"]
+        node = node_facts(header, g, j, needed)
+        where = f"Ray node rank {node['rank']} on {host} (node group {node['label']}, het group {g} node {j})"
+        head = node["rank"] == 0
         choice = choose_devices(
             node["gpus"],
             os.environ.get("CUDA_VISIBLE_DEVICES"),

@@ -32,15 +32,8 @@ it runs in every Python the job starts, whatever that Python has installed.
 
 from __future__ import annotations
 
-import functools
-import importlib.abc
-import importlib.machinery
-import importlib.util
-import json
 import os
-import re
 import sys
-import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -77,6 +70,8 @@ def pin_targets(rule: Mapping[str, Any], name: str, count: int, ordinal: int | N
     """The node rank of each of `count` bundles of a placement group named `name` (the `ordinal`-th unnamed
     GPU group of a driver; None elsewhere) under `rule`: (targets, '') when the rule steers it, (None, why)
     when it matches but cannot (said in the log), (None, '') when it does not match."""
+    import re
+
     nodes = [int(n) for n in rule["nodes"]]
     what = str(rule.get("what") or "a planned request")
     if rule.get("name"):
@@ -164,6 +159,8 @@ class Steering:
     """The steer table of this process (read at the first request) and its count of unnamed GPU groups."""
 
     def __init__(self, path: str) -> None:
+        import threading
+
         self.path = path
         self.rules: list[dict[str, Any]] | None = None
         self.unnamed = 0
@@ -171,6 +168,8 @@ class Steering:
 
     def table(self) -> list[dict[str, Any]]:
         if self.rules is None:
+            import json
+
             try:
                 with open(self.path, encoding="utf-8") as f:
                     data = json.load(f)
@@ -221,6 +220,8 @@ class Steering:
             self.log(text)
             sys.stderr.write(f"hpcplace steer: warning: {text}\n")
 
+        import threading
+
         threading.Thread(target=check, name="hpcplace-steer-watch", daemon=True).start()
 
     def actor(
@@ -240,6 +241,7 @@ def in_driver() -> bool:
 
 
 def wrap_placement_group(original: Callable[..., Any], steering: Steering) -> Callable[..., Any]:
+    import functools
     import inspect
 
     signature = inspect.signature(getattr(original, "__wrapped__", original))
@@ -266,6 +268,8 @@ def wrap_placement_group(original: Callable[..., Any], steering: Steering) -> Ca
 
 
 def wrap_actor_remote(original: Callable[..., Any], steering: Steering) -> Callable[..., Any]:
+    import functools
+
     @functools.wraps(original)
     def _remote(self: Any, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
         try:
@@ -298,9 +302,10 @@ def patch(module: Any, steering: Steering) -> None:
             actor_class._remote = wrap_actor_remote(original, steering)  # type: ignore[union-attr]
 
 
-class Finder(importlib.abc.MetaPathFinder):
-    """Patches ray.util.placement_group and ray.actor the moment they have run: `import ray` binds
-    placement_group into ray.util right after, and frameworks import it from either."""
+class Finder:
+    """A sys.meta_path finder that patches ray.util.placement_group and ray.actor the moment they have run:
+    `import ray` binds placement_group into ray.util right after, and frameworks import it from either.
+    (No importlib.abc base: importing it costs a process more than the rest of this hook.)"""
 
     def __init__(self, steering: Steering) -> None:
         self.steering = steering
@@ -308,7 +313,9 @@ class Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname not in (PLACEMENT_MODULE, ACTOR_MODULE):
             return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        from importlib.machinery import PathFinder
+
+        spec = PathFinder.find_spec(fullname, path)
         loader = getattr(spec, "loader", None)
         if spec is None or loader is None or not hasattr(loader, "exec_module"):
             return None
@@ -328,11 +335,15 @@ class Finder(importlib.abc.MetaPathFinder):
 
 def chain_next_sitecustomize(here: str) -> None:
     """Run the sitecustomize that the first one on sys.path after this file's directory would have been."""
+    from importlib.machinery import PathFinder
+
     rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    spec = PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
         return
-    module = importlib.util.module_from_spec(spec)
+    from importlib.util import module_from_spec
+
+    module = module_from_spec(spec)
     spec.loader.exec_module(module)
 
 

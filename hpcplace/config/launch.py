@@ -143,7 +143,7 @@ def parse_launch(view: View | None) -> LaunchSpec:
         timeout = float(tv.value)
     hold = _flag(view, "hold")
     dashboard = _flag(view, "dashboard")
-    steer = view.get("steer") is None or view.require("steer").value is None or _flag(view, "steer")
+    steer = _flag(view, "steer") if view.get("steer") is not None and view.require("steer").value is not None else True
     chain = 0
     chain_view = view.get("chain")
     if chain_view is not None and chain_view.value is not None:

@@ -800,8 +800,11 @@ def _plan_of(data: dict[str, Any], path: Path) -> Plan:
 
 
 def read_hosts(run_dir: Path, logs: str = "logs") -> dict[tuple[int, int], str]:
-    """logs/nodes.txt (written by the job): (het group, node index) -> host name. `logs` is
-    logs/attempt-N for an earlier attempt of a requeued job."""
+    """logs/nodes.txt (written by the job): (het group, node index) -> host name, with the groups a verl or
+    slime job numbered in IP order at its start (logs/ray-order-g<G>.txt, hpcplace.runtime.ip_order). `logs`
+    is logs/attempt-N for an earlier attempt of a requeued job."""
+    from hpcplace.runtime.ip_order import read_overlay
+
     hosts: dict[tuple[int, int], str] = {}
     nodes_file = run_dir / logs / "nodes.txt"
     if nodes_file.exists():
@@ -809,7 +812,7 @@ def read_hosts(run_dir: Path, logs: str = "logs") -> dict[tuple[int, int], str]:
             parts = line.split()
             if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
                 hosts[(int(parts[0]), int(parts[1]))] = parts[2]
-    return hosts
+    return {**hosts, **read_overlay(str(run_dir / logs))} if hosts else hosts
 
 
 def rank_logs(run_dir: Path, job: SlurmJob, hosts: dict[tuple[int, int], str], logs: str = "logs") -> list[RankLog]:

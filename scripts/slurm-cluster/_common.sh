@@ -135,9 +135,16 @@ HPCP_NODE_TMP_SIZE="${HPCPLACE_SLURM_NODE_TMP:-2g}"
 
 # Nodes, in a fixed order: the index gives the IP (.11, .12, ...) and the host-side veth name.
 HPCP_NODES=(a800-1 a800-2 rtx4090-1 cpu-1 robot-1)
+# Each node's last address octet, in HPCP_NODES order: HPCPLACE_SLURM_NODE_OCTETS="12 11 13 14 15" gives a800-1 a
+# higher address than a800-2, a site whose addresses do not sort like its host names (verl's and slime's IP order).
+read -r -a HPCP_NODE_OCTETS <<<"${HPCPLACE_SLURM_NODE_OCTETS:-11 12 13 14 15}"
+if [[ ${#HPCP_NODE_OCTETS[@]} -ne ${#HPCP_NODES[@]} ]]; then
+    echo "HPCPLACE_SLURM_NODE_OCTETS must hold ${#HPCP_NODES[@]} numbers (one per node: ${HPCP_NODES[*]})" >&2
+    exit 2
+fi
 
 hpcp_node_ip() { # NODE_INDEX
-    echo "${HPCP_NET}.$((11 + $1))"
+    echo "${HPCP_NET}.${HPCP_NODE_OCTETS[$1]}"
 }
 hpcp_netns() { # NODE
     echo "hpcp-$1"

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hpcplace.slurm import submit
 from tests.ray.test_frameworks_slurm import DRIVERS, FAKE_GPU, run_job
 from tests.ray.test_ray_slurm import _small_ray, assert_clean  # noqa: F401 - fixture
 from tests.slurm.conftest import LiveCluster
@@ -77,5 +78,9 @@ def test_slime_actor_and_rollout_on_two_partitions_land_as_planned(
     got_rollout = [(rank_of[b["node_id"]], b["gpu"]) for b in report["rollout_bundles"]]
     want_rollout = [(p["cluster_node_rank"], int(g)) for p in planned["rollout"] for g in p["visible_accelerators"]]
     assert got_rollout == want_rollout
+    # the actor group's two nodes are numbered in slime's order, IP addresses as numbers (runtime/ip_order.py)
+    published = [json.loads((run_dir / "ray" / "order" / f"g0-{j}.json").read_text()) for j in range(2)]
+    by_number = sorted(published, key=lambda r: [int(p) for p in r["address"].split(".")])
+    assert [submit.read_hosts(run_dir)[(0, j)] for j in range(2)] == [r["host"] for r in by_number]
     log = (run_dir / "ray" / "steer" / "steer.log").read_text()
     assert "slime's placement group: placement group unnamed #0: bundles on node ranks 0,0,1,1,2,2" in log, log

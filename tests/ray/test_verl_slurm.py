@@ -68,6 +68,14 @@ def test_heterogeneous_verl_job_places_every_rank_as_planned(
     }
     got = {(r["component"], r["rank"]): (r["node_rank"], tuple(r["gpus"])) for r in report["records"]}
     assert got == want and len(got) == 4 * 3 + 2, (got, want, hosts)
+    # global_pool's two nodes are numbered in verl's order, IP addresses as strings (runtime/ip_order.py): the
+    # job's own record of the addresses, its order for status/logs/exec, and where verl put ranks 0-1 agree
+    published = [json.loads((run_dir / "ray" / "order" / f"g0-{j}.json").read_text()) for j in range(2)]
+    in_ip_order = [r["host"] for r in sorted(published, key=lambda r: r["address"])]
+    assert [submit.read_hosts(run_dir)[(0, j)] for j in range(2)] == in_ip_order
+    assert {report["nodes"][r["node_id"]] for r in report["records"] if r["node_rank"] == 0} == {
+        min(r["address"] for r in published)
+    }
     log = (run_dir / "ray" / "steer" / "steer.log").read_text()
     for pg in ("global_poolverl_group_2_2:0", "global_poolverl_group_2_2:1", "reward_poolverl_group_2:0"):
         assert f"placement group {pg}: bundles on node ranks" in log, log

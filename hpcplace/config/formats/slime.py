@@ -215,8 +215,9 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         )
     notes.append(
         "slime's placement group is steered: bundle k goes to the node of logical GPU k, so each node holds its "
-        "planned count; slime then orders GPUs by (node IP, GPU id): the plan's node order is slime's when the "
-        "nodes' IPs sort in node rank order (the job checks it once the Ray nodes joined, before the driver runs)"
+        "planned count; slime then orders GPUs by (node IP as numbers, GPU id): the job numbers each node group's "
+        "nodes in that order when it starts (runtime/ip_order.py), and checks once the Ray nodes joined that the "
+        "groups' addresses sort in node rank order too"
     )
     cluster = build_cluster(tuple(groups), where)
 

@@ -481,8 +481,10 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         "node group (hpcplace's hook adds that node's resource to its bundles; docs/formats/verl.md)"
     )
     notes.append(
-        "verl orders a pool's nodes by IP address as a string (10.0.0.10 before 10.0.0.9): the job checks at start "
-        "that the IP order of each pool's nodes is the plan's node order, and stops naming the difference"
+        "verl numbers a pool's ranks over its nodes sorted by IP address as a string (10.0.0.10 before 10.0.0.9): "
+        "the job numbers each pool's nodes in that order when it starts, so the plan's node i is the i-th by IP "
+        "(runtime/ip_order.py; with launch.steer: false the job checks the order at start and stops naming the "
+        "difference)"
     )
     groups, cpus = bundle_cpus(groups, entries, pools, labels)
     for key, count in cpus.items():
