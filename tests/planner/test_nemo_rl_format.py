@@ -235,6 +235,17 @@ def test_reward_model_nodes(workdir: Path) -> None:
     plan = plan_of(workdir, *words, "cluster.num_nodes=3", "cluster.gpus_per_node=4")
     assert slots(plan, "policy") == [(n, g) for n in range(2) for g in range(4)]
     assert slots(plan, "reward_model") == [(2, 0), (2, 1)]
+    # steered: the environment actor's RayVirtualCluster `grpo_reward_model_cluster` on the reward model's node
+    from hpcplace.runtime.steer_hook import pin_targets
+
+    def steered(name: str, bundles: int) -> list[list[int]]:
+        found = (pin_targets(r.to_json(), name, bundles, None)[0] for r in plan.steer)
+        return [nodes for nodes in found if nodes is not None]
+
+    assert steered("grpo_reward_model_cluster-node0", 2) == [[2, 2]]
+    assert steered("grpo_policy_cluster-node1", 4) == [[1] * 4]
+    assert steered("grpo_policy_cluster-unified", 8) == [[0] * 4 + [1] * 4]
+    assert steered("grpo_policy_cluster-node2", 4) == []  # no third policy node: left to Ray, logged
     plan = plan_of(workdir, *words, "cluster.gpus_per_node=4")  # one node: the reward model takes its last GPUs
     assert slots(plan, "policy") == [(0, 0), (0, 1)]
     assert slots(plan, "reward_model") == [(0, 2), (0, 3)]

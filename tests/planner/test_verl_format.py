@@ -210,6 +210,15 @@ def test_separate_async_plans_the_standalone_rollout_pool(tmp_path: Path) -> Non
         ("rollout_pool", 2, (1, 1)),  # verl: one pool per replica, min(n_gpus_per_node, tp*dp*pp) GPUs a node
     ]
     assert len(plan.component("rollout_standalone").processes) == 2
+    # steered: replica r's pool rollout_pool_<r> (verl's RolloutReplica.init_standalone) on the group's node r
+    from hpcplace.runtime.steer_hook import pin_targets
+
+    rule = next(r.to_json() for r in spec.steer if "rollout_pool" in r.what)
+    assert pin_targets(rule, "rollout_pool_1verl_group_1:0", 1, None) == ([2], "")
+    assert pin_targets(rule, "rollout_pool_0verl_group_1:0", 1, None) == ([1], "")
+    assert pin_targets(rule, "rollout_pool_reward_0verl_group_1:0", 1, None) == (None, "")  # not planned here
+    rollout = [(p.cluster_node_rank, p.rank) for p in plan.component("rollout_standalone").processes]
+    assert rollout == [(1, 0), (2, 1)]
 
 
 def test_separate_async_refuses_a_colocated_reward_model(tmp_path: Path) -> None:
