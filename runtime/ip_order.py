@@ -150,3 +150,20 @@ def read_overlay(logs_dir: str) -> dict[tuple[int, int], str]:
         except OSError:
             continue
     return out
+
+
+def slurm_index(logs_dir: str, het_group: int, index: int) -> int:
+    """The node of het group `het_group` that srun's `--relative` names for the plan's node `index`: the same,
+    unless the job numbered the group in its framework's IP order (then the host's place in logs/nodes.txt)."""
+    host = read_overlay(logs_dir).get((het_group, index))
+    if host is None:
+        return index
+    try:
+        with open(os.path.join(logs_dir, "nodes.txt"), encoding="utf-8") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 3 and parts[0] == str(het_group) and parts[2] == host and parts[1].isdigit():
+                    return int(parts[1])
+    except OSError:
+        pass
+    return index

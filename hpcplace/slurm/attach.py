@@ -188,16 +188,19 @@ def head_target(plan: Plan) -> Target:
     return node_target(plan, 0)
 
 
-def step_args(job: SlurmJob, job_id: str, target: Target, name: str, *, gpus: bool, pty: bool = False) -> list[str]:
+def step_args(job: SlurmJob, run: LiveRun, target: Target, name: str, *, gpus: bool, pty: bool = False) -> list[str]:
     """srun options of one task on the target node, overlapping the job's running steps, with its CPUs
     (all the job holds on the node), memory and GRES said explicitly. With `gpus`, the step holds all of
-    the node's GPUs (as the Ray raylet step does): the shim narrows them to the rank's; else none."""
-    args = [f"--jobid={job_id}"]
+    the node's GPUs (as the Ray raylet step does): the shim narrows them to the rank's; else none. The node
+    is the plan's, wherever the job placed it (a group numbered in verl's/slime's IP order at its start)."""
+    from hpcplace.runtime.ip_order import slurm_index
+
+    args = [f"--jobid={run.job_id}"]
     if job.is_het:
         args.append(f"--het-group={target.het_group}")
     args += [
         "--nodes=1",
-        f"--relative={target.index}",
+        f"--relative={slurm_index(str(run.run_dir / 'logs'), target.het_group, target.index)}",
         "--ntasks=1",
         WHOLE_NODE_CPUS,
         "--mem=0",
@@ -230,7 +233,7 @@ def driver_argv(run: LiveRun, command_file: Path) -> list[str]:
     container_args, launcher = entry(run, target.het_group)
     return [
         "srun",
-        *step_args(job, run.job_id, target, ATTACH_STEP, gpus=False),
+        *step_args(job, run, target, ATTACH_STEP, gpus=False),
         "--unbuffered",
         *container_args,
         *launcher,
@@ -248,7 +251,7 @@ def exec_argv(
     """`srun ... LAUNCHER --plan P --component C --rank R --argv FILE` (or `--on-node N`)."""
     job = lower(run.plan)
     container_args, launcher = entry(run, target.het_group)
-    head = ["srun", *step_args(job, run.job_id, target, EXEC_STEP, gpus=True, pty=pty), *container_args, *launcher]
+    head = ["srun", *step_args(job, run, target, EXEC_STEP, gpus=True, pty=pty), *container_args, *launcher]
     if component is None:
         return [*head, "--on-node", str(target.node_rank), "--plan", str(run.plan_path), "--argv", str(command_file)]
     return [

@@ -431,6 +431,15 @@ def render_script(
     try:
         if plan.launch.is_ray:
             from hpcplace.ray import ray_cluster
+            from hpcplace.runtime.ip_order import ordered_by_ip
+
+            head = ray_cluster.head_node(plan)
+            # the head's group numbered in verl's/slime's IP order at job start: the driver follows its node 0
+            follow = (
+                {"group": head.het_group, "index": head.index, "wait_tenths": int(plan.launch.join_timeout * 10)}
+                if ordered_by_ip(plan_header(plan), head.het_group) is not None
+                else None
+            )
 
             return env.get_template(RAY_TEMPLATE).render(
                 **common,
@@ -441,8 +450,10 @@ def render_script(
                     SrunPart(args, enter_words(launches, g)) for g, args in enumerate(ray_step_segments(job, plan))
                 ],
                 driver=SrunPart(
-                    driver_step_args(job, plan), enter_words(launches, ray_cluster.head_node(plan).het_group)
+                    driver_step_args(job, plan, relative=follow is None),
+                    enter_words(launches, ray_cluster.head_node(plan).het_group),
                 ),
+                driver_follow=follow,
                 node_ranks=ray_cluster.node_ranks_text(plan),
                 node_segments=" ".join(
                     f"{g}:{compress_ranks(plan.cluster.node_ranks(g))}" for g in range(len(plan.cluster.node_groups))

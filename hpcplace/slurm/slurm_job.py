@@ -663,15 +663,16 @@ def ray_step_segments(job: SlurmJob, plan: Plan) -> tuple[tuple[str, ...], ...]:
     return tuple(out)
 
 
-def driver_step_args(job: SlurmJob, plan: Plan) -> tuple[str, ...]:
+def driver_step_args(job: SlurmJob, plan: Plan, *, relative: bool = True) -> tuple[str, ...]:
     """srun options of the driver: one task on the head (the node of cluster node rank 0), holding the
-    head's CPUs, memory and devices as a step given no options would (said explicitly)."""
+    head's CPUs, memory and devices as a step given no options would (said explicitly). Without `relative`
+    the script adds the head's node itself (a head group numbered in IP order when the job starts)."""
     head = head_node(plan)
     args = [f"--het-group={head.het_group}"] if job.is_het else []
     comp = job.components[head.het_group] if head.het_group < len(job.components) else None
     args += [
         "--nodes=1",
-        f"--relative={head.index}",
+        *([f"--relative={head.index}"] if relative else []),
         "--ntasks=1",
         WHOLE_NODE_CPUS,
         "--mem=0",

@@ -22,7 +22,7 @@ import pytest
 
 from hpcplace.plan.planner import plan_from_file
 from hpcplace.slurm import submit
-from hpcplace.slurm.attach import node_target, step_args, step_environment
+from hpcplace.slurm.attach import LiveRun, node_target, step_args, step_environment
 from hpcplace.slurm.render import render_run, render_script
 from hpcplace.slurm.slurm_job import RANK_LOG_VARIABLE, STEP_REQUEST_VARIABLES, lower, rank_log_name, rank_log_pattern
 from tests.runtime.conftest import LAB_CONFIG, base_env, shim_command, step_envs, write_plan
@@ -108,9 +108,10 @@ def test_the_parser_sees_a_missing_option() -> None:
 def test_attached_steps_name_theirs_and_drop_the_requests_of_the_allocation() -> None:
     plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
     job = lower(plan)
+    run = LiveRun(REPO / "no-run", "12", plan, ("hpcplace-run",))
     for rank in range(len(plan.cluster.nodes)):
         for gpus in (True, False):
-            options = step_args(job, "12", node_target(plan, rank), "exec", gpus=gpus)
+            options = step_args(job, run, node_target(plan, rank), "exec", gpus=gpus)
             assert not _explicit(options), options
     inside = {
         "SLURM_TRES_PER_TASK": "cpu=16",
