@@ -93,6 +93,12 @@ def route_address(target: str) -> str | None:
     return None if address.startswith("127.") else address
 
 
+def own_address(hosts: Sequence[str], route: Callable[[str], str | None] = route_address) -> str | None:
+    """This host's address on the cluster network: the route to the first of the job's `hosts` that gives one
+    (from the first node itself, its own name may resolve to a loopback address: then the next node's)."""
+    return next((a for a in map(route, dict.fromkeys(hosts)) if a is not None), None)
+
+
 def exchange(
     run_dir: str, job_id: str, het_group: int, index: int, count: int, mine: Mapping[str, str], timeout: float
 ) -> list[dict[str, str]] | None:

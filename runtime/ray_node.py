@@ -38,13 +38,13 @@ import time
 
 from hpcplace.runtime.devices import JOB_RELATIVE, choose_devices
 from hpcplace.runtime.errors import ShimError
-from hpcplace.runtime.ip_order import ORDER_DIR, exchange, in_ip_order, ordered_by_ip, route_address, write_overlay
+from hpcplace.runtime.ip_order import ORDER_DIR, exchange, in_ip_order, ordered_by_ip, own_address, write_overlay
 from hpcplace.runtime.master_port import EPHEMERAL_FILE, ephemeral_range
 from hpcplace.runtime.network import environment as network_environment
 from hpcplace.runtime.network import group_network
 from hpcplace.runtime.network import resolve as resolve_network
 from hpcplace.runtime.plan_index import PlanIndex
-from hpcplace.runtime.slurm_env import locate_node, node_name_at, read_snapshot
+from hpcplace.runtime.slurm_env import expand_hostlist, locate_node, read_snapshot
 from hpcplace.runtime.steer_hook import ENV as STEER_ENV
 from hpcplace.runtime.steer_hook import NODE_RESOURCE
 
@@ -513,10 +513,13 @@ def ip_position(
     key = ordered_by_ip(header, g)
     if key is None:
         return j, None
-    ip = address or route_address(node_name_at(snapshot, 0, 0))
+    ip = address or own_address([h for group in snapshot.groups for h in expand_hostlist(group.nodelist)])
     if ip is None:
-        say(f"warning: {snapshot.node_name}: no address routes to the job's first node: node order as Slurm's")
-        return j, None
+        raise ShimError(
+            f"{snapshot.node_name}: no route to another node of the job gives this node's address, which "
+            f"{(header.get('source') or {}).get('format')} orders its ranks by",
+            hint="give the node group a `network:` (the interface the nodes reach each other on)",
+        )
     count = int(header["node_groups"][g]["num_nodes"])
     attempt = f"{snapshot.job_id}.{os.environ.get('SLURM_RESTART_COUNT') or 0}"
     timeout = float(launch.get("join_timeout") or 300)

@@ -37,6 +37,13 @@ def test_the_order_is_the_frameworks_own() -> None:
     assert in_ip_order(["10.0.0.2", "10.0.0.1", "10.0.0.1"], numeric_key) == [1, 2, 0]  # ties: Slurm's order
 
 
+def test_a_node_takes_its_address_from_the_route_to_the_jobs_first_other_reachable_node() -> None:
+    routes = {"a800-1": None, "a800-2": "10.0.0.12", "gpu-9": "10.0.0.99"}  # a800-1: itself, via a loopback name
+    assert ip_order.own_address(["a800-1", "a800-2", "gpu-9"], routes.get) == "10.0.0.12"
+    assert ip_order.own_address(["a800-1"], routes.get) is None
+    assert ip_order.route_address("localhost") is None  # a loopback address is no node's address
+
+
 def test_the_group_exchanges_its_addresses_through_the_run_directory(tmp_path: Path) -> None:
     got: dict[int, object] = {}
 
