@@ -68,9 +68,14 @@ def ordered_by_ip(header: Mapping[str, Any], het_group: int) -> Callable[[str], 
     """The sort key that numbers this group's nodes at job start, or None (Slurm's order stands): a verl or
     slime plan whose requests are steered, for a group of interchangeable nodes."""
     framework = str((header.get("source") or {}).get("format") or "")
-    if framework not in IP_ORDER or not header.get("steer"):
+    return group_key(framework, bool(header.get("steer")), header["node_groups"][het_group])
+
+
+def group_key(framework: str, steered: bool, group: Mapping[str, Any]) -> Callable[[str], tuple[object, ...]] | None:
+    """ordered_by_ip from the plan's facts (the planner's side has no plan.json header to read)."""
+    if framework not in IP_ORDER or not steered or not interchangeable(group):
         return None
-    return IP_ORDER[framework][0] if interchangeable(header["node_groups"][het_group]) else None
+    return IP_ORDER[framework][0]
 
 
 def in_ip_order(addresses: Sequence[str], key: Callable[[str], tuple[object, ...]]) -> list[int]:
@@ -139,22 +144,30 @@ def write_overlay(logs_dir: str, het_group: int, hosts: Sequence[str]) -> None:
     os.replace(tmp, path)
 
 
+def read_node_lines(path: str) -> dict[tuple[int, int], str]:
+    """A `G J HOST` file (logs/nodes.txt, logs/ray-order-g<G>.txt): (het group, node index) -> host; {} when
+    it cannot be read."""
+    out: dict[tuple[int, int], str] = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
+                    out[(int(parts[0]), int(parts[1]))] = parts[2]
+    except OSError:
+        pass
+    return out
+
+
 def read_overlay(logs_dir: str) -> dict[tuple[int, int], str]:
     """Every logs/ray-order-g<G>.txt: (het group, node index) -> host ({} when no group was reordered)."""
-    out: dict[tuple[int, int], str] = {}
     try:
         names = sorted(n for n in os.listdir(logs_dir) if n.startswith("ray-order-g") and n.endswith(".txt"))
     except OSError:
-        return out
+        return {}
+    out: dict[tuple[int, int], str] = {}
     for name in names:
-        try:
-            with open(os.path.join(logs_dir, name), encoding="utf-8") as f:
-                for line in f:
-                    parts = line.split()
-                    if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
-                        out[(int(parts[0]), int(parts[1]))] = parts[2]
-        except OSError:
-            continue
+        out.update(read_node_lines(os.path.join(logs_dir, name)))
     return out
 
 
@@ -164,12 +177,5 @@ def slurm_index(logs_dir: str, het_group: int, index: int) -> int:
     host = read_overlay(logs_dir).get((het_group, index))
     if host is None:
         return index
-    try:
-        with open(os.path.join(logs_dir, "nodes.txt"), encoding="utf-8") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) == 3 and parts[0] == str(het_group) and parts[2] == host and parts[1].isdigit():
-                    return int(parts[1])
-    except OSError:
-        pass
-    return index
+    slurm = read_node_lines(os.path.join(logs_dir, "nodes.txt"))
+    return next((j for (g, j), name in slurm.items() if g == het_group and name == host), index)

@@ -5,8 +5,8 @@
    matched by its hpcplace.node_rank label; after launch.join_timeout, fail naming the missing
    node ranks, hosts and node groups.
 3. Exec the driver argv from plan.json (never from a command line: no shell, no srun `:`), with
-   RAY_ADDRESS (its own cluster's, whatever the submitting shell had), RAY_TMPDIR (this node's raylet's
-   temp dir: its sockets are there, and a default Ray temp dir stays in the job's), ROLL's RANK=0 / WORLD_SIZE=<nodes> / MASTER_ADDR=<head> / MASTER_PORT=<GCS port>
+   RAY_ADDRESS (its own cluster's, whatever the submitting shell had), RAY_TMPDIR (the head's temp
+   dir, the driver's node's: a default Ray temp dir stays in the job's), ROLL's RANK=0 / WORLD_SIZE=<nodes> / MASTER_ADDR=<head> / MASTER_PORT=<GCS port>
    (so ROLL finds the running cluster instead of starting one), HPCPLACE_PLAN, HPCPLACE_RUN_DIR and
    launch.env. Its exit code is the step's, hence the job's. Just before, the step's id goes to
    <run dir>/ray/driver.step: the batch script sends Slurm's time-limit warning to that step only.
@@ -21,7 +21,6 @@ Timings go to stderr (logs/driver.out) and <run dir>/ray/bringup.json (bench/ray
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -143,25 +142,6 @@ def ip_order_problem(
                 f"{framework} orders {what} by IP address {how}: {shown}; the plan puts the first ranks on "
                 f"node rank {ranks[0]}, {framework} would put them on node rank {by_ip[0]}"
             )
-    return None
-
-
-def local_temp_dir(run_dir: str, host: str, job_id: str) -> str | None:
-    """The temp dir of the raylet on `host` (its ray/nodes/n<rank>.json), where a driver on that host finds its
-    raylet's sockets; None when no record of this job names the host."""
-    folder = os.path.join(run_dir, "ray", "nodes")
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return None
-    for name in names:
-        try:
-            with open(os.path.join(folder, name), encoding="utf-8") as f:
-                record = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and record.get("host") == host and record.get("job_id") == job_id:
-            return str(record.get("temp_dir") or "") or None
     return None
 
 
@@ -314,11 +294,6 @@ def main(argv: Sequence[str]) -> int:
                 f"all {len(expected)} Ray node(s) joined at {address} ({t_joined - t0:.2f} s after this step "
                 f"started); running the driver"
             )
-        # This node's raylet's temp dir: the driver step runs on its het group's first node in Slurm's order,
-        # which is the head's node unless the group was numbered in verl's/slime's IP order (runtime/ip_order.py)
-        local = local_temp_dir(run_dir, snapshot.node_name, snapshot.job_id)
-        if local:
-            env["RAY_TMPDIR"] = local
         if chdir:
             os.chdir(chdir)
     except ShimError as exc:

@@ -431,13 +431,20 @@ def render_script(
     try:
         if plan.launch.is_ray:
             from hpcplace.ray import ray_cluster
-            from hpcplace.runtime.ip_order import ordered_by_ip
+            from hpcplace.runtime.ip_order import group_key
 
             head = ray_cluster.head_node(plan)
+            group = plan.cluster.node_groups[head.het_group]
+            facts = {
+                "num_nodes": group.num_nodes,
+                "gpus_per_node": group.gpus_per_node,
+                "node_env": group.node_env,
+                "python_interpreter": group.python_interpreter,
+            }
             # the head's group numbered in verl's/slime's IP order at job start: the driver follows its node 0
             follow = (
                 {"group": head.het_group, "index": head.index, "wait_tenths": int(plan.launch.join_timeout * 10)}
-                if ordered_by_ip(plan_header(plan), head.het_group) is not None
+                if group_key(plan.source_format, bool(plan.steer), facts) is not None
                 else None
             )
 

@@ -803,15 +803,9 @@ def read_hosts(run_dir: Path, logs: str = "logs") -> dict[tuple[int, int], str]:
     """logs/nodes.txt (written by the job): (het group, node index) -> host name, with the groups a verl or
     slime job numbered in IP order at its start (logs/ray-order-g<G>.txt, hpcplace.runtime.ip_order). `logs`
     is logs/attempt-N for an earlier attempt of a requeued job."""
-    from hpcplace.runtime.ip_order import read_overlay
+    from hpcplace.runtime.ip_order import read_node_lines, read_overlay
 
-    hosts: dict[tuple[int, int], str] = {}
-    nodes_file = run_dir / logs / "nodes.txt"
-    if nodes_file.exists():
-        for line in nodes_file.read_text(encoding="utf-8").splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
-                hosts[(int(parts[0]), int(parts[1]))] = parts[2]
+    hosts = read_node_lines(str(run_dir / logs / "nodes.txt"))
     return {**hosts, **read_overlay(str(run_dir / logs))} if hosts else hosts
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from hpcplace.runtime.ray_driver import driver_env, expected_nodes, joined_ranks, local_temp_dir, missing_text
+from hpcplace.runtime.ray_driver import driver_env, expected_nodes, joined_ranks, missing_text
 from hpcplace.runtime.ray_node import label_ok, node_facts, port_candidates, ray_start_argv, raylet_env
 
 HEADER = {
@@ -217,15 +216,3 @@ def test_the_raylets_cpus_are_the_scripts(tmp_path) -> None:  # type: ignore[no-
     with PlanIndex(str(plan_path)) as index:
         assert group_cpus_needed(index, 0) == max(needs)
     assert [n.num_cpus for n in ray_nodes(plan)] == [max(needs)] * 2
-
-
-def test_the_driver_finds_the_raylet_of_its_own_node(tmp_path: Path) -> None:
-    """The driver step runs on its group's first node in Slurm's order; after a job-start IP order that node may
-    be node rank 1, not the head: the driver takes that raylet's temp dir (its sockets), not the head's."""
-    nodes = tmp_path / "ray" / "nodes"
-    nodes.mkdir(parents=True)
-    (nodes / "n0.json").write_text(json.dumps({"job_id": "5", "host": "a800-2", "temp_dir": "/dev/shm/h-5/ray-n0"}))
-    (nodes / "n1.json").write_text(json.dumps({"job_id": "5", "host": "a800-1", "temp_dir": "/dev/shm/h-5/ray-n1"}))
-    assert local_temp_dir(str(tmp_path), "a800-1", "5") == "/dev/shm/h-5/ray-n1"
-    assert local_temp_dir(str(tmp_path), "a800-1", "4") is None  # another job's records
-    assert local_temp_dir(str(tmp_path / "none"), "a800-1", "5") is None
