@@ -8,7 +8,9 @@
 #   checks: lint and types, the docs, then the CPU tiers (pytest -m "not slurm"), at a lower CPU priority
 #           (nice), so the Slurm lane's jobs get the CPU when they need it;
 #   slurm:  the real-Slurm tier (pytest -m slurm) on each release in turn, one test cluster at a time; a
-#           framework's own placement code (marker framework_driver) on the first release only.
+#           framework's own placement code (marker framework_driver) on the first release only, and the
+#           tests that run in both ConstrainDevices modes (fixture `lab`) in ConstrainDevices=yes only on the
+#           later ones (HPCPLACE_LAB_MODES).
 # Each lane's pytest checks the test cluster for what its tests left (jobs, node-local files); after both
 # lanes this script checks the machine itself (/dev/shm, /tmp, processes: tests/leftovers.py). The last lines
 # give each part's time and exit code.
@@ -124,8 +126,10 @@ if [ "$slurm_ok" = 1 ]; then
   for i in "${!releases[@]}"; do
     release="${releases[$i]}"
     selection="slurm"
+    lab_modes="no,yes"
     if [ "$i" -gt 0 ]; then
       selection="slurm and not framework_driver"
+      lab_modes="yes"  # the tests run in both ConstrainDevices modes: in the mode sites run (docs/testing.md)
       if [ -n "$later_installs" ]; then
         rc=0
         wait "$later_installs" || rc=$?
@@ -140,7 +144,8 @@ if [ "$slurm_ok" = 1 ]; then
     fi
     echo "test-all: Slurm test cluster: $release (pytest -m '$selection')"
     rc=0
-    HPCPLACE_SLURM="$release" timed "Slurm tier: $release" pytest_run -m "$selection" "$@" || rc=$?
+    HPCPLACE_SLURM="$release" HPCPLACE_LAB_MODES="$lab_modes" timed "Slurm tier: $release" \
+      pytest_run -m "$selection" "$@" || rc=$?
     version=$(cat "${HPCPLACE_SLURM_DIR:-/tmp/hpcplace-slurm}/version" 2>/dev/null || echo '?')
     summary[-1]="${summary[-1]}  (Slurm $version)"
     scripts/slurm-cluster/down.sh >/dev/null 2>&1 || true

@@ -79,7 +79,16 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PYTEST_DEBUG_TEMPROOT"] = str(root)
 
 
-@pytest.fixture(scope="session", params=["no", "yes"], ids=["ConstrainDevices=no", "ConstrainDevices=yes"])
+def lab_modes() -> list[str]:
+    """The ConstrainDevices modes the `lab` tests run in: both, unless HPCPLACE_LAB_MODES names one
+    (scripts/test-all.sh: both on the first Slurm release, `yes` on the later ones)."""
+    modes = [m.strip() for m in os.environ.get("HPCPLACE_LAB_MODES", "no,yes").split(",") if m.strip()]
+    if not modes or set(modes) - {"no", "yes"}:
+        raise pytest.UsageError(f"HPCPLACE_LAB_MODES={os.environ['HPCPLACE_LAB_MODES']!r}: write no, yes or no,yes")
+    return modes
+
+
+@pytest.fixture(scope="session", params=lab_modes(), ids=lambda mode: f"ConstrainDevices={mode}")
 def lab(request: pytest.FixtureRequest) -> object:
     """The real test cluster in each ConstrainDevices mode (tests/slurm/conftest.py: `ensure_cluster`). Session
     scope: pytest runs every test of one mode, across modules, before the other's, so the cluster boots once a
