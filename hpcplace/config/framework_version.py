@@ -89,7 +89,14 @@ FRAMEWORKS: dict[str, Framework] = {
     "roll": Framework("ROLL", "roll", "roll/distributed/scheduler/resource_manager.py"),
     "verl": Framework("verl", "verl", "verl/single_controller/ray/base.py"),
     "nemo_rl": Framework("NeMo-RL", "nemo-rl", "nemo_rl/distributed/virtual_cluster.py"),
-    "openrlhf": Framework("OpenRLHF", "openrlhf", "openrlhf/trainer/ray/launcher.py"),
+    "openrlhf": Framework(
+        "OpenRLHF",
+        "openrlhf",
+        "openrlhf/trainer/ray/launcher.py",
+        "0.9.0",
+        "hpcplace has not read its flags: scripts/gen_openrlhf_flags.py reads each release's own train_ppo_ray.py "
+        "from 0.9.0 (OpenRLHF/OpenRLHF 06ab51e7, 2025-10-31) on",
+    ),
     "slime": Framework("slime", "slime", "slime/ray/placement_group.py"),
 }
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from hpcplace.config.argparse_ast import file_flags
 from hpcplace.config.formats import load_spec
 from hpcplace.config.formats.slime import FLAGS
 from hpcplace.errors import SpecError
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.planner import plan_from_spec
-from tests.planner.argparse_ast import file_flags
 
 ENTRY = ["python3", "train.py"]
 

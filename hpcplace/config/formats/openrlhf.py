@@ -24,10 +24,13 @@ exact by construction, its GPU sets and which roles share a GPU are exact. See d
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from packaging.version import Version
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import Cluster, NodeGroup
@@ -42,8 +45,8 @@ from hpcplace.config.formats.common import (
     slurm_job_options,
     with_block_settings,
 )
-from hpcplace.config.formats.openrlhf_flags import FLAGS_0_10_2, FLAGS_BEFORE_0_10_2
-from hpcplace.config.framework_version import FrameworkVersion, VersionGate, resolve_version
+from hpcplace.config.formats.openrlhf_flags import Release, release_for, releases, releases_with
+from hpcplace.config.framework_version import KEY, FrameworkVersion, VersionGate, resolve_version
 from hpcplace.config.launch import LaunchSpec
 from hpcplace.config.spec import (
     ComponentSpec,
@@ -67,38 +70,39 @@ DOTTED_FLAGS = VersionGate(
 )
 _HELP = {"-h": Flag("help"), "--help": Flag("help")}
 
-# The flags placement reads: (0.10.2+ name, name before 0.10.2, default — the same in both).
-PLACEMENT_FLAGS: dict[str, tuple[str, Value | None]] = {
-    "--actor.num_nodes": ("--actor_num_nodes", 1),
-    "--actor.num_gpus_per_node": ("--actor_num_gpus_per_node", 8),
-    "--ref.num_nodes": ("--ref_num_nodes", 1),
-    "--ref.num_gpus_per_node": ("--ref_num_gpus_per_node", 8),
-    "--critic.num_nodes": ("--critic_num_nodes", 1),
-    "--critic.num_gpus_per_node": ("--critic_num_gpus_per_node", 8),
-    "--reward.num_nodes": ("--reward_num_nodes", 1),
-    "--reward.num_gpus_per_node": ("--reward_num_gpus_per_node", 8),
-    "--vllm.num_engines": ("--vllm_num_engines", None),
-    "--vllm.tensor_parallel_size": ("--vllm_tensor_parallel_size", 1),
-    "--vllm.enable_sleep": ("--vllm_enable_sleep", False),
-    "--train.colocate_actor_ref": ("--colocate_actor_ref", False),
-    "--train.colocate_critic_reward": ("--colocate_critic_reward", False),
-    "--train.colocate_all": ("--colocate_all_models", False),
-    "--train.async_enable": ("--async_train", False),
-    "--train.agent_func_path": ("--agent_func_path", None),
-    "--train.dynamic_batch_enable": ("--use_dynamic_batch", False),
-    "--algo.kl.init_coef": ("--init_kl_coef", 0.01),
-    "--algo.advantage.estimator": ("--advantage_estimator", "gae"),
-    "--actor.model_name_or_path": ("--pretrain", None),
-    "--critic.model_name_or_path": ("--critic_pretrain", None),
-    "--reward.model_name_or_path": ("--reward_pretrain", None),
-    "--reward.remote_url": ("--remote_rm_url", None),
-    "--rollout.n_samples_per_prompt": ("--n_samples_per_prompt", 1),
-    "--rollout.batch_size": ("--rollout_batch_size", 1024),
-    "--rollout.micro_batch_size": ("--micro_rollout_batch_size", 1),
-    "--ds.ring_attn_size": ("--ring_attn_size", 1),
-    "--ds.tensor_parallel_size": ("--ds_tensor_parallel_size", 1),
-    "--ds.packing_samples": ("--packing_samples", False),
-    "--data.max_images_per_prompt": ("--max_images_per_prompt", 0),
+# The flags placement reads: 0.10.2+ name -> the name before 0.10.2 (their defaults, each release's own, are in
+# openrlhf_releases.json).
+PLACEMENT_FLAGS: dict[str, str] = {
+    "--actor.num_nodes": "--actor_num_nodes",
+    "--actor.num_gpus_per_node": "--actor_num_gpus_per_node",
+    "--ref.num_nodes": "--ref_num_nodes",
+    "--ref.num_gpus_per_node": "--ref_num_gpus_per_node",
+    "--critic.num_nodes": "--critic_num_nodes",
+    "--critic.num_gpus_per_node": "--critic_num_gpus_per_node",
+    "--reward.num_nodes": "--reward_num_nodes",
+    "--reward.num_gpus_per_node": "--reward_num_gpus_per_node",
+    "--vllm.num_engines": "--vllm_num_engines",
+    "--vllm.tensor_parallel_size": "--vllm_tensor_parallel_size",
+    "--vllm.enable_sleep": "--vllm_enable_sleep",
+    "--train.colocate_actor_ref": "--colocate_actor_ref",
+    "--train.colocate_critic_reward": "--colocate_critic_reward",
+    "--train.colocate_all": "--colocate_all_models",
+    "--train.async_enable": "--async_train",
+    "--train.agent_func_path": "--agent_func_path",
+    "--train.dynamic_batch_enable": "--use_dynamic_batch",
+    "--algo.kl.init_coef": "--init_kl_coef",
+    "--algo.advantage.estimator": "--advantage_estimator",
+    "--actor.model_name_or_path": "--pretrain",
+    "--critic.model_name_or_path": "--critic_pretrain",
+    "--reward.model_name_or_path": "--reward_pretrain",
+    "--reward.remote_url": "--remote_rm_url",
+    "--rollout.n_samples_per_prompt": "--n_samples_per_prompt",
+    "--rollout.batch_size": "--rollout_batch_size",
+    "--rollout.micro_batch_size": "--micro_rollout_batch_size",
+    "--ds.ring_attn_size": "--ring_attn_size",
+    "--ds.tensor_parallel_size": "--ds_tensor_parallel_size",
+    "--ds.packing_samples": "--packing_samples",
+    "--data.max_images_per_prompt": "--max_images_per_prompt",
 }
 ROLES = ("actor", "ref", "critic", "reward", "vllm")
 # the entry points that are Ray drivers; the others (train_sft, train_dpo, train_rm) run under deepspeed
@@ -141,7 +145,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     notes: list[str] = []
     entry = entry_index(command)
     version = resolve_version("openrlhf", root, notes)
-    args = parse_args(command, entry, version)
+    args = parse_args(command, entry, version, notes)
     driver = submitted_command(command, entry, notes)
     groups, sizes = groups_of(command, entry, args, notes)
     slurm_view = root.get("slurm")
@@ -249,31 +253,78 @@ def entry_index(command: FrameworkCommand) -> int:
     )
 
 
-def parse_args(command: FrameworkCommand, entry: int, version: FrameworkVersion | None) -> Args:
-    dotted = DOTTED_FLAGS.applies(version)
-    flags = {**(FLAGS_0_10_2 if dotted else FLAGS_BEFORE_0_10_2), **_HELP}
-    shown = version.describe() if version is not None else "OpenRLHF >= 0.10.2 (none installed or stated)"
-    other: dict[str, str] = {}
-    if dotted:
-        for new, (old, _) in PLACEMENT_FLAGS.items():
-            other[old] = f"{old} is the flag's name before OpenRLHF 0.10.2; {shown} calls it {new}" + (
-                ""
-                if version is not None
-                else ' (if an older OpenRLHF runs this command, state it: `hpcplace: {framework_version: "0.10.1"}`)'
-            )
-    else:
-        for new, (old, _) in PLACEMENT_FLAGS.items():
-            other[new] = f"{new} is OpenRLHF 0.10.2's name; {shown} calls it {old}"
-    label = f"OpenRLHF {version.version}" if version is not None else "OpenRLHF"
-    given = parse_flags(command, entry + 1, flags, label, other)
-    names = {new: (new if dotted else old) for new, (old, _) in PLACEMENT_FLAGS.items()}
+def parse_args(command: FrameworkCommand, entry: int, version: FrameworkVersion | None, notes: list[str]) -> Args:
+    """The command read with the flags of the release that runs it (openrlhf_flags.release_for): a flag is
+    refused only where that release's argparse refuses it, and every hint names a flag of that release."""
+    release = release_for(version.version if version is not None else None)
+    _note_release(release, version, notes)
+    label = f"OpenRLHF {release.version}"
+    suggest = version is None or version.source != "stated"
+    given = parse_flags(
+        command, entry + 1, {**release.train_ppo_ray, **_HELP}, label, _other_names(release.version, suggest)
+    )
+    dotted = release.has("--actor.num_nodes")
+    names = {new: (new if dotted else old) for new, old in PLACEMENT_FLAGS.items()}
     values: dict[str, Value | None] = {}
     index: dict[str, int] = {}
-    for new, (_, default) in PLACEMENT_FLAGS.items():
-        got: Given | None = given.get(names[new])
-        values[new] = got.value if got is not None else default
+    for new, name in names.items():
+        got: Given | None = given.get(name)
+        values[new] = got.value if got is not None else release.defaults.get(name)  # absent from the release: unset
         index[new] = got.index if got is not None else entry
     return Args(values, index, names)
+
+
+def _note_release(release: Release, version: FrameworkVersion | None, notes: list[str]) -> None:
+    if version is None:
+        notes.append(
+            f"no OpenRLHF installed or stated: the command is read as OpenRLHF {release.version}, the newest release "
+            f'hpcplace has read (state the one that runs it: `hpcplace: {{{KEY}: "X.Y.Z"}}`)'
+        )
+    elif release.version != version.version:
+        newest = releases()[-1].version
+        notes.append(
+            f"{version.describe()} is read with the flags of OpenRLHF {release.version}, the newest release at or "
+            "before it that hpcplace has read"
+            + (f" (newer than {newest}: rerun scripts/gen_openrlhf_flags.py)" if version.version > newest else "")
+        )
+
+
+@functools.cache
+def _other_names(read_as: Version, suggest: bool) -> dict[str, str]:
+    """A flag of another release that release `read_as` lacks -> why it is refused: the releases that have it
+    (and for a placement flag renamed by ed62d0e2, its name in `read_as`), and (`suggest`: the version was not
+    stated) how to state one of them."""
+    release = release_for(read_as)
+    out: dict[str, str] = {}
+    label = f"OpenRLHF {release.version}"
+    for other in releases():
+        for name in other.train_ppo_ray:
+            if name in out or release.has(name):
+                continue
+            having = releases_with(name)
+            message = (
+                f"{label}'s parser has no flag {name} (argparse: unrecognized arguments); "
+                f"OpenRLHF {_spans(having)} {'has' if len(having) == 1 else 'have'} it"
+            )
+            renamed = {**PLACEMENT_FLAGS, **{old: new for new, old in PLACEMENT_FLAGS.items()}}.get(name)
+            if renamed is not None and release.has(renamed):
+                message += f"; {label} calls it {renamed} ({DOTTED_FLAGS.upstream})"
+            if suggest:
+                message += f' (if one of them runs this command, state it: `hpcplace: {{{KEY}: "{having[-1]}"}}`)'
+            out[name] = message
+    return out
+
+
+def _spans(versions: list[Version]) -> str:
+    """Releases as runs of consecutive releases read: `0.9.0 to 0.10.1.post2, 0.11.0`."""
+    known = [r.version for r in releases()]
+    runs: list[list[Version]] = []
+    for v in versions:
+        if runs and known.index(v) == known.index(runs[-1][-1]) + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]} to {r[-1]}" for r in runs)
 
 
 def groups_of(
