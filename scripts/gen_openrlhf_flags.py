@@ -144,13 +144,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=DATA)
     args = parser.parse_args()
     versions = git_versions(args.git_dir) if args.git_dir else pypi_versions()
-    chosen = []
+    chosen: list[str] = []
     for text in versions:
         try:
-            version = Version(text)
+            parsed = Version(text)
         except InvalidVersion:
             continue
-        if version >= Version(OLDEST) and not version.is_prerelease:
+        if parsed >= Version(OLDEST) and not parsed.is_prerelease:
             chosen.append(text)
     chosen.sort(key=Version)
     tables: dict[str, dict[str, object]] = {}
