@@ -120,6 +120,28 @@ class FrameworkVersion:
 
 
 @dataclass(frozen=True)
+class PlannedVersion:
+    """What plan.json records (`source.framework_version`) of the framework version a plan was made for:
+    `version` and how hpcplace knew it (`stated`, `installed`, or `newest`: none known, so the newest release
+    whose data hpcplace holds), and `read_as`, the release whose rules were read when not that version."""
+
+    version: str
+    source: str
+    read_as: str | None = None
+
+    @staticmethod
+    def of(version: FrameworkVersion | None) -> PlannedVersion | None:
+        return None if version is None else PlannedVersion(str(version.version), version.source)
+
+    def to_json(self) -> dict[str, str]:
+        return {"version": self.version, "source": self.source, **({"read_as": self.read_as} if self.read_as else {})}
+
+    @staticmethod
+    def from_json(data: dict[str, str] | None) -> PlannedVersion | None:
+        return None if data is None else PlannedVersion(data["version"], data["source"], data.get("read_as"))
+
+
+@dataclass(frozen=True)
 class VersionGate:
     """Rule `change` holds from framework version `since` on; older versions follow the old rule.
     `upstream` names the commit/PR and the first release carrying it, so a reader can check it."""
@@ -343,6 +365,7 @@ __all__ = [
     "KEY",
     "Framework",
     "FrameworkVersion",
+    "PlannedVersion",
     "VersionGate",
     "container_note",
     "installed_version",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,13 @@ from packaging.version import Version
 
 from hpcplace.config.argparse_ast import file_flags
 from hpcplace.config.formats import load_spec
-from hpcplace.config.formats.openrlhf import PLACEMENT_FLAGS, pack
-from hpcplace.config.formats.openrlhf_flags import release_for
+from hpcplace.config.formats.openrlhf import PLACEMENT_FLAGS, pack, planned_version
+from hpcplace.config.formats.openrlhf_flags import release_for, releases
+from hpcplace.config.framework_version import PlannedVersion
 from hpcplace.errors import SpecError
-from hpcplace.plan.plan import Plan
+from hpcplace.plan.plan import Plan, write_plan_json
 from hpcplace.plan.planner import plan_from_spec
+from hpcplace.slurm.submit import load_plan
 
 ENTRY = ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
 MODELS = ["--actor.model_name_or_path", "m", "--reward.model_name_or_path", "r"]
@@ -344,3 +347,30 @@ def test_the_flag_table_of_the_installed_release_is_its_own_parser() -> None:
     theirs = file_flags(folder / "train_ppo_ray.py")
     for name in PLACEMENT_FLAGS:
         assert release.defaults[name] == theirs[name].get("default", False), name  # False: store_true's own
+
+
+# ---- the version in plan.json ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "recorded"),
+    [
+        (release_site("0.11.0"), {"version": "0.11.0", "source": "stated"}),
+        (release_site("0.10.3.dev1"), {"version": "0.10.3.dev1", "source": "stated", "read_as": "0.10.2"}),
+        (None, {"version": "0.11.2", "source": "installed"}),  # the installed openrlhf (tests/requirements-...)
+    ],
+)
+def test_plan_json_records_the_version_planned_and_reads_it_back(
+    tmp_path: Path, text: str | None, recorded: dict[str, str]
+) -> None:
+    p = plan(tmp_path, "--actor.model_name_or_path", "m", "--reward.remote_url", "x", text=text)
+    path = tmp_path / "plan.json"
+    with path.open("w", encoding="utf-8") as out:
+        write_plan_json(p, out)
+    assert json.loads(path.read_text(encoding="utf-8"))["source"]["framework_version"] == recorded
+    assert load_plan(path).framework_version == p.framework_version == PlannedVersion.from_json(recorded)
+
+
+def test_with_no_openrlhf_known_the_newest_release_read_is_planned_and_recorded(tmp_path: Path) -> None:
+    assert planned_version(None) == PlannedVersion(str(releases()[-1].version), "newest")
+    assert release_for(None) == releases()[-1]

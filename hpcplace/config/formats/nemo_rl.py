@@ -38,7 +38,7 @@ from hpcplace.config.formats.common import (
     slurm_job_options,
     with_block_settings,
 )
-from hpcplace.config.framework_version import resolve_version
+from hpcplace.config.framework_version import PlannedVersion, resolve_version
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster
 from hpcplace.config.steer import SteerRule
 from hpcplace.config.yaml_source import (
@@ -786,7 +786,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     notes = list(layout.notes)
     # hpcplace.framework_version, stated beside the command (or the installed nemo-rl): checked and noted; no
     # NeMo-RL rule hpcplace reads is known to differ between releases, so no gate applies it yet
-    resolve_version("nemo_rl", broot if blocks.data is not None else None, notes)
+    version = resolve_version("nemo_rl", broot if blocks.data is not None else None, notes)
     pool_group = _pool_groups(slurm_view, layout)
     base = slurm_facts(slurm_view)
     # node groups in the order their pools' nodes come (training, generation, reward model)
@@ -838,6 +838,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         notes=tuple(notes),
         composed=(*files, *(f"override {command.argv[i]}" for i in overrides)),
         steer=steer_rules(layout.roles, rank_of),
+        framework_version=PlannedVersion.of(version),
     )
 
 

@@ -46,7 +46,7 @@ from hpcplace.config.formats.common import (
     with_block_settings,
 )
 from hpcplace.config.formats.openrlhf_flags import Release, release_for, releases, releases_with
-from hpcplace.config.framework_version import KEY, FrameworkVersion, VersionGate, resolve_version
+from hpcplace.config.framework_version import KEY, FrameworkVersion, PlannedVersion, VersionGate, resolve_version
 from hpcplace.config.launch import LaunchSpec
 from hpcplace.config.spec import (
     ComponentSpec,
@@ -206,7 +206,17 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         notes=tuple(notes),
         launch=LaunchSpec(driver=driver),  # load_spec makes it the Ray mode's; () keeps the whole command
         steer=steer_rules(groups, where_placed, cluster),
+        framework_version=planned_version(version),
     )
+
+
+def planned_version(version: FrameworkVersion | None) -> PlannedVersion:
+    """The version plan.json records: the one that runs (or, none known, the newest release read), and the
+    release whose flags were read when that is another."""
+    release = str(release_for(version.version if version is not None else None).version)
+    if version is None:
+        return PlannedVersion(release, "newest")
+    return PlannedVersion(str(version.version), version.source, None if release == str(version.version) else release)
 
 
 def steer_rules(

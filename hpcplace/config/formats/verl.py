@@ -36,7 +36,7 @@ from hpcplace.config.formats.common import (
     slurm_job_options,
     with_block_settings,
 )
-from hpcplace.config.framework_version import resolve_version
+from hpcplace.config.framework_version import PlannedVersion, resolve_version
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster
 from hpcplace.config.steer import SteerRule
 from hpcplace.config.yaml_source import PathKey, ScalarMark, View, YamlDocument, closest, load_yaml_file
@@ -511,6 +511,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         notes=tuple(notes),
         composed=files,
         steer=steer_rules(pools, cluster, rworld // standalone[0].per_node if standalone else 1),
+        framework_version=PlannedVersion.of(version),
     )
 
 
