@@ -1,4 +1,4 @@
-"""OpenRLHF's own `train_ppo_ray` commands, release by release: each tagged release's example scripts
+"""OpenRLHF's own `train_ppo_ray` and `serve_rm` commands, release by release: each tagged release's example scripts
 (`examples/scripts/*.sh`) read without a shell (tests/planner/script_commands.py) into
 tests/fixtures/openrlhf/release_commands.json, which tests/planner/test_openrlhf_releases.py plans. The wheels
 hold no example scripts, so they come from the release tags of an OpenRLHF git mirror; a release read by
@@ -31,7 +31,7 @@ from hpcplace.config.formats.openrlhf_flags import releases as known_releases
 from tests.planner.script_commands import extract
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "openrlhf" / "release_commands.json"
-ENTRY = re.compile(r"(^|.*/)openrlhf[./]cli[./]train_ppo_ray(\.py)?$")
+ENTRY = re.compile(r"(^|.*/)openrlhf[./]cli[./](train_ppo_ray|serve_rm)(\.py)?$")
 
 
 def _scripts(git_dir: Path, tag: str) -> dict[str, str]:
@@ -104,7 +104,7 @@ def main(git_dir: Path) -> None:
                 record["expect"] = expect.get(key)
     lines = ",\n".join(json.dumps(c, separators=(",", ":")) for c in commands.values())
     about = (
-        f"OpenRLHF's train_ppo_ray commands in examples/scripts/*.sh of its release tags {releases[0]} to "
+        f"OpenRLHF's train_ppo_ray and serve_rm commands in examples/scripts/*.sh of its release tags {releases[0]} to "
         f"{releases[-1]} (and the README of the wheels of {', '.join(untagged) or 'no other release'}), read by "
         "tests/planner/openrlhf_release_commands.py; expect: the plan, checked by hand against the script"
     )

@@ -1,5 +1,5 @@
 """Every OpenRLHF release hpcplace reads (hpcplace/config/formats/openrlhf_releases.json), planned on that
-release's own commands: the train_ppo_ray commands of its example scripts (its tag), or of its README where it
+release's own commands: the train_ppo_ray and serve_rm commands of its example scripts (its tag), or of its README where it
 has no tag (tests/fixtures/openrlhf/release_commands.json, written by tests/planner/openrlhf_release_commands.py),
 each read as that release (stated framework_version) and compared with the plan checked by hand against the
 script: the roles, their sizes and nodes, the roles that share GPUs; or, where the release's own parser refuses
@@ -56,3 +56,4 @@ def test_a_releases_own_command_is_planned_as_that_release(
     assert len(plan.cluster.nodes) == expect["nodes"]
     assert sorted(sorted(g.components) for g in plan.collocation_groups) == expect["colocated"]
     assert not any("read with the flags of" in w for w in plan.warnings)  # the release's own table
+    assert plan.launch.is_ray == ("reward_server" not in roles)  # serve_rm: one process the steps mode starts

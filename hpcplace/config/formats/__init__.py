@@ -13,7 +13,7 @@ from hpcplace.config.formats.command import COMMAND_FORMATS, detect_command_form
 from hpcplace.config.formats.common import SiteGpus
 from hpcplace.config.hydra_config import compose, mark_override, needs_hydra, searchpath_env, split_overrides
 from hpcplace.config.spec import ExperimentSpec
-from hpcplace.config.yaml_source import YamlDocument, closest, load_yaml_file, scalar_value
+from hpcplace.config.yaml_source import View, YamlDocument, closest, load_yaml_file, scalar_value
 from hpcplace.errors import SourceLocation, SpecError
 
 FILE_FORMATS = ("native", "rlinf", "roll", "areal")  # the placement is in the YAML file
@@ -245,8 +245,19 @@ def _load_command_spec(
 
     spec = parse_command_spec(name, doc, driver, site_gpus)
     launch_view = doc.root().get("launch")
-    launch = parse_launch(launch_view)
     mode = launch_view.get("mode") if launch_view is not None and isinstance(launch_view.value, dict) else None
+    if COMMAND_FORMATS[name].mode == "steps":  # hpcplace starts each process: the command is no Ray driver
+        if mode is not None and str(mode.value).strip().lower() != "steps":
+            raise mode.error(
+                f"the {name} format runs in the steps launch mode only (hpcplace starts its process)",
+                hint="remove launch.mode (or set it to steps)",
+            )
+        if launch_view is not None and isinstance(launch_view.value, dict):  # launch.driver is the input here
+            launch_view = View(launch_view.doc, launch_view.path, {**launch_view.value, "driver": None})
+        spec = replace(spec, launch=replace(parse_launch(launch_view), mode="steps"))
+        spec = _with_container_block(spec, parse_container_block(doc.root().get("container")))
+        return replace(spec, composed=spec.composed + tuple(f"override {o}" for o in overrides)) if overrides else spec
+    launch = parse_launch(launch_view)
     if mode is not None and launch.mode != "ray":
         raise mode.error(
             f"the {name} format runs in the Ray launch mode only (the framework's driver starts every process)",

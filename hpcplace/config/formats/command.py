@@ -36,6 +36,9 @@ class CommandFormatEntry:
     module: str
     entry_point: re.Pattern[str]
     flags: tuple[str, ...] = ()
+    # the launch mode its plans run in: "ray" (the framework's driver starts every process) or "steps"
+    # (hpcplace starts each process, as the command itself would run)
+    mode: str = "ray"
 
 
 COMMAND_FORMATS: dict[str, CommandFormatEntry] = {
@@ -47,6 +50,12 @@ COMMAND_FORMATS: dict[str, CommandFormatEntry] = {
     ),
     "openrlhf": CommandFormatEntry(
         "hpcplace.config.formats.openrlhf", re.compile(r"(^|.*/)openrlhf[./]cli[./]train_\w+(\.py)?$")
+    ),
+    # OpenRLHF's reward model server: one plain Python process (formats/openrlhf_serve_rm.py)
+    "openrlhf_serve_rm": CommandFormatEntry(
+        "hpcplace.config.formats.openrlhf_serve_rm",
+        re.compile(r"(^|.*/)openrlhf[./]cli[./]serve_rm(\.py)?$"),
+        mode="steps",
     ),
     "slime": CommandFormatEntry(
         "hpcplace.config.formats.slime",

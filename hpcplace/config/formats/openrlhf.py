@@ -160,7 +160,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     for label in labels:
         facts = base if label == "default" else slurm_facts(slurm_view, label, base)
         where = slurm_view if slurm_view is not None else root
-        gpn = _gpus_per_node(facts, label, where, site_gpus, notes)
+        gpn = gpus_per_node(facts, label, where, site_gpus, notes)
         mine = [g for g in groups if any(role_group[r] == label for r in g.roles)]
         need = sum(g.size for g in mine)
         nodes = limits.nodes(max(1, math.ceil(need / gpn)), where.location(), f"nodes of node group {label!r}")
@@ -267,11 +267,11 @@ def parse_args(command: FrameworkCommand, entry: int, version: FrameworkVersion 
     """The command read with the flags of the release that runs it (openrlhf_flags.release_for): a flag is
     refused only where that release's argparse refuses it, and every hint names a flag of that release."""
     release = release_for(version.version if version is not None else None)
-    _note_release(release, version, notes)
+    note_release(release, version, notes)
     label = f"OpenRLHF {release.version}"
     suggest = version is None or version.source != "stated"
     given = parse_flags(
-        command, entry + 1, {**release.train_ppo_ray, **_HELP}, label, _other_names(release.version, suggest)
+        command, entry + 1, {**release.train_ppo_ray, **_HELP}, label, other_names(release.version, suggest)
     )
     dotted = release.has("--actor.num_nodes")
     names = {new: (new if dotted else old) for new, old in PLACEMENT_FLAGS.items()}
@@ -284,7 +284,8 @@ def parse_args(command: FrameworkCommand, entry: int, version: FrameworkVersion 
     return Args(values, index, names)
 
 
-def _note_release(release: Release, version: FrameworkVersion | None, notes: list[str]) -> None:
+def note_release(release: Release, version: FrameworkVersion | None, notes: list[str]) -> None:
+    """Say which release's flags are read, where it is not the version that runs the command."""
     if version is None:
         notes.append(
             f"no OpenRLHF installed or stated: the command is read as OpenRLHF {release.version}, the newest release "
@@ -300,24 +301,24 @@ def _note_release(release: Release, version: FrameworkVersion | None, notes: lis
 
 
 @functools.cache
-def _other_names(read_as: Version, suggest: bool) -> dict[str, str]:
-    """A flag of another release that release `read_as` lacks -> why it is refused: the releases that have it
-    (and for a placement flag renamed by ed62d0e2, its name in `read_as`), and (`suggest`: the version was not
-    stated) how to state one of them."""
+def other_names(read_as: Version, suggest: bool, entry: str = "train_ppo_ray") -> dict[str, str]:
+    """A flag of another release's `entry` parser that release `read_as`'s lacks -> why it is refused: the
+    releases that have it (and for a placement flag renamed by ed62d0e2, its name in `read_as`), and
+    (`suggest`: the version was not stated) how to state one of them."""
     release = release_for(read_as)
     out: dict[str, str] = {}
-    label = f"OpenRLHF {release.version}"
+    label = f"OpenRLHF {release.version}" + ("" if entry == "train_ppo_ray" else f" {entry}")
     for other in releases():
-        for name in other.train_ppo_ray:
-            if name in out or release.has(name):
+        for name in other.flags(entry):
+            if name in out or name in release.flags(entry):
                 continue
-            having = releases_with(name)
+            having = releases_with(name, entry)
             message = (
                 f"{label}'s parser has no flag {name} (argparse: unrecognized arguments); "
                 f"OpenRLHF {_spans(having)} {'has' if len(having) == 1 else 'have'} it"
             )
             renamed = {**PLACEMENT_FLAGS, **{old: new for new, old in PLACEMENT_FLAGS.items()}}.get(name)
-            if renamed is not None and release.has(renamed):
+            if entry == "train_ppo_ray" and renamed is not None and release.has(renamed):
                 message += f"; {label} calls it {renamed} ({DOTTED_FLAGS.upstream})"
             if suggest:
                 message += f' (if one of them runs this command, state it: `hpcplace: {{{KEY}: "{having[-1]}"}}`)'
@@ -557,7 +558,16 @@ def _role_groups(slurm: View | None, sizes: dict[str, int], groups: list[Group])
     return out
 
 
-def _gpus_per_node(facts: SlurmFacts, label: str, view: View, site_gpus: SiteGpus | None, notes: list[str]) -> int:
+def gpus_per_node(
+    facts: SlurmFacts,
+    label: str,
+    view: View,
+    site_gpus: SiteGpus | None,
+    notes: list[str],
+    takes: str = "OpenRLHF's Ray placement groups take whatever GPUs Ray has",
+) -> int:
+    """A node group's GPUs per node: its slurm facts', else the site's (said in a note), else refused
+    (`takes`: why the count matters, for the hint)."""
     if facts.gpus_per_node is not None:
         if facts.gpus_per_node < 1:
             raise view.error(f"node group {label!r}: gpus_per_node is 0; OpenRLHF places every role on GPUs")
@@ -569,8 +579,7 @@ def _gpus_per_node(facts: SlurmFacts, label: str, view: View, site_gpus: SiteGpu
             f"GPUs per node of node group {label!r} are unknown" + (f" ({site.source})" if site is not None else ""),
             hint=site.fix
             if site is not None and site.fix
-            else f"OpenRLHF's Ray placement groups take whatever GPUs Ray has; Slurm needs the count up front: "
-            f"set {where} (e.g. 8)",
+            else f"{takes}; Slurm needs the count up front: set {where} (e.g. 8)",
         )
     notes.append(f"node group {label!r}: {site.count} GPUs per node, {site.source}")
     return site.count

@@ -32,6 +32,10 @@ class Release:
     def has(self, name: str) -> bool:
         return name in self.train_ppo_ray
 
+    def flags(self, entry: str) -> Mapping[str, Flag]:
+        """The parser of entry point `entry` (train_ppo_ray or serve_rm)."""
+        return self.train_ppo_ray if entry == "train_ppo_ray" else self.serve_rm
+
 
 def _flag(row: list[object]) -> Flag:
     kind, nargs, choices = row
@@ -77,4 +81,4 @@ def release_for(version: Version | None) -> Release:
 
 def releases_with(name: str, entry: str = "train_ppo_ray") -> list[Version]:
     """The releases whose `entry` parser has flag `name`."""
-    return [r.version for r in releases() if name in (r.train_ppo_ray if entry == "train_ppo_ray" else r.serve_rm)]
+    return [r.version for r in releases() if name in r.flags(entry)]
