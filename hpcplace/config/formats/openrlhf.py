@@ -1,8 +1,8 @@
 """OpenRLHF's `python3 -m openrlhf.cli.train_ppo_ray ...` (also wrapped as `ray job submit ... -- python3 -m
 ...`), read as its argparse parser and `train()` read it, planned as its Ray placement places it.
 
-What OpenRLHF's train() does (openrlhf 0.11.2, openrlhf/cli/train_ppo_ray.py; the same before 0.10.2 under the
-old flag names): it makes Ray placement groups of `{GPU: 1, CPU: 1}` bundles with strategy PACK, in this order:
+What OpenRLHF's train() does (openrlhf/cli/train_ppo_ray.py, alike in every release read, 0.9.0 to 0.11.2, under
+each release's own flag names: openrlhf_flags.py): it makes Ray placement groups of `{GPU: 1, CPU: 1}` bundles with strategy PACK, in this order:
 
 1. with --train.colocate_actor_ref or --train.colocate_all, one group of actor.num_nodes x num_gpus_per_node
    bundles that the actor and the reference model share (0.2 GPU per actor: the same GPU);
@@ -46,7 +46,7 @@ from hpcplace.config.formats.common import (
     with_block_settings,
 )
 from hpcplace.config.formats.openrlhf_flags import Release, release_for, releases, releases_with
-from hpcplace.config.framework_version import KEY, FrameworkVersion, PlannedVersion, VersionGate, resolve_version
+from hpcplace.config.framework_version import KEY, FrameworkVersion, PlannedVersion, resolve_version
 from hpcplace.config.launch import LaunchSpec
 from hpcplace.config.spec import (
     ComponentSpec,
@@ -60,14 +60,8 @@ from hpcplace.config.yaml_source import View, YamlDocument, closest
 from hpcplace.errors import SpecError
 from hpcplace.runtime.openrlhf_watch import ROLE_CLASSES
 
-DOTTED_FLAGS = VersionGate(
-    "openrlhf",
-    "0.10.2",
-    "train_ppo_ray's flags are dotted by section (--actor.num_nodes, --vllm.num_engines, "
-    "--train.colocate_all); the flat names (--actor_num_nodes, --vllm_num_engines, --colocate_all_models) "
-    "are gone",
-    "OpenRLHF/OpenRLHF ed62d0e2 (2026-04-19), first released in v0.10.2",
-)
+# the commit that dotted train_ppo_ray's flags by section (--actor_num_nodes -> --actor.num_nodes)
+DOTTED_FLAGS = "OpenRLHF/OpenRLHF ed62d0e2 (2026-04-19), first released in v0.10.2"
 _HELP = {"-h": Flag("help"), "--help": Flag("help")}
 
 # The flags placement reads: 0.10.2+ name -> the name before 0.10.2 (their defaults, each release's own, are in
@@ -308,6 +302,9 @@ def other_names(read_as: Version, suggest: bool, entry: str = "train_ppo_ray") -
     release = release_for(read_as)
     out: dict[str, str] = {}
     label = f"OpenRLHF {release.version}" + ("" if entry == "train_ppo_ray" else f" {entry}")
+    renames = (
+        {**PLACEMENT_FLAGS, **{old: new for new, old in PLACEMENT_FLAGS.items()}} if entry == "train_ppo_ray" else {}
+    )
     for other in releases():
         for name in other.flags(entry):
             if name in out or name in release.flags(entry):
@@ -317,9 +314,9 @@ def other_names(read_as: Version, suggest: bool, entry: str = "train_ppo_ray") -
                 f"{label}'s parser has no flag {name} (argparse: unrecognized arguments); "
                 f"OpenRLHF {_spans(having)} {'has' if len(having) == 1 else 'have'} it"
             )
-            renamed = {**PLACEMENT_FLAGS, **{old: new for new, old in PLACEMENT_FLAGS.items()}}.get(name)
-            if entry == "train_ppo_ray" and renamed is not None and release.has(renamed):
-                message += f"; {label} calls it {renamed} ({DOTTED_FLAGS.upstream})"
+            renamed = renames.get(name)
+            if renamed is not None and release.has(renamed):
+                message += f"; {label} calls it {renamed} ({DOTTED_FLAGS})"
             if suggest:
                 message += f' (if one of them runs this command, state it: `hpcplace: {{{KEY}: "{having[-1]}"}}`)'
             out[name] = message
