@@ -498,3 +498,12 @@ def test_the_standalone_rollout_pool_does_not_share_a_node_group(tmp_path: Path)
     )
     assert "rollout_pool and global_pool on one node group 'global_pool'" in err.message
     assert err.location is not None and err.location.line == 3
+
+
+def test_the_fully_async_entry_point_is_refused_at_its_word_with_the_reason(tmp_path: Path) -> None:
+    argv = ["python3", "-m", "verl.experimental.fully_async_policy.fully_async_main", "trainer.nnodes=1"]
+    with pytest.raises(SpecError) as err:
+        load_spec(site(tmp_path), driver=argv)  # the format is told by the entry point (formats/command.py)
+    assert "fully async trainer" in err.value.message and "not planned yet" in err.value.message
+    assert err.value.location is not None and err.value.location.column == column_of(argv, 2)
+    assert err.value.hint is not None and "separate_async" in err.value.hint

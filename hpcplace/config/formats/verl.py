@@ -43,7 +43,9 @@ from hpcplace.config.yaml_source import PathKey, ScalarMark, View, YamlDocument,
 from hpcplace.errors import SpecError
 
 SOURCE_ENV = "HPCPLACE_VERL_SRC"  # a verl checkout whose verl/trainer/config is composed
-ENTRY = re.compile(r"(^|.*/)verl[./]trainer[./](main_\w+?)(\.py)?$")
+ENTRY = re.compile(
+    r"(^|.*/)verl[./](?:trainer|experimental[./]fully_async_policy)[./](main_\w+?|fully_async_main)(\.py)?$"
+)
 PLANNED_ENTRIES = ("main_ppo",)
 TRAINER_MODES = ("colocate_async", "separate_async", "sync")  # verl's TRAINER_REGISTRY (v1/trainer_*.py)
 COLOCATE, STANDALONE_COLOCATE = 3, 2  # CPUs of a bundle: ResourcePoolManager's max_colocate_count (replica.py: 2)
@@ -78,6 +80,19 @@ def read_command(command: FrameworkCommand) -> VerlCommand:
             0, "no verl entry point in the command", hint="python3 -m verl.trainer.main_ppo key=value ..."
         )
     name = ENTRY.match(argv[entry]).group(2)  # type: ignore[union-attr]  # matched just above
+    if name == "fully_async_main":
+        raise command.error(
+            entry,
+            "verl's fully async trainer (verl.experimental.fully_async_policy.fully_async_main) is not planned yet: "
+            "its FullyAsyncTaskRunner places a trainer_pool (trainer.nnodes x trainer.n_gpus_per_node) for the "
+            "actor, critic and ref workers, and its FullyAsyncRollouter standalone rollout replicas (rollout.nnodes "
+            "x rollout.n_gpus_per_node, one pool each), hybrid replicas on the trainer's workers "
+            "(async_training.use_trainer_do_validate / use_dynamic_resource_scheduling) and its own reward and "
+            "teacher pools; hpcplace has not been checked against that code, so it would not be exact",
+            hint="verl's separate_async trainer places a training pool and standalone rollout replicas and is "
+            "planned: python3 -m verl.trainer.main_ppo trainer.use_v1=true trainer.v1.trainer_mode=separate_async "
+            "actor_rollout_ref.rollout.nnodes=N ...; or start fully_async_main on a Ray cluster without hpcplace",
+        )
     if name not in PLANNED_ENTRIES:
         raise command.error(
             entry,
