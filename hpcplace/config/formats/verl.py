@@ -5,15 +5,20 @@ the same (the config files of the installed verl, or of a checkout named by HPCP
 `--config-path`) and plans what verl's placement code does (verl 0.9.1, verl-project/verl 1dda039):
 
 - `ResourcePoolManager` pools: `global_pool` = [trainer.n_gpus_per_node] * trainer.nnodes, `reward_pool`
-  (reward.reward_model.enable_resource_pool), `teacher_pool` (distillation.enabled), and in
-  separate_async one pool per standalone rollout replica (actor_rollout_ref.rollout.nnodes x n_gpus_per_node);
+  (reward.reward_model.enable_resource_pool), `teacher_pool` (distillation.enabled; split per teacher at each
+  teacher's own tp*dp*pp, MultiTeacherModelManager), and in separate_async one pool per standalone rollout
+  replica (actor_rollout_ref.rollout.nnodes x n_gpus_per_node);
 - a pool is one STRICT_PACK placement group per node of one-GPU bundles; RayWorkerGroup gives rank
   pg * local_world + bundle over the groups sorted by node IP as a string, bundle b on the node's GPU b;
 - actor, rollout, ref and critic live in one WorkerDict process per GPU of global_pool; rollout replicas are
   tp*dp*pp consecutive WorkerDict ranks (RolloutReplica.init_hybrid);
+- rollout replicas with prefill-decode disaggregation are one prefill server then the decode servers
+  (SGLangPDReplica / vLLMPDReplica);
 - a colocated reward model has its own processes on global_pool's GPUs, a reward pool its own GPUs.
 
-Each pool runs on its own node group (`slurm.pools: {reward_pool: <label>}` and `slurm.node_groups.<label>`).
+Each pool runs on a node group of its own, or shares one with other pools (`slurm.pools: {reward_pool:
+<label>}` and `slurm.node_groups.<label>`; group_layouts). trainer.device other than cuda (Ascend NPUs) and
+verl's fully async entry point are refused, located, with the reason.
 """
 
 from __future__ import annotations
