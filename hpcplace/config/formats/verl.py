@@ -464,7 +464,7 @@ def read_teachers(reader: Reader, pool: Pool, size_view: View, command_path: str
                     "ValueError)",
                     hint="make the teacher's tp*dp*pp divide distillation.n_gpus_per_node * distillation.nnodes",
                 )
-            teachers.append(Teacher("teacher_model", "default", pool.world // width, tp, dp, pp, entry))
+            teachers.append(Teacher("teacher_model", "default", pool.world // width, tp, dp, pp, word))
             continue
         for field_name in ("model_path", "key", "num_replicas"):
             if entry_value(entry, field_name) is None:
@@ -702,21 +702,9 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
             notes.append(f"rollout: global_pool ranks {count * rworld}-{g.world - 1} hold no rollout replica")
     for pool in standalone:
         count = pool.world // rworld
-        label = labels[pool.name]
-        add_replicas(
-            entries,
-            settings,
-            "rollout_standalone",
-            label,
-            slots[pool.name],
-            count,
-            rworld,
-            pd,
-            pool.view,
-            rtp,
-            rpp,
-        )
-        notes.append(replicas_text("rollout_standalone", rworld, rtp, rdp, rpp, pool.world // rworld, pool))
+        args = (slots[pool.name], count, rworld, pd, pool.view, rtp, rpp)
+        add_replicas(entries, settings, "rollout_standalone", labels[pool.name], *args)
+        notes.append(replicas_text("rollout_standalone", rworld, rtp, rdp, rpp, count, pool))
     if rm_enable:
         mtp, mdp, mpp, mworld, mview = rollout_world(reader, f"{rm_prefix}.rollout")
         pool = next((p for p in pools if p.name == "reward_pool"), g)
