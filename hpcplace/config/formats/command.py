@@ -43,7 +43,10 @@ class CommandFormatEntry:
 
 COMMAND_FORMATS: dict[str, CommandFormatEntry] = {
     "verl": CommandFormatEntry(
-        "hpcplace.config.formats.verl", re.compile(r"(^|.*/)verl[./]trainer[./]main_\w+(\.py)?$")
+        "hpcplace.config.formats.verl",
+        re.compile(
+            r"(^|.*/)verl[./](trainer[./]main_\w+|experimental[./]fully_async_policy[./]fully_async_main)(\.py)?$"
+        ),
     ),
     "nemo_rl": CommandFormatEntry(
         "hpcplace.config.formats.nemo_rl", re.compile(r"(^|.*/)examples/run_\w+\.py$"), ("--config",)
