@@ -43,7 +43,7 @@ COMMAND_FORMATS: dict[str, CommandFormatEntry] = {
         "hpcplace.config.formats.verl", re.compile(r"(^|.*/)verl[./]trainer[./]main_\w+(\.py)?$")
     ),
     "nemo_rl": CommandFormatEntry(
-        "hpcplace.config.formats.nemo_rl", re.compile(r"(^|.*/)examples/run_\w+\.py$"), ("--config",)
+        "hpcplace.config.formats.nemo_rl", re.compile(r"(^|.*/)examples/(nemo_gym/)?run_\w+\.py$"), ("--config",)
     ),
     "openrlhf": CommandFormatEntry(
         "hpcplace.config.formats.openrlhf", re.compile(r"(^|.*/)openrlhf[./]cli[./]train_\w+(\.py)?$")
