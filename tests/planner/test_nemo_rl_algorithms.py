@@ -80,7 +80,9 @@ def test_megatron_generation_parallelism_is_mcore_generation_configs(workdir: Pa
     plan = plan_of(workdir, "--config", BASE, *words, "++policy.generation.mcore_generation_config.tensor_model_parallel_size=2")
     assert plan.component("generation").tensor_parallel_size == 2
     assert plan.component("policy").tensor_parallel_size == 1
-    err = refused(workdir, "--config", BASE, *words, "++policy.generation.mcore_generation_config.tensor_model_parallel_size=3")
+    err = refused(
+        workdir, "--config", BASE, *words, "++policy.generation.mcore_generation_config.tensor_model_parallel_size=3"
+    )
     assert "generation's 4 workers" in err.message and "TP(3)" in err.message
     assert err.location is not None and err.location.path == "<--driver>"
 
@@ -285,6 +287,20 @@ def test_xtoken_teachers_and_student_share_the_cluster(workdir: Path) -> None:
     assert plan.component("teacher_0").tensor_parallel_size == 2
     err = refused(workdir, "--config", config, "cluster.gpus_per_node=3", script="run_xtoken_off_policy_distillation.py")
     assert "teachers[0]'s 3 workers" in err.message
+    # an override names a list element as OmegaConf does (tests/functional/xtoken_off_policy_distillation.sh)
+    plan = plan_of(
+        workdir,
+        "--config",
+        config,
+        "cluster.gpus_per_node=3",
+        "teachers.0.dtensor_cfg.tensor_parallel_size=1",
+        "teachers.1.dtensor_cfg.tensor_parallel_size=3",
+        script="run_xtoken_off_policy_distillation.py",
+    )
+    assert plan.component("teacher_0").tensor_parallel_size == 1
+    assert plan.component("teacher_1").tensor_parallel_size == 3
+    err = refused(workdir, "--config", config, "teachers.2.weight=1", script="run_xtoken_off_policy_distillation.py")
+    assert "the config has no key 'teachers.2.weight'" in err.message
 
 
 # ---- NeMo-Gym's drivers call the same setup()

@@ -178,7 +178,7 @@ def test_config_path_missing_and_entry_points(workdir: Path) -> None:
     spec = spec_of(workdir, blocks="format: nemo_rl\n")  # run_grpo.py's own default, beside the script
     assert spec.source.endswith("grpo_math_1B.yaml")
     assert plan_from_spec(spec).component("policy").world_size == 2
-    err = refused(workdir, "--config", "examples/configs/base.yaml", script="run_gpro.py")
+    err = refused(workdir, "--config", "examples/configs/base.yaml", blocks="format: nemo_rl\n", script="run_gpro.py")
     assert "not one of NeMo-RL's entry points" in err.message and "did you mean" in err.message
     assert err.location is not None and err.location.column == len("uv run ") + 1
 

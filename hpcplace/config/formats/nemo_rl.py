@@ -81,6 +81,7 @@ DEFAULT_CONFIGS = {
     "distillation": "configs/distillation_math.yaml",
     "distillation_nemo_gym": "../configs/distillation_math.yaml",
     "xtoken_off_policy_distillation": "configs/xtoken_off_policy_distillation.yaml",
+    "vlm_sft": "configs/sft.yaml",  # run_vlm_sft.py runs run_sft.py's main
     "grpo_single_controller": "configs/grpo_math_1B_megatron_single_controller.yaml",
     "eval": "configs/evals/eval.yaml",
 }
@@ -339,8 +340,8 @@ def apply_overrides(doc: YamlDocument, command: FrameworkCommand, indices: list[
                 raise command.error(
                     i, f"override {word!r}: could not delete from config, {key!r} does not exist" + _near(data, parts)
                 )
-            del parent[parts[-1]]
-            _drop(marks, tuple(parts))
+            del parent[_key(parent, parts[-1])]
+            _drop(marks, _path(data, parts))
             continue
         if override.is_add() and exists and _get(data, parts) is not None and not isinstance(value, (dict, list)):
             raise command.error(
@@ -358,19 +359,30 @@ def apply_overrides(doc: YamlDocument, command: FrameworkCommand, indices: list[
     return YamlDocument(doc.path, data, marks)
 
 
-def _lookup(data: dict[str, Any], parts: list[str]) -> tuple[bool, dict[str, Any]]:
+def _key(node: Any, part: str) -> str | int | None:
+    """The key `part` names in a mapping, or the index in a list (OmegaConf: `teachers.0.x`); None if absent."""
+    if isinstance(node, dict):
+        return part if part in node else None
+    if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        return int(part)
+    return None
+
+
+def _lookup(data: dict[str, Any], parts: list[str]) -> tuple[bool, Any]:
+    """Whether the dotted key exists, and the mapping or list that holds its last part."""
     node: Any = data
     for part in parts[:-1]:
-        if not isinstance(node, dict) or part not in node or not isinstance(node[part], dict):
+        key = _key(node, part)
+        if key is None or not isinstance(node[key], (dict, list)):
             return False, {}
-        node = node[part]
-    return isinstance(node, dict) and parts[-1] in node, node if isinstance(node, dict) else {}
+        node = node[key]
+    return _key(node, parts[-1]) is not None, node
 
 
 def _get(data: dict[str, Any], parts: list[str]) -> Any:
     node: Any = data
     for part in parts:
-        node = node[part]
+        node = node[_key(node, part)]
     return node
 
 
@@ -395,27 +407,49 @@ def _set(
     command: FrameworkCommand,
     index: int,
 ) -> None:
-    """OmegaConf.update(merge=True): a mapping merges into a mapping, anything else replaces."""
+    """OmegaConf.update(merge=True): a mapping merges into a mapping, anything else replaces; a number names an
+    element of a list."""
     node: Any = data
     for depth, part in enumerate(parts[:-1]):
-        if node.get(part) is None:
-            node[part] = {}
-        if not isinstance(node[part], dict):
+        key = _key(node, part)
+        if key is None or node[key] is None:
+            if not isinstance(node, dict):
+                raise command.error(index, f"override {command.argv[index]!r}: no element {part} in the list")
+            key = part
+            node[key] = {}
+        if not isinstance(node[key], (dict, list)):
             raise command.error(
                 index, f"override {command.argv[index]!r}: {'.'.join(parts[: depth + 1])!r} is not a mapping"
             )
-        node = node[part]
+        node = node[key]
     mark = ScalarMark(where.line, where.column, None, None, file=where.path)
-    path = tuple(parts)
-    if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
-        node[parts[-1]] = _merged(node[parts[-1]], value)
+    last = _key(node, parts[-1])
+    if last is None:
+        if not isinstance(node, dict):
+            raise command.error(index, f"override {command.argv[index]!r}: no element {parts[-1]} in the list")
+        last = parts[-1]
+    path = _path(data, parts[:-1]) + (last,)
+    current = node.get(last) if isinstance(node, dict) else node[last]
+    if isinstance(value, dict) and isinstance(current, dict):
+        node[last] = _merged(current, value)
         for key in _paths(value, path):
             marks[key] = mark
         return
-    node[parts[-1]] = value
+    node[last] = value
     _drop(marks, path)
     for key in _paths(value, path):
         marks[key] = mark
+
+
+def _path(data: dict[str, Any], parts: list[str]) -> PathKey:
+    """The dotted key as a document path (list indices as ints)."""
+    node: Any = data
+    out: list[str | int] = []
+    for part in parts:
+        key = _key(node, part)
+        out.append(part if key is None else key)
+        node = node[key] if key is not None else None
+    return tuple(out)
 
 
 def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
