@@ -214,6 +214,7 @@ EVAL = """\
 generation:
   backend: vllm
   vllm_cfg: {tensor_parallel_size: 1, pipeline_parallel_size: 1, async_engine: false}
+  colocated: {enabled: true}
 cluster: {gpus_per_node: 1, num_nodes: 1}
 """
 

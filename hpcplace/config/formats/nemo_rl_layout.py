@@ -533,6 +533,7 @@ def eval_layout(root: View) -> Layout:
     backend_v = _req(gen_root, "backend")
     _only(backend_v, backend_v.str(), ("vllm",), "NeMo-RL asserts only the vLLM backend is supported for evaluation")
     _, tp, pp, view = _generation(gen_root)
+    _req(gen_root, "colocated.enabled").bool()  # VllmGeneration reads it: PACK groups when false
     notes: list[str] = []
     slots = _whole(0, total, gpn)
     _engines(slots, gpn, tp * pp, view, "vllm", True, notes)
