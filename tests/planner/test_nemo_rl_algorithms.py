@@ -43,7 +43,10 @@ def test_megatron_generation_on_its_own_node(workdir: Path) -> None:
     gen = plan.component("generation")
     assert (gen.tensor_parallel_size, gen.pipeline_parallel_size) == (1, 1)
     assert gen.collocation_group is None
-    assert any("dedicated inference Policy of 8 Megatron workers" in n for n in spec_of(workdir, "--config", BASE, *words).notes)
+    assert any(
+        "dedicated inference Policy of 8 Megatron workers" in n
+        for n in spec_of(workdir, "--config", BASE, *words).notes
+    )
     # the inference cluster's groups are steered to the generation node
     spec = spec_of(workdir, "--config", BASE, *words)
     rule = next(r for r in spec.steer if "generation" in r.what and r.pin == "group")
@@ -77,7 +80,9 @@ def test_megatron_generation_parallelism_is_mcore_generation_configs(workdir: Pa
         "cluster.gpus_per_node=4",
         "cluster.num_nodes=2",
     )
-    plan = plan_of(workdir, "--config", BASE, *words, "++policy.generation.mcore_generation_config.tensor_model_parallel_size=2")
+    plan = plan_of(
+        workdir, "--config", BASE, *words, "++policy.generation.mcore_generation_config.tensor_model_parallel_size=2"
+    )
     assert plan.component("generation").tensor_parallel_size == 2
     assert plan.component("policy").tensor_parallel_size == 1
     err = refused(
@@ -116,7 +121,9 @@ def test_megatron_generation_pools_on_node_groups(workdir: Path) -> None:
 
 
 def test_colocated_megatron_generation_is_the_policy(workdir: Path) -> None:
-    plan = plan_of(workdir, "--config", BASE, *MEGATRON, "policy.generation.backend=megatron", "cluster.gpus_per_node=4")
+    plan = plan_of(
+        workdir, "--config", BASE, *MEGATRON, "policy.generation.backend=megatron", "cluster.gpus_per_node=4"
+    )
     assert [c.name for c in plan.components] == ["policy"]
 
 
@@ -246,7 +253,9 @@ def test_eval_is_vllm_engines_on_every_gpu(workdir: Path) -> None:
         script="run_eval.py",
     )
     assert "async_engine" in err.message
-    err = refused(workdir, "--config", "examples/configs/evals/eval.yaml", "generation.backend=sglang", script="run_eval.py")
+    err = refused(
+        workdir, "--config", "examples/configs/evals/eval.yaml", "generation.backend=sglang", script="run_eval.py"
+    )
     assert "only the vLLM backend" in err.message
 
 
@@ -264,7 +273,12 @@ def test_single_controller(workdir: Path) -> None:
     )
     assert _on(plan, "policy") == [0, 1] and slots(plan, "generation") == [(2, 0)]
     err = refused(
-        workdir, "--config", BASE, *MEGATRON, "policy.generation.backend=megatron", script="run_grpo_single_controller.py"
+        workdir,
+        "--config",
+        BASE,
+        *MEGATRON,
+        "policy.generation.backend=megatron",
+        script="run_grpo_single_controller.py",
     )
     assert "only supports vllm or sglang" in err.message
 
@@ -282,11 +296,15 @@ teachers:
 def test_xtoken_teachers_and_student_share_the_cluster(workdir: Path) -> None:
     """xtoken_multiteacher_off_policy_distillation.yaml: two teachers."""
     config = write(workdir, "examples/configs/xtoken.yaml", XTOKEN)
-    plan = plan_of(workdir, "--config", config, "cluster.gpus_per_node=2", script="run_xtoken_off_policy_distillation.py")
+    plan = plan_of(
+        workdir, "--config", config, "cluster.gpus_per_node=2", script="run_xtoken_off_policy_distillation.py"
+    )
     assert [c.name for c in plan.components] == ["teacher_0", "teacher_1", "policy"]
     assert slots(plan, "teacher_0") == slots(plan, "policy") == [(0, 0), (0, 1)]
     assert plan.component("teacher_0").tensor_parallel_size == 2
-    err = refused(workdir, "--config", config, "cluster.gpus_per_node=3", script="run_xtoken_off_policy_distillation.py")
+    err = refused(
+        workdir, "--config", config, "cluster.gpus_per_node=3", script="run_xtoken_off_policy_distillation.py"
+    )
     assert "teachers[0]'s 3 workers" in err.message
     # an override names a list element as OmegaConf does (tests/functional/xtoken_off_policy_distillation.sh)
     plan = plan_of(
@@ -311,9 +329,7 @@ def test_nemo_gym_grpo_is_grpo(workdir: Path) -> None:
     """tests/functional/grpo_async_gym.sh: examples/nemo_gym/run_grpo_nemo_gym.py."""
     plan = plan_of(workdir, "--config", BASE, "cluster.gpus_per_node=2", script="nemo_gym/run_grpo_nemo_gym.py")
     assert slots(plan, "policy") == slots(plan, "generation") == [(0, 0), (0, 1)]
-    err = refused(
-        workdir, "--config", BASE, "++env.nemo_gym.num_gpu_nodes=2", script="nemo_gym/run_grpo_nemo_gym.py"
-    )
+    err = refused(workdir, "--config", BASE, "++env.nemo_gym.num_gpu_nodes=2", script="nemo_gym/run_grpo_nemo_gym.py")
     assert "placed by NeMo-Gym" in err.message
 
 

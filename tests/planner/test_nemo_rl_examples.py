@@ -104,7 +104,9 @@ def script_text(src: Path, script: Path) -> str:
 def script_sweep(src: Path, tmp: Path) -> dict[str, str]:
     """Each command of NeMo-RL's test scripts (`script:line`) -> its outcome."""
     entry = COMMAND_FORMATS["nemo_rl"].entry_point
-    scripts = sorted((src / "tests" / "functional").glob("*.sh")) + sorted((src / "tests" / "test_suites").rglob("*.sh"))
+    scripts = sorted((src / "tests" / "functional").glob("*.sh")) + sorted(
+        (src / "tests" / "test_suites").rglob("*.sh")
+    )
     out: dict[str, str] = {}
     with _in(src, tmp) as site:
         for script in scripts:

@@ -219,32 +219,47 @@ CASES = {
             "++policy.megatron_cfg={enabled: true, tensor_model_parallel_size: 1, pipeline_model_parallel_size: 1, "
             "context_parallel_size: 1}",
             "policy.dtensor_cfg.enabled=false",
-            "policy.generation.backend=megatron", "policy.generation.colocated.enabled=false",
-            "policy.generation.colocated.resources.num_nodes=2", "policy.generation.colocated.resources.gpus_per_node=2",
-            "cluster.num_nodes=3", "cluster.gpus_per_node=2",
+            "policy.generation.backend=megatron",
+            "policy.generation.colocated.enabled=false",
+            "policy.generation.colocated.resources.num_nodes=2",
+            "policy.generation.colocated.resources.gpus_per_node=2",
+            "cluster.num_nodes=3",
+            "cluster.gpus_per_node=2",
             "++policy.generation.mcore_generation_config.tensor_model_parallel_size=4",
         ),
         (3, 2),
-        [("grpo_train_cluster", [2], None, False, ("policy",)),
-         ("grpo_inference_cluster", [2, 2], "PACK", True, ("generation",))],  # span TP 4 > 2 GPUs per node
+        [
+            ("grpo_train_cluster", [2], None, False, ("policy",)),
+            ("grpo_inference_cluster", [2, 2], "PACK", True, ("generation",)),
+        ],  # span TP 4 > 2 GPUs per node
     ),
     "ppo_noncolocated": (  # ppo.py: Policy and Value on ppo_train_cluster, VllmGeneration on ppo_inference_cluster
         "run_ppo.py",
         (
-            "policy.generation.colocated.enabled=false", "policy.generation.colocated.resources.num_nodes=1",
-            "policy.generation.colocated.resources.gpus_per_node=2", "cluster.num_nodes=3", "cluster.gpus_per_node=2",
+            "policy.generation.colocated.enabled=false",
+            "policy.generation.colocated.resources.num_nodes=1",
+            "policy.generation.colocated.resources.gpus_per_node=2",
+            "cluster.num_nodes=3",
+            "cluster.gpus_per_node=2",
         ),
         (3, 2),
-        [("ppo_train_cluster", [2, 2], None, False, ("policy", "value")),
-         ("ppo_inference_cluster", [2], "PACK", False, ("generation",))],
+        [
+            ("ppo_train_cluster", [2, 2], None, False, ("policy", "value")),
+            ("ppo_inference_cluster", [2], "PACK", False, ("generation",)),
+        ],
     ),
     "distillation_one_node_split": (  # distillation.py: teacher and student on the train cluster
         "run_distillation.py",
-        ("policy.generation.colocated.enabled=false", "policy.generation.colocated.resources.gpus_per_node=1",
-         "cluster.gpus_per_node=4"),
+        (
+            "policy.generation.colocated.enabled=false",
+            "policy.generation.colocated.resources.gpus_per_node=1",
+            "cluster.gpus_per_node=4",
+        ),
         (1, 4),
-        [("distillation_train_cluster", [3], None, False, ("teacher", "policy")),
-         ("distillation_inference_cluster", [1], "PACK", False, ("generation",))],
+        [
+            ("distillation_train_cluster", [3], None, False, ("teacher", "policy")),
+            ("distillation_inference_cluster", [1], "PACK", False, ("generation",)),
+        ],
     ),
     "eval": (  # evals/eval.py: eval_cluster, VllmGeneration colocated (strategy None), TP 2
         "run_eval.py",
@@ -254,11 +269,17 @@ CASES = {
     ),
     "single_controller_noncolocated": (  # single_controller_utils/setup.py _build_clusters
         "run_grpo_single_controller.py",
-        ("policy.generation.colocated.enabled=false", "policy.generation.colocated.resources.gpus_per_node=1",
-         "cluster.num_nodes=2", "cluster.gpus_per_node=2"),
+        (
+            "policy.generation.colocated.enabled=false",
+            "policy.generation.colocated.resources.gpus_per_node=1",
+            "cluster.num_nodes=2",
+            "cluster.gpus_per_node=2",
+        ),
         (2, 2),
-        [("sc_train_cluster", [2], None, False, ("policy",)),
-         ("sc_inference_cluster", [1], "PACK", False, ("generation",))],
+        [
+            ("sc_train_cluster", [2], None, False, ("policy",)),
+            ("sc_inference_cluster", [1], "PACK", False, ("generation",)),
+        ],
     ),
 }
 

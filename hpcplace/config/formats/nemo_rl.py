@@ -17,15 +17,11 @@ from __future__ import annotations
 import copy
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcplace.config import limits
 from hpcplace.config.cluster import NodeGroup
 from hpcplace.config.formats.command import FrameworkCommand
-from hpcplace.config.formats.nemo_rl_layout import Layout, Role
-from hpcplace.config.formats.nemo_rl_layout import layout as algorithm_layout
 from hpcplace.config.formats.common import (
     SiteGpus,
     SlurmFacts,
@@ -35,6 +31,8 @@ from hpcplace.config.formats.common import (
     slurm_job_options,
     with_block_settings,
 )
+from hpcplace.config.formats.nemo_rl_layout import Layout, Role
+from hpcplace.config.formats.nemo_rl_layout import layout as algorithm_layout
 from hpcplace.config.framework_version import resolve_version
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster
 from hpcplace.config.steer import SteerRule
@@ -411,17 +409,17 @@ def _set(
     element of a list."""
     node: Any = data
     for depth, part in enumerate(parts[:-1]):
-        key = _key(node, part)
-        if key is None or node[key] is None:
+        step = _key(node, part)
+        if step is None or node[step] is None:
             if not isinstance(node, dict):
                 raise command.error(index, f"override {command.argv[index]!r}: no element {part} in the list")
-            key = part
-            node[key] = {}
-        if not isinstance(node[key], (dict, list)):
+            step = part
+            node[step] = {}
+        if not isinstance(node[step], (dict, list)):
             raise command.error(
                 index, f"override {command.argv[index]!r}: {'.'.join(parts[: depth + 1])!r} is not a mapping"
             )
-        node = node[key]
+        node = node[step]
     mark = ScalarMark(where.line, where.column, None, None, file=where.path)
     last = _key(node, parts[-1])
     if last is None:

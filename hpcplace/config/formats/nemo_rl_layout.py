@@ -99,7 +99,9 @@ def _cluster_size(root: View) -> tuple[View, View, int, int]:
     return nodes_v, gpn_v, total, gpn
 
 
-def model_parallel(cfg: View, world: int, where: View, key: str = "policy", mcore: View | None = None) -> tuple[int, int]:
+def model_parallel(
+    cfg: View, world: int, where: View, key: str = "policy", mcore: View | None = None
+) -> tuple[int, int]:
     """lm_policy.Policy / lm_value.Value: megatron's TP*PP*CP or DTensor's TP*CP must divide the world size.
     `mcore`: mcore_generation_config, whose keys win over megatron_cfg's (merged_inference_megatron_cfg)."""
     megatron = _enabled(_opt(cfg, "megatron_cfg.enabled"))
@@ -196,7 +198,7 @@ def _data_configs(root: View) -> list[View]:
 def _clusters(root: View, algorithm: str) -> _Clusters:
     """The train and inference clusters of grpo.py / ppo.py / distillation.py setup() (single_controller has
     its own: _sc_clusters): the reward model environment's nodes (GRPO, PPO), then colocated or split."""
-    nodes_v, gpn_v, total, gpn = _cluster_size(root)
+    _, gpn_v, total, gpn = _cluster_size(root)
     rm = algorithm in ("grpo", "ppo") and any(
         (v := _opt(c, "env_name")) is not None and str(v.value) == "reward_model" for c in _data_configs(root)
     )
@@ -232,12 +234,16 @@ def _clusters(root: View, algorithm: str) -> _Clusters:
             train = _per_node(0, range(policy_gpn))
             pools = ["training"]
             if rm:
-                rm_role = (Role("reward_model", "reward_model", _per_node(0, range(policy_gpn, gpn)), rm_gpn_v or gpn_v),)
+                rm_role = (
+                    Role("reward_model", "reward_model", _per_node(0, range(policy_gpn, gpn)), rm_gpn_v or gpn_v),
+                )
         else:
             train = _whole(0, policy_nodes, gpn)
             pools = ["training"] * policy_nodes + ["reward_model"] * rm_nodes
             if rm:
-                rm_role = (Role("reward_model", "reward_model", _whole(policy_nodes, rm_nodes, rm_gpn), rm_gpn_v or gpn_v),)
+                rm_role = (
+                    Role("reward_model", "reward_model", _whole(policy_nodes, rm_nodes, rm_gpn), rm_gpn_v or gpn_v),
+                )
         return _Clusters(tuple(pools), train, train, gpn if total > 1 else len(train), True, rm_role)
     res = "policy.generation.colocated.resources"
     inf_gpn_v, inf_nodes_v = _req(root, f"{res}.gpus_per_node"), _req(root, f"{res}.num_nodes")
@@ -303,7 +309,7 @@ def _clusters(root: View, algorithm: str) -> _Clusters:
 def _sc_clusters(root: View) -> _Clusters:
     """single_controller_utils/setup.py _build_clusters: one cluster when colocated, else the one node split
     or `num_nodes - resources.num_nodes` training nodes (no reward model cluster, no equal-GPUs assert)."""
-    _, gpn_v, total, gpn = _cluster_size(root)
+    _, _, total, gpn = _cluster_size(root)
     if _req(root, "policy.generation.colocated.enabled").bool():
         slots = _whole(0, total, gpn)
         return _Clusters(("training",) * total, slots, slots, gpn, True)
@@ -479,13 +485,20 @@ def ppo_layout(root: View) -> Layout:
     backend = backend_v.str()
     colocated = _req(root, "policy.generation.colocated.enabled").bool()
     if not colocated:
-        _only(backend_v, backend, ("vllm",), f"NeMo-RL's PPO refuses non-colocated {backend!r} generation "
-              "(NotImplementedError: non-colocated PPO generation currently supports only vLLM)")
+        _only(
+            backend_v,
+            backend,
+            ("vllm",),
+            f"NeMo-RL's PPO refuses non-colocated {backend!r} generation "
+            "(NotImplementedError: non-colocated PPO generation currently supports only vLLM)",
+        )
     _only(backend_v, backend, ("vllm", "sglang"), f"NeMo-RL's PPO requires vllm or sglang generation, got {backend!r}")
     c = _clusters(root, "ppo")
     value = _on_train(root, c, "value", "value")
     if not _enabled(_opt(root, "value.megatron_cfg.enabled")) and not _enabled(_opt(root, "value.dtensor_cfg._v2")):
-        raise _req(root, "value.dtensor_cfg").error("NeMo-RL refuses a DTensor value model without value.dtensor_cfg._v2=true")
+        raise _req(root, "value.dtensor_cfg").error(
+            "NeMo-RL refuses a DTensor value model without value.dtensor_cfg._v2=true"
+        )
     return _layout(root, c, [_on_train(root, c, "policy", "policy"), value, _generation_role(root, c, notes)], notes)
 
 
@@ -497,12 +510,16 @@ def distillation_layout(root: View) -> Layout:
     backend = backend_v.str()
     if backend == "megatron" and not _req(root, "policy.generation.colocated.enabled").bool():
         raise backend_v.error(
-            "NeMo-RL asserts non-colocated inference is not supported for Megatron generation backends in "
-            "distillation",
+            "NeMo-RL asserts non-colocated inference is not supported for Megatron generation backends in distillation",
             hint="use the vllm backend, or policy.generation.colocated.enabled=true",
         )
-    _only(backend_v, backend, ("vllm", "megatron"), f"NeMo-RL's distillation makes generation only for vllm or "
-          f"megatron; with {backend!r} its setup() never sets the student's generation")
+    _only(
+        backend_v,
+        backend,
+        ("vllm", "megatron"),
+        f"NeMo-RL's distillation makes generation only for vllm or "
+        f"megatron; with {backend!r} its setup() never sets the student's generation",
+    )
     _no_gym_nodes(root)
     c = _clusters(root, "distillation")
     roles = [_on_train(root, c, "teacher", "teacher"), _on_train(root, c, "policy", "policy")]
@@ -520,8 +537,12 @@ def single_controller_layout(root: View) -> Layout:
             "SingleController",
             hint="use vllm or sglang generation",
         )
-    _only(backend_v, backend, ("vllm", "sglang"), "NeMo-RL's single controller only supports vllm or sglang "
-          f"generation, got {backend!r} (ValueError)")
+    _only(
+        backend_v,
+        backend,
+        ("vllm", "sglang"),
+        f"NeMo-RL's single controller only supports vllm or sglang generation, got {backend!r} (ValueError)",
+    )
     c = _sc_clusters(root)
     return _layout(root, c, [_on_train(root, c, "policy", "policy"), _generation_role(root, c, notes)], notes)
 
@@ -537,7 +558,9 @@ def eval_layout(root: View) -> Layout:
     notes: list[str] = []
     slots = _whole(0, total, gpn)
     _engines(slots, gpn, tp * pp, view, "vllm", True, notes)
-    return Layout(("generation",) * total, gpn, gpn_v, (Role("generation", "generation", slots, view, tp, pp),), tuple(notes))
+    return Layout(
+        ("generation",) * total, gpn, gpn_v, (Role("generation", "generation", slots, view, tp, pp),), tuple(notes)
+    )
 
 
 def xtoken_layout(root: View) -> Layout:
