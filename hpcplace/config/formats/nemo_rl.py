@@ -338,8 +338,8 @@ def apply_overrides(doc: YamlDocument, command: FrameworkCommand, indices: list[
                 raise command.error(
                     i, f"override {word!r}: could not delete from config, {key!r} does not exist" + _near(data, parts)
                 )
-            del parent[_key(parent, parts[-1])]
             _drop(marks, _path(data, parts))
+            del parent[_key(parent, parts[-1])]
             continue
         if override.is_add() and exists and _get(data, parts) is not None and not isinstance(value, (dict, list)):
             raise command.error(
@@ -410,10 +410,12 @@ def _set(
     node: Any = data
     for depth, part in enumerate(parts[:-1]):
         step = _key(node, part)
-        if step is None or node[step] is None:
-            if not isinstance(node, dict):
-                raise command.error(index, f"override {command.argv[index]!r}: no element {part} in the list")
+        if step is None and not isinstance(node, dict):
+            raise command.error(index, f"override {command.argv[index]!r}: no element {part} in the list")
+        if step is None:
             step = part
+            node[step] = None
+        if node[step] is None:
             node[step] = {}
         if not isinstance(node[step], (dict, list)):
             raise command.error(

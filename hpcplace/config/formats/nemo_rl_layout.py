@@ -424,7 +424,8 @@ def _generation_role(root: View, c: _Clusters, notes: list[str]) -> Role | None:
         # MegatronGeneration(cluster=inference_cluster): a dedicated inference Policy ("megatron_generation")
         # of one worker per bundle, megatron_cfg merged with mcore_generation_config
         mcore = _opt(gen_root, "mcore_generation_config")
-        tp, pp = model_parallel(_req(root, "policy"), len(c.gen), gview, "generation", mcore)
+        where = _req(gen_root, "colocated.resources")
+        tp, pp = model_parallel(_req(root, "policy"), len(c.gen), where, "generation", mcore)
         notes.append(
             f"generation backend megatron, not colocated: a dedicated inference Policy of {len(c.gen)} Megatron "
             f"workers (TP {tp}, PP {pp}) on the inference cluster, weights refit from the training workers"
