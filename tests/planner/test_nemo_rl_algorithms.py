@@ -318,7 +318,14 @@ def test_xtoken_teachers_and_student_share_the_cluster(workdir: Path) -> None:
     )
     assert plan.component("teacher_0").tensor_parallel_size == 1
     assert plan.component("teacher_1").tensor_parallel_size == 3
-    plan = plan_of(workdir, "--config", config, "~teachers.1", script="run_xtoken_off_policy_distillation.py")
+    plan = plan_of(
+        workdir,
+        "--config",
+        config,
+        "cluster.gpus_per_node=2",
+        "~teachers.1",
+        script="run_xtoken_off_policy_distillation.py",
+    )
     assert [c.name for c in plan.components] == ["teacher_0", "policy"]
     err = refused(workdir, "--config", config, "teachers.2.weight=1", script="run_xtoken_off_policy_distillation.py")
     assert "the config has no key 'teachers.2.weight'" in err.message
