@@ -355,3 +355,38 @@ def test_every_new_cluster_is_steered(workdir: Path) -> None:
     spec = spec_of(workdir, "--config", config, *words, script="run_ppo.py")
     names = " ".join(r.name for r in spec.steer)
     assert "ppo_train_cluster" in names and "ppo_inference_cluster" in names
+
+
+# ---- GRPO's on-policy-distillation teachers on their own nodes (opd.reserve_teacher_clusters)
+
+OPD = """\
+on_policy_distillation:
+  enabled: true
+  teacher_model_by_agent_name: {math: Qwen/A, code: Qwen/B, chat: Qwen/A}
+  deduplicate_shared_teacher_checkpoints: true
+  non_colocated_teachers:
+    enabled: true
+    default_teacher_cfg: {tensor_model_parallel_size: 2, num_nodes: 1, gpus_per_node: 4}
+    teacher_overrides: {code: {num_nodes: 2, gpus_per_node: 2, tensor_model_parallel_size: 4}}
+"""
+
+
+def test_opd_teachers_take_nodes_after_the_policys(workdir: Path) -> None:
+    """mopd-qwen3-1.7b-3n8g-megatron-pack.yaml's shape: teachers' clusters of their own nodes."""
+    config = write(workdir, "examples/configs/mopd.yaml", "defaults: base.yaml\n" + OPD)
+    words = ("--config", config, "policy.generation.vllm_cfg.async_engine=true", "cluster.gpus_per_node=4")
+    plan = plan_of(workdir, *words, "cluster.num_nodes=4")
+    assert [c.name for c in plan.components] == ["policy", "generation", "teacher_math", "teacher_code"]
+    assert _on(plan, "policy") == _on(plan, "generation") == [0]  # 4 nodes - 3 teacher nodes
+    assert slots(plan, "teacher_math") == [(1, g) for g in range(4)]  # `chat` shares math's checkpoint
+    assert slots(plan, "teacher_code") == [(2, 0), (2, 1), (3, 0), (3, 1)]
+    assert plan.component("teacher_code").tensor_parallel_size == 4
+    spec = spec_of(workdir, *words, "cluster.num_nodes=4")
+    rule = next(r for r in spec.steer if "teacher_code" in r.what and r.pin == "group")
+    assert rule.name.startswith("(?:teacher_code)") and rule.nodes == (2, 3)
+    err = refused(workdir, *words, "cluster.num_nodes=3")
+    assert "policy_nodes > 0 after reserving OPD teacher nodes" in err.message
+    err = refused(workdir, "--config", config, "cluster.gpus_per_node=4", "cluster.num_nodes=4")
+    assert "require async GRPO" in err.message
+    err = refused(workdir, *words, "cluster.num_nodes=4", "cluster.gpus_per_node=2")
+    assert "gpus_per_node 4 <= cluster.gpus_per_node 2" in err.message

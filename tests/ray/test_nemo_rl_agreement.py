@@ -233,6 +233,22 @@ CASES = {
             ("grpo_inference_cluster", [2, 2], "PACK", True, ("generation",)),
         ],  # span TP 4 > 2 GPUs per node
     ),
+    "grpo_opd_teachers": (  # grpo.py + opd.reserve_teacher_clusters: a teacher_<alias> cluster per teacher
+        "run_grpo.py",
+        (
+            "cluster.num_nodes=3",
+            "cluster.gpus_per_node=2",
+            "++on_policy_distillation={enabled: true, teacher_model_by_agent_name: {a: m1, b: m2}, "
+            "non_colocated_teachers: {enabled: true, default_teacher_cfg: {num_nodes: 1, gpus_per_node: 2}, "
+            "teacher_overrides: {b: {gpus_per_node: 1}}}}",
+        ),
+        (3, 2),
+        [
+            ("grpo_policy_cluster", [2], None, False, ("policy", "generation")),
+            ("teacher_a", [2], None, False, ("teacher_a",)),
+            ("teacher_b", [1], None, False, ("teacher_b",)),
+        ],
+    ),
     "ppo_noncolocated": (  # ppo.py: Policy and Value on ppo_train_cluster, VllmGeneration on ppo_inference_cluster
         "run_ppo.py",
         (

@@ -83,7 +83,7 @@ DEFAULT_CONFIGS = {
     "grpo_single_controller": "configs/grpo_math_1B_megatron_single_controller.yaml",
     "eval": "configs/evals/eval.yaml",
 }
-POOLS = ("training", "generation", "reward_model")  # slurm.pools keys: NeMo-RL's clusters
+POOLS = ("training", "generation", "teacher", "reward_model")  # slurm.pools keys: NeMo-RL's clusters
 DEFAULT_GROUP = "default"
 MAX_DEFAULTS_DEPTH = 32
 _MISSING = "???"
@@ -475,7 +475,7 @@ def _paths(value: Any, at: PathKey) -> list[PathKey]:
 
 
 def _pool_groups(slurm: View | None, layout: Layout) -> dict[str, str]:
-    """`slurm.pools: {training: LABEL, generation: LABEL, reward_model: LABEL}`: the node group (a key of
+    """`slurm.pools: {training: LABEL, generation: LABEL, teacher: LABEL, reward_model: LABEL}`: the node group (a key of
     slurm.node_groups) each of NeMo-RL's clusters runs on; pools not named run on the default group."""
     out = dict.fromkeys(POOLS, DEFAULT_GROUP)
     view = slurm.get("pools") if slurm is not None else None
@@ -581,7 +581,7 @@ def steer_rules(roles: tuple[Role, ...], rank_of: dict[int, int]) -> tuple[Steer
     `rank_of`: job node -> cluster node rank."""
     rules = []
     for role in roles:
-        names = sorted(c for c, comp in CLUSTERS.items() if comp == role.name)
+        names = [role.cluster] if role.cluster else sorted(c for c, comp in CLUSTERS.items() if comp == role.name)
         if not names:
             continue
         slots = [rank_of[n] for n, _ in role.slots]

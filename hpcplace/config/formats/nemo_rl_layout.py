@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcplace.config import limits
+from hpcplace.config.spec import NAME_RE
 from hpcplace.config.yaml_source import View, did_you_mean
 from hpcplace.errors import SpecError
 
@@ -28,6 +29,7 @@ class Role:
     view: View  # the key that sized it: placement errors point there
     tp: int = 1
     pp: int = 1
+    cluster: str = ""  # its RayVirtualCluster's name when it is its own (CLUSTERS names the fixed ones)
 
 
 @dataclass(frozen=True)
@@ -195,9 +197,11 @@ def _data_configs(root: View) -> list[View]:
     return out
 
 
-def _clusters(root: View, algorithm: str) -> _Clusters:
+def _clusters(root: View, algorithm: str, teacher_nodes: int = 0, teachers_v: View | None = None) -> _Clusters:
     """The train and inference clusters of grpo.py / ppo.py / distillation.py setup() (single_controller has
-    its own: _sc_clusters): the reward model environment's nodes (GRPO, PPO), then colocated or split."""
+    its own: _sc_clusters): the reward model environment's nodes (GRPO, PPO), then colocated or split.
+    `teacher_nodes`: GRPO's non-colocated OPD teachers' nodes, taken from the policy's (after them in the
+    plan's node order, before the reward model's)."""
     _, gpn_v, total, gpn = _cluster_size(root)
     rm = algorithm in ("grpo", "ppo") and any(
         (v := _opt(c, "env_name")) is not None and str(v.value) == "reward_model" for c in _data_configs(root)
@@ -219,6 +223,16 @@ def _clusters(root: View, algorithm: str) -> _Clusters:
                 f"{policy_nodes}",
                 hint="give the cluster more nodes than the reward model takes",
             )
+    policy_nodes -= teacher_nodes
+    if teacher_nodes and policy_nodes <= 0:
+        assert teachers_v is not None
+        raise teachers_v.error(
+            f"NeMo-RL asserts policy_nodes > 0 after reserving OPD teacher nodes: cluster.num_nodes {total}"
+            + (f" - reward model {rm_nodes}" if total > 1 and rm_nodes else "")
+            + f" - teachers {teacher_nodes} = {policy_nodes}",
+            hint="give the cluster more nodes than the teachers (and the reward model) take",
+        )
+    teacher_pools = ["teacher"] * teacher_nodes
     colocated = _req(root, "policy.generation.colocated.enabled").bool()
     rm_role: tuple[Role, ...] = ()
     if colocated:
@@ -239,10 +253,15 @@ def _clusters(root: View, algorithm: str) -> _Clusters:
                 )
         else:
             train = _whole(0, policy_nodes, gpn)
-            pools = ["training"] * policy_nodes + ["reward_model"] * rm_nodes
+            pools = ["training"] * policy_nodes + teacher_pools + ["reward_model"] * rm_nodes
             if rm:
                 rm_role = (
-                    Role("reward_model", "reward_model", _whole(policy_nodes, rm_nodes, rm_gpn), rm_gpn_v or gpn_v),
+                    Role(
+                        "reward_model",
+                        "reward_model",
+                        _whole(policy_nodes + teacher_nodes, rm_nodes, rm_gpn),
+                        rm_gpn_v or gpn_v,
+                    ),
                 )
         return _Clusters(tuple(pools), train, train, gpn if total > 1 else len(train), True, rm_role)
     res = "policy.generation.colocated.resources"
@@ -269,13 +288,15 @@ def _clusters(root: View, algorithm: str) -> _Clusters:
                 f"{inf_gpn}" + (f" - reward model {sub}" if sub else "") + f" = {train_gpn}",
                 hint="give generation fewer GPUs of the node",
             )
-        pools = ["training"]
+        pools = ["training", *teacher_pools]
         if rm and total == 1:
             rm_slots = _per_node(0, range(train_gpn + inf_gpn, gpn))
             rm_role = (Role("reward_model", "reward_model", rm_slots, rm_gpn_v or gpn_v),)
         elif rm:
             pools += ["reward_model"] * rm_nodes
-            rm_role = (Role("reward_model", "reward_model", _whole(1, rm_nodes, rm_gpn), rm_gpn_v or gpn_v),)
+            rm_role = (
+                Role("reward_model", "reward_model", _whole(1 + teacher_nodes, rm_nodes, rm_gpn), rm_gpn_v or gpn_v),
+            )
         train, gen = _per_node(0, range(train_gpn)), _per_node(0, range(train_gpn, train_gpn + inf_gpn))
         return _Clusters(tuple(pools), train, gen, inf_gpn, False, rm_role)
     if inf_nodes is None or inf_nodes <= 0:
@@ -298,9 +319,16 @@ def _clusters(root: View, algorithm: str) -> _Clusters:
             + f" - generation {inf_nodes} = {train_nodes}",
             hint="give the cluster more nodes than generation takes",
         )
-    pools = ["training"] * train_nodes + ["generation"] * inf_nodes + ["reward_model"] * rm_nodes
+    pools = ["training"] * train_nodes + ["generation"] * inf_nodes + teacher_pools + ["reward_model"] * rm_nodes
     if rm:
-        rm_role = (Role("reward_model", "reward_model", _whole(policy_nodes, rm_nodes, rm_gpn), rm_gpn_v or gpn_v),)
+        rm_role = (
+            Role(
+                "reward_model",
+                "reward_model",
+                _whole(policy_nodes + teacher_nodes, rm_nodes, rm_gpn),
+                rm_gpn_v or gpn_v,
+            ),
+        )
     return _Clusters(
         tuple(pools), _whole(0, train_nodes, gpn), _whole(train_nodes, inf_nodes, gpn), gpn, False, rm_role
     )
@@ -463,19 +491,113 @@ def _no_gym_nodes(root: View) -> None:
         )
 
 
-def grpo_layout(root: View) -> Layout:
-    """grpo.py setup(): policy on the train cluster, generation on the inference cluster."""
-    opd = _opt(root, "on_policy_distillation.non_colocated_teachers.enabled")
-    if _enabled(_opt(root, "on_policy_distillation.enabled")) and _enabled(opd):
-        assert opd is not None
-        raise opd.error(
-            "on-policy distillation teachers on their own nodes are not planned by hpcplace yet",
-            hint="plan the job with non_colocated_teachers.enabled=false, or without on_policy_distillation",
+_TEACHER_DEFAULTS = {  # opd.py TeacherResourceConfig
+    "tensor_model_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "context_parallel_size": 1,
+    "num_nodes": 1,
+    "gpus_per_node": 8,
+}
+
+
+@dataclass(frozen=True)
+class _Teacher:
+    """One non-colocated OPD teacher: its alias, cluster `teacher_<alias>` of num_nodes x gpus_per_node."""
+
+    alias: str
+    view: View  # its entry of teacher_model_by_agent_name
+    num_nodes: int
+    gpus_per_node: int
+    tp: int
+    pp: int
+
+
+def _teacher_field(name: str, sections: tuple[View | None, ...], fallback: View) -> tuple[int, View]:
+    """A teacher's resource: the first section that sets it (its override, then the default), else
+    TeacherResourceConfig's default (located at the teacher's alias)."""
+    for section in sections:
+        view = _opt(section, name) if section is not None else None
+        if view is not None and view.value is not None:
+            return _int(view, 1), view
+    return _TEACHER_DEFAULTS[name], fallback
+
+
+def _opd_teachers(root: View, gpn: int) -> list[_Teacher]:
+    """create_teacher_configs_from_opd_config: one teacher per alias of teacher_model_by_agent_name (aliases
+    sharing a checkpoint give one, with deduplicate_shared_teacher_checkpoints), its resources
+    default_teacher_cfg updated by teacher_overrides[alias]; TeacherWorkerGroup's world-size rule."""
+    opd = _req(root, "on_policy_distillation")
+    names = _req(opd, "teacher_model_by_agent_name")
+    dedupe_v = _opt(opd, "deduplicate_shared_teacher_checkpoints")
+    dedupe = True if dedupe_v is None or dedupe_v.value is None else dedupe_v.bool()
+    default = _opt(opd, "non_colocated_teachers.default_teacher_cfg")
+    overrides = _opt(opd, "non_colocated_teachers.teacher_overrides")
+    seen: set[str] = set()
+    out: list[_Teacher] = []
+    for alias, model in names.items():
+        model_name = model.deref().str()
+        if dedupe and model_name in seen:
+            continue
+        seen.add(model_name)
+        if not NAME_RE.match(f"teacher_{alias}"):
+            raise model.key_error(
+                f"teacher alias {alias!r} cannot name a component (teacher_<alias>): hpcplace's component names are "
+                "letters, digits, `_`, `.` and `-`",
+                hint="rename the alias",
+            )
+        sections = (_opt(overrides, str(alias)) if overrides is not None else None, default)
+        nodes, nodes_v = _teacher_field("num_nodes", sections, model)
+        tgpn, tgpn_v = _teacher_field("gpus_per_node", sections, model)
+        if tgpn > gpn:
+            raise tgpn_v.error(
+                f"NeMo-RL asserts OPD teacher {alias!r}'s gpus_per_node {tgpn} <= cluster.gpus_per_node {gpn}: each "
+                "teacher placement group must fit on one node"
+            )
+        (tp, tp_v), (pp, _), (cp, _) = (
+            _teacher_field(k, sections, model) for k in _TEACHER_DEFAULTS if k.endswith("parallel_size")
         )
+        world = nodes * tgpn
+        if world % (tp * pp * cp):
+            raise tp_v.error(
+                f"NeMo-RL refuses teacher {alias!r}: world_size ({world}) not divisible by TP({tp}) * PP({pp}) * "
+                f"CP({cp}) = {tp * pp * cp}",
+                hint=f"size its num_nodes x gpus_per_node ({nodes_v.dotted()}) to a multiple of {tp * pp * cp}",
+            )
+        out.append(_Teacher(str(alias), model, nodes, tgpn, tp * cp, pp))
+    return out
+
+
+def grpo_layout(root: View) -> Layout:
+    """grpo.py setup(): policy on the train cluster, generation on the inference cluster; non-colocated
+    on-policy-distillation teachers (opd.reserve_teacher_clusters) on nodes taken from the policy's."""
     _no_gym_nodes(root)
     notes: list[str] = []
-    c = _clusters(root, "grpo")
-    return _layout(root, c, [_on_train(root, c, "policy", "policy"), _generation_role(root, c, notes)], notes)
+    opd = _opt(root, "on_policy_distillation.non_colocated_teachers.enabled")
+    teachers: list[_Teacher] = []
+    if _enabled(_opt(root, "on_policy_distillation.enabled")) and _enabled(opd):
+        assert opd is not None
+        gen = _req(root, "policy.generation")
+        backend = _req(gen, "backend").str()
+        flag = {"vllm": "vllm_cfg.async_engine", "sglang": "use_async_rollouts"}.get(backend)
+        if flag is not None and not _enabled(_opt(gen, flag)):
+            raise opd.error(
+                "NeMo-RL asserts non-colocated OPD teachers require async GRPO (vLLM backend with async_engine "
+                f"enabled); policy.generation.{flag} is not true",
+                hint=f"set policy.generation.{flag}=true",
+            )
+        teachers = _opd_teachers(root, _int(_req(root, "cluster.gpus_per_node"), 1))
+    c = _clusters(root, "grpo", sum(t.num_nodes for t in teachers), opd)
+    roles = [_on_train(root, c, "policy", "policy"), _generation_role(root, c, notes)]
+    first = c.node_pools.index("teacher") if teachers else 0
+    for t in teachers:
+        slots = _whole(first, t.num_nodes, t.gpus_per_node)
+        roles.append(Role(f"teacher_{t.alias}", "teacher", slots, t.view, t.tp, t.pp, cluster=f"teacher_{t.alias}"))
+        first += t.num_nodes
+        notes.append(
+            f"on-policy distillation teacher {t.alias!r}: cluster teacher_{t.alias} of {t.num_nodes} node(s) x "
+            f"{t.gpus_per_node} GPU(s), Megatron TP {t.tp} PP {t.pp}"
+        )
+    return _layout(root, c, roles, notes)
 
 
 def ppo_layout(root: View) -> Layout:
