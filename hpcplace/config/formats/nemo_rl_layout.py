@@ -1,5 +1,5 @@
 """Where each of NeMo-RL's worker groups runs: what an algorithm's `setup()` asks of `RayVirtualCluster`,
-read in NVIDIA-NeMo/RL 7ea279a (nemo_rl/algorithms/{grpo,ppo,distillation,sft,dpo,rm,
+read in NVIDIA-NeMo/RL 7ea279a (nemo_rl/algorithms/{grpo,opd,ppo,distillation,sft,dpo,rm,
 xtoken_off_policy_distillation}.py, single_controller_utils/setup.py, nemo_rl/evals/eval.py).
 
 Each worker holds one GPU (one bundle, in rank order); a vLLM/TRT-LLM engine is TP*PP consecutive bundles.
