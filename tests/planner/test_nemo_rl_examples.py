@@ -18,6 +18,7 @@ import pytest
 
 from hpcplace.config.formats import load_spec
 from hpcplace.config.formats.command import COMMAND_FORMATS
+from hpcplace.config.formats.nemo_rl import DEFAULT_CONFIGS, ENTRY_POINTS
 from hpcplace.errors import HpcplaceError
 from hpcplace.plan.planner import plan_from_spec
 from tests.planner.script_commands import extract
@@ -143,3 +144,15 @@ def test_every_test_script_command_is_planned_or_refused_with_a_location(tmp_pat
     counts = _report("NeMo-RL test script commands", outcomes)
     assert counts["planned"] > 0
     assert not {k: v for k, v in outcomes.items() if v.startswith(("traceback", "unlocated"))}
+
+
+def test_every_entry_point_and_its_default_config_is_in_the_checkout() -> None:
+    """hpcplace's list of NeMo-RL's scripts is the checkout's: each `examples/**/run_*.py` is known, each known
+    one exists, and its default config (used without --config) is where the script looks."""
+    assert SRC is not None
+    examples = Path(SRC) / "examples"
+    scripts = {p.stem[4:]: p for p in examples.rglob("run_*.py") if p.parent in (examples, examples / "nemo_gym")}
+    assert set(scripts) == set(ENTRY_POINTS) == set(DEFAULT_CONFIGS)
+    for name, script in scripts.items():
+        assert (script.parent / DEFAULT_CONFIGS[name]).is_file(), name
+        assert COMMAND_FORMATS["nemo_rl"].entry_point.match(str(script.relative_to(SRC))), name

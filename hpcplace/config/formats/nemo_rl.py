@@ -66,7 +66,7 @@ ENTRY_POINTS = {
     "grpo_single_controller": "single_controller",
     "eval": "eval",
 }
-# the config each script loads when it is given no --config, relative to the script's folder
+# the config each script loads when it is given no --config, relative to the script's folder (one per entry point)
 DEFAULT_CONFIGS = {
     "grpo": "configs/grpo_math_1B.yaml",
     "vlm_grpo": "configs/vlm_grpo_3B.yaml",
@@ -140,13 +140,7 @@ def _config_path(command: FrameworkCommand, index: int | None, config: str | Non
     the directory hpcplace runs in (render/submit's --workdir defaults to it); without --config, the
     script's own default beside it (`os.path.join(os.path.dirname(__file__), ...)`)."""
     if index is None or not config:
-        name = os.path.basename(command.argv[script])[4:-3]
-        if name not in DEFAULT_CONFIGS:
-            raise command.error(
-                script,
-                f"{command.argv[script]} is given no --config, and NeMo-RL's script has no default config",
-                hint="add --config examples/configs/<name>.yaml",
-            )
+        name = os.path.basename(command.argv[script])[4:-3]  # one of ENTRY_POINTS (_entry), each with a default
         default = Path(os.path.dirname(command.argv[script])) / DEFAULT_CONFIGS[name]
         if not default.is_file():
             raise command.error(
