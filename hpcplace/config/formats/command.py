@@ -49,7 +49,11 @@ COMMAND_FORMATS: dict[str, CommandFormatEntry] = {
         ),
     ),
     "nemo_rl": CommandFormatEntry(
-        "hpcplace.config.formats.nemo_rl", re.compile(r"(^|.*/)examples/run_\w+\.py$"), ("--config",)
+        "hpcplace.config.formats.nemo_rl",
+        re.compile(  # NeMo-RL's own scripts (7ea279a), each with a default config: no flag needed
+            r"(^|.*/)examples/(run_(vlm_)?(grpo|sft)|run_(grpo_sliding_puzzle|grpo_single_controller|dpo|rm|ppo|eval"
+            r"|distillation|xtoken_off_policy_distillation)|nemo_gym/run_(grpo|distillation)_nemo_gym)\.py$"
+        ),
     ),
     "openrlhf": CommandFormatEntry(
         "hpcplace.config.formats.openrlhf", re.compile(r"(^|.*/)openrlhf[./]cli[./]train_\w+(\.py)?$")
