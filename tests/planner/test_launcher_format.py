@@ -101,6 +101,14 @@ def test_a_launcher_command_runs_in_the_steps_mode_only(tmp_path: Path) -> None:
     assert "runs in the steps launch mode only" in err.message
 
 
+def test_a_launcher_format_stated_for_another_command_is_refused_at_its_first_word(tmp_path: Path) -> None:
+    path = tmp_path / "site.yaml"
+    path.write_text("format: torchrun\n" + SITE, encoding="utf-8")
+    with pytest.raises(SpecError) as err:
+        load_spec(str(path), driver=["python", "-m", "x.y"])
+    assert "starts with 'python'" in err.value.message and column(err.value) == 1
+
+
 def test_an_unknown_entry_point_is_named_with_what_each_format_knows(tmp_path: Path) -> None:
     err = refused(tmp_path, "python3 -u -m mylab.train --nodes 2")
     assert "entry point 'mylab.train'" in err.message and column(err) == len("python3 -u -m ") + 1

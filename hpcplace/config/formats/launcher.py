@@ -143,6 +143,13 @@ def read_launcher(command: FrameworkCommand) -> LauncherCommand:
     """The launcher's own options (before its program), as argparse reads them: `--opt value`, `--opt=value`,
     a unique prefix of a long option (allow_abbrev), the last of a repeated option winning."""
     launcher = command.argv[0].rsplit("/", 1)[-1]
+    if launcher not in LAUNCHER_OPTIONS:  # `--format torchrun` stated for another command
+        raise command.error(
+            0,
+            f"the torchrun and deepspeed formats read a launcher's command, and this one starts with {launcher!r}",
+            hint="give the command as the launcher takes it (torchrun --nproc-per-node=8 -m MODULE ..., "
+            "deepspeed --module MODULE ...), or state the format of the program it runs",
+        )
     table = LAUNCHER_OPTIONS[launcher]
     options: dict[str, tuple[str, int]] = {}
     i = 1
@@ -364,14 +371,14 @@ def _slots(command: FrameworkCommand, index: int, text: str, gpn: int) -> list[i
     """GPU ids of `localhost[:ids]` (deepspeed's NODE_SPEC@NODE_SPEC; without a hostfile only localhost exists)."""
     out: list[int] = []
     for spec in text.split("@"):
-        host, _, ids = spec.partition(":")
+        host, colon, ids = spec.partition(":")
         if host != "localhost":
             raise command.error(
                 index,
                 f"deepspeed: Hostname '{host}' not found in hostfile (without one its only host is localhost)",
                 hint="localhost:0,1,... names GPUs of the node it runs on",
             )
-        for item in ids.split(",") if ids else [str(g) for g in range(gpn)]:
+        for item in ids.split(",") if colon else [str(g) for g in range(gpn)]:
             slot = _int(command, index, item, "deepspeed slot")
             if not 0 <= slot < gpn:
                 raise command.error(index, f"deepspeed: No slot '{slot}' specified on host 'localhost' ({gpn} GPUs)")
@@ -383,8 +390,9 @@ def _program(command: FrameworkCommand, read: LauncherCommand, notes: list[str])
     """The command each rank runs, as the launcher builds it (`sys.executable` is `python` on the job's PATH)."""
     module, no_python = "module" in read.options, "no_python" in read.options
     if module and no_python:
+        flag = "--no-python" if read.launcher == "torchrun" else "--no_python"
         raise command.error(
-            read.at("no_python"), f"{read.launcher}: Don't use both the '--no-python' flag and the '--module' flag"
+            read.at("no_python"), f"{read.launcher}: Don't use both the '{flag}' flag and the '--module' flag"
         )
     script, args = command.argv[read.script], command.argv[read.script + 1 :]
     if no_python:
