@@ -172,7 +172,7 @@ def is_framework_command(argv: Sequence[str]) -> bool:
     if name == "uv":
         return rest[:1] == ["run"] and len(rest) > 1
     words = [w for w in rest if w not in ("-u", "-B", "-O")]
-    return bool(words) and words[0] not in ("-c", "--version", "-V") and words[:2] != ["-m", "pip"]
+    return bool(words) and words[0] not in ("-c", "-", "--version", "-V") and words[:2] != ["-m", "pip"]
 
 
 @dataclass(frozen=True)

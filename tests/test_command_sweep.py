@@ -75,5 +75,5 @@ def test_what_counts_as_a_framework_command() -> None:
     assert sweep.is_framework_command(["uv", "run", "examples/run_grpo.py", "--config", "x.yaml"])
     assert sweep.is_framework_command(["python3", "-u", "-m", "verl.trainer.main_ppo"])
     assert sweep.is_framework_command(["deepspeed", "--module", "openrlhf.cli.train_sft"])
-    for argv in (["uv", "sync"], ["python", "-m", "pip", "install", "x"], ["ray", "start", "--head"], ["python3"]):
+    for argv in (["uv", "sync"], ["python", "-m", "pip", "install", "x"], ["ray", "start", "--head"], ["python3", "-"]):
         assert not sweep.is_framework_command(argv)

@@ -253,7 +253,8 @@ def _load_command_spec(
     overrides: Sequence[str],
 ) -> ExperimentSpec:
     """A command format's spec: the framework's driver starts every process, so the job runs in the Ray
-    launch mode with that command as its driver."""
+    launch mode with that command as its driver; a launcher's command (torchrun, deepspeed) is planned as
+    its processes, which the steps mode starts."""
     from hpcplace.config.launch import parse_launch
 
     spec = parse_command_spec(name, doc, driver, site_gpus)
@@ -267,19 +268,17 @@ def _load_command_spec(
             )
         if launch_view is not None and isinstance(launch_view.value, dict):  # launch.driver is the input here
             launch_view = View(launch_view.doc, launch_view.path, {**launch_view.value, "driver": None})
+        spec = replace(spec, launch=replace(parse_launch(launch_view), mode="steps"))
+    else:
         launch = parse_launch(launch_view)
-        spec = replace(spec, launch=replace(launch, mode="steps"))
-        spec = _with_container_block(spec, parse_container_block(doc.root().get("container")))
-        return replace(spec, composed=spec.composed + tuple(f"override {o}" for o in overrides)) if overrides else spec
-    launch = parse_launch(launch_view)
-    if mode is not None and launch.mode != "ray":
-        raise mode.error(
-            f"the {name} format runs in the Ray launch mode only (the framework's driver starts every process)",
-            hint="remove launch.mode (or set it to ray)",
-        )
-    # a format may name the part of the command that is the driver (the words after `ray job submit ... --`)
-    command = spec.launch.driver or (tuple(driver) if driver else launch.driver)
-    spec = replace(spec, launch=replace(launch, mode="ray", driver=command))
+        if mode is not None and launch.mode != "ray":
+            raise mode.error(
+                f"the {name} format runs in the Ray launch mode only (the framework's driver starts every process)",
+                hint="remove launch.mode (or set it to ray)",
+            )
+        # a format may name the part of the command that is the driver (the words after `ray job submit ... --`)
+        command = spec.launch.driver or (tuple(driver) if driver else launch.driver)
+        spec = replace(spec, launch=replace(launch, mode="ray", driver=command))
     spec = _with_container_block(spec, parse_container_block(doc.root().get("container")))
     return replace(spec, composed=spec.composed + tuple(f"override {o}" for o in overrides)) if overrides else spec
 
