@@ -2,7 +2,8 @@
 """Plan every framework command of checkouts of the command-format frameworks (verl, NeMo-RL, OpenRLHF, slime),
 as a user running the frameworks' own example scripts would: each `*.sh` is run by bash to get its commands exactly
 as bash expands them, WITHOUT running the framework, then each recorded command is planned with
-`hpcplace plan SITE --driver -- COMMAND` (SITE: a file with only a `slurm:` block). Prints, per checkout, how many
+`hpcplace plan SITE --driver -- COMMAND` (SITE: a file with only a `slurm:` block; a verl checkout's own
+`ppo_trainer.yaml` is composed, through HPCPLACE_VERL_SRC). Prints, per checkout, how many
 commands planned, how many were refused (grouped by the error, with whether it is located) and how many produced a
 traceback (there must be none). scripts/upstream_sweep.py does the same for the YAML frameworks.
 
@@ -187,13 +188,26 @@ class Outcome:
 _ERROR = re.compile(r"^hpcplace: error: (?:(\S+?):(\d+):(\d+): )?(.*)$")
 
 
-def plan_command(hpcplace: str, site: Path, recorded: Recorded, plan_args: Sequence[str], timeout: float) -> Outcome:
+# a checkout whose own config files hpcplace reads when told where it is: (a folder it has, the variable naming it)
+SOURCE_ENV = ((Path("verl") / "trainer" / "config", "HPCPLACE_VERL_SRC"),)
+
+
+def checkout_env(checkout: Path) -> dict[str, str]:
+    """The variables that make hpcplace read the checkout's own configs (verl's ppo_trainer.yaml) rather than
+    those of the framework installed where it runs."""
+    return {var: str(checkout.resolve()) for folder, var in SOURCE_ENV if (checkout / folder).is_dir()}
+
+
+def plan_command(
+    hpcplace: str, site: Path, recorded: Recorded, plan_args: Sequence[str], timeout: float, env: dict[str, str]
+) -> Outcome:
     """`hpcplace plan SITE PLAN_ARGS --driver -- COMMAND` in the folder the command ran in."""
     cwd = recorded.cwd if recorded.cwd.is_dir() else site.parent
     try:
         done = subprocess.run(
             [hpcplace, "plan", str(site), *plan_args, "--driver", "--", *recorded.argv],
             cwd=cwd,
+            env={**os.environ, **env},
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -227,7 +241,8 @@ def sweep(
         )
     commands = [c for r in runs for c in r.commands if is_framework_command(c.argv)]
     with ThreadPoolExecutor(jobs) as pool:
-        outcomes = list(pool.map(lambda c: plan_command(hpcplace, site, c, plan_args, 300.0), commands))
+        env = checkout_env(checkout)
+        outcomes = list(pool.map(lambda c: plan_command(hpcplace, site, c, plan_args, 300.0, env), commands))
     return runs, list(zip(commands, outcomes, strict=True))
 
 

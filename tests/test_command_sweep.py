@@ -77,3 +77,9 @@ def test_what_counts_as_a_framework_command() -> None:
     assert sweep.is_framework_command(["deepspeed", "--module", "openrlhf.cli.train_sft"])
     for argv in (["uv", "sync"], ["python", "-m", "pip", "install", "x"], ["ray", "start", "--head"], ["python3", "-"]):
         assert not sweep.is_framework_command(argv)
+
+
+def test_a_verl_checkout_is_planned_with_its_own_config(tmp_path: Path) -> None:
+    (tmp_path / "verl" / "trainer" / "config").mkdir(parents=True)
+    assert sweep.checkout_env(tmp_path) == {"HPCPLACE_VERL_SRC": str(tmp_path.resolve())}
+    assert sweep.checkout_env(tmp_path / "verl") == {}
