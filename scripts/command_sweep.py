@@ -46,6 +46,9 @@ SILENT = (
     "apt-get", "sudo", "srun", "sbatch", "salloc", "scontrol", "squeue", "scancel", "ssh", "scp", "rsync", "sleep",
     "pkill", "killall", "wandb", "aws", "gsutil", "az", "nohup", "conda", "mpirun", "pdsh",
 )  # fmt: skip
+UV_VALUE_OPTIONS = frozenset(
+    {"--extra", "--group", "--with", "--python", "-p", "--package", "--directory", "--project", "--env-file", "--index"}
+)
 SITE = "slurm: {partition: a800, gpus_per_node: 8}\n"
 RECORDER = """#!{python} -I
 import json, os, sys
@@ -157,9 +160,11 @@ def run_script(script: Path, checkout: Path, scratch: Path, *, timeout: float, s
     for line in record.read_text(encoding="utf-8").splitlines():
         item = json.loads(line)
         cwd = Path(item["cwd"])
-        if sandbox and cwd.is_relative_to(root):  # the overlay's path -> the same folder of the checkout
-            cwd = checkout / cwd.relative_to(root)
-        commands.append(Recorded(tuple(item["argv"]), cwd))
+        argv = tuple(item["argv"])
+        if sandbox:  # the overlay's paths (the cwd, `$(realpath ...)` in words) -> the same files of the checkout
+            cwd = checkout / cwd.relative_to(root) if cwd.is_relative_to(root) else cwd
+            argv = tuple(word.replace(str(root), str(checkout)) for word in argv)
+        commands.append(Recorded(argv, cwd))
     return ScriptRun(script, tuple(commands), ended)
 
 
@@ -170,8 +175,11 @@ def is_framework_command(argv: Sequence[str]) -> bool:
         return bool(rest)
     if name == "ray":
         return rest[:2] == ["job", "submit"] and "--" in rest
-    if name == "uv":
-        return rest[:1] == ["run"] and len(rest) > 1
+    if name == "uv":  # `uv run [OPTIONS] PROGRAM ...`, but not a shell it runs (its script is swept on its own)
+        words = rest[1:]
+        while words and words[0].startswith("-"):
+            words = words[2:] if words[0] in UV_VALUE_OPTIONS else words[1:]
+        return rest[:1] == ["run"] and bool(words) and words[0] not in ("bash", "sh")
     words = [w for w in rest if w not in ("-u", "-B", "-O")]
     return bool(words) and words[0] not in ("-c", "-", "--version", "-V") and words[:2] != ["-m", "pip"]
 
@@ -222,7 +230,9 @@ def plan_command(
     line = next((m for m in map(_ERROR.match, done.stderr.splitlines()) if m), None)
     if line is None:
         return Outcome("traceback", f"exit {done.returncode} without an error line")
-    reason = re.sub(r"\S*/\S+|\d+", "#", line.group(4).split(". ", 1)[0])[:160]  # its first sentence, folded
+    # its first sentence, paths and numbers folded (a quoted word, e.g. the entry point, kept but its numbers)
+    reason = re.sub(r"'[^'\s]+'|\S*/\S+", lambda m: m.group() if m.group()[0] == "'" else "#", line.group(4))
+    reason = re.sub(r"\d+", "#", reason.split(". ", 1)[0])[:160]
     return Outcome("refused", reason, line.group(1) is not None)
 
 

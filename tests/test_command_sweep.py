@@ -52,9 +52,11 @@ def test_a_scripts_commands_are_recorded_as_bash_expands_them(tmp_path: Path, sa
              "--actor-num-nodes", "2", "--colocate"),
             root / "examples",
         ),
+        (("uv", "run", "--extra", "vllm", "python", f"{root.resolve()}/examples/train.py"), root / "examples"),
     ]  # fmt: skip
     assert [c.argv[:2] for c in run.commands if not sweep.is_framework_command(c.argv)] == [
         ("python3", "-c"),
+        ("uv", "run"),
         ("ray", "stop"),
     ]
     if sandbox:  # the script's writes stay in its scratch folder: the checkout and the folders above it unchanged
@@ -75,6 +77,8 @@ def test_what_counts_as_a_framework_command() -> None:
     assert sweep.is_framework_command(["uv", "run", "examples/run_grpo.py", "--config", "x.yaml"])
     assert sweep.is_framework_command(["python3", "-u", "-m", "verl.trainer.main_ppo"])
     assert sweep.is_framework_command(["deepspeed", "--module", "openrlhf.cli.train_sft"])
+    assert sweep.is_framework_command(["uv", "run", "--extra", "vllm", "coverage", "run", "examples/run_grpo.py"])
+    assert not sweep.is_framework_command(["uv", "run", "--no-sync", "--extra", "vllm", "bash", "./tests/x.sh"])
     for argv in (["uv", "sync"], ["python", "-m", "pip", "install", "x"], ["ray", "start", "--head"], ["python3", "-"]):
         assert not sweep.is_framework_command(argv)
 
