@@ -40,15 +40,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcplace.config.formats.entry_point import program_index
+
 RECORDED = ("python", "python3", "python3.10", "python3.11", "python3.12", "torchrun", "deepspeed", "ray", "uv")
 SILENT = (
     "pip", "pip3", "wget", "curl", "git", "git-lfs", "huggingface-cli", "hf", "modelscope", "docker", "apt",
     "apt-get", "sudo", "srun", "sbatch", "salloc", "scontrol", "squeue", "scancel", "ssh", "scp", "rsync", "sleep",
     "pkill", "killall", "wandb", "aws", "gsutil", "az", "nohup", "conda", "mpirun", "pdsh",
 )  # fmt: skip
-UV_VALUE_OPTIONS = frozenset(
-    {"--extra", "--group", "--with", "--python", "-p", "--package", "--directory", "--project", "--env-file", "--index"}
-)
 SITE = "slurm: {partition: a800, gpus_per_node: 8}\n"
 RECORDER = """#!{python} -I
 import json, os, sys
@@ -176,10 +175,8 @@ def is_framework_command(argv: Sequence[str]) -> bool:
     if name == "ray":
         return rest[:2] == ["job", "submit"] and "--" in rest
     if name == "uv":  # `uv run [OPTIONS] PROGRAM ...`, but not a shell it runs (its script is swept on its own)
-        words = rest[1:]
-        while words and words[0].startswith("-"):
-            words = words[2:] if words[0] in UV_VALUE_OPTIONS else words[1:]
-        return rest[:1] == ["run"] and bool(words) and words[0] not in ("bash", "sh")
+        program = argv[program_index(argv) :]
+        return rest[:1] == ["run"] and bool(program) and program[0] not in ("bash", "sh")
     words = [w for w in rest if w not in ("-u", "-B", "-O")]
     return bool(words) and words[0] not in ("-c", "-", "--version", "-V") and words[:2] != ["-m", "pip"]
 

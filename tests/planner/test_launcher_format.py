@@ -134,6 +134,8 @@ def test_an_unknown_entry_point_in_launch_driver_points_at_its_word(tmp_path: Pa
         (["ray", "job", "submit", "--address", "x", "--", "python3", "train.py"], 7),
         (["deepspeed", "--num_gpus", "2", "script.py"], 3),
         (["bash", "run.sh"], 0),
+        (["uv", "run", "--extra", "vllm", "--no-sync", "pytest", "-x"], 5),
+        (["uv", "run", "examples/run_grpo.py", "--config", "a.yaml"], 2),
     ],
 )
 def test_the_entry_point_word(argv: list[str], index: int) -> None:

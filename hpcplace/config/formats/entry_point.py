@@ -3,7 +3,7 @@ command whose entry point no command format knows.
 
 The entry point is the module after `python -m`, else the first word ending in `.py` after the interpreter
 (and its options), looked for in the part after `ray job submit ... --` and after a launcher's own options
-(`torchrun`, `deepspeed`); any other command's entry point is its first word."""
+(`torchrun`, `deepspeed`) and `uv run`'s; any other command's entry point is its first word."""
 
 from __future__ import annotations
 
@@ -25,11 +25,27 @@ _SCRIPT = re.compile(r"\.py$")
 LAUNCHERS = ("torchrun", "deepspeed")
 
 
-def entry_point_index(argv: Sequence[str]) -> int:
-    """The index of the command's entry point word (0 when there is no better one)."""
+# `uv run`'s options that take a value (the program comes after them)
+UV_VALUE_OPTIONS = frozenset(
+    {"--extra", "--group", "--with", "--python", "-p", "--package", "--directory", "--project", "--env-file", "--index"}
+)
+
+
+def program_index(argv: Sequence[str]) -> int:
+    """Where the program starts: after `ray job submit [OPTIONS] --` and `uv run [OPTIONS]`."""
     start = 0
     if "--" in argv and "submit" in argv[: argv.index("--")]:  # `ray job submit [OPTIONS] -- CMD...`
         start = argv.index("--") + 1
+    if list(argv[start : start + 2]) == ["uv", "run"]:
+        start += 2
+        while start < len(argv) and argv[start].startswith("-"):
+            start += 2 if argv[start] in UV_VALUE_OPTIONS else 1
+    return min(start, len(argv))
+
+
+def entry_point_index(argv: Sequence[str]) -> int:
+    """The index of the command's entry point word (0 when there is no better one)."""
+    start = program_index(argv)
     for i in range(start, len(argv)):
         word = argv[i]
         if word in ("-m", "--module") and i + 1 < len(argv):
