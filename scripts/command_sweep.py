@@ -204,7 +204,13 @@ def checkout_env(checkout: Path) -> dict[str, str]:
 
 
 def plan_command(
-    hpcplace: str, site: Path, recorded: Recorded, plan_args: Sequence[str], timeout: float, env: dict[str, str]
+    hpcplace: str,
+    site: Path,
+    checkout: Path,
+    recorded: Recorded,
+    plan_args: Sequence[str],
+    timeout: float,
+    env: dict[str, str],
 ) -> Outcome:
     """`hpcplace plan SITE PLAN_ARGS --driver -- COMMAND` in the folder the command ran in."""
     cwd = recorded.cwd if recorded.cwd.is_dir() else site.parent
@@ -228,7 +234,8 @@ def plan_command(
     if line is None:
         return Outcome("traceback", f"exit {done.returncode} without an error line")
     # its first sentence, paths and numbers folded (a quoted word, e.g. the entry point, kept but its numbers)
-    reason = re.sub(r"'[^'\s]+'|\S*/\S+", lambda m: m.group() if m.group()[0] == "'" else "#", line.group(4))
+    text = line.group(4).replace(f"{checkout}/", "")  # a path in the checkout as the checkout's own
+    reason = re.sub(r"'[^'\s]+'|\S*/\S+", lambda m: m.group() if m.group()[0] == "'" else "#", text)
     reason = re.sub(r"\d+", "#", reason.split(". ", 1)[0])[:160]
     return Outcome("refused", reason, line.group(1) is not None)
 
@@ -249,7 +256,9 @@ def sweep(
     commands = [c for r in runs for c in r.commands if is_framework_command(c.argv)]
     with ThreadPoolExecutor(jobs) as pool:
         env = checkout_env(checkout)
-        outcomes = list(pool.map(lambda c: plan_command(hpcplace, site, c, plan_args, 300.0, env), commands))
+        outcomes = list(
+            pool.map(lambda c: plan_command(hpcplace, site, checkout.resolve(), c, plan_args, 300.0, env), commands)
+        )
     return runs, list(zip(commands, outcomes, strict=True))
 
 
