@@ -176,7 +176,9 @@ def is_framework_command(argv: Sequence[str]) -> bool:
         return rest[:2] == ["job", "submit"] and "--" in rest
     if name == "uv":  # `uv run [OPTIONS] PROGRAM ...`, but not a shell it runs (its script is swept on its own)
         program = argv[program_index(argv) :]
-        return rest[:1] == ["run"] and bool(program) and program[0] not in ("bash", "sh")
+        if rest[:1] != ["run"] or not program or program[0] in ("bash", "sh"):
+            return False
+        return program[0] not in RECORDED or is_framework_command(program)  # `uv run python -c ...`: not one
     words = [w for w in rest if w not in ("-u", "-B", "-O")]
     return bool(words) and words[0] not in ("-c", "-", "--version", "-V") and words[:2] != ["-m", "pip"]
 

@@ -79,6 +79,8 @@ def test_what_counts_as_a_framework_command() -> None:
     assert sweep.is_framework_command(["deepspeed", "--module", "openrlhf.cli.train_sft"])
     assert sweep.is_framework_command(["uv", "run", "--extra", "vllm", "coverage", "run", "examples/run_grpo.py"])
     assert not sweep.is_framework_command(["uv", "run", "--no-sync", "--extra", "vllm", "bash", "./tests/x.sh"])
+    assert not sweep.is_framework_command(["uv", "run", "python", "-c", "import torch"])
+    assert not sweep.is_framework_command(["uv", "run", "ray", "status"])
     for argv in (["uv", "sync"], ["python", "-m", "pip", "install", "x"], ["ray", "start", "--head"], ["python3", "-"]):
         assert not sweep.is_framework_command(argv)
 
