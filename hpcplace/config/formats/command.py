@@ -9,7 +9,8 @@ module has one function:
     parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus | None) -> ExperimentSpec
 
 `blocks` is the YAML file beside the command (its `slurm:` block says where each pool or role runs);
-`parse` returns a spec whose components are started by the framework's driver (no commands), as RLinf's."""
+`parse` returns a spec whose components are started by the framework's driver (no commands), as RLinf's;
+a launcher's format (`mode="steps"`: torchrun, deepspeed) gives its component the command each rank runs."""
 
 from __future__ import annotations
 
