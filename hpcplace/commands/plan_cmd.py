@@ -144,7 +144,7 @@ def plan_with_launch(args: argparse.Namespace, cluster: LiveCluster | None = Non
         args.config, format=args.format, overrides=config_overrides(args), site_gpus=site, driver=driver
     )
     if plan.source_format in COMMAND_FORMATS and COMMAND_FORMATS[plan.source_format].mode == "steps":
-        driver = None  # the command was the input: hpcplace starts its process, no Ray driver
+        driver = None  # the launcher's command was the input: hpcplace starts its processes, no Ray driver
     launch = with_hold(with_driver(plan.launch, driver), getattr(args, "hold", False), driven_by_framework(plan))
     plan = plan if launch == plan.launch else replace(plan, launch=launch)
     problem = driver_config_problem(
