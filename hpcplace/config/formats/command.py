@@ -39,6 +39,7 @@ class CommandFormatEntry:
     entry_point: re.Pattern[str]
     flags: tuple[str, ...] = ()
     first_word: bool = False
+    shown: str = ""  # the entry points in words for messages, where the pattern does not read as one
     mode: str = "ray"
 
 
@@ -55,6 +56,7 @@ COMMAND_FORMATS: dict[str, CommandFormatEntry] = {
         re.compile(
             r"(^|.*/)verl[./](trainer[./]main_\w+|experimental[./]fully_async_policy[./]fully_async_main)(\.py)?$"
         ),
+        shown="verl.trainer.main_*, verl.experimental.fully_async_policy.fully_async_main",
     ),
     "nemo_rl": CommandFormatEntry(
         "hpcplace.config.formats.nemo_rl",
@@ -62,6 +64,8 @@ COMMAND_FORMATS: dict[str, CommandFormatEntry] = {
             r"(^|.*/)examples/(run_(vlm_)?(grpo|sft)|run_(grpo_sliding_puzzle|grpo_single_controller|dpo|rm|ppo|eval"
             r"|distillation|xtoken_off_policy_distillation)|nemo_gym/run_(grpo|distillation)_nemo_gym)\.py$"
         ),
+        shown="examples/run_{grpo,vlm_grpo,sft,vlm_sft,grpo_sliding_puzzle,grpo_single_controller,dpo,rm,ppo,eval,"
+        "distillation,xtoken_off_policy_distillation}.py, examples/nemo_gym/run_{grpo,distillation}_nemo_gym.py",
     ),
     "openrlhf": CommandFormatEntry(
         "hpcplace.config.formats.openrlhf", re.compile(r"(^|.*/)openrlhf[./]cli[./]train_\w+(\.py)?$")

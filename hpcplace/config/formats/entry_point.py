@@ -60,8 +60,8 @@ def entry_point_index(argv: Sequence[str]) -> int:
 
 
 def describe_entry(entry: CommandFormatEntry) -> str:
-    """A format's entry points in words, from its pattern (`verl.trainer.main_*[.py]`)."""
-    text = entry.entry_point.pattern.removeprefix("(^|.*/)").removeprefix("^").removesuffix("$")
+    """A format's entry points in words: its `shown`, else from its pattern (`openrlhf.cli.train_*[.py]`)."""
+    text = entry.shown or entry.entry_point.pattern.removeprefix("(^|.*/)").removeprefix("^").removesuffix("$")
     text = text.replace("[./]", ".").replace("\\w+", "*").replace("\\.", ".")
     text = re.sub(r"\(([^()|]*)\)\?", r"[\1]", text)
     where = " (the command's first word)" if entry.first_word else ""
