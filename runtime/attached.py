@@ -112,7 +112,14 @@ def published_master_port(run_dir: str, job_id: str, component: str) -> int | No
 def node_main(argv: Sequence[str]) -> int:
     """`hpcplace-run --on-node N --plan P --argv FILE [--chdir D]`: run FILE's command on node rank N."""
     from hpcplace.runtime.plan_index import PlanIndex
-    from hpcplace.runtime.ray_node import framework_node_env, group_node_ranks, read_head, say
+    from hpcplace.runtime.ray_node import (
+        AUTH_VARIABLES,
+        auth_environment,
+        framework_node_env,
+        group_node_ranks,
+        read_head,
+        say,
+    )
     from hpcplace.runtime.slurm_env import read_snapshot
 
     values: dict[str, str] = {}
@@ -150,16 +157,21 @@ def node_main(argv: Sequence[str]) -> int:
             f"node rank {rank}",
         )
         launch = header.get("launch") or {}
+        launch_env = launch.get("env") or {}
         env = dict(os.environ)  # the step's own GPU variables: Slurm set them for this step (the node's GPUs)
-        env.update(launch.get("env") or {})
+        env.update(launch_env)
         env.update((header["node_groups"][where[0]].get("container") or {}).get("env") or {})
         env["RLINF_NODE_RANK"] = str(rank)
         env.update(framework_node_env(header.get("source", {}).get("format"), rank))
         env.update({"HPCPLACE_PLAN": plan_path, "HPCPLACE_RUN_DIR": run_dir, "HPCPLACE_NODE_RANK": str(rank)})
         head = read_head(os.path.join(run_dir, "ray", "head.json"), snapshot.job_id)
         env.pop("RAY_ADDRESS", None)  # the submitting shell's may name another cluster: this job's, or none
-        if head:
+        if head:  # joins the job's Ray as its raylets and driver do: RAY_ADDRESS, and their authentication
             env["RAY_ADDRESS"] = f"{head['host']}:{head['port']}"
+            for name in AUTH_VARIABLES:
+                if name not in launch_env:
+                    env.pop(name, None)
+            env.update(auth_environment(launch_env, run_dir))
         if values.get("--chdir"):
             os.chdir(values["--chdir"])
     except ShimError as exc:

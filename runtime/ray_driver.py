@@ -30,7 +30,9 @@ from hpcplace.runtime.ip_order import IP_ORDER, read_overlay
 from hpcplace.runtime.plan_index import PlanIndex
 from hpcplace.runtime.ranks import chain_command, chain_environment
 from hpcplace.runtime.ray_node import (
+    AUTH_VARIABLES,
     LEAKED,
+    auth_environment,
     group_node_ranks,
     parse_args,
     read_head,
@@ -91,8 +93,10 @@ def driver_env(
     temp_dir: str = "",
 ) -> dict[str, str]:
     """The driver's environment: its own cluster's RAY_ADDRESS set last, so neither the submitting
-    shell nor launch.env can point it at another cluster (RLinf #463)."""
-    env = {k: v for k, v in environ.items() if k not in LEAKED}
+    shell nor launch.env can point it at another cluster (RLinf #463); the raylets' authentication
+    (ray_node.auth_environment), never the submitting shell's."""
+    env = {k: v for k, v in environ.items() if k not in LEAKED and k not in AUTH_VARIABLES}
+    env.update(auth_environment(launch_env, os.path.dirname(os.path.abspath(plan_path))))
     env.update(launch_env)
     if temp_dir:
         env["RAY_TMPDIR"] = temp_dir
@@ -269,6 +273,9 @@ def main(argv: Sequence[str]) -> int:
         if argv_file is None:  # the plan's driver resumes from the second link on (launch.resume)
             driver = list(chain_command(header, driver, chain_env))
         joined = argv_file is not None and os.path.exists(bringup)  # an attach to a cluster that is up
+        for name in AUTH_VARIABLES:  # this process joins too (wait_joined): with the driver's authentication
+            os.environ.pop(name, None)
+        os.environ.update({name: env[name] for name in AUTH_VARIABLES if name in env})
         if not joined:
             t_joined = wait_joined(
                 address,

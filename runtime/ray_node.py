@@ -50,6 +50,9 @@ from hpcplace.runtime.steer_hook import NODE_RESOURCE
 
 STEER_DIR = os.path.join("ray", "steer")  # in the run directory: the hook as sitecustomize.py, the table, the log
 STEER_TABLE = "steer.json"
+AUTH_TOKEN = os.path.join("ray", "auth_token")  # in the run directory: the job's own Ray token (render writes it)
+# Ray's token authentication (Ray 2.52+): how each of its processes decides whether to send and ask for a token
+AUTH_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -239,6 +242,22 @@ def steer_environment(env: Mapping[str, str], run_dir: str) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([folder, *rest]), STEER_ENV: table}
 
 
+def auth_environment(launch_env: Mapping[str, str], run_dir: str) -> dict[str, str]:
+    """One Ray authentication for every Ray process of the job (raylets, driver): `ray start --head` turns
+    token authentication on by itself when it finds ~/.ray/auth_token (which any local `ray.init()` of Ray
+    2.60 writes), while workers and drivers given an address never do, so left to Ray a job whose user ever
+    ran Ray locally cannot join its own head. launch.env decides when it sets RAY_AUTH_MODE ({}: its own
+    values apply); else the job's own token (RUN/ray/auth_token, readable by its user only), or Ray's
+    default of no token for a run directory rendered without one. The submitting shell's RAY_AUTH_* never
+    apply (raylet_env and driver_env drop them)."""
+    if "RAY_AUTH_MODE" in launch_env:
+        return {}
+    token = os.path.join(run_dir, AUTH_TOKEN)
+    if not os.path.isfile(token):
+        return {"RAY_AUTH_MODE": "disabled"}
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": token}
+
+
 def _at(per_node: object, j: int, default: Any) -> Any:
     """Entry j of a per-node list from plan.json (absent or short: the default)."""
     return per_node[j] if isinstance(per_node, list) and 0 <= j < len(per_node) and per_node[j] else default
@@ -312,12 +331,19 @@ _PORT_FLAGS = {  # block_ports' name -> `ray start` option (the GCS: ray_start_a
 
 
 def raylet_env(
-    environ: Mapping[str, str], node: dict[str, Any], launch_env: Mapping[str, str], visible: str, temp_dir: str = ""
+    environ: Mapping[str, str],
+    node: dict[str, Any],
+    launch_env: Mapping[str, str],
+    visible: str,
+    temp_dir: str = "",
+    run_dir: str = "",
 ) -> dict[str, Any]:
     """The raylet's environment: the task's, leaked GPU variables replaced, the node's facts set; no
-    RAY_ADDRESS from the submitting shell, and RAY_TMPDIR the job's temp dir (given one)."""
-    env = {k: v for k, v in environ.items() if k not in LEAKED and k != "RAY_ADDRESS"}
+    RAY_ADDRESS or RAY_AUTH_* from the submitting shell (the job's own authentication: auth_environment),
+    and RAY_TMPDIR the job's temp dir (given one)."""
+    env = {k: v for k, v in environ.items() if k not in LEAKED and k != "RAY_ADDRESS" and k not in AUTH_VARIABLES}
     env.update(node["env"])
+    env.update(auth_environment(launch_env, run_dir))
     env.update(launch_env)
     env["RLINF_NODE_RANK"] = str(node["rank"])
     env["CUDA_VISIBLE_DEVICES"] = visible
@@ -666,7 +692,7 @@ def main(argv: Sequence[str]) -> int:
                 extra=net_args + extra,
                 ports=ports,
             )
-        env = raylet_env(os.environ, node, launch.get("env") or {}, choice.value, temp_dir)
+        env = raylet_env(os.environ, node, launch.get("env") or {}, choice.value, temp_dir, run_dir)
         env.update(steer_environment(env, run_dir))
         if ifname:
             env.update(network_environment(ifname, address))

@@ -57,6 +57,11 @@ RAY_TEMP = Path(f"/var/tmp/hpray-{os.getpid()}")
 
 def pytest_configure(config: pytest.Config) -> None:
     _terminal_signals()
+    # The Ray clusters and drivers the tests start themselves (fake-GPU harnesses, framework drivers) run
+    # without token authentication: a local ray.init() of Ray 2.60 would otherwise write ~/.ray/auth_token on
+    # this machine, and `ray start --head` turn token authentication on when it finds one. hpcplace's own
+    # jobs never take this from the shell (runtime/ray_node.py auth_environment: the job's own token).
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     os.environ.setdefault(leftovers.SESSION_VARIABLE, f"{os.getpid()}-{os.urandom(4).hex()}")
     if "RAY_TMPDIR" not in os.environ:
         os.environ["RAY_TMPDIR"] = str(RAY_TEMP)

@@ -97,10 +97,17 @@ def run_ray_locally(
     )
     from hpcplace.runtime.plan_index import write_index
     from hpcplace.runtime.ray_driver import driver_env
-    from hpcplace.runtime.ray_node import port_candidates, port_free, stop_tree, wait_for
+    from hpcplace.runtime.ray_node import (
+        AUTH_VARIABLES,
+        auth_environment,
+        port_candidates,
+        port_free,
+        stop_tree,
+        wait_for,
+    )
 
     base = dict(os.environ if environ is None else environ)
-    from hpcplace.slurm.render import make_run_dir
+    from hpcplace.slurm.render import make_run_dir, write_ray_token
 
     cwd = resolve_workdir(workdir)
     problem = startable_problem(
@@ -123,8 +130,10 @@ def run_ray_locally(
         raise LocalRayError("no free port for the local Ray head")
     temp = tempfile.mkdtemp(prefix="hpcplace-ray-")  # short: Ray's socket paths must fit 107 bytes
     launch_env = dict(plan.launch.env)
-    env = {k: v for k, v in base.items() if k != "RAY_ADDRESS"}
+    write_ray_token(directory.resolve())
+    env = {k: v for k, v in base.items() if k != "RAY_ADDRESS" and k not in AUTH_VARIABLES}
     env.update(facts["env"])
+    env.update(auth_environment(launch_env, str(directory.resolve())))
     env.update(launch_env)
     env.update({"RLINF_NODE_RANK": "0", "HPCPLACE_RAY_NODE_RANK": "0", "RAY_USAGE_STATS_ENABLED": "0"})
     env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")

@@ -516,6 +516,8 @@ def render_run(
         write_plan_files(plan, root / PLAN_NAME)
         if plan.steer:
             write_steer_files(plan, root)
+        if plan.launch.is_ray:
+            write_ray_token(root)
         _write(root / LIBRARY_NAME, library)
         _write(root / SCRIPT_NAME, script, mode=0o755)
     except OSError as exc:
@@ -601,6 +603,24 @@ def write_steer_files(plan: Plan, root: Path) -> None:
     hook = resources.files("hpcplace.runtime").joinpath("steer_hook.py").read_text(encoding="utf-8")
     _write(folder / "sitecustomize.py", hook)
     _write(folder / STEER_TABLE, json.dumps({"rules": [r.to_json() for r in plan.steer]}, indent=1) + "\n")
+
+
+def write_ray_token(root: Path) -> None:
+    """RUN/ray/auth_token: a new random token for the job's Ray cluster (every raylet and the driver present it:
+    runtime/ray_node.py, auth_environment), so no one else on the nodes joins it or runs code in it; created
+    readable by its owner only, as Ray's own ~/.ray/auth_token."""
+    import secrets
+
+    from hpcplace.runtime.ray_node import AUTH_TOKEN  # the runtime's own name
+
+    path = root / AUTH_TOKEN
+    make_run_dir(path.parent)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as out:
+        out.write(secrets.token_hex(32))
+    os.replace(tmp, path)
 
 
 def write_plan_files(plan: Plan, path: Path) -> None:

@@ -260,20 +260,30 @@ def test_local_mode_facts_and_warning() -> None:
 
 
 @pytest.mark.skipif(not os.environ.get("PATH"), reason="needs PATH")
-def test_local_mode_runs_a_real_ray_driver(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shell", ["auth disabled", "Ray used before"])
+def test_local_mode_runs_a_real_ray_driver(tmp_path: Path, shell: str) -> None:
     """`hpcplace run --local --driver -- ...`: a real one-machine Ray cluster; the driver sees the
     contract's variables, a task sees RLINF_NODE_RANK=0 and launch.env; exit code passed through;
-    no Ray process or temp dir left."""
+    no Ray process or temp dir left. The head and the driver authenticate with the run's own token, whatever
+    the shell says and whether or not ~/.ray/auth_token exists (a local ray.init() of Ray 2.60 writes one, and
+    `ray start --head` then asks for it while a driver given an address does not present it)."""
     pytest.importorskip("ray")
     out = tmp_path / "out.json"
     code = (
         "import json,os,sys,ray; ray.init(); r=ray.cluster_resources(); "
         "f=ray.remote(lambda: (os.environ.get('RLINF_NODE_RANK'), os.environ.get('HP_V'))); "
         "json.dump({'task': ray.get(f.remote()), 'res': r, "
-        "'env': {k: os.environ.get(k) for k in ('RANK','WORLD_SIZE','MASTER_PORT','RAY_ADDRESS')}}, "
+        "'env': {k: os.environ.get(k) for k in "
+        "('RANK','WORLD_SIZE','MASTER_PORT','RAY_ADDRESS','RAY_AUTH_MODE','RAY_AUTH_TOKEN_PATH')}}, "
         "open(sys.argv[1],'w')); sys.exit(3)"
     )
-    env = {**os.environ, "HPCPLACE_RAY_ARGS": "--object-store-memory=80000000"}
+    env = {**os.environ, "HPCPLACE_RAY_ARGS": "--object-store-memory=80000000", "RAY_AUTH_MODE": "disabled"}
+    if shell == "Ray used before":
+        home = tmp_path / "home"
+        (home / ".ray").mkdir(parents=True)
+        (home / ".ray" / "auth_token").write_text("a-token-of-an-earlier-local-ray")
+        env["HOME"] = str(home)
+        del env["RAY_AUTH_MODE"]
     res = subprocess.run(
         [
             sys.executable,
@@ -303,6 +313,8 @@ def test_local_mode_runs_a_real_ray_driver(tmp_path: Path) -> None:
     assert data["task"] == ["0", "a b"]
     assert data["env"]["RANK"] == "0" and data["env"]["WORLD_SIZE"] == "1"
     assert data["env"]["RAY_ADDRESS"] == f"127.0.0.1:{data['env']['MASTER_PORT']}"
+    token = tmp_path / "run" / "ray" / "auth_token"
+    assert (data["env"]["RAY_AUTH_MODE"], data["env"]["RAY_AUTH_TOKEN_PATH"]) == ("token", str(token))
     plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
     assert data["res"]["GPU"] == sum(sum(g.gpus_per_node) for g in plan.cluster.node_groups)
     assert ("warning: the plan has" in res.stderr) == (len(plan.cluster.nodes) > 1)

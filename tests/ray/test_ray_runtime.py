@@ -3,9 +3,25 @@
 from __future__ import annotations
 
 import json
+import re
+import stat
+from dataclasses import replace
+from pathlib import Path
 
+from hpcplace.config.launch import LaunchSpec
+from hpcplace.plan.planner import plan_from_file
 from hpcplace.runtime.ray_driver import driver_env, expected_nodes, joined_ranks, missing_text
-from hpcplace.runtime.ray_node import label_ok, node_facts, port_candidates, ray_start_argv, raylet_env
+from hpcplace.runtime.ray_node import (
+    AUTH_TOKEN,
+    AUTH_VARIABLES,
+    label_ok,
+    node_facts,
+    port_candidates,
+    ray_start_argv,
+    raylet_env,
+)
+
+REPO = Path(__file__).resolve().parents[2]
 
 HEADER = {
     "node_groups": [
@@ -86,6 +102,44 @@ def test_raylet_env_scrubs_leaked_gpus_and_sets_the_rank() -> None:
     assert env["RLINF_NODE_RANK"] == "2" and env["L"] == "v" and env["PATH"] == "/bin"
     gpu = raylet_env({}, node_facts(HEADER, 0, 0), {}, "0,1")
     assert gpu["CUDA_VISIBLE_DEVICES"] == gpu["GPU_DEVICE_ORDINAL"] == "0,1" and gpu["G"] == "1"
+
+
+def test_every_ray_process_of_the_job_authenticates_alike(tmp_path: Path) -> None:
+    """The raylets and the driver get one Ray authentication: the job's token when its run directory has one,
+    whatever the submitting shell exports; launch.env's own choice when it sets RAY_AUTH_MODE; no token for a
+    run directory rendered without one (not Ray's per-process guess from ~/.ray/auth_token)."""
+    shell = {"RAY_AUTH_MODE": "disabled", "RAY_AUTH_TOKEN": "shell's", "RAY_AUTH_TOKEN_PATH": "/home/u/t", "X": "1"}
+    node = node_facts(HEADER, 1, 0)
+
+    def both(launch_env: dict[str, str]) -> list[dict[str, str]]:
+        raylet = raylet_env(shell, node, launch_env, "", run_dir=str(tmp_path))
+        driver = driver_env(
+            shell, head="h", port=1, num_nodes=1, plan_path=str(tmp_path / "plan.json"), launch_env=launch_env
+        )
+        return [{k: env[k] for k in (*AUTH_VARIABLES, "X") if k in env} for env in (raylet, driver)]
+
+    assert both({}) == [{"RAY_AUTH_MODE": "disabled", "X": "1"}] * 2  # rendered without a token
+    token = tmp_path / AUTH_TOKEN
+    token.parent.mkdir()
+    token.write_text("t")
+    assert both({}) == [{"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "X": "1"}] * 2
+    own = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": "/site/ray-token"}
+    assert both(own) == [{**own, "X": "1"}] * 2
+    assert both({"RAY_AUTH_MODE": "disabled"}) == [{"RAY_AUTH_MODE": "disabled", "X": "1"}] * 2
+
+
+def test_render_writes_a_new_token_for_a_ray_job_only(tmp_path: Path) -> None:
+    """A Ray-mode run directory holds its own random token, readable by its owner only; a steps-mode one none."""
+    from hpcplace.slurm.render import render_run
+
+    steps_plan = plan_from_file(REPO / "configs" / "hetero-partitions.yaml")
+    ray_plan = replace(steps_plan, launch=LaunchSpec("ray", ("python", "train.py")))
+    first = render_run(ray_plan, tmp_path / "a").run_dir / AUTH_TOKEN
+    second = render_run(ray_plan, tmp_path / "b").run_dir / AUTH_TOKEN
+    assert stat.S_IMODE(first.stat().st_mode) == 0o600
+    assert re.fullmatch(r"[0-9a-f]{64}", first.read_text()) and first.read_text() != second.read_text()
+    steps = render_run(steps_plan, tmp_path / "c").run_dir
+    assert not (steps / AUTH_TOKEN).exists()
 
 
 def test_join_bookkeeping_names_missing_nodes() -> None:
