@@ -19,14 +19,26 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
-# RayVirtualCluster names in NeMo-RL's setup() functions -> the plan's component on that cluster
+# RayVirtualCluster names in NeMo-RL's setup() functions (7ea279a) -> the plan's component on that cluster
+# (a colocated cluster's other worker groups share its GPUs: their placement is the policy's)
 CLUSTERS = {
     "grpo_policy_cluster": "policy",
     "grpo_train_cluster": "policy",
+    "ppo_policy_cluster": "policy",
+    "ppo_train_cluster": "policy",
+    "distillation_cluster": "policy",
+    "distillation_train_cluster": "policy",
+    "sc_policy_cluster": "policy",
+    "sc_train_cluster": "policy",
+    "xtoken_off_policy_distillation_cluster": "policy",
     "sft_cluster": "policy",
     "dpo_cluster": "policy",
     "rm_cluster": "policy",
     "grpo_inference_cluster": "generation",
+    "ppo_inference_cluster": "generation",
+    "distillation_inference_cluster": "generation",
+    "sc_inference_cluster": "generation",
+    "eval_cluster": "generation",
     "grpo_reward_model_cluster": "reward_model",
 }
 POLL_S = 1.0

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Plan every YAML of framework checkouts (RLinf, ROLL, AReaL) with the `hpcplace` CLI, as a user would:
 from the file's folder, with nothing exported. Prints how many planned, how many were refused and why
-(the error's first line, paths and numbers folded), and any traceback (there must be none).
+(the error's first line, paths and numbers folded), and any traceback (there must be none). The frameworks whose
+placement is in their command (verl, NeMo-RL, OpenRLHF, slime) are swept by scripts/command_sweep.py.
 
     python scripts/upstream_sweep.py [--installed] CHECKOUT... [-- PLAN_ARGS...]
 

@@ -132,6 +132,7 @@ def plan_with_launch(args: argparse.Namespace, cluster: LiveCluster | None = Non
     command's validation), or for a run on this machine (--local) from this machine."""
     from dataclasses import replace
 
+    from hpcplace.config.formats.command import COMMAND_FORMATS
     from hpcplace.config.launch import with_driver, with_hold
     from hpcplace.plan.driver_config import driver_config_problem
     from hpcplace.plan.planner import plan_from_file
@@ -142,6 +143,8 @@ def plan_with_launch(args: argparse.Namespace, cluster: LiveCluster | None = Non
     plan = plan_from_file(
         args.config, format=args.format, overrides=config_overrides(args), site_gpus=site, driver=driver
     )
+    if plan.source_format in COMMAND_FORMATS and COMMAND_FORMATS[plan.source_format].mode == "steps":
+        driver = None  # the launcher's command was the input: hpcplace starts its processes, no Ray driver
     launch = with_hold(with_driver(plan.launch, driver), getattr(args, "hold", False), driven_by_framework(plan))
     plan = plan if launch == plan.launch else replace(plan, launch=launch)
     problem = driver_config_problem(

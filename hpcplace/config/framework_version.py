@@ -89,7 +89,14 @@ FRAMEWORKS: dict[str, Framework] = {
     "roll": Framework("ROLL", "roll", "roll/distributed/scheduler/resource_manager.py"),
     "verl": Framework("verl", "verl", "verl/single_controller/ray/base.py"),
     "nemo_rl": Framework("NeMo-RL", "nemo-rl", "nemo_rl/distributed/virtual_cluster.py"),
-    "openrlhf": Framework("OpenRLHF", "openrlhf", "openrlhf/trainer/ray/launcher.py"),
+    "openrlhf": Framework(
+        "OpenRLHF",
+        "openrlhf",
+        "openrlhf/trainer/ray/launcher.py",
+        "0.9.0",
+        "hpcplace has not read its flags: scripts/gen_openrlhf_flags.py reads each release's own train_ppo_ray.py "
+        "from 0.9.0 (OpenRLHF/OpenRLHF 06ab51e7, 2025-10-31) on",
+    ),
     "slime": Framework("slime", "slime", "slime/ray/placement_group.py"),
 }
 
@@ -110,6 +117,28 @@ class FrameworkVersion:
             f"stated at {self.location}" if self.source == "stated" else f"installed: {fw.distribution} {self.version}"
         )
         return f"{fw.name} {self.version} ({where})"
+
+
+@dataclass(frozen=True)
+class PlannedVersion:
+    """What plan.json records (`source.framework_version`) of the framework version a plan was made for:
+    `version` and how hpcplace knew it (`stated`, `installed`, or `newest`: none known, so the newest release
+    whose data hpcplace holds), and `read_as`, the release whose rules were read when not that version."""
+
+    version: str
+    source: str
+    read_as: str | None = None
+
+    @staticmethod
+    def of(version: FrameworkVersion | None) -> PlannedVersion | None:
+        return None if version is None else PlannedVersion(str(version.version), version.source)
+
+    def to_json(self) -> dict[str, str]:
+        return {"version": self.version, "source": self.source, **({"read_as": self.read_as} if self.read_as else {})}
+
+    @staticmethod
+    def from_json(data: dict[str, str] | None) -> PlannedVersion | None:
+        return None if data is None else PlannedVersion(data["version"], data["source"], data.get("read_as"))
 
 
 @dataclass(frozen=True)
@@ -336,6 +365,7 @@ __all__ = [
     "KEY",
     "Framework",
     "FrameworkVersion",
+    "PlannedVersion",
     "VersionGate",
     "container_note",
     "installed_version",

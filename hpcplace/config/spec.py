@@ -22,6 +22,7 @@ from typing import Any
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import Cluster, Hardware, NodeGroup
+from hpcplace.config.framework_version import PlannedVersion
 from hpcplace.config.launch import STEPS, LaunchSpec
 from hpcplace.config.network import parse_network
 from hpcplace.config.safe_words import argv_problem, check_sbatch_text
@@ -129,6 +130,7 @@ class ExperimentSpec:
     launch: LaunchSpec = STEPS  # the top-level `launch:` block (hpcplace.config.launch)
     # which node each of the framework's own Ray requests is for (hpcplace.config.steer; the Ray launch mode)
     steer: tuple[SteerRule, ...] = ()
+    framework_version: PlannedVersion | None = None  # the framework version planned for (plan.json records it)
 
     def component(self, name: str) -> ComponentSpec:
         return self.components.get(name) or ComponentSpec(name)

@@ -17,6 +17,7 @@ from operator import add
 from typing import TYPE_CHECKING, BinaryIO, TextIO, cast
 
 from hpcplace.config.cluster import Charge, Cluster, Hardware, Node, NodeGroup, charges
+from hpcplace.config.framework_version import PlannedVersion
 from hpcplace.config.launch import STEPS, LaunchSpec
 from hpcplace.config.spec import SpanningWorkers
 from hpcplace.config.steer import SteerRule
@@ -98,6 +99,7 @@ class Plan:
     composed: tuple[str, ...] = ()  # files Hydra composed and overrides applied, in order
     launch: LaunchSpec = STEPS
     steer: tuple[SteerRule, ...] = ()  # the framework's Ray requests -> planned nodes (hpcplace.config.steer)
+    framework_version: PlannedVersion | None = None  # the framework version planned for (stated/installed/newest)
 
     def component(self, name: str) -> ComponentPlan:
         for comp in self.components:
@@ -167,6 +169,7 @@ def plan_header(plan: Plan) -> dict[str, object]:
             "path": plan.source,
             "format": plan.source_format,
             **({"composed": list(plan.composed)} if plan.composed else {}),
+            **({"framework_version": plan.framework_version.to_json()} if plan.framework_version else {}),
         },
         "node_groups": [
             {

@@ -119,6 +119,7 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
         spec.composed,
         spec.launch,
         spec.steer if spec.launch.steer else (),
+        spec.framework_version,
     )
 
 

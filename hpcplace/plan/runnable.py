@@ -18,7 +18,7 @@ def driven_by_framework(plan: Plan) -> bool:
     """A framework config (RLinf, ROLL, AReaL) none of whose components has a command of its own, or a
     framework command (verl, ...), whose driver starts every process."""
     if plan.source_format in COMMAND_FORMATS:
-        return True
+        return COMMAND_FORMATS[plan.source_format].mode == "ray"  # steps: each process has its command
     return plan.source_format in FRAMEWORK_FORMATS and not any(c.command for c in plan.components)
 
 

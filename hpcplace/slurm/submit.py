@@ -25,6 +25,7 @@ from typing import Any
 
 from hpcplace.config.cluster import Cluster, Hardware, NodeGroup
 from hpcplace.config.container import container_from_json
+from hpcplace.config.framework_version import PlannedVersion
 from hpcplace.config.launch import launch_from_json
 from hpcplace.config.network import network_from_json
 from hpcplace.config.spec import SpanningWorkers
@@ -796,6 +797,7 @@ def _plan_of(data: dict[str, Any], path: Path) -> Plan:
         tuple(data["source"].get("composed", ())),
         launch_from_json(data.get("launch")),
         steer_from_json(data.get("steer")),
+        PlannedVersion.from_json(data["source"].get("framework_version")),
     )
 
 

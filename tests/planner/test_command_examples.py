@@ -25,7 +25,7 @@ CASES = {
         "HPCPLACE_OPENRLHF_SRC",
         "examples/scripts",
         re.compile(r"(^|.*/)openrlhf[./]cli[./]train_ppo_ray(\.py)?$"),
-        set(PLACEMENT_FLAGS) | {old for old, _ in PLACEMENT_FLAGS.values()},
+        set(PLACEMENT_FLAGS) | set(PLACEMENT_FLAGS.values()),
     ),
     "slime": ("HPCPLACE_SLIME_SRC", "scripts", re.compile(r"(^|.*/)train(_async)?\.py$"), set(SLIME_FLAGS)),
 }

@@ -28,7 +28,9 @@ def driver_view(text: str):  # type: ignore[no-untyped-def]  # a View; the tests
         (["python3", "train.py", "--actor-num-nodes", "1", "--colocate"], "slime"),
         (["python3", "train_async.py", "--rollout-num-gpus=4"], "slime"),
         (["python3", "train.py", "--epochs", "3"], None),  # a generic script name needs one of slime's flags
-        (["uv", "run", "examples/run_grpo.py"], None),  # NeMo-RL's scripts take --config
+        (["uv", "run", "examples/run_grpo.py"], "nemo_rl"),  # NeMo-RL's scripts have a default config
+        (["uv", "run", "examples/nemo_gym/run_grpo_nemo_gym.py"], "nemo_rl"),
+        (["python", "examples/run_foo.py", "--config", "x.yaml"], None),  # not one of NeMo-RL's scripts
         (["python", "main.py", "--config-name", "x"], None),
     ],
 )

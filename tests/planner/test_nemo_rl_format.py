@@ -173,9 +173,14 @@ def test_config_path_missing_and_entry_points(workdir: Path) -> None:
     err = refused(workdir, "--config", "examples/configs/nope.yaml")
     assert "not found" in err.message and "directory the driver runs in" in (err.hint or "")
     err = refused(workdir, blocks="format: nemo_rl\n")
-    assert "no --config" in err.message
-    err = refused(workdir, "--config", "examples/configs/base.yaml", script="run_distillation.py")
-    assert "not planned by hpcplace yet" in err.message
+    assert "no --config" in err.message and "examples/configs/grpo_math_1B.yaml" in err.message
+    write(workdir, "examples/configs/grpo_math_1B.yaml", "defaults: base.yaml\ncluster: {gpus_per_node: 2}\n")
+    spec = spec_of(workdir, blocks="format: nemo_rl\n")  # run_grpo.py's own default, beside the script
+    assert spec.source.endswith("grpo_math_1B.yaml")
+    assert plan_from_spec(spec).component("policy").world_size == 2
+    err = refused(workdir, "--config", "examples/configs/base.yaml", blocks="format: nemo_rl\n", script="run_gpro.py")
+    assert "not one of NeMo-RL's entry points" in err.message and "did you mean" in err.message
+    assert err.location is not None and err.location.column == len("uv run ") + 1
 
 
 # ---- GRPO placement

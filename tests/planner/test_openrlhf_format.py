@@ -4,18 +4,23 @@ installed openrlhf's own source (tests/requirements-frameworks.txt)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
+from hpcplace.config.argparse_ast import file_flags
 from hpcplace.config.formats import load_spec
-from hpcplace.config.formats.openrlhf import PLACEMENT_FLAGS, pack
-from hpcplace.config.formats.openrlhf_flags import FLAGS_0_10_2
+from hpcplace.config.formats.openrlhf import PLACEMENT_FLAGS, pack, planned_version
+from hpcplace.config.formats.openrlhf_flags import release_for, releases
+from hpcplace.config.framework_version import PlannedVersion
 from hpcplace.errors import SpecError
-from hpcplace.plan.plan import Plan
+from hpcplace.plan.plan import Plan, write_plan_json
 from hpcplace.plan.planner import plan_from_spec
-from tests.planner.argparse_ast import file_flags
+from hpcplace.slurm.submit import load_plan
 
 ENTRY = ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
 MODELS = ["--actor.model_name_or_path", "m", "--reward.model_name_or_path", "r"]
@@ -105,9 +110,10 @@ def test_what_argparse_refuses_is_refused_at_the_word(
 
 
 def test_old_flag_names_are_refused_by_0_10_2_and_read_when_an_older_release_is_stated(tmp_path: Path) -> None:
-    err = refused(tmp_path, "--actor_num_nodes", "2")
-    assert "--actor_num_nodes is the flag's name before OpenRLHF 0.10.2" in err.message
-    assert "--actor.num_nodes" in err.message
+    err = refused(tmp_path, "--actor_num_nodes", "2")  # read as the installed 0.11.2
+    assert "OpenRLHF 0.11.2's parser has no flag --actor_num_nodes" in err.message
+    assert "OpenRLHF 0.9.0 to 0.10.1.post2 have it" in err.message and "calls it --actor.num_nodes" in err.message
+    assert 'state it: `hpcplace: {framework_version: "0.10.1.post2"}`' in err.message
     old = 'slurm: {gpus_per_node: 8}\nhpcplace: {framework_version: "0.10.1"}\n'
     p = plan(
         tmp_path,
@@ -125,7 +131,48 @@ def test_old_flag_names_are_refused_by_0_10_2_and_read_when_an_older_release_is_
     assert {c.name for c in p.components} == {"actor", "ref", "critic", "reward", "vllm"}
     assert all(c.collocation_group == "colloc-0" for c in p.components)
     err = refused(tmp_path, "--actor.num_nodes", "1", text=old)
-    assert "OpenRLHF 0.10.2's name" in err.message and "--actor_num_nodes" in err.message
+    assert "OpenRLHF 0.10.1's parser has no flag --actor.num_nodes" in err.message
+    assert "calls it --actor_num_nodes" in err.message and "state it" not in err.message  # stated already
+
+
+def release_site(version: str) -> str:
+    return f'slurm: {{gpus_per_node: 8}}\nhpcplace: {{framework_version: "{version}"}}\n'
+
+
+def test_a_stated_release_is_read_with_its_own_flags_and_hints_name_only_its_flags(tmp_path: Path) -> None:
+    """Issue 37: 0.10.2 to 0.11.1's train_ppo_ray have --algo.advantage.is_correction_enable (0.11.2 replaced it)."""
+    words = ["--algo.advantage.is_correction_enable", "--algo.advantage.is_correction_type", "tis"]
+    words += ["--reward.remote_url", "x", "--algo.advantage.estimator", "reinforce"]
+    p = plan(tmp_path, *words, text=release_site("0.11.0"))
+    assert [c.name for c in p.components] == ["actor", "ref"]
+    err = refused(tmp_path, *words)  # the installed 0.11.2 refuses it, and says which releases have it
+    assert "OpenRLHF 0.11.2's parser has no flag --algo.advantage.is_correction_enable" in err.message
+    assert "OpenRLHF 0.10.2 to 0.11.1 have it" in err.message and '{framework_version: "0.11.1"}' in err.message
+    err = refused(tmp_path, "--algo.advantage.is_correction_level", "token", text=release_site("0.11.0"))
+    assert "OpenRLHF 0.11.0's parser has no flag --algo.advantage.is_correction_level" in err.message
+    assert "OpenRLHF 0.11.2 has it" in err.message
+    err = refused(tmp_path, "--algo.advantage.is_correction_lev", "token", text=release_site("0.11.0"))
+    assert err.hint is not None and err.hint.startswith("did you mean --")
+    named = err.hint.removeprefix("did you mean ").rstrip("?")
+    assert release_for(Version("0.11.0")).has(named) and named.startswith("--algo.advantage.is_correction_")
+
+
+def test_each_release_has_its_own_defaults(tmp_path: Path) -> None:
+    """--micro_rollout_batch_size was 8 before 0.10.0 (then 1): 1 x 16 // 8 = 2 sample batches for 8 actors."""
+    words = ["--rollout_batch_size", "16", "--remote_rm_url", "x", "--advantage_estimator", "reinforce"]
+    err = refused(tmp_path, *words, text=release_site("0.9.10"))
+    assert "= 2 < 8 actor processes" in err.message
+    p = plan(tmp_path, *words, text=release_site("0.10.0"))
+    assert [c.world_size for c in p.components] == [8, 8]
+
+
+def test_a_version_between_releases_is_read_as_the_newest_release_before_it(tmp_path: Path) -> None:
+    p = plan(tmp_path, "--actor.model_name_or_path", "m", "--reward.remote_url", "x", text=release_site("0.10.3.dev1"))
+    assert any("read with the flags of OpenRLHF 0.10.2" in w for w in p.warnings)
+    p = plan(tmp_path, "--actor.model_name_or_path", "m", "--reward.remote_url", "x", text=release_site("9.0"))
+    assert any("newer than 0.11.2: rerun scripts/gen_openrlhf_flags.py" in w for w in p.warnings)
+    err = refused(tmp_path, "--pretrain", "m", text=release_site("0.8.11"))
+    assert "hpcplace plans OpenRLHF 0.9.0 and later" in err.message
 
 
 def test_ray_job_submit_is_read_after_its_double_dash_and_the_plan_says_what_the_driver_is(tmp_path: Path) -> None:
@@ -281,17 +328,49 @@ def test_unknown_gpus_per_node_says_where_to_give_it(tmp_path: Path) -> None:
 # ---- the flag table against OpenRLHF's own parser ----------------------------------------------------------
 
 
-def test_the_flag_table_is_the_installed_openrlhfs_parser() -> None:
+def test_the_flag_table_of_the_installed_release_is_its_own_parser() -> None:
+    """The data scripts/gen_openrlhf_flags.py wrote for the installed release equals that release's parser."""
     spec = importlib.util.find_spec("openrlhf")
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("openrlhf is not installed (tests/requirements-frameworks.txt)")
-    source = Path(next(iter(spec.submodule_search_locations))) / "cli" / "train_ppo_ray.py"
-    theirs = file_flags(source)
-    assert set(theirs) == set(FLAGS_0_10_2)
-    for name, info in theirs.items():
-        flag = FLAGS_0_10_2[name]
-        kind = info["action"] if info.get("action") in ("store_true", "store_false") else info.get("type", "str")
-        assert (flag.kind, flag.nargs) == (kind, info.get("nargs")), name
-        assert flag.choices == (tuple(info["choices"]) if info.get("choices") else None), name  # type: ignore[arg-type]
-    for name, (_, default) in PLACEMENT_FLAGS.items():
-        assert theirs[name].get("default") == default, name
+    release = release_for(Version(importlib.metadata.version("openrlhf")))
+    assert str(release.version) == importlib.metadata.version("openrlhf"), "rerun scripts/gen_openrlhf_flags.py"
+    folder = Path(next(iter(spec.submodule_search_locations))) / "cli"
+    for table, source in ((release.train_ppo_ray, "train_ppo_ray.py"), (release.serve_rm, "serve_rm.py")):
+        theirs = file_flags(folder / source)
+        assert set(theirs) == set(table)
+        for name, info in theirs.items():
+            flag = table[name]
+            kind = info["action"] if info.get("action") in ("store_true", "store_false") else info.get("type", "str")
+            assert (flag.kind, flag.nargs) == (kind, info.get("nargs")), name
+            assert flag.choices == (tuple(info["choices"]) if info.get("choices") else None), name  # type: ignore[arg-type]
+    theirs = file_flags(folder / "train_ppo_ray.py")
+    for name in PLACEMENT_FLAGS:
+        assert release.defaults[name] == theirs[name].get("default", False), name  # False: store_true's own
+
+
+# ---- the version in plan.json ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "recorded"),
+    [
+        (release_site("0.11.0"), {"version": "0.11.0", "source": "stated"}),
+        (release_site("0.10.3.dev1"), {"version": "0.10.3.dev1", "source": "stated", "read_as": "0.10.2"}),
+        (None, {"version": "0.11.2", "source": "installed"}),  # the installed openrlhf (tests/requirements-...)
+    ],
+)
+def test_plan_json_records_the_version_planned_and_reads_it_back(
+    tmp_path: Path, text: str | None, recorded: dict[str, str]
+) -> None:
+    p = plan(tmp_path, "--actor.model_name_or_path", "m", "--reward.remote_url", "x", text=text)
+    path = tmp_path / "plan.json"
+    with path.open("w", encoding="utf-8") as out:
+        write_plan_json(p, out)
+    assert json.loads(path.read_text(encoding="utf-8"))["source"]["framework_version"] == recorded
+    assert load_plan(path).framework_version == p.framework_version == PlannedVersion.from_json(recorded)
+
+
+def test_with_no_openrlhf_known_the_newest_release_read_is_planned_and_recorded(tmp_path: Path) -> None:
+    assert planned_version(None) == PlannedVersion(str(releases()[-1].version), "newest")
+    assert release_for(None) == releases()[-1]

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from hpcplace.config.argparse_ast import file_flags
 from hpcplace.config.formats import load_spec
 from hpcplace.config.formats.slime import FLAGS
 from hpcplace.errors import SpecError
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.planner import plan_from_spec
-from tests.planner.argparse_ast import file_flags
 
 ENTRY = ["python3", "train.py"]
 
@@ -61,11 +61,28 @@ def test_an_engine_wider_than_a_node_is_one_process_per_node(tmp_path: Path) -> 
     assert [x.cluster_node_rank for x in comp.processes] == [2, 3]
 
 
+@pytest.mark.parametrize("extra", [[], ["--colocate"], ["--rollout-num-gpus", "8"]])
+def test_loaded_rollout_data_trains_only_with_no_engines(tmp_path: Path, extra: list[str]) -> None:
+    # slime's parse_args sets debug_train_only for --load-debug-rollout-data; its placement group then holds the
+    # actor's GPUs (_get_placement_group_layout) and RolloutServer starts no engine
+    p = plan(tmp_path, "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "4", *extra,
+             "--load-debug-rollout-data", "dump/{rollout_id}.pt")  # fmt: skip
+    assert [c.name for c in p.components] == ["actor"]
+    assert gpus(p, "actor") == [(0, (str(g),)) for g in range(4)] and len(p.cluster.nodes) == 1
+    assert any("--load-debug-rollout-data trains on the saved rollouts only" in n for n in p.warnings)
+
+
+def test_train_only_with_colocate_starts_no_engines(tmp_path: Path) -> None:
+    p = plan(tmp_path, "--actor-num-nodes", "1", "--colocate", "--debug-train-only")
+    assert [c.name for c in p.components] == ["actor"]
+
+
 @pytest.mark.parametrize(
     ("words", "message", "word"),
     [
         (["--actor-num-nodes", "1"], "adds --rollout-num-gpus to the actor's GPUs, and it is not given", 1),
         (["--debug-train-only", "--debug-rollout-only"], "cannot be set at the same time", 3),
+        (["--load-debug-rollout-data", "d.pt", "--debug-rollout-only"], "sets debug_train_only", 4),
         (["--actor-num-node", "2", "--colocate"], "close to --actor-num-nodes", 2),
         (["--colocate", "--rollout-num-gpus-per-engine", "6", "--sglang-pp-size", "4"], "divisible by", 3),
         (["--colocate", "--sglang-config", "x.yaml"], "--sglang-config: slime's engine groups", 3),

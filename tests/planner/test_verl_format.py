@@ -325,3 +325,185 @@ def test_distillation_makes_a_teacher_pool_after_the_reward_pool(tmp_path: Path)
     assert any("reward_pool (1x2 GPUs) is reserved by verl" in n for n in spec.notes)
     err = error(tmp_path, "distillation.enabled=True")  # nnodes: 0 in verl's distillation.yaml
     assert "config.distillation.nnodes must be greater than 0" in err.message
+
+
+TEACHERS = [  # run_qwen3_8b_mopd_fsdp.sh's two teachers (verl 1dda039), each 1 replica of TP 2
+    "distillation.enabled=True",
+    "distillation.nnodes=1",
+    "distillation.n_gpus_per_node=4",
+    "+distillation.teacher_models.gsm8k.key=openai/gsm8k",
+    "+distillation.teacher_models.gsm8k.model_path=Qwen/Qwen3-32B",
+    "+distillation.teacher_models.gsm8k.num_replicas=1",
+    "+distillation.teacher_models.gsm8k.inference.tensor_model_parallel_size=2",
+    "+distillation.teacher_models.geo3k.key=hiyouga/geometry3k",
+    "+distillation.teacher_models.geo3k.model_path=Qwen/Qwen3-VL-32B-Instruct",
+    "+distillation.teacher_models.geo3k.num_replicas=1",
+    "+distillation.teacher_models.geo3k.inference.tensor_model_parallel_size=2",
+]
+
+
+def test_a_single_teacher_fills_the_pool_with_replicas_of_its_tp(tmp_path: Path) -> None:
+    spec = spec_of(tmp_path, "distillation.enabled=True", "distillation.nnodes=1", "distillation.n_gpus_per_node=4")
+    plan = plan_from_spec(spec)
+    # the default entry teacher_model (TP 2 in verl's distillation.yaml): 4 // 2 = 2 replicas, key "default"
+    assert plan.component("teacher_model").tensor_parallel_size == 2
+    assert where(plan, "teacher_model") == [(1, (g,)) for g in range(4)]
+    assert any("teacher_model (key default): 2 replica(s) of tp2" in n and "ranks 0-1, 2-3" in n for n in spec.notes)
+    words = ["distillation.enabled=True", "distillation.nnodes=1", "distillation.n_gpus_per_node=3"]
+    err = error(tmp_path, *words)  # verl's DistillationConfig: the TP must divide the pool
+    assert "Single teacher's per_replica_world_size (2) must divide the distillation resource pool size" in err.message
+    assert err.location is not None and err.location.column == column_of([*ENTRY, *words], 5) + len(words[2]) - 1
+
+
+def test_several_teachers_split_the_pool_in_order_at_their_own_tp(tmp_path: Path) -> None:
+    plan = plan_from_spec(spec_of(tmp_path, *TEACHERS))
+    # teacher_model (the default entry) is dropped beside others; gsm8k then geo3k, each on its own GPUs
+    assert {c.name for c in plan.components if c.name.startswith("teacher")} == {"teacher_gsm8k", "teacher_geo3k"}
+    assert where(plan, "teacher_gsm8k") == [(1, (0,)), (1, (1,))]
+    assert where(plan, "teacher_geo3k") == [(1, (2,)), (1, (3,))]
+    assert plan.component("teacher_geo3k").tensor_parallel_size == 2
+    three = [
+        w.replace("geo3k.inference.tensor_model_parallel_size=2", "geo3k.inference.tensor_model_parallel_size=1")
+        for w in TEACHERS
+    ]
+    three = [w.replace("geo3k.num_replicas=1", "geo3k.num_replicas=2") for w in three]
+    plan = plan_from_spec(spec_of(tmp_path, *three))
+    assert plan.component("teacher_geo3k").tensor_parallel_size == 1
+    assert where(plan, "teacher_geo3k") == [(1, (2,)), (1, (3,))]
+
+
+def test_teachers_that_do_not_fill_the_pool_are_refused_with_verls_reason(tmp_path: Path) -> None:
+    words = [w.replace("n_gpus_per_node=4", "n_gpus_per_node=6") for w in TEACHERS]
+    err = error(tmp_path, *words)
+    assert "Sum of teacher (num_replicas * per_replica_world_size) (4) must match the distillation" in err.message
+    assert "n_gpus_per_node=6 * nnodes=1 = 6" in err.message
+    assert err.location is not None and err.location.column == column_of([*ENTRY, *words], 5) + len(words[2]) - 1
+    err = error(tmp_path, *[w for w in TEACHERS if "geo3k.model_path" not in w])
+    assert "geo3k: model_path must be specified" in err.message
+    assert err.location is not None and err.location.path == "<--driver>"
+    err = error(tmp_path, *[w.replace("geometry3k", "gsm8k").replace("hiyouga", "openai") for w in TEACHERS])
+    assert "Duplicate teacher key openai/gsm8k" in err.message
+
+
+def test_a_teacher_replica_across_a_node_boundary_is_refused_as_verl_does(tmp_path: Path) -> None:
+    # 2 nodes x 3 GPUs: gsm8k's replica takes bundles 0-1, geo3k's first 2-3, across nodes 0 and 1
+    words = [w.replace("n_gpus_per_node=4", "n_gpus_per_node=3").replace("nnodes=1", "nnodes=2") for w in TEACHERS]
+    words = [w.replace("geo3k.num_replicas=1", "geo3k.num_replicas=2") for w in words]
+    err = error(tmp_path, *words)
+    assert "Teacher 'hiyouga/geometry3k' replica 0 sub-pool bundles [2, 4) span 2 node(s)" in err.message
+    assert err.location is not None and err.location.path == "<--driver>"
+
+
+def test_ascend_npus_are_refused_at_the_device_word(tmp_path: Path) -> None:
+    words = [*ENTRY, "trainer.nnodes=1", "trainer.device=npu"]
+    err = error(tmp_path, *words[3:])
+    assert "Ascend NPUs are not supported yet" in err.message and err.hint is not None
+    assert err.location is not None and err.location.column == column_of(words, 4) + len("trainer.device=")
+    assert "CUDA GPUs only" in error(tmp_path, "trainer.device=cpu").message
+    spec_of(tmp_path, "trainer.device=cuda")
+
+
+def test_prefill_decode_replicas_are_planned_prefill_first(tmp_path: Path) -> None:
+    spec = spec_of(
+        tmp_path,
+        "actor_rollout_ref.rollout.name=sglang",
+        "actor_rollout_ref.rollout.disaggregation.enabled=True",
+    )
+    plan = plan_from_spec(spec)
+    # verl: a replica of 1 prefill (tp2) + 1 decode (tp2) = 4 GPUs, so 2 replicas on 8 GPUs, not 4 of tp2
+    assert "rollout" not in {c.name for c in plan.components}
+    assert where(plan, "rollout_prefill") == [(0, (0,)), (0, (1,)), (0, (4,)), (0, (5,))]
+    assert where(plan, "rollout_decode") == [(0, (2,)), (0, (3,)), (0, (6,)), (0, (7,))]
+    assert any("2 replica(s)" in n and "ranks 0-3, 4-7" in n for n in spec.notes)
+    plan = plan_from_spec(
+        spec_of(
+            tmp_path,
+            "actor_rollout_ref.rollout.name=vllm",
+            "actor_rollout_ref.rollout.disaggregation.enabled=True",
+            "actor_rollout_ref.rollout.disaggregation.decode_replicas=2",
+            "actor_rollout_ref.rollout.disaggregation.decode_tensor_model_parallel_size=1",
+        )
+    )
+    # 2 + 2 x 1 = 4 GPUs a replica; decode servers of tp1
+    assert where(plan, "rollout_decode") == [(0, (2,)), (0, (3,)), (0, (6,)), (0, (7,))]
+    assert plan.component("rollout_decode").tensor_parallel_size == 1
+
+
+def test_prefill_decode_refusals_are_verls(tmp_path: Path) -> None:
+    pd = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.disaggregation.enabled=True"]
+    err = error(tmp_path, *pd, "actor_rollout_ref.rollout.disaggregation.decode_replicas=4")
+    assert "PD replica needs 10 GPUs but gpus_per_node=8" in err.message
+    err = error(tmp_path, *pd, "actor_rollout_ref.rollout.disaggregation.prefill_replicas=2")
+    assert "prefill_replicas=1 only (got 2)" in err.message
+    err = error(tmp_path, *pd, "actor_rollout_ref.rollout.disaggregation.transfer_backend=mori")
+    assert "vllm PD replica takes nixl, mooncake" in err.message
+    err = error(tmp_path, "actor_rollout_ref.rollout.name=hf", pd[1])
+    assert "requires rollout.name in ('sglang', 'vllm'); got 'hf'" in err.message
+
+
+OPD_7_PLUS_1 = [  # run_qwen3_0.6b_opd_veomni.sh (verl 1dda039): 7 training GPUs and a 1-GPU teacher on one node
+    "trainer.n_gpus_per_node=7",
+    "trainer.nnodes=1",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "distillation.enabled=True",
+    "distillation.n_gpus_per_node=1",
+    "distillation.nnodes=1",
+    "+distillation.teacher_models.gsm8k.key=openai/gsm8k",
+    "+distillation.teacher_models.gsm8k.model_path=Qwen/Qwen3-1.7B",
+    "+distillation.teacher_models.gsm8k.num_replicas=1",
+    "+distillation.teacher_models.gsm8k.inference.tensor_model_parallel_size=1",
+]
+
+
+def test_two_pools_share_one_node_as_verl_allows(tmp_path: Path) -> None:
+    text = "slurm:\n  partition: a800\n  pools: {teacher_pool: global_pool}\n"
+    spec = spec_of(tmp_path, *OPD_7_PLUS_1, text=text)
+    assert [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups] == [("global_pool", 1, (8,))]
+    plan = plan_from_spec(spec)
+    assert where(plan, "actor_rollout") == [(0, (g,)) for g in range(7)]
+    assert where(plan, "teacher_gsm8k") == [(0, (7,))]  # after global_pool's 7, created first
+    # both pools' groups are steered to the one node, each by its own name
+    assert [(r.what, r.nodes) for r in spec.steer] == [("verl global_pool", (0,)), ("verl teacher_pool", (0,))]
+    # the node's CPUs: 3 a bundle for 8 bundles, plus the TaskRunner's
+    assert spec.cluster.node_groups[0].cpus_per_node == 3 * 8 + 1
+    assert any("node group 'global_pool' holds global_pool (1x7) then teacher_pool (1x1)" in n for n in spec.notes)
+    # without slurm.pools each pool keeps a node group of its own
+    assert [g.label for g in spec_of(tmp_path, *OPD_7_PLUS_1).cluster.node_groups] == ["global_pool", "teacher_pool"]
+
+
+def test_shared_node_group_of_several_nodes_pins_each_pools_groups(tmp_path: Path) -> None:
+    text = "slurm:\n  partition: a800\n  pools: {global_pool: x, reward_pool: x}\n"
+    words = ["trainer.nnodes=2", "trainer.n_gpus_per_node=6", "reward.reward_model.enable=True"]
+    words += ["reward.reward_model.enable_resource_pool=True", "reward.reward_model.nnodes=1"]
+    words += ["reward.reward_model.n_gpus_per_node=2", "reward.reward_model.rollout.tensor_model_parallel_size=1"]
+    spec = spec_of(tmp_path, *words, text=text)
+    assert [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups] == [("x", 2, (8, 8))]
+    plan = plan_from_spec(spec)
+    assert where(plan, "reward_model") == [(0, (6,)), (0, (7,))]
+    assert where(plan, "critic") == [(n, (g,)) for n in (0, 1) for g in range(6)]
+    assert [(r.what, r.nodes) for r in spec.steer] == [("verl global_pool", (0, 1)), ("verl reward_pool", (0,))]
+    err = error(tmp_path, *words, text=text.replace("partition: a800", "partition: a800\n  gpus_per_node: 7"))
+    assert "global_pool (2x6) + reward_pool (1x2) need 8 GPUs on a node" in err.message
+
+
+def test_the_standalone_rollout_pool_does_not_share_a_node_group(tmp_path: Path) -> None:
+    text = "slurm:\n  partition: a800\n  pools: {rollout_pool: global_pool}\n"
+    err = error(
+        tmp_path,
+        "trainer.v1.trainer_mode=separate_async",
+        "trainer.n_gpus_per_node=4",
+        "actor_rollout_ref.rollout.nnodes=1",
+        "actor_rollout_ref.rollout.n_gpus_per_node=4",
+        text=text,
+    )
+    assert "rollout_pool and global_pool on one node group 'global_pool'" in err.message
+    assert err.location is not None and err.location.line == 3
+
+
+def test_the_fully_async_entry_point_is_refused_at_its_word_with_the_reason(tmp_path: Path) -> None:
+    argv = ["python3", "-m", "verl.experimental.fully_async_policy.fully_async_main", "trainer.nnodes=1"]
+    with pytest.raises(SpecError) as err:
+        load_spec(site(tmp_path), driver=argv)  # the format is told by the entry point (formats/command.py)
+    assert "fully async trainer" in err.value.message and "not planned yet" in err.value.message
+    assert err.value.location is not None and err.value.location.column == column_of(argv, 2)
+    assert err.value.hint is not None and "separate_async" in err.value.hint

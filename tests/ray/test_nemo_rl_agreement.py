@@ -115,15 +115,26 @@ cluster: {gpus_per_node: 1, num_nodes: 1}
 """
 
 
-def _plan(tmp_path: Path, *overrides: str) -> Any:
-    (tmp_path / "base.yaml").write_text(BASE)
+# the sections the other algorithms read besides BASE's (written as NeMo-RL's recipes have them)
+EXTRA = """\
+value: {dtensor_cfg: {enabled: true, _v2: true, tensor_parallel_size: 1, context_parallel_size: 1}}
+teacher: {dtensor_cfg: {enabled: true, tensor_parallel_size: 1, context_parallel_size: 1}}
+generation:
+  backend: vllm
+  vllm_cfg: {tensor_parallel_size: 1, pipeline_parallel_size: 1, async_engine: true}
+  colocated: {enabled: true}
+"""
+
+
+def _plan(tmp_path: Path, *overrides: str, script: str = "run_grpo.py") -> Any:
+    (tmp_path / "base.yaml").write_text(BASE + EXTRA)
     site = tmp_path / "site.yaml"
     site.write_text(textwrap.dedent("slurm: {partition: gpu}\n"))
     old = os.getcwd()
     os.chdir(tmp_path)
     try:
         return plan_from_spec(
-            load_spec(site, driver=["python", "examples/run_grpo.py", "--config", "base.yaml", *overrides])
+            load_spec(site, driver=["python", f"examples/{script}", "--config", "base.yaml", *overrides])
         )
     finally:
         os.chdir(old)
@@ -195,3 +206,128 @@ def test_engines_spanning_nodes_share_one_sorted_group(
     by_id = sorted(fake_cluster, key=lambda i: i)
     assert [n for n, _ in workers] == [fake_cluster[i] for i in by_id for _ in range(2)]
     cluster.shutdown()
+
+
+# Each entry point's clusters as its setup() makes them at 7ea279a (names, bundles per node, the generation
+# class's strategy: PACK when not colocated, one unified group when an engine is wider than a node), and the
+# plan's components on each: every worker group of a cluster takes one bundle per rank in order. Which node
+# takes which of the plan's nodes is Ray's choice here (no steering hook): one permutation for all clusters.
+CASES = {
+    "megatron_generation_noncolocated": (  # grpo.py + MegatronGeneration.init_cluster_placement_groups
+        "run_grpo.py",
+        (
+            "++policy.megatron_cfg={enabled: true, tensor_model_parallel_size: 1, pipeline_model_parallel_size: 1, "
+            "context_parallel_size: 1}",
+            "policy.dtensor_cfg.enabled=false",
+            "policy.generation.backend=megatron",
+            "policy.generation.colocated.enabled=false",
+            "policy.generation.colocated.resources.num_nodes=2",
+            "policy.generation.colocated.resources.gpus_per_node=2",
+            "cluster.num_nodes=3",
+            "cluster.gpus_per_node=2",
+            "++policy.generation.mcore_generation_config.tensor_model_parallel_size=4",
+        ),
+        (3, 2),
+        [
+            ("grpo_train_cluster", [2], None, False, ("policy",)),
+            ("grpo_inference_cluster", [2, 2], "PACK", True, ("generation",)),
+        ],  # span TP 4 > 2 GPUs per node
+    ),
+    "grpo_opd_teachers": (  # grpo.py + opd.reserve_teacher_clusters: a teacher_<alias> cluster per teacher
+        "run_grpo.py",
+        (
+            "cluster.num_nodes=3",
+            "cluster.gpus_per_node=2",
+            "++on_policy_distillation={enabled: true, teacher_model_by_agent_name: {a: m1, b: m2}, "
+            "non_colocated_teachers: {enabled: true, default_teacher_cfg: {num_nodes: 1, gpus_per_node: 2}, "
+            "teacher_overrides: {b: {gpus_per_node: 1}}}}",
+        ),
+        (3, 2),
+        [
+            ("grpo_policy_cluster", [2], None, False, ("policy", "generation")),
+            ("teacher_a", [2], None, False, ("teacher_a",)),
+            ("teacher_b", [1], None, False, ("teacher_b",)),
+        ],
+    ),
+    "ppo_noncolocated": (  # ppo.py: Policy and Value on ppo_train_cluster, VllmGeneration on ppo_inference_cluster
+        "run_ppo.py",
+        (
+            "policy.generation.colocated.enabled=false",
+            "policy.generation.colocated.resources.num_nodes=1",
+            "policy.generation.colocated.resources.gpus_per_node=2",
+            "cluster.num_nodes=3",
+            "cluster.gpus_per_node=2",
+        ),
+        (3, 2),
+        [
+            ("ppo_train_cluster", [2, 2], None, False, ("policy", "value")),
+            ("ppo_inference_cluster", [2], "PACK", False, ("generation",)),
+        ],
+    ),
+    "distillation_one_node_split": (  # distillation.py: teacher and student on the train cluster
+        "run_distillation.py",
+        (
+            "policy.generation.colocated.enabled=false",
+            "policy.generation.colocated.resources.gpus_per_node=1",
+            "cluster.gpus_per_node=4",
+        ),
+        (1, 4),
+        [
+            ("distillation_train_cluster", [3], None, False, ("teacher", "policy")),
+            ("distillation_inference_cluster", [1], "PACK", False, ("generation",)),
+        ],
+    ),
+    "eval": (  # evals/eval.py: eval_cluster, VllmGeneration colocated (strategy None), TP 2
+        "run_eval.py",
+        ("cluster.num_nodes=2", "cluster.gpus_per_node=2", "generation.vllm_cfg.tensor_parallel_size=2"),
+        (2, 2),
+        [("eval_cluster", [2, 2], None, False, ("generation",))],
+    ),
+    "single_controller_noncolocated": (  # single_controller_utils/setup.py _build_clusters
+        "run_grpo_single_controller.py",
+        (
+            "policy.generation.colocated.enabled=false",
+            "policy.generation.colocated.resources.gpus_per_node=1",
+            "cluster.num_nodes=2",
+            "cluster.gpus_per_node=2",
+        ),
+        (2, 2),
+        [
+            ("sc_train_cluster", [2], None, False, ("policy",)),
+            ("sc_inference_cluster", [1], "PACK", False, ("generation",)),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("case", "fake_cluster"), [(name, case[2]) for name, case in CASES.items()], indirect=["fake_cluster"]
+)
+def test_each_entry_points_clusters(tmp_path: Path, nemo_rl: Any, fake_cluster: dict[str, int], case: str) -> None:
+    script, overrides, _, clusters = CASES[case]
+    plan = _plan(tmp_path, *overrides, script=script)
+    assert sorted(c.name for c in plan.components) == sorted(n for *_, names in clusters for n in names)
+    made = []
+    moved: dict[int, int] = {}  # plan node -> Ray's node, across the clusters
+    for name, bundles, strategy, unified, components in clusters:
+        cluster = nemo_rl.RayVirtualCluster(
+            bundles, num_gpus_per_node=bundles[0], max_colocated_worker_groups=len(components), name=name
+        )
+        cluster._init_placement_groups(strategy=strategy, use_unified_pg=unified)
+        made.append(cluster)
+        workers = _workers(nemo_rl, cluster, fake_cluster)
+        planned = _planned(plan, components[0])
+        for component in components:
+            assert _planned(plan, component) == planned  # one bundle per rank, the groups share them
+        # per-node groups in order, or one unified group in NeMo-RL's (topo_rank, GPU id) order: each node's
+        # bundles consecutive, on one node, its GPUs as planned
+        per = bundles[0]
+        for k in range(0, len(workers), per):
+            mine, theirs = planned[k : k + per], workers[k : k + per]
+            assert len({n for n, _ in theirs}) == 1, f"{name}: group at rank {k} spans nodes: {theirs}"
+            assert [g for _, g in theirs] == [g for _, g in mine]
+            assert moved.setdefault(mine[0][0], theirs[0][0]) == theirs[0][0], f"{name}: a plan node split"
+    assert len(set(moved.values())) == len(moved), f"not a permutation of the plan's nodes: {moved}"
+    print("plan node -> Ray's node:", moved)
+    for cluster in made:
+        cluster.shutdown()

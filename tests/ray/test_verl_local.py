@@ -68,6 +68,46 @@ CASES = {
         ],
     ),
     # two pools of equal width on two node groups: without steering, Ray chooses which pool takes which node
+    # run_qwen3_0.6b_opd_veomni.sh's 7 + 1 on one 8-GPU node: global_pool and teacher_pool share the node group
+    "seven_plus_one_on_one_node": (
+        "slurm:\n  partition: a800\n  pools: {teacher_pool: global_pool}\n",
+        [
+            "trainer.nnodes=1",
+            "trainer.n_gpus_per_node=7",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+            "distillation.enabled=True",
+            "distillation.nnodes=1",
+            "distillation.n_gpus_per_node=1",
+            "+distillation.teacher_models.gsm8k.key=openai/gsm8k",
+            "+distillation.teacher_models.gsm8k.model_path=Qwen/Qwen3-1.7B",
+            "+distillation.teacher_models.gsm8k.num_replicas=1",
+            "+distillation.teacher_models.gsm8k.inference.tensor_model_parallel_size=1",
+        ],
+    ),
+    # two teachers at their own TP split a two-node teacher pool that shares its nodes with a reward pool
+    "two_teachers_shared_nodes": (
+        "slurm:\n  partition: a800\n  pools: {reward_pool: t, teacher_pool: t}\n",
+        [
+            "trainer.nnodes=1",
+            "trainer.n_gpus_per_node=2",
+            "reward.reward_model.enable=True",
+            "reward.reward_model.enable_resource_pool=True",
+            "reward.reward_model.nnodes=1",
+            "reward.reward_model.n_gpus_per_node=1",
+            "reward.reward_model.rollout.tensor_model_parallel_size=1",
+            "distillation.enabled=True",
+            "distillation.nnodes=2",
+            "distillation.n_gpus_per_node=2",
+            "+distillation.teacher_models.a.key=a",
+            "+distillation.teacher_models.a.model_path=A",
+            "+distillation.teacher_models.a.num_replicas=1",
+            "+distillation.teacher_models.a.inference.tensor_model_parallel_size=2",
+            "+distillation.teacher_models.b.key=b",
+            "+distillation.teacher_models.b.model_path=B",
+            "+distillation.teacher_models.b.num_replicas=2",
+            "+distillation.teacher_models.b.inference.tensor_model_parallel_size=1",
+        ],
+    ),
     "equal_pools": (
         "slurm:\n  partition: a800\n  pools: {reward_pool: r4090}\n  node_groups: {r4090: {partition: rtx4090}}\n",
         [
@@ -151,6 +191,6 @@ def test_verl_places_every_rank_as_planned(case: str, tmp_path: Path) -> None:
     compare(plan, report["records"])
     assert {r["component"] for r in report["records"]} == {c.name for c in plan.components}
     log = (tmp_path / "ray" / "steer" / "steer.log").read_text()
-    for group in plan.cluster.node_groups:  # one pool per node group, each of its groups steered
-        pool = "global_pool" if group.label == "global_pool" else "reward_pool"
+    for rule in plan.steer:  # each pool's groups steered
+        pool = rule.what.removeprefix("verl ")
         assert f"verl {pool}: placement group {pool}verl_group_" in log, log

@@ -9,11 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from hpcplace.config.container import ContainerBlock, apply_container_block, parse_container_block
-from hpcplace.config.formats.command import COMMAND_FORMATS, detect_command_format, driver_words, parse_command_spec
+from hpcplace.config.formats.command import (
+    BLOCK_KEYS,
+    COMMAND_FORMATS,
+    detect_command_format,
+    driver_words,
+    parse_command_spec,
+)
 from hpcplace.config.formats.common import SiteGpus
 from hpcplace.config.hydra_config import compose, mark_override, needs_hydra, searchpath_env, split_overrides
 from hpcplace.config.spec import ExperimentSpec
-from hpcplace.config.yaml_source import YamlDocument, closest, load_yaml_file, scalar_value
+from hpcplace.config.yaml_source import View, YamlDocument, closest, load_yaml_file, scalar_value
 from hpcplace.errors import SourceLocation, SpecError
 
 FILE_FORMATS = ("native", "rlinf", "roll", "areal")  # the placement is in the YAML file
@@ -229,7 +235,14 @@ def _command_format(doc: YamlDocument, format: str | None, driver: Sequence[str]
         return stated if stated in COMMAND_FORMATS else None
     if _detected(doc) is not None:
         return None
-    return detect_command_format(driver_words(doc, driver))
+    found = detect_command_format(driver_words(doc, driver))
+    if found is None and (doc.data is None or (isinstance(doc.data, dict) and set(doc.data) <= BLOCK_KEYS)):
+        from hpcplace.config.formats.entry_point import command_of, unknown_entry_point
+
+        command = command_of(doc, driver)
+        if command is not None:  # a command beside a file of hpcplace's blocks: it is what is not known
+            raise unknown_entry_point(command, doc.path)
+    return found
 
 
 def _load_command_spec(
@@ -240,21 +253,32 @@ def _load_command_spec(
     overrides: Sequence[str],
 ) -> ExperimentSpec:
     """A command format's spec: the framework's driver starts every process, so the job runs in the Ray
-    launch mode with that command as its driver."""
+    launch mode with that command as its driver; a launcher's command (torchrun, deepspeed) is planned as
+    its processes, which the steps mode starts."""
     from hpcplace.config.launch import parse_launch
 
     spec = parse_command_spec(name, doc, driver, site_gpus)
     launch_view = doc.root().get("launch")
-    launch = parse_launch(launch_view)
     mode = launch_view.get("mode") if launch_view is not None and isinstance(launch_view.value, dict) else None
-    if mode is not None and launch.mode != "ray":
-        raise mode.error(
-            f"the {name} format runs in the Ray launch mode only (the framework's driver starts every process)",
-            hint="remove launch.mode (or set it to ray)",
-        )
-    # a format may name the part of the command that is the driver (the words after `ray job submit ... --`)
-    command = spec.launch.driver or (tuple(driver) if driver else launch.driver)
-    spec = replace(spec, launch=replace(launch, mode="ray", driver=command))
+    if COMMAND_FORMATS[name].mode == "steps":  # hpcplace starts each process: the command is no Ray driver
+        if mode is not None and str(mode.value).strip().lower() != "steps":
+            raise mode.error(
+                f"the {name} format runs in the steps launch mode only (hpcplace starts each process as {name} would)",
+                hint="remove launch.mode (or set it to steps)",
+            )
+        if launch_view is not None and isinstance(launch_view.value, dict):  # launch.driver is the input here
+            launch_view = View(launch_view.doc, launch_view.path, {**launch_view.value, "driver": None})
+        spec = replace(spec, launch=replace(parse_launch(launch_view), mode="steps"))
+    else:
+        launch = parse_launch(launch_view)
+        if mode is not None and launch.mode != "ray":
+            raise mode.error(
+                f"the {name} format runs in the Ray launch mode only (the framework's driver starts every process)",
+                hint="remove launch.mode (or set it to ray)",
+            )
+        # a format may name the part of the command that is the driver (the words after `ray job submit ... --`)
+        command = spec.launch.driver or (tuple(driver) if driver else launch.driver)
+        spec = replace(spec, launch=replace(launch, mode="ray", driver=command))
     spec = _with_container_block(spec, parse_container_block(doc.root().get("container")))
     return replace(spec, composed=spec.composed + tuple(f"override {o}" for o in overrides)) if overrides else spec
 

@@ -20,6 +20,7 @@ from hpcplace.config.framework_version import (
     AREAL_EXPLICIT_BACKEND,
     AREAL_SCHEDULING,
     FrameworkVersion,
+    PlannedVersion,
     container_note,
     resolve_version,
 )
@@ -445,6 +446,7 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
         slurm_job_options(slurm_view),
         model_parallel,
         notes=tuple(notes),
+        framework_version=PlannedVersion.of(version),
     )
 
 

@@ -174,9 +174,9 @@ def _match(
                 f"ambiguous option: {name} could match {shown} (argparse)",
                 hint="write the whole flag name",
             )
-    if name in other_names:
-        raise command.error(index, other_names[name])
     near = closest(name, [f for f in flags if f.startswith("--")])
+    if name in other_names:  # a flag of another version: the closest of this version's, if any, as the hint
+        raise command.error(index, other_names[name], hint=f"did you mean {near}?" if near else None)
     raise command.error(
         index,
         f"{framework}'s parser has no flag {name} (argparse: unrecognized arguments)",

@@ -9,7 +9,8 @@ module has one function:
     parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus | None) -> ExperimentSpec
 
 `blocks` is the YAML file beside the command (its `slurm:` block says where each pool or role runs);
-`parse` returns a spec whose components are started by the framework's driver (no commands), as RLinf's."""
+`parse` returns a spec whose components are started by the framework's driver (no commands), as RLinf's;
+a launcher's format (`mode="steps"`: torchrun, deepspeed) gives its component the command each rank runs."""
 
 from __future__ import annotations
 
@@ -30,23 +31,50 @@ from hpcplace.errors import SourceLocation, SpecError
 @dataclass(frozen=True)
 class CommandFormatEntry:
     """A command format: the module that reads it (imported only when used) and how its command is told
-    apart from others (one word of the command matches `entry_point`; a generic script name also needs
-    one of `flags`)."""
+    apart from others (one word of the command matches `entry_point`, or its first word when `first_word`;
+    a generic script name also needs one of `flags`), and the launch mode its plans run in: "ray" (the
+    framework's driver starts every process) or "steps" (hpcplace starts each process, as a launcher would)."""
 
     module: str
     entry_point: re.Pattern[str]
     flags: tuple[str, ...] = ()
+    first_word: bool = False
+    shown: str = ""  # the entry points in words for messages, where the pattern does not read as one
+    mode: str = "ray"
 
 
 COMMAND_FORMATS: dict[str, CommandFormatEntry] = {
+    # a launcher's command is the launcher's, whatever program it starts (formats/launcher.py)
+    "torchrun": CommandFormatEntry(
+        "hpcplace.config.formats.launcher", re.compile(r"(^|.*/)torchrun$"), first_word=True, mode="steps"
+    ),
+    "deepspeed": CommandFormatEntry(
+        "hpcplace.config.formats.launcher", re.compile(r"(^|.*/)deepspeed$"), first_word=True, mode="steps"
+    ),
     "verl": CommandFormatEntry(
-        "hpcplace.config.formats.verl", re.compile(r"(^|.*/)verl[./]trainer[./]main_\w+(\.py)?$")
+        "hpcplace.config.formats.verl",
+        re.compile(
+            r"(^|.*/)verl[./](trainer[./]main_\w+|experimental[./]fully_async_policy[./]fully_async_main)(\.py)?$"
+        ),
+        shown="verl.trainer.main_*, verl.experimental.fully_async_policy.fully_async_main",
     ),
     "nemo_rl": CommandFormatEntry(
-        "hpcplace.config.formats.nemo_rl", re.compile(r"(^|.*/)examples/run_\w+\.py$"), ("--config",)
+        "hpcplace.config.formats.nemo_rl",
+        re.compile(  # NeMo-RL's own scripts (7ea279a), each with a default config: no flag needed
+            r"(^|.*/)examples/(run_(vlm_)?(grpo|sft)|run_(grpo_sliding_puzzle|grpo_single_controller|dpo|rm|ppo|eval"
+            r"|distillation|xtoken_off_policy_distillation)|nemo_gym/run_(grpo|distillation)_nemo_gym)\.py$"
+        ),
+        shown="examples/run_{grpo,vlm_grpo,sft,vlm_sft,grpo_sliding_puzzle,grpo_single_controller,dpo,rm,ppo,eval,"
+        "distillation,xtoken_off_policy_distillation}.py, examples/nemo_gym/run_{grpo,distillation}_nemo_gym.py",
     ),
     "openrlhf": CommandFormatEntry(
         "hpcplace.config.formats.openrlhf", re.compile(r"(^|.*/)openrlhf[./]cli[./]train_\w+(\.py)?$")
+    ),
+    # OpenRLHF's reward model server: one plain Python process (formats/openrlhf_serve_rm.py)
+    "openrlhf_serve_rm": CommandFormatEntry(
+        "hpcplace.config.formats.openrlhf_serve_rm",
+        re.compile(r"(^|.*/)openrlhf[./]cli[./]serve_rm(\.py)?$"),
+        mode="steps",
     ),
     "slime": CommandFormatEntry(
         "hpcplace.config.formats.slime",
@@ -95,7 +123,8 @@ def command_format(name: str) -> CommandFormat:
 def detect_command_format(argv: Sequence[str]) -> str | None:
     """Which framework's entry point the command runs, or None."""
     for name, entry in COMMAND_FORMATS.items():
-        if any(entry.entry_point.match(word) for word in argv) and (
+        words = argv[:1] if entry.first_word else argv
+        if any(entry.entry_point.match(word) for word in words) and (
             not entry.flags or any(word.split("=", 1)[0] in entry.flags for word in argv)
         ):
             return name

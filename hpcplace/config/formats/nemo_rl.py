@@ -1,32 +1,25 @@
 """NeMo-RL jobs, read from the command that launches them: `examples/run_<algo>.py --config X.yaml
-key=value ...` (read in NVIDIA-NeMo/RL 7ea279a).
+key=value ...` or `examples/nemo_gym/run_<algo>.py ...` (read in NVIDIA-NeMo/RL 7ea279a).
 
 The config is loaded as NeMo-RL's `load_config` does (nemo_rl/utils/config.py): a `defaults:` key (one
 path or a list, relative to the file's folder) names parent files, merged depth-first in order with
 OmegaConf's merge rules (mappings merge, anything else replaces, `???` keeps the parent's value, a
 top-level section with `_override_: true` replaces the parent's section); then the overrides are
 parsed by Hydra's own parser and applied with `parse_hydra_overrides`' rules (`k=v` must exist, `+k=v`
-must not, `++k=v` either, `~k` deletes). Every value keeps the file, line and column it came from;
-an override's values point at its word of the command.
+must not, `++k=v` either, `~k` deletes; run_eval.py merges OmegaConf.from_cli instead). Every value keeps
+the file, line and column it came from; an override's values point at its word of the command.
 
-Placement is what the algorithm's `setup()` asks of `RayVirtualCluster` (nemo_rl/algorithms/grpo.py,
-sft.py, dpo.py, rm.py): GRPO's policy cluster (colocated generation shares it) or its train and
-inference clusters (non-colocated: whole nodes, or a split of the one node), and the reward model
-environment's own cluster. NeMo-RL's resource asserts are refused here with their reasons, at the key
-that set the value. Each worker holds one GPU (one bundle); a vLLM engine is TP*PP consecutive
-bundles. Each of NeMo-RL's placement groups is steered to its planned node (steer_rules;
-docs/formats/nemo_rl.md)."""
+Placement is what the algorithm's `setup()` asks of `RayVirtualCluster` (formats/nemo_rl_layout.py).
+Each of NeMo-RL's placement groups is steered to its planned node (steer_rules; docs/formats/nemo_rl.md)."""
 
 from __future__ import annotations
 
 import copy
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcplace.config import limits
 from hpcplace.config.cluster import NodeGroup
 from hpcplace.config.formats.command import FrameworkCommand
 from hpcplace.config.formats.common import (
@@ -38,7 +31,9 @@ from hpcplace.config.formats.common import (
     slurm_job_options,
     with_block_settings,
 )
-from hpcplace.config.framework_version import resolve_version
+from hpcplace.config.formats.nemo_rl_layout import Layout, Role
+from hpcplace.config.formats.nemo_rl_layout import layout as algorithm_layout
+from hpcplace.config.framework_version import PlannedVersion, resolve_version
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster
 from hpcplace.config.steer import SteerRule
 from hpcplace.config.yaml_source import (
@@ -54,18 +49,41 @@ from hpcplace.config.yaml_source import (
 from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.runtime.nemo_rl_watch import CLUSTERS
 
-# examples/run_<name>.py -> the algorithm whose setup() places it
+# examples/run_<name>.py (and examples/nemo_gym/run_<name>.py) -> the algorithm whose setup() places it
 ENTRY_POINTS = {
     "grpo": "grpo",
     "vlm_grpo": "grpo",
     "grpo_sliding_puzzle": "grpo",
+    "grpo_nemo_gym": "grpo",
     "sft": "sft",
     "vlm_sft": "sft",
     "dpo": "dpo",
     "rm": "rm",
+    "ppo": "ppo",
+    "distillation": "distillation",
+    "distillation_nemo_gym": "distillation",
+    "xtoken_off_policy_distillation": "xtoken",
+    "grpo_single_controller": "single_controller",
+    "eval": "eval",
 }
-NOT_PLANNED = ("distillation", "ppo", "eval", "grpo_single_controller", "xtoken_off_policy_distillation")
-POOLS = ("training", "generation", "reward_model")  # slurm.pools keys: NeMo-RL's clusters
+# the config each script loads when it is given no --config, relative to the script's folder (one per entry point)
+DEFAULT_CONFIGS = {
+    "grpo": "configs/grpo_math_1B.yaml",
+    "vlm_grpo": "configs/vlm_grpo_3B.yaml",
+    "grpo_sliding_puzzle": "configs/grpo_sliding_puzzle.yaml",
+    "grpo_nemo_gym": "grpo_workplace_assistant_nemotron_nano_v2_9b.yaml",
+    "sft": "configs/sft.yaml",
+    "dpo": "configs/dpo.yaml",
+    "rm": "configs/rm.yaml",
+    "ppo": "configs/ppo_math_1B.yaml",
+    "distillation": "configs/distillation_math.yaml",
+    "distillation_nemo_gym": "../configs/distillation_math.yaml",
+    "xtoken_off_policy_distillation": "configs/xtoken_off_policy_distillation.yaml",
+    "vlm_sft": "configs/sft.yaml",  # run_vlm_sft.py runs run_sft.py's main
+    "grpo_single_controller": "configs/grpo_math_1B_megatron_single_controller.yaml",
+    "eval": "configs/evals/eval.yaml",
+}
+POOLS = ("training", "generation", "teacher", "reward_model")  # slurm.pools keys: NeMo-RL's clusters
 DEFAULT_GROUP = "default"
 MAX_DEFAULTS_DEPTH = 32
 _MISSING = "???"
@@ -76,19 +94,15 @@ _MISSING = "???"
 
 
 def _entry(command: FrameworkCommand) -> tuple[int, str]:
-    """The index of the `examples/run_<name>.py` word and the algorithm it runs."""
+    """The index of the `examples/run_<name>.py` word and the script's name (`grpo`, `eval`, ...)."""
     for i, word in enumerate(command.argv):
         base = os.path.basename(word)
         if base.startswith("run_") and base.endswith(".py"):
             name = base[4:-3]
             if name in ENTRY_POINTS:
-                return i, ENTRY_POINTS[name]
+                return i, name
             known = ", ".join(f"run_{n}.py" for n in ENTRY_POINTS)
-            why = (
-                "its placement is not planned by hpcplace yet"
-                if name in NOT_PLANNED
-                else "it is not one of NeMo-RL's entry points" + did_you_mean(name, ENTRY_POINTS)
-            )
+            why = "it is not one of NeMo-RL's entry points (7ea279a)" + did_you_mean(name, ENTRY_POINTS)
             raise command.error(i, f"{word}: {why}", hint=f"hpcplace plans {known}")
     raise command.error(
         0,
@@ -123,14 +137,19 @@ def _arguments(command: FrameworkCommand, script: int) -> tuple[int | None, str 
 
 def _config_path(command: FrameworkCommand, index: int | None, config: str | None, script: int) -> Path:
     """The config file as the driver opens it: relative to the directory the driver starts in, which is
-    the directory hpcplace runs in (render/submit's --workdir defaults to it)."""
+    the directory hpcplace runs in (render/submit's --workdir defaults to it); without --config, the
+    script's own default beside it (`os.path.join(os.path.dirname(__file__), ...)`)."""
     if index is None or not config:
-        raise command.error(
-            script,
-            f"{command.argv[script]} is given no --config",
-            hint="hpcplace reads the config the command names: add --config examples/configs/<name>.yaml "
-            "(NeMo-RL's run_grpo.py would fall back to examples/configs/grpo_math_1B.yaml beside the script)",
-        )
+        name = os.path.basename(command.argv[script])[4:-3]  # one of ENTRY_POINTS (_entry), each with a default
+        default = Path(os.path.dirname(command.argv[script])) / DEFAULT_CONFIGS[name]
+        if not default.is_file():
+            raise command.error(
+                script,
+                f"{command.argv[script]} is given no --config, and its default config {str(default)!r} is not "
+                f"there (from {os.getcwd()})",
+                hint="run hpcplace from the directory the driver runs in (NeMo-RL's checkout), or add --config",
+            )
+        return default
     path = Path(config)
     if not path.is_file():
         raise command.error(
@@ -251,6 +270,27 @@ def _drop(marks: dict[PathKey, ScalarMark], path: PathKey) -> None:
 # parse_hydra_overrides: Hydra's parser for the words, its rules for the keys
 
 
+def apply_cli(doc: YamlDocument, command: FrameworkCommand, indices: list[int]) -> YamlDocument:
+    """run_eval.py's overrides: `OmegaConf.merge(config, OmegaConf.from_cli())`, no struct mode: `key=value`
+    sets or adds the key, the value read as YAML; a word without `=` sets its key to null. Words starting with
+    `-` (argparse's) become keys NeMo-RL never reads: left out."""
+    import yaml
+
+    data: dict[str, Any] = copy.deepcopy(doc.data)
+    marks = dict(doc.marks)
+    for i in indices:
+        word = command.argv[i]
+        if word.startswith("-"):
+            continue
+        key, eq, text = word.partition("=")
+        try:
+            value = yaml.safe_load(text) if eq else None
+        except yaml.YAMLError as exc:
+            raise command.error(i, f"OmegaConf cannot read the value of {word!r}: {str(exc).splitlines()[0]}") from None
+        _set(data, key.split("."), value, marks, command.location(i), command, i)
+    return YamlDocument(doc.path, data, marks)
+
+
 def apply_overrides(doc: YamlDocument, command: FrameworkCommand, indices: list[int]) -> YamlDocument:
     """The override words applied as NeMo-RL's parse_hydra_overrides applies them (struct mode)."""
     if not indices:
@@ -292,8 +332,8 @@ def apply_overrides(doc: YamlDocument, command: FrameworkCommand, indices: list[
                 raise command.error(
                     i, f"override {word!r}: could not delete from config, {key!r} does not exist" + _near(data, parts)
                 )
-            del parent[parts[-1]]
-            _drop(marks, tuple(parts))
+            _drop(marks, _path(data, parts))
+            del parent[_key(parent, parts[-1])]
             continue
         if override.is_add() and exists and _get(data, parts) is not None and not isinstance(value, (dict, list)):
             raise command.error(
@@ -311,19 +351,30 @@ def apply_overrides(doc: YamlDocument, command: FrameworkCommand, indices: list[
     return YamlDocument(doc.path, data, marks)
 
 
-def _lookup(data: dict[str, Any], parts: list[str]) -> tuple[bool, dict[str, Any]]:
+def _key(node: Any, part: str) -> str | int | None:
+    """The key `part` names in a mapping, or the index in a list (OmegaConf: `teachers.0.x`); None if absent."""
+    if isinstance(node, dict):
+        return part if part in node else None
+    if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        return int(part)
+    return None
+
+
+def _lookup(data: dict[str, Any], parts: list[str]) -> tuple[bool, Any]:
+    """Whether the dotted key exists, and the mapping or list that holds its last part."""
     node: Any = data
     for part in parts[:-1]:
-        if not isinstance(node, dict) or part not in node or not isinstance(node[part], dict):
+        key = _key(node, part)
+        if key is None or not isinstance(node[key], (dict, list)):
             return False, {}
-        node = node[part]
-    return isinstance(node, dict) and parts[-1] in node, node if isinstance(node, dict) else {}
+        node = node[key]
+    return _key(node, parts[-1]) is not None, node
 
 
 def _get(data: dict[str, Any], parts: list[str]) -> Any:
     node: Any = data
     for part in parts:
-        node = node[part]
+        node = node[_key(node, part)]
     return node
 
 
@@ -348,27 +399,51 @@ def _set(
     command: FrameworkCommand,
     index: int,
 ) -> None:
-    """OmegaConf.update(merge=True): a mapping merges into a mapping, anything else replaces."""
+    """OmegaConf.update(merge=True): a mapping merges into a mapping, anything else replaces; a number names an
+    element of a list."""
     node: Any = data
     for depth, part in enumerate(parts[:-1]):
-        if node.get(part) is None:
-            node[part] = {}
-        if not isinstance(node[part], dict):
+        step = _key(node, part)
+        if step is None and not isinstance(node, dict):
+            raise command.error(index, f"override {command.argv[index]!r}: no element {part} in the list")
+        if step is None:
+            step = part
+            node[step] = None
+        if node[step] is None:
+            node[step] = {}
+        if not isinstance(node[step], (dict, list)):
             raise command.error(
                 index, f"override {command.argv[index]!r}: {'.'.join(parts[: depth + 1])!r} is not a mapping"
             )
-        node = node[part]
+        node = node[step]
     mark = ScalarMark(where.line, where.column, None, None, file=where.path)
-    path = tuple(parts)
-    if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
-        node[parts[-1]] = _merged(node[parts[-1]], value)
+    last = _key(node, parts[-1])
+    if last is None:
+        if not isinstance(node, dict):
+            raise command.error(index, f"override {command.argv[index]!r}: no element {parts[-1]} in the list")
+        last = parts[-1]
+    path = _path(data, parts[:-1]) + (last,)
+    current = node.get(last) if isinstance(node, dict) else node[last]
+    if isinstance(value, dict) and isinstance(current, dict):
+        node[last] = _merged(current, value)
         for key in _paths(value, path):
             marks[key] = mark
         return
-    node[parts[-1]] = value
+    node[last] = value
     _drop(marks, path)
     for key in _paths(value, path):
         marks[key] = mark
+
+
+def _path(data: dict[str, Any], parts: list[str]) -> PathKey:
+    """The dotted key as a document path (list indices as ints)."""
+    node: Any = data
+    out: list[str | int] = []
+    for part in parts:
+        key = _key(node, part)
+        out.append(part if key is None else key)
+        node = node[key] if key is not None else None
+    return tuple(out)
 
 
 def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -390,360 +465,11 @@ def _paths(value: Any, at: PathKey) -> list[PathKey]:
 
 
 # ------------------------------------------------------------------------------------------------
-# placement: what setup() gives RayVirtualCluster
-
-
-@dataclass(frozen=True)
-class Role:
-    """One worker group: its pool (the RayVirtualCluster it runs on) and each rank's (node, GPU)."""
-
-    name: str
-    pool: str
-    slots: tuple[tuple[int, int], ...]
-    view: View  # the key that sized it: placement errors point there
-    tp: int = 1
-    pp: int = 1
-
-
-@dataclass(frozen=True)
-class Layout:
-    """The job's nodes (each node's pool, in hpcplace's node order) and the roles placed on them."""
-
-    node_pools: tuple[str, ...]
-    gpus_per_node: int
-    gpn_view: View
-    roles: tuple[Role, ...]
-    notes: tuple[str, ...] = ()
-
-
-def _req(view: View, path: str) -> View:
-    node = view
-    for part in path.split("."):
-        child = node.deref().get(part)
-        if child is None:
-            raise node.error(
-                f"missing key {path!r} (NeMo-RL reads it to place its workers)",
-                hint=f"set it in the config, or override it: {path}=...",
-            )
-        node = child
-    return node.deref()
-
-
-def _opt(view: View, path: str) -> View | None:
-    node: View | None = view
-    for part in path.split("."):
-        if node is None or not isinstance(node.deref().value, dict):
-            return None
-        node = node.deref().get(part)
-    return node.deref() if node is not None else None
-
-
-def _int(view: View, minimum: int | None = None) -> int:
-    return view.int(minimum=minimum)
-
-
-def _enabled(view: View | None) -> bool:
-    return view is not None and view.value is not None and view.bool()
-
-
-def _per_node(n: int, gpus: range) -> tuple[tuple[int, int], ...]:
-    return tuple((n, g) for g in gpus)
-
-
-def _whole(first: int, nodes: int, gpus: int) -> tuple[tuple[int, int], ...]:
-    return tuple((first + n, g) for n in range(nodes) for g in range(gpus))
-
-
-def _policy_parallel(root: View, world: int, where: View) -> tuple[int, int]:
-    """lm_policy.Policy: megatron's TP*PP*CP or DTensor's TP*CP must divide the world size."""
-    megatron = _enabled(_opt(root, "policy.megatron_cfg.enabled"))
-    dtensor = _enabled(_opt(root, "policy.dtensor_cfg.enabled"))
-    if megatron and dtensor:
-        raise _req(root, "policy.megatron_cfg.enabled").error(
-            "NeMo-RL refuses policy.megatron_cfg.enabled and policy.dtensor_cfg.enabled both true "
-            "(configure either Megatron or DTensor, not both)"
-        )
-    if megatron:
-        tp_v = _req(root, "policy.megatron_cfg.tensor_model_parallel_size")
-        tp, pp = _int(tp_v, 1), _int(_req(root, "policy.megatron_cfg.pipeline_model_parallel_size"), 1)
-        cp = _int(_req(root, "policy.megatron_cfg.context_parallel_size"), 1)
-    elif dtensor:
-        tp_v = _req(root, "policy.dtensor_cfg.tensor_parallel_size")
-        tp, pp, cp = _int(tp_v, 1), 1, _int(_req(root, "policy.dtensor_cfg.context_parallel_size"), 1)
-    else:
-        raise _req(root, "policy").error(
-            "NeMo-RL refuses a policy with neither policy.megatron_cfg.enabled nor policy.dtensor_cfg.enabled",
-            hint="set policy.dtensor_cfg.enabled=true or policy.megatron_cfg.enabled=true",
-        )
-    size = tp * pp * cp
-    if world < size or world % size:
-        raise tp_v.error(
-            f"the policy's {world} workers (one per GPU) are not a multiple of PP({pp}) * CP({cp}) * TP({tp}) = "
-            f"{size}: NeMo-RL's Policy refuses it (world size must be divisible by PP * CP * TP)",
-            hint=f"size {where.dotted()} so the training GPUs are a multiple of {size}, or reduce the parallelism",
-        )
-    return tp * cp, pp
-
-
-def _generation(root: View) -> tuple[str, int, int, View]:
-    """The generation backend and its engines' TP and PP (vLLM/TRT-LLM: *_cfg, SGLang: gpus_per_server)."""
-    backend_v = _req(root, "policy.generation.backend")
-    backend = backend_v.str()
-    if backend in ("vllm", "trtllm"):
-        cfg = f"policy.generation.{backend}_cfg"
-        tp_v = _req(root, f"{cfg}.tensor_parallel_size")
-        pp_v = _opt(root, f"{cfg}.pipeline_parallel_size")
-        tp, pp = _int(tp_v, 1), (_int(pp_v, 1) if pp_v is not None and pp_v.value is not None else 1)
-        if backend == "vllm" and pp > 1 and not _enabled(_opt(root, f"{cfg}.async_engine")):
-            raise (pp_v or tp_v).error(
-                "NeMo-RL refuses vLLM pipeline_parallel_size > 1 without async_engine",
-                hint="add policy.generation.vllm_cfg.async_engine=true",
-            )
-        if backend == "trtllm" and pp > 1:
-            raise (pp_v or tp_v).error(
-                f"NeMo-RL refuses TRT-LLM pipeline_parallel_size {pp}: the TRT-LLM backend does not support pipeline "
-                "parallelism yet (it must be 1)"
-            )
-        ep_v = _opt(root, f"{cfg}.expert_parallel_size")
-        ep = _int(ep_v, 1) if ep_v is not None and ep_v.value is not None else 1
-        if backend == "vllm" and ep > 1 and ep % tp:
-            raise (ep_v or tp_v).error(
-                f"NeMo-RL refuses vLLM expert_parallel_size {ep}: it must be a multiple of tensor_parallel_size {tp}"
-            )
-        return backend, tp, pp, tp_v
-    if backend == "sglang":  # SGLangGeneration: sglang_server_config.num_gpus_per_engine
-        per = _req(root, "policy.generation.sglang_cfg.sglang_server_config.num_gpus_per_engine")
-        return backend, _int(per, 1), 1, per
-    if backend == "megatron":
-        return backend, 1, 1, backend_v
-    raise backend_v.error(
-        f"generation backend {backend!r} is not planned by hpcplace"
-        + did_you_mean(backend, ("vllm", "sglang", "trtllm", "megatron")),
-        hint="hpcplace plans vllm, sglang, trtllm and megatron generation",
-    )
-
-
-def grpo_layout(root: View) -> Layout:
-    """nemo_rl/algorithms/grpo.py setup(): the clusters, their asserts, and which GPUs each role gets."""
-    nodes_v, gpn_v = _req(root, "cluster.num_nodes"), _req(root, "cluster.gpus_per_node")
-    total, gpn = _int(nodes_v, 1), _int(gpn_v, 1)
-    limits.nodes(total, nodes_v.location(), "cluster.num_nodes")
-    limits.gpus_per_node(gpn, gpn_v.location(), "cluster.gpus_per_node")
-    notes: list[str] = []
-    opd = _opt(root, "on_policy_distillation.non_colocated_teachers.enabled")
-    if _enabled(_opt(root, "on_policy_distillation.enabled")) and _enabled(opd):
-        assert opd is not None
-        raise opd.error(
-            "on-policy distillation teachers on their own nodes are not planned by hpcplace yet",
-            hint="plan the job with non_colocated_teachers.enabled=false, or without on_policy_distillation",
-        )
-    envs = {str(v.value) for c in _data_configs(root) if (v := _opt(c, "env_name")) is not None}
-    rm = "reward_model" in envs
-    rm_nodes = rm_gpn = 0
-    rm_nodes_v = rm_gpn_v = None
-    if rm:
-        rm_nodes_v = _req(root, "env.reward_model.resources.num_nodes")
-        rm_gpn_v = _req(root, "env.reward_model.resources.gpus_per_node")
-        rm_nodes, rm_gpn = _int(rm_nodes_v, 0), _int(rm_gpn_v, 0)
-    if total == 1:
-        policy_nodes = 1
-    else:
-        policy_nodes = total - rm_nodes
-        if policy_nodes <= 0:
-            assert rm_nodes_v is not None
-            raise rm_nodes_v.error(
-                f"NeMo-RL asserts policy_nodes > 0: cluster.num_nodes {total} - reward model nodes {rm_nodes} = "
-                f"{policy_nodes}",
-                hint="give the cluster more nodes than the reward model takes",
-            )
-    backend, gtp, gpp, gview = _generation(root)
-    colocated = _req(root, "policy.generation.colocated.enabled").bool()
-    roles: list[Role] = []
-    pools: list[str] = []
-    if colocated:
-        if total == 1:
-            policy_gpn = gpn - rm_gpn
-            if policy_gpn <= 0:
-                assert rm_gpn_v is not None
-                raise rm_gpn_v.error(
-                    f"NeMo-RL asserts the policy's GPUs on the one node are > 0: cluster.gpus_per_node {gpn} - "
-                    f"reward model gpus_per_node {rm_gpn} = {policy_gpn}",
-                    hint="leave the policy at least one GPU of the node",
-                )
-            train = _per_node(0, range(policy_gpn))
-            pools = ["training"]
-            if rm:
-                roles.append(
-                    Role("reward_model", "reward_model", _per_node(0, range(policy_gpn, gpn)), rm_gpn_v or gpn_v)
-                )
-        else:
-            train = _whole(0, policy_nodes, gpn)
-            pools = ["training"] * policy_nodes + ["reward_model"] * rm_nodes
-            if rm:
-                roles.append(
-                    Role("reward_model", "reward_model", _whole(policy_nodes, rm_nodes, rm_gpn), rm_gpn_v or gpn_v)
-                )
-        gen = train
-        gen_gpn = gpn if total > 1 else len(train)
-    else:
-        res = "policy.generation.colocated.resources"
-        inf_gpn_v, inf_nodes_v = _req(root, f"{res}.gpus_per_node"), _req(root, f"{res}.num_nodes")
-        inf_gpn = None if inf_gpn_v.value is None else _int(inf_gpn_v)
-        inf_nodes = None if inf_nodes_v.value is None else _int(inf_nodes_v)
-        if policy_nodes == 1:
-            if inf_gpn is None or inf_gpn <= 0:
-                raise inf_gpn_v.error(
-                    f"NeMo-RL asserts {res}.gpus_per_node is set and > 0 when the policy has one node and "
-                    f"generation is not colocated, got {inf_gpn}",
-                    hint=f"set {res}.gpus_per_node to the GPUs of the node that generation takes",
-                )
-            if inf_nodes not in (None, 1):
-                raise inf_nodes_v.error(
-                    f"NeMo-RL asserts {res}.num_nodes is 1 or null when the policy has one node and generation "
-                    f"is not colocated, got {inf_nodes}"
-                )
-            sub = rm_gpn if total == 1 and rm else 0
-            train_gpn = gpn - inf_gpn - sub
-            if train_gpn <= 0:
-                raise inf_gpn_v.error(
-                    f"NeMo-RL asserts GPUs are left for training: cluster.gpus_per_node {gpn} - generation "
-                    f"{inf_gpn}" + (f" - reward model {sub}" if sub else "") + f" = {train_gpn}",
-                    hint="give generation fewer GPUs of the node",
-                )
-            train = _per_node(0, range(train_gpn))
-            gen = _per_node(0, range(train_gpn, train_gpn + inf_gpn))
-            gen_gpn = inf_gpn
-            pools = ["training"]
-            if rm and total == 1:
-                roles.append(
-                    Role(
-                        "reward_model", "reward_model", _per_node(0, range(train_gpn + inf_gpn, gpn)), rm_gpn_v or gpn_v
-                    )
-                )
-            elif rm:
-                pools += ["reward_model"] * rm_nodes
-                roles.append(Role("reward_model", "reward_model", _whole(1, rm_nodes, rm_gpn), rm_gpn_v or gpn_v))
-        else:
-            if inf_nodes is None or inf_nodes <= 0:
-                raise inf_nodes_v.error(
-                    f"NeMo-RL asserts {res}.num_nodes > 0 when cluster.num_nodes > 1 and generation is not "
-                    f"colocated, got {inf_nodes}",
-                    hint=f"set {res}.num_nodes to the nodes generation takes",
-                )
-            if inf_gpn != gpn:
-                raise inf_gpn_v.error(
-                    f"NeMo-RL asserts {res}.gpus_per_node is set and equal to cluster.gpus_per_node ({gpn}) when "
-                    f"cluster.num_nodes > 1 and generation is not colocated, got {inf_gpn}",
-                    hint=f"set {res}.gpus_per_node={gpn}: non-colocated generation takes whole nodes",
-                )
-            train_nodes = policy_nodes - inf_nodes
-            if train_nodes <= 0:
-                raise inf_nodes_v.error(
-                    f"NeMo-RL asserts train_nodes > 0: cluster.num_nodes {total}"
-                    + (f" - reward model {rm_nodes}" if rm_nodes else "")
-                    + f" - generation {inf_nodes} = {train_nodes}",
-                    hint="give the cluster more nodes than generation takes",
-                )
-            train = _whole(0, train_nodes, gpn)
-            gen = _whole(train_nodes, inf_nodes, gpn)
-            gen_gpn = gpn
-            pools = ["training"] * train_nodes + ["generation"] * inf_nodes + ["reward_model"] * rm_nodes
-            if rm:
-                roles.append(
-                    Role("reward_model", "reward_model", _whole(policy_nodes, rm_nodes, rm_gpn), rm_gpn_v or gpn_v)
-                )
-    ptp, ppp = _policy_parallel(root, len(train), nodes_v)
-    placed: list[Role] = [Role("policy", "training", train, nodes_v, ptp, ppp)]
-    if backend == "megatron":
-        notes.append("generation backend megatron: the policy's own workers generate (no separate generation workers)")
-    elif backend == "sglang":
-        gen = _sglang(root, gen, gen_gpn, gtp, notes)
-    else:
-        mp = gtp * gpp
-        if len(gen) % mp:
-            raise gview.error(
-                f"NeMo-RL refuses generation on {len(gen)} GPUs with TP*PP = {mp}: the world size must be a multiple "
-                "of the model parallel size",
-                hint="change the engines' parallelism or the generation GPUs",
-            )
-        if mp <= gen_gpn and gen_gpn % mp:
-            raise gview.error(
-                f"generation TP*PP = {mp} does not divide the {gen_gpn} GPUs of each generation node: NeMo-RL fills "
-                f"each node's placement group with {gen_gpn // mp} engine(s), leaves {gen_gpn % mp} GPU(s) idle and "
-                "asserts (data parallel size mismatch)",
-                hint=f"make TP*PP a divisor of {gen_gpn}, or larger than it (engines spanning nodes)",
-            )
-        if mp > gen_gpn and colocated and backend == "trtllm":
-            raise gview.error(
-                f"NeMo-RL refuses TRT-LLM engines of TP {mp} over {gen_gpn}-GPU nodes with colocated generation "
-                "(cross-node tensor parallelism is only supported for non-colocated generation)",
-                hint="use a TP that fits a node, or policy.generation.colocated.enabled=false",
-            )
-        if mp > gen_gpn:
-            notes.append(
-                f"generation engines span nodes (TP*PP {mp} > {gen_gpn} GPUs per node): NeMo-RL makes one placement "
-                "group for them and orders its bundles by (topo_rank, GPU id); hpcplace's raylets carry topo_rank = "
-                "node rank + 1, so engine e takes the plan's nodes in node rank order"
-            )
-    if backend != "megatron":
-        placed.append(Role("generation", "generation" if not colocated else "training", gen, gview, gtp, gpp))
-    return Layout(tuple(pools), gpn, gpn_v, tuple(placed + roles), tuple(notes))
-
-
-def _sglang(
-    root: View, gen: tuple[tuple[int, int], ...], gen_gpn: int, per: int, notes: list[str]
-) -> tuple[tuple[int, int], ...]:
-    """SGLangGeneration: one PACK placement group over the generation cluster, bundles sorted by (topo_rank, GPU
-    id), topo_rank being node rank + 1 on hpcplace's raylets; num_gpus // min(num_gpus_per_engine, GPUs per node)
-    engines take the first bundles."""
-    num_v = _req(root, "policy.generation.sglang_cfg.sglang_server_config.num_gpus")
-    num = _int(num_v, 1)
-    local = min(per, gen_gpn)
-    used = (num // local) * local
-    if used > len(gen) or used == 0:
-        raise num_v.error(
-            f"SGLang's {num} GPUs make {num // local} engine(s) of {local} GPU(s) per node, but the generation "
-            f"cluster has {len(gen)} GPUs",
-            hint=f"set sglang_server_config.num_gpus to at most {len(gen)} (and at least {local})",
-        )
-    notes.append(
-        f"SGLang: {num // local} engine(s) on the first {used} of the generation cluster's {len(gen)} GPUs; NeMo-RL "
-        "orders them by (topo_rank, GPU id) in one placement group: the plan's node order (hpcplace's raylets carry "
-        "topo_rank = node rank + 1)"
-    )
-    return gen[:used]
-
-
-def _data_configs(root: View) -> list[View]:
-    out: list[View] = []
-    for key in ("train", "validation", "default"):
-        view = _opt(root, f"data.{key}")
-        if view is None:
-            continue
-        if isinstance(view.value, list):
-            out.extend(v.deref() for v in view.elements())
-        elif isinstance(view.value, dict):
-            out.append(view)
-    return out
-
-
-def single_cluster_layout(root: View, algorithm: str) -> Layout:
-    """sft.py/dpo.py/rm.py setup(): one cluster of cluster.gpus_per_node bundles on each of num_nodes."""
-    nodes_v, gpn_v = _req(root, "cluster.num_nodes"), _req(root, "cluster.gpus_per_node")
-    total, gpn = _int(nodes_v, 1), _int(gpn_v, 1)
-    limits.nodes(total, nodes_v.location(), "cluster.num_nodes")
-    limits.gpus_per_node(gpn, gpn_v.location(), "cluster.gpus_per_node")
-    slots = _whole(0, total, gpn)
-    tp, pp = _policy_parallel(root, len(slots), nodes_v)
-    return Layout(("training",) * total, gpn, gpn_v, (Role("policy", "training", slots, nodes_v, tp, pp),))
-
-
-# ------------------------------------------------------------------------------------------------
 # the spec: node groups from the slurm: block, one placement per role
 
 
 def _pool_groups(slurm: View | None, layout: Layout) -> dict[str, str]:
-    """`slurm.pools: {training: LABEL, generation: LABEL, reward_model: LABEL}`: the node group (a key of
+    """`slurm.pools: {training: LABEL, generation: LABEL, teacher: LABEL, reward_model: LABEL}`: the node group (a key of
     slurm.node_groups) each of NeMo-RL's clusters runs on; pools not named run on the default group."""
     out = dict.fromkeys(POOLS, DEFAULT_GROUP)
     view = slurm.get("pools") if slurm is not None else None
@@ -773,20 +499,21 @@ def _pool_groups(slurm: View | None, layout: Layout) -> dict[str, str]:
 
 def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus | None) -> ExperimentSpec:
     """The spec of a NeMo-RL command (formats/command.py's contract)."""
-    script, algorithm = _entry(command)
+    script, name = _entry(command)
     config_index, config, overrides = _arguments(command, script)
     path = _config_path(command, config_index, config, script)
     files: list[str] = []
-    doc = apply_overrides(load_config(path, command.location(config_index or script), files), command, overrides)
+    doc = load_config(path, command.location(config_index or script), files)
+    doc = (apply_cli if name == "eval" else apply_overrides)(doc, command, overrides)
     root = doc.root()
-    layout = grpo_layout(root) if algorithm == "grpo" else single_cluster_layout(root, algorithm)
+    layout = algorithm_layout(root, ENTRY_POINTS[name])
     broot = blocks.root()
     slurm_view = broot.get("slurm") if blocks.data is not None else None
     job_options = slurm_job_options(slurm_view, frozenset({"pools"}))
     notes = list(layout.notes)
     # hpcplace.framework_version, stated beside the command (or the installed nemo-rl): checked and noted; no
     # NeMo-RL rule hpcplace reads is known to differ between releases, so no gate applies it yet
-    resolve_version("nemo_rl", broot if blocks.data is not None else None, notes)
+    version = resolve_version("nemo_rl", broot if blocks.data is not None else None, notes)
     pool_group = _pool_groups(slurm_view, layout)
     base = slurm_facts(slurm_view)
     # node groups in the order their pools' nodes come (training, generation, reward model)
@@ -838,6 +565,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         notes=tuple(notes),
         composed=(*files, *(f"override {command.argv[i]}" for i in overrides)),
         steer=steer_rules(layout.roles, rank_of),
+        framework_version=PlannedVersion.of(version),
     )
 
 
@@ -848,7 +576,7 @@ def steer_rules(roles: tuple[Role, ...], rank_of: dict[int, int]) -> tuple[Steer
     `rank_of`: job node -> cluster node rank."""
     rules = []
     for role in roles:
-        names = sorted(c for c, comp in CLUSTERS.items() if comp == role.name)
+        names = [role.cluster] if role.cluster else sorted(c for c, comp in CLUSTERS.items() if comp == role.name)
         if not names:
             continue
         slots = [rank_of[n] for n, _ in role.slots]

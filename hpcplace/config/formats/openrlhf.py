@@ -1,8 +1,8 @@
 """OpenRLHF's `python3 -m openrlhf.cli.train_ppo_ray ...` (also wrapped as `ray job submit ... -- python3 -m
 ...`), read as its argparse parser and `train()` read it, planned as its Ray placement places it.
 
-What OpenRLHF's train() does (openrlhf 0.11.2, openrlhf/cli/train_ppo_ray.py; the same before 0.10.2 under the
-old flag names): it makes Ray placement groups of `{GPU: 1, CPU: 1}` bundles with strategy PACK, in this order:
+What OpenRLHF's train() does (openrlhf/cli/train_ppo_ray.py, alike in every release read, 0.9.0 to 0.11.2, under
+each release's own flag names: openrlhf_flags.py): it makes Ray placement groups of `{GPU: 1, CPU: 1}` bundles with strategy PACK, in this order:
 
 1. with --train.colocate_actor_ref or --train.colocate_all, one group of actor.num_nodes x num_gpus_per_node
    bundles that the actor and the reference model share (0.2 GPU per actor: the same GPU);
@@ -24,10 +24,13 @@ exact by construction, its GPU sets and which roles share a GPU are exact. See d
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from packaging.version import Version
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import Cluster, NodeGroup
@@ -42,8 +45,8 @@ from hpcplace.config.formats.common import (
     slurm_job_options,
     with_block_settings,
 )
-from hpcplace.config.formats.openrlhf_flags import FLAGS_0_10_2, FLAGS_BEFORE_0_10_2
-from hpcplace.config.framework_version import FrameworkVersion, VersionGate, resolve_version
+from hpcplace.config.formats.openrlhf_flags import Release, release_for, releases, releases_with
+from hpcplace.config.framework_version import KEY, FrameworkVersion, PlannedVersion, resolve_version
 from hpcplace.config.launch import LaunchSpec
 from hpcplace.config.spec import (
     ComponentSpec,
@@ -57,48 +60,43 @@ from hpcplace.config.yaml_source import View, YamlDocument, closest
 from hpcplace.errors import SpecError
 from hpcplace.runtime.openrlhf_watch import ROLE_CLASSES
 
-DOTTED_FLAGS = VersionGate(
-    "openrlhf",
-    "0.10.2",
-    "train_ppo_ray's flags are dotted by section (--actor.num_nodes, --vllm.num_engines, "
-    "--train.colocate_all); the flat names (--actor_num_nodes, --vllm_num_engines, --colocate_all_models) "
-    "are gone",
-    "OpenRLHF/OpenRLHF ed62d0e2 (2026-04-19), first released in v0.10.2",
-)
+# the commit that dotted train_ppo_ray's flags by section (--actor_num_nodes -> --actor.num_nodes)
+DOTTED_FLAGS = "OpenRLHF/OpenRLHF ed62d0e2 (2026-04-19), first released in v0.10.2"
 _HELP = {"-h": Flag("help"), "--help": Flag("help")}
 
-# The flags placement reads: (0.10.2+ name, name before 0.10.2, default — the same in both).
-PLACEMENT_FLAGS: dict[str, tuple[str, Value | None]] = {
-    "--actor.num_nodes": ("--actor_num_nodes", 1),
-    "--actor.num_gpus_per_node": ("--actor_num_gpus_per_node", 8),
-    "--ref.num_nodes": ("--ref_num_nodes", 1),
-    "--ref.num_gpus_per_node": ("--ref_num_gpus_per_node", 8),
-    "--critic.num_nodes": ("--critic_num_nodes", 1),
-    "--critic.num_gpus_per_node": ("--critic_num_gpus_per_node", 8),
-    "--reward.num_nodes": ("--reward_num_nodes", 1),
-    "--reward.num_gpus_per_node": ("--reward_num_gpus_per_node", 8),
-    "--vllm.num_engines": ("--vllm_num_engines", None),
-    "--vllm.tensor_parallel_size": ("--vllm_tensor_parallel_size", 1),
-    "--vllm.enable_sleep": ("--vllm_enable_sleep", False),
-    "--train.colocate_actor_ref": ("--colocate_actor_ref", False),
-    "--train.colocate_critic_reward": ("--colocate_critic_reward", False),
-    "--train.colocate_all": ("--colocate_all_models", False),
-    "--train.async_enable": ("--async_train", False),
-    "--train.agent_func_path": ("--agent_func_path", None),
-    "--train.dynamic_batch_enable": ("--use_dynamic_batch", False),
-    "--algo.kl.init_coef": ("--init_kl_coef", 0.01),
-    "--algo.advantage.estimator": ("--advantage_estimator", "gae"),
-    "--actor.model_name_or_path": ("--pretrain", None),
-    "--critic.model_name_or_path": ("--critic_pretrain", None),
-    "--reward.model_name_or_path": ("--reward_pretrain", None),
-    "--reward.remote_url": ("--remote_rm_url", None),
-    "--rollout.n_samples_per_prompt": ("--n_samples_per_prompt", 1),
-    "--rollout.batch_size": ("--rollout_batch_size", 1024),
-    "--rollout.micro_batch_size": ("--micro_rollout_batch_size", 1),
-    "--ds.ring_attn_size": ("--ring_attn_size", 1),
-    "--ds.tensor_parallel_size": ("--ds_tensor_parallel_size", 1),
-    "--ds.packing_samples": ("--packing_samples", False),
-    "--data.max_images_per_prompt": ("--max_images_per_prompt", 0),
+# The flags placement reads: 0.10.2+ name -> the name before 0.10.2 (their defaults, each release's own, are in
+# openrlhf_releases.json).
+PLACEMENT_FLAGS: dict[str, str] = {
+    "--actor.num_nodes": "--actor_num_nodes",
+    "--actor.num_gpus_per_node": "--actor_num_gpus_per_node",
+    "--ref.num_nodes": "--ref_num_nodes",
+    "--ref.num_gpus_per_node": "--ref_num_gpus_per_node",
+    "--critic.num_nodes": "--critic_num_nodes",
+    "--critic.num_gpus_per_node": "--critic_num_gpus_per_node",
+    "--reward.num_nodes": "--reward_num_nodes",
+    "--reward.num_gpus_per_node": "--reward_num_gpus_per_node",
+    "--vllm.num_engines": "--vllm_num_engines",
+    "--vllm.tensor_parallel_size": "--vllm_tensor_parallel_size",
+    "--vllm.enable_sleep": "--vllm_enable_sleep",
+    "--train.colocate_actor_ref": "--colocate_actor_ref",
+    "--train.colocate_critic_reward": "--colocate_critic_reward",
+    "--train.colocate_all": "--colocate_all_models",
+    "--train.async_enable": "--async_train",
+    "--train.agent_func_path": "--agent_func_path",
+    "--train.dynamic_batch_enable": "--use_dynamic_batch",
+    "--algo.kl.init_coef": "--init_kl_coef",
+    "--algo.advantage.estimator": "--advantage_estimator",
+    "--actor.model_name_or_path": "--pretrain",
+    "--critic.model_name_or_path": "--critic_pretrain",
+    "--reward.model_name_or_path": "--reward_pretrain",
+    "--reward.remote_url": "--remote_rm_url",
+    "--rollout.n_samples_per_prompt": "--n_samples_per_prompt",
+    "--rollout.batch_size": "--rollout_batch_size",
+    "--rollout.micro_batch_size": "--micro_rollout_batch_size",
+    "--ds.ring_attn_size": "--ring_attn_size",
+    "--ds.tensor_parallel_size": "--ds_tensor_parallel_size",
+    "--ds.packing_samples": "--packing_samples",
+    "--data.max_images_per_prompt": "--max_images_per_prompt",
 }
 ROLES = ("actor", "ref", "critic", "reward", "vllm")
 # the entry points that are Ray drivers; the others (train_sft, train_dpo, train_rm) run under deepspeed
@@ -141,7 +139,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     notes: list[str] = []
     entry = entry_index(command)
     version = resolve_version("openrlhf", root, notes)
-    args = parse_args(command, entry, version)
+    args = parse_args(command, entry, version, notes)
     driver = submitted_command(command, entry, notes)
     groups, sizes = groups_of(command, entry, args, notes)
     slurm_view = root.get("slurm")
@@ -156,7 +154,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     for label in labels:
         facts = base if label == "default" else slurm_facts(slurm_view, label, base)
         where = slurm_view if slurm_view is not None else root
-        gpn = _gpus_per_node(facts, label, where, site_gpus, notes)
+        gpn = gpus_per_node(facts, label, where, site_gpus, notes)
         mine = [g for g in groups if any(role_group[r] == label for r in g.roles)]
         need = sum(g.size for g in mine)
         nodes = limits.nodes(max(1, math.ceil(need / gpn)), where.location(), f"nodes of node group {label!r}")
@@ -202,7 +200,17 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         notes=tuple(notes),
         launch=LaunchSpec(driver=driver),  # load_spec makes it the Ray mode's; () keeps the whole command
         steer=steer_rules(groups, where_placed, cluster),
+        framework_version=planned_version(version),
     )
+
+
+def planned_version(version: FrameworkVersion | None) -> PlannedVersion:
+    """The version plan.json records: the one that runs (or, none known, the newest release read), and the
+    release whose flags were read when that is another."""
+    release = str(release_for(version.version if version is not None else None).version)
+    if version is None:
+        return PlannedVersion(release, "newest")
+    return PlannedVersion(str(version.version), version.source, None if release == str(version.version) else release)
 
 
 def steer_rules(
@@ -249,31 +257,82 @@ def entry_index(command: FrameworkCommand) -> int:
     )
 
 
-def parse_args(command: FrameworkCommand, entry: int, version: FrameworkVersion | None) -> Args:
-    dotted = DOTTED_FLAGS.applies(version)
-    flags = {**(FLAGS_0_10_2 if dotted else FLAGS_BEFORE_0_10_2), **_HELP}
-    shown = version.describe() if version is not None else "OpenRLHF >= 0.10.2 (none installed or stated)"
-    other: dict[str, str] = {}
-    if dotted:
-        for new, (old, _) in PLACEMENT_FLAGS.items():
-            other[old] = f"{old} is the flag's name before OpenRLHF 0.10.2; {shown} calls it {new}" + (
-                ""
-                if version is not None
-                else ' (if an older OpenRLHF runs this command, state it: `hpcplace: {framework_version: "0.10.1"}`)'
-            )
-    else:
-        for new, (old, _) in PLACEMENT_FLAGS.items():
-            other[new] = f"{new} is OpenRLHF 0.10.2's name; {shown} calls it {old}"
-    label = f"OpenRLHF {version.version}" if version is not None else "OpenRLHF"
-    given = parse_flags(command, entry + 1, flags, label, other)
-    names = {new: (new if dotted else old) for new, (old, _) in PLACEMENT_FLAGS.items()}
+def parse_args(command: FrameworkCommand, entry: int, version: FrameworkVersion | None, notes: list[str]) -> Args:
+    """The command read with the flags of the release that runs it (openrlhf_flags.release_for): a flag is
+    refused only where that release's argparse refuses it, and every hint names a flag of that release."""
+    release = release_for(version.version if version is not None else None)
+    note_release(release, version, notes)
+    label = f"OpenRLHF {release.version}"
+    suggest = version is None or version.source != "stated"
+    given = parse_flags(
+        command, entry + 1, {**release.train_ppo_ray, **_HELP}, label, other_names(release.version, suggest)
+    )
+    dotted = release.has("--actor.num_nodes")
+    names = {new: (new if dotted else old) for new, old in PLACEMENT_FLAGS.items()}
     values: dict[str, Value | None] = {}
     index: dict[str, int] = {}
-    for new, (_, default) in PLACEMENT_FLAGS.items():
-        got: Given | None = given.get(names[new])
-        values[new] = got.value if got is not None else default
+    for new, name in names.items():
+        got: Given | None = given.get(name)
+        values[new] = got.value if got is not None else release.defaults.get(name)  # absent from the release: unset
         index[new] = got.index if got is not None else entry
     return Args(values, index, names)
+
+
+def note_release(release: Release, version: FrameworkVersion | None, notes: list[str]) -> None:
+    """Say which release's flags are read, where it is not the version that runs the command."""
+    if version is None:
+        notes.append(
+            f"no OpenRLHF installed or stated: the command is read as OpenRLHF {release.version}, the newest release "
+            f'hpcplace has read (state the one that runs it: `hpcplace: {{{KEY}: "X.Y.Z"}}`)'
+        )
+    elif release.version != version.version:
+        newest = releases()[-1].version
+        notes.append(
+            f"{version.describe()} is read with the flags of OpenRLHF {release.version}, the newest release at or "
+            "before it that hpcplace has read"
+            + (f" (newer than {newest}: rerun scripts/gen_openrlhf_flags.py)" if version.version > newest else "")
+        )
+
+
+@functools.cache
+def other_names(read_as: Version, suggest: bool, entry: str = "train_ppo_ray") -> dict[str, str]:
+    """A flag of another release's `entry` parser that release `read_as`'s lacks -> why it is refused: the
+    releases that have it (and for a placement flag renamed by ed62d0e2, its name in `read_as`), and
+    (`suggest`: the version was not stated) how to state one of them."""
+    release = release_for(read_as)
+    out: dict[str, str] = {}
+    label = f"OpenRLHF {release.version}" + ("" if entry == "train_ppo_ray" else f" {entry}")
+    renames = (
+        {**PLACEMENT_FLAGS, **{old: new for new, old in PLACEMENT_FLAGS.items()}} if entry == "train_ppo_ray" else {}
+    )
+    for other in releases():
+        for name in other.flags(entry):
+            if name in out or name in release.flags(entry):
+                continue
+            having = releases_with(name, entry)
+            message = (
+                f"{label}'s parser has no flag {name} (argparse: unrecognized arguments); "
+                f"OpenRLHF {_spans(having)} {'has' if len(having) == 1 else 'have'} it"
+            )
+            renamed = renames.get(name)
+            if renamed is not None and release.has(renamed):
+                message += f"; {label} calls it {renamed} ({DOTTED_FLAGS})"
+            if suggest:
+                message += f' (if one of them runs this command, state it: `hpcplace: {{{KEY}: "{having[-1]}"}}`)'
+            out[name] = message
+    return out
+
+
+def _spans(versions: list[Version]) -> str:
+    """Releases as runs of consecutive releases read: `0.9.0 to 0.10.1.post2, 0.11.0`."""
+    known = [r.version for r in releases()]
+    runs: list[list[Version]] = []
+    for v in versions:
+        if runs and known.index(v) == known.index(runs[-1][-1]) + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]} to {r[-1]}" for r in runs)
 
 
 def groups_of(
@@ -496,7 +555,16 @@ def _role_groups(slurm: View | None, sizes: dict[str, int], groups: list[Group])
     return out
 
 
-def _gpus_per_node(facts: SlurmFacts, label: str, view: View, site_gpus: SiteGpus | None, notes: list[str]) -> int:
+def gpus_per_node(
+    facts: SlurmFacts,
+    label: str,
+    view: View,
+    site_gpus: SiteGpus | None,
+    notes: list[str],
+    takes: str = "OpenRLHF's Ray placement groups take whatever GPUs Ray has",
+) -> int:
+    """A node group's GPUs per node: its slurm facts', else the site's (said in a note), else refused
+    (`takes`: why the count matters, for the hint)."""
     if facts.gpus_per_node is not None:
         if facts.gpus_per_node < 1:
             raise view.error(f"node group {label!r}: gpus_per_node is 0; OpenRLHF places every role on GPUs")
@@ -508,8 +576,7 @@ def _gpus_per_node(facts: SlurmFacts, label: str, view: View, site_gpus: SiteGpu
             f"GPUs per node of node group {label!r} are unknown" + (f" ({site.source})" if site is not None else ""),
             hint=site.fix
             if site is not None and site.fix
-            else f"OpenRLHF's Ray placement groups take whatever GPUs Ray has; Slurm needs the count up front: "
-            f"set {where} (e.g. 8)",
+            else f"{takes}; Slurm needs the count up front: set {where} (e.g. 8)",
         )
     notes.append(f"node group {label!r}: {site.count} GPUs per node, {site.source}")
     return site.count

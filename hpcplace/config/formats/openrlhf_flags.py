@@ -1,330 +1,84 @@
-"""OpenRLHF's `train_ppo_ray` flags, as its argparse parser declares them: read from the released source
-(openrlhf 0.11.2's openrlhf/cli/train_ppo_ray.py for 0.10.2 and later; v0.10.1.post2's for the releases
-before the dotted names of OpenRLHF ed62d0e2) with tests/planner/argparse_ast.py, and checked against the
-installed openrlhf by tests/planner/test_openrlhf_format.py. Only the names, kinds, nargs and choices:
-the defaults placement depends on are in openrlhf.py (PLACEMENT_FLAGS)."""
+"""OpenRLHF's command-line flags, release by release: the data scripts/gen_openrlhf_flags.py reads from each
+release's own `openrlhf/cli/train_ppo_ray.py` and `serve_rm.py` (its PyPI wheel) into openrlhf_releases.json.
+A command is read with the flags of the release that runs it (the stated or installed version; else the newest
+release read), so a flag is refused only where that release's argparse refuses it."""
 
 from __future__ import annotations
 
-from hpcplace.config.formats.argv import Flag
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
-FLAGS_0_10_2: dict[str, Flag] = {
-    "--actor.adam.betas": Flag("float", 2, None),
-    "--actor.adam.eps": Flag("float", None, None),
-    "--actor.adam.lr": Flag("float", None, None),
-    "--actor.adam.weight_decay": Flag("float", None, None),
-    "--actor.aux_loss_coef": Flag("float", None, None),
-    "--actor.dual_clip": Flag("float", None, None),
-    "--actor.entropy_coef": Flag("float", None, None),
-    "--actor.eps_clip": Flag("float", None, None),
-    "--actor.eps_clip_low_high": Flag("float", 2, None),
-    "--actor.freeze_visual_encoder": Flag("store_true", None, None),
-    "--actor.gradient_checkpointing_enable": Flag("store_true", None, None),
-    "--actor.gradient_checkpointing_reentrant": Flag("store_true", None, None),
-    "--actor.loss_agg_mode": Flag("str", None, ("token-mean", "seq-mean-token-mean")),
-    "--actor.lr_scheduler": Flag("str", None, None),
-    "--actor.lr_warmup_ratio": Flag("float", None, None),
-    "--actor.max_norm": Flag("float", None, None),
-    "--actor.min_lr_ratio": Flag("float", None, None),
-    "--actor.model_name_or_path": Flag("str", None, None),
-    "--actor.muon.lr": Flag("float", None, None),
-    "--actor.muon.momentum": Flag("float", None, None),
-    "--actor.muon.nesterov": Flag("store_true", None, None),
-    "--actor.muon.no_nesterov": Flag("store_false", None, None),
-    "--actor.muon.ns_steps": Flag("int", None, None),
-    "--actor.num_gpus_per_node": Flag("int", None, None),
-    "--actor.num_nodes": Flag("int", None, None),
-    "--actor.optim": Flag("str", None, ("adam", "muon")),
-    "--actor.policy_loss_type": Flag("str", None, ("ppo", "gspo")),
-    "--algo.advantage.estimator": Flag(
-        "str", None, ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo", "flash_reinforce")
-    ),
-    "--algo.advantage.gamma": Flag("float", None, None),
-    "--algo.advantage.is_correction_gating": Flag("str", None, ("ratio", "binary_kl", "tv")),
-    "--algo.advantage.is_correction_level": Flag("str", None, ("off", "token", "seq")),
-    "--algo.advantage.is_correction_mode": Flag("str", None, ("mask", "clip")),
-    "--algo.advantage.is_correction_threshold": Flag("float", "+", None),
-    "--algo.advantage.lambd": Flag("float", None, None),
-    "--algo.advantage.no_std_norm": Flag("store_true", None, None),
-    "--algo.dynamic_filtering_enable": Flag("store_true", None, None),
-    "--algo.dynamic_filtering_range": Flag("float", 2, None),
-    "--algo.kl.estimator": Flag("str", None, ("k1", "k2", "k3")),
-    "--algo.kl.horizon": Flag("int", None, None),
-    "--algo.kl.init_coef": Flag("float", None, None),
-    "--algo.kl.target": Flag("float", None, None),
-    "--algo.kl.unbiased_gradient": Flag("store_true", None, None),
-    "--algo.kl.use_loss": Flag("store_true", None, None),
-    "--ckpt.best_metric_key": Flag("str", None, None),
-    "--ckpt.disable_ds": Flag("store_true", None, None),
-    "--ckpt.load_enable": Flag("store_true", None, None),
-    "--ckpt.max_mem": Flag("float", None, None),
-    "--ckpt.max_num": Flag("int", None, None),
-    "--ckpt.output_dir": Flag("str", None, None),
-    "--ckpt.path": Flag("str", None, None),
-    "--ckpt.save_hf": Flag("store_true", None, None),
-    "--ckpt.save_steps": Flag("int", None, None),
-    "--critic.adam.betas": Flag("float", 2, None),
-    "--critic.adam.eps": Flag("float", None, None),
-    "--critic.adam.lr": Flag("float", None, None),
-    "--critic.adam.weight_decay": Flag("float", None, None),
-    "--critic.freezing_steps": Flag("int", None, None),
-    "--critic.lr_scheduler": Flag("str", None, None),
-    "--critic.lr_warmup_ratio": Flag("float", None, None),
-    "--critic.max_norm": Flag("float", None, None),
-    "--critic.min_lr_ratio": Flag("float", None, None),
-    "--critic.model_name_or_path": Flag("str", None, None),
-    "--critic.muon.lr": Flag("float", None, None),
-    "--critic.muon.momentum": Flag("float", None, None),
-    "--critic.muon.nesterov": Flag("store_true", None, None),
-    "--critic.muon.no_nesterov": Flag("store_false", None, None),
-    "--critic.muon.ns_steps": Flag("int", None, None),
-    "--critic.num_gpus_per_node": Flag("int", None, None),
-    "--critic.num_nodes": Flag("int", None, None),
-    "--critic.optim": Flag("str", None, ("adam", "muon")),
-    "--critic.save_value_network": Flag("store_true", None, None),
-    "--critic.value_clip": Flag("float", None, None),
-    "--data.apply_chat_template": Flag("store_true", None, None),
-    "--data.dataloader_num_workers": Flag("int", None, None),
-    "--data.disable_fast_tokenizer": Flag("store_true", None, None),
-    "--data.image_key": Flag("str", None, None),
-    "--data.input_key": Flag("str", None, None),
-    "--data.input_template": Flag("str", None, None),
-    "--data.label_key": Flag("str", None, None),
-    "--data.max_images_per_prompt": Flag("int", None, None),
-    "--data.max_len": Flag("int", None, None),
-    "--data.max_samples": Flag("int", None, None),
-    "--data.prompt_dataset": Flag("str", None, None),
-    "--data.prompt_probs": Flag("str", None, None),
-    "--data.prompt_split": Flag("str", None, None),
-    "--ds.adam_offload": Flag("store_true", None, None),
-    "--ds.attn_implementation": Flag("str", None, None),
-    "--ds.deepcompile": Flag("store_true", None, None),
-    "--ds.enable_sleep": Flag("store_true", None, None),
-    "--ds.experts_implementation": Flag("str", None, ("eager", "batched_mm", "grouped_mm", "deepgemm")),
-    "--ds.grad_accum_dtype": Flag("str", None, None),
-    "--ds.load_in_4bit": Flag("store_true", None, None),
-    "--ds.lora.alpha": Flag("int", None, None),
-    "--ds.lora.dropout": Flag("float", None, None),
-    "--ds.lora.rank": Flag("int", None, None),
-    "--ds.lora.target_modules": Flag("str", "*", None),
-    "--ds.overlap_comm": Flag("store_true", None, None),
-    "--ds.packing_samples": Flag("store_true", None, None),
-    "--ds.param_dtype": Flag("str", None, ("bf16", "fp16")),
-    "--ds.ring_attn_head_stride": Flag("int", None, None),
-    "--ds.ring_attn_size": Flag("int", None, None),
-    "--ds.tensor_parallel_size": Flag("int", None, None),
-    "--ds.use_liger_kernel": Flag("store_true", None, None),
-    "--ds.use_universal_ckpt": Flag("store_true", None, None),
-    "--ds.value_head_prefix": Flag("str", None, None),
-    "--ds.zero_stage": Flag("int", None, None),
-    "--ds.zpg": Flag("int", None, None),
-    "--eval.dataset": Flag("str", None, None),
-    "--eval.n_samples_per_prompt": Flag("int", None, None),
-    "--eval.split": Flag("str", None, None),
-    "--eval.steps": Flag("int", None, None),
-    "--eval.temperature": Flag("float", None, None),
-    "--local_rank": Flag("int", None, None),
-    "--logger.logging_steps": Flag("int", None, None),
-    "--logger.tensorboard_dir": Flag("str", None, None),
-    "--logger.wandb.group": Flag("str", None, None),
-    "--logger.wandb.key": Flag("str", None, None),
-    "--logger.wandb.org": Flag("str", None, None),
-    "--logger.wandb.project": Flag("str", None, None),
-    "--logger.wandb.run_name": Flag("str", None, None),
-    "--ref.num_gpus_per_node": Flag("int", None, None),
-    "--ref.num_nodes": Flag("int", None, None),
-    "--ref.offload": Flag("store_true", None, None),
-    "--reward.clip_range": Flag("float", 2, None),
-    "--reward.model_name_or_path": Flag("str", None, None),
-    "--reward.normalize_enable": Flag("store_true", None, None),
-    "--reward.num_gpus_per_node": Flag("int", None, None),
-    "--reward.num_nodes": Flag("int", None, None),
-    "--reward.offload": Flag("store_true", None, None),
-    "--reward.overlong_buffer_len": Flag("float", None, None),
-    "--reward.overlong_penalty_factor": Flag("float", None, None),
-    "--reward.remote_url": Flag("str", None, None),
-    "--reward.stop_properly_penalty_coef": Flag("float", None, None),
-    "--rollout.batch_size": Flag("int", None, None),
-    "--rollout.max_new_tokens": Flag("int", None, None),
-    "--rollout.max_tokens_per_gpu": Flag("int", None, None),
-    "--rollout.micro_batch_size": Flag("int", None, None),
-    "--rollout.n_samples_per_prompt": Flag("int", None, None),
-    "--rollout.temperature": Flag("float", None, None),
-    "--rollout.top_p": Flag("float", None, None),
-    "--rollout.vllm_generate_batch_size": Flag("int", None, None),
-    "--train.agent_func_path": Flag("str", None, None),
-    "--train.async_enable": Flag("store_true", None, None),
-    "--train.async_queue_size": Flag("int", None, None),
-    "--train.batch_size": Flag("int", None, None),
-    "--train.colocate_actor_ref": Flag("store_true", None, None),
-    "--train.colocate_all": Flag("store_true", None, None),
-    "--train.colocate_critic_reward": Flag("store_true", None, None),
-    "--train.dynamic_batch_enable": Flag("store_true", None, None),
-    "--train.ema_beta": Flag("float", None, None),
-    "--train.enable_ema": Flag("store_true", None, None),
-    "--train.full_determinism_enable": Flag("store_true", None, None),
-    "--train.max_epochs": Flag("int", None, None),
-    "--train.max_tokens_per_gpu": Flag("int", None, None),
-    "--train.micro_batch_size": Flag("int", None, None),
-    "--train.num_episodes": Flag("int", None, None),
-    "--train.partial_rollout_enable": Flag("store_true", None, None),
-    "--train.seed": Flag("int", None, None),
-    "--use_ms": Flag("store_true", None, None),
-    "--vllm.enable_prefix_caching": Flag("store_true", None, None),
-    "--vllm.enable_sleep": Flag("store_true", None, None),
-    "--vllm.enforce_eager": Flag("store_true", None, None),
-    "--vllm.gpu_memory_utilization": Flag("float", None, None),
-    "--vllm.num_engines": Flag("int", None, None),
-    "--vllm.sync_backend": Flag("str", None, None),
-    "--vllm.sync_with_ray": Flag("store_true", None, None),
-    "--vllm.tensor_parallel_size": Flag("int", None, None),
-}
+from packaging.version import Version
 
-FLAGS_BEFORE_0_10_2: dict[str, Flag] = {
-    "--actor_init_on_gpu": Flag("store_true", None, None),
-    "--actor_learning_rate": Flag("float", None, None),
-    "--actor_num_gpus_per_node": Flag("int", None, None),
-    "--actor_num_nodes": Flag("int", None, None),
-    "--adam_betas": Flag("float", 2, None),
-    "--adam_offload": Flag("store_true", None, None),
-    "--advantage_estimator": Flag(
-        "str", None, ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo")
-    ),
-    "--agent_func_path": Flag("str", None, None),
-    "--apply_chat_template": Flag("store_true", None, None),
-    "--async_queue_size": Flag("int", None, None),
-    "--async_train": Flag("store_true", None, None),
-    "--attn_implementation": Flag("str", None, None),
-    "--aux_loss_coef": Flag("float", None, None),
-    "--best_metric_key": Flag("str", None, None),
-    "--ckpt_path": Flag("str", None, None),
-    "--colocate_actor_ref": Flag("store_true", None, None),
-    "--colocate_all_models": Flag("store_true", None, None),
-    "--colocate_critic_reward": Flag("store_true", None, None),
-    "--critic_learning_rate": Flag("float", None, None),
-    "--critic_num_gpus_per_node": Flag("int", None, None),
-    "--critic_num_nodes": Flag("int", None, None),
-    "--critic_pretrain": Flag("str", None, None),
-    "--dataloader_num_workers": Flag("int", None, None),
-    "--deepcompile": Flag("store_true", None, None),
-    "--deepspeed_enable_sleep": Flag("store_true", None, None),
-    "--disable_ds_ckpt": Flag("store_true", None, None),
-    "--disable_fast_tokenizer": Flag("store_true", None, None),
-    "--ds_tensor_parallel_size": Flag("int", None, None),
-    "--dual_clip": Flag("float", None, None),
-    "--dynamic_filtering": Flag("store_true", None, None),
-    "--dynamic_filtering_reward_range": Flag("float", 2, None),
-    "--ema_beta": Flag("float", None, None),
-    "--enable_ema": Flag("store_true", None, None),
-    "--enable_prefix_caching": Flag("store_true", None, None),
-    "--enable_vllm_is_correction": Flag("store_true", None, None),
-    "--enforce_eager": Flag("store_true", None, None),
-    "--entropy_loss_coef": Flag("float", None, None),
-    "--eps_clip": Flag("float", None, None),
-    "--eps_clip_low_high": Flag("float", 2, None),
-    "--eval_dataset": Flag("str", None, None),
-    "--eval_n_samples_per_prompt": Flag("int", None, None),
-    "--eval_split": Flag("str", None, None),
-    "--eval_steps": Flag("int", None, None),
-    "--eval_temperature": Flag("float", None, None),
-    "--freeze_visual_encoder": Flag("store_true", None, None),
-    "--freezing_actor_steps": Flag("int", None, None),
-    "--full_determinism": Flag("store_true", None, None),
-    "--gamma": Flag("float", None, None),
-    "--grad_accum_dtype": Flag("str", None, None),
-    "--gradient_checkpointing": Flag("store_true", None, None),
-    "--gradient_checkpointing_use_reentrant": Flag("store_true", None, None),
-    "--image_key": Flag("str", None, None),
-    "--init_kl_coef": Flag("float", None, None),
-    "--input_key": Flag("str", None, None),
-    "--input_template": Flag("str", None, None),
-    "--kl_estimator": Flag("str", None, ("k1", "k2", "k3")),
-    "--kl_horizon": Flag("int", None, None),
-    "--kl_target": Flag("float", None, None),
-    "--l2": Flag("float", None, None),
-    "--label_key": Flag("str", None, None),
-    "--lambd": Flag("float", None, None),
-    "--load_checkpoint": Flag("store_true", None, None),
-    "--load_in_4bit": Flag("store_true", None, None),
-    "--local_rank": Flag("int", None, None),
-    "--logging_steps": Flag("int", None, None),
-    "--lora_alpha": Flag("int", None, None),
-    "--lora_dropout": Flag("float", None, None),
-    "--lora_rank": Flag("int", None, None),
-    "--lr_scheduler": Flag("str", None, None),
-    "--lr_warmup_ratio": Flag("float", None, None),
-    "--max_ckpt_mem": Flag("float", None, None),
-    "--max_ckpt_num": Flag("int", None, None),
-    "--max_epochs": Flag("int", None, None),
-    "--max_images_per_prompt": Flag("int", None, None),
-    "--max_len": Flag("int", None, None),
-    "--max_new_tokens": Flag("int", None, None),
-    "--max_norm": Flag("float", None, None),
-    "--max_samples": Flag("int", None, None),
-    "--micro_rollout_batch_size": Flag("int", None, None),
-    "--micro_train_batch_size": Flag("int", None, None),
-    "--n_samples_per_prompt": Flag("int", None, None),
-    "--no_advantage_std_norm": Flag("store_true", None, None),
-    "--normalize_reward": Flag("store_true", None, None),
-    "--num_episodes": Flag("int", None, None),
-    "--overlap_comm": Flag("store_true", None, None),
-    "--overlong_buffer_len": Flag("float", None, None),
-    "--overlong_penalty_factor": Flag("float", None, None),
-    "--packing_samples": Flag("store_true", None, None),
-    "--param_dtype": Flag("str", None, ("bf16", "fp16")),
-    "--partial_rollout": Flag("store_true", None, None),
-    "--perf": Flag("store_true", None, None),
-    "--policy_loss_type": Flag("str", None, ("ppo", "gspo")),
-    "--pretrain": Flag("str", None, None),
-    "--prompt_data": Flag("str", None, None),
-    "--prompt_data_probs": Flag("str", None, None),
-    "--prompt_split": Flag("str", None, None),
-    "--ptx_coef": Flag("float", None, None),
-    "--ref_num_gpus_per_node": Flag("int", None, None),
-    "--ref_num_nodes": Flag("int", None, None),
-    "--ref_reward_offload": Flag("store_true", None, None),
-    "--remote_rm_url": Flag("str", None, None),
-    "--reward_clip_range": Flag("float", 2, None),
-    "--reward_num_gpus_per_node": Flag("int", None, None),
-    "--reward_num_nodes": Flag("int", None, None),
-    "--reward_pretrain": Flag("str", None, None),
-    "--ring_attn_size": Flag("int", None, None),
-    "--ring_head_stride": Flag("int", None, None),
-    "--rollout_batch_size": Flag("int", None, None),
-    "--rollout_max_tokens_per_gpu": Flag("int", None, None),
-    "--save_hf_ckpt": Flag("store_true", None, None),
-    "--save_path": Flag("str", None, None),
-    "--save_steps": Flag("int", None, None),
-    "--save_value_network": Flag("store_true", None, None),
-    "--seed": Flag("int", None, None),
-    "--stop_properly_penalty_coef": Flag("float", None, None),
-    "--target_modules": Flag("str", "*", None),
-    "--temperature": Flag("float", None, None),
-    "--top_p": Flag("float", None, None),
-    "--train_batch_size": Flag("int", None, None),
-    "--train_max_tokens_per_gpu": Flag("int", None, None),
-    "--use_ds_universal_ckpt": Flag("store_true", None, None),
-    "--use_dynamic_batch": Flag("store_true", None, None),
-    "--use_kl_loss": Flag("store_true", None, None),
-    "--use_liger_kernel": Flag("store_true", None, None),
-    "--use_ms": Flag("store_true", None, None),
-    "--use_tensorboard": Flag("str", None, None),
-    "--use_wandb": Flag("str", None, None),
-    "--value_clip": Flag("float", None, None),
-    "--value_head_prefix": Flag("str", None, None),
-    "--vllm_enable_sleep": Flag("store_true", None, None),
-    "--vllm_generate_batch_size": Flag("int", None, None),
-    "--vllm_gpu_memory_utilization": Flag("float", None, None),
-    "--vllm_is_correction_type": Flag("str", None, ("tis", "icepop", "seq-mask-tis")),
-    "--vllm_is_truncated_threshold": Flag("float", 2, None),
-    "--vllm_num_engines": Flag("int", None, None),
-    "--vllm_sync_backend": Flag("str", None, None),
-    "--vllm_sync_with_ray": Flag("store_true", None, None),
-    "--vllm_tensor_parallel_size": Flag("int", None, None),
-    "--wandb_group": Flag("str", None, None),
-    "--wandb_org": Flag("str", None, None),
-    "--wandb_project": Flag("str", None, None),
-    "--wandb_run_name": Flag("str", None, None),
-    "--zero_stage": Flag("int", None, None),
-    "--zpg": Flag("int", None, None),
-}
+from hpcplace.config.formats.argv import Flag, Value
+
+DATA = Path(__file__).with_name("openrlhf_releases.json")
+OLDEST = "0.9.0"  # the first release read (docs/formats/openrlhf.md)
+
+
+@dataclass(frozen=True)
+class Release:
+    """One OpenRLHF release's flags: train_ppo_ray's and serve_rm's parsers, and the defaults of the flags
+    placement reads (by the release's own names)."""
+
+    version: Version
+    train_ppo_ray: Mapping[str, Flag]
+    serve_rm: Mapping[str, Flag]
+    defaults: Mapping[str, Value | None]
+
+    def has(self, name: str) -> bool:
+        return name in self.train_ppo_ray
+
+    def flags(self, entry: str) -> Mapping[str, Flag]:
+        """The parser of entry point `entry` (train_ppo_ray or serve_rm)."""
+        return self.train_ppo_ray if entry == "train_ppo_ray" else self.serve_rm
+
+
+def _flag(row: list[object]) -> Flag:
+    kind, nargs, choices = row
+    assert isinstance(kind, str) and (nargs is None or isinstance(nargs, (int, str)))
+    assert choices is None or isinstance(choices, list)
+    return Flag(kind, nargs, None if choices is None else tuple(str(c) for c in choices))
+
+
+def _default(value: object) -> Value | None:
+    if isinstance(value, list):
+        return tuple(value)
+    assert value is None or isinstance(value, (bool, int, float, str))
+    return value
+
+
+@functools.cache
+def releases() -> tuple[Release, ...]:
+    """Every release read, oldest first."""
+    data = json.loads(DATA.read_text(encoding="utf-8"))
+    tables = {key: {name: _flag(row) for name, row in rows.items()} for key, rows in data["tables"].items()}
+    defaults = {key: {n: _default(v) for n, v in values.items()} for key, values in data["defaults"].items()}
+    out = [
+        Release(
+            Version(version),
+            tables[record["train_ppo_ray"]],
+            tables.get(record.get("serve_rm", ""), {}),
+            defaults[record["defaults"]],
+        )
+        for version, record in data["releases"].items()
+    ]
+    return tuple(sorted(out, key=lambda r: r.version))
+
+
+def release_for(version: Version | None) -> Release:
+    """The release whose flags a command of `version` is read with: that release, else the newest before it
+    (a post/dev release reads as its base's); None: the newest release read."""
+    known = releases()
+    if version is None:
+        return known[-1]
+    older = [r for r in known if r.version <= version]
+    return older[-1] if older else known[0]
+
+
+def releases_with(name: str, entry: str = "train_ppo_ray") -> list[Version]:
+    """The releases whose `entry` parser has flag `name`."""
+    return [r.version for r in releases() if name in r.flags(entry)]

@@ -9,7 +9,7 @@ from dataclasses import replace
 from hpcplace.config import limits
 from hpcplace.config.cluster import Hardware, NodeGroup
 from hpcplace.config.formats.common import SiteGpus, SlurmFacts, hpcplace_block, slurm_facts, slurm_job_options
-from hpcplace.config.framework_version import resolve_version
+from hpcplace.config.framework_version import PlannedVersion, resolve_version
 from hpcplace.config.rank_syntax import RankSyntaxError, parse_range
 from hpcplace.config.spec import (
     EVAL,
@@ -182,7 +182,7 @@ def _hardware(view: View, label: str, ranks: list[int]) -> Hardware:
 def parse_rlinf(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> ExperimentSpec:
     root = doc.root()
     notes: list[str] = []
-    resolve_version("rlinf", root, notes)  # an RLinf older than the rules followed here is noted
+    version = resolve_version("rlinf", root, notes)  # an RLinf older than the rules followed here is noted
     cluster_view = root.require("cluster")
     num_nodes = limits.nodes(
         cluster_view.require("num_nodes").int(minimum=1),
@@ -297,6 +297,7 @@ def parse_rlinf(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experim
         notes=tuple(notes),
         packed=packed,
         placement_class=placement_class,
+        framework_version=PlannedVersion.of(version),
     )
 
 

@@ -18,7 +18,7 @@ from hpcplace.config.formats.common import (
     slurm_facts,
     slurm_job_options,
 )
-from hpcplace.config.framework_version import resolve_version
+from hpcplace.config.framework_version import PlannedVersion, resolve_version
 from hpcplace.config.spec import ExperimentSpec, PlacementEntry, SpanningWorkers, build_cluster, check_name
 from hpcplace.config.yaml_source import View, YamlDocument, did_you_mean
 
@@ -229,7 +229,9 @@ def parse_roll(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experime
     slurm_view = root.get("slurm")
     facts = slurm_facts(slurm_view)
     notes: list[str] = []
-    resolve_version("roll", root, notes)  # a stated version checked; ROLL 0.2.0-0.3.0 read alike (versions.md)
+    version = resolve_version(
+        "roll", root, notes
+    )  # a stated version checked; ROLL 0.2.0-0.3.0 read alike (versions.md)
     site = site_gpus(facts.partition, facts.gpu_type) if site_gpus is not None and facts.gpus_per_node is None else None
     gpn, gpn_view = _gpus_per_node(root, slurm_view, facts.gpus_per_node, site, notes)
     gpu_workers: list[tuple[str, View, list[list[int]], SpanningWorkers | None]] = []
@@ -328,6 +330,7 @@ def parse_roll(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experime
         "roll",
         slurm_job_options(slurm_view, frozenset({"nodes"})),
         notes=tuple(notes),
+        framework_version=PlannedVersion.of(version),
     )
 
 

@@ -48,6 +48,7 @@ FLAGS: dict[str, tuple[Flag, Value | None]] = {
     "--colocate": (Flag("store_true"), False),
     "--debug-train-only": (Flag("store_true"), False),
     "--debug-rollout-only": (Flag("store_true"), False),
+    "--load-debug-rollout-data": (Flag("str"), None),
     "--rollout-external-engine-addrs": (Flag("str", "+"), None),
     "--advantage-estimator": (
         Flag("str", None, ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")),
@@ -101,11 +102,19 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
                 "--rollout-num-gpus engines of --rollout-num-gpus-per-engine GPUs)",
                 hint=f"remove {key} to plan the default group",
             )
-    debug_train, debug_rollout = bool(args["--debug-train-only"]), bool(args["--debug-rollout-only"])
+    # slime's parse_args: --load-debug-rollout-data sets debug_train_only (train on the loaded rollouts, no SGLang)
+    loaded = args["--load-debug-rollout-data"] is not None
+    debug_train, debug_rollout = bool(args["--debug-train-only"]) or loaded, bool(args["--debug-rollout-only"])
     if debug_train and debug_rollout:
         raise command.error(
             at["--debug-rollout-only"],
-            "slime: debug_rollout_only and debug_train_only cannot be set at the same time (its assert)",
+            "slime: debug_rollout_only and debug_train_only cannot be set at the same time (its assert)"
+            + ("; --load-debug-rollout-data sets debug_train_only" if loaded else ""),
+        )
+    if loaded:
+        notes.append(
+            "slime: --load-debug-rollout-data trains on the saved rollouts only (it sets debug_train_only): no "
+            "SGLang engine starts, and the placement group holds the actor's GPUs alone"
         )
     colocate = bool(args["--colocate"])
     if colocate and command.argv[entry].endswith("train_async.py"):
@@ -133,9 +142,11 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
             "min(8, rollout_num_gpus) and fails (TypeError)",
             hint="give --rollout-num-gpus N",
         )
-    if debug_rollout or colocate:
+    if debug_train:  # slime starts no engine then (RolloutServer's engines, even with --colocate)
+        rollout = 0
+    elif debug_rollout or colocate:
         rollout = actor if rollout_given is None else num("--rollout-num-gpus")
-    elif external or debug_train:
+    elif external:
         rollout = 0
     elif rollout_given is None:
         raise command.error(

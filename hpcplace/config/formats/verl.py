@@ -5,15 +5,20 @@ the same (the config files of the installed verl, or of a checkout named by HPCP
 `--config-path`) and plans what verl's placement code does (verl 0.9.1, verl-project/verl 1dda039):
 
 - `ResourcePoolManager` pools: `global_pool` = [trainer.n_gpus_per_node] * trainer.nnodes, `reward_pool`
-  (reward.reward_model.enable_resource_pool), `teacher_pool` (distillation.enabled), and in
-  separate_async one pool per standalone rollout replica (actor_rollout_ref.rollout.nnodes x n_gpus_per_node);
+  (reward.reward_model.enable_resource_pool), `teacher_pool` (distillation.enabled; split per teacher at each
+  teacher's own tp*dp*pp, MultiTeacherModelManager), and in separate_async one pool per standalone rollout
+  replica (actor_rollout_ref.rollout.nnodes x n_gpus_per_node);
 - a pool is one STRICT_PACK placement group per node of one-GPU bundles; RayWorkerGroup gives rank
   pg * local_world + bundle over the groups sorted by node IP as a string, bundle b on the node's GPU b;
 - actor, rollout, ref and critic live in one WorkerDict process per GPU of global_pool; rollout replicas are
   tp*dp*pp consecutive WorkerDict ranks (RolloutReplica.init_hybrid);
+- rollout replicas with prefill-decode disaggregation are one prefill server then the decode servers
+  (SGLangPDReplica / vLLMPDReplica);
 - a colocated reward model has its own processes on global_pool's GPUs, a reward pool its own GPUs.
 
-Each pool runs on its own node group (`slurm.pools: {reward_pool: <label>}` and `slurm.node_groups.<label>`).
+Each pool runs on a node group of its own, or shares one with other pools (`slurm.pools: {reward_pool:
+<label>}` and `slurm.node_groups.<label>`; group_layouts). trainer.device other than cuda (Ascend NPUs) and
+verl's fully async entry point are refused, located, with the reason.
 """
 
 from __future__ import annotations
@@ -36,19 +41,27 @@ from hpcplace.config.formats.common import (
     slurm_job_options,
     with_block_settings,
 )
-from hpcplace.config.framework_version import resolve_version
+from hpcplace.config.framework_version import PlannedVersion, resolve_version
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster
 from hpcplace.config.steer import SteerRule
 from hpcplace.config.yaml_source import PathKey, ScalarMark, View, YamlDocument, closest, load_yaml_file
 from hpcplace.errors import SpecError
 
 SOURCE_ENV = "HPCPLACE_VERL_SRC"  # a verl checkout whose verl/trainer/config is composed
-ENTRY = re.compile(r"(^|.*/)verl[./]trainer[./](main_\w+?)(\.py)?$")
+ENTRY = re.compile(
+    r"(^|.*/)verl[./](?:trainer|experimental[./]fully_async_policy)[./](main_\w+?|fully_async_main)(\.py)?$"
+)
 PLANNED_ENTRIES = ("main_ppo",)
 TRAINER_MODES = ("colocate_async", "separate_async", "sync")  # verl's TRAINER_REGISTRY (v1/trainer_*.py)
 COLOCATE, STANDALONE_COLOCATE = 3, 2  # CPUs of a bundle: ResourcePoolManager's max_colocate_count (replica.py: 2)
 POOLS = ("global_pool", "reward_pool", "teacher_pool", "rollout_pool")  # in the order verl creates them
 PG_NAME_TAIL = r"verl_group_[0-9_]+:(?P<index>[0-9]+)"  # after the pool's name (RayResourcePool.get_placement_groups)
+# RolloutConfig's own defaults (verl/workers/config/rollout.py): a teacher entry added with `+` that omits a size
+TEACHER_SIZE_DEFAULTS = {"tensor_model_parallel_size": 2, "data_parallel_size": 1, "pipeline_model_parallel_size": 1}
+PD_BACKENDS = {  # the KV transfer backends each PD replica takes (DisaggregationConfig; vLLMPDReplica: nixl, mooncake)
+    "sglang": ("nixl", "mooncake", "ascend", "mori", "fake"),
+    "vllm": ("nixl", "mooncake"),
+}
 CONFIG_FLAGS = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn": "name"}
 HYDRA_FLAGS_WITHOUT_VALUE = ("--multirun", "-m", "--resolve", "--cfg", "-c", "--info", "-i", "--help", "-h")
 
@@ -72,6 +85,19 @@ def read_command(command: FrameworkCommand) -> VerlCommand:
             0, "no verl entry point in the command", hint="python3 -m verl.trainer.main_ppo key=value ..."
         )
     name = ENTRY.match(argv[entry]).group(2)  # type: ignore[union-attr]  # matched just above
+    if name == "fully_async_main":
+        raise command.error(
+            entry,
+            "verl's fully async trainer (verl.experimental.fully_async_policy.fully_async_main) is not planned yet: "
+            "its FullyAsyncTaskRunner places a trainer_pool (trainer.nnodes x trainer.n_gpus_per_node) for the "
+            "actor, critic and ref workers, and its FullyAsyncRollouter standalone rollout replicas (rollout.nnodes "
+            "x rollout.n_gpus_per_node, one pool each), hybrid replicas on the trainer's workers "
+            "(async_training.use_trainer_do_validate / use_dynamic_resource_scheduling) and its own reward and "
+            "teacher pools; hpcplace has not been checked against that code, so it would not be exact",
+            hint="verl's separate_async trainer places a training pool and standalone rollout replicas and is "
+            "planned: python3 -m verl.trainer.main_ppo trainer.use_v1=true trainer.v1.trainer_mode=separate_async "
+            "actor_rollout_ref.rollout.nnodes=N ...; or start fully_async_main on a Ray cluster without hpcplace",
+        )
     if name not in PLANNED_ENTRIES:
         raise command.error(
             entry,
@@ -270,10 +296,239 @@ def check_replica(world: int, gpus_per_node: int, view: View, what: str) -> None
         )
 
 
+@dataclass(frozen=True)
+class PrefillDecode:
+    """A prefill-decode disaggregated replica (verl's SGLangPDReplica / vLLMPDReplica): one prefill server of
+    prefill_tp GPUs, then `decodes` decode servers of decode_tp GPUs each, on the replica's GPUs in that order."""
+
+    prefill_tp: int
+    decode_tp: int
+    decodes: int
+
+    @property
+    def width(self) -> int:
+        return self.prefill_tp + self.decodes * self.decode_tp
+
+
+def read_prefill_decode(reader: Reader, prefix: str, tp: int, dp: int, gpus_per_node: int) -> PrefillDecode | None:
+    """`<rollout>.disaggregation` as verl checks it (DisaggregationConfig.__post_init__, RolloutConfig, and the
+    PD replicas' __init__: verl-project/verl 1dda039 = 0.9.1 verl/workers/rollout/*/..._pd_replica.py)."""
+    if not reader.flag(f"{prefix}.disaggregation.enabled"):
+        return None
+    name_view = reader.need(f"{prefix}.name")
+    name = str(name_view.deref().value)
+    if name not in ("sglang", "vllm"):
+        raise name_view.error(
+            f"rollout.disaggregation.enabled=True requires rollout.name in ('sglang', 'vllm'); got {name!r} "
+            "(verl raises ValueError)"
+        )
+    backend_view = reader.need(f"{prefix}.disaggregation.transfer_backend")
+    backend = backend_view.str()
+    allowed = PD_BACKENDS[name]
+    if backend not in allowed:
+        raise backend_view.error(
+            f"disaggregation.transfer_backend={backend!r}: verl's {name} PD replica takes {', '.join(allowed)} "
+            "(verl raises)"
+        )
+    prefills, pview = reader.int(f"{prefix}.disaggregation.prefill_replicas")
+    decodes, dview = reader.int(f"{prefix}.disaggregation.decode_replicas")
+    if prefills < 1 or decodes < 1:
+        raise (pview if prefills < 1 else dview).error(
+            f"disaggregation requires >=1 prefill and >=1 decode replica (got prefill_replicas={prefills}, "
+            f"decode_replicas={decodes}) (verl raises ValueError)"
+        )
+    if prefills != 1:
+        raise pview.error(f"prefill_replicas=1 only (got {prefills}) (verl's PD replica raises NotImplementedError)")
+    given = reader.get(f"{prefix}.disaggregation.decode_tensor_model_parallel_size")
+    decode_tp = given.int(minimum=1) if given is not None and given.deref().value is not None else tp
+    pd = PrefillDecode(tp, decode_tp, decodes)
+    if pd.width > gpus_per_node:
+        raise dview.error(
+            f"PD replica needs {pd.width} GPUs but gpus_per_node={gpus_per_node} (verl's PD replica raises "
+            "NotImplementedError: a replica stays on one node)",
+            hint="lower decode_replicas or the TPs, or raise actor_rollout_ref.rollout.n_gpus_per_node",
+        )
+    if dp != 1:
+        raise reader.need(f"{prefix}.data_parallel_size").error(
+            f"data_parallel_size=1 only (got {dp}) (verl's PD replica raises NotImplementedError)"
+        )
+    return pd
+
+
+def add_replicas(
+    entries: list[PlacementEntry],
+    settings: dict[str, ComponentSpec],
+    name: str,
+    label: str,
+    slots: tuple[int, ...],
+    count: int,
+    width: int,
+    pd: PrefillDecode | None,
+    view: View,
+    tp: int,
+    pp: int,
+) -> None:
+    """The processes of `count` replicas of `width` consecutive slots of a node group: one component, or with PD
+    a prefill and a decode component (each replica's first prefill_tp GPUs serve prefill, the rest decode:
+    launch_servers' slices of the replica's workers)."""
+    parts = (
+        [(name, 0, width, tp)]
+        if pd is None
+        else [
+            (f"{name}_prefill", 0, pd.prefill_tp, pd.prefill_tp),
+            (f"{name}_decode", pd.prefill_tp, width, pd.decode_tp),
+        ]
+    )
+    for component, low, high, part_tp in parts:
+        ranks = tuple((slots[r * width + i],) for r in range(count) for i in range(low, high))
+        entries.append(PlacementEntry((component,), (label,), None, ranks, view.location()))
+        settings[component] = ComponentSpec(component, tensor_parallel_size=part_tp, pipeline_parallel_size=pp)
+
+
 def replicas_text(name: str, world: int, tp: int, dp: int, pp: int, count: int, pool: Pool, start: int = 0) -> str:
     shown = ", ".join(f"{start + r * world}-{start + (r + 1) * world - 1}" for r in range(min(count, 4)))
     more = f", ... ({count} in all)" if count > 4 else ""
     return f"{name}: {count} replica(s) of tp{tp} dp{dp} pp{pp} = {world} GPUs on {pool.name} ranks {shown}{more}"
+
+
+@dataclass(frozen=True)
+class Teacher:
+    """One teacher of on-policy distillation: `replicas` inference replicas of tp*dp*pp GPUs each."""
+
+    component: str
+    key: str
+    replicas: int
+    tp: int
+    dp: int
+    pp: int
+    view: View  # a word of the command that set its entry, else the entry (errors)
+
+    @property
+    def width(self) -> int:
+        return self.tp * self.dp * self.pp
+
+    @property
+    def world(self) -> int:
+        return self.replicas * self.width
+
+
+def entry_value(entry: View, dotted: str) -> View | None:
+    view: View | None = entry
+    for part in dotted.split("."):
+        view = view.deref().get(part) if view is not None and isinstance(view.deref().value, dict) else None
+    return None if view is None or view.deref().value is None else view
+
+
+def given_word(entry: View, command_path: str) -> View:
+    """The first value under `entry` that the command set (an entry added with `+` has no place in a file)."""
+    for _key, child in entry.deref().items() if isinstance(entry.deref().value, dict) else ():
+        if isinstance(child.deref().value, dict):
+            found = given_word(child, command_path)
+            if found is not child:
+                return found
+        elif child.location().path == command_path:
+            return child
+    return entry
+
+
+def read_teachers(reader: Reader, pool: Pool, size_view: View, command_path: str) -> list[Teacher]:
+    """The teachers as verl's DistillationConfig.__post_init__ resolves them (verl/workers/config/distillation.py,
+    1dda039 = 0.9.1): the entry `teacher_model` alone fills the pool with replicas of its size; beside others it
+    is dropped, and each other entry needs key, model_path and num_replicas; the teachers' GPUs must add up to
+    the pool. An entry added with `+` gets RolloutConfig's defaults for the sizes it does not give."""
+    models = reader.need("distillation.teacher_models")
+    entries = [(str(k), v) for k, v in models.deref().items()]
+    if "teacher_model" not in dict(entries):
+        raise models.error(
+            "verl asserts 'teacher_model' in distillation.teacher_models (DistillationConfig._resolve_teacher_models)",
+            hint="keep the default entry teacher_model; add other teachers with +distillation.teacher_models.<name>",
+        )
+    single = len(entries) == 1
+    teachers: list[Teacher] = []
+    for name, entry in entries if single else [(n, e) for n, e in entries if n != "teacher_model"]:
+        word = given_word(entry, command_path)
+        sizes = []
+        for what in ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size"):
+            view = entry_value(entry, f"inference.{what}")
+            sizes.append(TEACHER_SIZE_DEFAULTS[what] if view is None else view.int(minimum=1))
+        tp, dp, pp = sizes
+        width = tp * dp * pp
+        if single:
+            tp_view = entry_value(entry, "inference.tensor_model_parallel_size")
+            # at the teacher's TP where the command set it, else at the pool size the command set
+            where = tp_view if tp_view is not None and tp_view.location().path == command_path else size_view
+            if pool.world % width:
+                raise where.error(
+                    f"Single teacher's per_replica_world_size ({width}) must divide the distillation resource pool "
+                    f"size (n_gpus_per_node={pool.per_node} * nnodes={pool.nodes} = {pool.world}) (verl raises "
+                    "ValueError)",
+                    hint="make the teacher's tp*dp*pp divide distillation.n_gpus_per_node * distillation.nnodes",
+                )
+            teachers.append(Teacher("teacher_model", "default", pool.world // width, tp, dp, pp, word))
+            continue
+        for field_name in ("model_path", "key", "num_replicas"):
+            if entry_value(entry, field_name) is None:
+                raise word.error(
+                    f"distillation.teacher_models.{name}: {field_name} must be specified for distillation teacher "
+                    "model config (verl raises ValueError)",
+                    hint=f"add +distillation.teacher_models.{name}.{field_name}=...",
+                )
+        replicas_view = entry_value(entry, "num_replicas")
+        assert replicas_view is not None  # checked just above
+        key = str(entry_value(entry, "key").deref().value)  # type: ignore[union-attr]  # checked just above
+        if any(t.key == key for t in teachers):
+            raise word.error(f"Duplicate teacher key {key} found in teacher models (verl raises ValueError)")
+        teachers.append(Teacher(f"teacher_{name}", key, replicas_view.int(minimum=0), tp, dp, pp, word))
+    total = sum(t.world for t in teachers)
+    if total != pool.world:
+        sizes_text = ", ".join(f"{t.key}: {t.replicas} x {t.width}" for t in teachers)
+        raise size_view.error(
+            f"Sum of teacher (num_replicas * per_replica_world_size) ({total}) must match the distillation resource "
+            f"pool size (n_gpus_per_node={pool.per_node} * nnodes={pool.nodes} = {pool.world}) (verl raises "
+            f"ValueError; teachers {sizes_text})",
+            hint="make the teachers' num_replicas * tp*dp*pp add up to distillation.n_gpus_per_node * nnodes",
+        )
+    return teachers
+
+
+def check_teacher_alignment(teacher: Teacher, start: int, per_node: int) -> None:
+    """TeacherModelManager: a replica is made with the pool's n_gpus_per_node (RolloutReplica's assert), and
+    _validate_replica_node_alignment refuses a replica whose bundles span more nodes than its size needs
+    (split_resource_pool cuts the pool's bundles in order, blind to nodes)."""
+    width = teacher.width
+    check_replica(width, per_node, teacher.view, f"teacher {teacher.key!r}")
+    span = (width + per_node - 1) // per_node
+    for i in range(teacher.replicas):
+        first = start + i * width
+        seen = (first + width - 1) // per_node - first // per_node + 1
+        if seen != span:
+            raise teacher.view.error(
+                f"Teacher {teacher.key!r} replica {i} sub-pool bundles [{first}, {first + width}) span {seen} node(s) "
+                f"but per_replica_world_size {width} with n_gpus_per_node {per_node} expects {span}. Reorder "
+                "teachers or adjust num_replicas / inference parallelism so each replica sub-pool aligns to node "
+                "boundaries. (verl raises ValueError)"
+            )
+
+
+def check_device(reader: Reader) -> None:
+    """verl asks Ray for its platform's resource (`NPU` on Ascend: RayResourcePool.get_placement_groups via
+    ray_resource_name()) and its workers read ASCEND_RT_VISIBLE_DEVICES there; hpcplace's nodes give Ray CUDA GPUs
+    (Slurm's GRES gpu, CUDA_VISIBLE_DEVICES), so a job for another device is refused rather than planned as GPUs."""
+    view = reader.get("trainer.device")
+    if view is None or view.deref().value in (None, "cuda"):
+        return
+    device = view.str()
+    if device == "npu":
+        raise view.error(
+            "trainer.device=npu: verl places its pools on Ascend NPUs (Ray resource 'NPU', "
+            "ASCEND_RT_VISIBLE_DEVICES) and hpcplace plans NVIDIA GPUs only (GRES gpu, CUDA_VISIBLE_DEVICES, "
+            "Ray 'GPU'): Ascend NPUs are not supported yet",
+            hint="plan the job for NVIDIA GPUs (trainer.device=cuda), or launch the Ascend job with verl's own "
+            "scripts (ray start on each node) without hpcplace",
+        )
+    raise view.error(
+        f"trainer.device={device}: hpcplace plans verl on CUDA GPUs only", hint="trainer.device=cuda (verl's default)"
+    )
 
 
 def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus | None) -> ExperimentSpec:
@@ -288,6 +543,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     if version is not None:
         notes.append(f"planned as {version.describe()}")
 
+    check_device(reader)
     mode_view = reader.get("trainer.v1.trainer_mode")
     use_v1 = reader.flag("trainer.use_v1", default=False)
     mode = mode_view.str() if use_v1 and mode_view is not None else "sync"
@@ -321,6 +577,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
                 f"reward_pool ({rn}x{rg} GPUs) is reserved by verl ({rm_prefix}.enable_resource_pool) though no "
                 f"reward model runs ({rm_prefix}.enable is false): its GPUs stay idle"
             )
+    teachers: list[Teacher] = []
     if reader.flag("distillation.enabled"):
         dn, dnv = reader.int("distillation.nnodes")
         dg, dgv = reader.int("distillation.n_gpus_per_node")
@@ -329,9 +586,18 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         if dn <= 0:
             raise dnv.error("config.distillation.nnodes must be greater than 0 (verl raises ValueError)")
         pools.append(Pool("teacher_pool", dn, dg, dnv))
+        teachers = read_teachers(reader, pools[-1], dgv, command.location(verl.entry).path)
 
     rtp, rdp, rpp, rworld, rview = rollout_world(reader, "actor_rollout_ref.rollout")
     r_gpn, _ = reader.int("actor_rollout_ref.rollout.n_gpus_per_node")
+    pd = read_prefill_decode(reader, "actor_rollout_ref.rollout", rtp, rdp, r_gpn)
+    if pd is not None:  # LLMServerManager._initialize_llm_servers: PD inflates the replica's footprint
+        rworld = pd.width
+        notes.append(
+            f"rollout: prefill-decode disaggregation: each replica is 1 prefill server of tp{pd.prefill_tp} then "
+            f"{pd.decodes} decode server(s) of tp{pd.decode_tp} = {pd.width} GPUs (components rollout*_prefill, "
+            "rollout*_decode)"
+        )
     hybrid = True
     standalone: list[Pool] = []
     if mode == "separate_async":
@@ -375,12 +641,21 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     job_options = slurm_job_options(slurm_view, extra=frozenset({"pools"}))
     labels = pool_labels(slurm_view, [p.name for p in pools])
     base = slurm_facts(slurm_view)
+    layouts = group_layouts(pools, labels)
     groups: list[NodeGroup] = []
-    for pool in pools:
-        label = labels[pool.name]
+    for label, layout in layouts.items():
         facts = slurm_facts(slurm_view, label, base)
-        check_gpus(pool, facts, label, site_gpus, slurm_view)
-        groups.append(facts_node_group(label, facts, pool.nodes, pool.per_node, pool.view))
+        check_gpus(layout, facts, label, site_gpus, slurm_view)
+        groups.append(facts_node_group(label, facts, layout.nodes, layout.per_node, layout.pools[0].view))
+    slots = {p.name: layouts[labels[p.name]].slots[p.name] for p in pools}
+    for label, layout in layouts.items():
+        if len(layout.pools) > 1:
+            notes.append(
+                f"node group {label!r} holds {' then '.join(f'{p.name} ({p.nodes}x{p.per_node})' for p in layout.pools)}:"
+                " each pool's group i is steered to the group's node i and takes the node's GPUs after the pools "
+                "created before it (verl creates its pools' placement groups in that order; Ray gives a node's "
+                "free GPUs to each group's bundles as it commits them)"
+            )
 
     # the processes on each pool
     entries: list[PlacementEntry] = []
@@ -406,7 +681,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     else:
         roles = ["actor_rollout_ref" if use_ref and not ref_in_actor else "actor_rollout"]
     roles += ["critic"] if use_critic else []
-    per_gpu = tuple((i,) for i in range(g.world))
+    per_gpu = tuple((i,) for i in slots[g.name])
     entries.append(PlacementEntry(tuple(roles), glabel, None, per_gpu, g.view.location()))
     notes.append(
         f"global_pool: one WorkerDict process per GPU holds {', '.join(roles)} (verl's create_colocated_worker_cls)"
@@ -421,25 +696,15 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
                 f"({g.nodes}x{g.per_node}): verl would start no rollout server",
                 hint="lower actor_rollout_ref.rollout.tensor_model_parallel_size (or dp/pp), or raise trainer.nnodes",
             )
-        entries.append(PlacementEntry(("rollout",), glabel, None, per_gpu[: count * rworld], rview.location()))
-        settings["rollout"] = ComponentSpec("rollout", tensor_parallel_size=rtp, pipeline_parallel_size=rpp)
+        add_replicas(entries, settings, "rollout", glabel[0], slots[g.name], count, rworld, pd, rview, rtp, rpp)
         notes.append(replicas_text("rollout (in the WorkerDict processes)", rworld, rtp, rdp, rpp, count, g))
         if g.world % rworld:
             notes.append(f"rollout: global_pool ranks {count * rworld}-{g.world - 1} hold no rollout replica")
     for pool in standalone:
-        entries.append(
-            PlacementEntry(
-                ("rollout_standalone",),
-                (labels[pool.name],),
-                None,
-                tuple((i,) for i in range(pool.world)),
-                pool.view.location(),
-            )
-        )
-        settings["rollout_standalone"] = ComponentSpec(
-            "rollout_standalone", tensor_parallel_size=rtp, pipeline_parallel_size=rpp
-        )
-        notes.append(replicas_text("rollout_standalone", rworld, rtp, rdp, rpp, pool.world // rworld, pool))
+        count = pool.world // rworld
+        args = (slots[pool.name], count, rworld, pd, pool.view, rtp, rpp)
+        add_replicas(entries, settings, "rollout_standalone", labels[pool.name], *args)
+        notes.append(replicas_text("rollout_standalone", rworld, rtp, rdp, rpp, count, pool))
     if rm_enable:
         mtp, mdp, mpp, mworld, mview = rollout_world(reader, f"{rm_prefix}.rollout")
         pool = next((p for p in pools if p.name == "reward_pool"), g)
@@ -456,7 +721,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         check_replica(mworld, pool.per_node, mview, f"{rm_prefix}.rollout")
         entries.append(
             PlacementEntry(
-                ("reward_model",), (labels[pool.name],), None, tuple((i,) for i in range(pool.world)), mview.location()
+                ("reward_model",), (labels[pool.name],), None, tuple((i,) for i in slots[pool.name]), mview.location()
             )
         )
         settings["reward_model"] = ComponentSpec("reward_model", tensor_parallel_size=mtp, pipeline_parallel_size=mpp)
@@ -465,17 +730,18 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
             notes.append(
                 "reward_model: colocated on global_pool in processes of its own (RolloutReplica.init_colocated)"
             )
-    teacher = next((p for p in pools if p.name == "teacher_pool"), None)
-    if teacher is not None:
-        entries.append(
-            PlacementEntry(
-                ("teacher_model",),
-                (labels[teacher.name],),
-                None,
-                tuple((i,) for i in range(teacher.world)),
-                teacher.view.location(),
-            )
+    teacher_pool = next((p for p in pools if p.name == "teacher_pool"), None)
+    start = 0
+    for t in teachers if teacher_pool is not None else []:
+        assert teacher_pool is not None
+        check_teacher_alignment(t, start, teacher_pool.per_node)
+        label = labels[teacher_pool.name]
+        mine = slots[teacher_pool.name][start : start + t.world]
+        add_replicas(entries, settings, t.component, label, mine, t.replicas, t.width, None, t.view, t.tp, t.pp)
+        notes.append(
+            replicas_text(f"{t.component} (key {t.key})", t.width, t.tp, t.dp, t.pp, t.replicas, teacher_pool, start)
         )
+        start += t.world
     notes.append(
         "verl's placement groups are steered: each pool's group i (one per node) goes to the i-th node of the pool's "
         "node group (hpcplace's hook adds that node's resource to its bundles; docs/formats/verl.md)"
@@ -486,7 +752,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         "(runtime/ip_order.py; with launch.steer: false the job checks the order at start and stops naming the "
         "difference)"
     )
-    groups, cpus = bundle_cpus(groups, entries, pools, labels)
+    groups, cpus = bundle_cpus(groups, entries, layouts)
     for key, count in cpus.items():
         settings[key] = replace(settings.get(key) or ComponentSpec(key), cpus_per_process=count)
     notes.append(
@@ -510,19 +776,19 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         job_options,
         notes=tuple(notes),
         composed=files,
-        steer=steer_rules(pools, cluster, rworld // standalone[0].per_node if standalone else 1),
+        steer=steer_rules(layouts, cluster, rworld // standalone[0].per_node if standalone else 1),
+        framework_version=PlannedVersion.of(version),
     )
 
 
 def pool_labels(slurm_view: View | None, pools: list[str]) -> dict[str, str]:
     """`slurm.pools: {reward_pool: rtx4090}`: the node group of each pool (default: its own group, named
-    after the pool, with the `slurm:` block's defaults). Two pools never share a group: Ray would choose
-    which of its nodes each pool gets."""
+    after the pool, with the `slurm:` block's defaults). Pools may share a group (`{teacher_pool: global_pool}`:
+    group_layouts), except the standalone rollout pool, whose replicas Ray packs itself (PACK groups)."""
     labels = {p: p for p in pools}
     view = slurm_view.get("pools") if slurm_view is not None else None
     if view is None or view.value is None:
         return labels
-    seen: dict[str, str] = {}
     for key, child in view.items():
         if key not in POOLS:
             near = closest(str(key), POOLS)
@@ -536,73 +802,125 @@ def pool_labels(slurm_view: View | None, pools: list[str]) -> dict[str, str]:
                 hint="global_pool always; reward_pool with reward.reward_model.enable_resource_pool=true; "
                 "teacher_pool with distillation.enabled=true; rollout_pool in trainer.v1.trainer_mode=separate_async",
             )
-        label = child.str()
-        if label in seen:
+        labels[str(key)] = child.str()
+    for key, child in view.items():
+        others = [p for p in pools if p != key and labels[p] == labels[str(key)]]
+        if others and "rollout_pool" in (key, *others):
             raise child.error(
-                f"slurm.pools: {key} and {seen[label]} on one node group {label!r}: verl does not say which of its "
-                "nodes each pool takes (Ray chooses), so the plan could not be exact",
-                hint="give each pool its own node group (they may share a partition)",
+                f"slurm.pools: {key} and {others[0]} on one node group {labels[str(key)]!r}: verl makes one pool of "
+                "PACK placement groups per standalone rollout replica, and Ray chooses which GPUs of a shared node "
+                "each takes, so the plan could not be exact",
+                hint="give rollout_pool a node group of its own (it may share a partition)",
             )
-        seen[label] = str(key)
-        labels[str(key)] = label
     return labels
 
 
-def check_gpus(pool: Pool, facts: SlurmFacts, label: str, site_gpus: SiteGpus | None, view: View | None) -> None:
-    """A pool's nodes must have its per-node GPU count (STRICT_PACK: one node per placement group)."""
+@dataclass(frozen=True)
+class GroupLayout:
+    """The pools on one node group: pool p's placement group i on the group's node i (steered), its bundles on
+    the GPUs after those of the pools created before it (Ray gives a node's free GPUs to bundles as each group
+    is committed, and verl creates its pools' groups in POOLS order)."""
+
+    pools: tuple[Pool, ...]
+    nodes: int
+    per_node: int  # the GPUs each node needs: the most the pools take on any one node
+    slots: dict[str, tuple[int, ...]]  # pool -> the group's GPU index (node * per_node + GPU) of each pool rank
+
+
+def group_layouts(pools: list[Pool], labels: dict[str, str]) -> dict[str, GroupLayout]:
+    """Each node group (in order of its first pool) with its pools laid out: a 7-GPU global_pool and a 1-GPU
+    teacher_pool on one 8-GPU node take GPUs 0-6 and 7."""
+    out: dict[str, GroupLayout] = {}
+    for label in dict.fromkeys(labels[p.name] for p in pools):
+        members = tuple(p for p in pools if labels[p.name] == label)
+        nodes = max(p.nodes for p in members)
+        width = max(sum(p.per_node for p in members if p.nodes > n) for n in range(nodes))
+        used = [0] * nodes
+        slots: dict[str, tuple[int, ...]] = {}
+        for pool in members:
+            slots[pool.name] = tuple(n * width + used[n] + b for n in range(pool.nodes) for b in range(pool.per_node))
+            for n in range(pool.nodes):
+                used[n] += pool.per_node
+        out[label] = GroupLayout(members, nodes, width, slots)
+    return out
+
+
+def check_gpus(
+    layout: GroupLayout, facts: SlurmFacts, label: str, site_gpus: SiteGpus | None, view: View | None
+) -> None:
+    """A group's nodes must have its pools' per-node GPU count (STRICT_PACK: one node per placement group)."""
     have = facts.gpus_per_node
     source = f"slurm.node_groups.{label}.gpus_per_node / slurm.gpus_per_node"
     if have is None and site_gpus is not None:
         found = site_gpus(facts.partition, facts.gpu_type)
         have, source = found.count, found.source
-    if have is not None and have < pool.per_node:
+    if have is not None and have < layout.per_node:
+        pool = layout.pools[0]
         where = view if view is not None else pool.view
+        what = (
+            f"{pool.name} needs {pool.per_node} GPUs on each of its {pool.nodes} node(s)"
+            if len(layout.pools) == 1
+            else f"{' + '.join(f'{p.name} ({p.nodes}x{p.per_node})' for p in layout.pools)} need {layout.per_node} "
+            "GPUs on a node"
+        )
         raise where.error(
-            f"{pool.name} needs {pool.per_node} GPUs on each of its {pool.nodes} node(s) (one STRICT_PACK placement "
-            f"group per node) and node group {label!r} has {have} ({source})",
+            f"{what} (one STRICT_PACK placement group per node) and node group {label!r} has {have} ({source})",
             hint="lower the pool's n_gpus_per_node, or put the pool on nodes with more GPUs (slurm.pools)",
         )
 
 
-def steer_rules(pools: list[Pool], cluster: Cluster, replica_nodes: int) -> tuple[SteerRule, ...]:
+def steer_rules(layouts: dict[str, GroupLayout], cluster: Cluster, replica_nodes: int) -> tuple[SteerRule, ...]:
     """verl names each pool's placement groups `<pool>verl_group_<counts>:<i>`, one per node (RayResourcePool.
     get_placement_groups; a standalone rollout replica r's pool is `rollout_pool_<r>`): group i of a pool goes to
-    the i-th node of the pool's node group (pools[g] is node group g; a replica's groups follow the replicas
-    before it, `replica_nodes` nodes each)."""
+    the i-th node of the pool's node group (layouts' g-th group is node group g; pools sharing a group each take
+    its first nodes; a replica's groups follow the replicas before it, `replica_nodes` nodes each)."""
     rules = []
-    for g, pool in enumerate(pools):
-        nodes = cluster.node_ranks(g)
-        if pool.name == "rollout_pool":
-            rules.append(
-                SteerRule(
-                    "verl rollout_pool_<r> (standalone rollout replica r)",
-                    "group",
-                    nodes,
-                    name=r"rollout_pool_(?P<replica>[0-9]+)verl_group_[0-9_]+:(?P<index>[0-9]+)",
-                    stride=replica_nodes,
+    for g, layout in enumerate(layouts.values()):
+        for pool in layout.pools:
+            nodes = cluster.node_ranks(g)[: pool.nodes]
+            if pool.name == "rollout_pool":
+                rules.append(
+                    SteerRule(
+                        "verl rollout_pool_<r> (standalone rollout replica r)",
+                        "group",
+                        nodes,
+                        name=r"rollout_pool_(?P<replica>[0-9]+)verl_group_[0-9_]+:(?P<index>[0-9]+)",
+                        stride=replica_nodes,
+                    )
                 )
-            )
-        else:
-            rules.append(SteerRule(f"verl {pool.name}", "group", nodes, name=re.escape(pool.name) + PG_NAME_TAIL))
+            else:
+                rules.append(SteerRule(f"verl {pool.name}", "group", nodes, name=re.escape(pool.name) + PG_NAME_TAIL))
     return tuple(rules)
 
 
 def bundle_cpus(
-    groups: list[NodeGroup], entries: list[PlacementEntry], pools: list[Pool], labels: dict[str, str]
+    groups: list[NodeGroup], entries: list[PlacementEntry], layouts: dict[str, GroupLayout]
 ) -> tuple[list[NodeGroup], dict[str, int]]:
     """Each GPU's bundle holds max_colocate_count CPUs, shared by the processes on that GPU, and verl's
     TaskRunner takes one CPU before any pool exists: without it a node of exactly 3 CPUs per GPU could
-    never hold its pool's STRICT_PACK group. The first component on a pool's GPUs asks for what the others
-    leave of the bundle; a group without cpus_per_node gets the bundles' CPUs + 1."""
+    never hold its pool's STRICT_PACK group. The first component on a GPU asks for what the others there
+    leave of the bundle; a group without cpus_per_node gets its busiest node's bundle CPUs + 1."""
     per_process: dict[str, int] = {}
     out = []
-    for group, pool in zip(groups, pools, strict=True):
-        bundle = STANDALONE_COLOCATE if pool.name == "rollout_pool" else COLOCATE
-        names = [c for e in entries if e.node_group == (labels[pool.name],) for c in e.components]
-        if names:
-            per_process[names[0]] = max(1, bundle - (len(names) - 1))
-        per_gpu = max(bundle, len(names))
+    for group, (label, layout) in zip(groups, layouts.items(), strict=True):
+        on_slot: dict[int, list[str]] = {}
+        for entry in entries:
+            if entry.node_group == (label,):
+                for slot in entry.resource_lists or ():
+                    for component in entry.components:
+                        on_slot.setdefault(slot[0], []).append(component)
+        node_cpus = [0] * layout.nodes
+        for pool in layout.pools:
+            bundle = STANDALONE_COLOCATE if pool.name == "rollout_pool" else COLOCATE
+            mine = [on_slot.get(slot, []) for slot in layout.slots[pool.name]]
+            for names in mine:
+                if names:
+                    cpus = max(1, bundle - (len(names) - 1))
+                    per_process[names[0]] = min(per_process.get(names[0], cpus), cpus)
+            per_gpu = max(bundle, *(len(n) for n in mine))
+            for n in range(pool.nodes):
+                node_cpus[n] += per_gpu * pool.per_node
         if group.cpus_per_node is None:
-            group = replace(group, cpus_per_node=per_gpu * pool.per_node + 1)
+            group = replace(group, cpus_per_node=max(node_cpus) + 1)
         out.append(group)
     return out, per_process

@@ -65,7 +65,30 @@ def pool_spec(config: Any) -> tuple[dict[str, list[int]], list[str], str]:
     if rm.enable_resource_pool:
         spec["reward_pool"] = [rm.n_gpus_per_node] * rm.nnodes
         reward = "reward_pool"
+    if config.distillation.enabled:
+        spec["teacher_pool"] = [config.distillation.n_gpus_per_node] * config.distillation.nnodes
     return spec, roles, reward
+
+
+def teachers(config: Any) -> list[tuple[str, int, int]]:
+    """(component, num_replicas, per_replica_world_size) of each teacher in verl's order, as
+    DistillationConfig._resolve_teacher_models resolves them (verl 0.9.1 verl/workers/config/distillation.py;
+    that module imports the training stack): `teacher_model` alone fills the pool, beside others it is dropped;
+    RolloutConfig's defaults (tp 2, dp 1, pp 1) for sizes an added entry does not give."""
+    models = dict(config.distillation.teacher_models)
+    pool = config.distillation.n_gpus_per_node * config.distillation.nnodes
+    out = []
+    for name, entry in models.items():
+        if len(models) > 1 and name == "teacher_model":
+            continue
+        inference = entry.get("inference", {})
+        width = inference.get("tensor_model_parallel_size", 2) * inference.get("data_parallel_size", 1)
+        width *= inference.get("pipeline_model_parallel_size", 1)
+        if len(models) == 1:
+            out.append(("teacher_model", pool // width, width))
+        else:
+            out.append((f"teacher_{name}", entry.num_replicas, width))
+    return out
 
 
 def main() -> int:
@@ -179,6 +202,16 @@ def place(config: Any, rank_of: dict[str, int]) -> list[dict[str, Any]]:
             )
             for where in group.where():
                 add("reward_model", replica * r_width + where["rank"], where)
+    if config.distillation.enabled:  # MultiTeacherModelManager, then each TeacherModelManager, split the pool
+        resolved = teachers(config)
+        by_teacher = split_resource_pool(pools["teacher_pool"], split_size=[n * w for _, n, w in resolved])
+        for (component, _replicas, width), sub in zip(resolved, by_teacher, strict=True):
+            for replica, part in enumerate(split_resource_pool(sub, split_size=width)):
+                group = RayWorkerGroup(
+                    resource_pool=part, ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(Probe)), bin_pack=False
+                )
+                for where in group.where():
+                    add(component, replica * width + where["rank"], where)
     return records
 
 

@@ -1,6 +1,7 @@
 """Read a framework's argparse flags from its source without running it (its CLI module imports Ray, vLLM,
 DeepSpeed): every `parser.add_argument("--x", ...)` with literal arguments, as hpcplace's flag tables
-record them. Used by the tests that check those tables against the installed or checked-out framework."""
+record them. Used by scripts/gen_openrlhf_flags.py (hpcplace's data of each OpenRLHF release) and by the tests
+that check the flag tables against the installed or checked-out framework; never at plan time."""
 
 from __future__ import annotations
 
@@ -54,8 +55,8 @@ def argparse_flags(source: str, function: str | None = None) -> dict[str, dict[s
                 values = None
             if isinstance(values, (tuple, list)) and all(isinstance(v, str) for v in values):
                 for value in values:
-                    for child in node.body:
-                        visit(child, {**env, node.target.id: value})
+                    for statement in node.body:
+                        visit(statement, {**env, node.target.id: value})
                 return
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
             names = [n for a in node.args if (n := _name(a, env)) is not None]
