@@ -112,7 +112,10 @@ def test_a_launcher_format_stated_for_another_command_is_refused_at_its_first_wo
 def test_an_unknown_entry_point_is_named_with_what_each_format_knows(tmp_path: Path) -> None:
     err = refused(tmp_path, "python3 -u -m mylab.train --nodes 2")
     assert "entry point 'mylab.train'" in err.message and column(err) == len("python3 -u -m ") + 1
-    assert "verl: verl.trainer.main_*, verl.experimental.fully_async_policy.fully_async_main" in err.message and "openrlhf: openrlhf.cli.train_*[.py]" in err.message
+    assert (
+        "verl: verl.trainer.main_*, verl.experimental.fully_async_policy.fully_async_main" in err.message
+        and "openrlhf: openrlhf.cli.train_*[.py]" in err.message
+    )
     assert err.hint is not None and "format: <name>" in err.hint and "--format" in err.hint
 
 
