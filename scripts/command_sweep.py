@@ -290,6 +290,29 @@ def report(name: str, runs: list[ScriptRun], planned: list[tuple[Recorded, Outco
     return lines
 
 
+# Where each framework's checkout declares its version (the release its rules are read by): OpenRLHF's setup.py
+# reads version.txt, verl's verl/version/version, NeMo-RL's nemo_rl/package_info.py, slime's setup.py says it
+_VERSION_FILES = ("version.txt", "verl/version/version")
+_NEMO_RL_PARTS = re.compile(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE) = (?:(\d+)|\"([^\"]*)\")$", re.M)
+_SETUP_VERSION = re.compile(r"""^\s*version\s*=\s*["']([^"']+)["']""", re.M)
+
+
+def declared_version(checkout: Path) -> str | None:
+    """The framework version a checkout declares, or None: its commands are planned as that release's
+    (`hpcplace.framework_version`), not as the release installed where hpcplace runs."""
+    for name in _VERSION_FILES:
+        if (checkout / name).is_file():
+            return (checkout / name).read_text(encoding="utf-8").strip() or None
+    info = checkout / "nemo_rl" / "package_info.py"
+    if info.is_file():
+        parts = {m.group(1): m.group(2) or m.group(3) for m in _NEMO_RL_PARTS.finditer(info.read_text("utf-8"))}
+        if {"MAJOR", "MINOR", "PATCH"} <= parts.keys():
+            return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE') or ''}"
+    setup = checkout / "setup.py"
+    found = _SETUP_VERSION.search(setup.read_text(encoding="utf-8")) if setup.is_file() else None
+    return found.group(1) if found else None
+
+
 def main(argv: list[str]) -> int:
     ours, plan_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -310,10 +333,19 @@ def main(argv: list[str]) -> int:
         if not args.site:
             site.write_text(SITE, encoding="utf-8")
         for n, checkout in enumerate(args.checkouts):
+            version = declared_version(checkout)
+            stated = [f"hpcplace.framework_version={version}"] if version else []
             runs, planned = sweep(
-                checkout, work / f"c{n}", site, plan_args, timeout=args.timeout, jobs=args.jobs, sandbox=sandbox
+                checkout,
+                work / f"c{n}",
+                site,
+                [*stated, *plan_args],
+                timeout=args.timeout,
+                jobs=args.jobs,
+                sandbox=sandbox,
             )
-            print("\n".join(report(checkout.name, runs, planned)), flush=True)
+            name = f"{checkout.name} (planned as version {version})" if version else checkout.name
+            print("\n".join(report(name, runs, planned)), flush=True)
             tracebacks += sum(o.kind == "traceback" for _, o in planned)
     return 1 if tracebacks else 0
 

@@ -89,3 +89,21 @@ def test_a_verl_checkout_is_planned_with_its_own_config(tmp_path: Path) -> None:
     (tmp_path / "verl" / "trainer" / "config").mkdir(parents=True)
     assert sweep.checkout_env(tmp_path) == {"HPCPLACE_VERL_SRC": str(tmp_path.resolve())}
     assert sweep.checkout_env(tmp_path / "verl") == {}
+
+
+def test_each_checkout_is_planned_as_the_release_it_declares(tmp_path: Path) -> None:
+    """A checkout's commands are read by its own release's rules: the version each framework's checkout
+    declares where its build reads it (OpenRLHF's version.txt, verl's verl/version/version, NeMo-RL's
+    package_info.py parts, slime's setup.py), None where it declares none."""
+    openrlhf, verl, nemo_rl, slime, other = (tmp_path / n for n in ("openrlhf", "verl", "nemo", "slime", "other"))
+    openrlhf.mkdir()
+    (openrlhf / "version.txt").write_text("0.11.0\n")
+    (verl / "verl" / "version").mkdir(parents=True)
+    (verl / "verl" / "version" / "version").write_text("0.10.0.dev\n")
+    (nemo_rl / "nemo_rl").mkdir(parents=True)
+    (nemo_rl / "nemo_rl" / "package_info.py").write_text('MAJOR = 0\nMINOR = 6\nPATCH = 0\nPRE_RELEASE = "rc1"\n')
+    slime.mkdir()
+    (slime / "setup.py").write_text('setup(\n    name="slime",\n    version="0.3.1",\n)\n')
+    other.mkdir()
+    got = [sweep.declared_version(c) for c in (openrlhf, verl, nemo_rl, slime, other)]
+    assert got == ["0.11.0", "0.10.0.dev", "0.6.0rc1", "0.3.1", None]
