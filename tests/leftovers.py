@@ -1,5 +1,6 @@
 """What a test run left on the machine: files in /dev/shm and /tmp (this host's and the test cluster's
-nodes'), processes it started, Slurm jobs still queued. tests/conftest.py takes a snapshot at the start of
+nodes'), in the user's ~/.ray (Ray 2.60's local ray.init() writes ~/.ray/auth_token, after which every
+`ray start --head` of the user asks for it), processes it started, Slurm jobs still queued. tests/conftest.py takes a snapshot at the start of
 the session and fails the session naming whatever is new at its end: a test must clean up after itself, and
 a job or a local run that leaves node-local state behind is a bug in hpcplace.
 
@@ -27,6 +28,7 @@ class Snapshot:
 
     shm: frozenset[str]
     tmp: frozenset[str]
+    ray_home: frozenset[str] = frozenset()  # ~/.ray
 
 
 def entries(folder: Path) -> frozenset[str]:
@@ -36,18 +38,22 @@ def entries(folder: Path) -> frozenset[str]:
         return frozenset()
 
 
-def take(root: Path = Path("/")) -> Snapshot:
-    return Snapshot(entries(root / "dev" / "shm"), entries(root / "tmp"))
+def take(root: Path = Path("/"), ray_home: Path | None = None) -> Snapshot:
+    ray = ray_home if ray_home is not None else Path.home() / ".ray"
+    return Snapshot(entries(root / "dev" / "shm"), entries(root / "tmp"), entries(ray))
 
 
-def new_files(before: Snapshot, ignored: Iterable[str] = (), root: Path = Path("/")) -> list[str]:
-    """Entries of /dev/shm and /tmp that were not there at the start (`ignored`: names in /tmp the test
+def new_files(
+    before: Snapshot, ignored: Iterable[str] = (), root: Path = Path("/"), ray_home: Path | None = None
+) -> list[str]:
+    """Entries of /dev/shm, /tmp and ~/.ray that were not there at the start (`ignored`: names in /tmp the test
     harness itself keeps, such as the test cluster's state directory)."""
-    now = take(root)
+    ray = ray_home if ray_home is not None else Path.home() / ".ray"
+    now = take(root, ray)
     skip = set(ignored)
     shm = [f"{root / 'dev/shm' / name}" for name in sorted(now.shm - before.shm)]
     tmp = [f"{root / 'tmp' / name}" for name in sorted(now.tmp - before.tmp - skip)]
-    return shm + tmp
+    return shm + tmp + [f"{ray / name}" for name in sorted(now.ray_home - before.ray_home)]
 
 
 def marked_processes(token: str) -> list[str]:
@@ -101,10 +107,11 @@ def main(argv: list[str]) -> int:
     what, path = argv[0], Path(argv[1])
     if what == "snapshot":
         now = take()
-        path.write_text(json.dumps({"shm": sorted(now.shm), "tmp": sorted(now.tmp)}), encoding="utf-8")
+        saved = {"shm": sorted(now.shm), "tmp": sorted(now.tmp), "ray_home": sorted(now.ray_home)}
+        path.write_text(json.dumps(saved), encoding="utf-8")
         return 0
     saved = json.loads(path.read_text(encoding="utf-8"))
-    before = Snapshot(frozenset(saved["shm"]), frozenset(saved["tmp"]))
+    before = Snapshot(frozenset(saved["shm"]), frozenset(saved["tmp"]), frozenset(saved["ray_home"]))
     from tests.slurm.conftest import harness_tmp_names
 
     within = float(argv[2]) if len(argv) == 3 else 30.0

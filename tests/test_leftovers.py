@@ -12,17 +12,21 @@ from pathlib import Path
 from tests import leftovers
 
 
-def test_new_entries_in_tmp_and_shm_are_named(tmp_path: Path) -> None:
+def test_new_entries_in_tmp_shm_and_ray_home_are_named(tmp_path: Path) -> None:
     root = tmp_path / "root"
+    ray_home = tmp_path / "home" / ".ray"  # absent at the start, as on a machine that never ran Ray
     (root / "tmp" / "was-there").mkdir(parents=True)
     (root / "dev" / "shm").mkdir(parents=True)
-    before = leftovers.take(root)
+    before = leftovers.take(root, ray_home)
     (root / "tmp" / "left-by-a-test").mkdir()
     (root / "tmp" / "hpcplace-slurm").mkdir()
     (root / "dev" / "shm" / "hpcplace-777").mkdir()
-    assert leftovers.new_files(before, ["hpcplace-slurm"], root) == [
+    ray_home.mkdir(parents=True)
+    (ray_home / "auth_token").write_text("written by a local ray.init()")
+    assert leftovers.new_files(before, ["hpcplace-slurm"], root, ray_home) == [
         f"{root}/dev/shm/hpcplace-777",
         f"{root}/tmp/left-by-a-test",
+        f"{ray_home}/auth_token",
     ]
 
 
