@@ -141,7 +141,7 @@ def model(argv: list[str], nodes: int, gpn: int, choose: Any = None) -> dict[tup
     """hpcplace's model of OpenRLHF's placement (hpcplace.config.formats.openrlhf), `choose` deciding ties."""
     command = command_from_driver(["python3", "-m", "openrlhf.cli.train_ppo_ray", *argv])
     entry = openrlhf.entry_index(command)
-    args = openrlhf.parse_args(command, entry, None)
+    args = openrlhf.parse_args(command, entry, None, [])
     groups, sizes = openrlhf.groups_of(command, entry, args, [])
     placed = openrlhf.layout(groups, nodes, gpn, *([choose] if choose else []))
     assert placed is not None
@@ -157,7 +157,7 @@ def ray_sequence(argv: list[str], seen: dict[tuple[str, int], list[tuple[int, in
     """The Ray node of every bundle OpenRLHF's groups took, in the order the model places them."""
     command = command_from_driver(["python3", "-m", "openrlhf.cli.train_ppo_ray", *argv])
     entry = openrlhf.entry_index(command)
-    args = openrlhf.parse_args(command, entry, None)
+    args = openrlhf.parse_args(command, entry, None, [])
     groups, sizes = openrlhf.groups_of(command, entry, args, [])
     sequence = []
     for g in groups:
