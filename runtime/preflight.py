@@ -297,6 +297,17 @@ def shebang_interpreter(path: str) -> str | None:
 
 
 # What `ray start --include-dashboard=true` checks first (Ray's own function; absent in another Ray: no check).
+def import_check(module: str) -> str:
+    """`python -c` code that imports `module` and fails unless it is the package itself: run from the programs'
+    working directory, where a folder of that name (the run directory's ray/, written at render) imports as an
+    empty namespace package."""
+    return (
+        f"import {module} as m\n"
+        f"m.__file__ or exit('{module} here is the folder ' + ', '.join(m.__path__) + ', not the package: it is "
+        f"not installed in this Python')"
+    )
+
+
 DASHBOARD_CHECK = (
     "import sys, ray._private.utils as u\n"
     "e = getattr(u, 'get_dashboard_dependency_error', lambda: None)()\n"
@@ -663,7 +674,7 @@ def check_node(
             jobs.append(
                 (
                     f"{check.what}: {check.program} -c 'import {check.needs}'",
-                    [check.resolved, "-c", f"import {check.needs}"],
+                    [check.resolved, "-c", import_check(check.needs)],
                     dict(environ),
                     True,
                 )
@@ -678,7 +689,7 @@ def check_node(
             jobs.append(
                 (
                     f"{check.what}: {check.program} -c 'import hpcplace.runtime'",
-                    [check.resolved, "-c", "import hpcplace.runtime"],
+                    [check.resolved, "-c", import_check("hpcplace.runtime")],
                     dict(environ),
                     check.needs_runtime,
                 )
@@ -687,7 +698,7 @@ def check_node(
         jobs.append(
             (
                 f"Ray: {plan.ray_python} -c 'import ray' (the raylet's `ray start`)",
-                [plan.ray_python, "-c", "import ray"],
+                [plan.ray_python, "-c", import_check("ray")],
                 dict(environ),
                 True,
             )

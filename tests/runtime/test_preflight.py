@@ -377,3 +377,24 @@ def test_infiniband_fact_reads_the_adapters_and_the_device_dir(tmp_path: Path) -
     assert pf.infiniband_fact(str(sys_dir), str(dev_dir)) == (True, False)
     dev_dir.mkdir()
     assert pf.infiniband_fact(str(sys_dir), str(dev_dir)) == (True, True)
+
+
+def test_an_import_check_is_not_fooled_by_a_folder_of_that_name(tmp_path: Path) -> None:
+    """The children check `import ray` from the programs' working directory, the run directory, whose ray/ folder
+    (the job's token, the steering hook) imports as an empty namespace package: the check must still fail where
+    the package is not installed, naming the folder, and pass where it is."""
+    import subprocess
+
+    (tmp_path / "hpcplace_probe_missing").mkdir()
+    missing = subprocess.run(
+        [sys.executable, "-c", pf.import_check("hpcplace_probe_missing")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert missing.returncode == 1, missing
+    assert f"the folder {tmp_path / 'hpcplace_probe_missing'}, not the package" in missing.stderr
+    (tmp_path / "json").mkdir()  # a folder cannot hide the real package
+    installed = subprocess.run([sys.executable, "-c", pf.import_check("json")], cwd=tmp_path, check=False)
+    assert installed.returncode == 0
