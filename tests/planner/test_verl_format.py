@@ -590,6 +590,8 @@ def test_fully_async_refuses_what_its_trainer_and_rollouter_assert_at_the_key(tm
     assert "GenRM/DisRM in fully async mode requires standalone mode" in err.message
     err = async_error(tmp_path, "actor_rollout_ref.rollout.mode=sync")
     assert "asserts rollout.mode == 'async'" in err.message
+    err = async_error(tmp_path, "actor_rollout_ref.rollout.tensor_model_parallel_size=16")  # rollout: 1 x 8 GPUs
+    assert "no rollout replica fits" in err.message and "verl would start no rollout server" in err.message
 
 
 def test_fully_async_reward_model_is_standalone_replicas_of_their_own(tmp_path: Path) -> None:
