@@ -590,6 +590,11 @@ def test_fully_async_refuses_what_its_trainer_and_rollouter_assert_at_the_key(tm
     assert "GenRM/DisRM in fully async mode requires standalone mode" in err.message
     err = async_error(tmp_path, "actor_rollout_ref.rollout.mode=sync")
     assert "asserts rollout.mode == 'async'" in err.message
+    trtllm = ["async_training.use_trainer_do_validate=True", "actor_rollout_ref.rollout.name=trtllm"]
+    err = async_error(tmp_path, *trtllm)
+    assert "init_hybrid_colocated(worker_group, None)" in err.message  # verl's AttributeError, said before the job
+    at = column_of([*ASYNC, *ASYNC_SET, *trtllm], 6) + len("actor_rollout_ref.rollout.name=")
+    assert err.location is not None and err.location.column == at
     err = async_error(tmp_path, "actor_rollout_ref.rollout.tensor_model_parallel_size=16")  # rollout: 1 x 8 GPUs
     assert "no rollout replica fits" in err.message and "verl would start no rollout server" in err.message
 

@@ -770,6 +770,15 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
                 hint="give the rollout nodes (rollout.nnodes, rollout.n_gpus_per_node), or set "
                 "async_training.use_dynamic_resource_scheduling=True to generate on the trainer's GPUs",
             )
+        name_view = reader.need("actor_rollout_ref.rollout.name")
+        if hybrid and name_view.str() == "trtllm":
+            raise name_view.error(
+                "trtllm with hybrid replicas (async_training.use_trainer_do_validate / "
+                "use_dynamic_resource_scheduling): verl's FullyAsyncLLMServerManager starts them with "
+                "init_hybrid_colocated(worker_group, None), and TRTLLMReplica.launch_servers reads that pool's "
+                "placement groups (`self.resource_pool.pgs`): verl fails there (AttributeError)",
+                hint="use vllm or sglang for trainer-side validation / dynamic resource scheduling, or turn both off",
+            )
         hybrids = nnodes * gpn // rworld if hybrid else 0
         standalone = standalone_rollout(sn, snv, r_gpn, rworld, rview, hybrids, notes) if sn > 0 else []
         if hybrids == 0 and not standalone:
