@@ -50,10 +50,14 @@ def needs_hydra(doc: YamlDocument, overrides: Sequence[str]) -> bool:
 
 
 def compose(
-    doc: YamlDocument, overrides: Sequence[str], found_env: Mapping[str, str] | None = None
+    doc: YamlDocument,
+    overrides: Sequence[str],
+    found_env: Mapping[str, str] | None = None,
+    searchpath: Sequence[str] | None = None,
 ) -> tuple[YamlDocument, tuple[str, ...]]:
     """Compose `doc` with Hydra; returns the located composed document and the files it came from.
-    `found_env`: what `searchpath_env` found for variables the shell did not export."""
+    `found_env`: what `searchpath_env` found for variables the shell did not export; `searchpath`: the
+    hydra.searchpath to use in place of the config's own (Hydra's `hydra.searchpath=[...]` override)."""
     try:
         from hydra import compose as hydra_compose
         from hydra import initialize_config_dir
@@ -88,8 +92,9 @@ def compose(
                 loader = GlobalHydra.instance().config_loader()
                 # hydra.searchpath of the primary config is appended by Hydra while loading: do the same
                 search = [_file_dir(e.path) for e in loader.get_search_path().get_path()]
-                search += _searchpath_dirs(doc, found_env)
-                cfg = hydra_compose(config_name=path.stem, overrides=list(overrides))
+                search += _searchpath_dirs(doc, found_env) if searchpath is None else [_file_dir(e) for e in searchpath]
+                given = [] if searchpath is None else [f"hydra.searchpath=[{','.join(searchpath)}]"]
+                cfg = hydra_compose(config_name=path.stem, overrides=[*overrides, *given])
                 data = OmegaConf.to_container(cfg, resolve=False)
     except SpecError:
         raise
@@ -187,7 +192,7 @@ def searchpath_env(doc: YamlDocument) -> dict[str, str]:
     is a folder (RLinf's run scripts export EMBODIED_PATH as the examples/... folder whose config/ holds
     the file, REPO_PATH as the checkout). Only an entry naming a folder below the variable
     (`${X}/config/`) can tell; a bare `${X}/`, or no folder that fits, is refused naming the variable."""
-    entries = _searchpath_entries(doc)
+    entries = searchpath_entries(doc)
     needed: dict[str, list[str]] = {}
     for entry in entries:
         for m in _ENV_IN_SEARCHPATH.finditer(entry):
@@ -351,11 +356,16 @@ def _compose_hint(exc: BaseException) -> str:
 
 
 def split_overrides(
-    doc: YamlDocument, overrides: Sequence[str], found_env: Mapping[str, str] | None = None
+    doc: YamlDocument,
+    overrides: Sequence[str],
+    found_env: Mapping[str, str] | None = None,
+    searchpath: Sequence[str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """Overrides Hydra must see (config groups `model=x`, `+group/opt@pkg`, `~key`) vs. plain values,
-    which hpcplace applies after composition (they may create keys, like `--set slurm.partition=p`)."""
-    bases = [Path(doc.path).resolve().parent] + [p for p in _searchpath_dirs(doc, found_env or {}) if p is not None]
+    which hpcplace applies after composition (they may create keys, like `--set slurm.partition=p`).
+    `searchpath`: as for compose."""
+    dirs = _searchpath_dirs(doc, found_env or {}) if searchpath is None else [_file_dir(e) for e in searchpath]
+    bases = [Path(doc.path).resolve().parent] + [p for p in dirs if p is not None]
     hydra, plain = [], []
     for text in overrides:
         key = text.partition("=")[0]
@@ -368,7 +378,8 @@ def split_overrides(
     return hydra, plain
 
 
-def _searchpath_entries(doc: YamlDocument) -> list[str]:
+def searchpath_entries(doc: YamlDocument) -> list[str]:
+    """The config's own `hydra.searchpath` entries, as written."""
     hydra = doc.data.get("hydra") if isinstance(doc.data, dict) else None
     entries = hydra.get("searchpath") if isinstance(hydra, dict) else None
     return [str(e) for e in entries] if isinstance(entries, list) else []
@@ -378,7 +389,7 @@ def _searchpath_dirs(doc: YamlDocument, found_env: Mapping[str, str]) -> list[Pa
     env = {**os.environ, **found_env}
     return [
         _file_dir(_ENV_IN_SEARCHPATH.sub(lambda m: env.get(m.group(1), m.group(2) or ""), entry))
-        for entry in _searchpath_entries(doc)
+        for entry in searchpath_entries(doc)
     ]
 
 

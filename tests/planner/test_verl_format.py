@@ -500,10 +500,136 @@ def test_the_standalone_rollout_pool_does_not_share_a_node_group(tmp_path: Path)
     assert err.location is not None and err.location.line == 3
 
 
-def test_the_fully_async_entry_point_is_refused_at_its_word_with_the_reason(tmp_path: Path) -> None:
-    argv = ["python3", "-m", "verl.experimental.fully_async_policy.fully_async_main", "trainer.nnodes=1"]
+ASYNC = ["python3", "-m", "verl.experimental.fully_async_policy.fully_async_main"]
+ASYNC_SET = ["actor_rollout_ref.hybrid_engine=False", "data.train_batch_size=0"]  # as its shell examples set
+
+
+def async_spec(tmp_path: Path, *words: str, text: str | None = None):  # type: ignore[no-untyped-def]  # the spec
+    return load_spec(site(tmp_path, text) if text else site(tmp_path), driver=[*ASYNC, *ASYNC_SET, *words])
+
+
+def async_error(tmp_path: Path, *words: str, text: str | None = None) -> SpecError:
     with pytest.raises(SpecError) as err:
-        load_spec(site(tmp_path), driver=argv)  # the format is told by the entry point (formats/command.py)
-    assert "fully async trainer" in err.value.message and "not planned yet" in err.value.message
-    assert err.value.location is not None and err.value.location.column == column_of(argv, 2)
-    assert err.value.hint is not None and "separate_async" in err.value.hint
+        async_spec(tmp_path, *words, text=text)
+    return err.value
+
+
+def steered(spec, name: str, bundles: int = 1) -> list[int] | None:  # type: ignore[no-untyped-def]  # a spec
+    """The nodes hpcplace's hook gives a placement group of that name (None: no rule steers it)."""
+    from hpcplace.runtime.steer_hook import pin_targets
+
+    for rule in spec.steer:
+        targets, why = pin_targets(rule.to_json(), name, bundles, None)
+        assert why == ""
+        if targets is not None:
+            return targets
+    return None
+
+
+def test_fully_async_places_a_trainer_pool_and_one_pool_per_standalone_replica(tmp_path: Path) -> None:
+    # dapo_7b_math_fsdp2_4_4.sh's sizes: 4 training GPUs, 4 rollout GPUs, gen_tp=1
+    words = ["trainer.n_gpus_per_node=4", "rollout.n_gpus_per_node=4", "algorithm.adv_estimator=grpo"]
+    spec = async_spec(tmp_path, *words, "actor_rollout_ref.rollout.tensor_model_parallel_size=1")
+    plan = plan_from_spec(spec)
+    assert [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups] == [
+        ("trainer_pool", 1, (4,)),  # create_resource_pool_manager: [trainer.n_gpus_per_node] * trainer.nnodes
+        ("rollout_pool", 4, (1,) * 4),  # rollout.nnodes x rollout.n_gpus_per_node: one pool per tp1 replica
+    ]
+    assert {c.name for c in plan.components} == {"actor", "rollout_standalone"}  # grpo: no critic; no KL: no ref
+    assert where(plan, "actor") == [(0, (g,)) for g in range(4)]
+    assert where(plan, "rollout_standalone") == [(n, (0,)) for n in (1, 2, 3, 4)]
+    assert steered(spec, "trainer_poolverl_group_4:0", 4) == [0] * 4
+    assert steered(spec, "rollout_pool_0verl_group_1:0") == [1]
+    assert steered(spec, "rollout_pool_3verl_group_1:0") == [4]
+    # 3 CPUs a trainer bundle, plus the TaskRunner, trainer, rollouter and message queue actors (1 + 10 + 10 + 2)
+    assert spec.cluster.node_groups[0].cpus_per_node == 3 * 4 + 23
+
+
+def test_fully_async_hybrid_replicas_come_first_and_number_the_standalone_ones_after(tmp_path: Path) -> None:
+    spec = async_spec(
+        tmp_path,
+        "async_training.use_trainer_do_validate=True",
+        "trainer.n_gpus_per_node=4",
+        "rollout.n_gpus_per_node=4",
+        "critic.enable=False",
+        "actor_rollout_ref.actor.use_kl_loss=True",
+    )
+    plan = plan_from_spec(spec)
+    # the trainer's workers carry a rollout engine (Role.ActorRollout) and host 4 // 2 sleeping tp2 replicas
+    assert {c.name for c in plan.components} == {"actor_rollout", "ref", "rollout", "rollout_standalone"}
+    assert where(plan, "rollout") == [(0, (g,)) for g in range(4)] == where(plan, "ref")
+    assert plan.component("rollout").tensor_parallel_size == 2
+    # standalone replicas are replica_rank 2 and 3 (start_rank = the hybrid count): rollout_pool_2, rollout_pool_3
+    assert [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups][1] == ("rollout_pool", 2, (2, 2))
+    assert steered(spec, "rollout_pool_2verl_group_2:0", 2) == [1, 1]
+    assert steered(spec, "rollout_pool_3verl_group_2:0", 2) == [2, 2]
+    assert steered(spec, "rollout_pool_0verl_group_2:0", 2) is None  # verl makes no such pool
+
+
+def test_fully_async_with_only_hybrid_replicas_has_no_rollout_nodes(tmp_path: Path) -> None:
+    spec = async_spec(tmp_path, "async_training.use_dynamic_resource_scheduling=True", "rollout.nnodes=0")
+    plan = plan_from_spec(spec)
+    assert [g.label for g in spec.cluster.node_groups] == ["trainer_pool"]
+    assert {c.name for c in plan.components} == {"actor_rollout", "critic", "rollout"}
+    assert len(plan.component("rollout").processes) == 8
+
+
+def test_fully_async_refuses_what_its_trainer_and_rollouter_assert_at_the_key(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as caught:
+        load_spec(site(tmp_path), driver=[*ASYNC, "data.train_batch_size=0"])
+    err = caught.value  # ppo_trainer.yaml's hybrid_engine: true
+    assert "asserts `not hybrid_engine`" in err.message
+    assert err.location is not None and err.location.path.endswith("ppo_trainer.yaml")
+    words = [*ASYNC, *ASYNC_SET, "data.gen_batch_size=4"]
+    err = async_error(tmp_path, "data.gen_batch_size=4")
+    assert "got 4: verl's FullyAsyncRollouter asserts 'gen_batch_size must be one'" in err.message
+    assert err.location is not None and err.location.column == column_of(words, 5) + len("data.gen_batch_size=")
+    err = async_error(tmp_path, "rollout.nnodes=0")
+    assert "'nnodes must be > 0 in standalone mode'" in err.message
+    err = async_error(tmp_path, "reward.reward_model.enable=True")
+    assert "GenRM/DisRM in fully async mode requires standalone mode" in err.message
+    err = async_error(tmp_path, "actor_rollout_ref.rollout.mode=sync")
+    assert "asserts rollout.mode == 'async'" in err.message
+    trtllm = ["async_training.use_trainer_do_validate=True", "actor_rollout_ref.rollout.name=trtllm"]
+    err = async_error(tmp_path, *trtllm)
+    assert "init_hybrid_colocated(worker_group, None)" in err.message  # verl's AttributeError, said before the job
+    at = column_of([*ASYNC, *ASYNC_SET, *trtllm], 6) + len("actor_rollout_ref.rollout.name=")
+    assert err.location is not None and err.location.column == at
+    err = async_error(tmp_path, "actor_rollout_ref.rollout.tensor_model_parallel_size=16")  # rollout: 1 x 8 GPUs
+    assert "no rollout replica fits" in err.message and "verl would start no rollout server" in err.message
+
+
+def test_fully_async_reward_model_is_standalone_replicas_of_their_own(tmp_path: Path) -> None:
+    rm = "reward.reward_model"
+    words = [f"{rm}.enable=True", f"{rm}.enable_resource_pool=True", f"{rm}.nnodes=1", f"{rm}.n_gpus_per_node=2"]
+    spec = async_spec(tmp_path, *words, f"{rm}.rollout.tensor_model_parallel_size=1")
+    groups = [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups]
+    assert groups == [("trainer_pool", 1, (8,)), ("reward_pool", 2, (1, 1)), ("rollout_pool", 4, (2,) * 4)]
+    assert steered(spec, "rollout_pool_reward_1verl_group_1:0") == [2]  # RewardModelManager's init_standalone
+    assert steered(spec, "rollout_pool_1verl_group_2:0", 2) == [4, 4]
+    err = async_error(tmp_path, *words, text="slurm:\n  partition: a800\n  pools: {reward_pool: trainer_pool}\n")
+    assert "one pool of PACK placement groups per standalone replica (reward_pool)" in err.message
+
+
+def test_fully_async_teachers_take_their_pool_after_the_reward_model(tmp_path: Path) -> None:
+    spec = async_spec(tmp_path, "distillation.enabled=True", "distillation.nnodes=1", "distillation.n_gpus_per_node=4")
+    plan = plan_from_spec(spec)
+    assert [g.label for g in spec.cluster.node_groups] == ["trainer_pool", "teacher_pool", "rollout_pool"]
+    assert where(plan, "teacher_model") == [(1, (g,)) for g in range(4)]
+    assert steered(spec, "teacher_poolverl_group_4:0", 4) == [1] * 4
+
+
+def test_fully_async_composes_its_megatron_config_from_the_same_verl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # its searchpath file://verl/trainer/config is relative to the folder verl starts in: the checkout's root
+    spec = async_spec(tmp_path, "--config-name=fully_async_ppo_megatron_trainer")
+    assert any(f.endswith("trainer/config/ppo_megatron_trainer.yaml") for f in spec.composed)
+    found = importlib.util.find_spec("verl")
+    assert found is not None and found.origin is not None
+    checkout = tmp_path / "verl-src"
+    for part in ("trainer/config", "experimental/fully_async_policy/config"):
+        shutil.copytree(Path(found.origin).parent / part, checkout / "verl" / part)
+    monkeypatch.setenv(verl_format.SOURCE_ENV, str(checkout))
+    composed = async_spec(tmp_path, "trainer.nnodes=2").composed  # pkg://verl.trainer.config: the checkout's
+    assert len(composed) > 2 and all(f.startswith(str(checkout)) for f in composed)

@@ -4,7 +4,9 @@ create_colocated_worker_cls, RayWorkerGroup/spawn and split_resource_pool on a l
 GPUs shaped as the plan (ray.cluster_utils; one raylet per planned node, its planned GPUs), and every rank's
 node and GPU ids are compared with the plan. The nodes of a two-node pool get the addresses 127.0.0.10
 (node rank 0) and 127.0.0.9 (node rank 1): sorted as strings, as verl sorts them, that is the plan's order
-(the order hpcplace's start check requires); sorted as numbers it would not be.
+(the order hpcplace's start check requires); sorted as numbers it would not be. The fully async trainer's
+cases (ASYNC_CASES) run the pools its code makes (the driver's place_fully_async: its modules import the training
+stack, so their pool specs are written out there; the pools, groups and worker groups are verl's own code).
 
 The driver runs with hpcplace's steering hook (the run directory's ray/steer, as render writes it, first on
 PYTHONPATH): each pool's groups go to the planned nodes by construction, even where two pools' groups would fit
@@ -16,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +35,8 @@ from hpcplace.slurm.render import write_steer_files
 
 DRIVER = Path(__file__).parent / "drivers" / "verl_driver.py"
 ENTRY = ["python3", "-m", "verl.trainer.main_ppo"]
+ASYNC_ENTRY = ["python3", "-m", "verl.experimental.fully_async_policy.fully_async_main"]
+ASYNC_SET = ["actor_rollout_ref.hybrid_engine=False", "data.train_batch_size=0"]  # as its shell examples set
 TIMEOUT_S = 300
 
 pytestmark = pytest.mark.skipif(
@@ -123,6 +128,44 @@ CASES = {
 }
 
 
+# verl's fully async trainer (fully_async_main): the driver's place_fully_async
+ASYNC_CASES = {
+    # trainer-side validation: tp1 hybrid replicas 0-1 on the trainer's 2 GPUs, so the standalone replicas are
+    # rollout_pool_2 and rollout_pool_3 (a steer rule each); a reward model replica in rollout_pool_reward_0
+    "fully_async_hybrid_then_standalone": (
+        "slurm: {partition: a800}\n",
+        [
+            *ASYNC_SET,
+            "trainer.nnodes=1",
+            "trainer.n_gpus_per_node=2",
+            "async_training.use_trainer_do_validate=True",
+            "actor_rollout_ref.actor.use_kl_loss=True",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+            "rollout.nnodes=1",
+            "rollout.n_gpus_per_node=2",
+            "reward.reward_model.enable=True",
+            "reward.reward_model.enable_resource_pool=True",
+            "reward.reward_model.nnodes=1",
+            "reward.reward_model.n_gpus_per_node=1",
+            "reward.reward_model.rollout.tensor_model_parallel_size=1",
+        ],
+    ),
+    # one standalone replica of TP 2 across two 1-GPU nodes (rollout_pool_0: two groups, sorted by IP)
+    "fully_async_replica_across_nodes": (
+        "slurm: {partition: a800}\n",
+        [
+            *ASYNC_SET,
+            "trainer.nnodes=1",
+            "trainer.n_gpus_per_node=2",
+            "critic.enable=False",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+            "rollout.nnodes=2",
+            "rollout.n_gpus_per_node=1",
+        ],
+    ),
+}
+
+
 def addresses(plan: Plan) -> dict[int, str]:
     """Node rank -> an address: a group's nodes sort as strings in node-rank order, across a digit change."""
     out: dict[int, str] = {}
@@ -156,12 +199,13 @@ def compare(plan: Plan, records: list[dict[str, Any]]) -> None:
     assert got == want
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", sorted(CASES) + sorted(ASYNC_CASES))
 def test_verl_places_every_rank_as_planned(case: str, tmp_path: Path) -> None:
-    blocks, overrides = CASES[case]
+    entry = ASYNC_ENTRY if case in ASYNC_CASES else ENTRY
+    blocks, overrides = {**CASES, **ASYNC_CASES}[case]
     site = tmp_path / "site.yaml"
     site.write_text(blocks)
-    plan = plan_from_spec(load_spec(site, driver=[*ENTRY, *overrides]))
+    plan = plan_from_spec(load_spec(site, driver=[*entry, *overrides]))
     ips = addresses(plan)
     gpus = {p.cluster_node_rank: 0 for c in plan.components for p in c.processes}
     for group in plan.cluster.node_groups:
@@ -173,7 +217,7 @@ def test_verl_places_every_rank_as_planned(case: str, tmp_path: Path) -> None:
     write_steer_files(plan, tmp_path)
     env = {**os.environ, **steer_environment(os.environ, str(tmp_path))}
     run = subprocess.run(
-        [sys.executable, str(DRIVER), "--report", str(report_path), "--local", local, "--", *overrides],
+        [sys.executable, str(DRIVER), "--report", str(report_path), "--local", local, "--", *entry, *overrides],
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
@@ -191,6 +235,6 @@ def test_verl_places_every_rank_as_planned(case: str, tmp_path: Path) -> None:
     compare(plan, report["records"])
     assert {r["component"] for r in report["records"]} == {c.name for c in plan.components}
     log = (tmp_path / "ray" / "steer" / "steer.log").read_text()
-    for rule in plan.steer:  # each pool's groups steered
-        pool = rule.what.removeprefix("verl ")
-        assert f"verl {pool}: placement group {pool}verl_group_" in log, log
+    for rule in plan.steer:  # each pool's (or standalone replica's) groups steered, by the rule's name
+        names = re.findall(re.escape(rule.what) + r": placement group (\S+): bundles on node ranks", log)
+        assert any(re.fullmatch(rule.name, name) for name in names), log

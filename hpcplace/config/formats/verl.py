@@ -17,13 +17,20 @@ the same (the config files of the installed verl, or of a checkout named by HPCP
 - a colocated reward model has its own processes on global_pool's GPUs, a reward pool its own GPUs.
 
 Each pool runs on a node group of its own, or shares one with other pools (`slurm.pools: {reward_pool:
-<label>}` and `slurm.node_groups.<label>`; group_layouts). trainer.device other than cuda (Ascend NPUs) and
-verl's fully async entry point are refused, located, with the reason.
+<label>}` and `slurm.node_groups.<label>`; group_layouts). trainer.device other than cuda (Ascend NPUs) is
+refused, located, with the reason.
+
+verl's fully async trainer (`python3 -m verl.experimental.fully_async_policy.fully_async_main`, its own
+fully_async_ppo_trainer.yaml over ppo_trainer.yaml) places a `trainer_pool` (create_resource_pool_manager), the
+reward model as standalone replicas (rollout_pool_reward_<r>), the teacher_pool, and rollout replicas: hybrid ones
+on the trainer's workers (use_trainer_do_validate / use_dynamic_resource_scheduling), then standalone ones
+numbered after them (FullyAsyncLLMServerManager; rollout.nnodes x rollout.n_gpus_per_node).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 from dataclasses import dataclass, replace
@@ -51,10 +58,19 @@ SOURCE_ENV = "HPCPLACE_VERL_SRC"  # a verl checkout whose verl/trainer/config is
 ENTRY = re.compile(
     r"(^|.*/)verl[./](?:trainer|experimental[./]fully_async_policy)[./](main_\w+?|fully_async_main)(\.py)?$"
 )
-PLANNED_ENTRIES = ("main_ppo",)
+PLANNED_ENTRIES = ("main_ppo", "fully_async_main")
+# each entry point's folder in the verl package (Hydra reads a relative --config-path from it) and default config
+ENTRY_HOME = {"main_ppo": "trainer", "fully_async_main": "experimental/fully_async_policy"}
+DEFAULT_CONFIG = {"main_ppo": "ppo_trainer", "fully_async_main": "fully_async_ppo_trainer"}
+# how fully_async's configs find ppo_trainer.yaml: the installed package, or verl/trainer/config of the current
+# folder (the Megatron one: found only when started at a checkout's root); hpcplace gives the verl composed
+VERL_SEARCHPATHS = ("pkg://verl.trainer.config", "file://verl/trainer/config")
 TRAINER_MODES = ("colocate_async", "separate_async", "sync")  # verl's TRAINER_REGISTRY (v1/trainer_*.py)
 COLOCATE, STANDALONE_COLOCATE = 3, 2  # CPUs of a bundle: ResourcePoolManager's max_colocate_count (replica.py: 2)
-POOLS = ("global_pool", "reward_pool", "teacher_pool", "rollout_pool")  # in the order verl creates them
+# in the order verl creates them (fully_async_main: trainer_pool for global_pool, and its reward_pool is the
+# reward model's standalone replicas)
+POOLS = ("global_pool", "trainer_pool", "reward_pool", "teacher_pool", "rollout_pool")
+TASK_RUNNER_CPUS = {"main_ppo": 1, "fully_async_main": 1 + 10 + 10 + 2}  # the driver's actors' num_cpus
 PG_NAME_TAIL = r"verl_group_[0-9_]+:(?P<index>[0-9]+)"  # after the pool's name (RayResourcePool.get_placement_groups)
 # RolloutConfig's own defaults (verl/workers/config/rollout.py): a teacher entry added with `+` that omits a size
 TEACHER_SIZE_DEFAULTS = {"tensor_model_parallel_size": 2, "data_parallel_size": 1, "pipeline_model_parallel_size": 1}
@@ -71,6 +87,7 @@ class VerlCommand:
     """The words after verl's entry point: where its config is and the Hydra overrides (word index kept)."""
 
     entry: int
+    name: str  # main_ppo or fully_async_main
     config_path: tuple[str, int] | None
     config_name: tuple[str, int] | None
     overrides: tuple[tuple[str, int], ...]
@@ -85,24 +102,12 @@ def read_command(command: FrameworkCommand) -> VerlCommand:
             0, "no verl entry point in the command", hint="python3 -m verl.trainer.main_ppo key=value ..."
         )
     name = ENTRY.match(argv[entry]).group(2)  # type: ignore[union-attr]  # matched just above
-    if name == "fully_async_main":
-        raise command.error(
-            entry,
-            "verl's fully async trainer (verl.experimental.fully_async_policy.fully_async_main) is not planned yet: "
-            "its FullyAsyncTaskRunner places a trainer_pool (trainer.nnodes x trainer.n_gpus_per_node) for the "
-            "actor, critic and ref workers, and its FullyAsyncRollouter standalone rollout replicas (rollout.nnodes "
-            "x rollout.n_gpus_per_node, one pool each), hybrid replicas on the trainer's workers "
-            "(async_training.use_trainer_do_validate / use_dynamic_resource_scheduling) and its own reward and "
-            "teacher pools; hpcplace has not been checked against that code, so it would not be exact",
-            hint="verl's separate_async trainer places a training pool and standalone rollout replicas and is "
-            "planned: python3 -m verl.trainer.main_ppo trainer.use_v1=true trainer.v1.trainer_mode=separate_async "
-            "actor_rollout_ref.rollout.nnodes=N ...; or start fully_async_main on a Ray cluster without hpcplace",
-        )
     if name not in PLANNED_ENTRIES:
         raise command.error(
             entry,
             f"verl.trainer.{name} is not a trainer whose placement hpcplace reads",
-            hint="hpcplace plans verl's PPO trainer: python3 -m verl.trainer.main_ppo ...",
+            hint="hpcplace plans verl's PPO trainer (python3 -m verl.trainer.main_ppo ...) and its fully async "
+            "trainer (python3 -m verl.experimental.fully_async_policy.fully_async_main ...)",
         )
     flags: dict[str, tuple[str, int]] = {}
     overrides: list[tuple[str, int]] = []
@@ -137,54 +142,61 @@ def read_command(command: FrameworkCommand) -> VerlCommand:
                 hint="hpcplace reads the command unexpanded: shell variables and `$@` must be written out",
             )
         i += 1
-    return VerlCommand(entry, flags.get("path"), flags.get("name"), tuple(overrides))
+    return VerlCommand(entry, name, flags.get("path"), flags.get("name"), tuple(overrides))
 
 
-def verl_config_dir(verl: VerlCommand, command: FrameworkCommand, environ: dict[str, str]) -> Path:
-    """The folder Hydra composes from: `--config-path` (absolute, or relative to verl/trainer as Hydra reads
-    it), else the trainer's config of a checkout ($HPCPLACE_VERL_SRC) or of the installed verl."""
+def verl_config_dir(verl: VerlCommand, command: FrameworkCommand, environ: dict[str, str]) -> tuple[Path, Path | None]:
+    """The folder Hydra composes from: `--config-path` (absolute, or relative to the entry point's folder as
+    Hydra reads it), else the entry point's config of a checkout ($HPCPLACE_VERL_SRC) or of the installed verl;
+    and that verl's verl/trainer/config (where fully_async's configs find ppo_trainer.yaml)."""
     source = environ.get(SOURCE_ENV)
-    trainer: Path | None = None
+    package: Path | None = None
     why: list[str] = []
     if source:
-        trainer = Path(source) / "verl" / "trainer"
-        if not trainer.is_dir():
+        package = Path(source) / "verl"
+        if not (package / "trainer").is_dir():
             why.append(f"{SOURCE_ENV}={source} has no verl/trainer folder")
-            trainer = None
+            package = None
     else:
         why.append(f"{SOURCE_ENV} is not set")
-    if trainer is None:
+    if package is None:
         found = importlib.util.find_spec("verl")
         if found is not None and found.origin:
-            trainer = Path(found.origin).parent / "trainer"
+            package = Path(found.origin).parent
         else:
             why.append("verl is not installed in this Python (importlib finds no `verl`)")
+    home = package / ENTRY_HOME[verl.name] if package is not None else None
+    trainer_config = package / "trainer" / "config" if package is not None else None
     if verl.config_path is not None:
         given, index = verl.config_path
-        folder = Path(given) if os.path.isabs(given) or trainer is None else trainer / given
+        folder = Path(given) if os.path.isabs(given) or home is None else home / given
         if not folder.is_dir():
             raise command.error(
                 index,
                 f"--config-path {given!r}: no such folder ({folder})",
-                hint="Hydra reads a relative --config-path from verl/trainer; give an absolute path",
+                hint=f"Hydra reads a relative --config-path from verl/{ENTRY_HOME[verl.name]}; give an absolute path",
             )
-        return folder
-    if trainer is None or not (trainer / "config").is_dir():
+        return folder, trainer_config
+    if home is None or not (home / "config").is_dir():
         raise command.error(
             verl.entry,
-            "verl's config (verl/trainer/config/ppo_trainer.yaml) is not available to compose: " + "; ".join(why),
+            f"verl's config (verl/{ENTRY_HOME[verl.name]}/config/{DEFAULT_CONFIG[verl.name]}.yaml) is not available "
+            "to compose: " + "; ".join(why or [f"{home}/config is not a folder"]),
             hint=f"install the verl that runs the job (pip install --no-deps verl==0.9.1), set {SOURCE_ENV} to a "
             "verl checkout, or pass --config-path /abs/path/to/config",
         )
-    return trainer / "config"
+    return home / "config", trainer_config
 
 
-def compose_verl(command: FrameworkCommand, verl: VerlCommand, folder: Path) -> tuple[YamlDocument, tuple[str, ...]]:
-    """The config as verl's @hydra.main composes it, with every overridden value located at its word."""
+def compose_verl(
+    command: FrameworkCommand, verl: VerlCommand, folder: Path, trainer_config: Path | None
+) -> tuple[YamlDocument, tuple[str, ...]]:
+    """The config as verl's @hydra.main composes it, with every overridden value located at its word. A
+    hydra.searchpath entry naming verl's own trainer config (VERL_SEARCHPATHS) is the composed verl's."""
     from hpcplace.config.formats import apply_overrides
-    from hpcplace.config.hydra_config import compose, split_overrides
+    from hpcplace.config.hydra_config import compose, searchpath_entries, split_overrides
 
-    name = verl.config_name[0] if verl.config_name else "ppo_trainer"
+    name = verl.config_name[0] if verl.config_name else DEFAULT_CONFIG[verl.name]
     path = folder / (name if name.endswith(".yaml") else name + ".yaml")
     if not path.is_file():
         options = sorted(p.stem for p in folder.glob("*.yaml"))
@@ -197,9 +209,13 @@ def compose_verl(command: FrameworkCommand, verl: VerlCommand, folder: Path) -> 
     doc = load_yaml_file(path)
     texts = [text for text, _ in verl.overrides]
     where = dict(verl.overrides)
+    entries = searchpath_entries(doc)
+    searchpath = None
+    if trainer_config is not None and any(e in VERL_SEARCHPATHS for e in entries):
+        searchpath = [f"file://{trainer_config}" if e in VERL_SEARCHPATHS else e for e in entries]
     try:
-        for_hydra, plain = split_overrides(doc, texts)
-        composed, files = compose(doc, for_hydra)
+        for_hydra, plain = split_overrides(doc, texts, searchpath=searchpath)
+        composed, files = compose(doc, for_hydra, searchpath=searchpath)
         result = apply_overrides(composed, plain, hydra_keys=True)
     except SpecError as exc:
         loc = exc.location
@@ -220,12 +236,17 @@ def compose_verl(command: FrameworkCommand, verl: VerlCommand, folder: Path) -> 
 
 @dataclass(frozen=True)
 class Pool:
-    """One of verl's resource pools: `nodes` nodes of `per_node` GPUs, created in POOLS order."""
+    """One of verl's resource pools: `nodes` nodes of `per_node` GPUs, created in POOLS order. A standalone
+    pool is verl's one pool per replica (RolloutReplica.init_standalone), `<standalone><r>` for replica r, each
+    of `replica_nodes` nodes, numbered from `first_replica`."""
 
     name: str
     nodes: int
     per_node: int
     view: View  # where its size was set (errors)
+    standalone: str = ""
+    replica_nodes: int = 1
+    first_replica: int = 0
 
     @property
     def world(self) -> int:
@@ -531,21 +552,125 @@ def check_device(reader: Reader) -> None:
     )
 
 
+def check_fully_async(reader: Reader) -> None:
+    """What fully_async's trainer and rollouter assert of the config (FullyAsyncTrainer.__init__,
+    FullyAsyncRollouter.__init__ / _validate_config / _init_async_rollout_manager, verl 1dda039 = 0.9.1),
+    each refused at its key: the job would stop there."""
+    hybrid_engine = reader.need("actor_rollout_ref.hybrid_engine")
+    if hybrid_engine.bool():
+        raise hybrid_engine.error(
+            "true: verl's fully async trainer asserts `not hybrid_engine` (its rollout runs in replicas of their "
+            "own, not in the actor's processes)",
+            hint="actor_rollout_ref.hybrid_engine=False, as verl's fully_async_policy/shell examples set",
+        )
+    checks = (  # key, the values verl allows (low..high), its assert's words, a value its examples set
+        ("data.train_batch_size", 0, 0, "train_batch_size must be zero", "0"),
+        ("data.gen_batch_size", 1, 1, "gen_batch_size must be one", "1"),
+        ("async_training.staleness_threshold", 0, math.inf, "staleness_threshold must larger than 0", "0.1"),
+        (
+            "async_training.trigger_parameter_sync_step",
+            1,
+            math.inf,
+            "trigger_parameter_sync_step must larger or equal than 1",
+            "4",
+        ),
+    )
+    for key, low, high, words, example in checks:
+        view = reader.need(key)
+        value = view.deref().value
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
+            raise view.error(
+                f"got {value!r}: verl's FullyAsyncRollouter asserts '{words}'",
+                hint=f"{key}={example}, as verl's fully_async_policy/shell examples set",
+            )
+    log_probs = reader.need("actor_rollout_ref.rollout.calculate_log_probs")
+    if not log_probs.bool():
+        raise log_probs.error("verl's FullyAsyncRollouter asserts 'must rollout calculate log_probs'")
+    mode = reader.need("actor_rollout_ref.rollout.mode")
+    if mode.str() != "async":
+        raise mode.error(f"got {mode.str()!r}: verl's FullyAsyncRollouter asserts rollout.mode == 'async'")
+
+
+def fully_async_reward_pool(reader: Reader, prefix: str, enable: bool, own_pool: bool, notes: list[str]) -> list[Pool]:
+    """fully_async's reward model: RewardLoopManager(rm_resource_pool=None) starts it as standalone replicas,
+    one pool each (rollout_pool_reward_<r>, RewardModelManager); FullyAsyncRollouter asserts it has a pool of
+    its own (enable_resource_pool), and without `enable` nothing is reserved."""
+    if not enable:
+        if own_pool:
+            notes.append(
+                f"{prefix}.enable_resource_pool without {prefix}.enable: verl's fully async trainer starts no reward "
+                "model and reserves no GPUs for it"
+            )
+        return []
+    if not own_pool:
+        raise reader.need(f"{prefix}.enable_resource_pool").error(
+            "GenRM/DisRM in fully async mode requires standalone mode (enable_resource_pool=True). Colocate mode is "
+            "not supported because async rollout never pauses. (verl's FullyAsyncRollouter asserts)",
+            hint=f"set {prefix}.enable_resource_pool=true with its nnodes and n_gpus_per_node",
+        )
+    rn, rnv = reader.int(f"{prefix}.nnodes")
+    rg, _ = reader.int(f"{prefix}.n_gpus_per_node")
+    for value, key in ((rg, "n_gpus_per_node"), (rn, "nnodes")):
+        if value <= 0:  # create_resource_pool_manager asserts these only for a trainer role; the replicas need them
+            raise reader.need(f"{prefix}.{key}").error(
+                f"config.{prefix}.{key} must be greater than 0 (verl starts no reward model replica on {value})"
+            )
+    *_, mworld, mview = rollout_world(reader, f"{prefix}.rollout")
+    count = rn * rg // mworld
+    if count < 1:
+        raise mview.error(
+            f"Not enough GPUs to run the reward model. world_size ({rn * rg}) < rollout_world_size ({mworld}). "
+            "(verl asserts in RewardModelManager)",
+            hint=f"Check your resource pool or standalone config ({prefix}.n_gpus_per_node, nnodes)",
+        )
+    check_replica(mworld, rg, mview, f"{prefix}.rollout")
+    per_node = min(rg, mworld)
+    if rn * rg % mworld:
+        notes.append(f"reward_pool: {rn * rg % mworld} of its {rn * rg} GPUs hold no replica (verl: world // tp*dp*pp)")
+    return [Pool("reward_pool", mworld // per_node * count, per_node, rnv, "rollout_pool_reward_", mworld // per_node)]
+
+
+def standalone_rollout(
+    nodes: int, view: View, gpus_per_node: int, world: int, world_view: View, first: int, notes: list[str]
+) -> list[Pool]:
+    """LLMServerManager's standalone replicas: nodes * gpus_per_node // world of them, replica r in a pool of
+    its own (rollout_pool_<first + r>, RolloutReplica.init_standalone) of min(gpus_per_node, world) GPUs a node;
+    none when not even one fits."""
+    count = nodes * gpus_per_node // world
+    if count < 1:
+        return []
+    check_replica(world, gpus_per_node, world_view, "actor_rollout_ref.rollout")
+    per_node = min(gpus_per_node, world)
+    if nodes * gpus_per_node % world:
+        notes.append(
+            f"rollout_pool: {nodes * gpus_per_node % world} of its {nodes * gpus_per_node} GPUs hold no replica "
+            "(verl: world // tp*dp*pp)"
+        )
+    notes.append(
+        f"rollout_pool: verl makes one pool per standalone replica (rollout_pool_<i>, PACK placement groups "
+        f"of {per_node} GPU(s)): Ray picks which of the group's GPUs each replica gets; the plan lists them in order"
+    )
+    return [Pool("rollout_pool", world // per_node * count, per_node, view, "rollout_pool_", world // per_node, first)]
+
+
 def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus | None) -> ExperimentSpec:
     """verl's pools, roles and rollout replicas from its command, each pool on its node group."""
     root = blocks.root()
     notes: list[str] = []
     version = resolve_version("verl", root, notes)
     verl = read_command(command)
-    folder = verl_config_dir(verl, command, dict(os.environ))
-    doc, files = compose_verl(command, verl, folder)
+    folder, trainer_config = verl_config_dir(verl, command, dict(os.environ))
+    doc, files = compose_verl(command, verl, folder, trainer_config)
     reader = Reader(doc)
     if version is not None:
         notes.append(f"planned as {version.describe()}")
 
     check_device(reader)
+    fully_async = verl.name == "fully_async_main"
+    if fully_async:
+        check_fully_async(reader)
     mode_view = reader.get("trainer.v1.trainer_mode")
-    use_v1 = reader.flag("trainer.use_v1", default=False)
+    use_v1 = reader.flag("trainer.use_v1", default=False) and not fully_async  # fully_async_main has its own
     mode = mode_view.str() if use_v1 and mode_view is not None else "sync"
     if use_v1 and mode not in TRAINER_MODES:
         assert mode_view is not None
@@ -554,17 +679,23 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         )
     nnodes, nview = reader.int("trainer.nnodes")
     gpn, gview = reader.int("trainer.n_gpus_per_node")
+    train_pool = "trainer_pool" if fully_async else "global_pool"  # separation/utils.py create_resource_pool_manager
     for value, view, key in ((nnodes, nview, "trainer.nnodes"), (gpn, gview, "trainer.n_gpus_per_node")):
         if value < 1:
-            raise view.error(f"{key} must be at least 1 (global_pool is [n_gpus_per_node] * nnodes), got {value}")
+            raise view.error(
+                f"{key} must be at least 1 ({train_pool} is [n_gpus_per_node] * nnodes), got {value}"
+                + (" (verl asserts in create_resource_pool_manager)" if fully_async else "")
+            )
     limits.nodes(nnodes, nview.location(), "trainer.nnodes")
     limits.gpus_per_node(gpn, gview.location(), "trainer.n_gpus_per_node")
-    pools = [Pool("global_pool", nnodes, gpn, nview)]
+    pools = [Pool(train_pool, nnodes, gpn, nview)]
 
     rm_prefix = "reward.reward_model" if reader.get("reward.reward_model") is not None else "reward_model"
     rm_enable = reader.flag(f"{rm_prefix}.enable")
     rm_pool = reader.flag(f"{rm_prefix}.enable_resource_pool")
-    if rm_pool:
+    if fully_async:
+        pools += fully_async_reward_pool(reader, rm_prefix, rm_enable, rm_pool, notes)
+    elif rm_pool:
         rn, rnv = reader.int(f"{rm_prefix}.nnodes")
         rg, rgv = reader.int(f"{rm_prefix}.n_gpus_per_node")
         if rg <= 0:
@@ -581,6 +712,8 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     if reader.flag("distillation.enabled"):
         dn, dnv = reader.int("distillation.nnodes")
         dg, dgv = reader.int("distillation.n_gpus_per_node")
+        if dg <= 0 and fully_async:  # FullyAsyncRollouter._create_teacher_model_manager
+            raise dgv.error("verl asserts 'distillation.n_gpus_per_node must be greater than 0 for TeacherModel'")
         if dg <= 0:
             raise dgv.error("config.distillation.n_gpus_per_node must be greater than 0 (verl raises ValueError)")
         if dn <= 0:
@@ -589,7 +722,8 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         teachers = read_teachers(reader, pools[-1], dgv, command.location(verl.entry).path)
 
     rtp, rdp, rpp, rworld, rview = rollout_world(reader, "actor_rollout_ref.rollout")
-    r_gpn, _ = reader.int("actor_rollout_ref.rollout.n_gpus_per_node")
+    # fully_async_main copies rollout.nnodes / n_gpus_per_node into actor_rollout_ref.rollout
+    r_gpn, _ = reader.int(("rollout" if fully_async else "actor_rollout_ref.rollout") + ".n_gpus_per_node")
     pd = read_prefill_decode(reader, "actor_rollout_ref.rollout", rtp, rdp, r_gpn)
     if pd is not None:  # LLMServerManager._initialize_llm_servers: PD inflates the replica's footprint
         rworld = pd.width
@@ -617,29 +751,50 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
                 "mode (verl asserts)",
                 hint=f"set {rm_prefix}.enable_resource_pool=true with its nnodes and n_gpus_per_node",
             )
-        check_replica(rworld, r_gpn, rview, "actor_rollout_ref.rollout")
-        count = sn * r_gpn // rworld
-        if count < 1:
+        standalone = standalone_rollout(sn, snv, r_gpn, rworld, rview, 0, notes)
+        if not standalone:
             raise snv.error(
                 f"the standalone rollout has {sn}x{r_gpn} GPUs, fewer than one replica's {rworld} (tp*dp*pp): "
                 "verl would start no rollout server"
             )
-        per_node = min(r_gpn, rworld)
-        standalone = [Pool("rollout_pool", rworld // per_node * count, per_node, snv)]
-        if sn * r_gpn % rworld:
-            notes.append(
-                f"rollout_pool: {sn * r_gpn % rworld} of its {sn * r_gpn} GPUs hold no replica (verl: world // tp*dp*pp)"
-            )
-        notes.append(
-            f"rollout_pool: verl makes one pool per standalone replica (rollout_pool_<i>, PACK placement groups "
-            f"of {per_node} GPU(s)): Ray picks which of the group's GPUs each replica gets; the plan lists them in order"
+    elif fully_async:
+        # FullyAsyncLLMServerManager: hybrid replicas on the trainer's workers (ranks 0..), then standalone ones
+        hybrid = reader.flag("async_training.use_trainer_do_validate") or reader.flag(
+            "async_training.use_dynamic_resource_scheduling"
         )
+        sn, snv = reader.int("rollout.nnodes")
+        if not hybrid and sn <= 0:
+            raise snv.error(
+                f"got {sn}: verl asserts 'nnodes must be > 0 in standalone mode' (LLMServerManager; "
+                "fully_async_main copies rollout.nnodes to actor_rollout_ref.rollout.nnodes)",
+                hint="give the rollout nodes (rollout.nnodes, rollout.n_gpus_per_node), or set "
+                "async_training.use_dynamic_resource_scheduling=True to generate on the trainer's GPUs",
+            )
+        name_view = reader.need("actor_rollout_ref.rollout.name")
+        if hybrid and name_view.str() == "trtllm":
+            raise name_view.error(
+                "trtllm with hybrid replicas (async_training.use_trainer_do_validate / "
+                "use_dynamic_resource_scheduling): verl's FullyAsyncLLMServerManager starts them with "
+                "init_hybrid_colocated(worker_group, None), and TRTLLMReplica.launch_servers reads that pool's "
+                "placement groups (`self.resource_pool.pgs`): verl fails there (AttributeError)",
+                hint="use vllm or sglang for trainer-side validation / dynamic resource scheduling, or turn both off",
+            )
+        hybrids = nnodes * gpn // rworld if hybrid else 0
+        standalone = standalone_rollout(sn, snv, r_gpn, rworld, rview, hybrids, notes) if sn > 0 else []
+        if hybrids == 0 and not standalone:
+            raise (snv if sn > 0 else rview).error(
+                f"no rollout replica fits: a replica needs tp*dp*pp = {rworld} GPUs, the standalone rollout has "
+                f"{max(sn, 0)}x{r_gpn} and the trainer's hybrid replicas "
+                + (f"{nnodes}x{gpn}" if hybrid else "are off")
+                + ": verl would start no rollout server",
+                hint="lower actor_rollout_ref.rollout.tensor_model_parallel_size (or dp/pp), or give more GPUs",
+            )
     pools += standalone
 
     # the node group of each pool
     slurm_view = root.get("slurm")
     job_options = slurm_job_options(slurm_view, extra=frozenset({"pools"}))
-    labels = pool_labels(slurm_view, [p.name for p in pools])
+    labels = pool_labels(slurm_view, [p.name for p in pools], {p.name for p in pools if p.standalone})
     base = slurm_facts(slurm_view)
     layouts = group_layouts(pools, labels)
     groups: list[NodeGroup] = []
@@ -676,7 +831,9 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     else:
         adv = reader.get("algorithm.adv_estimator")
         use_critic = adv is not None and str(adv.deref().value) == "gae"
-    if not hybrid:
+    if fully_async:  # create_role_worker_mapping; SeparateRayPPOTrainer adds ref whenever KL needs it
+        roles = ["actor_rollout" if hybrid else "actor"] + (["ref"] if use_ref else [])
+    elif not hybrid:
         roles = ["actor"] + (["ref"] if use_ref and not ref_in_actor else [])
     else:
         roles = ["actor_rollout_ref" if use_ref and not ref_in_actor else "actor_rollout"]
@@ -684,12 +841,14 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     per_gpu = tuple((i,) for i in slots[g.name])
     entries.append(PlacementEntry(tuple(roles), glabel, None, per_gpu, g.view.location()))
     notes.append(
-        f"global_pool: one WorkerDict process per GPU holds {', '.join(roles)} (verl's create_colocated_worker_cls)"
+        f"{g.name}: one WorkerDict process per GPU holds {', '.join(roles)} (verl's create_colocated_worker_cls)"
         + ("; ref shares the actor's model (LoRA)" if use_ref and ref_in_actor else "")
     )
-    if hybrid:
+    count = g.world // rworld
+    if hybrid and fully_async and count < 1:
+        notes.append(f"rollout: no hybrid replica: one needs tp*dp*pp = {rworld} GPUs and {g.name} has {g.world}")
+    elif hybrid:
         check_replica(rworld, r_gpn, rview, "actor_rollout_ref.rollout")
-        count = g.world // rworld
         if count < 1:
             raise rview.error(
                 f"a rollout replica needs tp*dp*pp = {rworld} GPUs and global_pool has {g.world} "
@@ -698,13 +857,19 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
             )
         add_replicas(entries, settings, "rollout", glabel[0], slots[g.name], count, rworld, pd, rview, rtp, rpp)
         notes.append(replicas_text("rollout (in the WorkerDict processes)", rworld, rtp, rdp, rpp, count, g))
+        if fully_async:
+            notes.append(
+                "rollout: fully async's hybrid replicas sleep on the trainer's GPUs and wake for trainer-side "
+                "validation (async_training.use_trainer_do_validate) or dynamic resource scheduling; the standalone "
+                f"replicas are numbered after them (rollout_pool_{count}...)"
+            )
         if g.world % rworld:
-            notes.append(f"rollout: global_pool ranks {count * rworld}-{g.world - 1} hold no rollout replica")
+            notes.append(f"rollout: {g.name} ranks {count * rworld}-{g.world - 1} hold no rollout replica")
     for pool in standalone:
-        count = pool.world // rworld
-        args = (slots[pool.name], count, rworld, pd, pool.view, rtp, rpp)
+        replicas = pool.world // rworld
+        args = (slots[pool.name], replicas, rworld, pd, pool.view, rtp, rpp)
         add_replicas(entries, settings, "rollout_standalone", labels[pool.name], *args)
-        notes.append(replicas_text("rollout_standalone", rworld, rtp, rdp, rpp, count, pool))
+        notes.append(replicas_text("rollout_standalone", rworld, rtp, rdp, rpp, replicas, pool))
     if rm_enable:
         mtp, mdp, mpp, mworld, mview = rollout_world(reader, f"{rm_prefix}.rollout")
         pool = next((p for p in pools if p.name == "reward_pool"), g)
@@ -752,13 +917,21 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         "(runtime/ip_order.py; with launch.steer: false the job checks the order at start and stops naming the "
         "difference)"
     )
-    groups, cpus = bundle_cpus(groups, entries, layouts)
+    groups, cpus = bundle_cpus(groups, entries, layouts, TASK_RUNNER_CPUS[verl.name])
     for key, count in cpus.items():
         settings[key] = replace(settings.get(key) or ComponentSpec(key), cpus_per_process=count)
     notes.append(
         f"CPUs: verl's bundles hold {COLOCATE} CPUs per GPU (ResourcePoolManager's max_colocate_count; "
-        f"{STANDALONE_COLOCATE} in a standalone rollout pool) and its TaskRunner actor 1 more, taken before the "
-        "pools: a node group without cpus_per_node asks for those"
+        f"{STANDALONE_COLOCATE} in a standalone rollout pool"
+        + (" or reward replica's" if fully_async else "")
+        + ") and "
+        + (
+            "its TaskRunner actor 1 more, taken before the pools"
+            if not fully_async
+            else f"its driver actors {TASK_RUNNER_CPUS[verl.name]} more (FullyAsyncTaskRunner 1, FullyAsyncTrainer 10 "
+            "before the trainer_pool; FullyAsyncRollouter 10 and MessageQueue 2 before the replicas)"
+        )
+        + ": a node group without cpus_per_node asks for those"
     )
     cluster = build_cluster(tuple(groups), root if slurm_view is None else slurm_view)
     name, given = hpcplace_block(
@@ -776,15 +949,15 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         job_options,
         notes=tuple(notes),
         composed=files,
-        steer=steer_rules(layouts, cluster, rworld // standalone[0].per_node if standalone else 1),
+        steer=steer_rules(layouts, cluster),
         framework_version=PlannedVersion.of(version),
     )
 
 
-def pool_labels(slurm_view: View | None, pools: list[str]) -> dict[str, str]:
+def pool_labels(slurm_view: View | None, pools: list[str], standalone: set[str]) -> dict[str, str]:
     """`slurm.pools: {reward_pool: rtx4090}`: the node group of each pool (default: its own group, named
     after the pool, with the `slurm:` block's defaults). Pools may share a group (`{teacher_pool: global_pool}`:
-    group_layouts), except the standalone rollout pool, whose replicas Ray packs itself (PACK groups)."""
+    group_layouts), except standalone replicas' pools, whose replicas Ray packs itself (PACK groups)."""
     labels = {p: p for p in pools}
     view = slurm_view.get("pools") if slurm_view is not None else None
     if view is None or view.value is None:
@@ -799,18 +972,20 @@ def pool_labels(slurm_view: View | None, pools: list[str]) -> dict[str, str]:
         if key not in pools:
             raise child.key_error(
                 f"slurm.pools.{key}: this command makes no {key}",
-                hint="global_pool always; reward_pool with reward.reward_model.enable_resource_pool=true; "
-                "teacher_pool with distillation.enabled=true; rollout_pool in trainer.v1.trainer_mode=separate_async",
+                hint="global_pool always (trainer_pool under fully_async_main); reward_pool with "
+                "reward.reward_model.enable_resource_pool=true; teacher_pool with distillation.enabled=true; "
+                "rollout_pool in trainer.v1.trainer_mode=separate_async and under fully_async_main",
             )
         labels[str(key)] = child.str()
     for key, child in view.items():
         others = [p for p in pools if p != key and labels[p] == labels[str(key)]]
-        if others and "rollout_pool" in (key, *others):
+        alone = next((p for p in (str(key), *others) if p in standalone), None)
+        if others and alone is not None:
             raise child.error(
                 f"slurm.pools: {key} and {others[0]} on one node group {labels[str(key)]!r}: verl makes one pool of "
-                "PACK placement groups per standalone rollout replica, and Ray chooses which GPUs of a shared node "
-                "each takes, so the plan could not be exact",
-                hint="give rollout_pool a node group of its own (it may share a partition)",
+                f"PACK placement groups per standalone replica ({alone}), and Ray chooses which GPUs of a shared "
+                "node each takes, so the plan could not be exact",
+                hint=f"give {alone} a node group of its own (it may share a partition)",
             )
     return labels
 
@@ -869,37 +1044,46 @@ def check_gpus(
         )
 
 
-def steer_rules(layouts: dict[str, GroupLayout], cluster: Cluster, replica_nodes: int) -> tuple[SteerRule, ...]:
+def steer_rules(layouts: dict[str, GroupLayout], cluster: Cluster) -> tuple[SteerRule, ...]:
     """verl names each pool's placement groups `<pool>verl_group_<counts>:<i>`, one per node (RayResourcePool.
-    get_placement_groups; a standalone rollout replica r's pool is `rollout_pool_<r>`): group i of a pool goes to
-    the i-th node of the pool's node group (layouts' g-th group is node group g; pools sharing a group each take
-    its first nodes; a replica's groups follow the replicas before it, `replica_nodes` nodes each)."""
+    get_placement_groups; standalone replica r's pool is `<prefix><r>`: rollout_pool_<r>, rollout_pool_reward_<r>):
+    group i of a pool goes to the i-th node of the pool's node group (layouts' g-th group is node group g; pools
+    sharing a group each take its first nodes; a replica's groups follow the replicas before it). Replicas
+    numbered from r0 > 0 (after fully async's hybrid ones) get a rule each: a rule's node is index + stride * r."""
     rules = []
     for g, layout in enumerate(layouts.values()):
         for pool in layout.pools:
             nodes = cluster.node_ranks(g)[: pool.nodes]
-            if pool.name == "rollout_pool":
+            if not pool.standalone:
+                rules.append(SteerRule(f"verl {pool.name}", "group", nodes, name=re.escape(pool.name) + PG_NAME_TAIL))
+                continue
+            what = f"verl {pool.standalone}<r> (standalone {pool.name.removesuffix('_pool')} replica r)"
+            step = pool.replica_nodes
+            if pool.first_replica == 0:
+                name = re.escape(pool.standalone) + r"(?P<replica>[0-9]+)verl_group_[0-9_]+:(?P<index>[0-9]+)"
+                rules.append(SteerRule(what, "group", nodes, name=name, stride=step))
+                continue
+            for r in range(pool.nodes // step):
+                number = pool.first_replica + r
                 rules.append(
                     SteerRule(
-                        "verl rollout_pool_<r> (standalone rollout replica r)",
+                        what.replace("<r>", str(number)).replace(" r)", f" {number})"),
                         "group",
-                        nodes,
-                        name=r"rollout_pool_(?P<replica>[0-9]+)verl_group_[0-9_]+:(?P<index>[0-9]+)",
-                        stride=replica_nodes,
+                        nodes[r * step : (r + 1) * step],
+                        name=re.escape(f"{pool.standalone}{number}") + PG_NAME_TAIL,
                     )
                 )
-            else:
-                rules.append(SteerRule(f"verl {pool.name}", "group", nodes, name=re.escape(pool.name) + PG_NAME_TAIL))
     return tuple(rules)
 
 
 def bundle_cpus(
-    groups: list[NodeGroup], entries: list[PlacementEntry], layouts: dict[str, GroupLayout]
+    groups: list[NodeGroup], entries: list[PlacementEntry], layouts: dict[str, GroupLayout], driver_cpus: int
 ) -> tuple[list[NodeGroup], dict[str, int]]:
     """Each GPU's bundle holds max_colocate_count CPUs, shared by the processes on that GPU, and verl's
-    TaskRunner takes one CPU before any pool exists: without it a node of exactly 3 CPUs per GPU could
-    never hold its pool's STRICT_PACK group. The first component on a GPU asks for what the others there
-    leave of the bundle; a group without cpus_per_node gets its busiest node's bundle CPUs + 1."""
+    driver actors take `driver_cpus` (TASK_RUNNER_CPUS) outside the pools, some before any pool exists: without
+    them a node of exactly 3 CPUs per GPU could never hold its pool's STRICT_PACK group. The first component on a
+    GPU asks for what the others there leave of the bundle; a group without cpus_per_node gets its busiest node's
+    bundle CPUs + driver_cpus."""
     per_process: dict[str, int] = {}
     out = []
     for group, (label, layout) in zip(groups, layouts.items(), strict=True):
@@ -911,7 +1095,7 @@ def bundle_cpus(
                         on_slot.setdefault(slot[0], []).append(component)
         node_cpus = [0] * layout.nodes
         for pool in layout.pools:
-            bundle = STANDALONE_COLOCATE if pool.name == "rollout_pool" else COLOCATE
+            bundle = STANDALONE_COLOCATE if pool.standalone else COLOCATE
             mine = [on_slot.get(slot, []) for slot in layout.slots[pool.name]]
             for names in mine:
                 if names:
@@ -921,6 +1105,6 @@ def bundle_cpus(
             for n in range(pool.nodes):
                 node_cpus[n] += per_gpu * pool.per_node
         if group.cpus_per_node is None:
-            group = replace(group, cpus_per_node=max(node_cpus) + 1)
+            group = replace(group, cpus_per_node=max(node_cpus) + driver_cpus)
         out.append(group)
     return out, per_process

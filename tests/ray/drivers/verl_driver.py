@@ -1,6 +1,7 @@
 """Run verl's own placement code for a verl command's overrides and report where every rank landed.
 
     python verl_driver.py --report R.json [--local IP:GPUS:RANK,...] -- [python3 -m verl.trainer.main_ppo] key=value ...
+    python verl_driver.py ... -- python3 -m verl.experimental.fully_async_policy.fully_async_main key=value ...
 
 The overrides are composed with verl's own config files by Hydra (as verl.trainer.main_ppo's @hydra.main
 does). The pools are those of verl's PPOTrainer._init_resource_pool_mgr (verl 0.9.1
@@ -11,6 +12,12 @@ create_colocated_worker_cls (the WorkerDict of actor/ref/critic), RayWorkerGroup
 split_resource_pool and RayWorkerGroup(bin_pack=False) for a reward model's replicas
 (RewardModelManager + RolloutReplica.init_colocated), rollout replicas = consecutive WorkerDict ranks
 (RolloutReplica.init_hybrid). Each worker reports its RANK, node and Ray GPU ids.
+
+For fully_async_main (place_fully_async) the config is fully_async_ppo_trainer, and the pools are those its
+code makes (verl 0.9.1 verl/experimental/fully_async_policy and separation/utils.py, written out: those modules
+import the training stack): trainer_pool, the reward model's and the rollout's standalone replicas each in a
+ResourcePoolManager pool of its own (max_colocate_count 2) with RayWorkerGroup(bin_pack=False), as
+RolloutReplica.init_standalone makes them, and hybrid replicas as slices of the trainer's workers.
 
 Without --local it attaches to RAY_ADDRESS (hpcplace's Ray launch mode); node ranks are the raylets'
 `hpcplace.node_rank` labels. With --local it starts a ray.cluster_utils.Cluster whose nodes have the given
@@ -32,7 +39,7 @@ from typing import Any
 import ray
 
 
-def compose(overrides: list[str]) -> Any:
+def compose(overrides: list[str], fully_async: bool = False) -> Any:
     import importlib.util
 
     from hydra import compose as hydra_compose
@@ -41,12 +48,12 @@ def compose(overrides: list[str]) -> Any:
 
     spec = importlib.util.find_spec("verl")
     assert spec is not None and spec.origin is not None
-    folder = (
-        Path(os.environ.get("HPCPLACE_VERL_SRC") or Path(spec.origin).parent.parent) / "verl" / "trainer" / "config"
-    )
+    home = "experimental/fully_async_policy" if fully_async else "trainer"
+    folder = Path(os.environ.get("HPCPLACE_VERL_SRC") or Path(spec.origin).parent.parent) / "verl" / home / "config"
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(folder), version_base=None):
-        return hydra_compose(config_name="ppo_trainer", overrides=overrides)
+        name = "fully_async_ppo_trainer" if fully_async else "ppo_trainer"
+        return hydra_compose(config_name=name, overrides=overrides)
 
 
 def pool_spec(config: Any) -> tuple[dict[str, list[int]], list[str], str]:
@@ -96,7 +103,9 @@ def main() -> int:
     parser.add_argument("--report", required=True)
     parser.add_argument("--local", default="")
     opts, overrides = parser.parse_known_args()
-    entry = next((i for i, w in enumerate(overrides) if w.endswith("verl.trainer.main_ppo")), None)
+    entries = ("verl.trainer.main_ppo", "fully_async_main")
+    entry = next((i for i, w in enumerate(overrides) if w.endswith(entries)), None)
+    fully_async = entry is not None and overrides[entry].endswith("fully_async_main")
     overrides = overrides[entry + 1 :] if entry is not None else [o for o in overrides if o != "--"]
     report: dict[str, Any] = {"records": [], "overrides": overrides}
     cluster = None
@@ -126,7 +135,8 @@ def main() -> int:
             marks = [int(k[len("hpcplace_node_") :]) for k in n["Resources"] if k.startswith("hpcplace_node_")]
             rank_of[n["NodeID"]] = int(label) if label is not None else (marks[0] if marks else -1)
         report["nodes"] = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
-        report["records"] = place(compose(overrides), rank_of)
+        config = compose(overrides, fully_async)
+        report["records"] = place_fully_async(config, rank_of) if fully_async else place(config, rank_of)
     except Exception as exc:  # noqa: BLE001 - any failure of verl's code goes into the report the test reads
         report["error"] = f"{type(exc).__name__}: {exc}"
         report["traceback"] = traceback.format_exc()
@@ -140,16 +150,9 @@ def main() -> int:
     return 0 if "error" not in report else 1
 
 
-def place(config: Any, rank_of: dict[str, int]) -> list[dict[str, Any]]:
+def probe_class() -> Any:
     from verl.single_controller.base import Worker
     from verl.single_controller.base.decorator import Dispatch, register
-    from verl.single_controller.ray.base import (
-        RayClassWithInitArgs,
-        RayWorkerGroup,
-        ResourcePoolManager,
-        create_colocated_worker_cls,
-        split_resource_pool,
-    )
 
     class Probe(Worker):  # stands where verl's ActorRolloutRefWorker / TrainingWorker / rollout worker would
         @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -161,12 +164,10 @@ def place(config: Any, rank_of: dict[str, int]) -> list[dict[str, Any]]:
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             }
 
-    spec, roles, reward_pool = pool_spec(config)
-    manager = ResourcePoolManager(resource_pool_spec=spec, mapping=dict.fromkeys(roles, "global_pool"))
-    manager.create_resource_pool()
-    pools = manager.resource_pool_dict
-    records: list[dict[str, Any]] = []
+    return Probe
 
+
+def recorder(records: list[dict[str, Any]], rank_of: dict[str, int]) -> Any:
     def add(component: str, rank: int, where: dict[str, Any]) -> None:
         records.append(
             {
@@ -177,6 +178,26 @@ def place(config: Any, rank_of: dict[str, int]) -> list[dict[str, Any]]:
                 "node_rank": rank_of.get(where["node_id"], -1),
             }
         )
+
+    return add
+
+
+def place(config: Any, rank_of: dict[str, int]) -> list[dict[str, Any]]:
+    from verl.single_controller.ray.base import (
+        RayClassWithInitArgs,
+        RayWorkerGroup,
+        ResourcePoolManager,
+        create_colocated_worker_cls,
+        split_resource_pool,
+    )
+
+    Probe = probe_class()
+    spec, roles, reward_pool = pool_spec(config)
+    manager = ResourcePoolManager(resource_pool_spec=spec, mapping=dict.fromkeys(roles, "global_pool"))
+    manager.create_resource_pool()
+    pools = manager.resource_pool_dict
+    records: list[dict[str, Any]] = []
+    add = recorder(records, rank_of)
 
     class_dict = {role: RayClassWithInitArgs(cls=ray.remote(Probe)) for role in roles}
     wg_dict = RayWorkerGroup(
@@ -212,6 +233,107 @@ def place(config: Any, rank_of: dict[str, int]) -> list[dict[str, Any]]:
                 )
                 for where in group.where():
                     add(component, replica * width + where["rank"], where)
+    return records
+
+
+def width_of(rollout: Any) -> int:
+    return int(rollout.tensor_model_parallel_size * rollout.data_parallel_size * rollout.pipeline_model_parallel_size)
+
+
+def standalone_replicas(
+    kind: str, count: int, first: int, width: int, gpus_per_node: int, component: str, add: Any
+) -> None:
+    """`count` replicas as RolloutReplica.init_standalone makes them (kind "" or "reward_"): replica r's own pool
+    `rollout_pool_<kind><first + r>` of [min(gpus_per_node, width)] * nodes, ResourcePoolManager(
+    max_colocate_count=2), RayWorkerGroup(bin_pack=False, name_prefix=rollout_<kind>standalone_<rank>);
+    records rank r * width + worker rank."""
+    from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, ResourcePoolManager
+
+    Probe = probe_class()
+    per_node = min(gpus_per_node, width)
+    for r in range(count):
+        name = f"rollout_pool_{kind}{first + r}"
+        manager = ResourcePoolManager(
+            resource_pool_spec={name: [per_node] * (width // per_node)}, mapping=None, max_colocate_count=2
+        )
+        manager.create_resource_pool()
+        group = RayWorkerGroup(
+            resource_pool=manager.resource_pool_dict[name],
+            ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(Probe)),
+            bin_pack=False,
+            name_prefix=f"rollout_{kind}standalone_{first + r}",
+        )
+        for where in group.where():
+            add(component, r * width + where["rank"], where)
+
+
+def place_fully_async(config: Any, rank_of: dict[str, int]) -> list[dict[str, Any]]:
+    """fully_async_main: FullyAsyncTrainer.init_workers (trainer_pool), then FullyAsyncRollouter.init_workers:
+    the reward model's standalone replicas (RewardLoopManager(rm_resource_pool=None)), the teacher pool, the
+    hybrid replicas on the trainer's workers and the standalone rollout replicas numbered after them."""
+    from verl.single_controller.ray.base import (
+        RayClassWithInitArgs,
+        RayWorkerGroup,
+        ResourcePoolManager,
+        create_colocated_worker_cls,
+        split_resource_pool,
+    )
+
+    Probe = probe_class()
+    records: list[dict[str, Any]] = []
+    add = recorder(records, rank_of)
+    async_training = config.async_training
+    hybrid = bool(
+        async_training.use_trainer_do_validate or async_training.get("use_dynamic_resource_scheduling", False)
+    )
+    roles = ["actor_rollout" if hybrid else "actor"]  # create_role_worker_mapping, SeparateRayPPOTrainer's classes
+    critic = config.critic.enable if config.critic.enable is not None else config.algorithm.adv_estimator == "gae"
+    roles += ["critic"] if critic else []
+    use_ref = config.algorithm.get("use_kl_in_reward", False) or config.actor_rollout_ref.actor.use_kl_loss
+    roles += ["ref"] if use_ref else []
+    spec = {"trainer_pool": [config.trainer.n_gpus_per_node] * config.trainer.nnodes}
+    manager = ResourcePoolManager(resource_pool_spec=spec, mapping=dict.fromkeys(roles, "trainer_pool"))
+    manager.create_resource_pool()
+    class_dict = {role: RayClassWithInitArgs(cls=ray.remote(Probe)) for role in roles}
+    wg_dict = RayWorkerGroup(
+        resource_pool=manager.resource_pool_dict["trainer_pool"],
+        ray_cls_with_init=create_colocated_worker_cls(class_dict=class_dict),
+    )
+    spawned = wg_dict.spawn(prefix_set=class_dict.keys())
+    for role in roles:
+        for where in spawned[role].where():
+            add(role, where["rank"], where)
+    rm = config.reward.reward_model
+    if rm.enable:
+        width = width_of(rm.rollout)
+        count = rm.n_gpus_per_node * rm.nnodes // width
+        standalone_replicas("reward_", count, 0, width, rm.n_gpus_per_node, "reward_model", add)
+    if config.distillation.enabled:  # FullyAsyncRollouter._create_teacher_model_manager, then as main_ppo's
+        teacher_spec = {"teacher_pool": [config.distillation.n_gpus_per_node] * config.distillation.nnodes}
+        teacher_manager = ResourcePoolManager(resource_pool_spec=teacher_spec, mapping={})
+        teacher_manager.create_resource_pool()
+        resolved = teachers(config)
+        by_teacher = split_resource_pool(
+            teacher_manager.resource_pool_dict["teacher_pool"], split_size=[n * w for _, n, w in resolved]
+        )
+        for (component, _replicas, width), sub in zip(resolved, by_teacher, strict=True):
+            for replica, part in enumerate(split_resource_pool(sub, split_size=width)):
+                group = RayWorkerGroup(
+                    resource_pool=part, ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(Probe)), bin_pack=False
+                )
+                for where in group.where():
+                    add(component, replica * width + where["rank"], where)
+    width = width_of(config.actor_rollout_ref.rollout)
+    hybrids = 0
+    if hybrid:  # FullyAsyncLLMServerManager step 1: init_hybrid on the trainer's workers, replica ranks 0..
+        workers = spawned[roles[0]].where()
+        hybrids = len(workers) // width
+        for replica in range(hybrids):
+            for where in workers[replica * width : (replica + 1) * width]:
+                add("rollout", where["rank"], where)
+    # step 2: main() copies rollout.nnodes / n_gpus_per_node into actor_rollout_ref.rollout; start_rank = hybrids
+    count = config.rollout.n_gpus_per_node * config.rollout.nnodes // width
+    standalone_replicas("", count, hybrids, width, config.rollout.n_gpus_per_node, "rollout_standalone", add)
     return records
 
 
