@@ -20,7 +20,7 @@ from hpcplace.config.formats.command import (
 from hpcplace.config.yaml_source import YamlDocument
 from hpcplace.errors import SpecError
 
-_PYTHON = re.compile(r"(^|.*/)python(\d+(\.\d+)*)?$")
+PYTHON_WORD = re.compile(r"(^|.*/)python(\d+(\.\d+)*)?$")
 _SCRIPT = re.compile(r"\.py$")
 LAUNCHERS = ("torchrun", "deepspeed")
 
@@ -54,7 +54,7 @@ def entry_point_index(argv: Sequence[str]) -> int:
             return i
     for i in range(start, len(argv)):  # no module or script: the first word that is not a python or launcher
         name = argv[i].rsplit("/", 1)[-1]
-        if not argv[i].startswith("-") and not _PYTHON.match(argv[i]) and name not in LAUNCHERS:
+        if not argv[i].startswith("-") and not PYTHON_WORD.match(argv[i]) and name not in LAUNCHERS:
             return i
     return start if start < len(argv) else 0
 

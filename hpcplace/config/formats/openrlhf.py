@@ -62,7 +62,7 @@ from hpcplace.runtime.openrlhf_watch import ROLE_CLASSES
 
 # the commit that dotted train_ppo_ray's flags by section (--actor_num_nodes -> --actor.num_nodes)
 DOTTED_FLAGS = "OpenRLHF/OpenRLHF ed62d0e2 (2026-04-19), first released in v0.10.2"
-_HELP = {"-h": Flag("help"), "--help": Flag("help")}
+HELP_FLAGS = {"-h": Flag("help"), "--help": Flag("help")}  # argparse's own, in every parser OpenRLHF has
 
 # The flags placement reads: 0.10.2+ name -> the name before 0.10.2 (their defaults, each release's own, are in
 # openrlhf_releases.json).
@@ -265,7 +265,7 @@ def parse_args(command: FrameworkCommand, entry: int, version: FrameworkVersion 
     label = f"OpenRLHF {release.version}"
     suggest = version is None or version.source != "stated"
     given = parse_flags(
-        command, entry + 1, {**release.train_ppo_ray, **_HELP}, label, other_names(release.version, suggest)
+        command, entry + 1, {**release.train_ppo_ray, **HELP_FLAGS}, label, other_names(release.version, suggest)
     )
     dotted = release.has("--actor.num_nodes")
     names = {new: (new if dotted else old) for new, old in PLACEMENT_FLAGS.items()}

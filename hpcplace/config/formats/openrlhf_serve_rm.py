@@ -11,9 +11,7 @@ the serve_rm parser of the release that runs it (openrlhf_releases.json). See do
 
 from __future__ import annotations
 
-import re
-
-from hpcplace.config.formats.argv import Flag, parse_flags
+from hpcplace.config.formats.argv import parse_flags
 from hpcplace.config.formats.command import COMMAND_FORMATS, FrameworkCommand
 from hpcplace.config.formats.common import (
     SiteGpus,
@@ -23,15 +21,14 @@ from hpcplace.config.formats.common import (
     slurm_job_options,
     with_block_settings,
 )
-from hpcplace.config.formats.openrlhf import gpus_per_node, note_release, other_names, planned_version
+from hpcplace.config.formats.entry_point import PYTHON_WORD
+from hpcplace.config.formats.openrlhf import HELP_FLAGS, gpus_per_node, note_release, other_names, planned_version
 from hpcplace.config.formats.openrlhf_flags import release_for
 from hpcplace.config.framework_version import resolve_version
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster
 from hpcplace.config.yaml_source import YamlDocument
 
 COMPONENT = "reward_server"
-_HELP = {"-h": Flag("help"), "--help": Flag("help")}
-_PYTHON = re.compile(r"(^|.*/)python[\d.]*$")
 
 
 def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus | None) -> ExperimentSpec:
@@ -45,7 +42,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     given = parse_flags(
         command,
         entry + 1,
-        {**release.serve_rm, **_HELP},
+        {**release.serve_rm, **HELP_FLAGS},
         f"OpenRLHF {release.version} serve_rm",
         other_names(release.version, suggest, "serve_rm"),
     )
@@ -94,7 +91,7 @@ def _entry_index(command: FrameworkCommand) -> int:
     word, between = command.argv[index], command.argv[1:index]
     module = between[-1:] == ("-m",) and not word.endswith(".py")
     script = word.endswith(".py") and "-m" not in between
-    if not (_PYTHON.match(command.argv[0]) and (module or script) and all(w.startswith("-") for w in between)):
+    if not (PYTHON_WORD.match(command.argv[0]) and (module or script) and all(w.startswith("-") for w in between)):
         raise command.error(
             index,
             f"hpcplace plans serve_rm started plainly by Python, and this command starts {word} otherwise",
