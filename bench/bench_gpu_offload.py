@@ -1,15 +1,18 @@
 """Offload/onload on a real GPU with torch_memory_saver, next to a plain device<->host copy of the same bytes.
 
-    python bench/bench_gpu_offload.py [--gib 4] [--cycles 5] [--retain-cycles 0] [--json OUT.json] [--device cuda|cpu]
+    python bench/bench_gpu_offload.py [--gib 4] [--cycles 5] [--compare-cycles 0] [--cpu-backup pinned|mmap]
+                                      [--json OUT.json] [--device cuda|cpu]
 
 Run in a process started with torch_memory_saver's preload (scripts/gpu-tier.sh does it). Per cycle: bytes
 freed on the GPU torch uses (NVML, by that device's UUID), offload (pause with CPU backup) and onload (resume)
 seconds and GB/s, and a fingerprint of the weights (equal across cycles = the contents came back). The
 baseline is a plain copy of the same bytes GPU -> pinned host -> GPU. `ratio` = copy seconds /
-(offload + onload seconds): the goal is >= 0.8. `--retain-cycles N` then runs N more cycles with
-torch_memory_saver's retain_cpu_backup on (the pinned backup is kept instead of re-pinned every pause).
-`--device cpu` runs the same loop on the CPU backend (RSS instead of NVML, pageable copies): a smoke test
-of this script on machines without a GPU.
+(offload + onload seconds), over the cycles after the first (the first pause allocates the host backup):
+the goal is >= 0.8. The backend runs as hpcplace makes it (the host backup kept between turns);
+`--compare-cycles N` then runs N more cycles with torch_memory_saver's own default (a new backup at every
+pause, freed at every resume). `--cpu-backup mmap` takes the library's reclaimable host backup instead of
+pinned memory. `--device cpu` runs the same loop on the CPU backend (RSS instead of NVML, pageable copies):
+a smoke test of this script on machines without a GPU.
 """
 
 from __future__ import annotations
@@ -116,11 +119,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--gib", type=float, default=4.0, help="GiB of weights to offload (default 4)")
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument(
-        "--retain-cycles",
+        "--compare-cycles",
         type=int,
         default=0,
-        help="then as many cycles with torch_memory_saver's retain_cpu_backup on (GPU only)",
+        help="then as many cycles with torch_memory_saver's default: a new host backup every pause (GPU only)",
     )
+    parser.add_argument("--cpu-backup", choices=("pinned", "mmap"), default="pinned", help="the host backup (GPU only)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args(argv)
@@ -130,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from hpcplace.runtime.memory import CpuBackend, TorchMemorySaverBackend
 
     nbytes = int(args.gib * GIB) // 4 * 4
-    memory = TorchMemorySaverBackend() if args.device == "cuda" else CpuBackend()
+    memory = TorchMemorySaverBackend(cpu_backup_backend=args.cpu_backup) if args.device == "cuda" else CpuBackend()
     memory.add_tag("weights", nbytes=nbytes, backup=True)
     chunk = 256 << 20  # like a model: many tensors, not one
     weights = [
@@ -169,15 +173,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
         return done
 
+    def steady_s(cycles: list[dict[str, Any]]) -> float:
+        return statistics.median(c["offload_s"] + c["onload_s"] for c in cycles[1:] or cycles)
+
     cycles = run_cycles(args.cycles)
     copy_s = plain_copy_s(nbytes, args.device)
-    cycle_s = statistics.median(c["offload_s"] + c["onload_s"] for c in cycles)
+    cycle_s = steady_s(cycles)
     result = {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "driver": (lambda d: d and {"version": d.version, "cuda": d.cuda_text})(gpu_checks.driver_info()),
         "backend": memory.name,
+        "retain_cpu_backup": getattr(memory, "retain_cpu_backup", None),
+        "cpu_backup": args.cpu_backup if args.device == "cuda" else "memfd",
         "meter": meter.kind,
         "bytes": nbytes,
         "cycles": cycles,
@@ -191,17 +200,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "goal_ratio": 0.8,
     }
     write(result, args.json)
-    # torch_memory_saver pins a new backup at every pause and frees it at every resume (csrc/cpu_backup.h)
-    # unless retain_cpu_backup is on: measure that steady state too, in the same run (written again after).
-    if args.retain_cycles and isinstance(memory, TorchMemorySaverBackend):
-        memory._tms.retain_cpu_backup = True
-        retained = run_cycles(args.retain_cycles)
-        steady = statistics.median(c["offload_s"] + c["onload_s"] for c in retained[1:] or retained)
-        result["retained_cpu_backup"] = {
-            "cycles": retained,
-            "fingerprints_equal": all(c["fingerprint"] == first for c in retained),
-            "offload_onload_s_median": steady,
-            "ratio": copy_s / steady,
+    # torch_memory_saver's own default: a new host backup at every pause, freed at every resume
+    # (csrc/cpu_backup.h), measured in the same run for comparison (written again after).
+    if args.compare_cycles and isinstance(memory, TorchMemorySaverBackend):
+        memory._tms.retain_cpu_backup = not memory.retain_cpu_backup
+        other = run_cycles(args.compare_cycles)
+        result["compared"] = {
+            "retain_cpu_backup": not memory.retain_cpu_backup,
+            "cycles": other,
+            "fingerprints_equal": all(c["fingerprint"] == first for c in other),
+            "offload_onload_s_median": steady_s(other),
+            "ratio": copy_s / steady_s(other),
         }
         write(result, args.json)
     weights.clear()  # the tensors go before the backend closes

@@ -34,6 +34,9 @@ from typing import Any
 
 RESIDENT = "resident"
 PAUSED = "paused"
+RETAIN_VARIABLE = "HPCPLACE_MEMORY_RETAIN_CPU_BACKUP"  # "0": a new pinned host backup at every pause
+CPU_BACKUP_VARIABLE = "HPCPLACE_MEMORY_CPU_BACKUP"  # torch_memory_saver's cpu_backup_backend
+CPU_BACKUP_BACKENDS = ("pinned", "mmap")
 _ALIGN = 64
 
 
@@ -343,7 +346,20 @@ class TorchMemorySaverBackend(MemoryBackend):
 
     name = "torch_memory_saver"
 
-    def __init__(self, *, hook_mode: str = "preload") -> None:
+    def __init__(
+        self,
+        *,
+        hook_mode: str = "preload",
+        retain_cpu_backup: bool | None = None,
+        cpu_backup_backend: str | None = None,
+    ) -> None:
+        """`retain_cpu_backup` (default: on, unless HPCPLACE_MEMORY_RETAIN_CPU_BACKUP=0): keep the host
+        backup of backed-up tags between turns. Without it torch_memory_saver pins a new host buffer at every
+        pause and frees it at every resume: a 4 GiB offload + onload on an H200 ran at 0.08x a plain pinned
+        copy that way, 0.97x with the backup kept (docs/benchmarks.md). The cost: that host memory stays
+        allocated while the tag is resident. The switch is torch_memory_saver's, one per process.
+        `cpu_backup_backend`: "pinned" (the library's default) or "mmap" (reclaimable host memory; default
+        HPCPLACE_MEMORY_CPU_BACKUP)."""
         global _ACTIVE
         super().__init__()
         if _ACTIVE is not None:
@@ -361,9 +377,21 @@ class TorchMemorySaverBackend(MemoryBackend):
             )
         from torch_memory_saver import torch_memory_saver
 
+        if cpu_backup_backend is None:
+            cpu_backup_backend = os.environ.get(CPU_BACKUP_VARIABLE) or None
+        if cpu_backup_backend not in (None, *CPU_BACKUP_BACKENDS):
+            raise MemoryBackendError(
+                f"unknown torch_memory_saver CPU backup {cpu_backup_backend!r}",
+                hint=f"one of: {', '.join(CPU_BACKUP_BACKENDS)} (argument cpu_backup_backend or {CPU_BACKUP_VARIABLE})",
+            )
+        if retain_cpu_backup is None:
+            retain_cpu_backup = os.environ.get(RETAIN_VARIABLE, "1") != "0"
         if hook_mode != "preload":
             torch_memory_saver.hook_mode = hook_mode
+        torch_memory_saver.retain_cpu_backup = retain_cpu_backup
         self._tms = torch_memory_saver
+        self.retain_cpu_backup = retain_cpu_backup
+        self.cpu_backup_backend = cpu_backup_backend
         _ACTIVE = self
 
     def _library_tag(self, tag: str) -> str:
@@ -386,15 +414,21 @@ class TorchMemorySaverBackend(MemoryBackend):
         """Allocations made by torch inside this block belong to `tag` (refused while it is paused:
         torch_memory_saver would hand out unmapped memory)."""
         self._resident(tag, "allocate in")
-        with self._tms.region(tag=self._library_tag(tag), enable_cpu_backup=self._backup[tag]):
+        with self._tms.region(tag=self._library_tag(tag), **self._backup_options(tag)):
             yield
 
     @contextmanager
     def cuda_graph(self, graph: Any, tag: str = "cuda_graph", **kwargs: Any) -> Iterator[None]:
         """Capture a CUDA graph whose memory pool belongs to `tag` (pausable)."""
         self._resident(tag, "capture a CUDA graph in")
-        with self._tms.cuda_graph(graph, tag=self._library_tag(tag), enable_cpu_backup=self._backup[tag], **kwargs):
+        with self._tms.cuda_graph(graph, tag=self._library_tag(tag), **self._backup_options(tag), **kwargs):
             yield
+
+    def _backup_options(self, tag: str) -> dict[str, Any]:
+        if not self._backup[tag]:
+            return {"enable_cpu_backup": False}
+        chosen = {"cpu_backup_backend": self.cpu_backup_backend} if self.cpu_backup_backend else {}
+        return {"enable_cpu_backup": True, **chosen}
 
     def _empty(self, tag: str, shape: tuple[int, ...], dtype: Any) -> Any:
         import torch

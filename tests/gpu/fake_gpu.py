@@ -169,6 +169,7 @@ class _Impl:
             named = [p for p in preload.split(":") if "torch_memory_saver" in p]
             assert len(named) == 1, f"TorchMemorySaver observes invalid LD_PRELOAD. (LD_PRELOAD={preload!r})"
         self._hook_mode = hook_mode
+        self.retain_cpu_backup = False
         self._mem_pools = {}
         self.allocations = {}  # tag -> ["active" | "paused", ...]
 
@@ -187,6 +188,17 @@ class TorchMemorySaver:
         assert self._impl_ctor_kwargs is not None, "Cannot configure after initialization"
         self._impl_ctor_kwargs["hook_mode"] = hook_mode
 
+    @property
+    def retain_cpu_backup(self):
+        self._ensure_initialized()
+        return self._impl.retain_cpu_backup
+
+    @retain_cpu_backup.setter
+    def retain_cpu_backup(self, value):
+        self._ensure_initialized()
+        self._impl.retain_cpu_backup = bool(value)
+        CALLS.append(("retain_cpu_backup", bool(value)))
+
     def _ensure_initialized(self):
         if self._impl is None:
             self._impl = _Impl(**self._impl_ctor_kwargs)
@@ -200,7 +212,7 @@ class TorchMemorySaver:
         backend = (cpu_backup_backend or "pinned") if enable_cpu_backup else ""
         self._impl._mem_pools.setdefault((tag, enable_cpu_backup, enable_disk_backup, backend, 0), object())
         self._impl.allocations.setdefault(tag, []).append("active")
-        CALLS.append(("region", tag))
+        CALLS.append(("region", tag) if not enable_cpu_backup else ("region", tag, backend))
         yield
 
     @contextlib.contextmanager
