@@ -31,7 +31,8 @@ so a store only ever connects ranks of one node: each node's trainer ranks publi
 inference ranks the plan's `weight_sync` map puts on that node.
 
 Slots are mapped once (MAP_POPULATE) and overwritten in place, so steady-state publish and consume
-run at memcpy speed. The checksum is zlib.crc32: "sampled" (default: 1024 blocks of 4 KiB spread
+run at memcpy speed. In a process that has initialized CUDA the mappings are also page-locked
+(runtime/cuda_host.py), so GPU tensors are written and read at the pinned copy's bandwidth. The checksum is zlib.crc32: "sampled" (default: 1024 blocks of 4 KiB spread
 over the data, ~1 ms for any size) guards against a wrong slot or a torn write at no bandwidth
 cost; "full" hashes every byte (~4 GB/s here, far below memcpy); "none" skips it.
 """
@@ -53,7 +54,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hpcplace.runtime import shm_dir
+from hpcplace.runtime import cuda_host, shm_dir
 
 CHECKSUMS = ("sampled", "full", "none")
 _DATA_ALIGN = 64
@@ -259,9 +260,27 @@ class _Mapped:
             os.close(self.fd)
             raise
         self.layout = layout
+        self.writable = writable
         self.view = memoryview(self.map)
         self.data = self.view[layout.data_start : layout.file_size]
         self._tensors: dict[str, Any] | None = None
+        self.pinned = 0  # the mapping's address once registered with CUDA (runtime/cuda_host.py)
+        if cuda_host.unavailable_reason() is None:
+            self.pin()
+
+    def pin(self) -> str | None:
+        """Page-lock the mapping for CUDA copies at full bandwidth; None when done, else why not."""
+        if self.pinned:
+            return None
+        import torch
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # a read-only mapping: only its address is taken
+            address = torch.frombuffer(self.map, dtype=torch.uint8, count=1).data_ptr()
+        why = cuda_host.register(address, len(self.map), read_only=not self.writable)
+        if why is None:
+            self.pinned = address
+        return why
 
     def tensors(self) -> dict[str, Any]:
         if self._tensors is None:
@@ -283,6 +302,9 @@ class _Mapped:
 
     def close(self) -> None:
         self._tensors = None
+        if self.pinned:
+            cuda_host.unregister(self.pinned)
+            self.pinned = 0
         self.data.release()
         self.view.release()
         try:

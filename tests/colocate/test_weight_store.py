@@ -74,6 +74,50 @@ def test_consume_is_zero_copy_and_copy_into_fills_destinations(job: str) -> None
         assert all(torch.equal(destination[n], t) for n, t in sd.items())
 
 
+def test_a_cuda_process_pins_every_mapping_and_unpins_it_before_unmapping(job: str, monkeypatch) -> None:
+    """Where CUDA is initialized, each slot mapping is registered with CUDA once (read-only for a reader) and
+    unregistered at close; a refused registration leaves the store working on pageable copies. The CUDA calls
+    are the boundary faked here: tests/gpu/test_weight_sync_gpu.py makes them on a GPU."""
+    from hpcplace.runtime import cuda_host
+
+    calls: list[tuple] = []
+    refuse = {"reader": False}
+
+    def register(address: int, size: int, *, read_only: bool) -> str | None:
+        calls.append(("register", address, size, read_only))
+        return "cudaHostRegister failed with CUDA error 1" if read_only and refuse["reader"] else None
+
+    monkeypatch.setattr(cuda_host, "unavailable_reason", lambda environ=None: None)
+    monkeypatch.setattr(cuda_host, "register", register)
+    monkeypatch.setattr(cuda_host, "unregister", lambda address: calls.append(("unregister", address)))
+    sd = mixed_state_dict(7)
+    with WeightPublisher(job, "a") as publisher, WeightReader(job, "a") as reader:
+        publisher.publish(sd)
+        size = publisher.layout.file_size
+        assert [c[2:] for c in calls] == [(size, False), (size, False)]
+        assert [s.pinned for s in publisher._slots] == [c[1] for c in calls]
+        with reader.consume() as snap:
+            assert all(torch.equal(snap.tensors[n], t) for n, t in sd.items())
+        assert calls[-1][2:] == (size, True) and reader._slots[0].pinned == calls[-1][1]
+        refuse["reader"] = True
+        publisher.publish(sd)
+        with reader.consume() as snap:  # the other slot: its registration is refused, the data is right
+            assert all(torch.equal(snap.tensors[n], t) for n, t in sd.items())
+        assert reader._slots[1].pinned == 0
+        pinned = [s.pinned for s in publisher._slots] + [reader._slots[0].pinned]
+    assert sorted(c[1] for c in calls if c[0] == "unregister") == sorted(pinned)
+
+
+def test_pinning_is_only_tried_where_cuda_is_initialized(monkeypatch) -> None:
+    from hpcplace.runtime import cuda_host
+
+    assert cuda_host.unavailable_reason({cuda_host.PIN_VARIABLE: "0"}) == "HPCPLACE_WEIGHT_STORE_PIN=0"
+    assert cuda_host.unavailable_reason({}) == "this process has not initialized CUDA"  # CPU torch, here
+    monkeypatch.delitem(sys.modules, "torch")
+    assert cuda_host.unavailable_reason({}) == "this process has not initialized CUDA"
+    assert cuda_host.register(4096, 4096, read_only=True) == "libcudart is not loaded in this process"
+
+
 def test_flip_is_atomic_under_a_concurrent_writer(job: str) -> None:
     writer = subprocess.Popen(
         [sys.executable, WORKER, job, "flood", "flood", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

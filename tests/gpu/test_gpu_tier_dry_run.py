@@ -35,10 +35,11 @@ def test_dry_run_installs_offline_and_collects_the_gpu_tests(tmp_path: Path) -> 
         timeout=120,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "8 tests collected" in done.stdout
+    assert "9 tests collected" in done.stdout
     for name in (
         "tests/runtime/test_nvml_gpu.py::test_planned_gpu_given_by_uuid_passes",
         "tests/gpu/test_memory_saver_gpu.py::test_pause_frees_device_memory_per_nvml",
+        "tests/gpu/test_weight_sync_gpu.py::test_weights_cross_gpu_shm_gpu_exactly_through_pinned_slots",
     ):
         assert name in done.stdout
     facts = json.loads((tmp_path / "facts.json").read_text())
