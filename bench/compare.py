@@ -59,6 +59,8 @@ SKIPPED = {
     "bench_ray_bringup.py": "needs the Slurm test cluster (Ray on 1-5 nodes)",
     "bench_render.py --submit": "needs the Slurm test cluster (submit -> every step running)",
     "bench_gpu_offload.py": "needs an NVIDIA GPU with torch_memory_saver (scripts/gpu-tier.sh)",
+    "bench_gpu_weight_sync.py": "needs an NVIDIA GPU (scripts/gpu-tier.sh)",
+    "bench_gpu_preflight.py": "measures a GPU node's checks (scripts/gpu-tier.sh)",
     "bench_fuzz.py": "a correctness sweep (100,000 cases, no tracebacks), not a timing",
 }
 

@@ -120,6 +120,7 @@ def run_actor(cycle: Cycle, job_dir: str, rank: int, world_size: int, cycles: in
     model = make_policy()
     memory = make_backend("auto")
     device = "cpu" if isinstance(memory, CpuBackend) else "cuda"
+    print(f"actor[{rank}]: memory backend {type(memory).__name__} on {device}", flush=True)
     memory.adopt("weights", model, backup=True)  # the trainer keeps its weights across offloads
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)  # before the group: it imports torch._dynamo
     distributed = maybe_init_distributed(world_size, rank)
@@ -166,6 +167,7 @@ def run_actor(cycle: Cycle, job_dir: str, rank: int, world_size: int, cycles: in
 def run_rollout(cycle: Cycle, job_dir: str, rank: int, cycles: int) -> None:
     model = make_policy()
     memory = make_backend("auto")
+    print(f"rollout[{rank}]: memory backend {type(memory).__name__}", flush=True)
     memory.adopt("weights", model, backup=False)  # reloaded from the weight store every turn
     memory.add_tag("kv_cache", nbytes=BATCH * SEQ * HIDDEN * 4, backup=False)
     scratch = memory.empty("kv_cache", (BATCH, SEQ, HIDDEN), torch.float32)

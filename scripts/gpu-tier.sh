@@ -5,7 +5,8 @@
 # a target dir over the machine's own torch (never installs torch), prints the torch/CUDA/driver facts,
 # runs every `gpu`-marked test with HPCPLACE_REQUIRE_GPU=1, then measures offload/onload against a plain
 # copy (bench/bench_gpu_offload.py) and runs the collocated demo. Writes OUT_DIR/gpu-tier.json (after every
-# stage, so a run cut short still has one), pytest.txt, offload.json, demo.txt. Exit code: the tests'.
+# stage, so a run cut short still has one), pytest.txt, offload.json, demo.txt/.json, preflight.json.
+# Exit code: the tests'.
 # The Python: $PYTHON, else the first of python3, python, python3.12 that has torch. The stages' time limits
 # keep the whole run inside HPCPLACE_GPU_TIER_BUDGET_S (default 540 s; the device allows 600 s a command).
 # HPCPLACE_GPU_TIER_DRY_RUN=1: no GPU needed: install for CPython 3.12 into the target dir, put a fake
@@ -118,11 +119,11 @@ if [ "$dry" = 1 ]; then
   exit "${PIPESTATUS[0]}"
 fi
 
-status=null bench=null demo=null
+status=null bench=null demo=null checks=null
 summarize() {  # gpu-tier.json from what has run so far (null: not run yet)
-  "$python" - "$out" "$status" "$bench" "$demo" > "$out/gpu-tier.json" <<'PY'
+  "$python" - "$out" "$status" "$bench" "$demo" "$checks" > "$out/gpu-tier.json" <<'PY'
 import json, os, sys
-out, status, bench, demo = sys.argv[1], *(None if a == "null" else int(a) for a in sys.argv[2:])
+out, status, bench, demo, checks = sys.argv[1], *(None if a == "null" else int(a) for a in sys.argv[2:])
 def load(name):
     try:
         with open(os.path.join(out, name)) as fh:
@@ -135,14 +136,19 @@ except OSError:
     lines = []
 summary = [l for l in lines if l.startswith(("PASSED", "FAILED", "SKIPPED", "ERROR", "=", "XFAIL", "XPASS"))][-40:]
 print(json.dumps({"tests_exit": status, "pytest_summary": summary, "facts": load("facts.json"),
-                  "memory_saver_test": load("memory_saver.json"), "offload_exit": bench,
-                  "offload": load("offload.json"), "demo_exit": demo}, indent=1))
+                  "memory_saver_test": load("memory_saver.json"), "benchmarks_exit": bench,
+                  "offload": load("offload.json"), "offload_mmap": load("offload-mmap.json"),
+                  "weight_sync": load("weight_sync.json"), "demo_exit": demo, "demo": load("demo.json"),
+                  "preflight_checks_exit": checks, "preflight_checks": load("preflight.json")}, indent=1))
 PY
 }
 summarize
 # -rA: every test's outcome in the short summary, failures with their reason (gpu-tier.json keeps those
 # lines); without hypothesis' plugin (compiled, and no gpu test uses it: one import failure less to risk)
-COLUMNS=200 HPCPLACE_REQUIRE_GPU=1 HPCPLACE_GPU_TIER_OUT="$out/memory_saver.json" timeout "$(limit 210)" \
+# Plugins off: the machine's own pytest plugins (xdist, cov, benchmark...) were built for its pytest, not
+# the wheelhouse's; no gpu test needs one.
+COLUMNS=200 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 HPCPLACE_REQUIRE_GPU=1 HPCPLACE_GPU_TIER_OUT="$out/memory_saver.json" \
+  timeout "$(limit 210)" \
   "$python" -m pytest -m gpu -v -rA -p no:cacheprovider -p no:hypothesispytest $files 2>&1 | tee "$out/pytest.txt"
 status=${PIPESTATUS[0]}
 summarize
@@ -151,16 +157,50 @@ summarize
 mapfile -t pre < <("$python" -c 'import os; from hpcplace.runtime.preload import preload_env
 c, why = preload_env(os.environ, command=[os.sys.executable]); print(c.get("LD_PRELOAD", "")); print(c.get("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", ""))); print(why)')
 say "${pre[2]:-no preload}"
-LD_PRELOAD="${pre[0]:-}" LD_LIBRARY_PATH="${pre[1]:-}" timeout "$(limit 120)" \
-  "$python" bench/bench_gpu_offload.py --gib 4 --cycles 5 --retain-cycles 3 --json "$out/offload.json" \
+LD_PRELOAD="${pre[0]:-}" LD_LIBRARY_PATH="${pre[1]:-}" timeout "$(limit 90)" \
+  "$python" bench/bench_gpu_offload.py --gib 4 --cycles 5 --compare-cycles 3 --json "$out/offload.json" \
   > "$out/offload.txt" 2>&1
 bench=$?
 tail -5 "$out/offload.txt"
+# The same with torch_memory_saver's reclaimable (mmap) host backup instead of pinned memory.
+LD_PRELOAD="${pre[0]:-}" LD_LIBRARY_PATH="${pre[1]:-}" timeout "$(limit 90)" \
+  "$python" bench/bench_gpu_offload.py --gib 4 --cycles 4 --compare-cycles 3 --cpu-backup mmap \
+  --json "$out/offload-mmap.json" > "$out/offload-mmap.txt" 2>&1
+mmap=$?
+[ "$bench" -ne 0 ] || bench=$mmap  # the stage's exit: the first failure of its two runs
+tail -3 "$out/offload-mmap.txt"
 summarize
+# Each output line stamped with the wall clock: the cycle time is the time between the actor's turns.
 timeout "$(limit 110)" "$python" -c 'import sys; from hpcplace.cli import main; sys.exit(main())' \
-  run configs/collocated-demo.yaml --local > "$out/demo.txt" 2>&1
-demo=$?
+  run configs/collocated-demo.yaml --local 2>&1 |
+  while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done > "$out/demo.txt"
+demo=${PIPESTATUS[0]}
+"$python" - "$out/demo.txt" > "$out/demo.json" <<'PY'
+import json, re, sys
+stamps = [(float(t), rest) for t, _, rest in (l.partition(" ") for l in open(sys.argv[1], errors="replace")) if t]
+actor = [t for t, rest in stamps if re.match(r"\[actor 0\] actor\[0\] gen \d+", rest)]
+cycles = [round(b - a, 3) for a, b in zip(actor, actor[1:])]
+print(json.dumps({"wall_s": round(stamps[-1][0] - stamps[0][0], 3) if stamps else None, "actor_turns": len(actor),
+                  "cycle_s": cycles, "tms_backend": any("backend TorchMemorySaverBackend" in rest for _, rest in stamps)}))
+PY
 tail -5 "$out/demo.txt"
 summarize
-say "results in $out (gpu-tier.json); tests exit $status, offload bench exit $bench, demo exit $demo"
+# Weight sync through the /dev/shm weight store, GPU -> shm -> GPU, next to plain copies (two slots: 2x the
+# weights in /dev/shm).
+shm_gib=$(df -k --output=avail /dev/shm 2>/dev/null | tail -1 | awk '{print int($1 / 1048576)}')
+sync_gib=$(( ${shm_gib:-0} >= 12 ? 4 : 1 ))
+say "/dev/shm: ${shm_gib:-?} GiB free; weight sync with $sync_gib GiB"
+timeout "$(limit 90)" "$python" bench/bench_gpu_weight_sync.py --gib "$sync_gib" --json "$out/weight_sync.json" \
+  > "$out/weight_sync.txt" 2>&1
+sync=$?
+tail -14 "$out/weight_sync.txt"
+[ "$bench" -ne 0 ] || bench=$sync  # benchmarks_exit: the first failing benchmark's
+summarize
+# The preflight's and the shim's GPU checks: their cost on a GPU node, and that they pass on a good one.
+timeout "$(limit 60)" "$python" bench/bench_gpu_preflight.py --repeat 5 --json "$out/preflight.json" \
+  > "$out/preflight.txt" 2>&1
+checks=$?
+cat "$out/preflight.txt"
+summarize
+say "results in $out (gpu-tier.json); tests exit $status, benchmarks exit $bench, demo exit $demo, preflight checks exit $checks"
 exit "$status"
