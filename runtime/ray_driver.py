@@ -204,6 +204,32 @@ def watcher_module(framework: str, header: Mapping[str, Any]) -> str | None:
     return WATCHERS.get(framework) if len(header["node_groups"]) > 1 else None
 
 
+def _with_services(
+    run_dir: str,
+    components: Sequence[Mapping[str, Any]],
+    driver: list[str],
+    env: dict[str, str],
+    launch_env: Mapping[str, str],
+) -> list[str]:
+    """Wait for every service of the job (runtime/services.py), then fill their addresses into the driver's
+    command and launch.env's values, and HPCPLACE_SERVICE_* into its environment (`env`, updated)."""
+    from hpcplace.runtime import services
+
+    waits = {
+        str(c["name"]): (int(c["world_size"]), float(c["service"]["timeout"])) for c in components if c.get("service")
+    }
+    say(f"waiting for service(s) {', '.join(waits)} to be ready")
+    why = services.wait_services(run_dir, waits)
+    if why is not None:
+        raise ShimError(why, hint="the service's own log says why: hpcplace logs RUN --component NAME")
+    given = {k: env[k] for k in launch_env if k in env}
+    command, changes = services.with_addresses(run_dir, {n: w[0] for n, w in waits.items()}, driver, given)
+    env.update({k: v for k, v in changes.items() if v is not None})
+    write_text(os.path.join(run_dir, "ray", "services-ready"), f"{time.time()}\n")  # bench: ready -> driver
+    say(f"service(s) {', '.join(waits)} ready; running the driver")
+    return list(command)
+
+
 def main(argv: Sequence[str]) -> int:
     t0 = time.time()
     args = list(argv)
@@ -222,6 +248,7 @@ def main(argv: Sequence[str]) -> int:
         snapshot = read_snapshot(os.environ)
         with PlanIndex(plan_path) as index:
             header = index.plan
+            components = index.components
         launch = header.get("launch") or {}
         if argv_file is not None:
             from hpcplace.runtime.attached import read_argv
@@ -301,6 +328,8 @@ def main(argv: Sequence[str]) -> int:
                 f"all {len(expected)} Ray node(s) joined at {address} ({t_joined - t0:.2f} s after this step "
                 f"started); running the driver"
             )
+        if any(c.get("service") for c in components):  # the job's services: ready first, then their addresses
+            driver = _with_services(run_dir, components, driver, env, launch.get("env") or {})
         if chdir:
             os.chdir(chdir)
     except ShimError as exc:

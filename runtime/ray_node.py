@@ -172,14 +172,18 @@ def group_node_ranks(group: Mapping[str, Any]) -> list[int]:
     return [int(group["first_node_rank"]) + j for j in range(int(group["num_nodes"]))]
 
 
-def node_facts(header: dict[str, Any], g: int, j: int, cpus_needed: int = 0) -> dict[str, Any]:
+def node_facts(
+    header: dict[str, Any], g: int, j: int, cpus_needed: int = 0, services: tuple[frozenset[str], int] | None = None
+) -> dict[str, Any]:
     """This node's facts from plan.json's header: rank, group, GPUs, CPUs (the group's cpus_per_node,
-    else what the plan's processes on the node need: hpcplace.ray.ray_cluster.ray_nodes), env."""
+    else what the plan's processes on the node need: hpcplace.ray.ray_cluster.ray_nodes), env. `services`:
+    the GPUs and CPUs the job's services hold on this node (service_share), which the raylet leaves them."""
     groups = header["node_groups"]
     group = groups[g]
     rank = group_node_ranks(group)[j]
     gpus = int(group["gpus_per_node"][j]) if group["gpus_per_node"] else 0
     cpus = group.get("cpus_per_node") or cpus_needed
+    taken_gpus, taken_cpus = services or (frozenset(), 0)
     return {
         "rank": rank,
         "het_group": g,
@@ -187,8 +191,8 @@ def node_facts(header: dict[str, Any], g: int, j: int, cpus_needed: int = 0) -> 
         "label": group["label"],
         "partition": group["partition"],
         "gpu_type": group.get("gpu_type") if gpus else None,
-        "gpus": tuple(str(i) for i in range(gpus)),
-        "num_cpus": max(int(cpus), 1),
+        "gpus": tuple(str(i) for i in range(gpus) if str(i) not in taken_gpus),
+        "num_cpus": max(int(cpus) - taken_cpus, 0) if taken_cpus else max(int(cpus), 1),
         "env": {
             **(group.get("env") or {}),
             **((group.get("container") or {}).get("env") or {}),
@@ -200,11 +204,30 @@ def node_facts(header: dict[str, Any], g: int, j: int, cpus_needed: int = 0) -> 
     }
 
 
+def service_share(index: PlanIndex, g: int, j: int) -> tuple[frozenset[str], int]:
+    """The GPUs and CPUs the job's services (their own steps: runtime/services.py) hold on node j of het
+    group g: the raylet there leaves them out of what it advertises, so Ray never places work on them."""
+    gpus: set[str] = set()
+    cpus = 0
+    for ci, comp in enumerate(index.components):
+        if not comp.get("service") or g not in index.het_groups(ci):
+            continue
+        per_node = index.processes_per_node(ci, g)
+        for local in range(per_node[j] if j < len(per_node) else 0):
+            process = index.process_at(ci, g, j, local)
+            if process is not None:
+                gpus.update(str(v) for v in process["visible_accelerators"])
+                cpus += int(comp.get("cpus_per_process") or 1)
+    return frozenset(gpus), cpus
+
+
 def group_cpus_needed(index: PlanIndex, g: int) -> int:
-    """The CPUs the plan's processes need on the busiest node of het group g: every raylet of a group
-    advertises the same CPUs (hpcplace.ray.ray_cluster.ray_nodes says why)."""
+    """The CPUs the plan's processes (not the services': their own steps) need on the busiest node of het
+    group g: every raylet of a group advertises the same CPUs (hpcplace.ray.ray_cluster.ray_nodes says why)."""
     need = [0] * len(group_node_ranks(index.plan["node_groups"][g]))
     for ci, comp in enumerate(index.components):  # one read of each component's node table
+        if comp.get("service"):
+            continue
         cpus = int(comp.get("cpus_per_process") or 1)
         for j, count in enumerate(index.processes_per_node(ci, g) if g in index.het_groups(ci) else ()):
             need[j] += cpus * count
@@ -622,6 +645,7 @@ def main(argv: Sequence[str]) -> int:
             header = index.plan
             g, j = locate_node(snapshot, range(len(header["node_groups"])))
             needed = group_cpus_needed(index, g)
+            held = service_share(index, g, j)  # by Slurm's node j: the services' steps are placed by it
         launch = header.get("launch") or {}
         host = snapshot.node_name
         _write_node_log(run_dir, host)
@@ -635,7 +659,7 @@ def main(argv: Sequence[str]) -> int:
         j, ip = ip_position(header, g, j, snapshot, run_dir, address if ifname else None, launch)
         if ip is not None and not ifname:
             net_args = [f"--node-ip-address={ip}"]
-        node = node_facts(header, g, j, needed)
+        node = node_facts(header, g, j, needed, held)
         where = f"Ray node rank {node['rank']} on {host} (node group {node['label']}, het group {g} node {j})"
         head = node["rank"] == 0
         choice = choose_devices(

@@ -35,6 +35,10 @@ from hpcplace.runtime.slurm_env import SlurmSnapshot, locate_node, node_name_at,
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from hpcplace.runtime.services import TaskServices
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
@@ -83,6 +87,8 @@ class Resolved(Frozen):
     # `network:` of the component's rank-0 node group is set: MASTER_ADDR is rank 0's address there
     # (rank 0 knows it; the others learn it from the run directory: _agree_master_addr)
     master_on_network: bool = False
+    # a job with services: what to wait for, and a replica's port (runtime/services.py)
+    services: TaskServices | None = None
 
 
 def parse_args(argv: Sequence[str]) -> Options | None:
@@ -206,6 +212,22 @@ def _resolved(
             f"no command: component {comp['name']!r} has none in the plan",
             hint=f"give one after `--`: {PROG} --plan ... --component {comp['name']} -- CMD",
         )
+    task_services = None
+    if any(c.get("service") for c in index.components):  # the job's services: ports, waits, references
+        from hpcplace.runtime import services
+
+        try:
+            command, changes, task_services = services.task_services(
+                index.components,
+                comp,
+                process["rank"],
+                command,
+                changes,
+                run_dir=os.path.dirname(index.plan_path),
+                job_id=snapshot.job_id,
+            )
+        except services.ServiceError as exc:
+            raise ShimError(exc.message, hint=exc.hint) from None
     groups = index.plan.get("node_groups") or []
     gpu_type = groups[g].get("gpu_type") if g < len(groups) else None
     return Resolved(
@@ -217,6 +239,7 @@ def _resolved(
         gpu_type=gpu_type,
         offload=bool(comp.get("offload")),
         master_on_network=master_on_network,
+        services=task_services,
     )
 
 
@@ -323,6 +346,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 0
         _make_shm_dir(resolved.info.shm_dir, debug)
+        if resolved.services is not None and options.rank is None:
+            resolved = _start_with_services(resolved, env, os.path.dirname(os.path.abspath(options.plan)))
+            env = merge_environment(env, resolved.changes)
         if options.chdir:
             try:
                 os.chdir(options.chdir)
@@ -336,6 +362,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"error: {exc}")
         return exc.exit_code
     return _exec(resolved.command, env)
+
+
+def _start_with_services(resolved: Resolved, env: dict[str, str], run_dir: str) -> Resolved:
+    """Wait for the services this task needs; a replica then publishes its address and forks its prober;
+    the command and env get the addresses (runtime/services.py)."""
+    from hpcplace.runtime import services
+
+    task = resolved.services
+    assert task is not None
+    if task.waits_for:
+        _say(f"waiting for service(s) {', '.join(task.waits_for)} to be ready")
+        why = services.wait_services(run_dir, task.waits_for)
+        if why is not None:
+            raise ShimError(why, hint="the service's own log says why: hpcplace logs RUN --component NAME")
+    if task.replica is not None and task.record is not None:
+        name, replica, port = task.replica
+        os.makedirs(env["HPCPLACE_SERVICE_DIR"], exist_ok=True)
+        host = resolved.snapshot.node_name
+        services.publish(run_dir, name, replica, host, port, host)
+        services.start_probe(run_dir, name, replica, task.record, host, port)
+    command, changes = services.with_addresses(run_dir, task.counts, resolved.command, resolved.changes)
+    return resolved.replace(command=command, changes=changes)
 
 
 def _write_rank_log(pattern: str | None, rank: int) -> None:

@@ -26,6 +26,7 @@ from hpcplace.config.framework_version import PlannedVersion
 from hpcplace.config.launch import STEPS, LaunchSpec
 from hpcplace.config.network import parse_network
 from hpcplace.config.safe_words import argv_problem, check_sbatch_text
+from hpcplace.config.services import ServiceSpec
 from hpcplace.config.slurm_options import SLURM_JOB_OPTIONS, extra_args_problem, job_option_problem, sbatch_time_ok
 from hpcplace.config.steer import SteerRule
 from hpcplace.config.yaml_source import View, YamlDocument, yaml_words
@@ -131,6 +132,7 @@ class ExperimentSpec:
     # which node each of the framework's own Ray requests is for (hpcplace.config.steer; the Ray launch mode)
     steer: tuple[SteerRule, ...] = ()
     framework_version: PlannedVersion | None = None  # the framework version planned for (plan.json records it)
+    services: tuple[ServiceSpec, ...] = ()  # the `services:` block (hpcplace.config.services): also components
 
     def component(self, name: str) -> ComponentSpec:
         return self.components.get(name) or ComponentSpec(name)
@@ -466,7 +468,7 @@ def native_node_group(view: View) -> NodeGroup:
 
 def parse_native(doc: YamlDocument) -> ExperimentSpec:
     root = doc.root()
-    root.check_keys({"format", "name", "cluster", "components", "slurm", "launch", "container"})
+    root.check_keys({"format", "name", "cluster", "components", "slurm", "launch", "container", "services"})
     name = check_name(root.require("name"), root.require("name").str(), "experiment name")
     cluster_view = root.require("cluster")
     cluster_view.check_keys({"node_groups", "component_placement"})

@@ -20,6 +20,7 @@ import yaml
 
 from hpcplace.config import limits
 from hpcplace.errors import SourceLocation, SpecError
+from hpcplace.runtime.services import FIELDS, REFERENCE_RE
 
 PathKey = tuple[Any, ...]
 # libyaml's parser when PyYAML has it: the same node graph and marks (plain style '' instead of
@@ -214,6 +215,9 @@ def scalar_value(text: str) -> Any:
     text itself."""
     if yaml11_sexagesimal(text.strip()):
         return text.strip()
+    reference = REFERENCE_RE.match(text.strip())
+    if reference is not None and reference.group(3) in FIELDS:  # `{rm.0.url}/path`: a service's address, text
+        return text.strip()  # (hpcplace fills it in before the program starts: hpcplace.config.services)
     if text.strip().startswith(("[", "{")):
         try:
             return load_yaml_text(text, "<override>").data

@@ -25,19 +25,22 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
 from hpcplace.errors import HpcplaceError
 from hpcplace.plan.plan import Plan, plan_to_json
+from hpcplace.runtime import services
 from hpcplace.runtime import shm_dir as shm_dir_module
 from hpcplace.runtime.devices import LOCAL_MAP, parse_device_list, query_nvml
 from hpcplace.runtime.errors import ShimError
 from hpcplace.runtime.plan_index import write_index
 from hpcplace.runtime.ranks import compute_process_env, environment_changes, merge_environment, plan_environment
+from hpcplace.runtime.services import TaskServices
 from hpcplace.runtime.shm_dir import ShmDirError, make_node_dir, remove_job_dir
 from hpcplace.runtime.slurm_env import node_name_at, synthetic_snapshot
 
@@ -109,10 +112,15 @@ class LocalProcess:
     env: dict[str, str] = field(repr=False)
     changes: dict[str, str | None]
     device_note: str
+    services: TaskServices | None = None  # a job with services: what to wait for, a replica's port
 
     @property
     def label(self) -> str:
         return f"{self.component} {self.rank}"
+
+    @property
+    def is_service(self) -> bool:
+        return self.services is not None and self.services.replica is not None
 
 
 def local_gpus(environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -195,7 +203,20 @@ def prepare(
                 extra = memory_saver_env(env, tuple(comp["command"]))  # as the shim does on a cluster
                 changes.update(extra)
                 env.update(extra)
-            out.append(LocalProcess(comp["name"], process["rank"], tuple(comp["command"]), env, changes, choice.note))
+            try:
+                command, changes, task = services.task_services(
+                    doc["components"],
+                    comp,
+                    process["rank"],
+                    tuple(comp["command"]),
+                    changes,
+                    run_dir=os.path.dirname(plan_path),
+                    job_id=run_id,
+                )
+            except services.ServiceError as exc:
+                raise LocalRunError(exc.message, hint=exc.hint) from None
+            env = merge_environment(environ, changes)
+            out.append(LocalProcess(comp["name"], process["rank"], command, env, changes, choice.note, task))
     return out
 
 
@@ -382,6 +403,13 @@ def run_plan_locally(
     text = plan_to_json(plan)
     processes = prepare(text, str(plan_path), run_id, environ=environ, gpus=local_gpus(environ), components=components)
     problems = start_problems(processes, cwd)
+    needed = {n for p in processes if p.services is not None for n in p.services.waits_for}
+    unstarted = sorted(needed - {p.component for p in processes})
+    if unstarted and not dry_run:  # chosen components (--component) that would wait for a service never started
+        raise LocalRunError(
+            f"the chosen components wait for service(s) {', '.join(unstarted)}, which would not start",
+            hint=" ".join(f"--component {n}" for n in unstarted) + " starts them too",
+        )
     if dry_run:  # shows what would run; what would stop it is a warning here
         for warning in ([partial.message] if partial is not None else []) + problems:
             print(f"hpcplace: warning: {warning}", file=sys.stderr)
@@ -412,7 +440,7 @@ def run_plan_locally(
         raise LocalRunError(exc.message, hint=exc.hint) from None
     try:
         print(f"hpcplace: running {len(processes)} process(es) locally; run dir {directory}", file=sys.stderr)
-        return supervise(processes, grace_s=grace_s, shm_job_dir=job_dir, workdir=cwd)
+        return supervise(processes, grace_s=grace_s, shm_job_dir=job_dir, workdir=cwd, run_dir=str(directory.resolve()))
     finally:
         if job_dir is not None:
             try:
@@ -457,7 +485,13 @@ class _Supervisor:
     """Start processes in their own process groups, relay output, stop all of them together."""
 
     def __init__(
-        self, grace_s: float, out: BinaryIO, err: BinaryIO, shm_job_dir: str | None = None, workdir: str | None = None
+        self,
+        grace_s: float,
+        out: BinaryIO,
+        err: BinaryIO,
+        shm_job_dir: str | None = None,
+        workdir: str | None = None,
+        run_dir: str = "",
     ) -> None:
         self.grace_s = grace_s
         self.workdir = workdir
@@ -470,6 +504,7 @@ class _Supervisor:
         self.first_failure: int | None = None
         self.deadline: float | None = None  # set once stopping began
         self.killed = False
+        self.run_dir = run_dir  # where the services publish their addresses and readiness
 
     def say(self, text: str) -> None:
         self.err.write(f"hpcplace: {text}\n".encode())
@@ -493,6 +528,8 @@ class _Supervisor:
             return False
         self.running[popen.pid] = (proc, popen)
         self.tell_watchdog(f"{popen.pid}\n")
+        if proc.is_service:
+            self.publish_replica(proc, popen)
         prefix = f"[{proc.label}] ".encode()
         for pipe, sink in ((popen.stdout, self.out), (popen.stderr, self.err)):
             assert pipe is not None
@@ -552,17 +589,77 @@ class _Supervisor:
             if code is None:
                 continue
             del self.running[pid]
+            service = proc.services.record if proc.is_service and proc.services is not None else None
+            if service is not None and self.deadline is None and self.first_failure is None:
+                if service.get("optional"):
+                    self.say(f"[{proc.label}] optional service ended (exit {shell_exit_code(code)}); the run goes on")
+                    continue
+                self.first_failure = shell_exit_code(code) or 1
+                self.say(
+                    f"[{proc.label}] service ended (exit {shell_exit_code(code)}) while the run needed it; stopping every process"
+                )
+                self.begin_stop()
+                continue
             if code != 0 and self.first_failure is None and self.deadline is None:
                 self.first_failure = shell_exit_code(code)
                 self.say(f"[{proc.label}] exited with {self.first_failure}; stopping every process")
                 self.begin_stop()
 
+    def start_when_ready(self, waiting: list[LocalProcess], began: float) -> None:
+        """Start the processes whose services are ready (their addresses filled in); a service that never
+        will be fails the run, naming it."""
+        for proc in list(waiting):
+            task = proc.services
+            assert task is not None
+            ready, why = services.services_state(self.run_dir, task.waits_for, time.monotonic() - began)
+            if why is not None:
+                waiting.clear()
+                if self.first_failure is None and self.deadline is None:
+                    self.first_failure = 1
+                    self.say(f"FAILED: [{proc.label}] cannot start: {why}; stopping every process")
+                    self.begin_stop()
+                return
+            if not ready:
+                continue
+            waiting.remove(proc)
+            command, changes = services.with_addresses(self.run_dir, task.counts, proc.command, proc.changes)
+            proc = replace(proc, command=command, changes=changes, env=merge_environment(proc.env, changes))
+            if not self.start(proc):
+                self.begin_stop()
+                return
+
+    def publish_replica(self, proc: LocalProcess, popen: subprocess.Popen[bytes]) -> None:
+        """A service's replica started: its address, and a thread that probes it until it is ready."""
+        task = proc.services
+        assert task is not None and task.replica is not None and task.record is not None
+        name, replica, port = task.replica
+        os.makedirs(services.replica_dir(self.run_dir, name, replica), exist_ok=True)
+        services.publish(self.run_dir, name, replica, LOCAL_ADDR, port, LOCAL_ADDR)
+        threading.Thread(
+            target=services.probe_until,
+            args=(self.run_dir, name, replica, task.record, LOCAL_ADDR, port),
+            kwargs={"alive": lambda: popen.poll() is None},
+            daemon=True,
+        ).start()
+
+    def only_services_left(self, waiting: Sequence[LocalProcess]) -> bool:
+        return bool(self.running) and not waiting and all(p.is_service for p, _ in self.running.values())
+
     def run(self, processes: Sequence[LocalProcess], requested: list[int]) -> int:
+        began = time.monotonic()
+        waiting = [p for p in processes if p.services is not None and p.services.waits_for]
         for proc in processes:
+            if proc in waiting:
+                continue
             if not self.start(proc):
                 self.begin_stop()
                 break
-        while self.running or self.selector.get_map():
+        while self.running or self.selector.get_map() or (waiting and self.deadline is None):
+            if waiting and self.deadline is None:
+                self.start_when_ready(waiting, began)
+            if self.deadline is None and self.only_services_left(waiting):
+                self.say("the work is done: stopping the service(s) with SIGTERM")
+                self.begin_stop()
             self.relay()
             self.reap()
             if requested and self.deadline is None:
@@ -625,6 +722,7 @@ def supervise(
     stdout: BinaryIO | None = None,
     stderr: BinaryIO | None = None,
     workdir: str | None = None,
+    run_dir: str = "",
 ) -> int:
     """Run all processes to completion (in `workdir`, default the current directory); the first failure or
     SIGINT/SIGTERM stops the rest. The watchdog removes `shm_job_dir` once they are stopped, even when the
@@ -634,7 +732,9 @@ def supervise(
         sig: signal.signal(sig, lambda signum, _frame: requested.append(signum))
         for sig in (signal.SIGINT, signal.SIGTERM)
     }
-    supervisor = _Supervisor(grace_s, stdout or sys.stdout.buffer, stderr or sys.stderr.buffer, shm_job_dir, workdir)
+    supervisor = _Supervisor(
+        grace_s, stdout or sys.stdout.buffer, stderr or sys.stderr.buffer, shm_job_dir, workdir, run_dir
+    )
     try:
         return supervisor.run(processes, requested)
     finally:

@@ -10,6 +10,7 @@ from html import escape
 from hpcplace.config.cluster import Node
 from hpcplace.config.rank_syntax import compress_ranks as compress
 from hpcplace.config.rank_syntax import plural
+from hpcplace.config.services import ServiceSpec
 from hpcplace.config.spec import SpanningWorkers
 from hpcplace.plan.placement import Placement
 from hpcplace.plan.plan import Plan
@@ -129,6 +130,8 @@ def summary(plan: Plan, *, max_nodes: int = 64) -> str:
             extra.append(f"collocated in {comp.collocation_group}")
         if comp.offload:
             extra.append("offload")
+        if comp.service is not None:
+            extra.append(service_text(comp.service))
         nodes = sorted(v.cluster_node_rank for v in node_processes(comp.processes))
         lines.append(
             f"  {comp.name:<{name_w}} world_size={comp.world_size:<6} {','.join(comp.node_groups)} "
@@ -243,3 +246,17 @@ def svg(plan: Plan, *, max_nodes: int = 64) -> str:
         )
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def service_text(service: ServiceSpec) -> str:
+    """`service, port auto, ready: GET /health within 600 s, after judge`."""
+    port = "port auto" if service.port is None else f"port {service.port}"
+    ready = {"tcp": "port open", "http": f"GET {service.ready.path} 2xx"}.get(
+        service.ready.kind, f"file {service.ready.path}"
+    )
+    parts = [f"service, {port}, ready: {ready} within {service.timeout_s:g} s"]
+    if service.after:
+        parts.append(f"after {', '.join(service.after)}")
+    if service.optional:
+        parts.append("optional")
+    return ", ".join(parts)

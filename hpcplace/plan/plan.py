@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, BinaryIO, TextIO, cast
 from hpcplace.config.cluster import Charge, Cluster, Hardware, Node, NodeGroup, charges
 from hpcplace.config.framework_version import PlannedVersion
 from hpcplace.config.launch import STEPS, LaunchSpec
+from hpcplace.config.services import ServiceSpec
 from hpcplace.config.spec import SpanningWorkers
 from hpcplace.config.steer import SteerRule
 from hpcplace.plan.placement import Placement
@@ -59,6 +60,7 @@ class ComponentPlan:
     collocation_group: str | None
     processes: Sequence[Placement]  # a tuple, or the planner's compact process_table.Processes
     spanning: SpanningWorkers | None = None  # workers made of several processes (None: a process is a worker)
+    service: ServiceSpec | None = None  # a service of the job (hpcplace.config.services): its replicas
 
 
 @dataclass(frozen=True)
@@ -226,6 +228,7 @@ def component_header(comp: ComponentPlan) -> dict[str, object]:
         "collocation_group": comp.collocation_group,
         # only for components whose workers span nodes (ROLL, Ray launch mode): plans without stay unchanged
         **({"workers": comp.spanning.to_json()} if comp.spanning is not None else {}),
+        **({"service": comp.service.to_json()} if comp.service is not None else {}),
     }
 
 

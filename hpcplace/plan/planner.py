@@ -6,7 +6,7 @@ rank maps) and the collocation groups the runtime schedules turns over.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 from pathlib import Path
@@ -23,6 +23,7 @@ from hpcplace.config.rank_syntax import (
     parse_rank_map,
     plural,
 )
+from hpcplace.config.services import ServiceSpec
 from hpcplace.config.spec import MULTI_AGENT, ExperimentSpec, PlacementEntry
 from hpcplace.errors import PlanError, SpecError
 from hpcplace.plan.placement import Placement, ResourceSpace, resource_space
@@ -76,6 +77,7 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
         first = spec.placements[0] if spec.placements else None
         limits.processes(total, first.location if first else None, "number of processes in the plan")
     components = []
+    services = {s.name: s for s in spec.services}
     for name in order:
         exp = expanded[name]
         settings = spec.component(name)
@@ -101,9 +103,11 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
                 collocation_group=None,
                 processes=processes,
                 spanning=exp.entry.spanning,
+                service=services.get(name),
             )
         )
     groups = collocation_groups(components)
+    _check_services(components, groups, services)
     membership = {c: g.name for g in groups for c in g.components}
     components = [replace(c, collocation_group=membership.get(c.name)) for c in components]
     return Plan(
@@ -605,6 +609,35 @@ def _unsteered(spec: ExperimentSpec) -> tuple[str, ...]:
 
 
 _LISTED = 8  # nodes a warning names before it counts the rest (a 16,384-node job must not print them all)
+
+
+def _check_services(
+    components: Sequence[ComponentPlan], groups: Sequence[CollocationGroup], services: Mapping[str, ServiceSpec]
+) -> None:
+    """A service owns its GPUs (it never takes turns), and a fixed port holds one replica per node."""
+    for g in groups:
+        shared = [c for c in g.components if c in services]
+        if shared:
+            others = [c for c in g.components if c != shared[0]]
+            raise PlanError(
+                f"service {shared[0]!r} shares GPUs with {', '.join(map(repr, others))}: a service keeps its GPUs "
+                "for the whole job (it never offloads to take turns)",
+                location=services[shared[0]].location,
+                hint="give the service GPUs of its own (another node group, or other GPUs of the node)",
+            )
+    for comp in components:
+        service = services.get(comp.name)
+        if service is None or service.port is None:
+            continue
+        nodes = [p.cluster_node_rank for p in comp.processes]
+        twice = sorted({n for n in nodes if nodes.count(n) > 1})
+        if twice:
+            raise PlanError(
+                f"service {comp.name!r} has the fixed port {service.port}, but {nodes.count(twice[0])} of its "
+                f"replicas run on one node (cluster node {twice[0]}): they cannot all listen on it",
+                location=service.location,
+                hint="use port: auto (a free port per replica), or place one replica per node",
+            )
 
 
 def _warnings(spec: ExperimentSpec, components: Sequence[ComponentPlan]) -> tuple[str, ...]:

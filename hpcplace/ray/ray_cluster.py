@@ -71,9 +71,16 @@ def ray_nodes(plan: Plan) -> tuple[RayNode, ...]:
     if not plan.launch.is_ray:
         raise SpecError("the plan is not in the ray launch mode", hint="set launch.mode: ray")
     cpus_needed: dict[int, int] = {}
+    held_gpus: dict[int, set[str]] = {}  # what the job's services hold (their own steps): left out of Ray
+    held_cpus: dict[int, int] = {}
     for comp in plan.components:
         for p in comp.processes:
-            cpus_needed[p.cluster_node_rank] = cpus_needed.get(p.cluster_node_rank, 0) + comp.cpus_per_process
+            rank = p.cluster_node_rank
+            if comp.service is not None:
+                held_gpus.setdefault(rank, set()).update(p.visible_accelerators)
+                held_cpus[rank] = held_cpus.get(rank, 0) + comp.cpus_per_process
+            else:
+                cpus_needed[rank] = cpus_needed.get(rank, 0) + comp.cpus_per_process
     nodes = []
     for g, group in enumerate(plan.cluster.node_groups):
         # A node group is one kind of node: each of its raylets advertises the same CPUs (the most any
@@ -90,8 +97,10 @@ def ray_nodes(plan: Plan) -> tuple[RayNode, ...]:
                     label=group.label,
                     partition=group.partition,
                     gpu_type=group.gpu_type if gpus else None,
-                    gpus=tuple(str(i) for i in range(gpus)),
-                    num_cpus=max(group.cpus_per_node or group_cpus, 1),
+                    gpus=tuple(str(i) for i in range(gpus) if str(i) not in held_gpus.get(rank, ())),
+                    num_cpus=max((group.cpus_per_node or group_cpus) - held_cpus[rank], 0)
+                    if held_cpus.get(rank)
+                    else max(group.cpus_per_node or group_cpus, 1),
                     env={
                         **group.env,
                         **(group.node_env[j] if group.node_env else {}),

@@ -326,11 +326,14 @@ class StepView:
     segments: tuple[SrunPart, ...]
     command: tuple[str, ...]
     rank_log: str  # where each rank's shim writes its output (relative to the run dir, `{rank}` filled in)
+    service: str = ""  # a service's step: "required" (its end fails the job) or "optional"; "" otherwise
+    het_group: int = 0  # a service's het group: `scancel` names its step by that component's job id
 
 
 def step_views(plan: Plan, job: SlurmJob, launches: Sequence[GroupLaunch]) -> list[StepView]:
     out = []
     counts: dict[str, int] = {}
+    services = {c.name: c.service for c in plan.components if c.service is not None}
     for step in job.steps:
         counts[step.component] = counts.get(step.component, 0) + 1
     for step in job.steps:
@@ -359,6 +362,12 @@ def step_views(plan: Plan, job: SlurmJob, launches: Sequence[GroupLaunch]) -> li
                 ),
                 command=step.command,
                 rank_log=rank_log_pattern(step.name),
+                service=""
+                if step.component not in services
+                else "optional"
+                if services[step.component].optional
+                else "required",
+                het_group=step.segments[0].het_group,
             )
         )
     return out
@@ -466,6 +475,7 @@ def render_script(
                     f"{g}:{compress_ranks(plan.cluster.node_ranks(g))}" for g in range(len(plan.cluster.node_groups))
                 ),
                 driver_group=str(ray_cluster.head_node(plan).het_group) if job.is_het else "",
+                service_steps=[v for v in step_views(plan, job, launches) if v.service],
             )
         return env.get_template(TEMPLATE).render(
             **common, summary=placement_summary(plan, job) + started, steps=step_views(plan, job, launches)

@@ -28,6 +28,7 @@ from hpcplace.config.container import container_from_json
 from hpcplace.config.framework_version import PlannedVersion
 from hpcplace.config.launch import launch_from_json
 from hpcplace.config.network import network_from_json
+from hpcplace.config.services import ServiceSpec
 from hpcplace.config.spec import SpanningWorkers
 from hpcplace.config.steer import steer_from_json
 from hpcplace.errors import SlurmError, SpecError
@@ -782,6 +783,9 @@ def _plan_of(data: dict[str, Any], path: Path) -> Plan:
                 collocation_group=c["collocation_group"],
                 processes=procs,
                 spanning=SpanningWorkers.from_json(c["workers"]) if c.get("workers") else None,
+                service=ServiceSpec.from_record(c["name"], c["node_groups"][0], tuple(c["command"]), c["service"])
+                if c.get("service")
+                else None,
             )
         )
     return Plan(

@@ -132,7 +132,7 @@ def test_unknown_top_level_key(yml: Yaml) -> None:
     err = yml.error(path)
     assert str(err).startswith(line_of(yml.where(path, "clsuter")))
     assert err.message == "unknown key 'clsuter' in `top level`; did you mean 'cluster'?"
-    assert err.hint == "allowed keys: cluster, components, container, format, launch, name, slurm"
+    assert err.hint == "allowed keys: cluster, components, container, format, launch, name, services, slurm"
 
 
 def test_unknown_component_setting(yml: Yaml) -> None:

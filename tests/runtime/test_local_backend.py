@@ -365,3 +365,61 @@ def test_gpus_left_to_run_time_are_this_machines(tmp_path: Path) -> None:
         f"hpcplace: error: {tmp_path / 'config.yaml'}:2:3: `cluster`: GPUs per node of node group 'default' are "
         "unknown (this machine has no GPU visible to `run --local` (CUDA_VISIBLE_DEVICES, else NVML))"
     ), done.stderr
+
+
+def services_config(*, rm_command: str, optional: bool = False) -> str:
+    """configs/services-local.yaml with this Python and the rm service's command replaced."""
+    text = (Path(__file__).resolve().parents[2] / "configs" / "services-local.yaml").read_text()
+    text = text.replace("python3", PY).replace("examples/", f"{Path(__file__).resolve().parents[2]}/examples/")
+    start = text.index("    command: [", text.index("  rm:"))
+    end = text.index("\n", start)
+    text = text[:start] + f"    command: {rm_command}" + text[end:]
+    return text + ("    optional: true\n" if optional else "")
+
+
+def test_services_start_first_and_stop_when_the_work_is_done(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[2] / "examples" / "services" / "standin_server.py"
+    config = services_config(rm_command=f'[{PY}, {script}, --port, "{{port}}", --warmup, "1"]')
+    done = run_local(tmp_path, config, "--run-dir", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    lines = by_label(done.stdout)
+    for rank in ("0", "1"):
+        said = lines[f"trainer {rank}"]
+        assert said[0].startswith(f"client {rank}: rewards [1.0, 2.0, 3.0] from http://127.0.0.1:"), said
+        assert sum("answered 'echo rank" in line for line in said) == 2, said
+    assert "the work is done: stopping the service(s) with SIGTERM" in done.stderr
+    assert done.stderr.count("standin_server: SIGTERM: stopping") == 3  # rm and both sandboxes, gracefully
+    ready = sorted(p.name for p in (tmp_path / "run" / "services").glob("*/*.ready"))
+    assert ready == ["0.ready", "0.ready", "1.ready"]
+    # the trainer's first request came after the reward server's readiness answered 200, never before
+    err = done.stderr
+    assert err.index('"GET /health HTTP/1.0" 200') < err.index('"POST /get_reward')
+
+
+def test_a_service_that_ends_fails_the_run_naming_it(tmp_path: Path) -> None:
+    config = services_config(rm_command=f'[{PY}, -c, "import sys; sys.exit(3)", "{{port}}"]')
+    done = run_local(tmp_path, config, "--run-dir", str(tmp_path / "run"))
+    assert done.returncode != 0
+    assert "[rm 0] service ended (exit 3) while the run needed it; stopping every process" in done.stderr
+    assert "client" not in done.stdout  # the trainer never started: its service was not ready
+
+
+def test_a_replica_never_ready_fails_the_run_within_its_timeout(tmp_path: Path) -> None:
+    config = services_config(rm_command=f'[{PY}, -c, "import time; time.sleep(60)", "{{port}}"]').replace(
+        "timeout: 120", "timeout: 1"
+    )
+    started = time.monotonic()
+    done = run_local(tmp_path, config, "--run-dir", str(tmp_path / "run"))
+    assert done.returncode != 0 and time.monotonic() - started < 30
+    assert (
+        "FAILED: [trainer 0] cannot start: service 'rm' replica 0 on 127.0.0.1 was not ready within its timeout of 1 s (waited for GET /health to return 2xx; last: 127.0.0.1:"
+        in done.stderr
+    )
+
+
+def test_a_component_chosen_without_its_service_is_refused(tmp_path: Path) -> None:
+    config = services_config(rm_command='[python3, x.py, "{port}"]')
+    done = run_local(tmp_path, config, "--component", "trainer")
+    assert done.returncode == 2
+    assert "the chosen components wait for service(s) rm, sandbox, which would not start" in done.stderr
+    assert "--component rm --component sandbox starts them too" in done.stderr

@@ -17,6 +17,7 @@ from hpcplace.config.formats.command import (
     parse_command_spec,
 )
 from hpcplace.config.formats.common import SiteGpus
+from hpcplace.config.formats.services_block import with_services
 from hpcplace.config.hydra_config import compose, mark_override, needs_hydra, searchpath_env, split_overrides
 from hpcplace.config.spec import ExperimentSpec
 from hpcplace.config.yaml_source import View, YamlDocument, closest, load_yaml_file, scalar_value
@@ -77,6 +78,7 @@ OWN_BLOCKS = (
     "launch",
     "hpcplace",
     "container",
+    "services",
 )  # hpcplace's blocks in a framework config: their schemas check keys
 
 
@@ -219,6 +221,7 @@ def load_spec(
     if launch != spec.launch:
         spec = replace(spec, launch=launch)
     spec = _with_container_block(spec, parse_container_block(doc.root().get("container")))
+    spec = with_services(spec, doc.root().get("services"), doc.root().get("slurm"))
     if found_env:
         spec = _with_found_env(spec, found_env)
     return (
@@ -280,6 +283,7 @@ def _load_command_spec(
         command = spec.launch.driver or (tuple(driver) if driver else launch.driver)
         spec = replace(spec, launch=replace(launch, mode="ray", driver=command))
     spec = _with_container_block(spec, parse_container_block(doc.root().get("container")))
+    spec = with_services(spec, doc.root().get("services"), doc.root().get("slurm"))
     return replace(spec, composed=spec.composed + tuple(f"override {o}" for o in overrides)) if overrides else spec
 
 

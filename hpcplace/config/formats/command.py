@@ -89,7 +89,7 @@ COMMAND_FORMATS: dict[str, CommandFormatEntry] = {
     ),
 }
 # what the file beside the command may hold: hpcplace's blocks, and which framework the command is
-BLOCK_KEYS = frozenset({"format", "slurm", "launch", "container", "hpcplace"})
+BLOCK_KEYS = frozenset({"format", "slurm", "launch", "container", "hpcplace", "services"})
 DRIVER_SOURCE = "<--driver>"
 
 

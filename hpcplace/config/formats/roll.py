@@ -140,7 +140,7 @@ def _workers(root: View) -> list[tuple[str, View]]:
     out: list[tuple[str, View]] = []
     _check_near_misses(root, ("num_gpus_per_node",), "the top level")
     for key, child in root.items():
-        if key in ("slurm", "hpcplace", "format", "launch") or not isinstance(child.value, dict):
+        if key in ("slurm", "hpcplace", "format", "launch", "services") or not isinstance(child.value, dict):
             continue
         _check_near_misses(child, _WORKER_KEYS + _ENV_MANAGER_KEYS, f"worker {key!r}")
         if any(k in child.value for k in _WORKER_KEYS) or _is_env_manager(str(key), child):

@@ -89,6 +89,78 @@ if [[ -z $hp_kill_wait ]]; then
 fi
 
 # hp_running_names: the components of the steps still running, comma-separated.
+# Services (runtime/services.py): hp_step_service[i] is "required" or "optional" for a service's step.
+hp_step_service=() hp_step_group=()
+
+# hp_only_services: steps still run, and every one of them is a service's.
+hp_only_services() {
+    local pid
+    hp_any_running || return 1
+    for pid in "${!hp_pid_step[@]}"; do [[ -n ${hp_step_service[${hp_pid_step[$pid]}]-} ]] || return 1; done
+    return 0
+}
+
+# hp_service_ended: false (the job fails, hp_rc set) when a required service's step has ended; an optional
+# one's end is logged. For the Ray mode's wait loop (the steps mode reaps every step in its own).
+hp_service_ended() {
+    local pid i rc
+    for pid in "${!hp_pid_step[@]}"; do
+        i=${hp_pid_step[$pid]}
+        [[ -n ${hp_step_service[$i]-} ]] && ! kill -0 "$pid" 2>/dev/null || continue
+        wait "$pid"
+        rc=$?
+        unset "hp_pid_step[$pid]"
+        if [[ ${hp_step_service[$i]} == optional ]]; then
+            hp_log "optional service '${hp_step_comp[$i]}' (${hp_step_desc[$i]}) ended (srun exit $rc); the job runs on"
+            continue
+        fi
+        hp_report_failure "$i" "$((rc ? rc : 1))"
+        hp_log "service '${hp_step_comp[$i]}' ended while the job still needed it"
+        return 1
+    done
+    return 0
+}
+
+# hp_stop_services: the work is done: SIGTERM to every task of each service's step still running (its
+# replicas published their step ids), SIGKILL to the sruns of those still running after the grace time.
+hp_stop_services() {
+    local pid i f step target stopped= pids=() n names= left
+    for pid in "${!hp_pid_step[@]}"; do
+        i=${hp_pid_step[$pid]}
+        [[ -n ${hp_step_service[$i]-} ]] || continue
+        pids+=("$pid") names+="'${hp_step_comp[$i]}', "
+        for f in services/"${hp_step_comp[$i]}"/*.json; do
+            [[ -r $f ]] || continue
+            step=$(sed -n 's/.*"step": *"\([0-9]*\)".*/\1/p' "$f")
+            [[ -n $step && " $stopped " != *" $i.$step "* ]] || continue
+            stopped+=" $i.$step"
+            target=SLURM_JOB_ID_HET_GROUP_${hp_step_group[$i]:-0}
+            scancel --signal=TERM "${!target:-$SLURM_JOB_ID}.$step" 2>/dev/null
+        done
+    done
+    [[ -n ${pids[*]-} ]] || return 0
+    hp_log "the job's work is done: stopping its service(s) ${names%, } with SIGTERM; SIGKILL after ${hp_kill_wait}s"
+    for ((n = 0; n <= hp_kill_wait * 10; n++)); do
+        left=0
+        for pid in "${pids[@]}"; do
+            [[ -n ${hp_pid_step[$pid]-} ]] || continue
+            if kill -0 "$pid" 2>/dev/null; then left=1; continue; fi
+            wait "$pid"
+            hp_log "  service '${hp_step_comp[${hp_pid_step[$pid]}]}' stopped (srun exit $?)"
+            unset "hp_pid_step[$pid]"
+        done
+        ((left)) || return 0
+        sleep 0.1
+    done
+    for pid in "${pids[@]}"; do
+        [[ -n ${hp_pid_step[$pid]-} ]] || continue
+        hp_log "  service '${hp_step_comp[${hp_pid_step[$pid]}]}' still running after ${hp_kill_wait}s: SIGKILL"
+        kill -KILL "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        unset "hp_pid_step[$pid]"
+    done
+}
+
 hp_running_names() {
     local pid out=
     for pid in "${!hp_pid_step[@]}"; do out+="'${hp_step_comp[${hp_pid_step[$pid]}]}', "; done

@@ -1,0 +1,163 @@
+"""Services in the job on the real cluster (hpcplace.config.services, runtime/services.py): a reward server on
+the RTX 4090 node and a sandbox pool on the CPU node beside a trainer on both A800 nodes, in one heterogeneous
+job; the trainer starts once every replica is ready and finds them by the addresses in its command; when it ends
+the services are stopped with SIGTERM; a service that ends early fails the job naming it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.slurm.conftest import REPO, LiveCluster, cli, submit_cli, wait_done
+
+pytestmark = pytest.mark.slurm
+
+CONFIG = """
+name: services
+cluster:
+  node_groups:
+    - {label: a800, partition: a800, nodes: 2, gpus_per_node: 8, gpu_type: a800, cpus_per_node: 4}
+    - {label: rtx4090, partition: rtx4090, nodes: 1, gpus_per_node: 4, gpu_type: rtx4090, cpus_per_node: 4}
+    - {label: cpu, partition: cpu, nodes: 1, cpus_per_node: 4}
+  component_placement:
+    trainer: {node_group: a800, placement: "0,8"}
+components:
+  trainer: {command: [PY, REPO/examples/services/client.py, --reward-url, "{rm.0.url}", --sandboxes, "{sandbox.addr}"]}
+services:
+  rm:
+    node_group: rtx4090
+    gpus: 2
+    command: [PY, REPO/examples/services/standin_server.py, --port, "{port}", --warmup, "2"]
+    ready: {http: /health}
+    timeout: 60
+  sandbox:
+    node_group: cpu
+    replicas: 2
+    command: [PY, REPO/examples/services/standin_server.py, --kind, tcp, --port, "{port}"]
+slurm: {time: "00:10:00"}
+"""
+
+
+def run_logs(run_dir: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in sorted((run_dir / "logs").rglob("*")) if p.is_file())
+
+
+def config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "services.yaml"
+    path.write_text(text.replace("PY", sys.executable).replace("REPO", str(REPO)))
+    return path
+
+
+def test_services_beside_a_trainer_in_one_het_job(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    submit_cli(config(tmp_path, CONFIG), run_dir, env=slurm_cluster.env, cwd=tmp_path)
+    status = wait_done(run_dir)
+    logs = run_logs(run_dir)
+    assert status.state == "COMPLETED", status.text + "\n" + logs[-4000:]
+    addresses = {
+        f"{p.parent.name}.{p.stem}": json.loads(p.read_text()) for p in sorted((run_dir / "services").glob("*/*.json"))
+    }
+    assert {k: v["host"] for k, v in addresses.items()} == {
+        "rm.0": "rtx4090-1",
+        "sandbox.0": "cpu-1",
+        "sandbox.1": "cpu-1",
+    }
+    rm = addresses["rm.0"]
+    for rank in (0, 1):
+        assert f"client {rank}: rewards [1.0, 2.0, 3.0] from http://rtx4090-1:{rm['port']}" in logs, logs[-4000:]
+        for name in ("sandbox.0", "sandbox.1"):
+            where = f"cpu-1:{addresses[name]['port']}"
+            assert f"client {rank}: sandbox {where} answered 'echo rank {rank}'" in logs
+    assert "standin_server: http on rtx4090-1:" in logs and "with GPUs 0,1" in logs  # the planned 2 GPUs
+    assert "the job's work is done: stopping its service(s)" in logs
+    assert logs.count("standin_server: SIGTERM: stopping") == 3, logs[-4000:]  # graceful, every replica
+    assert sorted(p.name for p in (run_dir / "services").glob("*/*.ready")) == ["0.ready", "0.ready", "1.ready"]
+    # a service is a component like any other for `logs` and `status`
+    shown = cli("logs", run_dir, "--component", "sandbox", env=slurm_cluster.env)
+    assert shown.returncode == 0 and shown.stdout.count("standin_server: tcp on cpu-1:") == 2, (
+        shown.stdout + shown.stderr
+    )
+    assert "rewards" not in shown.stdout
+    assert len(status.components) == 3, status.text  # a800, rtx4090, cpu: one het component each
+
+
+def test_a_service_that_dies_fails_the_job_naming_it(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    text = CONFIG.replace(
+        'command: [PY, REPO/examples/services/standin_server.py, --port, "{port}", --warmup, "2"]',
+        'command: [PY, -c, "import sys; print(\'loading failed\', file=sys.stderr); sys.exit(3)", "{port}"]',
+    )
+    run_dir = tmp_path / "run"
+    submit_cli(config(tmp_path, text), run_dir, env=slurm_cluster.env, cwd=tmp_path)
+    status = wait_done(run_dir)
+    logs = run_logs(run_dir)
+    assert status.state == "FAILED", status.text
+    assert "FAILED: component 'rm'" in logs and "exited with code 3" in logs, logs[-4000:]
+    assert "service 'rm' ended while the job still needed it" in logs
+    assert "loading failed" in logs
+    assert "client 0: rewards" not in logs  # the trainer never got past its wait
+
+
+RAY_CONFIG = """
+name: services-ray
+cluster:
+  node_groups:
+    - {label: a800, partition: a800, nodes: 1, gpus_per_node: 8, gpu_type: a800}
+    - {label: rtx, partition: rtx4090, nodes: 1, gpus_per_node: 4, gpu_type: rtx4090}
+  component_placement:
+    actor: {node_group: a800, placement: "0-7"}
+    rollout: {node_group: rtx, placement: "0-1"}
+services:
+  judge:
+    node_group: rtx
+    placement: "2-3:0"
+    command: [PY, REPO/examples/services/standin_server.py, --port, "{port}", --warmup, "2"]
+    ready: {http: /health}
+    timeout: 90
+launch:
+  mode: ray
+  driver: [PY, DRIVER, "{judge.0.url}", OUT]
+  join_timeout: 120
+slurm: {time: "00:10:00"}
+"""
+
+# The driver: what Ray offers on each node (the judge's GPUs must not be among them), and one request to the
+# judge by the address hpcplace filled in.
+RAY_DRIVER = """\
+import json, os, sys, urllib.request
+import ray
+
+ray.init(address=os.environ["RAY_ADDRESS"])
+nodes = {n["NodeManagerHostname"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
+request = urllib.request.Request(sys.argv[1] + "/get_reward", data=json.dumps({"query": ["xy"]}).encode())
+with urllib.request.urlopen(request, timeout=30) as answer:
+    rewards = json.loads(answer.read())["rewards"]
+with open(sys.argv[2], "w") as out:
+    json.dump({"url": sys.argv[1], "rewards": rewards, "nodes": nodes,
+               "addrs": os.environ.get("HPCPLACE_SERVICE_JUDGE_ADDRS")}, out)
+"""
+
+
+def test_a_judge_beside_a_ray_driver(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    driver = tmp_path / "driver.py"
+    driver.write_text(RAY_DRIVER)
+    out = tmp_path / "seen.json"
+    text = RAY_CONFIG.replace("DRIVER", str(driver)).replace("OUT", str(out))
+    run_dir = tmp_path / "run"
+    env = {**slurm_cluster.env, "HPCPLACE_RAY_ARGS": "--object-store-memory=80000000"}  # 2 cores, 24 GiB here
+    submit_cli(config(tmp_path, text), run_dir, env=env, cwd=tmp_path)
+    status = wait_done(run_dir)
+    logs = run_logs(run_dir)
+    assert status.state == "COMPLETED", status.text + "\n" + logs[-4000:]
+    seen = json.loads(out.read_text())
+    judge = json.loads((run_dir / "services" / "judge" / "0.json").read_text())
+    assert seen["url"] == f"http://rtx4090-1:{judge['port']}" and seen["rewards"] == [2.0]
+    assert seen["addrs"] == f"rtx4090-1:{judge['port']}"
+    assert seen["nodes"]["rtx4090-1"].get("GPU") == 2.0, seen["nodes"]  # GPUs 2-3 are the judge's
+    assert seen["nodes"]["a800-1"].get("GPU") == 8.0, seen["nodes"]
+    assert "standin_server: http on rtx4090-1:" in logs and "with GPUs 2,3" in logs, logs[-4000:]
+    assert "service(s) judge ready; running the driver" in logs
+    assert logs.count("standin_server: SIGTERM: stopping") == 1 and "service 'judge' stopped" in logs
