@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+JOB = f"8{os.getpid()}"  # the shims' job id (its /dev/shm directory is removed after each run)
 sys.path.insert(0, str(REPO))
 
 CONFIG = """
@@ -89,7 +91,7 @@ def shim_once(work: Path) -> float:
             SLURM_JOB_NODELIST_HET_GROUP_1="localhost",
             SLURM_JOB_NODELIST_HET_GROUP_2="localhost",
             SLURM_STEP_ID=step,
-            SLURM_JOB_ID=f"8{os.getpid()}",
+            **{f"SLURM_JOB_ID{suffix}": JOB for suffix in ("", "_HET_GROUP_0", "_HET_GROUP_1", "_HET_GROUP_2")},
         )
         return {**base_env(), **e}
 
@@ -116,6 +118,7 @@ def shim_once(work: Path) -> float:
             s.terminate()
         for s in services:
             s.wait(timeout=30)
+        shutil.rmtree(f"/dev/shm/hpcplace-{JOB}", ignore_errors=True)  # what a job's guard removes on a cluster
     return latency(run_dir, out)
 
 

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hpcplace.runtime.master_port import port_is_free
+
 # `{name.field}` or `{name.N.field}`; never `${...}` (Hydra's and the shell's interpolation)
 REFERENCE_RE = re.compile(r"(?<!\$)\{([A-Za-z][A-Za-z0-9_-]*)\.(?:(\d+)\.)?([a-z]+)\}")
 FIELDS = ("addr", "host", "port", "url")
@@ -130,16 +132,6 @@ def choose_port(
         if is_free(port):
             return port
     raise OSError(f"no free port among 256 candidates from {start} on this node")
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return False
-    return True
 
 
 def publish(run_dir: str, name: str, replica: int, host: str, port: int, node: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -150,6 +151,15 @@ services:
 """
 
 
+JOB = f"9{os.getpid()}"  # the shims' job: its /dev/shm directory is removed after each test (shm_cleanup)
+
+
+@pytest.fixture(autouse=True)
+def shm_cleanup() -> Iterator[None]:
+    yield
+    shutil.rmtree(f"/dev/shm/hpcplace-{JOB}", ignore_errors=True)
+
+
 def lab_task(procid: int, localid: int, ntasks: int, step: str) -> dict[str, str]:
     """A task of this host standing in for the lab's cpu-1 and rtx4090-1 (addresses must resolve here)."""
     env = task_env(
@@ -159,7 +169,7 @@ def lab_task(procid: int, localid: int, ntasks: int, step: str) -> dict[str, str
         SLURM_JOB_NODELIST_HET_GROUP_1="localhost",
         SLURM_JOB_NODELIST_HET_GROUP_2="localhost",
         SLURM_STEP_ID=step,
-        SLURM_JOB_ID=f"9{os.getpid()}",
+        **{f"SLURM_JOB_ID{suffix}": JOB for suffix in ("", "_HET_GROUP_0", "_HET_GROUP_1", "_HET_GROUP_2")},
     )
     return {**base_env(), **env}
 
