@@ -323,12 +323,14 @@ def task_services(
     run_dir: str,
     job_id: str,
     waits_for_all: bool = False,
+    attached: bool = False,
     is_free: Callable[[int], bool] = port_is_free,
 ) -> tuple[tuple[str, ...], dict[str, str | None], TaskServices | None]:
     """(command, environment changes, what to do before the start) of a task in a job with services; the
     command and changes unchanged and None in a job without. A service's replica gets its port (`{port}`,
     HPCPLACE_SERVICE_PORT), name, replica and directory; a task waits for the services its command or env
-    names (a service also for its `after`; the Ray driver, `waits_for_all`, for every one)."""
+    names (a service also for its `after`; the Ray driver, `waits_for_all`, for every one). `attached`: a
+    command run into a running replica (`hpcplace exec`) gets the port that replica published."""
     records = {str(c["name"]): c for c in components if c.get("service")}
     if not records:
         return tuple(command), dict(changes), None
@@ -341,9 +343,14 @@ def task_services(
     if isinstance(record, Mapping):
         name = str(component["name"])
         fixed = record.get("port")
+        published = read_address(run_dir, name, rank) if attached else None
         try:
-            port = choose_port(
-                fixed if isinstance(fixed, int) else None, job_id, list(records).index(name), rank, is_free
+            port = (
+                published[1]
+                if published is not None
+                else choose_port(
+                    fixed if isinstance(fixed, int) else None, job_id, list(records).index(name), rank, is_free
+                )
             )
         except OSError as exc:
             raise ServiceError(

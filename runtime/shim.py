@@ -225,6 +225,7 @@ def _resolved(
                 changes,
                 run_dir=os.path.dirname(index.plan_path),
                 job_id=snapshot.job_id,
+                attached=options.rank is not None,
             )
         except services.ServiceError as exc:
             raise ShimError(exc.message, hint=exc.hint) from None

@@ -157,8 +157,10 @@ def prepare(
     environ: Mapping[str, str],
     gpus: tuple[str, ...],
     components: Sequence[str] = (),
+    attached: bool = False,
 ) -> list[LocalProcess]:
-    """Compute every process's environment from plan.json text, as the shim would (no side effects)."""
+    """Compute every process's environment from plan.json text, as the shim would (no side effects);
+    `attached`: for a command run into the live run (exec), a service replica's published port."""
     doc = json.loads(plan_text)
     header = {k: v for k, v in doc.items() if k != "components"}
     names = [c["name"] for c in doc["components"]]
@@ -212,6 +214,7 @@ def prepare(
                     changes,
                     run_dir=os.path.dirname(plan_path),
                     job_id=run_id,
+                    attached=attached,
                 )
             except services.ServiceError as exc:
                 raise LocalRunError(exc.message, hint=exc.hint) from None
@@ -258,7 +261,13 @@ def exec_locally(
         procs = [
             p
             for p in prepare(
-                text, str(plan_file), run_id, environ=environ, gpus=local_gpus(environ), components=(component,)
+                text,
+                str(plan_file),
+                run_id,
+                environ=environ,
+                gpus=local_gpus(environ),
+                components=(component,),
+                attached=True,
             )
             if p.rank == rank
         ]

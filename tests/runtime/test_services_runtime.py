@@ -284,3 +284,20 @@ services:
     assert held == (frozenset({"2", "3"}), 3)
     assert (node["gpus"], node["num_cpus"]) == (planned[1].gpus, planned[1].num_cpus)
     assert (head["gpus"], head["num_cpus"]) == (planned[0].gpus, planned[0].num_cpus)
+
+
+def test_a_command_run_into_a_replica_gets_the_port_it_published(tmp_path: Path) -> None:
+    """`hpcplace exec RUN --component rm --rank 0`: the running replica holds its port (a fresh choice would
+    skip it as taken), so the command gets the published one; a replica's own start chooses."""
+    components = [
+        {"name": "rm", "world_size": 1, "service": {"port": None, "ready": {"kind": "tcp"}, "timeout": 5, "after": []}}
+    ]
+    run = str(tmp_path)
+    services.publish(run, "rm", 0, "cpu-1", 23456, "cpu-1")
+    common = {"run_dir": run, "job_id": "42", "is_free": lambda port: True}
+    _, fresh, _ = services.task_services(components, components[0], 0, ["x", "{port}"], {}, **common)
+    command, attached, _ = services.task_services(
+        components, components[0], 0, ["x", "{port}"], {}, attached=True, **common
+    )
+    assert fresh["HPCPLACE_SERVICE_PORT"] == str(services.derived_port("42", 0, 0))
+    assert attached["HPCPLACE_SERVICE_PORT"] == "23456" and command == ("x", "23456")

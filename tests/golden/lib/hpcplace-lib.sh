@@ -320,6 +320,7 @@ hp_begin() {
     local g var f prev
     cd -- "$hp_run_dir" || { hp_log "cannot enter the run directory $hp_run_dir"; exit 1; }
     mkdir -p logs
+    rm -rf -- services  # an earlier attempt's or chain link's service addresses and readiness (runtime/services.py)
     if ((hp_attempt > 0)); then
         prev="logs/attempt-$((hp_attempt - 1))"
         hp_log "attempt $hp_attempt of job $SLURM_JOB_ID (requeued): previous logs moved to $prev; removing its node-local directories"
