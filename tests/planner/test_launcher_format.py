@@ -88,6 +88,22 @@ def test_what_the_launchers_refuse_is_refused_at_its_word(tmp_path: Path, comman
     assert column(err) == len(" ".join(words[: word - 1])) + 2
 
 
+def test_a_launcher_under_uv_run_runs_each_rank_under_it_too(tmp_path: Path) -> None:
+    """`uv run [OPTIONS] torchrun ...` (NeMo-RL's and verl's docs start SFT so): the launcher is the program
+    after uv's options, and each rank runs `uv run [OPTIONS] python -u ...` (uv's environment, as torchrun's
+    own Python under uv would be)."""
+    p = plan(tmp_path, "uv run --extra fsdp torchrun --nnodes=2 --nproc_per_node=4 -m verl.trainer.sft_trainer x=1")
+    assert p.source_format == "torchrun" and ranks(p) == [(r, r // 4, r % 4, 8) for r in range(8)]
+    (comp,) = p.components
+    assert comp.command == ("uv", "run", "--extra", "fsdp", "python", "-u", "-m", "verl.trainer.sft_trainer", "x=1")
+    assert any("`uv run --extra fsdp` runs torchrun" in w for w in p.warnings)
+    p = plan(tmp_path, "uv run deepspeed --num_gpus 2 --no_python ./train.sh")
+    (comp,) = p.components
+    assert p.source_format == "deepspeed" and comp.command[:3] == ("uv", "run", "./train.sh")
+    err = refused(tmp_path, "uv run torchrun --nnodes=2 --bogus=1 train.py")
+    assert column(err) == len("uv run torchrun --nnodes=2 ") + 1 and "unrecognized argument --bogus" in err.message
+
+
 def test_openrlhf_sft_under_deepspeed_takes_the_node_gpus_or_num_gpus(tmp_path: Path) -> None:
     p = plan(tmp_path, "deepspeed --module openrlhf.cli.train_sft --ds.zero_stage 2")
     assert p.source_format == "deepspeed" and ranks(p) == [(r, 0, r, 8) for r in range(8)]

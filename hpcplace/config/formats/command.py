@@ -120,10 +120,30 @@ def command_format(name: str) -> CommandFormat:
     return module
 
 
+# `uv run`'s options that take a value (the program comes after them)
+UV_VALUE_OPTIONS = frozenset(
+    {"--extra", "--group", "--with", "--python", "-p", "--package", "--directory", "--project", "--env-file", "--index"}
+)
+
+
+def program_index(argv: Sequence[str]) -> int:
+    """Where the program starts: after `ray job submit [OPTIONS] --` and `uv run [OPTIONS]`."""
+    start = 0
+    if "--" in argv and "submit" in argv[: argv.index("--")]:  # `ray job submit [OPTIONS] -- CMD...`
+        start = argv.index("--") + 1
+    if list(argv[start : start + 2]) == ["uv", "run"]:
+        start += 2
+        while start < len(argv) and argv[start].startswith("-"):
+            start += 2 if argv[start] in UV_VALUE_OPTIONS else 1
+    return min(start, len(argv))
+
+
 def detect_command_format(argv: Sequence[str]) -> str | None:
-    """Which framework's entry point the command runs, or None."""
+    """Which framework's entry point the command runs, or None (a launcher's: the program word, after
+    `uv run [OPTIONS]`)."""
     for name, entry in COMMAND_FORMATS.items():
-        words = argv[:1] if entry.first_word else argv
+        first = program_index(argv)
+        words = argv[first : first + 1] if entry.first_word else argv
         if any(entry.entry_point.match(word) for word in words) and (
             not entry.flags or any(word.split("=", 1)[0] in entry.flags for word in argv)
         ):

@@ -16,6 +16,7 @@ from hpcplace.config.formats.command import (
     FrameworkCommand,
     command_from_driver,
     command_from_view,
+    program_index,
 )
 from hpcplace.config.yaml_source import YamlDocument
 from hpcplace.errors import SpecError
@@ -23,24 +24,6 @@ from hpcplace.errors import SpecError
 PYTHON_WORD = re.compile(r"(^|.*/)python(\d+(\.\d+)*)?$")
 _SCRIPT = re.compile(r"\.py$")
 LAUNCHERS = ("torchrun", "deepspeed")
-
-
-# `uv run`'s options that take a value (the program comes after them)
-UV_VALUE_OPTIONS = frozenset(
-    {"--extra", "--group", "--with", "--python", "-p", "--package", "--directory", "--project", "--env-file", "--index"}
-)
-
-
-def program_index(argv: Sequence[str]) -> int:
-    """Where the program starts: after `ray job submit [OPTIONS] --` and `uv run [OPTIONS]`."""
-    start = 0
-    if "--" in argv and "submit" in argv[: argv.index("--")]:  # `ray job submit [OPTIONS] -- CMD...`
-        start = argv.index("--") + 1
-    if list(argv[start : start + 2]) == ["uv", "run"]:
-        start += 2
-        while start < len(argv) and argv[start].startswith("-"):
-            start += 2 if argv[start] in UV_VALUE_OPTIONS else 1
-    return min(start, len(argv))
 
 
 def entry_point_index(argv: Sequence[str]) -> int:

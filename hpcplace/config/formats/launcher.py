@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hpcplace.config import limits
-from hpcplace.config.formats.command import FrameworkCommand
+from hpcplace.config.formats.command import FrameworkCommand, program_index
 from hpcplace.config.formats.common import (
     SiteGpus,
     SlurmFacts,
@@ -131,6 +131,7 @@ class LauncherCommand:
     launcher: str
     options: dict[str, tuple[str, int]]
     script: int
+    prefix: tuple[str, ...] = ()  # `uv run [OPTIONS]` before the launcher: each rank runs its program under it too
 
     def value(self, name: str) -> str | None:
         return self.options[name][0] if name in self.options else None
@@ -141,18 +142,20 @@ class LauncherCommand:
 
 def read_launcher(command: FrameworkCommand) -> LauncherCommand:
     """The launcher's own options (before its program), as argparse reads them: `--opt value`, `--opt=value`,
-    a unique prefix of a long option (allow_abbrev), the last of a repeated option winning."""
-    launcher = command.argv[0].rsplit("/", 1)[-1]
+    a unique prefix of a long option (allow_abbrev), the last of a repeated option winning. The launcher may
+    come after `uv run [OPTIONS]`."""
+    start = program_index(command.argv)
+    launcher = command.argv[start].rsplit("/", 1)[-1] if start < len(command.argv) else ""
     if launcher not in LAUNCHER_OPTIONS:  # `--format torchrun` stated for another command
         raise command.error(
-            0,
+            start if start < len(command.argv) else 0,
             f"the torchrun and deepspeed formats read a launcher's command, and this one starts with {launcher!r}",
             hint="give the command as the launcher takes it (torchrun --nproc-per-node=8 -m MODULE ..., "
             "deepspeed --module MODULE ...), or state the format of the program it runs",
         )
     table = LAUNCHER_OPTIONS[launcher]
     options: dict[str, tuple[str, int]] = {}
-    i = 1
+    i = start + 1
     argv = command.argv
     while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
         spelling, eq, attached = argv[i].partition("=")
@@ -176,7 +179,8 @@ def read_launcher(command: FrameworkCommand) -> LauncherCommand:
             + ("training_script" if launcher == "torchrun" else "user_script"),
             hint=f"{launcher} [OPTIONS] SCRIPT.py ARGS... (or -m/--module MODULE ARGS...)",
         )
-    return LauncherCommand(launcher, options, i)
+    prefix = tuple(argv[:start]) if list(argv[:2]) == ["uv", "run"] else ()
+    return LauncherCommand(launcher, options, i, prefix)
 
 
 def _option(
@@ -395,10 +399,12 @@ def _program(command: FrameworkCommand, read: LauncherCommand, notes: list[str])
             read.at("no_python"), f"{read.launcher}: Don't use both the '{flag}' flag and the '--module' flag"
         )
     script, args = command.argv[read.script], command.argv[read.script + 1 :]
+    if read.prefix:
+        notes.append(f"`{' '.join(read.prefix)}` runs {read.launcher}: each rank runs its program under it too")
     if no_python:
-        return (script, *args)
+        return (*read.prefix, script, *args)
     notes.append(f"{read.launcher} runs its program with its own Python: each rank runs `python` from the job's PATH")
-    return ("python", "-u", *(("-m",) if module else ()), script, *args)
+    return (*read.prefix, "python", "-u", *(("-m",) if module else ()), script, *args)
 
 
 def _gpus_per_node(facts: SlurmFacts, view: View, site_gpus: SiteGpus | None, launcher: str, notes: list[str]) -> int:
