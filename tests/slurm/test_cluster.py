@@ -40,7 +40,12 @@ pytestmark = pytest.mark.slurm
 
 # The command formats' examples (verl, OpenRLHF, slime: a launch block with the framework's command) run only
 # as their framework's Ray driver; tests/ray/test_{verl,openrlhf}_slurm.py run those drivers' placement here.
-EXAMPLES = [c for c in sorted((REPO / "configs").glob("*.yaml")) if "\nlaunch:" not in "\n" + c.read_text()]
+# Examples with services (a reporter in place of a server is never ready) run in test_services_cluster.py.
+EXAMPLES = [
+    c
+    for c in sorted((REPO / "configs").glob("*.yaml"))
+    if "\nlaunch:" not in "\n" + c.read_text() and "\nservices:" not in "\n" + c.read_text()
+]
 JOB_TIMEOUT_S = 180
 
 
