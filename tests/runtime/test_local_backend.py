@@ -423,3 +423,15 @@ def test_a_component_chosen_without_its_service_is_refused(tmp_path: Path) -> No
     assert done.returncode == 2
     assert "the chosen components wait for service(s) rm, sandbox, which would not start" in done.stderr
     assert "--component rm --component sandbox starts them too" in done.stderr
+
+
+def test_an_optional_service_that_ends_leaves_the_run_going(tmp_path: Path) -> None:
+    """An optional service's end is logged, not a failure: the run goes on (here it ends while the trainer
+    still waits for the reward server's 1.5 s warm-up; nothing uses it)."""
+    script = Path(__file__).resolve().parents[2] / "examples" / "services" / "standin_server.py"
+    config = services_config(rm_command=f'[{PY}, {script}, --port, "{{port}}", --warmup, "1.5"]')
+    config += f'  metrics:\n    node_group: cpu\n    optional: true\n    command: [{PY}, -c, "pass", "{{port}}"]\n'
+    done = run_local(tmp_path, config, "--run-dir", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    assert "[metrics 0] optional service ended (exit 0); the run goes on" in done.stderr
+    assert "client 0: rewards" in done.stdout and "client 1: rewards" in done.stdout
