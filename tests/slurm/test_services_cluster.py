@@ -158,6 +158,7 @@ def test_a_judge_beside_a_ray_driver(slurm_cluster: LiveCluster, tmp_path: Path)
     assert seen["addrs"] == f"rtx4090-1:{judge['port']}"
     assert seen["nodes"]["rtx4090-1"].get("GPU") == 2.0, seen["nodes"]  # GPUs 2-3 are the judge's
     assert seen["nodes"]["a800-1"].get("GPU") == 8.0, seen["nodes"]
-    assert "standin_server: http on rtx4090-1:" in logs and "with GPUs 2,3" in logs, logs[-4000:]
+    gpus = "2,3" if slurm_cluster.mode == "no" else "0,1"  # ConstrainDevices=yes numbers a step's GPUs from 0
+    assert "standin_server: http on rtx4090-1:" in logs and f"with GPUs {gpus}" in logs, logs[-4000:]
     assert "service(s) judge ready; running the driver" in logs
     assert logs.count("standin_server: SIGTERM: stopping") == 1 and "service 'judge' stopped" in logs
