@@ -71,29 +71,14 @@ def local_once(work: Path) -> float:
 
 
 def shim_once(work: Path) -> float:
-    from tests.runtime.conftest import base_env, shim_command, task_env, write_plan
+    from tests.runtime.conftest import localhost_task, shim_command, write_plan
 
     run_dir = work / f"shim-{time.monotonic_ns()}"
     run_dir.mkdir()
     plan = write_plan(run_dir, CONFIG.format(py=sys.executable, repo=REPO))
 
     def env(procid: int, ntasks: int, step: str) -> dict[str, str]:
-        e = task_env(
-            procid=procid,
-            host="localhost",
-            localid=procid,
-            nodeid=0,
-            ntasks=ntasks,
-            step_nodelist="localhost",
-            cuda=None,
-        )
-        e.update(
-            SLURM_JOB_NODELIST_HET_GROUP_1="localhost",
-            SLURM_JOB_NODELIST_HET_GROUP_2="localhost",
-            SLURM_STEP_ID=step,
-            **{f"SLURM_JOB_ID{suffix}": JOB for suffix in ("", "_HET_GROUP_0", "_HET_GROUP_1", "_HET_GROUP_2")},
-        )
-        return {**base_env(), **e}
+        return localhost_task(procid, ntasks, step, JOB)
 
     user = subprocess.Popen(
         shim_command("--plan", str(plan), "--component", "inference"),

@@ -29,7 +29,7 @@ def unavailable_reason(environ: Mapping[str, str] | None = None) -> str | None:
     torch = sys.modules.get("torch")
     if torch is None or torch.version.cuda is None or not torch.cuda.is_initialized():
         return "this process has not initialized CUDA"
-    if _cudart(str(torch.version.cuda).split(".")[0]) is None:
+    if _loaded() is None:
         return f"libcudart.so.{str(torch.version.cuda).split('.')[0]} is not loaded in this process"
     return None
 

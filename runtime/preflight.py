@@ -296,7 +296,6 @@ def shebang_interpreter(path: str) -> str | None:
     return words[0] if words and words[0].startswith("/") else None
 
 
-# What `ray start --include-dashboard=true` checks first (Ray's own function; absent in another Ray: no check).
 def import_check(module: str) -> str:
     """`python -c` code that imports `module` and fails unless it is the package itself: run from the programs'
     working directory, where a folder of that name (the run directory's ray/, written at render) imports as an
@@ -308,6 +307,7 @@ def import_check(module: str) -> str:
     )
 
 
+# What `ray start --include-dashboard=true` checks first (Ray's own function; absent in another Ray: no check).
 DASHBOARD_CHECK = (
     "import sys, ray._private.utils as u\n"
     "e = getattr(u, 'get_dashboard_dependency_error', lambda: None)()\n"

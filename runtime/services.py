@@ -134,17 +134,14 @@ def choose_port(
     raise OSError(f"no free port among 256 candidates from {start} on this node")
 
 
-def publish(run_dir: str, name: str, replica: int, host: str, port: int, node: str) -> str:
-    """Write the replica's address file atomically; returns its path."""
+def publish(run_dir: str, name: str, replica: int, host: str, port: int) -> str:
+    """Make the replica's directory and write its address file atomically; returns the file's path."""
+    os.makedirs(replica_dir(run_dir, name, replica), exist_ok=True)
     path = address_file(run_dir, name, replica)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         # the step's id: the batch script stops the service through it (scancel --signal=TERM JOB.STEP)
-        json.dump(
-            {"host": host, "port": port, "node": node, "pid": os.getpid(), "step": os.environ.get("SLURM_STEP_ID", "")},
-            f,
-        )
+        json.dump({"host": host, "port": port, "pid": os.getpid(), "step": os.environ.get("SLURM_STEP_ID", "")}, f)
     os.replace(tmp, path)
     return path
 

@@ -348,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         _make_shm_dir(resolved.info.shm_dir, debug)
         if resolved.services is not None and options.rank is None:
-            resolved = _start_with_services(resolved, env, os.path.dirname(os.path.abspath(options.plan)))
+            resolved = _start_with_services(resolved, os.path.dirname(os.path.abspath(options.plan)))
             env = merge_environment(env, resolved.changes)
         if options.chdir:
             try:
@@ -365,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _exec(resolved.command, env)
 
 
-def _start_with_services(resolved: Resolved, env: dict[str, str], run_dir: str) -> Resolved:
+def _start_with_services(resolved: Resolved, run_dir: str) -> Resolved:
     """Wait for the services this task needs; a replica then publishes its address and forks its prober;
     the command and env get the addresses (runtime/services.py)."""
     from hpcplace.runtime import services
@@ -379,9 +379,8 @@ def _start_with_services(resolved: Resolved, env: dict[str, str], run_dir: str) 
             raise ShimError(why, hint="the service's own log says why: hpcplace logs RUN --component NAME")
     if task.replica is not None and task.record is not None:
         name, replica, port = task.replica
-        os.makedirs(env["HPCPLACE_SERVICE_DIR"], exist_ok=True)
         host = resolved.snapshot.node_name
-        services.publish(run_dir, name, replica, host, port, host)
+        services.publish(run_dir, name, replica, host, port)
         services.start_probe(run_dir, name, replica, task.record, host, port)
     command, changes = services.with_addresses(run_dir, task.counts, resolved.command, resolved.changes)
     return resolved.replace(command=command, changes=changes)

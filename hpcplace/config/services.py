@@ -41,7 +41,6 @@ KEYS = frozenset(
     {"node_group", "command", "replicas", "gpus", "placement", "port", "ready", "timeout", "optional", "after"}
     | {"env", "cpus_per_replica"}
 )
-READY_KINDS = ("tcp", "http", "file")
 DEFAULT_TIMEOUT_S = 600.0
 MAX_REPLICAS = 4096
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
@@ -57,11 +56,6 @@ class ReadyCheck:
 
     def to_json(self) -> dict[str, object]:
         return {"kind": self.kind, **({"path": self.path} if self.path is not None else {})}
-
-    def describe(self) -> str:
-        return {"tcp": "its port to accept connections", "http": f"GET {self.path} to return 2xx"}.get(
-            self.kind, f"the file {self.path}"
-        )
 
 
 @dataclass(frozen=True)

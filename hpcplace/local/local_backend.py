@@ -642,8 +642,7 @@ class _Supervisor:
         task = proc.services
         assert task is not None and task.replica is not None and task.record is not None
         name, replica, port = task.replica
-        os.makedirs(services.replica_dir(self.run_dir, name, replica), exist_ok=True)
-        services.publish(self.run_dir, name, replica, LOCAL_ADDR, port, LOCAL_ADDR)
+        services.publish(self.run_dir, name, replica, LOCAL_ADDR, port)
         threading.Thread(
             target=services.probe_until,
             args=(self.run_dir, name, replica, task.record, LOCAL_ADDR, port),

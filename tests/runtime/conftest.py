@@ -165,6 +165,21 @@ def step_envs(groups: str, *, partition: str | None = None) -> list[dict[str, st
     ]
 
 
+def localhost_task(procid: int, ntasks: int, step: str, job: str) -> dict[str, str]:
+    """A task of job `job` on this host standing in for the lab's rtx4090-1 and cpu-1 (their addresses must
+    resolve here: a service's users connect to them), its SLURM_LOCALID its SLURM_PROCID."""
+    env = task_env(
+        procid=procid, host="localhost", localid=procid, nodeid=0, ntasks=ntasks, step_nodelist="localhost", cuda=None
+    )
+    env.update(
+        SLURM_JOB_NODELIST_HET_GROUP_1="localhost",
+        SLURM_JOB_NODELIST_HET_GROUP_2="localhost",
+        SLURM_STEP_ID=step,
+        **{f"SLURM_JOB_ID{suffix}": job for suffix in ("", "_HET_GROUP_0", "_HET_GROUP_1", "_HET_GROUP_2")},
+    )
+    return {**base_env(), **env}
+
+
 def shim_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "hpcplace.runtime", *args]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from hpcplace.runtime import services
-from tests.runtime.conftest import REPO, base_env, shim_command, task_env, write_plan
+from tests.runtime.conftest import REPO, localhost_task, shim_command, write_plan
 
 
 def test_references_are_replaced_by_every_or_one_replica() -> None:
@@ -160,25 +160,15 @@ def shm_cleanup() -> Iterator[None]:
     shutil.rmtree(f"/dev/shm/hpcplace-{JOB}", ignore_errors=True)
 
 
-def lab_task(procid: int, localid: int, ntasks: int, step: str) -> dict[str, str]:
-    """A task of this host standing in for the lab's cpu-1 and rtx4090-1 (addresses must resolve here)."""
-    env = task_env(
-        procid=procid, host="localhost", localid=localid, nodeid=0, ntasks=ntasks, step_nodelist="localhost", cuda=None
-    )
-    env.update(
-        SLURM_JOB_NODELIST_HET_GROUP_1="localhost",
-        SLURM_JOB_NODELIST_HET_GROUP_2="localhost",
-        SLURM_STEP_ID=step,
-        **{f"SLURM_JOB_ID{suffix}": JOB for suffix in ("", "_HET_GROUP_0", "_HET_GROUP_1", "_HET_GROUP_2")},
-    )
-    return {**base_env(), **env}
+def lab_task(procid: int, ntasks: int, step: str) -> dict[str, str]:
+    return localhost_task(procid, ntasks, step, JOB)
 
 
 def test_the_shim_starts_replicas_and_a_task_waits_for_them(tmp_path: Path) -> None:
     plan = write_plan(tmp_path, CONFIG)
     user = subprocess.Popen(
         shim_command("--plan", str(plan), "--component", "inference"),
-        env=lab_task(0, 0, 1, "7"),
+        env=lab_task(0, 1, "7"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -188,7 +178,7 @@ def test_the_shim_starts_replicas_and_a_task_waits_for_them(tmp_path: Path) -> N
     replicas = [
         subprocess.Popen(
             shim_command("--plan", str(plan), "--component", "pool"),
-            env={**lab_task(i, i, 2, "8"), "SLURM_JOB_NODELIST_HET_GROUP_2": "localhost"},
+            env={**lab_task(i, 2, "8"), "SLURM_JOB_NODELIST_HET_GROUP_2": "localhost"},
             stderr=subprocess.PIPE,
             text=True,
         )
@@ -221,7 +211,7 @@ def test_a_task_fails_naming_the_replica_that_never_became_ready(tmp_path: Path)
     replicas = [
         subprocess.Popen(
             shim_command("--plan", str(plan), "--component", "pool"),
-            env=lab_task(i, i, 2, "8"),
+            env=lab_task(i, 2, "8"),
             stderr=subprocess.PIPE,
             text=True,
         )
@@ -230,7 +220,7 @@ def test_a_task_fails_naming_the_replica_that_never_became_ready(tmp_path: Path)
     try:
         done = subprocess.run(
             shim_command("--plan", str(plan), "--component", "inference"),
-            env=lab_task(0, 0, 1, "7"),
+            env=lab_task(0, 1, "7"),
             capture_output=True,
             text=True,
             timeout=60,
@@ -293,7 +283,7 @@ def test_a_command_run_into_a_replica_gets_the_port_it_published(tmp_path: Path)
         {"name": "rm", "world_size": 1, "service": {"port": None, "ready": {"kind": "tcp"}, "timeout": 5, "after": []}}
     ]
     run = str(tmp_path)
-    services.publish(run, "rm", 0, "cpu-1", 23456, "cpu-1")
+    services.publish(run, "rm", 0, "cpu-1", 23456)
     common = {"run_dir": run, "job_id": "42", "is_free": lambda port: True}
     _, fresh, _ = services.task_services(components, components[0], 0, ["x", "{port}"], {}, **common)
     command, attached, _ = services.task_services(

@@ -121,8 +121,8 @@ def _with_service_groups(
                 parts = parse_rank_map(s.rank_map(), 1 << 20)
             except HpcplaceError:  # the planner reports a bad placement string, located
                 continue
-            resources = max(p.resource_end for p in parts) + 1
-            reach = max(reach, -(-resources // gpn) if gpn and s.gpus else resources if not gpn else 1)
+            resources = max(p.resource_end for p in parts) + 1  # GPUs of a GPU group, nodes of a CPU group
+            reach = max(reach, -(-resources // gpn) if gpn else resources)
         where = view.require(next(s.name for s in services if s.node_group == label)).require("node_group")
         added.append(facts_node_group(label, facts, max(reach, 1), gpn, where))
     if not added:
