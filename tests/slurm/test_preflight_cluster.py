@@ -9,7 +9,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -42,15 +44,18 @@ def batch_log(run_dir: Path) -> str:
     return "".join(p.read_text() for p in sorted((run_dir / "logs").glob("batch-*.out")))
 
 
-def job_times(job_id: str) -> tuple[float, float]:
-    """(start, end) of the job's batch component as epoch seconds (sacct)."""
-    out = subprocess.run(
-        ["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "Start,End"], capture_output=True, text=True, check=True
-    ).stdout.split()
-    start, end = out[0].split("|")
-    from datetime import datetime
-
-    return datetime.fromisoformat(start).timestamp(), datetime.fromisoformat(end).timestamp()
+def job_times(job_id: str, within: float = 60) -> tuple[float, float]:
+    """(start, end) of the job's batch component as epoch seconds (sacct, which may still say End=Unknown
+    for a moment after the job ended: polled)."""
+    deadline = time.monotonic() + within
+    while True:
+        out = subprocess.run(
+            ["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "Start,End"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        start, end = out[0].split("|") if out else ("Unknown", "Unknown")
+        if "Unknown" not in (start, end) or time.monotonic() > deadline:
+            return datetime.fromisoformat(start).timestamp(), datetime.fromisoformat(end).timestamp()
+        time.sleep(0.5)
 
 
 def run_failing(plan: Plan, run_dir: Path, **kwargs: object) -> tuple[str, str, Path]:

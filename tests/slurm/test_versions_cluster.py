@@ -36,8 +36,10 @@ CPUS = """
     """
 
 
-def step_cpus(cluster: LiveCluster, job_id: str, within: float = 30) -> dict[str, int]:
-    """CPUs accounting gave each named step, all its het components summed (sacct may lag the job's end)."""
+def step_cpus(cluster: LiveCluster, job_id: str, want: dict[str, int], within: float = 60) -> dict[str, int]:
+    """CPUs accounting gave each named step, all its het components summed. slurmdbd may record a job's steps
+    (and a het step's components) one by one after the job ended, so this polls until it sees `want` or the
+    deadline passes, and returns what it saw last."""
     deadline = time.monotonic() + within
     while True:
         res = cluster.run("sacct", "-j", job_id, "--parsable2", "--noheader", "-o", "JobID,JobName,AllocTRES")
@@ -47,7 +49,7 @@ def step_cpus(cluster: LiveCluster, job_id: str, within: float = 30) -> dict[str
             cpu = next((int(t.split("=", 1)[1]) for t in tres.split(",") if t.startswith("cpu=")), 0)
             if "." in job and not job.endswith((".batch", ".extern")):
                 got[name] = got.get(name, 0) + cpu
-        if got or time.monotonic() > deadline:
+        if {name: got.get(name) for name in want} == want or time.monotonic() > deadline:
             return got
         time.sleep(0.5)
 
@@ -65,10 +67,11 @@ def test_het_components_with_different_cpus_each_get_their_own(slurm_cluster: Li
         env = report["env"]
         planned = next(c.cpus_per_process for c in run.plan.components if c.name == env["HPCPLACE_COMPONENT"])
         assert env.get("SLURM_CPUS_PER_TASK") == str(planned), (env["HPCPLACE_COMPONENT"], env)
-    charged = step_cpus(slurm_cluster, run.job_id)
-    for step in lower(run.plan).steps:
-        want = sum(seg.num_tasks * seg.cpus_per_task for seg in step.segments)
-        assert charged.get(step.name) == want, (step.name, charged)
+    want = {
+        step.name: sum(seg.num_tasks * seg.cpus_per_task for seg in step.segments) for step in lower(run.plan).steps
+    }
+    charged = step_cpus(slurm_cluster, run.job_id, want)
+    assert {name: charged.get(name) for name in want} == want, charged
 
 
 def test_the_booted_version_is_what_status_and_run_json_say(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
