@@ -129,7 +129,8 @@ def test_an_unknown_entry_point_is_named_with_what_each_format_knows(tmp_path: P
     err = refused(tmp_path, "python3 -u -m mylab.train --nodes 2")
     assert "entry point 'mylab.train'" in err.message and column(err) == len("python3 -u -m ") + 1
     assert (
-        "verl: verl.trainer.main_*, verl.experimental.fully_async_policy.fully_async_main" in err.message
+        "verl: verl.trainer.main_*, verl.trainer.sft_trainer_ray, verl.experimental.fully_async_policy.fully_async_main"
+        in err.message
         and "openrlhf: openrlhf.cli.train_*[.py]" in err.message
     )
     assert err.hint is not None and "format: <name>" in err.hint and "--format" in err.hint

@@ -249,7 +249,7 @@ def test_a_node_group_with_fewer_gpus_than_its_pool_is_refused(tmp_path: Path) -
 
 
 def test_other_entry_points_and_unexpanded_words_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="not a trainer whose placement hpcplace reads"):
+    with pytest.raises(SpecError, match=r"has no module verl\.trainer\.main_generation: python would stop"):
         load_spec(site(tmp_path), format="verl", driver=["python3", "-m", "verl.trainer.main_generation"])
     err = error(tmp_path, "trainer.nnodes=2", "$@")
     assert "'$@' is neither a Hydra override" in err.message and err.hint is not None and "unexpanded" in err.hint
@@ -633,3 +633,131 @@ def test_fully_async_composes_its_megatron_config_from_the_same_verl(
     monkeypatch.setenv(verl_format.SOURCE_ENV, str(checkout))
     composed = async_spec(tmp_path, "trainer.nnodes=2").composed  # pkg://verl.trainer.config: the checkout's
     assert len(composed) > 2 and all(f.startswith(str(checkout)) for f in composed)
+
+
+ONE_STEP_OFF = [
+    "python3",
+    "-m",
+    "verl.experimental.one_step_off_policy.main_ppo",
+    "actor_rollout_ref.hybrid_engine=False",
+]
+
+
+def one_step_off_spec(tmp_path: Path, *words: str, text: str | None = None):  # type: ignore[no-untyped-def]  # spec
+    return load_spec(site(tmp_path, text) if text else site(tmp_path), driver=[*ONE_STEP_OFF, *words])
+
+
+def test_one_step_off_places_a_trainer_pool_and_standalone_replicas(tmp_path: Path) -> None:
+    # grpo_0.6b_gsm8k_fsdp2_2_6.sh's sizes: 6 training GPUs and 2 rollout GPUs, gen_tp=2, KL loss
+    words = ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=True"]
+    words += ["trainer.n_gpus_per_node=6", "rollout.n_gpus_per_node=4", "rollout.nnodes=1"]
+    spec = one_step_off_spec(tmp_path, *words, "actor_rollout_ref.rollout.tensor_model_parallel_size=2")
+    plan = plan_from_spec(spec)
+    assert [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups] == [
+        ("trainer_pool", 1, (6,)),  # separation's create_resource_pool_manager
+        ("rollout_pool", 2, (2, 2)),  # LLMServerManager: 1 x 4 // tp2 = 2 standalone replicas, one pool each
+    ]
+    assert {c.name for c in plan.components} == {"actor", "ref", "rollout_standalone"}  # KL loss: ref; grpo: no critic
+    assert where(plan, "actor") == [(0, (g,)) for g in range(6)] == where(plan, "ref")
+    assert where(plan, "rollout_standalone") == [(1, (0,)), (1, (1,)), (2, (0,)), (2, (1,))]
+    assert steered(spec, "trainer_poolverl_group_6:0", 6) == [0] * 6
+    assert steered(spec, "rollout_pool_0verl_group_2:0", 2) == [1, 1]  # replica ranks from 0: no hybrid replica
+    assert steered(spec, "rollout_pool_1verl_group_2:0", 2) == [2, 2]
+    assert spec.cluster.node_groups[0].cpus_per_node == 3 * 6 + 10  # bundles of 3 CPUs + OneStepTaskRunner's 10
+    assert any("OneStepTaskRunner actor 10 more" in n for n in spec.notes)
+
+
+def test_one_step_off_refuses_what_its_trainer_cannot_run_at_the_key(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as caught:
+        load_spec(site(tmp_path), driver=ONE_STEP_OFF[:3])
+    err = caught.value  # ppo_trainer.yaml's hybrid_engine: true
+    assert "asserts `not hybrid_engine`" in err.message and "OneStepOffRayTrainer" in err.message
+    assert err.location is not None and err.location.path.endswith("ppo_trainer.yaml")
+    cases = {
+        "actor_rollout_ref.rollout.mode=sync": "asserts rollout.mode == 'async'",
+        "reward.reward_model.enable=True": "KeyError: Role.RewardModel",
+        "distillation.enabled=True": "teacher_client is None",
+        "rollout.nnodes=0": "'nnodes must be > 0 in standalone mode'",
+    }
+    for word, words in cases.items():
+        with pytest.raises(SpecError) as caught:
+            one_step_off_spec(tmp_path, word)
+        err = caught.value
+        assert words in err.message, (word, err.message)
+        at = column_of([*ONE_STEP_OFF, word], 4) + len(word.partition("=")[0]) + 1
+        assert err.location is not None and err.location.column == at, (word, err.location)
+    with pytest.raises(SpecError) as caught:  # rollout: 1 x 8 GPUs (one_step_off_ppo_trainer.yaml's), a tp16 replica
+        one_step_off_spec(tmp_path, "actor_rollout_ref.rollout.tensor_model_parallel_size=16")
+    assert "fewer than one replica's 16 (tp*dp*pp): verl would start no rollout server" in caught.value.message
+    assert caught.value.location is not None and caught.value.location.path.endswith("one_step_off_ppo_trainer.yaml")
+
+
+def test_one_step_off_reads_its_megatron_config_and_keeps_the_reward_pool_empty(tmp_path: Path) -> None:
+    rm = "reward.reward_model"
+    spec = one_step_off_spec(
+        tmp_path,
+        "--config-path=config",  # relative: Hydra reads it from verl/experimental/one_step_off_policy
+        "--config-name=one_step_off_ppo_megatron_trainer.yaml",
+        f"{rm}.enable_resource_pool=True",
+    )
+    assert any(f.endswith("trainer/config/ppo_megatron_trainer.yaml") for f in spec.composed)
+    assert [g.label for g in spec.cluster.node_groups] == ["trainer_pool", "rollout_pool"]  # no reward_pool
+    assert any("reserves no GPUs for a reward model" in n for n in spec.notes)
+
+
+SFT = ["python", "-m", "verl.trainer.sft_trainer_ray"]
+
+
+def test_sft_trainer_ray_is_one_pool_of_training_workers_with_ten_cpus_a_gpu(tmp_path: Path) -> None:
+    # tests/special_e2e/sft/run_sft_engine.sh in ray mode: trainer.nnodes=${NNODES} trainer.n_gpus_per_node=${NUM_GPUS}
+    spec = load_spec(site(tmp_path), driver=[*SFT, "trainer.nnodes=2", "trainer.n_gpus_per_node=4"])
+    plan = plan_from_spec(spec)
+    assert [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups] == [("sft_pool", 2, (4, 4))]
+    assert [c.name for c in plan.components] == ["trainer"]
+    assert where(plan, "trainer") == [(n, (g,)) for n in (0, 1) for g in range(4)]
+    # RayResourcePool's own name: 6 random letters and digits; group i (one per node) on node i
+    assert steered(spec, "Xy3k9Qverl_group_4_4:1", 4) == [1] * 4
+    assert steered(spec, "rollout_pool_0verl_group_4_4:1", 4) is None
+    assert spec.cluster.node_groups[0].cpus_per_node == 10 * 4  # max_colocate_count 10; the trainer is the driver
+    with pytest.raises(SpecError) as caught:
+        load_spec(site(tmp_path), driver=[*SFT, "trainer.n_gpus_per_node=0"])
+    assert "trainer.n_gpus_per_node must be at least 1" in caught.value.message
+    assert caught.value.location is not None and caught.value.location.column == column_of(SFT, 3) + len(
+        "trainer.n_gpus_per_node="
+    )
+
+
+GENERATION = ["python3", "-m", "verl.trainer.main_generation_server"]
+
+
+def test_generation_server_is_standalone_replicas_counted_by_tp(tmp_path: Path) -> None:
+    # examples/generation/run_deepseek_llm_7b.sh: trainer.nnodes=1 trainer.n_gpus_per_node=8, ROLLOUT_TP=2
+    words = ["trainer.nnodes=1", "trainer.n_gpus_per_node=8", "actor_rollout_ref.rollout.tensor_model_parallel_size=4"]
+    spec = load_spec(site(tmp_path), driver=[*GENERATION, *words])
+    plan = plan_from_spec(spec)
+    assert [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups] == [("rollout_pool", 2, (4, 4))]
+    assert [c.name for c in plan.components] == ["rollout"] and plan.component("rollout").tensor_parallel_size == 4
+    assert where(plan, "rollout") == [(n, (g,)) for n in (0, 1) for g in range(4)]
+    assert steered(spec, "rollout_pool_1verl_group_4:0", 4) == [1] * 4
+    assert spec.cluster.node_groups[0].cpus_per_node == 2 * 4  # a standalone replica's bundles; no driver actor
+    # start_server counts replicas by tp alone: with dp 2 it would start 2 replicas of 8 GPUs on 8
+    dp = [*words, "actor_rollout_ref.rollout.data_parallel_size=2"]
+    with pytest.raises(SpecError) as caught:
+        load_spec(site(tmp_path), driver=[*GENERATION, *dp])
+    assert "= 2 replica(s) of tp*dp*pp = 8 GPUs each, 16 GPUs where there are 8" in caught.value.message
+    assert caught.value.location is not None and caught.value.location.column == column_of(
+        [*GENERATION, *words], 5
+    ) + len("actor_rollout_ref.rollout.tensor_model_parallel_size=")
+
+
+def test_an_entry_point_verl_lacks_or_hpcplace_does_not_plan_is_refused_at_its_word(tmp_path: Path) -> None:
+    # examples/remax_trainer/run_qwen2.5_math_7b_sync_fsdp.sh runs verl.trainer.main_ppo_sync, which 0.9.1 lacks
+    for module, words in (
+        ("main_ppo_sync", "has no module verl.trainer.main_ppo_sync: python would stop"),
+        ("main_eval", "verl.trainer.main_eval is not a trainer whose placement hpcplace reads"),
+    ):
+        with pytest.raises(SpecError) as caught:
+            load_spec(site(tmp_path), driver=["python3", "-m", f"verl.trainer.{module}", "trainer.nnodes=1"])
+        assert words in caught.value.message
+        assert caught.value.hint is not None and "verl.trainer.sft_trainer_ray" in caught.value.hint
+        assert caught.value.location is not None and caught.value.location.column == column_of(["python3", "-m"], 2)

@@ -37,6 +37,7 @@ DRIVER = Path(__file__).parent / "drivers" / "verl_driver.py"
 ENTRY = ["python3", "-m", "verl.trainer.main_ppo"]
 ASYNC_ENTRY = ["python3", "-m", "verl.experimental.fully_async_policy.fully_async_main"]
 ASYNC_SET = ["actor_rollout_ref.hybrid_engine=False", "data.train_batch_size=0"]  # as its shell examples set
+ONE_STEP_OFF_ENTRY = ["python3", "-m", "verl.experimental.one_step_off_policy.main_ppo"]
 TIMEOUT_S = 300
 
 pytestmark = pytest.mark.skipif(
@@ -166,6 +167,31 @@ ASYNC_CASES = {
 }
 
 
+# verl's one-step-off trainer (one_step_off_policy.main_ppo): the driver's place_one_step_off
+ONE_STEP_OFF_CASES = {
+    # grpo_0.6b_gsm8k_fsdp2_2_6.sh's shape, smaller: actor + ref on 2 trainer GPUs, two tp1 standalone replicas
+    # (rollout_pool_0, rollout_pool_1 from replica rank 0) on one 2-GPU rollout node
+    "one_step_off_standalone_replicas": (
+        "slurm: {partition: a800}\n",
+        [
+            "actor_rollout_ref.hybrid_engine=False",
+            "algorithm.adv_estimator=grpo",
+            "actor_rollout_ref.actor.use_kl_loss=True",
+            "trainer.nnodes=1",
+            "trainer.n_gpus_per_node=2",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+            "rollout.nnodes=1",
+            "rollout.n_gpus_per_node=2",
+        ],
+    ),
+}
+
+
+# verl's SFT trainer on Ray (sft_trainer_ray): the driver's place_sft; two nodes of 2 GPUs (10 CPUs a bundle)
+SFT_ENTRY = ["python3", "-m", "verl.trainer.sft_trainer_ray"]
+SFT_CASES = {"sft_two_nodes": ("slurm: {partition: a800}\n", ["trainer.nnodes=2", "trainer.n_gpus_per_node=2"])}
+
+
 def addresses(plan: Plan) -> dict[int, str]:
     """Node rank -> an address: a group's nodes sort as strings in node-rank order, across a digit change."""
     out: dict[int, str] = {}
@@ -199,20 +225,39 @@ def compare(plan: Plan, records: list[dict[str, Any]]) -> None:
     assert got == want
 
 
-@pytest.mark.parametrize("case", sorted(CASES) + sorted(ASYNC_CASES))
+# verl's generation server (main_generation_server): the driver's place_generation; two tp1 replicas
+GENERATION_ENTRY = ["python3", "-m", "verl.trainer.main_generation_server"]
+GENERATION_CASES = {
+    "generation_server": (
+        "slurm: {partition: a800}\n",
+        ["trainer.nnodes=1", "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.tensor_model_parallel_size=1"],
+    )
+}
+ENTRIES = [
+    (CASES, ENTRY),
+    (ASYNC_CASES, ASYNC_ENTRY),
+    (ONE_STEP_OFF_CASES, ONE_STEP_OFF_ENTRY),
+    (SFT_CASES, SFT_ENTRY),
+    (GENERATION_CASES, GENERATION_ENTRY),
+]
+
+
+@pytest.mark.parametrize("case", [case for cases, _ in ENTRIES for case in sorted(cases)])
 def test_verl_places_every_rank_as_planned(case: str, tmp_path: Path) -> None:
-    entry = ASYNC_ENTRY if case in ASYNC_CASES else ENTRY
-    blocks, overrides = {**CASES, **ASYNC_CASES}[case]
+    cases, entry = next((cases, entry) for cases, entry in ENTRIES if case in cases)
+    blocks, overrides = cases[case]
     site = tmp_path / "site.yaml"
     site.write_text(blocks)
     plan = plan_from_spec(load_spec(site, driver=[*entry, *overrides]))
     ips = addresses(plan)
     gpus = {p.cluster_node_rank: 0 for c in plan.components for p in c.processes}
+    cpus = dict.fromkeys(gpus, 1)
     for group in plan.cluster.node_groups:
         for rank, (_g, _j, label) in expected_nodes(plan_header(plan)).items():
             if label == group.label:
                 gpus[rank] = group.gpus_per_node[0]
-    local = ",".join(f"{ips[r]}:{gpus[r]}:{r}" for r in sorted(ips))
+                cpus[rank] = group.cpus_per_node or 3 * gpus[rank] + 2
+    local = ",".join(f"{ips[r]}:{gpus[r]}:{r}:{cpus[r]}" for r in sorted(ips))
     report_path = tmp_path / "report.json"
     write_steer_files(plan, tmp_path)
     env = {**os.environ, **steer_environment(os.environ, str(tmp_path))}

@@ -25,6 +25,13 @@ fully_async_ppo_trainer.yaml over ppo_trainer.yaml) places a `trainer_pool` (cre
 reward model as standalone replicas (rollout_pool_reward_<r>), the teacher_pool, and rollout replicas: hybrid ones
 on the trainer's workers (use_trainer_do_validate / use_dynamic_resource_scheduling), then standalone ones
 numbered after them (FullyAsyncLLMServerManager; rollout.nnodes x rollout.n_gpus_per_node).
+
+verl's one-step-off-policy trainer (`python3 -m verl.experimental.one_step_off_policy.main_ppo`,
+one_step_off_ppo_trainer.yaml over ppo_trainer.yaml) places the same `trainer_pool` (actor, ref, critic in one
+WorkerDict per GPU) and only standalone rollout replicas (LLMServerManager without a worker group:
+rollout.nnodes x rollout.n_gpus_per_node // tp*dp*pp, one pool each); it starts no reward model and no teacher.
+verl's SFT trainer on Ray (`python3 -m verl.trainer.sft_trainer_ray`, sft_trainer_engine.yaml) makes one pool of
+[trainer.n_gpus_per_node] * trainer.nnodes with 10 CPUs a bundle and one TrainingWorker per GPU (`sft_pool`).
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ from hpcplace.config.formats.common import (
     slurm_job_options,
     with_block_settings,
 )
-from hpcplace.config.framework_version import PlannedVersion, resolve_version
+from hpcplace.config.framework_version import FrameworkVersion, PlannedVersion, resolve_version
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster
 from hpcplace.config.steer import SteerRule
 from hpcplace.config.yaml_source import PathKey, ScalarMark, View, YamlDocument, closest, load_yaml_file
@@ -56,22 +63,44 @@ from hpcplace.errors import SpecError
 
 SOURCE_ENV = "HPCPLACE_VERL_SRC"  # a verl checkout whose verl/trainer/config is composed
 ENTRY = re.compile(
-    r"(^|.*/)verl[./](?:trainer|experimental[./]fully_async_policy)[./](main_\w+?|fully_async_main)(\.py)?$"
+    r"(^|.*/)verl[./](?:trainer[./](?P<trainer>main_\w+?|sft_trainer_ray)|experimental[./](?P<experimental>fully_async_policy[./]"
+    r"fully_async_main|one_step_off_policy[./]main_ppo))(\.py)?$"
 )
-PLANNED_ENTRIES = ("main_ppo", "fully_async_main")
+ONE_STEP_OFF = "one_step_off"  # verl.experimental.one_step_off_policy.main_ppo (its main_ppo is not the trainer's)
+SFT = "sft_trainer_ray"  # verl.trainer.sft_trainer_ray: SFT on a Ray pool (its torchrun SFT is formats/launcher.py's)
+GENERATION = "main_generation_server"  # verl.trainer.main_generation_server: rollout servers, no training
+PLANNED_ENTRIES = ("main_ppo", "fully_async_main", ONE_STEP_OFF, SFT, GENERATION)
+SEPARATED = ("fully_async_main", ONE_STEP_OFF)  # trainers built on verl.experimental.separation (trainer_pool)
 # each entry point's folder in the verl package (Hydra reads a relative --config-path from it) and default config
-ENTRY_HOME = {"main_ppo": "trainer", "fully_async_main": "experimental/fully_async_policy"}
-DEFAULT_CONFIG = {"main_ppo": "ppo_trainer", "fully_async_main": "fully_async_ppo_trainer"}
+ENTRY_HOME = {
+    "main_ppo": "trainer",
+    "fully_async_main": "experimental/fully_async_policy",
+    ONE_STEP_OFF: "experimental/one_step_off_policy",
+    SFT: "trainer",
+    GENERATION: "trainer",
+}
+DEFAULT_CONFIG = {
+    "main_ppo": "ppo_trainer",
+    "fully_async_main": "fully_async_ppo_trainer",
+    ONE_STEP_OFF: "one_step_off_ppo_trainer",
+    SFT: "sft_trainer_engine",
+    GENERATION: "ppo_trainer",
+}
 # how fully_async's configs find ppo_trainer.yaml: the installed package, or verl/trainer/config of the current
 # folder (the Megatron one: found only when started at a checkout's root); hpcplace gives the verl composed
 VERL_SEARCHPATHS = ("pkg://verl.trainer.config", "file://verl/trainer/config")
 TRAINER_MODES = ("colocate_async", "separate_async", "sync")  # verl's TRAINER_REGISTRY (v1/trainer_*.py)
 COLOCATE, STANDALONE_COLOCATE = 3, 2  # CPUs of a bundle: ResourcePoolManager's max_colocate_count (replica.py: 2)
+SFT_COLOCATE = 10  # RayResourcePool's own default max_colocate_count (sft_trainer_ray makes its pool directly)
 # in the order verl creates them (fully_async_main: trainer_pool for global_pool, and its reward_pool is the
 # reward model's standalone replicas)
-POOLS = ("global_pool", "trainer_pool", "reward_pool", "teacher_pool", "rollout_pool")
-TASK_RUNNER_CPUS = {"main_ppo": 1, "fully_async_main": 1 + 10 + 10 + 2}  # the driver's actors' num_cpus
+POOLS = ("global_pool", "trainer_pool", "reward_pool", "teacher_pool", "rollout_pool", "sft_pool")
+SFT_POOL = "sft_pool"  # hpcplace's name for sft_trainer_ray's pool: verl names it with 6 random characters
+# the driver's actors' num_cpus: TaskRunner; FullyAsyncTaskRunner, FullyAsyncTrainer, FullyAsyncRollouter and
+# MessageQueue; OneStepTaskRunner
+TASK_RUNNER_CPUS = {"main_ppo": 1, "fully_async_main": 1 + 10 + 10 + 2, ONE_STEP_OFF: 10, SFT: 0, GENERATION: 0}
 PG_NAME_TAIL = r"verl_group_[0-9_]+:(?P<index>[0-9]+)"  # after the pool's name (RayResourcePool.get_placement_groups)
+RANDOM_PREFIX = "[A-Za-z0-9]{6}"  # RayResourcePool's name when none is given (get_random_string(length=6))
 # RolloutConfig's own defaults (verl/workers/config/rollout.py): a teacher entry added with `+` that omits a size
 TEACHER_SIZE_DEFAULTS = {"tensor_model_parallel_size": 2, "data_parallel_size": 1, "pipeline_model_parallel_size": 1}
 PD_BACKENDS = {  # the KV transfer backends each PD replica takes (DisaggregationConfig; vLLMPDReplica: nixl, mooncake)
@@ -87,7 +116,7 @@ class VerlCommand:
     """The words after verl's entry point: where its config is and the Hydra overrides (word index kept)."""
 
     entry: int
-    name: str  # main_ppo or fully_async_main
+    name: str  # one of PLANNED_ENTRIES
     config_path: tuple[str, int] | None
     config_name: tuple[str, int] | None
     overrides: tuple[tuple[str, int], ...]
@@ -101,14 +130,24 @@ def read_command(command: FrameworkCommand) -> VerlCommand:
         raise command.error(
             0, "no verl entry point in the command", hint="python3 -m verl.trainer.main_ppo key=value ..."
         )
-    name = ENTRY.match(argv[entry]).group(2)  # type: ignore[union-attr]  # matched just above
+    found = ENTRY.match(argv[entry])
+    assert found is not None  # matched just above
+    experimental = found["experimental"]
+    name = found["trainer"] or ("fully_async_main" if experimental.endswith("fully_async_main") else ONE_STEP_OFF)
     if name not in PLANNED_ENTRIES:
-        raise command.error(
-            entry,
-            f"verl.trainer.{name} is not a trainer whose placement hpcplace reads",
-            hint="hpcplace plans verl's PPO trainer (python3 -m verl.trainer.main_ppo ...) and its fully async "
-            "trainer (python3 -m verl.experimental.fully_async_policy.fully_async_main ...)",
+        module = f"verl.trainer.{name}"
+        package, _ = verl_package(dict(os.environ))
+        hint = "the verl entry points hpcplace plans: " + ", ".join(
+            f"verl.{ENTRY_HOME[e].replace('/', '.')}.{'main_ppo' if e == ONE_STEP_OFF else e}" for e in PLANNED_ENTRIES
         )
+        if package is not None and not (package / "trainer" / f"{name}.py").is_file():
+            raise command.error(
+                entry,
+                f"the verl composed here ({package.parent}) has no module {module}: python would stop with "
+                f"\"No module named '{module}'\"",
+                hint=hint,
+            )
+        raise command.error(entry, f"{module} is not a trainer whose placement hpcplace reads", hint=hint)
     flags: dict[str, tuple[str, int]] = {}
     overrides: list[tuple[str, int]] = []
     i = entry + 1
@@ -145,10 +184,9 @@ def read_command(command: FrameworkCommand) -> VerlCommand:
     return VerlCommand(entry, name, flags.get("path"), flags.get("name"), tuple(overrides))
 
 
-def verl_config_dir(verl: VerlCommand, command: FrameworkCommand, environ: dict[str, str]) -> tuple[Path, Path | None]:
-    """The folder Hydra composes from: `--config-path` (absolute, or relative to the entry point's folder as
-    Hydra reads it), else the entry point's config of a checkout ($HPCPLACE_VERL_SRC) or of the installed verl;
-    and that verl's verl/trainer/config (where fully_async's configs find ppo_trainer.yaml)."""
+def verl_package(environ: dict[str, str]) -> tuple[Path | None, list[str]]:
+    """The verl package whose configs are composed: a checkout's ($HPCPLACE_VERL_SRC), else the installed one;
+    and, when neither, why not."""
     source = environ.get(SOURCE_ENV)
     package: Path | None = None
     why: list[str] = []
@@ -165,6 +203,14 @@ def verl_config_dir(verl: VerlCommand, command: FrameworkCommand, environ: dict[
             package = Path(found.origin).parent
         else:
             why.append("verl is not installed in this Python (importlib finds no `verl`)")
+    return package, why
+
+
+def verl_config_dir(verl: VerlCommand, command: FrameworkCommand, environ: dict[str, str]) -> tuple[Path, Path | None]:
+    """The folder Hydra composes from: `--config-path` (absolute, or relative to the entry point's folder as
+    Hydra reads it), else the entry point's config of a checkout ($HPCPLACE_VERL_SRC) or of the installed verl;
+    and that verl's verl/trainer/config (where fully_async's configs find ppo_trainer.yaml)."""
+    package, why = verl_package(environ)
     home = package / ENTRY_HOME[verl.name] if package is not None else None
     trainer_config = package / "trainer" / "config" if package is not None else None
     if verl.config_path is not None:
@@ -247,6 +293,8 @@ class Pool:
     standalone: str = ""
     replica_nodes: int = 1
     first_replica: int = 0
+    cpus_per_bundle: int = COLOCATE  # the CPUs of each GPU's bundle (RayResourcePool's max_colocate_count)
+    random_name: bool = False  # verl names its groups `<6 random letters and digits>verl_group_...` (SFT_POOL)
 
     @property
     def world(self) -> int:
@@ -591,6 +639,38 @@ def check_fully_async(reader: Reader) -> None:
         raise mode.error(f"got {mode.str()!r}: verl's FullyAsyncRollouter asserts rollout.mode == 'async'")
 
 
+def check_one_step_off(reader: Reader, rm_prefix: str) -> None:
+    """What verl's one-step-off trainer asserts or cannot do (OneStepOffRayTrainer, SeparateRayPPOTrainer, verl
+    1dda039 = 0.9.1), each refused at its key: the job would stop there."""
+    hybrid_engine = reader.need("actor_rollout_ref.hybrid_engine")
+    if hybrid_engine.bool():
+        raise hybrid_engine.error(
+            "true: verl's one-step-off trainer asserts `not hybrid_engine` (OneStepOffRayTrainer.__init__: its "
+            "rollout runs in standalone replicas, not in the actor's processes)",
+            hint="actor_rollout_ref.hybrid_engine=False, as verl's one_step_off_policy/shell examples set",
+        )
+    mode = reader.need("actor_rollout_ref.rollout.mode")
+    if mode.str() != "async":
+        raise mode.error(
+            f"got {mode.str()!r}: verl's one-step-off trainer asserts rollout.mode == 'async' "
+            "(OneStepOffRayTrainer._init_async_rollout_manager)"
+        )
+    if reader.flag(f"{rm_prefix}.enable"):
+        raise reader.need(f"{rm_prefix}.enable").error(
+            "true: verl's one-step-off trainer has no pool for a reward model (separation's "
+            "create_resource_pool_manager maps only the training roles), so SeparateRayPPOTrainer."
+            "_create_reward_model_class fails looking it up (KeyError: Role.RewardModel)",
+            hint=f"{rm_prefix}.enable=False (a rule-based reward), or verl's PPO or fully async trainer for a "
+            "reward model",
+        )
+    if reader.flag("distillation.enabled"):
+        raise reader.need("distillation.enabled").error(
+            "true: verl's one-step-off trainer starts no teacher model: it gives AgentLoopManager no teacher "
+            "client, and AsyncTeacherLLMServerManager fails on it (teacher_client is None)",
+            hint="distillation.enabled=False, or verl's PPO or fully async trainer for on-policy distillation",
+        )
+
+
 def fully_async_reward_pool(reader: Reader, prefix: str, enable: bool, own_pool: bool, notes: list[str]) -> list[Pool]:
     """fully_async's reward model: RewardLoopManager(rm_resource_pool=None) starts it as standalone replicas,
     one pool each (rollout_pool_reward_<r>, RewardModelManager); FullyAsyncRollouter asserts it has a pool of
@@ -627,7 +707,10 @@ def fully_async_reward_pool(reader: Reader, prefix: str, enable: bool, own_pool:
     per_node = min(rg, mworld)
     if rn * rg % mworld:
         notes.append(f"reward_pool: {rn * rg % mworld} of its {rn * rg} GPUs hold no replica (verl: world // tp*dp*pp)")
-    return [Pool("reward_pool", mworld // per_node * count, per_node, rnv, "rollout_pool_reward_", mworld // per_node)]
+    nodes = mworld // per_node * count
+    return [
+        Pool("reward_pool", nodes, per_node, rnv, "rollout_pool_reward_", mworld // per_node, 0, STANDALONE_COLOCATE)
+    ]
 
 
 def standalone_rollout(
@@ -650,7 +733,8 @@ def standalone_rollout(
         f"rollout_pool: verl makes one pool per standalone replica (rollout_pool_<i>, PACK placement groups "
         f"of {per_node} GPU(s)): Ray picks which of the group's GPUs each replica gets; the plan lists them in order"
     )
-    return [Pool("rollout_pool", world // per_node * count, per_node, view, "rollout_pool_", world // per_node, first)]
+    nodes = world // per_node * count
+    return [Pool("rollout_pool", nodes, per_node, view, "rollout_pool_", world // per_node, first, STANDALONE_COLOCATE)]
 
 
 def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus | None) -> ExperimentSpec:
@@ -666,35 +750,40 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         notes.append(f"planned as {version.describe()}")
 
     check_device(reader)
+    if verl.name == SFT:
+        return parse_sft(reader, blocks, site_gpus, notes, files, version)
+    if verl.name == GENERATION:
+        return parse_generation(reader, blocks, site_gpus, notes, files, version)
     fully_async = verl.name == "fully_async_main"
+    one_step_off = verl.name == ONE_STEP_OFF
+    separated = verl.name in SEPARATED
+    rm_prefix = "reward.reward_model" if reader.get("reward.reward_model") is not None else "reward_model"
     if fully_async:
         check_fully_async(reader)
+    if one_step_off:
+        check_one_step_off(reader, rm_prefix)
     mode_view = reader.get("trainer.v1.trainer_mode")
-    use_v1 = reader.flag("trainer.use_v1", default=False) and not fully_async  # fully_async_main has its own
+    use_v1 = reader.flag("trainer.use_v1", default=False) and not separated  # they have their own trainers
     mode = mode_view.str() if use_v1 and mode_view is not None else "sync"
     if use_v1 and mode not in TRAINER_MODES:
         assert mode_view is not None
         raise mode_view.error(
             f"Unknown trainer {mode!r}. Available trainers: {', '.join(TRAINER_MODES)}. (verl's get_trainer_cls)"
         )
-    nnodes, nview = reader.int("trainer.nnodes")
-    gpn, gview = reader.int("trainer.n_gpus_per_node")
-    train_pool = "trainer_pool" if fully_async else "global_pool"  # separation/utils.py create_resource_pool_manager
-    for value, view, key in ((nnodes, nview, "trainer.nnodes"), (gpn, gview, "trainer.n_gpus_per_node")):
-        if value < 1:
-            raise view.error(
-                f"{key} must be at least 1 ({train_pool} is [n_gpus_per_node] * nnodes), got {value}"
-                + (" (verl asserts in create_resource_pool_manager)" if fully_async else "")
-            )
-    limits.nodes(nnodes, nview.location(), "trainer.nnodes")
-    limits.gpus_per_node(gpn, gview.location(), "trainer.n_gpus_per_node")
+    train_pool = "trainer_pool" if separated else "global_pool"  # separation/utils.py create_resource_pool_manager
+    what = f"verl's {train_pool}" + (" (asserted in create_resource_pool_manager)" if separated else "") + " has"
+    nnodes, nview, gpn = trainer_size(reader, what)
     pools = [Pool(train_pool, nnodes, gpn, nview)]
 
-    rm_prefix = "reward.reward_model" if reader.get("reward.reward_model") is not None else "reward_model"
     rm_enable = reader.flag(f"{rm_prefix}.enable")
     rm_pool = reader.flag(f"{rm_prefix}.enable_resource_pool")
     if fully_async:
         pools += fully_async_reward_pool(reader, rm_prefix, rm_enable, rm_pool, notes)
+    elif one_step_off and rm_pool:
+        notes.append(
+            f"{rm_prefix}.enable_resource_pool: verl's one-step-off trainer makes only the trainer_pool and reserves "
+            "no GPUs for a reward model"
+        )
     elif rm_pool:
         rn, rnv = reader.int(f"{rm_prefix}.nnodes")
         rg, rgv = reader.int(f"{rm_prefix}.n_gpus_per_node")
@@ -709,7 +798,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
                 f"reward model runs ({rm_prefix}.enable is false): its GPUs stay idle"
             )
     teachers: list[Teacher] = []
-    if reader.flag("distillation.enabled"):
+    if reader.flag("distillation.enabled"):  # (one_step_off refused it above)
         dn, dnv = reader.int("distillation.nnodes")
         dg, dgv = reader.int("distillation.n_gpus_per_node")
         if dg <= 0 and fully_async:  # FullyAsyncRollouter._create_teacher_model_manager
@@ -722,8 +811,8 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         teachers = read_teachers(reader, pools[-1], dgv, command.location(verl.entry).path)
 
     rtp, rdp, rpp, rworld, rview = rollout_world(reader, "actor_rollout_ref.rollout")
-    # fully_async_main copies rollout.nnodes / n_gpus_per_node into actor_rollout_ref.rollout
-    r_gpn, _ = reader.int(("rollout" if fully_async else "actor_rollout_ref.rollout") + ".n_gpus_per_node")
+    # fully_async_main and one_step_off's main copy rollout.nnodes / n_gpus_per_node into actor_rollout_ref.rollout
+    r_gpn, _ = reader.int(("rollout" if separated else "actor_rollout_ref.rollout") + ".n_gpus_per_node")
     pd = read_prefill_decode(reader, "actor_rollout_ref.rollout", rtp, rdp, r_gpn)
     if pd is not None:  # LLMServerManager._initialize_llm_servers: PD inflates the replica's footprint
         rworld = pd.width
@@ -756,6 +845,23 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
             raise snv.error(
                 f"the standalone rollout has {sn}x{r_gpn} GPUs, fewer than one replica's {rworld} (tp*dp*pp): "
                 "verl would start no rollout server"
+            )
+    elif one_step_off:  # LLMServerManager.create(config): standalone replicas only, numbered from 0
+        hybrid = False
+        sn, snv = reader.int("rollout.nnodes")
+        if sn <= 0:
+            raise snv.error(
+                f"got {sn}: verl asserts 'nnodes must be > 0 in standalone mode' (LLMServerManager; one_step_off's "
+                "main copies rollout.nnodes to actor_rollout_ref.rollout.nnodes)",
+                hint="give the rollout nodes: rollout.nnodes and rollout.n_gpus_per_node",
+            )
+        standalone = standalone_rollout(sn, snv, r_gpn, rworld, rview, 0, notes)
+        if not standalone:
+            raise snv.error(
+                f"the standalone rollout has {sn}x{r_gpn} GPUs (rollout.nnodes x rollout.n_gpus_per_node), fewer "
+                f"than one replica's {rworld} (tp*dp*pp): verl would start no rollout server",
+                hint="raise rollout.n_gpus_per_node (or rollout.nnodes), or lower "
+                "actor_rollout_ref.rollout.tensor_model_parallel_size",
             )
     elif fully_async:
         # FullyAsyncLLMServerManager: hybrid replicas on the trainer's workers (ranks 0..), then standalone ones
@@ -791,26 +897,8 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
             )
     pools += standalone
 
-    # the node group of each pool
-    slurm_view = root.get("slurm")
-    job_options = slurm_job_options(slurm_view, extra=frozenset({"pools"}))
-    labels = pool_labels(slurm_view, [p.name for p in pools], {p.name for p in pools if p.standalone})
-    base = slurm_facts(slurm_view)
-    layouts = group_layouts(pools, labels)
-    groups: list[NodeGroup] = []
-    for label, layout in layouts.items():
-        facts = slurm_facts(slurm_view, label, base)
-        check_gpus(layout, facts, label, site_gpus, slurm_view)
-        groups.append(facts_node_group(label, facts, layout.nodes, layout.per_node, layout.pools[0].view))
-    slots = {p.name: layouts[labels[p.name]].slots[p.name] for p in pools}
-    for label, layout in layouts.items():
-        if len(layout.pools) > 1:
-            notes.append(
-                f"node group {label!r} holds {' then '.join(f'{p.name} ({p.nodes}x{p.per_node})' for p in layout.pools)}:"
-                " each pool's group i is steered to the group's node i and takes the node's GPUs after the pools "
-                "created before it (verl creates its pools' placement groups in that order; Ray gives a node's "
-                "free GPUs to each group's bundles as it commits them)"
-            )
+    placed = place_pools(pools, root.get("slurm"), site_gpus, notes)
+    labels, slots = placed.labels, placed.slots
 
     # the processes on each pool
     entries: list[PlacementEntry] = []
@@ -831,7 +919,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     else:
         adv = reader.get("algorithm.adv_estimator")
         use_critic = adv is not None and str(adv.deref().value) == "gae"
-    if fully_async:  # create_role_worker_mapping; SeparateRayPPOTrainer adds ref whenever KL needs it
+    if separated:  # create_role_worker_mapping; SeparateRayPPOTrainer adds ref whenever KL needs it
         roles = ["actor_rollout" if hybrid else "actor"] + (["ref"] if use_ref else [])
     elif not hybrid:
         roles = ["actor"] + (["ref"] if use_ref and not ref_in_actor else [])
@@ -907,6 +995,145 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
             replicas_text(f"{t.component} (key {t.key})", t.width, t.tp, t.dp, t.pp, t.replicas, teacher_pool, start)
         )
         start += t.world
+    return finish(verl.name, blocks, placed, entries, settings, notes, files, version)
+
+
+def trainer_size(reader: Reader, what: str) -> tuple[int, View, int]:
+    """trainer.nnodes (and where it was set) and trainer.n_gpus_per_node, each at least 1 and within limits."""
+    nnodes, nview = reader.int("trainer.nnodes")
+    gpn, gview = reader.int("trainer.n_gpus_per_node")
+    for value, view, key in ((nnodes, nview, "trainer.nnodes"), (gpn, gview, "trainer.n_gpus_per_node")):
+        if value < 1:
+            raise view.error(f"{key} must be at least 1 ({what} [n_gpus_per_node] * nnodes GPUs), got {value}")
+    limits.nodes(nnodes, nview.location(), "trainer.nnodes")
+    limits.gpus_per_node(gpn, gview.location(), "trainer.n_gpus_per_node")
+    return nnodes, nview, gpn
+
+
+def parse_generation(
+    reader: Reader,
+    blocks: YamlDocument,
+    site_gpus: SiteGpus | None,
+    notes: list[str],
+    files: tuple[str, ...],
+    version: FrameworkVersion | None,
+) -> ExperimentSpec:
+    """verl's generation server (main_generation_server.start_server, verl 1dda039 = 0.9.1): (trainer.n_gpus_per_node
+    * trainer.nnodes) // tp standalone rollout replicas, each in a pool of its own (rollout_pool_<r>,
+    RolloutReplica.init_standalone); the driver process sends the prompts."""
+    nnodes, nview, gpn = trainer_size(reader, "verl's generation server serves on")
+    tp, dp, pp, world, view = rollout_world(reader, "actor_rollout_ref.rollout")
+    count = nnodes * gpn // tp
+    if count < 1:
+        raise view.error(
+            f"a rollout replica needs tensor_model_parallel_size = {tp} GPUs and the trainer's are {nnodes}x{gpn}: "
+            "verl's generation server would start no replica",
+            hint="lower actor_rollout_ref.rollout.tensor_model_parallel_size, or raise trainer.n_gpus_per_node",
+        )
+    if count * world > nnodes * gpn:
+        raise view.error(
+            f"verl's generation server starts (trainer.n_gpus_per_node x trainer.nnodes) // tp = {count} replica(s) "
+            f"of tp*dp*pp = {world} GPUs each, {count * world} GPUs where there are {nnodes * gpn}: Ray would never "
+            "place the last replicas' groups",
+            hint="data_parallel_size and pipeline_model_parallel_size 1 (start_server counts its replicas by "
+            "tensor_model_parallel_size alone)",
+        )
+    pools = standalone_rollout(nnodes, nview, gpn, world, view, 0, notes)
+    placed = place_pools(pools, blocks.root().get("slurm"), site_gpus, notes)
+    entries: list[PlacementEntry] = []
+    settings: dict[str, ComponentSpec] = {}
+    slots = placed.slots[pools[0].name]
+    add_replicas(entries, settings, "rollout", placed.labels[pools[0].name], slots, count, world, None, view, tp, pp)
+    notes.append(replicas_text("rollout", world, tp, dp, pp, count, pools[0]))
+    return finish(GENERATION, blocks, placed, entries, settings, notes, files, version)
+
+
+def parse_sft(
+    reader: Reader,
+    blocks: YamlDocument,
+    site_gpus: SiteGpus | None,
+    notes: list[str],
+    files: tuple[str, ...],
+    version: FrameworkVersion | None,
+) -> ExperimentSpec:
+    """verl's SFT trainer on Ray (SFTTrainer._build_engine, verl 1dda039 = 0.9.1): one RayResourcePool of
+    [trainer.n_gpus_per_node] * trainer.nnodes, one TrainingWorker per GPU; the trainer runs in the driver."""
+    nnodes, nview, gpn = trainer_size(reader, "verl's SFT trainer trains on")
+    pool = Pool(SFT_POOL, nnodes, gpn, nview, cpus_per_bundle=SFT_COLOCATE, random_name=True)
+    placed = place_pools([pool], blocks.root().get("slurm"), site_gpus, notes)
+    label, slots = placed.labels[SFT_POOL], placed.slots[SFT_POOL]
+    entries = [PlacementEntry(("trainer",), (label,), None, tuple((i,) for i in slots), nview.location())]
+    notes.append(
+        f"{SFT_POOL}: one TrainingWorker process per GPU (verl's SFTTrainer: RayResourcePool(process_on_nodes="
+        "[n_gpus_per_node] * nnodes), its placement groups named by 6 random letters and digits then verl_group_...)"
+    )
+    return finish(SFT, blocks, placed, entries, {"trainer": ComponentSpec("trainer")}, notes, files, version)
+
+
+@dataclass(frozen=True)
+class PlacedPools:
+    """The pools on their node groups: each pool's group label, each group's layout and NodeGroup, and each
+    pool's rank -> the group's GPU slot."""
+
+    labels: dict[str, str]
+    layouts: dict[str, GroupLayout]
+    groups: tuple[NodeGroup, ...]
+    slots: dict[str, tuple[int, ...]]
+
+
+def place_pools(
+    pools: list[Pool], slurm_view: View | None, site_gpus: SiteGpus | None, notes: list[str]
+) -> PlacedPools:
+    """The node group of each pool (`slurm.pools`), each group's size from its pools, checked against the site."""
+    labels = pool_labels(slurm_view, [p.name for p in pools], {p.name for p in pools if p.standalone})
+    base = slurm_facts(slurm_view)
+    layouts = group_layouts(pools, labels)
+    groups: list[NodeGroup] = []
+    for label, layout in layouts.items():
+        facts = slurm_facts(slurm_view, label, base)
+        check_gpus(layout, facts, label, site_gpus, slurm_view)
+        groups.append(facts_node_group(label, facts, layout.nodes, layout.per_node, layout.pools[0].view))
+    for label, layout in layouts.items():
+        if len(layout.pools) > 1:
+            notes.append(
+                f"node group {label!r} holds {' then '.join(f'{p.name} ({p.nodes}x{p.per_node})' for p in layout.pools)}:"
+                " each pool's group i is steered to the group's node i and takes the node's GPUs after the pools "
+                "created before it (verl creates its pools' placement groups in that order; Ray gives a node's "
+                "free GPUs to each group's bundles as it commits them)"
+            )
+    slots = {p.name: layouts[labels[p.name]].slots[p.name] for p in pools}
+    return PlacedPools(labels, layouts, tuple(groups), slots)
+
+
+DRIVER_CPUS_TEXT = {
+    "main_ppo": "its TaskRunner actor 1 more, taken before the pools",
+    "fully_async_main": f"its driver actors {TASK_RUNNER_CPUS['fully_async_main']} more (FullyAsyncTaskRunner 1, "
+    "FullyAsyncTrainer 10 before the trainer_pool; FullyAsyncRollouter 10 and MessageQueue 2 before the replicas)",
+    ONE_STEP_OFF: f"its OneStepTaskRunner actor {TASK_RUNNER_CPUS[ONE_STEP_OFF]} more, taken before the pools",
+    SFT: "its trainer runs in the driver process, outside Ray's CPU accounting",
+    GENERATION: "its driver only sends the prompts, from outside Ray's CPU accounting",
+}
+BUNDLE_TEXT = {  # why a pool's bundles hold the CPUs they do
+    COLOCATE: "ResourcePoolManager's max_colocate_count",
+    STANDALONE_COLOCATE: "a standalone replica's pool",
+    SFT_COLOCATE: "RayResourcePool's default max_colocate_count",
+}
+
+
+def finish(
+    entry: str,
+    blocks: YamlDocument,
+    placed: PlacedPools,
+    entries: list[PlacementEntry],
+    settings: dict[str, ComponentSpec],
+    notes: list[str],
+    files: tuple[str, ...],
+    version: FrameworkVersion | None,
+) -> ExperimentSpec:
+    """The spec of a verl command whose pools are placed and whose processes are `entries`: each bundle's and
+    the driver actors' CPUs, the steering rules, the hpcplace block's settings."""
+    root = blocks.root()
+    slurm_view = root.get("slurm")
     notes.append(
         "verl's placement groups are steered: each pool's group i (one per node) goes to the i-th node of the pool's "
         "node group (hpcplace's hook adds that node's resource to its bundles; docs/formats/verl.md)"
@@ -917,21 +1144,17 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         "(runtime/ip_order.py; with launch.steer: false the job checks the order at start and stops naming the "
         "difference)"
     )
-    groups, cpus = bundle_cpus(groups, entries, layouts, TASK_RUNNER_CPUS[verl.name])
+    groups, cpus = bundle_cpus(list(placed.groups), entries, placed.layouts, TASK_RUNNER_CPUS[entry])
     for key, count in cpus.items():
         settings[key] = replace(settings.get(key) or ComponentSpec(key), cpus_per_process=count)
+    pools = [p for layout in placed.layouts.values() for p in layout.pools]
+    bundles = "; ".join(
+        f"{count} CPUs per GPU in {', '.join(p.name for p in pools if p.cpus_per_bundle == count)} ({BUNDLE_TEXT[count]})"
+        for count in sorted({p.cpus_per_bundle for p in pools}, reverse=True)
+    )
     notes.append(
-        f"CPUs: verl's bundles hold {COLOCATE} CPUs per GPU (ResourcePoolManager's max_colocate_count; "
-        f"{STANDALONE_COLOCATE} in a standalone rollout pool"
-        + (" or reward replica's" if fully_async else "")
-        + ") and "
-        + (
-            "its TaskRunner actor 1 more, taken before the pools"
-            if not fully_async
-            else f"its driver actors {TASK_RUNNER_CPUS[verl.name]} more (FullyAsyncTaskRunner 1, FullyAsyncTrainer 10 "
-            "before the trainer_pool; FullyAsyncRollouter 10 and MessageQueue 2 before the replicas)"
-        )
-        + ": a node group without cpus_per_node asks for those"
+        f"CPUs: verl's bundles hold {bundles}; {DRIVER_CPUS_TEXT[entry]}: a node group without cpus_per_node asks "
+        "for those"
     )
     cluster = build_cluster(tuple(groups), root if slurm_view is None else slurm_view)
     name, given = hpcplace_block(
@@ -946,10 +1169,10 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         settings,
         blocks.path,
         "verl",
-        job_options,
+        slurm_job_options(slurm_view, extra=frozenset({"pools"})),
         notes=tuple(notes),
         composed=files,
-        steer=steer_rules(layouts, cluster),
+        steer=steer_rules(placed.layouts, cluster),
         framework_version=PlannedVersion.of(version),
     )
 
@@ -972,9 +1195,10 @@ def pool_labels(slurm_view: View | None, pools: list[str], standalone: set[str])
         if key not in pools:
             raise child.key_error(
                 f"slurm.pools.{key}: this command makes no {key}",
-                hint="global_pool always (trainer_pool under fully_async_main); reward_pool with "
-                "reward.reward_model.enable_resource_pool=true; teacher_pool with distillation.enabled=true; "
-                "rollout_pool in trainer.v1.trainer_mode=separate_async and under fully_async_main",
+                hint="global_pool always (trainer_pool under fully_async_main and one_step_off_policy.main_ppo); "
+                "reward_pool with reward.reward_model.enable_resource_pool=true; teacher_pool with "
+                "distillation.enabled=true; rollout_pool in trainer.v1.trainer_mode=separate_async and under "
+                "fully_async_main and one_step_off_policy.main_ppo",
             )
         labels[str(key)] = child.str()
     for key, child in view.items():
@@ -1055,7 +1279,8 @@ def steer_rules(layouts: dict[str, GroupLayout], cluster: Cluster) -> tuple[Stee
         for pool in layout.pools:
             nodes = cluster.node_ranks(g)[: pool.nodes]
             if not pool.standalone:
-                rules.append(SteerRule(f"verl {pool.name}", "group", nodes, name=re.escape(pool.name) + PG_NAME_TAIL))
+                prefix = RANDOM_PREFIX if pool.random_name else re.escape(pool.name)
+                rules.append(SteerRule(f"verl {pool.name}", "group", nodes, name=prefix + PG_NAME_TAIL))
                 continue
             what = f"verl {pool.standalone}<r> (standalone {pool.name.removesuffix('_pool')} replica r)"
             step = pool.replica_nodes
@@ -1095,7 +1320,7 @@ def bundle_cpus(
                         on_slot.setdefault(slot[0], []).append(component)
         node_cpus = [0] * layout.nodes
         for pool in layout.pools:
-            bundle = STANDALONE_COLOCATE if pool.standalone else COLOCATE
+            bundle = pool.cpus_per_bundle
             mine = [on_slot.get(slot, []) for slot in layout.slots[pool.name]]
             for names in mine:
                 if names:

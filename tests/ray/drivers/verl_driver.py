@@ -1,7 +1,10 @@
 """Run verl's own placement code for a verl command's overrides and report where every rank landed.
 
-    python verl_driver.py --report R.json [--local IP:GPUS:RANK,...] -- [python3 -m verl.trainer.main_ppo] key=value ...
+    python verl_driver.py --report R.json [--local IP:GPUS:RANK[:CPUS],...] -- [python3 -m verl.trainer.main_ppo] key=value ...
     python verl_driver.py ... -- python3 -m verl.experimental.fully_async_policy.fully_async_main key=value ...
+    python verl_driver.py ... -- python3 -m verl.experimental.one_step_off_policy.main_ppo key=value ...
+    python verl_driver.py ... -- python3 -m verl.trainer.sft_trainer_ray key=value ...
+    python verl_driver.py ... -- python3 -m verl.trainer.main_generation_server key=value ...
 
 The overrides are composed with verl's own config files by Hydra (as verl.trainer.main_ppo's @hydra.main
 does). The pools are those of verl's PPOTrainer._init_resource_pool_mgr (verl 0.9.1
@@ -17,7 +20,11 @@ For fully_async_main (place_fully_async) the config is fully_async_ppo_trainer, 
 code makes (verl 0.9.1 verl/experimental/fully_async_policy and separation/utils.py, written out: those modules
 import the training stack): trainer_pool, the reward model's and the rollout's standalone replicas each in a
 ResourcePoolManager pool of its own (max_colocate_count 2) with RayWorkerGroup(bin_pack=False), as
-RolloutReplica.init_standalone makes them, and hybrid replicas as slices of the trainer's workers.
+RolloutReplica.init_standalone makes them, and hybrid replicas as slices of the trainer's workers. For
+one_step_off_policy.main_ppo (place_one_step_off: one_step_off_ppo_trainer) the same trainer_pool with the actor's
+WorkerDict, then standalone rollout replicas numbered from 0 (LLMServerManager without a worker group). For
+sft_trainer_ray (place_sft: sft_trainer_engine) SFTTrainer._build_engine's RayResourcePool and RayWorkerGroup;
+for main_generation_server (place_generation: ppo_trainer) start_server's standalone replicas.
 
 Without --local it attaches to RAY_ADDRESS (hpcplace's Ray launch mode); node ranks are the raylets'
 `hpcplace.node_rank` labels. With --local it starts a ray.cluster_utils.Cluster whose nodes have the given
@@ -38,8 +45,16 @@ from typing import Any
 
 import ray
 
+HOMES = {  # entry point -> its folder in the verl package and its default config
+    "main_ppo": ("trainer", "ppo_trainer"),
+    "fully_async_main": ("experimental/fully_async_policy", "fully_async_ppo_trainer"),
+    "one_step_off": ("experimental/one_step_off_policy", "one_step_off_ppo_trainer"),
+    "sft": ("trainer", "sft_trainer_engine"),
+    "generation": ("trainer", "ppo_trainer"),
+}
 
-def compose(overrides: list[str], fully_async: bool = False) -> Any:
+
+def compose(overrides: list[str], entry: str) -> Any:
     import importlib.util
 
     from hydra import compose as hydra_compose
@@ -48,11 +63,14 @@ def compose(overrides: list[str], fully_async: bool = False) -> Any:
 
     spec = importlib.util.find_spec("verl")
     assert spec is not None and spec.origin is not None
-    home = "experimental/fully_async_policy" if fully_async else "trainer"
-    folder = Path(os.environ.get("HPCPLACE_VERL_SRC") or Path(spec.origin).parent.parent) / "verl" / home / "config"
+    home, name = HOMES[entry]
+    root = Path(os.environ.get("HPCPLACE_VERL_SRC") or Path(spec.origin).parent.parent)
+    folder = root / "verl" / home / "config"
+    # one_step_off's config finds ppo_trainer through `file://verl/trainer/config`, relative to the folder verl
+    # starts in: its scripts start at a checkout's root, so the driver composes from the verl's root
+    os.chdir(root)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(folder), version_base=None):
-        name = "fully_async_ppo_trainer" if fully_async else "ppo_trainer"
         return hydra_compose(config_name=name, overrides=overrides)
 
 
@@ -103,10 +121,16 @@ def main() -> int:
     parser.add_argument("--report", required=True)
     parser.add_argument("--local", default="")
     opts, overrides = parser.parse_known_args()
-    entries = ("verl.trainer.main_ppo", "fully_async_main")
-    entry = next((i for i, w in enumerate(overrides) if w.endswith(entries)), None)
-    fully_async = entry is not None and overrides[entry].endswith("fully_async_main")
-    overrides = overrides[entry + 1 :] if entry is not None else [o for o in overrides if o != "--"]
+    entries = {
+        "verl.trainer.main_ppo": "main_ppo",
+        "fully_async_main": "fully_async_main",
+        "one_step_off_policy.main_ppo": "one_step_off",
+        "sft_trainer_ray": "sft",
+        "main_generation_server": "generation",
+    }
+    at = next((i for i, w in enumerate(overrides) if w.endswith(tuple(entries))), None)
+    entry = next((name for tail, name in entries.items() if overrides[at].endswith(tail)), "") if at is not None else ""
+    overrides = overrides[at + 1 :] if at is not None else [o for o in overrides if o != "--"]
     report: dict[str, Any] = {"records": [], "overrides": overrides}
     cluster = None
     t0 = time.time()
@@ -116,9 +140,9 @@ def main() -> int:
 
             cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
             for item in opts.local.split(","):
-                ip, gpus, rank = item.split(":")
+                ip, gpus, rank, *cpus = item.split(":")  # CPUs: the plan's cpus_per_node, when given
                 cluster.add_node(
-                    num_cpus=3 * int(gpus) + 2,
+                    num_cpus=int(cpus[0]) if cpus else 3 * int(gpus) + 2,
                     num_gpus=int(gpus),
                     node_ip_address=ip,
                     resources={f"hpcplace_node_{rank}": 1},
@@ -135,8 +159,15 @@ def main() -> int:
             marks = [int(k[len("hpcplace_node_") :]) for k in n["Resources"] if k.startswith("hpcplace_node_")]
             rank_of[n["NodeID"]] = int(label) if label is not None else (marks[0] if marks else -1)
         report["nodes"] = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
-        config = compose(overrides, fully_async)
-        report["records"] = place_fully_async(config, rank_of) if fully_async else place(config, rank_of)
+        config = compose(overrides, entry or "main_ppo")
+        placers = {
+            "fully_async_main": place_fully_async,
+            "one_step_off": place_one_step_off,
+            "sft": place_sft,
+            "generation": place_generation,
+        }
+        placer = placers.get(entry, place)
+        report["records"] = placer(config, rank_of)
     except Exception as exc:  # noqa: BLE001 - any failure of verl's code goes into the report the test reads
         report["error"] = f"{type(exc).__name__}: {exc}"
         report["traceback"] = traceback.format_exc()
@@ -267,26 +298,18 @@ def standalone_replicas(
             add(component, r * width + where["rank"], where)
 
 
-def place_fully_async(config: Any, rank_of: dict[str, int]) -> list[dict[str, Any]]:
-    """fully_async_main: FullyAsyncTrainer.init_workers (trainer_pool), then FullyAsyncRollouter.init_workers:
-    the reward model's standalone replicas (RewardLoopManager(rm_resource_pool=None)), the teacher pool, the
-    hybrid replicas on the trainer's workers and the standalone rollout replicas numbered after them."""
+def trainer_pool(config: Any, train_role: str, add: Any) -> tuple[list[str], dict[str, Any]]:
+    """verl.experimental.separation's trainer_pool (create_resource_pool_manager) with one WorkerDict per GPU of
+    the roles create_role_worker_mapping and SeparateRayPPOTrainer's classes give it; (roles, their groups)."""
     from verl.single_controller.ray.base import (
         RayClassWithInitArgs,
         RayWorkerGroup,
         ResourcePoolManager,
         create_colocated_worker_cls,
-        split_resource_pool,
     )
 
     Probe = probe_class()
-    records: list[dict[str, Any]] = []
-    add = recorder(records, rank_of)
-    async_training = config.async_training
-    hybrid = bool(
-        async_training.use_trainer_do_validate or async_training.get("use_dynamic_resource_scheduling", False)
-    )
-    roles = ["actor_rollout" if hybrid else "actor"]  # create_role_worker_mapping, SeparateRayPPOTrainer's classes
+    roles = [train_role]
     critic = config.critic.enable if config.critic.enable is not None else config.algorithm.adv_estimator == "gae"
     roles += ["critic"] if critic else []
     use_ref = config.algorithm.get("use_kl_in_reward", False) or config.actor_rollout_ref.actor.use_kl_loss
@@ -303,6 +326,66 @@ def place_fully_async(config: Any, rank_of: dict[str, int]) -> list[dict[str, An
     for role in roles:
         for where in spawned[role].where():
             add(role, where["rank"], where)
+    return roles, spawned
+
+
+def place_one_step_off(config: Any, rank_of: dict[str, int]) -> list[dict[str, Any]]:
+    """one_step_off_policy.main_ppo: OneStepOffRayTrainer.init_workers (trainer_pool, Role.Actor), then
+    LLMServerManager.create(config): main() copies rollout.nnodes / n_gpus_per_node into actor_rollout_ref.rollout,
+    and with no worker group every replica is standalone, replica ranks from 0."""
+    records: list[dict[str, Any]] = []
+    add = recorder(records, rank_of)
+    trainer_pool(config, "actor", add)
+    width = width_of(config.actor_rollout_ref.rollout)
+    count = config.rollout.n_gpus_per_node * config.rollout.nnodes // width
+    standalone_replicas("", count, 0, width, config.rollout.n_gpus_per_node, "rollout_standalone", add)
+    return records
+
+
+def place_sft(config: Any, rank_of: dict[str, int]) -> list[dict[str, Any]]:
+    """sft_trainer_ray: SFTTrainer._build_engine, its two lines as they are (the module imports the training
+    stack): RayResourcePool(process_on_nodes=[n_gpus_per_node] * nnodes) and a RayWorkerGroup on it."""
+    from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+
+    records: list[dict[str, Any]] = []
+    add = recorder(records, rank_of)
+    pool = RayResourcePool(process_on_nodes=[config.trainer.n_gpus_per_node] * config.trainer.nnodes)
+    group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(ray.remote(probe_class())))
+    for where in group.where():
+        add("trainer", where["rank"], where)
+    return records
+
+
+def place_generation(config: Any, rank_of: dict[str, int]) -> list[dict[str, Any]]:
+    """main_generation_server.start_server: (trainer.n_gpus_per_node * trainer.nnodes) // tp replicas, each
+    RolloutReplica.init_standalone with gpus_per_node = trainer.n_gpus_per_node, replica ranks from 0."""
+    records: list[dict[str, Any]] = []
+    add = recorder(records, rank_of)
+    rollout = config.actor_rollout_ref.rollout
+    count = config.trainer.n_gpus_per_node * config.trainer.nnodes // rollout.tensor_model_parallel_size
+    standalone_replicas("", count, 0, width_of(rollout), config.trainer.n_gpus_per_node, "rollout", add)
+    return records
+
+
+def place_fully_async(config: Any, rank_of: dict[str, int]) -> list[dict[str, Any]]:
+    """fully_async_main: FullyAsyncTrainer.init_workers (trainer_pool), then FullyAsyncRollouter.init_workers:
+    the reward model's standalone replicas (RewardLoopManager(rm_resource_pool=None)), the teacher pool, the
+    hybrid replicas on the trainer's workers and the standalone rollout replicas numbered after them."""
+    from verl.single_controller.ray.base import (
+        RayClassWithInitArgs,
+        RayWorkerGroup,
+        ResourcePoolManager,
+        split_resource_pool,
+    )
+
+    Probe = probe_class()
+    records: list[dict[str, Any]] = []
+    add = recorder(records, rank_of)
+    async_training = config.async_training
+    hybrid = bool(
+        async_training.use_trainer_do_validate or async_training.get("use_dynamic_resource_scheduling", False)
+    )
+    roles, spawned = trainer_pool(config, "actor_rollout" if hybrid else "actor", add)
     rm = config.reward.reward_model
     if rm.enable:
         width = width_of(rm.rollout)
