@@ -72,6 +72,21 @@ def test_loaded_rollout_data_trains_only_with_no_engines(tmp_path: Path, extra: 
     assert any("--load-debug-rollout-data trains on the saved rollouts only" in n for n in p.warnings)
 
 
+def test_prefill_servers_split_the_engines_into_a_prefill_then_a_decode_group(tmp_path: Path) -> None:
+    # SglangConfig.from_prefill_num_servers: 1 x 2 GPUs of prefill engines, the other 6 of decode, after the actor
+    p = plan(tmp_path, "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "8", "--rollout-num-gpus", "8",
+             "--rollout-num-gpus-per-engine", "2", "--prefill-num-servers", "1")  # fmt: skip
+    assert [c.name for c in p.components] == ["actor", "rollout_prefill", "rollout_decode"]
+    assert gpus(p, "rollout_prefill") == [(1, ("0", "1"))]
+    assert gpus(p, "rollout_decode") == [(1, (str(2 * e), str(2 * e + 1))) for e in range(1, 4)]
+    assert any("prefill-decode disaggregation (--prefill-num-servers)" in n for n in p.warnings)
+    err = refused(tmp_path, "--colocate", "--rollout-num-gpus-per-engine", "4", "--prefill-num-servers", "2")
+    assert "No decode GPUs: total 8, prefill 8" in err.message  # colocated: the rollout has the actor's 8 GPUs
+    assert err.location is not None and err.location.column == 1 + sum(
+        len(w) + 1 for w in [*ENTRY, "--colocate", "--rollout-num-gpus-per-engine", "4"]
+    )  # at the flag
+
+
 def test_train_only_with_colocate_starts_no_engines(tmp_path: Path) -> None:
     p = plan(tmp_path, "--actor-num-nodes", "1", "--colocate", "--debug-train-only")
     assert [c.name for c in p.components] == ["actor"]

@@ -25,6 +25,8 @@ CASES = {
                   "--rollout-num-gpus-per-engine", "4"],
     "engine_wider_than_a_node": ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "4", "--rollout-num-gpus",
                                  "8", "--rollout-num-gpus-per-engine", "8", "--num-gpus-per-node", "4"],
+    "prefill_decode": ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "4", "--rollout-num-gpus", "8",
+                       "--rollout-num-gpus-per-engine", "2", "--num-gpus-per-node", "4", "--prefill-num-servers", "1"],
 }  # fmt: skip
 
 
@@ -54,13 +56,19 @@ def test_slime_placement_agrees(tmp_path: Path, case: str) -> None:
     assert sorted((r["rank"], r["ip"], r["gpus"]) for r in report["actor"]) == [
         (rank, ip, gpus) for rank, (ip, gpus) in enumerate(planned)
     ]
-    rollout = next(c for c in plan.components if c.name == "rollout")
+    # slime's engine groups in order (one regular group, or prefill then decode), each its share of the bundles
+    groups = report.get("server_groups") or [{"worker_type": "regular"}]
+    names = {"regular": "rollout", "prefill": "rollout_prefill", "decode": "rollout_decode"}
     bundles = report["rollout_bundles"]
     at = 0
-    for p in rollout.processes:  # engine part i: slime's next k reordered rollout bundles, on one node
-        k = len(p.visible_accelerators)
-        part = bundles[at : at + k]
-        at += k
-        assert {b["ip"] for b in part} == {ip_of_rank[p.cluster_node_rank]}
-        assert [b["gpu"] for b in part] == [int(g) for g in p.visible_accelerators]
+    for group in groups:
+        engines = next(c for c in plan.components if c.name == names[group["worker_type"]])
+        start = at
+        for p in engines.processes:  # engine part i: slime's next k reordered rollout bundles, on one node
+            k = len(p.visible_accelerators)
+            part = bundles[at : at + k]
+            at += k
+            assert {b["ip"] for b in part} == {ip_of_rank[p.cluster_node_rank]}
+            assert [b["gpu"] for b in part] == [int(g) for g in p.visible_accelerators]
+        assert at - start == group.get("num_gpus", at - start), group
     assert at == len(bundles)

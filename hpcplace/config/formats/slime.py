@@ -94,14 +94,15 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         value = args[key]
         return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
-    for key in ("--sglang-config", "--prefill-num-servers"):
-        if args[key] is not None:
-            raise command.error(
-                at[key],
-                f"{key}: slime's engine groups from {key} are not planned by hpcplace (only the default group of "
-                "--rollout-num-gpus engines of --rollout-num-gpus-per-engine GPUs)",
-                hint=f"remove {key} to plan the default group",
-            )
+    if args["--sglang-config"] is not None:
+        key = "--sglang-config"
+        raise command.error(
+            at[key],
+            f"{key}: slime's engine groups from {key} are not planned by hpcplace (only the default group of "
+            "--rollout-num-gpus engines of --rollout-num-gpus-per-engine GPUs, or its prefill and decode groups "
+            "from --prefill-num-servers)",
+            hint=f"remove {key} to plan the default group",
+        )
     # slime's parse_args: --load-debug-rollout-data sets debug_train_only (train on the loaded rollouts, no SGLang)
     loaded = args["--load-debug-rollout-data"] is not None
     debug_train, debug_rollout = bool(args["--debug-train-only"]) or loaded, bool(args["--debug-rollout-only"])
@@ -115,6 +116,12 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         notes.append(
             "slime: --load-debug-rollout-data trains on the saved rollouts only (it sets debug_train_only): no "
             "SGLang engine starts, and the placement group holds the actor's GPUs alone"
+        )
+    prefill_servers = args["--prefill-num-servers"]
+    if prefill_servers is not None and args["--rollout-external-engine-addrs"] is not None:
+        raise command.error(
+            at["--prefill-num-servers"],
+            "slime: prefill_num_servers cannot be set with --rollout-external-engine-addrs. (its assert)",
         )
     colocate = bool(args["--colocate"])
     if colocate and command.argv[entry].endswith("train_async.py"):
@@ -179,7 +186,25 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
             f"{engines} engine part(s), {rollout % on_node} GPU(s) of the group unused"
         )
     nodes_per_engine = max(1, per_engine // slime_gpn)
-    if engines % nodes_per_engine:
+    # --prefill-num-servers (SglangConfig.from_prefill_num_servers): a prefill group of that many engines, then a
+    # decode group of the rest of --rollout-num-gpus, each group's engines from its first GPU on
+    groups_of_parts = [("rollout", engines)]
+    if prefill_servers is not None and rollout:
+        prefill = num("--prefill-num-servers") * per_engine
+        if rollout - prefill <= 0:
+            raise command.error(
+                at["--prefill-num-servers"],
+                f"slime: No decode GPUs: total {rollout}, prefill {prefill} (its assert: --prefill-num-servers x "
+                "--rollout-num-gpus-per-engine must leave GPUs of --rollout-num-gpus to decode)",
+            )
+        groups_of_parts = [("rollout_prefill", prefill // on_node), ("rollout_decode", (rollout - prefill) // on_node)]
+        engines = sum(count for _, count in groups_of_parts)
+        notes.append(
+            f"slime: prefill-decode disaggregation (--prefill-num-servers): {prefill} GPU(s) of prefill engines, then "
+            f"{rollout - prefill} of decode engines, {per_engine} GPU(s) each (components rollout_prefill, "
+            "rollout_decode)"
+        )
+    if any(count % nodes_per_engine for _, count in groups_of_parts):
         raise command.error(
             at["--rollout-num-gpus"],
             f"slime: {engines} engine parts of {on_node} GPUs do not make whole engines of {per_engine} GPUs "
@@ -262,22 +287,25 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
                     hint="make the actor's GPUs (the rollout offset) a multiple of --rollout-num-gpus-per-engine",
                 )
             parts.append(tuple(first + k for k in range(on_node)))
-        workers = tuple(
-            tuple(range(e * nodes_per_engine, (e + 1) * nodes_per_engine)) for e in range(engines // nodes_per_engine)
-        )
-        spanning = SpanningWorkers(workers, per_engine, "slime") if nodes_per_engine > 1 else None
         group_label = labels[1] if split else labels[0]
-        entries.append(
-            PlacementEntry(
-                ("rollout",),
-                (group_label,),
-                None,
-                tuple(parts),
-                command.location(at["--rollout-num-gpus"]),
-                spanning=spanning,
+        start = 0
+        for component, count in groups_of_parts:
+            workers = tuple(
+                tuple(range(e * nodes_per_engine, (e + 1) * nodes_per_engine)) for e in range(count // nodes_per_engine)
             )
-        )
-        components["rollout"] = ComponentSpec("rollout", tensor_parallel_size=per_engine // max(pp, 1))
+            spanning = SpanningWorkers(workers, per_engine, "slime") if nodes_per_engine > 1 else None
+            entries.append(
+                PlacementEntry(
+                    (component,),
+                    (group_label,),
+                    None,
+                    tuple(parts[start : start + count]),
+                    command.location(at["--prefill-num-servers" if component != "rollout" else "--rollout-num-gpus"]),
+                    spanning=spanning,
+                )
+            )
+            components[component] = ComponentSpec(component, tensor_parallel_size=per_engine // max(pp, 1))
+            start += count
     name, given_components = hpcplace_block(root, set(components), blocks.path)
     for role, settings in given_components.items():
         components[role] = with_block_settings(components[role], settings)

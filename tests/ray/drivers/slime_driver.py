@@ -55,6 +55,7 @@ def slime_args(flags: list[str]) -> argparse.Namespace:
     parser.add_argument("--num-gpus-per-node", type=int, default=8)
     parser.add_argument("--colocate", action="store_true")
     parser.add_argument("--advantage-estimator", default="grpo")
+    parser.add_argument("--prefill-num-servers", type=int, default=None)
     args = parser.parse_args(flags)
     args.debug_train_only = args.debug_rollout_only = args.rollout_external = False
     if args.colocate and args.rollout_num_gpus is None:
@@ -65,6 +66,7 @@ def slime_args(flags: list[str]) -> argparse.Namespace:
     args.use_routing_replay, args.megatron_config_path = False, None
     args.kl_coef, args.use_kl_loss, args.use_opd, args.opd_type = 0.0, False, False, None
     args.update_weight_start_version = 0
+    args.hf_checkpoint = "model"  # a model path for SglangConfig.resolve (--hf-checkpoint)
     return args
 
 
@@ -114,6 +116,15 @@ def main() -> int:
         report["rollout_bundles"] = [
             {"ip": nodes[table[b]], "node_id": table[b], "gpu": int(g)} for b, g in zip(indices, gpu_ids)
         ]
+        if args.prefill_num_servers is not None:  # slime's own engine groups (SglangConfig, no SGLang needed)
+            from slime.backends.sglang_utils.sglang_config import SglangConfig
+
+            model = SglangConfig.from_prefill_num_servers(args).models[0]
+            model.resolve(args)
+            report["server_groups"] = [
+                {"worker_type": g.worker_type, "num_gpus": g.num_gpus, "num_gpus_per_engine": g.num_gpus_per_engine}
+                for g in model.server_groups
+            ]
     except Exception as exc:  # noqa: BLE001 - the report names any failure: the test reads it, not a traceback
         report["error"] = f"{type(exc).__name__}: {exc}"
         report["traceback"] = traceback.format_exc()
