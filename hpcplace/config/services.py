@@ -77,16 +77,16 @@ class ServiceSpec:
     cpus_per_replica: int = 1
     location: SourceLocation | None = field(default=None, compare=False)
 
-    def rank_map(self) -> str:
-        """The RLinf placement string of its replicas on its node group."""
+    def rank_map(self, first_gpu: int = 0) -> str:
+        """The RLinf placement string of its replicas on its node group, its GPUs from the group's GPU
+        `first_gpu` on (the first its node group's other processes leave free)."""
         if self.placement is not None:
             return self.placement
         if self.gpus == 0:
             return f"0:0-{self.replicas - 1}" if self.replicas > 1 else "0"
-        total = self.replicas * self.gpus
-        if total == 1:
-            return "0"
-        return f"0-{total - 1}:0-{self.replicas - 1}" if self.replicas > 1 else f"0-{total - 1}:0"
+        last = first_gpu + self.replicas * self.gpus - 1
+        gpus = f"{first_gpu}-{last}" if last > first_gpu else str(first_gpu)
+        return f"{gpus}:0-{self.replicas - 1}" if self.replicas > 1 else gpus if last == first_gpu else f"{gpus}:0"
 
     @classmethod
     def from_record(

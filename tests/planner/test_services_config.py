@@ -197,11 +197,20 @@ def test_a_fixed_port_holds_one_replica_per_node_and_services_never_share_gpus(y
     with pytest.raises(HpcplaceError, match=r"fixed port 5000, but 3 of its replicas run on one node") as info:
         plan_from_file(yml.write(NATIVE.format(services=RM + "\n" + fixed)))
     assert info.value.hint is not None and "port: auto" in info.value.hint
-    shared = NATIVE.format(services=RM + "\n" + SANDBOX).replace(
-        'actor: {node_group: a800, placement: "0-15"}', 'actor: {node_group: rtx, placement: "0-3"}'
+    beside = NATIVE.format(services=RM.replace("replicas: 2", "replicas: 1") + "\n" + SANDBOX).replace(
+        'actor: {node_group: a800, placement: "0-15"}', 'actor: {node_group: rtx, placement: "0-1"}'
     )
+    plan = plan_from_file(yml.write(beside))  # `gpus: 2` takes the group's first GPUs the actor leaves free
+    assert [p.visible_accelerators for p in plan.component("rm").processes] == [("2", "3")]
+    full = beside.replace('placement: "0-1"}', 'placement: "0-3"}')
+    path = yml.write(full)
+    with pytest.raises(HpcplaceError, match=r"other processes hold GPUs 0-3 of its 4: a service keeps") as info:
+        plan_from_file(path)
+    line = path.read_text().splitlines().index("    gpus: 2") + 1
+    assert info.value.location is not None and info.value.location.line == line
+    pinned = beside.replace("    gpus: 2\n    replicas: 1\n", '    placement: "1-2:0"\n')  # taken as given
     with pytest.raises(HpcplaceError, match=r"service 'rm' shares GPUs with 'actor'"):
-        plan_from_file(yml.write(shared))
+        plan_from_file(yml.write(pinned))
 
 
 def test_an_automatic_port_the_command_never_hears_of_is_a_warning(yml: Yaml) -> None:

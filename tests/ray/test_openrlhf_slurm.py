@@ -85,3 +85,68 @@ def test_openrlhf_roles_across_two_partitions_land_as_planned(
     assert "OpenRLHF reward: actor RewardModelActor rank 0 on node rank 2" in log, log
     errors = run_dir / "logs" / "ray-errors.txt"
     assert not errors.exists() or "OpenRLHF placement" not in errors.read_text()
+
+
+def test_openrlhf_reads_rewards_from_a_serve_rm_service_of_the_same_job(
+    slurm_cluster: LiveCluster, tmp_path: Path
+) -> None:
+    """configs/openrlhf-serve-rm-service.yaml's shape, small: OpenRLHF's own train_ppo_ray (through the probe
+    driver) on the a800 group, its vLLM engine on the rtx4090 group, and a reward server as a service of the same
+    job beside the engine (examples/services/standin_server.py answers /get_reward as serve_rm does).
+    `--reward.remote_url {rm.0.url}/get_reward` reaches OpenRLHF as the service's address, so it starts no
+    reward model; the driver starts once the server answers; the engine asks it for a reward with OpenRLHF's own
+    HTTP client; the service is stopped when the driver ends."""
+    if importlib.util.find_spec("openrlhf") is None:
+        pytest.skip("openrlhf is not installed (tests/requirements-frameworks.txt, --no-deps)")
+    report_path = tmp_path / "openrlhf-report.json"
+    driver = [sys.executable, str(DRIVERS / "openrlhf_driver.py"), "--report", str(report_path), "--"]
+    argv = ARGV[: ARGV.index("--reward.num_nodes")] + ARGV[ARGV.index("--reward.model_name_or_path") + 2 :]
+    node = {"cpus_per_node": 4, "mem_per_node": 4000}
+    server = Path(__file__).parents[2] / "examples" / "services" / "standin_server.py"
+    config = {
+        "format": "openrlhf",
+        "slurm": {
+            "partition": "a800",
+            "gpus_per_node": 2,
+            "gpu_type": "a800",
+            **node,
+            "node_groups": {"gen": {"partition": "rtx4090", "gpu_type": "rtx4090", "gpus_per_node": 4, **node}},
+            "pools": {"vllm": "gen"},
+        },
+        "services": {
+            "rm": {
+                "node_group": "gen",
+                "gpus": 1,
+                "command": [sys.executable, str(server), "--port", "{port}", "--warmup", "2"],
+                "ready": {"http": "/health"},
+                "timeout": 120,
+            }
+        },
+        "launch": {
+            "driver": [
+                *driver,
+                *("python3", "-m", "openrlhf.cli.train_ppo_ray", *argv),
+                *("--reward.remote_url", "{rm.0.url}/get_reward"),
+            ],
+            "env": {"PYTHONPATH": str(FAKE_GPU), "OPENRLHF_PROBE_PARENT": str(tmp_path)},
+            "join_timeout": 180,
+        },
+    }
+    path = tmp_path / "openrlhf.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    run_dir, plan, _hosts = run_job(tmp_path, path)
+    report = json.loads(report_path.read_text())
+    assert report["error"] is None, report.get("traceback") or report["error"]
+    rm = json.loads((run_dir / "services" / "rm" / "0.json").read_text())
+    url = f"http://{rm['host']}:{rm['port']}/get_reward"
+    assert report["argv"][-2:] == ["--reward.remote_url", url]  # the address, filled in before OpenRLHF parsed it
+    assert rm["host"] == "rtx4090-1"
+    components = {c["name"] for c in plan["components"]}
+    assert "reward" not in components and "rm" in components  # a remote reward model: no RewardModelActor
+    engines = [r for r in report["records"] if "engine" in r]
+    assert engines and all(
+        e.get("remote_rm") == {"endpoints": [url], "answers": [{"rewards": [5.0], "service": "rm", "replica": "0"}]}
+        for e in engines
+    ), engines  # OpenRLHF's client got the reward for "query" (5 characters) from the service
+    logs = "".join(p.read_text(errors="replace") for p in sorted((run_dir / "logs").rglob("*")) if p.is_file())
+    assert "service(s) rm ready; running the driver" in logs and "service 'rm' stopped" in logs, logs[-3000:]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,60 @@ def test_a_judge_beside_a_ray_driver(slurm_cluster: LiveCluster, tmp_path: Path)
     assert served[1] in (("2,3",) if slurm_cluster.mode == "no" else ("2,3", "0,1")), served[0]
     assert "service(s) judge ready; running the driver" in logs
     assert logs.count("standin_server: SIGTERM: stopping") == 1 and "service 'judge' stopped" in logs
+
+
+EXEC_CONFIG = """
+name: services-exec
+cluster:
+  node_groups:
+    - {label: cpu, partition: cpu, nodes: 1, cpus_per_node: 2}
+    - {label: rtx4090, partition: rtx4090, nodes: 1, gpus_per_node: 4, gpu_type: rtx4090, cpus_per_node: 2}
+  component_placement:
+    trainer: {node_group: cpu, placement: "0"}
+components:
+  trainer: {command: [PY, -c, "WAIT", RELEASE]}
+services:
+  rm:
+    node_group: rtx4090
+    gpus: 1
+    command: [PY, REPO/examples/services/standin_server.py, --port, "{port}"]
+    ready: {http: /health}
+    timeout: 60
+slurm: {time: "00:10:00"}
+"""
+# the trainer holds the job until the test releases it (at most 3 minutes)
+WAIT = "import os, sys, time; [time.sleep(0.2) for _ in range(900) if not os.path.exists(sys.argv[1])]"
+# run inside the service's replica by `hpcplace exec`: where it is, what it was given, and its own server's answer
+PROBE = (
+    "import json, os, socket, urllib.request; port = os.environ['HPCPLACE_SERVICE_PORT']; "
+    "answer = urllib.request.urlopen(f'http://localhost:{port}/health', timeout=10).status; "
+    "print(json.dumps({'host': socket.gethostname(), 'port': port, 'name': os.environ['HPCPLACE_SERVICE_NAME'], "
+    "'cuda': os.environ.get('CUDA_VISIBLE_DEVICES'), 'health': answer}))"
+)
+
+
+def test_exec_reaches_a_running_service_replica(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """`hpcplace exec RUN --component rm --rank 0 -- CMD` runs CMD on the replica's node with the replica's own
+    environment (its port, name and GPU), where it reaches the server by localhost; the job then ends as usual."""
+    release = tmp_path / "release"
+    text = EXEC_CONFIG.replace('"WAIT"', json.dumps(WAIT)).replace("RELEASE", str(release))
+    run_dir = tmp_path / "run"
+    submit_cli(config(tmp_path, text), run_dir, env=slurm_cluster.env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "services" / "rm" / "0.ready").exists():
+            assert time.monotonic() < deadline, run_logs(run_dir)[-3000:]
+            time.sleep(0.5)
+        res = cli(
+            "exec", run_dir, "--component", "rm", "--rank", "0", "--", sys.executable, "-c", PROBE,
+            env=slurm_cluster.env, cwd=tmp_path,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stdout + res.stderr
+        seen = json.loads(res.stdout.strip().splitlines()[-1])
+        rm = json.loads((run_dir / "services" / "rm" / "0.json").read_text())
+        assert seen == {"host": "rtx4090-1", "port": str(rm["port"]), "name": "rm", "cuda": "0", "health": 200}
+    finally:
+        release.touch()
+    status = wait_done(run_dir)
+    assert status.state == "COMPLETED", status.text + run_logs(run_dir)[-3000:]
+    assert "service 'rm' stopped" in run_logs(run_dir)

@@ -26,7 +26,9 @@ def with_services(spec: ExperimentSpec, view: View | None, slurm: View | None = 
     if not services:
         return spec
     assert view is not None
+    known = {g.label for g in spec.cluster.node_groups}
     spec = _with_service_groups(spec, services, view, slurm)
+    added = {g.label for g in spec.cluster.node_groups} - known  # sized by with_services for its services alone
     groups = {g.label: g for g in spec.cluster.node_groups}
     placed = {n for e in spec.placements for n in e.components}
     placements = list(spec.placements)
@@ -55,7 +57,20 @@ def with_services(spec: ExperimentSpec, view: View | None, slurm: View | None = 
                 "which has none",
                 hint="put it on a node group with GPUs, or remove gpus",
             )
-        placements.append(PlacementEntry((s.name,), (s.node_group,), s.rank_map(), location=where.location()))
+        rank_map = s.rank_map()
+        if s.placement is None and s.gpus > 0:  # after the GPUs the group's other processes hold
+            first = _first_free_gpu(placements, group.label, spec.cluster.node_groups[0].label)
+            capacity = (
+                group.num_nodes * group.gpus_per_node[0] if len(group.gpus_per_node) == 1 else sum(group.gpus_per_node)
+            )
+            if first and first + s.replicas * s.gpus > capacity and group.label not in added:
+                raise where.require("gpus").error(
+                    f"service {s.name!r} needs {s.replicas * s.gpus} GPU(s) on node group {s.node_group!r}, and its "
+                    f"other processes hold GPUs 0-{first - 1} of its {capacity}: a service keeps GPUs of its own",
+                    hint="give the service a node group of its own (slurm.node_groups), or more GPUs to this one",
+                )
+            rank_map = s.rank_map(first)
+        placements.append(PlacementEntry((s.name,), (s.node_group,), rank_map, location=where.location()))
         components[s.name] = ComponentSpec(
             s.name, s.command, dict(s.env), cpus_per_process=s.cpus_per_replica, location=where.location()
         )
@@ -70,6 +85,23 @@ def with_services(spec: ExperimentSpec, view: View | None, slurm: View | None = 
     return replace(
         spec, placements=tuple(placements), components=components, services=services, notes=spec.notes + notes
     )
+
+
+def _first_free_gpu(placements: list[PlacementEntry], label: str, first_label: str) -> int:
+    """The first GPU slot of node group `label` after those its placements so far use (0 when none does)."""
+    end = 0
+    for entry in placements:
+        if (entry.node_group or (first_label,)) != (label,):
+            continue
+        if entry.resource_lists is not None:
+            end = max([end, *(max(slots) + 1 for slots in entry.resource_lists if slots)])
+        elif entry.rank_map is not None:
+            try:
+                parts = parse_rank_map(entry.rank_map, 1 << 20)
+            except HpcplaceError:  # the planner reports a bad placement string, located
+                continue
+            end = max([end, *(p.resource_end + 1 for p in parts)])
+    return end
 
 
 def _check_all_references(

@@ -9,7 +9,9 @@ import, and the Ray actor classes train() places (PolicyModelActor, CriticModelA
 RewardModelActor, RolloutRayActor) are probes that record their node and GPUs, named as the classes they stand
 in for (Ray's actor table shows those names: runtime/openrlhf_watch.py finds the roles by them). A probe engine with tensor
 parallelism does what vLLM's Ray executor does with OpenRLHF's VLLM_RAY_BUNDLE_INDICES: one worker per
-bundle index of the engine's placement group, with VLLM_RAY_PER_WORKER_GPUS GPUs each.
+bundle index of the engine's placement group, with VLLM_RAY_PER_WORKER_GPUS GPUs each. Given
+`--reward.remote_url http://...`, each probe engine asks that reward server for one reward with OpenRLHF's own
+HTTP client (remote_reward), as its agent does after a generation.
 
     python openrlhf_driver.py --report OUT.json --nodes 8,8 [--address ADDR] -- [python3 -m openrlhf.cli.train_ppo_ray] --actor.num_nodes 1 ...
 
@@ -104,10 +106,30 @@ class ProbeEngine:
                     for b in bundle_indices
                 ]
             )
+        urls = kwargs.get("remote_rm_url")  # train_ppo_ray makes --reward.remote_url a list of endpoints
+        if urls and all(
+            str(u).startswith(("http://", "https://")) for u in ([urls] if isinstance(urls, str) else urls)
+        ):
+            record["remote_rm"] = remote_reward(urls)
         _write(f"vllm-{engine}", record)
 
     def sleep(self, *args: Any, **kwargs: Any) -> None:
         return None
+
+
+def remote_reward(urls: str | list[str]) -> dict[str, Any]:
+    """One request to the remote reward model by OpenRLHF's own client (SingleTurnAgentExecutor's HTTP path,
+    openrlhf/utils/agent.py, what each engine's agent runs after a generation), for the query "query"."""
+    import asyncio
+
+    from openrlhf.utils.agent import SingleTurnAgentExecutor
+
+    executor = SingleTurnAgentExecutor(urls)
+    try:
+        answers = asyncio.run(executor._fetch_rewards_via_http(["query"], ["prompt"], ["label"]))
+    except Exception as exc:  # noqa: BLE001  # recorded for the test, which reads it
+        return {"endpoints": executor.reward_endpoints, "error": f"{type(exc).__name__}: {exc}"}
+    return {"endpoints": executor.reward_endpoints, "answers": answers}
 
 
 def probe_engine() -> Any:
