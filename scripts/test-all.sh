@@ -8,7 +8,8 @@
 #   checks: lint and types, the docs, then the CPU tiers (pytest -m "not slurm"), at a lower CPU priority
 #           (nice), so the Slurm lane's jobs get the CPU when they need it;
 #   slurm:  the real-Slurm tier (pytest -m slurm) on each release in turn, one test cluster at a time; a
-#           framework's own placement code (marker framework_driver) on the first release only, and the
+#           framework's own placement code (marker framework_driver) and release-independent bookkeeping
+#           (marker one_release) on the first release only, and the
 #           tests that run in both ConstrainDevices modes (fixture `lab`) in ConstrainDevices=yes only on the
 #           later ones (HPCPLACE_LAB_MODES).
 # Each lane's pytest checks the test cluster for what its tests left (jobs, node-local files); after both
@@ -128,7 +129,7 @@ if [ "$slurm_ok" = 1 ]; then
     selection="slurm"
     lab_modes="no,yes"
     if [ "$i" -gt 0 ]; then
-      selection="slurm and not framework_driver"
+      selection="slurm and not framework_driver and not one_release"
       lab_modes="yes"  # the tests run in both ConstrainDevices modes: in the mode sites run (docs/testing.md)
       if [ -n "$later_installs" ]; then
         rc=0

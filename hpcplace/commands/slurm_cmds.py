@@ -691,15 +691,19 @@ def _ray_errors(run_dir: Path) -> list[str]:
 
 
 def _ray_logs(args: argparse.Namespace, run_dir: Path, plan: Plan) -> int:
-    """Ray mode logs: the driver (`--component driver`) and each node's raylet (`--component ray
-    [--rank NODE_RANK]`), from logs/driver.out and logs/ray.<host>.out."""
+    """Ray mode logs: the driver (`--component driver`), each node's raylet (`--component ray
+    [--rank NODE_RANK]`) and each service's replicas (`--component NAME [--rank R]`), from logs/driver.out,
+    logs/ray.<host>.out and the replicas' logs/<name>.rank<R>.out."""
     from hpcplace.ray.ray_cluster import ray_nodes
     from hpcplace.slurm import submit
+    from hpcplace.slurm.slurm_job import lower
 
-    if args.component not in (None, "driver", "ray"):
+    services = [c for c in plan.components if c.service is not None]
+    if args.component not in (None, "driver", "ray", *(c.name for c in services)):
         raise SpecError(
             f"the Ray launch mode has no component {args.component!r} to show",
-            hint="--component driver (the driver) or --component ray [--rank NODE_RANK] (raylets)",
+            hint="--component driver (the driver), --component ray [--rank NODE_RANK] (raylets)"
+            + "".join(f", --component {c.name} (a service)" for c in services),
         )
     hosts = submit.read_hosts(run_dir)
     entries: list[tuple[str, Path | None]] = []
@@ -729,6 +733,11 @@ def _ray_logs(args: argparse.Namespace, run_dir: Path, plan: Plan) -> int:
                     run_dir / "logs" / f"ray.{host}.out" if host else None,
                 )
             )
+    if services and args.component not in ("driver", "ray"):
+        names = {c.name for c in services}
+        for r in submit.rank_logs(run_dir.absolute(), lower(plan), hosts):
+            if r.component in names and args.component in (None, r.component) and args.rank in (None, r.rank):
+                entries.append((f"service {r.component} replica {r.rank} ({r.where})", r.path))
     if args.component is None and args.rank is None and not args.list:
         for batch in sorted((run_dir / "logs").glob("batch-*.out")):
             _show(f"batch script ({batch})", batch, args.tail)

@@ -5,7 +5,10 @@ other's partition in 7 of 10 starts), planned from verl's command and submitted 
 -- python verl_driver.py ... -- python3 -m verl.trainer.main_ppo <overrides>`. The driver (tests/ray/drivers/
 verl_driver.py) runs verl 0.9.1's own placement code on the Ray cluster hpcplace started, with hpcplace's
 steering hook (the job's start check for verl's IP-string node order passed first); every rank's node (the
-raylet's hpcplace.node_rank) and GPU ids must equal plan.json, on every start (conftest.py: the repeated proof)."""
+raylet's hpcplace.node_rank) and GPU ids must equal plan.json, on every start (conftest.py: the repeated proof).
+The same job serves an HTTP judge on the CPU partition (a service: examples/services/standin_server.py): the
+driver starts once it answers, its address reaches verl's Hydra overrides as `+reward.judge_url={judge.0.url}/judge`,
+and it is stopped when the driver ends."""
 
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ OVERRIDES = [
     "reward.reward_model.nnodes=1",
     "reward.reward_model.n_gpus_per_node=2",
     "reward.reward_model.rollout.tensor_model_parallel_size=1",
+    "+reward.judge_url={judge.0.url}/judge",  # the judge service's address, filled in by the job
 ]
 BLOCKS = {
     "slurm": {
@@ -41,7 +45,19 @@ BLOCKS = {
         "mem_per_node": 4000,
         "time": "00:05:00",
         "pools": {"reward_pool": "r4090"},
-        "node_groups": {"r4090": {"partition": "rtx4090", "gpu_type": "rtx4090"}},
+        "node_groups": {"r4090": {"partition": "rtx4090", "gpu_type": "rtx4090"}, "cpu": {"partition": "cpu"}},
+    },
+    "services": {
+        "judge": {
+            "node_group": "cpu",
+            "command": [
+                sys.executable,
+                str(Path(__file__).parents[2] / "examples" / "services" / "standin_server.py"),
+                *("--port", "{port}", "--warmup", "1"),
+            ],
+            "ready": {"http": "/health"},
+            "timeout": 60,
+        }
     },
     "launch": {"mode": "ray", "env": {"PYTHONPATH": str(FAKE_GPU)}, "join_timeout": 180},
 }
@@ -59,11 +75,17 @@ def test_heterogeneous_verl_job_places_every_rank_as_planned(
     report = json.loads(report_path.read_text())
     assert "error" not in report, report.get("traceback")
     groups = [(g["label"], g["partition"], g["gpus_per_node"]) for g in plan["node_groups"]]
-    assert groups == [("global_pool", "a800", [2, 2]), ("r4090", "rtx4090", [2])]
+    assert groups == [("global_pool", "a800", [2, 2]), ("r4090", "rtx4090", [2]), ("cpu", "cpu", [0])]
+    judge = json.loads((run_dir / "services" / "judge" / "0.json").read_text())
+    assert judge["host"] == "cpu-1"
+    assert report["overrides"][-1] == f"+reward.judge_url=http://cpu-1:{judge['port']}/judge"
+    logs = "".join(p.read_text(errors="replace") for p in sorted((run_dir / "logs").glob("*.out")))
+    assert "service(s) judge ready; running the driver" in logs and "service 'judge' stopped" in logs, logs[-3000:]
     planned = submit.load_plan(run_dir / "plan.json")
     want = {
         (c.name, p.rank): (p.cluster_node_rank, tuple(int(g) for g in p.visible_accelerators))
         for c in planned.components
+        if c.service is None
         for p in c.processes
     }
     got = {(r["component"], r["rank"]): (r["node_rank"], tuple(r["gpus"])) for r in report["records"]}

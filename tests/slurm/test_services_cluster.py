@@ -168,6 +168,9 @@ def test_a_judge_beside_a_ray_driver(slurm_cluster: LiveCluster, tmp_path: Path)
     assert served[1] in (("2,3",) if slurm_cluster.mode == "no" else ("2,3", "0,1")), served[0]
     assert "service(s) judge ready; running the driver" in logs
     assert logs.count("standin_server: SIGTERM: stopping") == 1 and "service 'judge' stopped" in logs
+    shown = cli("logs", run_dir, "--component", "judge", env=slurm_cluster.env)  # a service's logs in the Ray mode
+    assert shown.returncode == 0 and "service judge replica 0" in shown.stdout, shown.stdout + shown.stderr
+    assert "standin_server: http on rtx4090-1:" in shown.stdout and "Ray node rank" not in shown.stdout
 
 
 EXEC_CONFIG = """
@@ -220,8 +223,55 @@ def test_exec_reaches_a_running_service_replica(slurm_cluster: LiveCluster, tmp_
         seen = json.loads(res.stdout.strip().splitlines()[-1])
         rm = json.loads((run_dir / "services" / "rm" / "0.json").read_text())
         assert seen == {"host": "rtx4090-1", "port": str(rm["port"]), "name": "rm", "cuda": "0", "health": 200}
+        status = cli("status", run_dir, env=slurm_cluster.env)
+        assert status.returncode == 0 and "rm" in status.stdout, status.stdout + status.stderr
     finally:
         release.touch()
     status = wait_done(run_dir)
     assert status.state == "COMPLETED", status.text + run_logs(run_dir)[-3000:]
     assert "service 'rm' stopped" in run_logs(run_dir)
+    shown = cli("logs", run_dir, "--component", "rm", "--rank", "0", env=slurm_cluster.env)
+    assert shown.returncode == 0 and "standin_server: http on rtx4090-1:" in shown.stdout, shown.stdout
+
+
+@pytest.mark.one_release
+def test_every_link_of_a_chain_starts_its_services_again(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
+    """A 2-link chain (tests/slurm/chain_counter.py: 5 steps a link, 10 in all) with a reward server: each link is a
+    new job that starts the service again, waits for it, hands the trainer its address, and stops it when the
+    link ends (at its time-limit warning, or when the training finished)."""
+    from tests.slurm.test_chain_cluster import COUNTER, links_seen, submit_chain, wait_chain
+
+    text = f"""
+name: chain-services
+cluster:
+  node_groups:
+    - {{label: cpu, partition: cpu, nodes: 1}}
+    - {{label: rtx4090, partition: rtx4090, nodes: 1, gpus_per_node: 4, gpu_type: rtx4090}}
+  component_placement:
+    trainer: {{node_group: cpu, placement: "0:0"}}
+components:
+  trainer: {{command: [PY, {COUNTER}, "10", "5"], env: {{RM_URL: "{{rm.0.url}}"}}}}
+services:
+  rm:
+    node_group: rtx4090
+    gpus: 1
+    command: [PY, REPO/examples/services/standin_server.py, --port, "{{port}}"]
+    ready: {{http: /health}}
+    timeout: 60
+launch: {{chain: 2, resume: ["--resumed"]}}
+slurm: {{time: "1", signal_before_limit: 30}}
+"""
+    run_dir = tmp_path / "run"
+    ids = submit_chain(config(tmp_path, text), run_dir)
+    code, out = wait_chain(run_dir, timeout=300)
+    assert code == 0, out + run_logs(run_dir)[-3000:]
+    assert [(s["link"], s["start_count"], s["job"]) for s in links_seen(run_dir)] == [
+        ("0", 0, ids[0]),
+        ("1", 5, ids[1]),
+    ]
+    for folder in (run_dir / "logs" / "link-0", run_dir / "logs"):  # link 0's step logs, then link 1's
+        served = (folder / "rm.rank0.out").read_text(errors="replace")
+        assert "standin_server: http on rtx4090-1:" in served and "SIGTERM: stopping" in served, served
+    for job in ids:
+        batch = (run_dir / "logs" / f"batch-{job}.out").read_text(errors="replace")
+        assert "service(s) rm" in batch or "service 'rm' stopped" in batch, batch[-2000:]
