@@ -1,7 +1,8 @@
 """A run longer than the time limit, as a chain of jobs (`submit --chain N`, `launch.chain: N`).
 
 Every link is the same job.sbatch, submitted with `--dependency=singleton` under a job name no other
-run shares (`chain_job_name`): Slurm starts a link only once every earlier job of that name and user
+run shares (`chain_job_name`; a het job's component k > 0 is named `<name>.<k>`, slurm_job.
+chain_component_name): Slurm starts a link only once every earlier job of that name and user
 has ended, whatever its state. So the chain's stop is the batch script's: a link that ends the training
 (exit 0 before its time-limit warning) or fails cancels the later links (templates/chain.sh.j2); a
 link stopped by its time limit lets the next one run; a link Slurm requeued (`slurm.requeue`) is the same

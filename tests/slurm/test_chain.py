@@ -79,6 +79,26 @@ def test_script_of_a_chain(tmp_path: Path) -> None:
     assert "singleton" not in plain and "hp_chain" not in plain and "--job-name=chained\n" in plain
 
 
+def test_a_het_chain_names_each_component_apart(tmp_path: Path) -> None:
+    """singleton holds a job while an earlier one of its name has not ended: with one name on every component,
+    a het link's component 1 waits for its own leader and the link never starts (Slurm 22.05, measured)."""
+    het = CONFIG.replace(
+        "    - {label: cpu, partition: cpu, nodes: 1}\n",
+        "    - {label: cpu, partition: cpu, nodes: 1}\n    - {label: rtx, partition: rtx4090, nodes: 1, gpus_per_node: 4}\n",
+    ).replace(
+        "components: {trainer:",
+        '    rollout: {node_group: rtx, placement: "0-3"}\ncomponents: {rollout: {command: [python, gen.py]}, trainer:',
+    )
+    plan = plan_yaml(tmp_path, het + "launch: {chain: 2}\n")
+    name = chain.chain_job_name("chained", "/shared/runs/a")
+    lines = [x for x in render_script(plan, "/shared/runs/a").splitlines() if x.startswith("#SBATCH --job-name")]
+    assert lines == [f"#SBATCH --job-name={name}", f"#SBATCH --job-name={name}.1"]
+    plain = render_script(plan_yaml(tmp_path, het, "plain.yaml"), "/shared/runs/a")
+    assert [line for line in plain.splitlines() if line.startswith("#SBATCH --job-name")] == [
+        "#SBATCH --job-name=chained"
+    ] * 2  # a job that is not a chain keeps one name
+
+
 def test_submit_a_chain(tmp_path: Path, fake_slurm: Path) -> None:
     plan = chained(tmp_path)
     done = submit.submit(plan, tmp_path / "run", slurm_version=slurm_cli.SlurmVersion(22, 5, 8))
