@@ -227,8 +227,9 @@ def chain_environment(plan: Mapping[str, Any], plan_path: str, environ: Mapping[
 
 
 def chain_command(plan: Mapping[str, Any], command: Sequence[str], chain_env: Mapping[str, str]) -> tuple[str, ...]:
-    """The plan's command (a component's, or the Ray driver's) as a chain's link runs it: from the second
-    link on with launch.resume appended (the framework's resume switch, e.g. runner.resume_dir=auto)."""
+    """The plan's command (a component's, or the Ray driver's; never a service's) as a chain's link runs it:
+    from the second link on with launch.resume appended (the framework's resume switch, e.g.
+    runner.resume_dir=auto)."""
     launch = plan.get("launch") or {}
     resume = launch.get("resume") if isinstance(launch, dict) else None
     if int(chain_env.get("HPCPLACE_CHAIN_LINK", "0")) < 1 or not isinstance(resume, list):

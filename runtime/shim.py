@@ -206,7 +206,8 @@ def _resolved(
         changes["MASTER_ADDR"] = changes["HPCPLACE_NETWORK_ADDR"]
     chain_env = chain_environment(index.plan, index.plan_path, os.environ)  # launch.chain: which link, its state
     changes.update(chain_env)
-    command = options.command or chain_command(index.plan, comp.get("command") or (), chain_env)
+    own = tuple(comp.get("command") or ())  # a service starts as it is on every link: resuming is the trainer's
+    command = options.command or (own if comp.get("service") else chain_command(index.plan, own, chain_env))
     if not command:
         raise ShimError(
             f"no command: component {comp['name']!r} has none in the plan",
@@ -331,9 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             resolved = _agree_master_addr(resolved, os.environ, options.plan, wait=agree)
         if agree:
             resolved = _agree_master_port(resolved, os.environ, options.plan)
-        env = merge_environment(os.environ, resolved.changes)
-        env.pop(RANK_LOG_VARIABLE, None)  # the program's own steps (srun inside it) name their logs themselves
-        env.update(_memory_saver_env(resolved, env, debug))
+        env = _task_environment(resolved, debug)
         if debug:
             _explain(resolved)
         if options.verify:
@@ -349,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _make_shm_dir(resolved.info.shm_dir, debug)
         if resolved.services is not None and options.rank is None:
             resolved = _start_with_services(resolved, os.path.dirname(os.path.abspath(options.plan)))
-            env = merge_environment(env, resolved.changes)
+            env = _task_environment(resolved, debug)  # the env with the services' addresses filled in
         if options.chdir:
             try:
                 os.chdir(options.chdir)
@@ -363,6 +362,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"error: {exc}")
         return exc.exit_code
     return _exec(resolved.command, env)
+
+
+def _task_environment(resolved: Resolved, debug: bool) -> dict[str, str]:
+    """The program's environment: this task's own (os.environ) with the plan's changes merged in."""
+    env = merge_environment(os.environ, resolved.changes)
+    env.pop(RANK_LOG_VARIABLE, None)  # the program's own steps (srun inside it) name their logs themselves
+    env.update(_memory_saver_env(resolved, env, debug))
+    return env
 
 
 def _start_with_services(resolved: Resolved, run_dir: str) -> Resolved:

@@ -141,7 +141,9 @@ cluster:
   component_placement:
     inference: {{node_group: rtx4090, placement: "0"}}
 components:
-  inference: {{command: [{sys.executable}, -c, "import sys, os; print(sys.argv[1:], os.environ['HPCPLACE_SERVICE_POOL_ADDRS'])", "{{pool.1.addr}}", "{{pool.url}}"]}}
+  inference:
+    command: [{sys.executable}, -c, "import sys, os; print(sys.argv[1:], os.environ['HPCPLACE_SERVICE_POOL_ADDRS'], os.environ['POOL_0'])", "{{pool.1.addr}}", "{{pool.url}}"]
+    env: {{POOL_0: "{{pool.0.addr}}"}}
 services:
   pool:
     node_group: cpu
@@ -192,7 +194,7 @@ def test_the_shim_starts_replicas_and_a_task_waits_for_them(tmp_path: Path) -> N
         ports = [r["port"] for r in records]
         assert ports[0] != ports[1]
         assert f"['localhost:{ports[1]}', 'http://localhost:{ports[0]},http://localhost:{ports[1]}']" in out
-        assert f"localhost:{ports[0]},localhost:{ports[1]}" in out  # HPCPLACE_SERVICE_POOL_ADDRS
+        assert f"localhost:{ports[0]},localhost:{ports[1]} localhost:{ports[0]}" in out  # ..._ADDRS, the env's
         assert "waiting for service(s) pool to be ready" in err
         assert all((tmp_path / "services" / "pool" / f"{i}.ready").is_file() for i in (0, 1))
     finally:

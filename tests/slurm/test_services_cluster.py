@@ -272,6 +272,7 @@ slurm: {{time: "1", signal_before_limit: 30}}
     for folder in (run_dir / "logs" / "link-0", run_dir / "logs"):  # link 0's step logs, then link 1's
         served = (folder / "rm.rank0.out").read_text(errors="replace")
         assert "standin_server: http on rtx4090-1:" in served and "SIGTERM: stopping" in served, served
-    for job in ids:
-        batch = (run_dir / "logs" / f"batch-{job}.out").read_text(errors="replace")
-        assert "service(s) rm" in batch or "service 'rm' stopped" in batch, batch[-2000:]
+    first, last = ((run_dir / "logs" / f"batch-{job}.out").read_text(errors="replace") for job in ids)
+    # link 0: the time-limit warning goes to every step, the service's too; that end fails nothing
+    assert "service 'rm' (1 task) ended with the time-limit warning" in first and "FAILED" not in first, first
+    assert "service 'rm' stopped" in last and "FAILED" not in last, last  # link 1: stopped once training is done
