@@ -32,11 +32,9 @@ ARGV = [
 ]  # fmt: skip
 
 
-def test_openrlhf_roles_across_two_partitions_land_as_planned(
-    steer_cluster: LiveCluster, start: int, tmp_path: Path
-) -> None:
-    if importlib.util.find_spec("openrlhf") is None:
-        pytest.skip("openrlhf is not installed (tests/requirements-frameworks.txt, --no-deps)")
+def openrlhf_job(tmp_path: Path, argv: list[str], pools: dict[str, str], **blocks: object) -> tuple[Path, Path]:
+    """A config of OpenRLHF's `argv` run through the probe driver (report at the returned path): the actor's
+    two 2-GPU a800 nodes, the rtx4090 node as node group `gen` (`pools` puts roles there), `blocks` beside."""
     report_path = tmp_path / "openrlhf-report.json"
     driver = [sys.executable, str(DRIVERS / "openrlhf_driver.py"), "--report", str(report_path), "--"]
     node = {"cpus_per_node": 4, "mem_per_node": 4000}
@@ -48,16 +46,26 @@ def test_openrlhf_roles_across_two_partitions_land_as_planned(
             "gpu_type": "a800",
             **node,
             "node_groups": {"gen": {"partition": "rtx4090", "gpu_type": "rtx4090", "gpus_per_node": 4, **node}},
-            "pools": {"vllm": "gen", "reward": "gen"},
+            "pools": pools,
         },
+        **blocks,
         "launch": {
-            "driver": [*driver, "python3", "-m", "openrlhf.cli.train_ppo_ray", *ARGV],
+            "driver": [*driver, "python3", "-m", "openrlhf.cli.train_ppo_ray", *argv],
             "env": {"PYTHONPATH": str(FAKE_GPU), "OPENRLHF_PROBE_PARENT": str(tmp_path)},
             "join_timeout": 180,
         },
     }
     path = tmp_path / "openrlhf.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path, report_path
+
+
+def test_openrlhf_roles_across_two_partitions_land_as_planned(
+    steer_cluster: LiveCluster, start: int, tmp_path: Path
+) -> None:
+    if importlib.util.find_spec("openrlhf") is None:
+        pytest.skip("openrlhf is not installed (tests/requirements-frameworks.txt, --no-deps)")
+    path, report_path = openrlhf_job(tmp_path, ARGV, {"vllm": "gen", "reward": "gen"})
     run_dir, plan, hosts = run_job(tmp_path, path)
     report = json.loads(report_path.read_text())
     assert report["error"] is None, report.get("traceback") or report["error"]
@@ -98,42 +106,17 @@ def test_openrlhf_reads_rewards_from_a_serve_rm_service_of_the_same_job(
     HTTP client; the service is stopped when the driver ends."""
     if importlib.util.find_spec("openrlhf") is None:
         pytest.skip("openrlhf is not installed (tests/requirements-frameworks.txt, --no-deps)")
-    report_path = tmp_path / "openrlhf-report.json"
-    driver = [sys.executable, str(DRIVERS / "openrlhf_driver.py"), "--report", str(report_path), "--"]
     argv = ARGV[: ARGV.index("--reward.num_nodes")] + ARGV[ARGV.index("--reward.model_name_or_path") + 2 :]
-    node = {"cpus_per_node": 4, "mem_per_node": 4000}
     server = Path(__file__).parents[2] / "examples" / "services" / "standin_server.py"
-    config = {
-        "format": "openrlhf",
-        "slurm": {
-            "partition": "a800",
-            "gpus_per_node": 2,
-            "gpu_type": "a800",
-            **node,
-            "node_groups": {"gen": {"partition": "rtx4090", "gpu_type": "rtx4090", "gpus_per_node": 4, **node}},
-            "pools": {"vllm": "gen"},
-        },
-        "services": {
-            "rm": {
-                "node_group": "gen",
-                "gpus": 1,
-                "command": [sys.executable, str(server), "--port", "{port}", "--warmup", "2"],
-                "ready": {"http": "/health"},
-                "timeout": 120,
-            }
-        },
-        "launch": {
-            "driver": [
-                *driver,
-                *("python3", "-m", "openrlhf.cli.train_ppo_ray", *argv),
-                *("--reward.remote_url", "{rm.0.url}/get_reward"),
-            ],
-            "env": {"PYTHONPATH": str(FAKE_GPU), "OPENRLHF_PROBE_PARENT": str(tmp_path)},
-            "join_timeout": 180,
-        },
+    service = {
+        "node_group": "gen",
+        "gpus": 1,
+        "command": [sys.executable, str(server), "--port", "{port}", "--warmup", "2"],
+        "ready": {"http": "/health"},
+        "timeout": 120,
     }
-    path = tmp_path / "openrlhf.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    argv += ["--reward.remote_url", "{rm.0.url}/get_reward"]
+    path, report_path = openrlhf_job(tmp_path, argv, {"vllm": "gen"}, services={"rm": service})
     run_dir, plan, _hosts = run_job(tmp_path, path)
     report = json.loads(report_path.read_text())
     assert report["error"] is None, report.get("traceback") or report["error"]
