@@ -332,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             resolved = _agree_master_addr(resolved, os.environ, options.plan, wait=agree)
         if agree:
             resolved = _agree_master_port(resolved, os.environ, options.plan)
-        env = _task_environment(resolved, debug)
+        env = merge_environment(os.environ, resolved.changes)  # a variable set otherwise is refused before all else
         if debug:
             _explain(resolved)
         if options.verify:
@@ -348,7 +348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _make_shm_dir(resolved.info.shm_dir, debug)
         if resolved.services is not None and options.rank is None:
             resolved = _start_with_services(resolved, os.path.dirname(os.path.abspath(options.plan)))
-            env = _task_environment(resolved, debug)  # the env with the services' addresses filled in
+            env = merge_environment(os.environ, resolved.changes)  # again: with the services' addresses
+        env.pop(RANK_LOG_VARIABLE, None)  # the program's own steps (srun inside it) name their logs themselves
+        env.update(_memory_saver_env(resolved, env, debug))  # once, for the final command, before any chdir
         if options.chdir:
             try:
                 os.chdir(options.chdir)
@@ -362,14 +364,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"error: {exc}")
         return exc.exit_code
     return _exec(resolved.command, env)
-
-
-def _task_environment(resolved: Resolved, debug: bool) -> dict[str, str]:
-    """The program's environment: this task's own (os.environ) with the plan's changes merged in."""
-    env = merge_environment(os.environ, resolved.changes)
-    env.pop(RANK_LOG_VARIABLE, None)  # the program's own steps (srun inside it) name their logs themselves
-    env.update(_memory_saver_env(resolved, env, debug))
-    return env
 
 
 def _start_with_services(resolved: Resolved, run_dir: str) -> Resolved:

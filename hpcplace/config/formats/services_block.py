@@ -60,9 +60,7 @@ def with_services(spec: ExperimentSpec, view: View | None, slurm: View | None = 
         rank_map = s.rank_map()
         if s.placement is None and s.gpus > 0:  # after the GPUs the group's other processes hold
             first = _first_free_gpu(placements, group.label, spec.cluster.node_groups[0].label)
-            capacity = (
-                group.num_nodes * group.gpus_per_node[0] if len(group.gpus_per_node) == 1 else sum(group.gpus_per_node)
-            )
+            capacity = sum(group.gpus_per_node)  # one count per node
             if first and first + s.replicas * s.gpus > capacity and group.label not in added:
                 raise where.require("gpus").error(
                     f"service {s.name!r} needs {s.replicas * s.gpus} GPU(s) on node group {s.node_group!r}, and its "
