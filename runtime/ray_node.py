@@ -44,7 +44,7 @@ from hpcplace.runtime.network import environment as network_environment
 from hpcplace.runtime.network import group_network
 from hpcplace.runtime.network import resolve as resolve_network
 from hpcplace.runtime.plan_index import PlanIndex
-from hpcplace.runtime.slurm_env import expand_hostlist, locate_node, read_snapshot
+from hpcplace.runtime.slurm_env import expand_hostlist, fabric_unit, locate_node, read_snapshot
 from hpcplace.runtime.steer_hook import ENV as STEER_ENV
 from hpcplace.runtime.steer_hook import NODE_RESOURCE
 
@@ -246,11 +246,17 @@ def node_resources(node: Mapping[str, Any]) -> dict[str, int]:
     """The custom resources a raylet advertises: its node group's `ng_<label>`, its own node's
     `hpcplace_node_<rank>` (what the steering hook pins a framework's requests to: runtime/steer_hook.py;
     a user's own Ray code may ask for it too), and NeMo-RL's `topo_rank` = rank + 1 (NeMo-RL orders the
-    bundles of its unified placement groups by it, else by Ray's random node ids: virtual_cluster.py)."""
+    bundles of its unified placement groups by it, else by Ray's random node ids: virtual_cluster.py). A node
+    of a group with a topology has `topo_rank` too (its rank follows the fabric: hp_fabric), and of a block
+    topology `nvlink_domain_<block>` (NeMo-RL's key, as its ray.sub registers it: virtual_cluster.py keeps a
+    segment inside one domain)."""
     rank = int(node["rank"])
     out = {f"ng_{node['label']}": 1, f"{NODE_RESOURCE}{rank}": 1}
-    if node.get("framework") == "nemo_rl":
+    kind, unit = node.get("fabric") or (None, None)
+    if node.get("framework") == "nemo_rl" or kind:
         out["topo_rank"] = rank + 1
+    if kind == "block" and unit:
+        out[f"nvlink_domain_{unit}"] = 1
     return out
 
 
@@ -660,6 +666,10 @@ def main(argv: Sequence[str]) -> int:
         if ip is not None and not ifname:
             net_args = [f"--node-ip-address={ip}"]
         node = node_facts(header, g, j, needed, held)
+        node["fabric"] = (
+            (header["node_groups"][g].get("topology") or {}).get("kind"),
+            fabric_unit(os.environ, g, host),
+        )
         where = f"Ray node rank {node['rank']} on {host} (node group {node['label']}, het group {g} node {j})"
         head = node["rank"] == 0
         choice = choose_devices(

@@ -327,6 +327,7 @@ def read_snapshot(env: Mapping[str, str], *, hostname: str | None = None) -> Slu
         )
     for group in groups:
         parse_hostlist(group.nodelist)  # malformed lists fail here, once, with the list in the message
+    groups = [fabric_ordered(env, group) for group in groups]
     node_name = env.get("SLURMD_NODENAME") or hostname or os.uname().nodename
     return SlurmSnapshot(
         job_id=job_id,
@@ -347,6 +348,37 @@ def read_snapshot(env: Mapping[str, str], *, hostname: str | None = None) -> Slu
         job_partition=env.get("SLURM_JOB_PARTITION"),
         synthetic=False,
     )
+
+
+FABRIC_ORDER = "HPCPLACE_NODE_ORDER_{group}"  # the job script's node order of a group (hp_fabric)
+
+
+def fabric_ordered(env: Mapping[str, str], group: HetGroup) -> HetGroup:
+    """The group with its nodes in the order the job numbered them by block or leaf switch (hp_fabric
+    exports it; the plan's node j is its j-th host), or as Slurm lists them when the job did not."""
+    order = env.get(FABRIC_ORDER.format(group=group.index))
+    if not order:
+        return group
+    if sorted(order.split(",")) != sorted(expand_hostlist(group.nodelist)):
+        raise ShimError(
+            f"{FABRIC_ORDER.format(group=group.index)}={order!r} is not an order of het group {group.index}'s "
+            f"nodes {group.nodelist!r}",
+            hint="the job script sets it (hp_fabric) from the job's own nodes: do not set it by hand",
+        )
+    return group.replace(nodelist=order)
+
+
+FABRIC_UNITS = "HPCPLACE_NODE_UNITS_{group}"  # each node's block or leaf switch, in that order (hp_fabric)
+
+
+def fabric_unit(env: Mapping[str, str], group: int, host: str) -> str | None:
+    """The block (leaf switch) the job found `host` of het group `group` in; None when it ordered none."""
+    hosts = (env.get(FABRIC_ORDER.format(group=group)) or "").split(",")
+    units = (env.get(FABRIC_UNITS.format(group=group)) or "").split(",")
+    if host not in hosts or len(units) != len(hosts):
+        return None
+    unit = units[hosts.index(host)]
+    return unit if unit and unit != "-" else None
 
 
 def synthetic_snapshot(

@@ -41,6 +41,12 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         help="Hydra-style overrides after the config, as the frameworks take them: "
         "cluster.num_nodes=2, model=other, +new.key=1, ~key (applied after --set)",
     )
+    parser.add_argument(
+        "--strict-topology",
+        action="store_true",
+        help="refuse a plan whose tensor-parallel groups or engines cross a block or leaf switch of a node "
+        "group's topology (default: a warning)",
+    )
 
 
 def config_overrides(args: argparse.Namespace) -> list[str]:
@@ -147,6 +153,14 @@ def plan_with_launch(args: argparse.Namespace, cluster: LiveCluster | None = Non
         driver = None  # the launcher's command was the input: hpcplace starts its processes, no Ray driver
     launch = with_hold(with_driver(plan.launch, driver), getattr(args, "hold", False), driven_by_framework(plan))
     plan = plan if launch == plan.launch else replace(plan, launch=launch)
+    if any(g.topology is not None and g.topology.kind == "site" for g in plan.cluster.node_groups):
+        from hpcplace.slurm.validate import with_site_topology
+
+        plan = with_site_topology(plan, (cluster or LiveCluster()).facts())
+    if getattr(args, "strict_topology", False):
+        from hpcplace.plan.topology import refuse_crossings
+
+        refuse_crossings(plan.cluster, plan.topology_crossings)
     problem = driver_config_problem(
         plan,
         lambda overrides: plan_from_file(args.config, format=args.format, overrides=overrides, site_gpus=site),

@@ -14,6 +14,7 @@ from typing import Literal
 
 from hpcplace.config.container import Container
 from hpcplace.config.network import Network, check_network
+from hpcplace.config.topology import Topology, check_topology
 from hpcplace.errors import SourceLocation, SpecError
 
 RESERVED_NODE_LABEL = "node"
@@ -60,6 +61,7 @@ class NodeGroup:
     node_ranks: tuple[int, ...] | None = None  # explicit cluster node ranks, ascending; None: consecutive
     container: Container | None = None  # the image its processes run in (hpcplace.config.container); None: the node's
     network: Network | None = None  # the interface for collectives and Ray (hpcplace.config.network); None: theirs
+    topology: Topology | None = None  # blocks or leaf switches (hpcplace.config.topology); None: a flat fabric
 
     def __post_init__(self) -> None:
         # Backstops for every input format (parsers check earlier, with finer locations).
@@ -77,6 +79,8 @@ class NodeGroup:
             if value is not None:
                 check_sbatch_text(value, f"{where}: {key}", location=self.location)
         check_env(self.env, location=self.location, what=f"{where}: env")
+        if self.topology is not None:
+            check_topology(self.topology, self.num_nodes, where)
         if self.network is not None:
             check_network(self.network, self.location, where)
             from hpcplace.runtime.network import NETWORK_VARIABLES

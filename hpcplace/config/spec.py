@@ -29,6 +29,7 @@ from hpcplace.config.safe_words import argv_problem, check_sbatch_text
 from hpcplace.config.services import ServiceSpec
 from hpcplace.config.slurm_options import SLURM_JOB_OPTIONS, extra_args_problem, job_option_problem, sbatch_time_ok
 from hpcplace.config.steer import SteerRule
+from hpcplace.config.topology import parse_topology
 from hpcplace.config.yaml_source import View, YamlDocument, yaml_words
 from hpcplace.errors import SourceLocation, SpecError
 
@@ -404,6 +405,7 @@ _NATIVE_GROUP_KEYS = {
     "env",
     "ignore_hardware",
     "network",
+    "topology",
 }
 
 
@@ -462,6 +464,7 @@ def native_node_group(view: View) -> NodeGroup:
         ignore_hardware=v.bool() if (v := view.get("ignore_hardware")) else False,
         env=v.str_map() if (v := view.get("env")) else {},
         network=parse_network(v) if (v := view.get("network")) is not None and v.value is not None else None,
+        topology=parse_topology(v) if (v := view.get("topology")) is not None and v.value is not None else None,
         location=view.location(),
     )
 

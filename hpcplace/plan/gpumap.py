@@ -12,6 +12,7 @@ from hpcplace.config.rank_syntax import compress_ranks as compress
 from hpcplace.config.rank_syntax import plural
 from hpcplace.config.services import ServiceSpec
 from hpcplace.config.spec import SpanningWorkers
+from hpcplace.config.topology import BLOCK, TREE, topology_request
 from hpcplace.plan.placement import Placement
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.process_table import node_processes
@@ -120,6 +121,8 @@ def summary(plan: Plan, *, max_nodes: int = 64) -> str:
             f"nodes={g.num_nodes:<4} gpus/node={gpus}{' ' + g.gpu_type if g.gpu_type else ''}{hw}  "
             f"node ranks {compress(cluster.node_ranks(i))}" + (f"  in {g.container.describe()}" if g.container else "")
         )
+        if g.topology is not None:
+            lines.append(f"      fabric: {g.topology.describe()}{topology_request(g.topology)}")
     lines += ["", "components:"]
     name_w = max([14] + [len(c.name) for c in plan.components])
     for comp in plan.components:
@@ -192,7 +195,8 @@ def svg(plan: Plan, *, max_nodes: int = 64) -> str:
     legend = len(colors) + (1 if any_idle else 0)
     cell, head, stripe_h, gap, left, top = 96, 14, 14, 6, 170, 40
     row_h = head + stripes * stripe_h
-    width = left + max(widths) * (cell + gap) + 20
+    units = fabric_units(plan, nodes)
+    width = left + max(widths) * (cell + gap) + (110 if units else 20)
     height = top + len(nodes) * (row_h + gap) + 30 + 18 * ((legend + 3) // 4)
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" '
@@ -229,6 +233,13 @@ def svg(plan: Plan, *, max_nodes: int = 64) -> str:
                     f"<title>{escape(label)}: {escape(comp)} ranks {escape(compress(ranks))}</title></rect>"
                     f'<text x="{x + 3}" y="{sy + 11}" fill="white" font-size="10">{escape(shown)}</text>'
                 )
+    for word, first, count in units:  # each block (leaf switch) of a group with a topology: one outline
+        y0 = top + first * (row_h + gap) - 3
+        out.append(
+            f'<rect class="fabric" x="4" y="{y0}" width="{width - 10}" height="{count * (row_h + gap) - gap + 6}" '
+            f'fill="none" stroke="#555555" stroke-dasharray="6 3"/><text x="{width - 100}" y="{y0 + 14}">'
+            f"{escape(word)}</text>"
+        )
     y = top + len(nodes) * (row_h + gap) + 10
     for i, (comp, color) in enumerate(colors.items()):
         x, yy = 10 + (i % 4) * 170, y + (i // 4) * 18
@@ -246,6 +257,27 @@ def svg(plan: Plan, *, max_nodes: int = 64) -> str:
         )
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def fabric_units(plan: Plan, nodes: Sequence[Node]) -> list[tuple[str, int, int]]:
+    """(label, first row, rows) of each block or leaf switch the plan's consecutive nodes form (the units
+    hpcplace.plan.topology checks groups against), for the rows shown."""
+    out: list[tuple[str, int, int]] = []
+    key_of_last = None
+    for row, node in enumerate(nodes):
+        topology = plan.cluster.node_groups[node.group_index].topology
+        if topology is None or topology.kind not in (BLOCK, TREE):
+            key_of_last = None
+            continue
+        index = node.index_in_group // topology.unit_nodes(plan.cluster.node_groups[node.group_index].num_nodes)
+        key = (node.group_index, index)
+        if key == key_of_last:
+            word, first, count = out[-1]
+            out[-1] = (word, first, count + 1)
+        else:
+            out.append((f"{topology.unit_word} {index}", row, 1))
+        key_of_last = key
+    return out
 
 
 def service_text(service: ServiceSpec) -> str:

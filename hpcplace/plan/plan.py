@@ -10,15 +10,16 @@ from __future__ import annotations
 import io
 import json
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, repeat
 from operator import add
-from typing import TYPE_CHECKING, BinaryIO, TextIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO, cast
 
 from hpcplace.config.cluster import Charge, Cluster, Hardware, Node, NodeGroup, charges
 from hpcplace.config.framework_version import PlannedVersion
 from hpcplace.config.launch import STEPS, LaunchSpec
+from hpcplace.config.rank_syntax import compress_ranks
 from hpcplace.config.services import ServiceSpec
 from hpcplace.config.spec import SpanningWorkers
 from hpcplace.config.steer import SteerRule
@@ -88,6 +89,52 @@ class WeightSync:
 
 
 @dataclass(frozen=True)
+class Crossing:
+    """A model-parallel group whose nodes lie in more than one block, leaf switch or node group."""
+
+    component: str
+    what: str
+    ranks: tuple[int, ...]
+    units: tuple[tuple[str, int], ...]  # (node group label, block/switch index in the plan's order)
+
+    @property
+    def links(self) -> int:
+        """Boundaries the group's traffic crosses: one fewer than the units it spans."""
+        return len(self.units) - 1
+
+    def describe(self, unit_words: Mapping[str, str]) -> str:
+        """`unit_words`: per node group label, what its units are ("block", "leaf switch")."""
+        spans: dict[str, list[int]] = {}
+        for label, unit in self.units:
+            spans.setdefault(label, []).append(unit)
+        where = " and ".join(
+            f"{unit_words.get(label, 'unit')}s {compress_ranks(units)} of {label!r}"
+            if len(units) > 1
+            else f"{unit_words.get(label, 'unit')} {units[0]} of {label!r}"
+            for label, units in spans.items()
+        )
+        return f"ranks {compress_ranks(list(self.ranks))} span {where}"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "component": self.component,
+            "group": self.what,
+            "ranks": list(self.ranks),
+            "units": [[label, unit] for label, unit in self.units],
+            "links": self.links,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Crossing:
+        return cls(
+            str(data["component"]),
+            str(data["group"]),
+            tuple(int(r) for r in data["ranks"]),
+            tuple((str(label), int(unit)) for label, unit in data["units"]),
+        )
+
+
+@dataclass(frozen=True)
 class Plan:
     name: str
     source: str
@@ -102,6 +149,8 @@ class Plan:
     launch: LaunchSpec = STEPS
     steer: tuple[SteerRule, ...] = ()  # the framework's Ray requests -> planned nodes (hpcplace.config.steer)
     framework_version: PlannedVersion | None = None  # the framework version planned for (stated/installed/newest)
+    # model-parallel groups that cross a block or leaf switch (hpcplace.plan.topology); empty without a topology
+    topology_crossings: tuple[Crossing, ...] = ()
 
     def component(self, name: str) -> ComponentPlan:
         for comp in self.components:
@@ -138,6 +187,8 @@ def _group_json(group: NodeGroup, het_group: int, first_node_rank: int) -> dict[
         **({"container": group.container.to_json()} if group.container else {}),
         # the interface for collectives and Ray (runtime/network.py resolves it); present only when set
         **({"network": group.network.to_json()} if group.network else {}),
+        # blocks or leaf switches, with the segment/switches the job asks for; present only when set
+        **({"topology": group.topology.to_json()} if group.topology else {}),
     }
 
 
@@ -209,6 +260,12 @@ def plan_header(plan: Plan) -> dict[str, object]:
         **({"launch": plan.launch.to_json()} if plan.launch != STEPS else {}),
         # Only where a framework's Ray requests are steered: other plans stay as they were.
         **({"steer": [r.to_json() for r in plan.steer]} if plan.steer else {}),
+        # Only where a node group has a topology: its model-parallel groups that cross it.
+        **(
+            {"topology_crossings": [c.to_json() for c in plan.topology_crossings]}
+            if any(g.topology for g in cluster.node_groups)
+            else {}
+        ),
     }
 
 

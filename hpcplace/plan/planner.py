@@ -29,6 +29,7 @@ from hpcplace.errors import PlanError, SpecError
 from hpcplace.plan.placement import Placement, ResourceSpace, resource_space
 from hpcplace.plan.plan import CollocationGroup, ComponentPlan, Plan, WeightSync
 from hpcplace.plan.process_table import Processes, Slot, node_processes, place
+from hpcplace.plan.topology import crossing_lines, place_on_fabric
 
 
 @dataclass(frozen=True)
@@ -110,20 +111,22 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
     _check_services(components, groups, services)
     membership = {c: g.name for g in groups for c in g.components}
     components = [replace(c, collocation_group=membership.get(c.name)) for c in components]
+    cluster, crossings = place_on_fabric(spec.cluster, components)
     return Plan(
         spec.name,
         spec.source,
         spec.source_format,
-        spec.cluster,
+        cluster,
         tuple(components),
         groups,
         weight_sync,
         dict(spec.slurm),
-        spec.notes + _warnings(spec, components) + _unsteered(spec),
+        spec.notes + _warnings(spec, components) + _unsteered(spec) + tuple(crossing_lines(cluster, crossings)),
         spec.composed,
         spec.launch,
         spec.steer if spec.launch.steer else (),
         spec.framework_version,
+        crossings,
     )
 
 

@@ -130,8 +130,10 @@ def uses_containers(plan: Plan) -> bool:
 
 
 def version_problems(plan: Plan, version: tuple[int, int]) -> list[str]:
-    """What the site's Slurm (major, minor) cannot run of the plan's containers."""
-    problems = []
+    """What the site's Slurm (major, minor) cannot run of the plan's containers, or ask for of its fabric."""
+    from hpcplace.slurm.fabric import version_problems as fabric_version_problems
+
+    problems = fabric_version_problems(plan, version)
     for group in plan.cluster.node_groups:
         c = group.container
         if c is not None and c.runtime == "oci" and version < OCI_OLDEST:
@@ -148,6 +150,6 @@ def refuse_unsupported(plan: Plan, version: tuple[int, int]) -> None:
     problems = version_problems(plan, version)
     if problems:
         raise SlurmError(
-            "this site's Slurm cannot run the plan's containers:\n  - " + "\n  - ".join(problems),
-            hint="docs/containers.md lists which Slurm versions each runtime needs",
+            "this site's Slurm cannot run the plan:\n  - " + "\n  - ".join(problems),
+            hint="docs/slurm-versions.md lists which Slurm versions each runtime and topology needs",
         )

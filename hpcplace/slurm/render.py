@@ -47,6 +47,7 @@ from hpcplace.slurm.container_launch import (
     uses_containers,
 )
 from hpcplace.slurm.slurm_job import (
+    FABRIC_NODES,
     LEAKED_GPU_VARIABLES,
     PREFLIGHT_LOG_PATTERN,
     PREFLIGHT_LOG_VARIABLE,
@@ -155,6 +156,17 @@ def job_words(values: Iterable[object]) -> _Rendered:
     return _Rendered(" ".join(out))
 
 
+def srun_words(values: Iterable[object]) -> _Rendered:
+    """`words`, except that a segment's node list of a fabric-ordered component (slurm_job.FABRIC_NODES: a
+    function call with digits only) is written as a command substitution, evaluated when the step starts
+    (`srun_words`)."""
+    out = []
+    for value in values:
+        parts = re.split(f"({FABRIC_NODES.pattern})", str(value))  # literal, call, literal, ...
+        out.append("".join(f'"{p}"' if i % 2 else quote_word(p) if p else "" for i, p in enumerate(parts)) or "''")
+    return _Rendered(" ".join(out))
+
+
 def _finalize(value: object) -> object:
     if isinstance(value, _Rendered):
         return value
@@ -207,6 +219,7 @@ def _environment(template_dir: str | None) -> jinja2.Environment:
         var_ref=var_ref,
         name=var_name,
         job_words=job_words,
+        srun_words=srun_words,
     )
     return env
 
@@ -330,6 +343,16 @@ class StepView:
     het_group: int = 0  # a service's het group: `scancel` names its step by that component's job id
 
 
+def segment_ranks(job: SlurmJob, seg: Segment) -> str:
+    """`G:RANKS` (hp_rank_of): srun numbers a het group's tasks over its nodes in Slurm's order, node-major.
+    A component ordered by its fabric names its nodes in the plan's order instead, so the host's place in the
+    plan (logs/nodes.txt) finds the rank: `G:RANKS:FIRST_NODE:TASKS_PER_NODE`."""
+    text = f"{seg.het_group}:{compress_ranks(seg.ranks)}"
+    if seg.het_group < len(job.components) and job.components[seg.het_group].fabric is not None:
+        text += f":{seg.relative}:{seg.tasks_per_node}"
+    return text
+
+
 def step_views(plan: Plan, job: SlurmJob, launches: Sequence[GroupLaunch]) -> list[StepView]:
     out = []
     counts: dict[str, int] = {}
@@ -354,7 +377,7 @@ def step_views(plan: Plan, job: SlurmJob, launches: Sequence[GroupLaunch]) -> li
                 comments=tuple(segment_summary(plan, s) for s in step.segments),
                 description=desc,
                 ranks=compress_ranks(step.ranks),
-                segment_ranks=" ".join(f"{s.het_group}:{compress_ranks(s.ranks)}" for s in step.segments),
+                segment_ranks=" ".join(segment_ranks(job, s) for s in step.segments),
                 num_tasks=step.num_tasks,
                 err_file=err,
                 segments=tuple(

@@ -31,6 +31,7 @@ from hpcplace.config.slurm_options import (
     sbatch_time_ok,
     time_limit_seconds,
 )
+from hpcplace.config.topology import BLOCK, TREE
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.plan import JOB_RELATIVE_GPU_IDS, PHYSICAL_GPU_IDS, ComponentPlan, Plan, gpu_id_kind
 from hpcplace.plan.process_table import LocalRankError, NodeProcesses, Slot, node_processes
@@ -89,6 +90,9 @@ class HetComponent:
     charge: Charge | None = None  # the account/QOS it is charged to (written on its own lines)
     node_ranks: tuple[int, ...] = ()  # the cluster node rank of each of its nodes, in order
     hardware_gres: str | None = None  # the non-GPU part of `gres` (robots: `robot:4`), given to its steps too
+    # "block" / "tree": the job orders the component's nodes by block or leaf switch at start (hp_fabric), so
+    # its steps name their nodes (`--nodelist`, hp_nodes) instead of counting from Slurm's first (`--relative`)
+    fabric: str | None = None
 
     @property
     def gres_arg(self) -> str:
@@ -488,6 +492,7 @@ def _het_component(
         args.append(f"--mem={mem}M" if mem else "--mem=0")
     if group.constraint:
         args.append(f"--constraint={group.constraint}")
+    args += topology_args(group)
     # Written on every component they apply to, inherited ones too: sbatch carries them over from
     # an earlier component anyway, and the script should say so (see cluster.charges).
     if charge.account:
@@ -506,7 +511,21 @@ def _het_component(
         charge,
         node_ranks=ranks,
         hardware_gres=hardware_gres,
+        fabric=group.topology.kind if group.topology is not None else None,
     )
+
+
+def topology_args(group: NodeGroup) -> list[str]:
+    """What the planner chose for the group's fabric (hpcplace.plan.topology): whole segments of a block
+    topology, at most so many leaf switches of a tree."""
+    topology = group.topology
+    if topology is None:
+        return []
+    if topology.kind == BLOCK and topology.segment is not None and group.num_nodes > topology.segment:
+        return [f"--segment={topology.segment}"]
+    if topology.kind == TREE and topology.switches is not None:
+        return [f"--switches={topology.switches}"]
+    return []
 
 
 def _node_layout(
@@ -574,6 +593,15 @@ def _component_steps(plan: Plan, comp: ComponentPlan, name: str) -> list[Step]:
 # srun arguments
 
 
+# The nodes of a segment of a component the job ordered by its fabric (hp_fabric): hp_nodes prints them when
+# the step starts. Only digits vary, so render.srun_words may write it unquoted.
+FABRIC_NODES = re.compile(r"\$\(hp_nodes [0-9]+ [0-9]+ [0-9]+\)")
+
+
+def fabric_nodes(het_group: int, first: int, count: int) -> str:
+    return f"$(hp_nodes {het_group} {first} {count})"
+
+
 def segment_srun_args(job: SlurmJob, step: Step, seg: Segment) -> tuple[str, ...]:
     """The srun options of one segment (every segment carries its own full set): CPUs, memory and GRES
     always explicit, nothing left to what srun would read from the batch environment. No `--output`:
@@ -583,9 +611,12 @@ def segment_srun_args(job: SlurmJob, step: Step, seg: Segment) -> tuple[str, ...
     args: list[str] = []
     if job.is_het:
         args.append(f"--het-group={seg.het_group}")
+    fabric = seg.het_group < len(job.components) and job.components[seg.het_group].fabric is not None
     args += [
         f"--nodes={seg.num_nodes}",
-        f"--relative={seg.relative}",
+        f"--nodelist={fabric_nodes(seg.het_group, seg.relative, seg.num_nodes)}"
+        if fabric
+        else f"--relative={seg.relative}",
         f"--ntasks={seg.num_tasks}",
         f"--ntasks-per-node={seg.tasks_per_node}",
         "--distribution=block",
@@ -679,9 +710,12 @@ def driver_step_args(job: SlurmJob, plan: Plan, *, relative: bool = True) -> tup
     head = head_node(plan)
     args = [f"--het-group={head.het_group}"] if job.is_het else []
     comp = job.components[head.het_group] if head.het_group < len(job.components) else None
+    place = [f"--relative={head.index}"] if relative else []
+    if relative and comp is not None and comp.fabric is not None:  # the head's host in the fabric order
+        place = [f"--nodelist={fabric_nodes(head.het_group, head.index, 1)}"]
     args += [
         "--nodes=1",
-        *([f"--relative={head.index}"] if relative else []),
+        *place,
         "--ntasks=1",
         WHOLE_NODE_CPUS,
         "--mem=0",

@@ -31,9 +31,10 @@ from hpcplace.config.network import network_from_json
 from hpcplace.config.services import ServiceSpec
 from hpcplace.config.spec import SpanningWorkers
 from hpcplace.config.steer import steer_from_json
+from hpcplace.config.topology import topology_from_json
 from hpcplace.errors import SlurmError, SpecError
 from hpcplace.plan.placement import Placement
-from hpcplace.plan.plan import SCHEMA, ComponentPlan, Plan, iter_plan_json
+from hpcplace.plan.plan import SCHEMA, ComponentPlan, Crossing, Plan, iter_plan_json
 from hpcplace.slurm import chain, slurm_cli
 from hpcplace.slurm.render import (
     DEFAULT_LAUNCHER,
@@ -753,6 +754,7 @@ def _plan_of(data: dict[str, Any], path: Path) -> Plan:
                 python_interpreter=tuple(g.get("python_interpreter") or ()),
                 container=container_from_json(g.get("container")),
                 network=network_from_json(g.get("network")),
+                topology=topology_from_json(g.get("topology")),
             )
         )
     comps = []
@@ -802,6 +804,7 @@ def _plan_of(data: dict[str, Any], path: Path) -> Plan:
         launch_from_json(data.get("launch")),
         steer_from_json(data.get("steer")),
         PlannedVersion.from_json(data["source"].get("framework_version")),
+        tuple(Crossing.from_json(c) for c in data.get("topology_crossings") or ()),
     )
 
 

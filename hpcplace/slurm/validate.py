@@ -43,6 +43,7 @@ class PartitionFacts:
     max_nodes: int | None
     max_time_min: int | None
     default: bool = False
+    topology: str | None = None  # its own topology (Slurm 25.05+, topology.yaml); None: the cluster's default
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ def parse_cluster_facts(partitions: list[dict[str, str]], nodes: list[dict[str, 
             None if not max_nodes.isdigit() else int(max_nodes),
             time_minutes(p.get("MaxTime")),
             p.get("Default", "NO").upper() == "YES",
+            p.get("Topology") or None,
         )
     out = []
     for n in nodes:
@@ -237,6 +239,33 @@ def check(plan: Plan, facts: ClusterFacts, job: SlurmJob | None = None) -> Repor
     return Report(tuple(problems), tuple(warnings), tuple(checked))
 
 
+def _with_fabric(report: Report, plan: Plan, facts: ClusterFacts) -> Report:
+    """The node groups' topologies against their partitions' fabric (`scontrol show topology`, once per topology)."""
+    from hpcplace.slurm.fabric import SiteFabric, check_plan_fabric, read_fabric
+
+    default = next((p.name for p in facts.partitions.values() if p.default), None)
+    partitions: dict[int, str] = {}
+    fabrics: dict[int, SiteFabric] = {}
+    read: dict[str | None, SiteFabric] = {}
+    for g, group in enumerate(plan.cluster.node_groups):
+        partition = group.partition or default
+        if group.topology is None or partition is None or partition not in facts.partitions:
+            continue  # check() said what is wrong with the partition
+        name = facts.partitions[partition].topology
+        if name not in read:
+            read[name] = read_fabric(name)
+        partitions[g], fabrics[g] = partition, read[name]
+    members = {p: [n.name for n in facts.nodes if p in n.partitions] for p in set(partitions.values())}
+    idle = {
+        p: [n.name for n in facts.nodes if p in n.partitions and n.usable and "IDLE" in n.state.upper()]
+        for p in members
+    }
+    found = check_plan_fabric(plan, partitions, fabrics, members, idle, frozenset(n.name for n in facts.nodes))
+    return Report(
+        (*report.problems, *found.problems), (*report.warnings, *found.warnings), (*report.checked, *found.checked)
+    )
+
+
 def _describe(node: NodeFacts) -> str:
     gres = ",".join(f"{k}:{t}:{c}" if t else f"{k}:{c}" for k, v in node.gres.items() for t, c in v.items())
     return f"{node.name}: {node.cpus} CPUs, {node.memory_mb} MB, GRES {gres or 'none'}"
@@ -307,7 +336,10 @@ _SHAPE_KEYS = {
 def validate(plan: Plan, facts: ClusterFacts | None = None, version: slurm_cli.SlurmVersion | None = None) -> Report:
     """check() against the live cluster; raises SlurmError listing every problem. `version`: the site's
     Slurm as the caller read it (slurm_cli.site_version, which refuses one that is too old), said first."""
-    report = check(plan, facts if facts is not None else read_cluster_facts())
+    facts = facts if facts is not None else read_cluster_facts()
+    report = check(plan, facts)
+    if any(g.topology is not None for g in plan.cluster.node_groups):
+        report = _with_fabric(report, plan, facts)
     if version is not None:
         from hpcplace.slurm.container_launch import version_problems
 
@@ -323,3 +355,32 @@ def validate(plan: Plan, facts: ClusterFacts | None = None, version: slurm_cli.S
             "this check with --no-validate)",
         )
     return report
+
+
+def with_site_topology(plan: Plan, facts: ClusterFacts) -> Plan:
+    """The plan with every `topology: site` read from the live cluster (the group's partition's topology), its
+    segments chosen and its crossings found again."""
+    from hpcplace.config.topology import SITE
+    from hpcplace.plan.topology import crossing_lines, place_on_fabric
+    from hpcplace.slurm.fabric import read_fabric, site_topology
+
+    default = next((p.name for p in facts.partitions.values() if p.default), None)
+    groups = []
+    for group in plan.cluster.node_groups:
+        topology = group.topology
+        if topology is None or topology.kind != SITE:
+            groups.append(group)
+            continue
+        partition = group.partition or default
+        part = facts.partitions.get(partition or "")
+        if part is None:
+            raise SlurmError(f"node group {group.label!r}: topology: site, but partition {partition!r} does not exist")
+        nodes = [n.name for n in facts.nodes if part.name in n.partitions]
+        groups.append(replace(group, topology=site_topology(read_fabric(part.topology), nodes, topology)))
+    cluster, crossings = place_on_fabric(replace(plan.cluster, node_groups=tuple(groups)), plan.components)
+    return replace(
+        plan,
+        cluster=cluster,
+        topology_crossings=crossings,
+        warnings=plan.warnings + tuple(crossing_lines(cluster, crossings)),
+    )

@@ -22,7 +22,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hpcplace.tune import OBJECTIVES
 from hpcplace.tune.tune_profile import ComponentProfile
@@ -38,6 +38,7 @@ class Group:
     capacity: int  # resources: GPUs, hardware units, or nodes
     per_node: int | None  # resources per node when every node has the same; None when uneven
     memory_gb: float | None  # memory of one GPU (None: not checked)
+    fabric_unit: int | None = None  # resources per block or leaf switch (the group's topology); None: flat
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ class Component:
     name: str
     unit: int  # counts are multiples of this (tp*pp, or the config's resources per process)
     profile: ComponentProfile
+    # resources of one process (None: the whole unit). A model-parallel group of one-GPU processes may span
+    # whole nodes (tensor parallel 8 on 4-GPU nodes); a process never spans two.
+    per_process: int | None = None
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,18 @@ def _allowed(members: Sequence[Component], group: Group, n: int) -> bool:
     if any(m.profile.counts is not None and n not in m.profile.counts for m in members):
         return False
     r = group.per_node
-    return r is None or group.kind == "node" or r % unit == 0  # a process never spans two nodes
+    if r is not None and group.kind != "node":
+        process = math.lcm(*(m.per_process or m.unit for m in members))
+        if r % process or (unit > r and unit % r):
+            return False  # a process never spans two nodes; a group wider than a node takes whole nodes
+    return not any(crosses(m, group) for m in members)
+
+
+def crosses(member: Component, group: Group) -> bool:
+    """A stage starts at a multiple of its unit (_layout), so its model-parallel groups (one unit each) stay
+    inside the group's blocks exactly when the unit divides a block's resources."""
+    block = group.fabric_unit
+    return block is not None and (member.unit > block or block % member.unit != 0)
 
 
 def stage_seconds(members: Sequence[Component], group: Group, n: int) -> float | None:
@@ -146,7 +161,8 @@ def iteration_seconds(stage_s: Sequence[float], transfer_s: Sequence[float], bat
 
 def _layout(problem: Problem, stages: Sequence[tuple[tuple[str, ...], str, int]]) -> list[int] | None:
     """First resource rank of each stage: per group the stages with the largest unit first (then the
-    largest count), so every stage starts aligned to its unit and no process spans two nodes."""
+    largest count), so every stage starts aligned to its unit: no process spans two nodes, and a group wider
+    than a node starts on a node."""
     units = {c.name: c.unit for c in problem.chain}
     starts = [0] * len(stages)
     for group in problem.groups:
@@ -396,8 +412,23 @@ def _last_at_most(ns: list[int], cap: int) -> int:
     return lo - 1
 
 
+CROSSING = (
+    "no placement keeps every model-parallel group inside one block or leaf switch of its node group's "
+    "topology: these cross the fabric (the plan says which groups)"
+)
+
+
 def search(problem: Problem, top: int = 5, progress: Callable[[int, int], None] | None = None) -> list[Candidate]:
-    """The best placement of each of the `top` best structures, best first."""
+    """The best placement of each of the `top` best structures, best first. Where node groups have a topology,
+    only placements whose model-parallel groups stay inside blocks compete; the others only when none does."""
+    found = _search(problem, top, progress)
+    if found or not any(g.fabric_unit for g in problem.groups):
+        return found
+    flat = replace(problem, groups=tuple(replace(g, fabric_unit=None) for g in problem.groups))
+    return [replace(c, warnings=(*c.warnings, CROSSING)) for c in _search(flat, top, progress)]
+
+
+def _search(problem: Problem, top: int, progress: Callable[[int, int], None] | None) -> list[Candidate]:
     if problem.objective not in OBJECTIVES:
         raise ValueError(problem.objective)
     shapes = structures(problem)

@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from hpcplace.config.spec import MODEL_PARALLEL, ExperimentSpec
+from hpcplace.config.topology import BLOCK, TREE
 from hpcplace.errors import SourceLocation, SpecError
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.process_table import node_processes
@@ -105,7 +106,10 @@ def build_setup(spec: ExperimentSpec, plan: Plan, profile: Profile, objective: s
         kind = g.resource_kind
         keys = (g.label, g.resource_type) + (("cpu",) if kind == "node" else ())
         memory = next((profile.memory_gb[k] for k in keys if k in profile.memory_gb), None)
-        groups.append(Group(g.label, kind, keys, sum(per), per[0] if len(set(per)) == 1 else None, memory))
+        uniform = per[0] if len(set(per)) == 1 else None
+        fabric = g.topology.size if g.topology is not None and g.topology.kind in (BLOCK, TREE) else None
+        unit = fabric * uniform if fabric is not None and uniform else None
+        groups.append(Group(g.label, kind, keys, sum(per), uniform, memory, unit))
     shapes = {name: _shape(spec, plan, name) for name in placed}
     chain = []
     for name in profile.workflow:
@@ -114,7 +118,11 @@ def build_setup(spec: ExperimentSpec, plan: Plan, profile: Profile, objective: s
         # RLinf model-parallel: actor counts are multiples of tp*pp, rollout is packed by its tp*pp
         mp = cp.model_parallel or (settings.tensor_parallel_size or 1) * (settings.pipeline_parallel_size or 1)
         unit = mp if shapes[name].plain else math.lcm(mp, shapes[name].per_process)
-        chain.append(Component(name, unit, cp))
+        # a process's own resources: an RLinf engine packed by its tp holds them all, a model-parallel rank one
+        process = (
+            (spec.packed[name][0] if name in spec.packed else 1) if shapes[name].plain else shapes[name].per_process
+        )
+        chain.append(Component(name, unit, cp, process))
     rules = Rules()
     if spec.model_parallel and spec.placement_class in (None, MODEL_PARALLEL):
         rules = Rules(same_group=(("actor", "rollout"),), all_or_apart=tuple(n for n in _MP_NAMES if n in placed))

@@ -506,7 +506,7 @@ def test_oci_needs_slurm_23_02(plan: Plan) -> None:
     assert len(problems) == 1 and problems[0].startswith("node group 'robot': Slurm 22.05's --container")
     assert "hpcplace needs Slurm 23.02 or newer" in problems[0]
     assert version_problems(plan, (23, 2)) == [] and version_problems(plan, (26, 5)) == []
-    with pytest.raises(SlurmError, match="this site's Slurm cannot run the plan's containers"):
+    with pytest.raises(SlurmError, match="this site's Slurm cannot run the plan"):
         refuse_unsupported(plan, (22, 5))
     refuse_unsupported(plan, (24, 11))
     # apptainer and pyxis run on any supported Slurm

@@ -360,3 +360,70 @@ def test_the_driver_steps_warning_names_its_components_own_job_id(tmp_path: Path
     assert res.returncode == 0, res.stderr
     assert (fake / "events.txt").read_text() == f"scancel --signal=TERM {target}\n"
     assert f"SIGTERM sent to the driver (step {target}) only (scancel exit 0)" in res.stderr
+
+
+FABRIC = """
+name: fabric
+cluster:
+  node_groups:
+    - {label: gb200, partition: gb200, nodes: 4, gpus_per_node: 4, gpu_type: gb200, topology: {block: 2}}
+  component_placement:
+    trainer: "0-15"
+    engine: "0-15"
+components:
+  trainer: {command: ["true"], tensor_parallel_size: 8}
+  engine: {command: ["true"], tensor_parallel_size: 8}
+"""
+
+
+def test_a_group_with_a_topology_numbers_its_nodes_by_block(tmp_path: Path) -> None:
+    """The site's blocks interleave with the names (rack1 = node-a,c; rack2 = node-b,d): the job numbers its
+    nodes a, c, b, d (hp_fabric), every step names its nodes in that order, and a failing task srun names in
+    its own (sorted) numbering is traced to the plan's rank: srun's task 5 is node-b's second task, rank 9."""
+    config = tmp_path / "fabric.yaml"
+    config.write_text(FABRIC)
+    rendered = render_run(plan_from_file(config), tmp_path / "run")
+    topology = "BlockName=rack1 BlockIndex=0 Nodes=node-a,node-c BlockSize=2\\nBlockName=rack2 BlockIndex=1 Nodes=node-b,node-d BlockSize=2"
+    res, calls, _ = run_script(
+        rendered.run_dir,
+        tmp_path,
+        SLURM_JOB_NODELIST="node-a,node-b,node-c,node-d",
+        SLURM_JOB_NODELIST_HET_GROUP_0="",
+        SLURM_JOB_PARTITION="gb200",
+        FAKE_PARTITION_TOPOLOGY="nvblock",
+        FAKE_TOPOLOGY=topology,
+        FAKE_FAIL="trainer",
+        FAKE_FAIL_AT="node-b: task 5",
+    )
+    logs = rendered.run_dir / "logs"
+    assert (logs / "nodes.txt").read_text() == "0 0 node-a\n0 1 node-c\n0 2 node-b\n0 3 node-d\n"
+    assert (logs / "fabric.txt").read_text().splitlines() == [
+        "0 0 node-a rack1",
+        "0 1 node-c rack1",
+        "0 2 node-b rack2",
+        "0 3 node-d rack2",
+    ]
+    steps = {
+        c["argv"][c["argv"].index("--component") + 1]: c["argv"] for c in _steps(calls) if "--component" in c["argv"]
+    }
+    assert "--nodelist=node-a,node-c,node-b,node-d" in steps["trainer"]
+    assert not any(a.startswith("--relative") for a in steps["trainer"])
+    assert res.returncode == 7, res.stderr
+    assert "component 'trainer' rank 9 on node-b: Exited with exit code 7" in res.stderr, res.stderr
+
+
+def test_a_site_without_the_topology_keeps_slurms_order_and_says_so(tmp_path: Path) -> None:
+    config = tmp_path / "fabric.yaml"
+    config.write_text(FABRIC)
+    rendered = render_run(plan_from_file(config), tmp_path / "run")
+    res, calls, _ = run_script(
+        rendered.run_dir, tmp_path, SLURM_JOB_NODELIST="node-a,node-b,node-c,node-d", SLURM_JOB_NODELIST_HET_GROUP_0=""
+    )
+    assert res.returncode == 0, res.stderr
+    assert (
+        "het group 0: the site reports no block topology (scontrol show topology): its nodes keep Slurm's order"
+        in res.stderr
+    )
+    assert (rendered.run_dir / "logs" / "nodes.txt").read_text() == "0 0 node-a\n0 1 node-b\n0 2 node-c\n0 3 node-d\n"
+    trainer = next(c["argv"] for c in _steps(calls) if "trainer" in c["argv"])
+    assert "--nodelist=node-a,node-b,node-c,node-d" in trainer

@@ -143,3 +143,32 @@ def test_memory_and_rules_prune() -> None:
     apart = Problem(problem.groups, problem.chain, 8, 25.0, 12.5, Rules(all_or_apart=("env", "rollout", "actor")))
     assert evaluate(apart, [(("env", "rollout"), "a800", 8), (("actor",), "a800", 8)]) is None
     assert evaluate(apart, [(("env",), "cpu", 2), (("rollout",), "a800", 8), (("actor",), "a800", 8)]) is not None
+
+
+def _fabric_problem(*groups: Group) -> Problem:
+    """One component of tensor-parallel size 8 (its unit) in one-GPU processes, fast on gb200, slow on h100."""
+    curves = {"gb200": Curve(((8, 10.0), (16, 6.0)), 0.9), "h100": Curve(((8, 30.0), (16, 18.0)), 0.9)}
+    chain = (Component("trainer", 8, ComponentProfile("trainer", curves), per_process=1),)
+    return Problem(groups, chain, 1, 25.0, 12.5)
+
+
+def test_a_placement_whose_groups_cross_blocks_never_wins_over_one_that_keeps_them() -> None:
+    # gb200: blocks of 3 nodes x 4 GPUs = 12 GPUs, so groups of 8 straddle blocks; h100 is flat, 3x slower
+    gb200 = Group("gb200", "gpu", ("gb200",), 16, 4, 80.0, fabric_unit=12)
+    h100 = Group("h100", "gpu", ("h100",), 16, 8, 80.0)
+    (best, *_) = search(_fabric_problem(gb200, h100), top=3)
+    assert best.describe() == "trainer@h100:16" and best.warnings == ()
+    # without the fabric the faster gb200 wins; with blocks of 2 nodes (8 GPUs) the groups fit and it wins again
+    assert (
+        search(_fabric_problem(Group("gb200", "gpu", ("gb200",), 16, 4, 80.0), h100))[0].describe()
+        == "trainer@gb200:16"
+    )
+    fits = Group("gb200", "gpu", ("gb200",), 16, 4, 80.0, fabric_unit=8)
+    assert search(_fabric_problem(fits, h100))[0].describe() == "trainer@gb200:16"
+
+
+def test_when_every_placement_crosses_the_best_is_proposed_with_a_warning() -> None:
+    gb200 = Group("gb200", "gpu", ("gb200",), 16, 4, 80.0, fabric_unit=12)
+    (best, *_) = search(_fabric_problem(gb200), top=3)
+    assert best.describe() == "trainer@gb200:16"
+    assert any("no placement keeps every model-parallel group inside one block" in w for w in best.warnings)

@@ -16,6 +16,7 @@ from hpcplace.config.spec import (
     parse_memory_mb,
     slurm_options,
 )
+from hpcplace.config.topology import Topology, parse_topology
 from hpcplace.config.yaml_source import View
 
 
@@ -43,6 +44,7 @@ SLURM_GROUP_KEYS = {
     "qos",
     "hardware_gres",
     "network",
+    "topology",
 }
 
 
@@ -60,6 +62,7 @@ class SlurmFacts:
     qos: str | None
     hardware_gres: str | None = None  # the site's GRES name for the group's hardware (default: its type)
     network: Network | None = None  # the interface for collectives and Ray (hpcplace.config.network)
+    topology: Topology | None = None  # blocks or leaf switches (hpcplace.config.topology)
 
 
 def slurm_facts(view: View | None, label: str | None = None, base: SlurmFacts | None = None) -> SlurmFacts:
@@ -106,6 +109,7 @@ def slurm_facts(view: View | None, label: str | None = None, base: SlurmFacts | 
         opt_str("qos", facts.qos),
         opt_str("hardware_gres", facts.hardware_gres),
         parse_network(c) if (c := given("network")) is not None else facts.network,
+        parse_topology(c) if (c := given("topology")) is not None else facts.topology,
     )
 
 
@@ -124,6 +128,7 @@ def facts_node_group(label: str, facts: SlurmFacts, nodes: int, gpus_per_node: i
         account=facts.account,
         qos=facts.qos,
         network=facts.network,
+        topology=facts.topology,
         location=where.location(),
     )
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from hpcplace.config.formats.nemo_rl_layout import layout as algorithm_layout
 from hpcplace.config.framework_version import PlannedVersion, resolve_version
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, build_cluster
 from hpcplace.config.steer import SteerRule
+from hpcplace.config.topology import TREE
 from hpcplace.config.yaml_source import (
     KEY,
     PathKey,
@@ -497,6 +499,46 @@ def _pool_groups(slurm: View | None, layout: Layout) -> dict[str, str]:
     return out
 
 
+def _with_segment_size(group: NodeGroup, cluster_view: View | None, notes: list[str]) -> NodeGroup:
+    """NeMo-RL's `cluster.segment_size` (nodes per NVLink-domain segment of its training nodes): the segment the
+    training group's block topology asks Slurm for. NeMo-RL selects its nodes by the raylets' nvlink_domain_*
+    resources, which hpcplace registers only where a node group states a block topology."""
+    view = cluster_view.get("segment_size") if cluster_view is not None else None
+    if view is None or view.value is None:
+        return group
+    size = view.int(minimum=1)
+    topology = group.topology
+    if topology is None:
+        notes.append(
+            f"cluster.segment_size {size}: node group {group.label!r} states no topology, so the job asks Slurm for no "
+            "segments and its raylets carry no nvlink_domain_* resource: NeMo-RL falls back to unordered allocation "
+            "(give slurm.topology: {block: NODES} or topology: site)"
+        )
+        return group
+    if topology.kind == TREE:
+        raise view.error(
+            f"cluster.segment_size {size} needs a block topology; node group {group.label!r} states a tree",
+            hint="give slurm.topology: {block: NODES}, or set cluster.segment_size: null",
+        )
+    if topology.segment is not None and topology.segment != size:
+        raise view.error(
+            f"cluster.segment_size {size} and node group {group.label!r}'s topology segment {topology.segment} differ",
+            hint="NeMo-RL's docs: set both to the same value (or leave the topology's segment out)",
+        )
+    if group.num_nodes % size:
+        raise view.error(
+            f"cluster.segment_size {size} does not divide the {group.num_nodes} training nodes "
+            "(NeMo-RL raises ResourceInsufficientError)",
+            hint=f"give a segment size that divides {group.num_nodes}",
+        )
+    if topology.size is not None and size > topology.size:
+        raise view.error(
+            f"cluster.segment_size {size} is larger than a block of node group {group.label!r} ({topology.size} nodes)",
+            hint=f"give a segment size of at most {topology.size}",
+        )
+    return replace(group, topology=replace(topology, segment=size, segment_location=view.location()))
+
+
 def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus | None) -> ExperimentSpec:
     """The spec of a NeMo-RL command (formats/command.py's contract)."""
     script, name = _entry(command)
@@ -530,6 +572,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         for j, n in enumerate(members):
             node_index[n] = (label, j)
         groups.append(facts_node_group(label, facts, len(members), layout.gpus_per_node, layout.gpn_view))
+    groups[0] = _with_segment_size(groups[0], root.get("cluster"), notes)
     cluster = build_cluster(tuple(groups), layout.gpn_view)
     entries: list[PlacementEntry] = []
     settings: dict[str, ComponentSpec] = {}

@@ -432,6 +432,7 @@ def _group(
         account=facts.account,
         qos=facts.qos,
         network=facts.network,
+        topology=facts.topology,
         hardware=hardware,
         ignore_hardware=ignore,
         location=view.location(),

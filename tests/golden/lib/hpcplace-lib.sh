@@ -29,12 +29,22 @@ hp_rank_at() {
 }
 
 # hp_rank_of INDEX HOST TASK: the rank of srun's `HOST: task TASK` in step INDEX. In a het step srun
-# numbers the tasks of each het group from 0, so the host's group (logs/nodes.txt) picks the ranks.
+# numbers the tasks of each het group from 0, so the host's group (logs/nodes.txt) picks the ranks. A group
+# ordered by its fabric (`G:RANKS:FIRST_NODE:TASKS_PER_NODE`): srun numbers its tasks in Slurm's node order,
+# the ranks follow the plan's, so the host's place in the plan (logs/nodes.txt) and the task's place on it.
 hp_rank_of() {
-    local g seg IFS=' '
-    g=$(awk -v h="$2" '$3 == h { print $1; exit }' logs/nodes.txt 2>/dev/null)
+    local g j seg rest first tpn IFS=' '
+    read -r g j < <(awk -v h="$2" '$3 == h { print $1, $2; exit }' logs/nodes.txt 2>/dev/null)
     for seg in ${hp_step_segs[$1]}; do
-        [[ -n $g && ${seg%%:*} == "$g" ]] && { hp_rank_at "${seg#*:}" "$3"; return 0; }
+        [[ -n $g && ${seg%%:*} == "$g" ]] || continue
+        rest=${seg#*:}
+        if [[ $rest == *:*:* ]]; then
+            tpn=${rest##*:} rest=${rest%:*} first=${rest##*:} rest=${rest%:*}
+            hp_rank_at "$rest" $(((j - first) * tpn + $3 % tpn))
+        else
+            hp_rank_at "$rest" "$3"
+        fi
+        return 0
     done
     hp_rank_at "${hp_step_ranks[$1]}" "$3"
 }
@@ -329,6 +339,7 @@ hp_begin() {
             [[ -f $f && $f != logs/batch-* ]] && mv -f -- "$f" "$prev/"
         done
     fi
+    rm -f logs/fabric.txt  # a chain link's: hp_fabric writes it again
     if (($1 > 0)); then
         for ((g = 0; g < $1; g++)); do
             var=SLURM_JOB_NODELIST_HET_GROUP_$g
@@ -337,6 +348,57 @@ hp_begin() {
     else
         scontrol show hostnames "$SLURM_JOB_NODELIST" | awk '{ print 0, NR - 1, $0 }'
     fi >logs/nodes.txt
+}
+
+# hp_fabric G KIND: number het group G's nodes by the site's fabric, as `scontrol show topology` lists the
+# topology of G's partition (Slurm 25.05+: the partition's Topology=, else the cluster's; KIND block: its blocks,
+# tree: its leaf switches): the nodes of one block after one
+# another, blocks in the order Slurm lists their first node, Slurm's order inside one. The plan's consecutive
+# nodes are then block-mates (--segment gives each block whole segments). Rewrites G's lines of
+# logs/nodes.txt, adds them with their block to logs/fabric.txt (`G J HOST UNIT`; `-`: the site names none),
+# and exports HPCPLACE_NODE_ORDER_G, the node list the tasks of G find themselves in (runtime/slurm_env.py),
+# and HPCPLACE_NODE_UNITS_G, each one's block or switch (Ray's nvlink_domain_<block> resources).
+hp_fabric() {
+    local g=$1 kind=$2 var=SLURM_JOB_NODELIST_HET_GROUP_$1 part=SLURM_JOB_PARTITION_HET_GROUP_$1 topo units name list
+    [[ -n ${!var-} ]] || var=SLURM_JOB_NODELIST part=SLURM_JOB_PARTITION
+    topo=$(scontrol -o show partition "${!part-}" 2>/dev/null | tr ' ' '\n' | awk -F= '$1 == "Topology" { print $2; exit }')
+    units=$(scontrol show topology ${topo:+"$topo"} 2>/dev/null | awk -v kind="$kind" '{
+        name = ""; nodes = ""; upper = 0
+        for (i = 1; i <= NF; i++) {
+            eq = index($i, "="); key = substr($i, 1, eq - 1); value = substr($i, eq + 1)
+            if (key == (kind == "block" ? "BlockName" : "SwitchName")) name = value
+            else if (key == "Nodes") nodes = value
+            else if (key == "Level" && value != "0") upper = 1
+        }
+        if (name != "" && nodes != "" && !upper) print name, nodes
+    }')
+    [[ -n $units ]] || hp_log "het group $g: the site reports no $kind topology (scontrol show topology${topo:+ $topo}): its nodes keep Slurm's order"
+    mapfile -t "hp_order_$g" < <(
+        {
+            while read -r name list; do
+                [[ -n $name ]] && scontrol show hostnames "$list" | awk -v u="$name" '{ print u, $0 }'
+            done <<<"$units"
+            echo @@  # then the group's hosts, in Slurm's order
+            scontrol show hostnames "${!var}"
+        } | awk -v g="$g" '$0 == "@@" { hosts = 1; next }
+            !hosts { if (!($2 in unit)) unit[$2] = $1; next }
+            { u = ($1 in unit) ? unit[$1] : "-"; if (!(u in seen)) { seen[u] = 1; order[++k] = u }; members[u] = members[u] " " $1 }
+            END { j = 0; for (i = 1; i <= k; i++) { n = split(members[order[i]], m, " "); for (x = 1; x <= n; x++) print g, j++, m[x], order[i] } }' \
+            | tee -a logs/fabric.txt | awk '{ print $3 }')
+    local -n hp_order_ref="hp_order_$g"
+    local units_in_order
+    units_in_order=$(awk -v g="$g" '$1 == g { printf "%s%s", (n++ ? "," : ""), $4 }' logs/fabric.txt)
+    { awk -v g="$g" '$1 != g' logs/nodes.txt; for j in "${!hp_order_ref[@]}"; do echo "$g $j ${hp_order_ref[j]}"; done; } \
+        | sort -s -k1,1n -k2,2n >logs/nodes.txt.new && mv -f logs/nodes.txt.new logs/nodes.txt
+    local IFS=,
+    export "HPCPLACE_NODE_ORDER_$g=${hp_order_ref[*]}" "HPCPLACE_NODE_UNITS_$g=$units_in_order"
+}
+
+# hp_nodes G FIRST COUNT: nodes FIRST.. of het group G in the plan's order (hp_fabric), comma-separated.
+hp_nodes() {
+    local -n hp_order_ref="hp_order_$1"
+    local IFS=,
+    echo "${hp_order_ref[*]:$2:$3}"
 }
 
 # hp_preflight_report SRUN_EXIT: after the preflight step (`hpcplace-run --preflight`, one task per
