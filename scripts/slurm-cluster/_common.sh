@@ -134,10 +134,11 @@ HPCP_NODE_SHM_SIZE="${HPCPLACE_SLURM_NODE_SHM:-2g}"
 HPCP_NODE_TMP_SIZE="${HPCPLACE_SLURM_NODE_TMP:-2g}"
 
 # Nodes, in a fixed order: the index gives the IP (.11, .12, ...) and the host-side veth name.
-HPCP_NODES=(a800-1 a800-2 rtx4090-1 cpu-1 robot-1)
-# Each node's last address octet, in HPCP_NODES order: HPCPLACE_SLURM_NODE_OCTETS="12 11 13 14 15" gives a800-1 a
+# nvl-1..4: four 4-GPU nodes in two NVLink "racks" (blocks) and two leaf switches on Slurm 25.05+ (topology.yaml).
+HPCP_NODES=(a800-1 a800-2 rtx4090-1 cpu-1 robot-1 nvl-1 nvl-2 nvl-3 nvl-4)
+# Each node's last address octet, in HPCP_NODES order: HPCPLACE_SLURM_NODE_OCTETS="12 11 13 ..." gives a800-1 a
 # higher address than a800-2, a site whose addresses do not sort like its host names (verl's and slime's IP order).
-read -r -a HPCP_NODE_OCTETS <<<"${HPCPLACE_SLURM_NODE_OCTETS:-11 12 13 14 15}"
+read -r -a HPCP_NODE_OCTETS <<<"${HPCPLACE_SLURM_NODE_OCTETS:-11 12 13 14 15 16 17 18 19}"
 if [[ ${#HPCP_NODE_OCTETS[@]} -ne ${#HPCP_NODES[@]} ]]; then
     echo "HPCPLACE_SLURM_NODE_OCTETS must hold ${#HPCP_NODES[@]} numbers (one per node: ${HPCP_NODES[*]})" >&2
     exit 2

@@ -341,6 +341,7 @@ make_gpus() { # NODE COUNT
 make_gpus a800-1 8
 make_gpus a800-2 8
 make_gpus rtx4090-1 4
+for node in nvl-1 nvl-2 nvl-3 nvl-4; do make_gpus "$node" 4; done
 
 # ---------------------------------------------------------------- configuration
 # What differs between the releases' slurm.conf: 23.11 renamed CryptoType to CredType (crypto/munge ->
@@ -351,6 +352,11 @@ version_settings() {
     else
         printf '%s\n' "CredType=cred/munge" "PluginDir=$root/usr/lib/x86_64-linux-gnu/slurm-wlm"
     fi
+}
+topologies() { # Slurm 25.05 or newer: one topology per partition (topology.yaml)
+    local major=${slurm_version%%.*} minor=${slurm_version#*.}
+    minor=${minor%%.*}
+    ((10#$major > 25 || (10#$major == 25 && 10#$minor >= 5)))
 }
 cgroup_settings() {
     # The test machine mounts cgroup v1 (and an empty unified hierarchy): say which, never autodetect.
@@ -406,12 +412,45 @@ NodeName=a800-2 NodeAddr=$(hpcp_node_ip 1) NodeHostname=a800-2 CPUs=16 RealMemor
 NodeName=rtx4090-1 NodeAddr=$(hpcp_node_ip 2) NodeHostname=rtx4090-1 CPUs=8 RealMemory=32000 Gres=gpu:rtx4090:4 State=UNKNOWN
 NodeName=cpu-1 NodeAddr=$(hpcp_node_ip 3) NodeHostname=cpu-1 CPUs=8 RealMemory=32000 State=UNKNOWN
 NodeName=robot-1 NodeAddr=$(hpcp_node_ip 4) NodeHostname=robot-1 CPUs=8 RealMemory=32000 Gres=robot:4 State=UNKNOWN
+$(for k in 1 2 3 4; do echo "NodeName=nvl-$k NodeAddr=$(hpcp_node_ip $((4 + k))) NodeHostname=nvl-$k CPUs=4 RealMemory=8000 Gres=gpu:gb200:4 State=UNKNOWN"; done)
 
 PartitionName=a800 Nodes=a800-[1-2] MaxTime=INFINITE State=UP
 PartitionName=rtx4090 Nodes=rtx4090-1 MaxTime=INFINITE State=UP
 PartitionName=cpu Nodes=cpu-1 Default=YES MaxTime=INFINITE State=UP
 PartitionName=robot Nodes=robot-1 MaxTime=INFINITE State=UP
+PartitionName=nvl Nodes=nvl-[1-4] MaxTime=INFINITE State=UP$(topologies && echo " Topology=nvblock")
+PartitionName=nvtree Nodes=nvl-[1-4] MaxTime=INFINITE State=UP$(topologies && echo " Topology=nvtree")
 EOF
+
+# The fabric of nvl-1..4 (Slurm 25.05+: one topology per partition, topology.yaml): partition nvl sees two
+# NVLink blocks of two nodes that interleave with the names (rack1 = nvl-1,3; rack2 = nvl-2,4), so Slurm's
+# node order is not the blocks' (the job must order them itself); partition nvtree two leaf switches under a
+# spine (leaf1 = nvl-1,4; leaf2 = nvl-2,3). Every other partition is flat.
+rm -f "$etc/topology.yaml"
+if topologies; then
+    cat >"$etc/topology.yaml" <<EOF
+- topology: flat
+  cluster_default: true
+  flat: true
+- topology: nvblock
+  block:
+    block_sizes: [2]
+    blocks:
+      - block: rack1
+        nodes: nvl-[1,3]
+      - block: rack2
+        nodes: nvl-[2,4]
+- topology: nvtree
+  tree:
+    switches:
+      - switch: leaf1
+        nodes: nvl-[1,4]
+      - switch: leaf2
+        nodes: nvl-[2-3]
+      - switch: spine
+        children: leaf[1-2]
+EOF
+fi
 
 cat >"$etc/gres.conf" <<EOF
 AutoDetect=off
@@ -419,6 +458,7 @@ NodeName=a800-1 Name=gpu Type=a800 File=$DIR/dev/a800-1/nvidia[0-7]
 NodeName=a800-2 Name=gpu Type=a800 File=$DIR/dev/a800-2/nvidia[0-7]
 NodeName=rtx4090-1 Name=gpu Type=rtx4090 File=$DIR/dev/rtx4090-1/nvidia[0-3]
 NodeName=robot-1 Name=robot Count=4
+$(for k in 1 2 3 4; do echo "NodeName=nvl-$k Name=gpu Type=gb200 File=$DIR/dev/nvl-$k/nvidia[0-3]"; done)
 EOF
 
 cat >"$etc/cgroup.conf" <<EOF
@@ -635,7 +675,7 @@ health_one() { # PARTITION
         sleep 0.5
     done
 }
-partitions=(a800 rtx4090 cpu robot)
+partitions=(a800 rtx4090 cpu robot nvl)
 check_pids=()
 for p in "${partitions[@]}"; do
     health_one "$p" &

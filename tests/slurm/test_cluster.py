@@ -143,7 +143,7 @@ def test_example_runs_exactly_as_planned(lab: LiveCluster, config: Path, tmp_pat
     plan = plan_from_file(config)
     report = _fits(plan)
     if not report.ok:
-        # the plan asks for hardware this 5-node cluster lacks: the check must say which node group,
+        # the plan asks for hardware this test cluster lacks: the check must say which node group,
         # and `hpcplace submit` (validating) refuses it before sbatch
         assert all("node group" in p for p in report.problems), report.problems
         (tmp_path / "cfg").mkdir()
