@@ -155,7 +155,7 @@ def check_topology(topology: Topology, num_nodes: int, where: str) -> None:
     if topology.kind == SITE:
         return
     location = topology.segment_location or topology.location
-    if topology.kind not in (BLOCK, TREE) or not topology.size or topology.size < 1:
+    if topology.kind not in (BLOCK, TREE) or not topology.size:
         raise SpecError(f"{where}: topology {topology.to_json()} is not a block or tree topology", location=location)
     seg = topology.segment
     if seg is not None and seg > topology.size:

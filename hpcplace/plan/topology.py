@@ -5,7 +5,7 @@ across NVL72 racks or leaf switches it pays InfiniBand or the spine instead of N
 pipeline-parallel traffic (once per step, point to point) is not checked. The plan's nodes of a group
 are cut into units of consecutive nodes: a block topology's unit is the segment the job asks for
 (`--segment`, or the whole group when it fits one block), a tree's is a leaf switch's nodes; the job
-orders its nodes by block or switch at start (hp_begin), so one unit of the plan is one unit of Slurm's.
+orders its nodes by block or switch at start (hp_fabric), so one unit of the plan is one unit of Slurm's.
 """
 
 from __future__ import annotations

@@ -38,9 +38,6 @@ class SiteFabric:
     kind: str | None
     units: tuple[Unit, ...]
 
-    def unit_of(self, node: str) -> str | None:
-        return next((u.name for u in self.units if node in u.nodes), None)
-
 
 def parse_fabric(text: str, name: str | None = None) -> SiteFabric:
     """`scontrol show topology` output -> SiteFabric (base blocks or leaf switches only)."""

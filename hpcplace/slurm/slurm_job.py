@@ -93,6 +93,7 @@ class HetComponent:
     # "block" / "tree": the job orders the component's nodes by block or leaf switch at start (hp_fabric), so
     # its steps name their nodes (`--nodelist`, hp_nodes) instead of counting from Slurm's first (`--relative`)
     fabric: str | None = None
+    fabric_unit: int = 0  # the plan's consecutive nodes per block, segment or switch (hpcplace.plan.topology)
 
     @property
     def gres_arg(self) -> str:
@@ -512,6 +513,7 @@ def _het_component(
         node_ranks=ranks,
         hardware_gres=hardware_gres,
         fabric=group.topology.kind if group.topology is not None else None,
+        fabric_unit=group.topology.unit_nodes(group.num_nodes) if group.topology is not None else 0,
     )
 
 

@@ -168,7 +168,7 @@ def test_the_job_asks_slurm_for_segments_and_orders_its_nodes_by_block(yml: Yaml
     assert main(["render", str(path), "-o", str(tmp_path / "run")]) == 0
     script = (tmp_path / "run" / "job.sbatch").read_text()
     assert "#SBATCH --segment=2\n" in script
-    assert "\nhp_fabric 0 block  # node group gb200" in script
+    assert "\nhp_fabric 0 block 2  # node group gb200" in script
     assert '--nodes=8 --nodelist="$(hp_nodes 0 0 8)" --ntasks=32' in script
     assert "--relative=" not in script
     tree = native(yml, nodes=6, topology="{switch: 4}", last=23)

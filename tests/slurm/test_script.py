@@ -427,3 +427,27 @@ def test_a_site_without_the_topology_keeps_slurms_order_and_says_so(tmp_path: Pa
     assert (rendered.run_dir / "logs" / "nodes.txt").read_text() == "0 0 node-a\n0 1 node-b\n0 2 node-c\n0 3 node-d\n"
     trainer = next(c["argv"] for c in _steps(calls) if "trainer" in c["argv"])
     assert "--nodelist=node-a,node-b,node-c,node-d" in trainer
+
+
+def test_a_plan_segment_slurm_gave_from_two_blocks_is_said(tmp_path: Path) -> None:
+    """The site's blocks hold 1 and 3 of the job's nodes (no --segment could give that; a site whose blocks
+    changed could): the plan's segment of nodes 0-1 spans both blocks, and the job says so at start."""
+    config = tmp_path / "fabric.yaml"
+    config.write_text(FABRIC)
+    rendered = render_run(plan_from_file(config), tmp_path / "run")
+    topology = "BlockName=rack1 BlockIndex=0 Nodes=node-a BlockSize=2\\nBlockName=rack2 BlockIndex=1 Nodes=node-b,node-c,node-d BlockSize=2"
+    res, _, _ = run_script(
+        rendered.run_dir,
+        tmp_path,
+        SLURM_JOB_NODELIST="node-a,node-b,node-c,node-d",
+        SLURM_JOB_NODELIST_HET_GROUP_0="",
+        SLURM_JOB_PARTITION="gb200",
+        FAKE_PARTITION_TOPOLOGY="nvblock",
+        FAKE_TOPOLOGY=topology,
+    )
+    assert res.returncode == 0, res.stderr
+    assert (
+        "het group 0: plan nodes 0-1 lie in block units rack1 rack2 (Slurm gave no whole one): their model-parallel "
+        "groups cross the fabric"
+    ) in res.stderr
+    assert "plan nodes 2-3" not in res.stderr

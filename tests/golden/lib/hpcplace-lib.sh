@@ -350,16 +350,17 @@ hp_begin() {
     fi >logs/nodes.txt
 }
 
-# hp_fabric G KIND: number het group G's nodes by the site's fabric, as `scontrol show topology` lists the
-# topology of G's partition (Slurm 25.05+: the partition's Topology=, else the cluster's; KIND block: its blocks,
-# tree: its leaf switches): the nodes of one block after one
-# another, blocks in the order Slurm lists their first node, Slurm's order inside one. The plan's consecutive
-# nodes are then block-mates (--segment gives each block whole segments). Rewrites G's lines of
-# logs/nodes.txt, adds them with their block to logs/fabric.txt (`G J HOST UNIT`; `-`: the site names none),
-# and exports HPCPLACE_NODE_ORDER_G, the node list the tasks of G find themselves in (runtime/slurm_env.py),
-# and HPCPLACE_NODE_UNITS_G, each one's block or switch (Ray's nvlink_domain_<block> resources).
+# hp_fabric G KIND UNIT: number het group G's nodes by the site's fabric, as `scontrol show topology` lists
+# the topology of G's partition (Slurm 25.05+: the partition's Topology=, else the cluster's; KIND block: its
+# blocks, tree: its leaf switches): the nodes of one block after one another, blocks in the order Slurm lists
+# their first node, Slurm's order inside one. The plan's consecutive nodes are then block-mates (--segment gives
+# each block whole segments); every UNIT nodes of the plan (a segment, block or switch of the plan) that Slurm did
+# not give from one block are said (their groups cross the fabric). Rewrites G's lines of logs/nodes.txt, adds
+# them with their block to logs/fabric.txt (`G J HOST UNIT`; `-`: the site names none), and exports
+# HPCPLACE_NODE_ORDER_G, the node list the tasks of G find themselves in (runtime/slurm_env.py), and
+# HPCPLACE_NODE_UNITS_G, each one's block or switch (Ray's nvlink_domain_<block> resources).
 hp_fabric() {
-    local g=$1 kind=$2 var=SLURM_JOB_NODELIST_HET_GROUP_$1 part=SLURM_JOB_PARTITION_HET_GROUP_$1 topo units name list
+    local g=$1 kind=$2 per=$3 var=SLURM_JOB_NODELIST_HET_GROUP_$1 part=SLURM_JOB_PARTITION_HET_GROUP_$1 topo units name list
     [[ -n ${!var-} ]] || var=SLURM_JOB_NODELIST part=SLURM_JOB_PARTITION
     topo=$(scontrol -o show partition "${!part-}" 2>/dev/null | tr ' ' '\n' | awk -F= '$1 == "Topology" { print $2; exit }')
     units=$(scontrol show topology ${topo:+"$topo"} 2>/dev/null | awk -v kind="$kind" '{
@@ -386,8 +387,15 @@ hp_fabric() {
             END { j = 0; for (i = 1; i <= k; i++) { n = split(members[order[i]], m, " "); for (x = 1; x <= n; x++) print g, j++, m[x], order[i] } }' \
             | tee -a logs/fabric.txt | awk '{ print $3 }')
     local -n hp_order_ref="hp_order_$g"
-    local units_in_order
+    local units_in_order line
     units_in_order=$(awk -v g="$g" '$1 == g { printf "%s%s", (n++ ? "," : ""), $4 }' logs/fabric.txt)
+    [[ -z $units ]] || awk -v g="$g" -v per="$per" '$1 == g {
+            k = int($2 / per); if (!(k in first)) { first[k] = $2; blocks[k] = $4 } else if (index(" " blocks[k] " ", " " $4 " ") == 0) blocks[k] = blocks[k] " " $4
+            last[k] = $2 }
+        END { for (k in blocks) if (index(blocks[k], " ")) printf "%d-%d %s\n", first[k], last[k], blocks[k] }' logs/fabric.txt |
+        sort -n | while read -r line; do
+            hp_log "het group $g: plan nodes ${line%% *} lie in $kind units ${line#* } (Slurm gave no whole one): their model-parallel groups cross the fabric"
+        done
     { awk -v g="$g" '$1 != g' logs/nodes.txt; for j in "${!hp_order_ref[@]}"; do echo "$g $j ${hp_order_ref[j]}"; done; } \
         | sort -s -k1,1n -k2,2n >logs/nodes.txt.new && mv -f logs/nodes.txt.new logs/nodes.txt
     local IFS=,
