@@ -109,7 +109,8 @@ def run_tune(args: argparse.Namespace) -> int:
     setup = build_setup(spec, plan_from_spec(spec), parse_profile(args.profile), args.objective)
     problem = setup.problem
     want = max(args.top, args.submit_top or 0)
-    found = search(problem, top=want + 3, progress=_Progress())  # spares for proposals the planner refuses
+    # spares for proposals the planner refuses
+    found = search(problem, top=want + 3, progress=_Progress(), strict_fabric=args.strict_topology)
     try:
         text = Path(args.config).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -418,11 +418,14 @@ CROSSING = (
 )
 
 
-def search(problem: Problem, top: int = 5, progress: Callable[[int, int], None] | None = None) -> list[Candidate]:
+def search(
+    problem: Problem, top: int = 5, progress: Callable[[int, int], None] | None = None, *, strict_fabric: bool = False
+) -> list[Candidate]:
     """The best placement of each of the `top` best structures, best first. Where node groups have a topology,
-    only placements whose model-parallel groups stay inside blocks compete; the others only when none does."""
+    only placements whose model-parallel groups stay inside blocks compete; the others only when none does
+    (never with `strict_fabric`: `tune --strict-topology`)."""
     found = _search(problem, top, progress)
-    if found or not any(g.fabric_unit for g in problem.groups):
+    if found or strict_fabric or not any(g.fabric_unit for g in problem.groups):
         return found
     flat = replace(problem, groups=tuple(replace(g, fabric_unit=None) for g in problem.groups))
     return [replace(c, warnings=(*c.warnings, CROSSING)) for c in _search(flat, top, progress)]

@@ -172,3 +172,4 @@ def test_when_every_placement_crosses_the_best_is_proposed_with_a_warning() -> N
     (best, *_) = search(_fabric_problem(gb200), top=3)
     assert best.describe() == "trainer@gb200:16"
     assert any("no placement keeps every model-parallel group inside one block" in w for w in best.warnings)
+    assert search(_fabric_problem(gb200), top=3, strict_fabric=True) == []  # tune --strict-topology
