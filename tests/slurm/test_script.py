@@ -376,6 +376,17 @@ components:
 """
 
 
+def fabric_env(topology: str) -> dict[str, str]:
+    """A one-component job on node-a..d whose partition's topology `nvblock` has these blocks (fake scontrol)."""
+    return {
+        "SLURM_JOB_NODELIST": "node-a,node-b,node-c,node-d",
+        "SLURM_JOB_NODELIST_HET_GROUP_0": "",
+        "SLURM_JOB_PARTITION": "gb200",
+        "FAKE_PARTITION_TOPOLOGY": "nvblock",
+        "FAKE_TOPOLOGY": topology,
+    }
+
+
 def test_a_group_with_a_topology_numbers_its_nodes_by_block(tmp_path: Path) -> None:
     """The site's blocks interleave with the names (rack1 = node-a,c; rack2 = node-b,d): the job numbers its
     nodes a, c, b, d (hp_fabric), every step names its nodes in that order, and a failing task srun names in
@@ -387,11 +398,7 @@ def test_a_group_with_a_topology_numbers_its_nodes_by_block(tmp_path: Path) -> N
     res, calls, _ = run_script(
         rendered.run_dir,
         tmp_path,
-        SLURM_JOB_NODELIST="node-a,node-b,node-c,node-d",
-        SLURM_JOB_NODELIST_HET_GROUP_0="",
-        SLURM_JOB_PARTITION="gb200",
-        FAKE_PARTITION_TOPOLOGY="nvblock",
-        FAKE_TOPOLOGY=topology,
+        **fabric_env(topology),
         FAKE_FAIL="trainer",
         FAKE_FAIL_AT="node-b: task 5",
     )
@@ -439,11 +446,7 @@ def test_a_plan_segment_slurm_gave_from_two_blocks_is_said(tmp_path: Path) -> No
     res, _, _ = run_script(
         rendered.run_dir,
         tmp_path,
-        SLURM_JOB_NODELIST="node-a,node-b,node-c,node-d",
-        SLURM_JOB_NODELIST_HET_GROUP_0="",
-        SLURM_JOB_PARTITION="gb200",
-        FAKE_PARTITION_TOPOLOGY="nvblock",
-        FAKE_TOPOLOGY=topology,
+        **fabric_env(topology),
     )
     assert res.returncode == 0, res.stderr
     assert (
