@@ -4,14 +4,15 @@
 # (HPCPLACE_SLURM_RELEASES changes the list, e.g. "bookworm trixie sid"). This is README's second command
 # and what CI (.ci/run) runs.
 #
-# Two lanes run side by side (the real-Slurm tier mostly waits on Slurm, Ray and its jobs):
-#   checks: lint and types, the docs, then the CPU tiers (pytest -m "not slurm"), at a lower CPU priority
-#           (nice), so the Slurm lane's jobs get the CPU when they need it;
-#   slurm:  the real-Slurm tier (pytest -m slurm) on each release in turn, one test cluster at a time; a
-#           framework's own placement code (marker framework_driver) and release-independent bookkeeping
-#           (marker one_release) on the first release only, and the
-#           tests that run in both ConstrainDevices modes (fixture `lab`) in ConstrainDevices=yes only on the
-#           later ones (HPCPLACE_LAB_MODES).
+# The lanes run side by side (the real-Slurm tier mostly waits on Slurm, Ray and its jobs):
+#   checks:  lint and types, the docs, then the CPU tiers (pytest -m "not slurm"), at a lower CPU priority
+#            (nice), so the Slurm lanes' jobs get the CPU when they need it;
+#   slurm-N: the real-Slurm tier (pytest -m slurm) on release N, on a test cluster of its own
+#            (HPCPLACE_SLURM_INSTANCE=N: its own state dir, networks, ports and job ids), all releases at
+#            once; a framework's own placement code (marker framework_driver) and release-independent
+#            bookkeeping (marker one_release) on the first release only, and the tests that run in both
+#            ConstrainDevices modes (fixture `lab`) in ConstrainDevices=yes only on the later ones
+#            (HPCPLACE_LAB_MODES).
 # Each lane's pytest checks the test cluster for what its tests left (jobs, node-local files); after both
 # lanes this script checks the machine itself (/dev/shm, /tmp, processes: tests/leftovers.py). The last lines
 # give each part's time and exit code.
@@ -28,6 +29,11 @@ work=$(mktemp -d "${TMPDIR:-/var/tmp}/hpcplace-test-all.XXXXXX")  # logs, report
 trap 'rm -rf "$work"' EXIT
 
 read -r -a releases <<<"${HPCPLACE_SLURM_RELEASES:-bookworm sid}"
+if [ "${#releases[@]}" -gt 1 ] && [ -n "${HPCPLACE_SLURM_DIR:-}${HPCPLACE_SLURM_NET:-}${HPCPLACE_SLURM_FABNET:-}" ]; then
+  echo "test-all: HPCPLACE_SLURM_DIR, _NET and _FABNET name one test cluster's; ${#releases[@]} run at once here" \
+    "(each its own: scripts/slurm-cluster/_common.sh): unset them, or run one release (HPCPLACE_SLURM_RELEASES)" >&2
+  exit 2
+fi
 # The first release's Slurm installs (apt) while pip installs the project.
 first_install=""
 if [ "$(id -u)" = 0 ]; then
@@ -48,20 +54,11 @@ venv="$(cd "$venv" && pwd)"  # absolute: the test cluster shares it with its nod
 "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r tests/requirements-frameworks.txt
 
 slurm_ok=0
-later_installs=""
 if [ -n "$first_install" ]; then
   rc=0
   wait "$first_install" || rc=$?
   cat "$first_log"
   [ "$rc" = 0 ] || { echo "test-all: installing Slurm (${releases[0]}) failed" >&2; exit 1; }
-  # The other releases (a root filesystem each: a minute or two on a fresh machine) while the first one's
-  # tier runs.
-  if [ "${#releases[@]}" -gt 1 ]; then
-    later_log="$work/install-later.log"
-    (for release in "${releases[@]:1}"; do scripts/slurm-cluster/install.sh --slurm "$release" || exit 1; done) \
-      >"$later_log" 2>&1 &
-    later_installs=$!
-  fi
   slurm_ok=1
 elif [ "${CI:-}" = "true" ]; then
   echo "test-all: the real Slurm tier needs root and is required in CI" >&2
@@ -118,40 +115,53 @@ checks_lane() { # lint, docs, the CPU tiers; its summary lines go to $work/check
   return "$status"
 }
 
-echo "test-all: lane checks (lint, docs, pytest -m 'not slurm') runs beside lane slurm; its output: $work/checks.log"
+slurm_lane() { # INDEX RELEASE [ARGS...]: that release's real-Slurm tier on test cluster INDEX
+  local i=$1 release=$2 selection="slurm" lab_modes="no,yes" rc=0 version
+  shift 2
+  summary=()
+  export HPCPLACE_SLURM_INSTANCE="$i"
+  if [ "$i" -gt 0 ]; then
+    selection="slurm and not framework_driver and not one_release"
+    lab_modes="yes"  # the tests run in both ConstrainDevices modes: in the mode sites run (docs/testing.md)
+    # its Slurm installs now, while the other lanes run (a root filesystem: a minute or two on a fresh machine)
+    if ! scripts/slurm-cluster/install.sh --slurm "$release"; then
+      echo "test-all: installing Slurm ($release) failed" >&2
+      record "Slurm tier: $release" 0 1
+      printf '%s\n' "${summary[@]}" >"$work/slurm-$i.summary"
+      return 1
+    fi
+  fi
+  echo "test-all: Slurm test cluster $i: $release (pytest -m '$selection')"
+  HPCPLACE_SLURM="$release" HPCPLACE_LAB_MODES="$lab_modes" timed "Slurm tier: $release" \
+    pytest_run -m "$selection" "$@" || rc=$?
+  version=$(. "$root_dir/scripts/slurm-cluster/_common.sh" && cat "$HPCP_DIR/version" 2>/dev/null || echo '?')
+  summary[-1]="${summary[-1]}  (Slurm $version)"
+  scripts/slurm-cluster/down.sh >/dev/null 2>&1 || true
+  printf '%s\n' "${summary[@]}" >"$work/slurm-$i.summary"
+  # A selection with no real-Slurm test in it (`scripts/test-all.sh tests/planner`) ran nothing there.
+  [ "$rc" = 0 ] || [ "$rc" = 5 ]
+}
+
+echo "test-all: lane checks (lint, docs, pytest -m 'not slurm') runs beside the Slurm lanes; its output: $work/checks.log"
 checks_lane "$@" >"$work/checks.log" 2>&1 &
 checks_pid=$!
 
 status=0
+lane_pids=()
 if [ "$slurm_ok" = 1 ]; then
+  # The later releases' lanes in the background (their output: $work/slurm-N.log), the first one's here.
   for i in "${!releases[@]}"; do
-    release="${releases[$i]}"
-    selection="slurm"
-    lab_modes="no,yes"
-    if [ "$i" -gt 0 ]; then
-      selection="slurm and not framework_driver and not one_release"
-      lab_modes="yes"  # the tests run in both ConstrainDevices modes: in the mode sites run (docs/testing.md)
-      if [ -n "$later_installs" ]; then
-        rc=0
-        wait "$later_installs" || rc=$?
-        later_installs=""
-        cat "$later_log"
-        if [ "$rc" != 0 ]; then
-          echo "test-all: installing Slurm for ${releases[*]:1} failed" >&2
-          status=1
-          break
-        fi
-      fi
-    fi
-    echo "test-all: Slurm test cluster: $release (pytest -m '$selection')"
-    rc=0
-    HPCPLACE_SLURM="$release" HPCPLACE_LAB_MODES="$lab_modes" timed "Slurm tier: $release" \
-      pytest_run -m "$selection" "$@" || rc=$?
-    version=$(cat "${HPCPLACE_SLURM_DIR:-/tmp/hpcplace-slurm}/version" 2>/dev/null || echo '?')
-    summary[-1]="${summary[-1]}  (Slurm $version)"
-    scripts/slurm-cluster/down.sh >/dev/null 2>&1 || true
-    # A selection with no real-Slurm test in it (`scripts/test-all.sh tests/planner`) ran nothing there.
-    [ "$rc" = 0 ] || [ "$rc" = 5 ] || status=$rc
+    [ "$i" -gt 0 ] || continue
+    echo "test-all: lane slurm-$i (${releases[$i]}) runs beside it; its output: $work/slurm-$i.log"
+    slurm_lane "$i" "${releases[$i]}" "$@" >"$work/slurm-$i.log" 2>&1 &
+    lane_pids+=("$!")
+  done
+  (slurm_lane 0 "${releases[0]}" "$@") || status=1
+  for k in "${!lane_pids[@]}"; do
+    i=$((k + 1))
+    wait "${lane_pids[$k]}" || status=1
+    echo "test-all: lane slurm-$i (${releases[$i]}):"
+    cat "$work/slurm-$i.log"
   done
 fi
 
@@ -161,14 +171,19 @@ echo "test-all: lane checks:"
 cat "$work/checks.log"
 [ "$checks_rc" = 0 ] || status=1
 mapfile -t checks_summary <"$work/checks.summary" || true
+slurm_summary=()
+for i in "${!releases[@]}"; do
+  [ "$slurm_ok" = 1 ] && [ -r "$work/slurm-$i.summary" ] || continue
+  mapfile -t -O "${#slurm_summary[@]}" slurm_summary <"$work/slurm-$i.summary"
+done
 
 leftovers_rc=0
 timed "leftovers on this machine" python -m tests.leftovers check "$work/machine.json" || leftovers_rc=$?
 [ "$leftovers_rc" = 0 ] || status=1
 
 echo
-echo "test-all: install $installed s, then the two lanes side by side:"
-for line in "${checks_summary[@]}" "${summary[@]}"; do
+echo "test-all: install $installed s, then the lanes side by side:"
+for line in "${checks_summary[@]}" "${slurm_summary[@]}" "${summary[@]}"; do
   echo "test-all:   $line"
 done
 echo "test-all: total $((SECONDS - started)) s, exit $status"

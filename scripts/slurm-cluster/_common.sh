@@ -2,8 +2,31 @@
 # Shared settings and helpers for up.sh / down.sh / status.sh. Sourced, never run.
 # shellcheck disable=SC2034  # the settings below are used by the scripts that source this file
 
+# Several test clusters may run at once (scripts/test-all.sh runs two Slurm releases side by side):
+# HPCPLACE_SLURM_INSTANCE=N (one digit, default 0) gives cluster N its own state dir, networks, bridge,
+# namespace and interface names, controller ports, first job id and node-name resolution. Instance 0
+# keeps the names it always had.
+HPCP_INSTANCE="${HPCPLACE_SLURM_INSTANCE:-0}"
+if [[ ! "$HPCP_INSTANCE" =~ ^[0-9]$ ]]; then
+    echo "HPCPLACE_SLURM_INSTANCE must be one digit (0-9): $HPCP_INSTANCE" >&2
+    exit 2
+fi
+if [[ "$HPCP_INSTANCE" == 0 ]]; then
+    HPCP_PREFIX=hpcp
+    HPCP_DEFAULT_DIR=/tmp/hpcplace-slurm
+else
+    HPCP_PREFIX="hpcp$HPCP_INSTANCE"
+    HPCP_DEFAULT_DIR="/tmp/hpcplace-slurm-$HPCP_INSTANCE"
+fi
 # State directory: config, spool, logs, pid files, fake devices, MariaDB data.
-HPCP_DIR="${HPCPLACE_SLURM_DIR:-/tmp/hpcplace-slurm}"
+HPCP_DIR="${HPCPLACE_SLURM_DIR:-$HPCP_DEFAULT_DIR}"
+# The controller's ports (slurmctld and slurmdbd listen on this machine, beside other instances').
+HPCP_CTLD_PORT=$((6817 + 10 * HPCP_INSTANCE))
+HPCP_SLURMD_PORT=$((6818 + 10 * HPCP_INSTANCE))
+HPCP_DBD_PORT=$((6819 + 10 * HPCP_INSTANCE))
+# Job ids of instance N start at N*100000+1: Slurm's cgroup directories (slurm_<node>/uid_<uid>/job_<id>)
+# and runc's container ids are named by node and job, and every instance has the same node names.
+HPCP_FIRST_JOB_ID=$((HPCP_INSTANCE * 100000 + 1))
 # The Slurm tools that match the running cluster (a newer release's, see up.sh) come first.
 if [[ -d "$HPCP_DIR/bin" ]]; then
     PATH="$HPCP_DIR/bin:$PATH"
@@ -122,12 +145,21 @@ hpcp_set_suite() { # NAME_OR_VERSION
     }
 }
 # Private network: bridge on the host, one veth + network namespace per node.
-HPCP_NET="${HPCPLACE_SLURM_NET:-10.77.0}"        # first three octets of a /24
-HPCP_BRIDGE="hpcpbr0"
+HPCP_NET="${HPCPLACE_SLURM_NET:-10.$((77 + HPCP_INSTANCE)).0}"  # first three octets of a /24
+HPCP_BRIDGE="${HPCP_PREFIX}br0"
 HPCP_HOST_IP="${HPCP_NET}.1"
 HPCP_SUBNET="${HPCP_NET}.0/24"
 HPCP_CLUSTER="hpcplace"
 HPCP_HOSTS_MARK="# hpcplace-slurm test cluster (scripts/slurm-cluster; removed by down.sh)"
+# Where the nodes (and a newer release's daemons) resolve node names: instance 0 adds them to this
+# machine's /etc/hosts; another instance's nodes bear the same names at other addresses, so it writes a
+# hosts file of its own ($DIR/hosts: this machine's, without instance 0's lines, plus its nodes) and binds
+# it over /etc/hosts where its nodes and daemons run. Slurm itself needs neither (NodeAddr is an address).
+if [[ "$HPCP_INSTANCE" == 0 ]]; then
+    HPCP_HOSTS_FILE=/etc/hosts
+else
+    HPCP_HOSTS_FILE="$HPCP_DIR/hosts"
+fi
 
 # Every node's own /dev/shm and /tmp (tmpfs in the node's mount namespace; pages count only when used).
 HPCP_NODE_SHM_SIZE="${HPCPLACE_SLURM_NODE_SHM:-2g}"
@@ -148,23 +180,23 @@ hpcp_node_ip() { # NODE_INDEX
     echo "${HPCP_NET}.${HPCP_NODE_OCTETS[$1]}"
 }
 hpcp_netns() { # NODE
-    echo "hpcp-$1"
+    echo "$HPCP_PREFIX-$1"
 }
 hpcp_veth() { # NODE_INDEX
-    echo "hpcpv$1"
+    echo "${HPCP_PREFIX}v$1"
 }
 # A second network, as a site's fast fabric beside the management Ethernet: bridge hpcpbr1 (no address on
 # the host: only the nodes are on it), veth hpcpf<i> <-> `fab0` in each node (10.99.0.11-15/24). Node
 # names resolve to the first network; jobs reach this one only by choosing it (a node group's `network:`).
-HPCP_FAB_NET="${HPCPLACE_SLURM_FABNET:-10.99.0}"  # first three octets of a /24
-HPCP_FAB_BRIDGE="hpcpbr1"
+HPCP_FAB_NET="${HPCPLACE_SLURM_FABNET:-10.$((99 - HPCP_INSTANCE)).0}"  # first three octets of a /24
+HPCP_FAB_BRIDGE="${HPCP_PREFIX}br1"
 HPCP_FAB_IF="fab0"
 HPCP_FAB_SUBNET="${HPCP_FAB_NET}.0/24"
 hpcp_fab_ip() { # NODE_INDEX
     echo "${HPCP_FAB_NET}.$((11 + $1))"
 }
 hpcp_fab_veth() { # NODE_INDEX
-    echo "hpcpf$1"
+    echo "${HPCP_PREFIX}f$1"
 }
 
 # A path inside NODE's own mount namespace as seen from the host (its /dev/shm, /tmp), through the
@@ -248,6 +280,23 @@ hpcp_pids_in_netns() { # NSNAME
     for pid in $(ip netns pids "$1" 2>/dev/null); do
         if hpcp_alive "$pid"; then echo "$pid"; fi
     done
+}
+
+# This machine's munged serves the controllers of every test cluster on it (and bookworm's nodes). One that
+# up.sh started ($HPCP_MUNGE_STATE/started: its pid) is stopped by the down.sh of the last cluster using it:
+# a cluster registers in $HPCP_MUNGE_STATE/users/<instance> while it is up. Both scripts change these under
+# the machine's munge lock, held on fd 8 (a daemon started meanwhile must not inherit it: `8>&-`).
+HPCP_MUNGE_STATE=/run/hpcplace-munge
+hpcp_munge_lock() {
+    mkdir -p "$HPCP_MUNGE_STATE/users"
+    exec 8>"$HPCP_MUNGE_STATE/.lock"
+    flock -w 60 8 || {
+        echo "timed out waiting for $HPCP_MUNGE_STATE/.lock" >&2
+        exit 1
+    }
+}
+hpcp_munge_unlock() {
+    exec 8>&-
 }
 
 # Every daemon up.sh starts inherits this variable; down.sh finds its own processes by it even

@@ -110,9 +110,19 @@ stop_daemon 2500 mariadbd "$run/mariadb.pid"
 
 phase "mariadb stopped"
 
-# 4. munged, only when up.sh started it.
-stop_daemon 1000 munged "$run/munged.ours"
-rm -f "$run/munged.ours"
+# 4. This cluster no longer uses this machine's munged: stopped when up.sh started it and no other test
+#    cluster uses it (_common.sh).
+hpcp_munge_lock
+rm -f "$HPCP_MUNGE_STATE/users/$HPCP_INSTANCE"
+alone=0 # no other test cluster is up on this machine
+if [[ -z "$(ls -A "$HPCP_MUNGE_STATE/users")" ]]; then
+    alone=1
+    if munged_pid="$(hpcp_pid_from_file "$HPCP_MUNGE_STATE/started" munged)"; then
+        hpcp_stop_pids "$((1000 * grace))" "$munged_pid"
+    fi
+    rm -f "$HPCP_MUNGE_STATE/started"
+fi
+hpcp_munge_unlock
 
 phase "munged handled"
 
@@ -132,8 +142,14 @@ phase "munged handled"
 while ip route del unreachable "$HPCP_SUBNET" 2>/dev/null; do :; done
 
 phase "network removed"
-# Empty cgroup v1 directories the slurmd's created (slurm_<node>/...); rmdir only removes empty ones.
-for node in "${HPCP_NODES[@]}"; do
+# Empty cgroup v1 directories the slurmd's created (slurm_<node>/...); rmdir only removes empty ones. Every
+# instance's nodes have the same names: while another one is up, its directories are left alone (the last
+# cluster down removes them all).
+cgroup_nodes=()
+if [[ "$alone" == 1 ]]; then
+    cgroup_nodes=("${HPCP_NODES[@]}")
+fi
+for node in "${cgroup_nodes[@]}"; do
     for cg in /sys/fs/cgroup/*/"slurm_$node"; do
         [[ -d "$cg" ]] || continue
         find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
@@ -143,15 +159,16 @@ done
 # were never deleted (a runc killed before its cleanup): beside the node's, or under this machine's own
 # cgroup of a hierarchy.
 names=()
-for node in "${HPCP_NODES[@]}"; do
+for node in "${cgroup_nodes[@]}"; do
     if [[ "${#names[@]}" -gt 0 ]]; then names+=(-o); fi
     names+=(-name "$node.*.*.*.*")
 done
-find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d \( "${names[@]}" \) -exec rmdir {} + 2>/dev/null || true
+[[ "${#names[@]}" == 0 ]] || find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d \( "${names[@]}" \) -exec rmdir {} + 2>/dev/null || true
 phase "cgroups removed"
 
-# 6. /etc/hosts lines we added (rewritten in place: /etc/hosts may be a bind mount).
-if grep -qF "$HPCP_HOSTS_MARK" /etc/hosts 2>/dev/null; then
+# 6. /etc/hosts lines we added (rewritten in place: /etc/hosts may be a bind mount); another instance's are
+#    in its own hosts file (_common.sh).
+if [[ "$HPCP_HOSTS_FILE" == /etc/hosts ]] && grep -qF "$HPCP_HOSTS_MARK" /etc/hosts 2>/dev/null; then
     filtered="$(grep -vF "$HPCP_HOSTS_MARK" /etc/hosts || true)"
     printf '%s\n' "$filtered" >/etc/hosts
 fi

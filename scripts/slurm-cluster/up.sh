@@ -151,6 +151,7 @@ dump_logs() {
 mariadb_job=""
 fail() {
     trap - ERR
+    hpcp_munge_unlock # down.sh takes it
     echo "slurm cluster boot FAILED: $*" >&2
     dump_logs
     # Leave nothing half-started behind (logs and config stay in the state dir).
@@ -197,7 +198,7 @@ for sub in etc spool log run dev mysql mnt; do
     rm -rf "${DIR:?}/$sub"
 done
 rm -rf "$DIR/bin"
-rm -f "$DIR/env.sh" "$DIR/mode" "$DIR/up" "$DIR/shared" "$DIR/slurm" "$DIR/version" "$DIR/networks"
+rm -f "$DIR/env.sh" "$DIR/mode" "$DIR/up" "$DIR/shared" "$DIR/slurm" "$DIR/version" "$DIR/networks" "$DIR/hosts"
 mkdir -p "$etc" "$run" "$logs" "$DIR/spool/ctld" "$DIR/dev" "$DIR/mysql"
 chmod 0755 "$DIR" "$DIR/spool"
 for node in "${HPCP_NODES[@]}"; do
@@ -205,10 +206,11 @@ for node in "${HPCP_NODES[@]}"; do
 done
 
 # ---------------------------------------------------------------- MariaDB (in the background)
-# A throw-away test database: small redo log, no fsync; lock wait / buffer pool as slurmdbd recommends.
+# A throw-away test database: small redo log, no fsync; lock wait / buffer pool as slurmdbd recommends; its
+# temporary tables in the state dir (another test cluster's MariaDB may be starting beside it).
 mariadb_opts=(
     --innodb-log-file-size=64M --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0
-    --innodb-buffer-pool-size=512M --innodb-lock-wait-timeout=900
+    --innodb-buffer-pool-size=512M --innodb-lock-wait-timeout=900 --tmpdir="$run"
 )
 start_mariadb() {
     trap - ERR # runs in the background: report through the exit status only
@@ -244,15 +246,20 @@ fi
 chown munge:munge /etc/munge /etc/munge/munge.key
 chmod 0700 /etc/munge
 chmod 0400 /etc/munge/munge.key
+# This machine's munged (shared with any other test cluster running: see _common.sh): started when none
+# answers, and this cluster registered as one of its users.
+hpcp_munge_lock
 if ! munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
     mkdir -p /run/munge /var/lib/munge /var/log/munge
     chown munge:munge /run/munge /var/lib/munge /var/log/munge
     chmod 0755 /run/munge
-    runuser -u munge -- /usr/sbin/munged --force </dev/null >"$logs/munged.out" 2>&1 ||
+    runuser -u munge -- /usr/sbin/munged --force </dev/null >"$logs/munged.out" 2>&1 8>&- ||
         fail "munged did not start"
     wait_for 5 "munged" sh -c 'munge -n </dev/null | unmunge'
-    cp /run/munge/munged.pid "$run/munged.ours" 2>/dev/null || true
+    cp /run/munge/munged.pid "$HPCP_MUNGE_STATE/started" 2>/dev/null || true
 fi
+echo "$HPCP_DIR" >"$HPCP_MUNGE_STATE/users/$HPCP_INSTANCE"
+hpcp_munge_unlock
 
 if [[ -n "$root" ]]; then
     # Every node of a newer release runs its own munged (from 24.11 on, one munged shared by every node
@@ -320,12 +327,18 @@ done
 # What tests read: each node network's interface and subnet, the one node names resolve to first.
 printf 'eth0 %s\n%s %s\n' "$HPCP_SUBNET" "$HPCP_FAB_IF" "$HPCP_FAB_SUBNET" >"$DIR/networks"
 
-# /etc/hosts: node names (and nothing else) -> bridge addresses, marked for down.sh.
+# Node names (and nothing else) -> bridge addresses, marked for down.sh: in /etc/hosts (instance 0) or in
+# this instance's own hosts file (a copy of this machine's without instance 0's lines), see _common.sh.
+if [[ "$HPCP_HOSTS_FILE" != /etc/hosts ]]; then
+    grep -vF "$HPCP_HOSTS_MARK" /etc/hosts >"$HPCP_HOSTS_FILE" || true
+fi
 {
     for i in "${!HPCP_NODES[@]}"; do
         printf '%s\t%s\t%s\n' "$(hpcp_node_ip "$i")" "${HPCP_NODES[$i]}" "$HPCP_HOSTS_MARK"
     done
-} >>/etc/hosts
+} >>"$HPCP_HOSTS_FILE"
+# the nodes' and daemons' mount namespaces bind it (node_boot, root_boot)
+export HPCP_HOSTS_FILE
 
 phase "network ok"
 
@@ -370,8 +383,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 $(version_settings)
-SlurmctldPort=6817
-SlurmdPort=6818
+SlurmctldPort=$HPCP_CTLD_PORT
+SlurmdPort=$HPCP_SLURMD_PORT
+FirstJobId=$HPCP_FIRST_JOB_ID
 StateSaveLocation=$DIR/spool/ctld
 SlurmdSpoolDir=$DIR/spool/%n
 SlurmctldPidFile=$run/slurmctld.pid
@@ -402,7 +416,7 @@ JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
-AccountingStoragePort=6819
+AccountingStoragePort=$HPCP_DBD_PORT
 AccountingStorageTRES=gres/gpu,gres/robot
 JobCompType=jobcomp/none
 GresTypes=gpu,robot
@@ -527,7 +541,7 @@ fi
     cat >"$etc/slurmdbd.conf" <<EOF
 AuthType=auth/munge
 DbdHost=$ctl_host
-DbdPort=6819
+DbdPort=$HPCP_DBD_PORT
 SlurmUser=root
 PidFile=$run/slurmdbd.pid
 LogFile=$logs/slurmdbd.log
@@ -558,7 +572,7 @@ root_binds='
 mount --rbind /proc "$root/proc"
 mount --rbind /sys "$root/sys"
 mount --rbind /dev "$root/dev"
-mount --bind /etc/hosts "$root/etc/hosts"
+mount --bind "$HPCP_HOSTS_FILE" "$root/etc/hosts"
 '
 # shellcheck disable=SC2016  # $1, $2... are expanded by the inner bash
 node_boot='
@@ -572,6 +586,8 @@ if [ -n "$root" ]; then
 '"$root_binds"'
     mkdir -p "$root/run/munge"
     mount -t tmpfs -o size=16m,mode=0755 "hpcp-munge-$node" "$root/run/munge"
+elif [ "$HPCP_HOSTS_FILE" != /etc/hosts ]; then
+    mount --bind "$HPCP_HOSTS_FILE" /etc/hosts
 fi
 mount -t tmpfs -o "size=$shm_size,mode=1777,nosuid,nodev" "hpcp-shm-$node" "$root/dev/shm"
 mount -t tmpfs -o "size=$tmp_size,mode=1777,nosuid,nodev" "hpcp-tmp-$node" "$stage"
@@ -639,7 +655,7 @@ wait "$mariadb_job" || fail "MariaDB did not start (see also $logs/mariadb-insta
 phase "mariadb up"
 
 in_root slurmdbd </dev/null >"$logs/slurmdbd.out" 2>&1 || fail "slurmdbd did not start"
-wait_for 20 "slurmdbd on port 6819" tcp_open 127.0.0.1 6819
+wait_for 20 "slurmdbd on port $HPCP_DBD_PORT" tcp_open 127.0.0.1 "$HPCP_DBD_PORT"
 phase "slurmdbd up"
 
 in_root slurmctld </dev/null >"$logs/slurmctld.out" 2>&1 || fail "slurmctld did not start"
@@ -697,6 +713,7 @@ phase "health check ok"
 cat >"$DIR/env.sh" <<EOF
 # source me: the hpcplace Slurm test cluster (scripts/slurm-cluster/up.sh)
 export HPCPLACE_SLURM_DIR=$DIR
+export HPCPLACE_SLURM_INSTANCE=$HPCP_INSTANCE
 export SLURM_CONF=$SLURM_CONF
 $(if [[ -n "$root" ]]; then printf 'export PATH=%q:"$PATH"\n' "$DIR/bin"; fi)
 # the nodes' GPU device files (fake, per node) for the job's start-up check: no /dev/nvidia* here

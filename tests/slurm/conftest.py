@@ -23,14 +23,18 @@ from hpcplace.plan.planner import plan_from_file
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SCRIPTS = REPO / "scripts" / "slurm-cluster"
-CLUSTER_DIR = Path(os.environ.get("HPCPLACE_SLURM_DIR", "/tmp/hpcplace-slurm"))
+# Several test clusters may run at once (scripts/slurm-cluster/_common.sh): HPCPLACE_SLURM_INSTANCE=N boots
+# and uses cluster N, with a state dir and a lock of its own (scripts/test-all.sh runs one per release).
+CLUSTER_INSTANCE = os.environ.get("HPCPLACE_SLURM_INSTANCE", "0")
+_INSTANCE_SUFFIX = "" if CLUSTER_INSTANCE == "0" else f"-{CLUSTER_INSTANCE}"
+CLUSTER_DIR = Path(os.environ.get("HPCPLACE_SLURM_DIR", f"/tmp/hpcplace-slurm{_INSTANCE_SUFFIX}"))
 # Which Debian release's Slurm the tier runs on (scripts/slurm-cluster/up.sh --slurm): bookworm (22.05,
 # this machine's own packages), trixie (24.11) or sid (26.05) in their own root filesystems.
 SLURM_RELEASE = os.environ.get("HPCPLACE_SLURM", "bookworm")
 REPORTER = Path(__file__).with_name("reporter.py")
-# One test cluster per machine: test sessions from several checkouts take turns through this lock,
+# One session per test cluster: test sessions from several checkouts take turns through this lock,
 # and a cluster booted by another checkout's scripts is rebooted with this checkout's.
-CLUSTER_LOCK = Path(os.environ.get("HPCPLACE_CLUSTER_LOCK", "/tmp/hpcplace-cluster.lock"))
+CLUSTER_LOCK = Path(os.environ.get("HPCPLACE_CLUSTER_LOCK", f"/tmp/hpcplace-cluster{_INSTANCE_SUFFIX}.lock"))
 CLUSTER_OWNER = CLUSTER_LOCK.with_suffix(".owner")
 _cluster_lock_fd: int | None = None
 
@@ -324,9 +328,15 @@ _USED_CLUSTER = False  # this session asked for the cluster: its jobs and nodes 
 
 
 def harness_tmp_names() -> list[str]:
-    """Names in this host's /tmp that the test cluster's harness keeps across sessions (its state directory,
-    the lock): not left by a test."""
-    return [p.name for p in (CLUSTER_DIR, CLUSTER_LOCK, CLUSTER_OWNER) if p.parent == Path("/tmp")]
+    """Names in this host's /tmp that the test clusters' harness keeps across sessions (each instance's
+    state directory, lock and owner file): not left by a test."""
+    named = [p.name for p in (CLUSTER_DIR, CLUSTER_LOCK, CLUSTER_OWNER) if p.parent == Path("/tmp")]
+    suffixes = [""] + [f"-{n}" for n in range(1, 10)]
+    return named + [
+        name
+        for suffix in suffixes
+        for name in (f"hpcplace-slurm{suffix}", f"hpcplace-cluster{suffix}.lock", f"hpcplace-cluster{suffix}.owner")
+    ]
 
 
 def cluster_leftovers() -> list[str]:

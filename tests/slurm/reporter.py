@@ -3,7 +3,8 @@
 
     python3 reporter.py OUT_DIR [ARGS...]     (ARGS are recorded verbatim: hostile-input checks)
 
-Device files: /tmp/hpcplace-slurm/dev/<host>/nvidia<k> are character devices without a driver, so
+Device files: $DIR/dev/<host>/nvidia<k> of the test cluster (its $HPCPLACE_GPU_DEVICE_DIR, which the tests
+pass on to every job) are character devices without a driver, so
 opening one fails with ENXIO when the device cgroup allows it and EPERM when it does not
 (ConstrainDevices=yes); under ConstrainDevices=no every device opens (ENXIO).
 """
@@ -18,7 +19,7 @@ import sys
 import time
 import urllib.parse
 
-DEV_ROOT = os.environ.get("HPCPLACE_TEST_DEV_ROOT", "/tmp/hpcplace-slurm/dev")
+DEVICE_DIR = os.environ.get("HPCPLACE_GPU_DEVICE_DIR", "/tmp/hpcplace-slurm/dev/{node}")
 VARIABLES = (
     "RANK",
     "LOCAL_RANK",
@@ -51,7 +52,7 @@ VARIABLES = (
 
 def openable_devices(host: str) -> tuple[list[int], dict[str, str]]:
     granted, other = [], {}
-    folder = os.path.join(DEV_ROOT, host)
+    folder = DEVICE_DIR.replace("{node}", host)
     names = sorted(os.listdir(folder), key=lambda n: int(n[6:])) if os.path.isdir(folder) else []
     for name in names:
         try:
