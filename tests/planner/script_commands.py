@@ -2,7 +2,9 @@
 
 What is read: lines joined at backslash-newlines (a comment line ends where it is, as in bash); arrays
 `NAME=( words... )` (one or several lines) whose words are literal; scalars `NAME=word` and
-`NAME=${NAME:-word}` with a literal word; the command line holding the entry point, from the `python`
+`NAME=${NAME:-word}` with a literal word; a file a here-document writes to a variable's path
+(`cat > "${NAME}" <<TAG`: given a folder, the body is written there, its `${NAME}`s expanded as above unless the
+tag is quoted, and NAME names that file); the command line holding the entry point, from the `python`
 word before it. `${NAME[@]}` and `$NAME`/`${NAME}` are replaced by those literal values. What cannot be
 read that way (a variable set by a command, a loop, arithmetic) is left unresolved: a command with an
 unresolved word where placement reads a value is "not extractable", with the reason; elsewhere such a
@@ -22,6 +24,35 @@ _SCALAR = re.compile(r"^\s*(?:export\s+|local\s+)?([A-Za-z_]\w*)=(\S*)\s*$")
 _DEFAULT = re.compile(r"^\$\{([A-Za-z_]\w*):?-([^}$]*)\}$")
 _ARRAY_REF = re.compile(r"^\$\{([A-Za-z_]\w*)\[@\]\}$")
 _VAR = re.compile(r"\$\{([A-Za-z_]\w*)(?::?-([^}$]*))?\}|\$([A-Za-z_]\w*)")
+_HEREDOC = re.compile(r"^\s*cat\s+>\s*(\S+)\s+<<(-?)\s*(['\"]?)(\w+)\3\s*$")
+_TARGET = re.compile(r"^[\"']?\$\{?([A-Za-z_]\w*)\}?[\"']?$")
+
+
+@dataclass(frozen=True)
+class _Heredoc:
+    target: str  # the word after `>`
+    body: str
+    expands: bool  # an unquoted tag: bash expands $NAME in the body
+
+
+def _heredocs(text: str) -> tuple[str, dict[int, _Heredoc]]:
+    """The script with every here-document's body blanked (line numbers kept), and the bodies by the number of
+    the line that opens them."""
+    lines = text.splitlines()
+    found: dict[int, _Heredoc] = {}
+    i = 0
+    while i < len(lines):
+        match = _HEREDOC.match(lines[i])
+        i += 1
+        if match is None:
+            continue
+        start, body = i, []
+        while i < len(lines) and (lines[i].strip() if match.group(2) else lines[i]) != match.group(4):
+            body.append(lines[i].lstrip("\t") if match.group(2) else lines[i])
+            lines[i] = ""
+            i += 1
+        found[start] = _Heredoc(match.group(1), "\n".join(body) + "\n", not match.group(3))
+    return "\n".join(lines), found
 
 
 @dataclass(frozen=True)
@@ -80,11 +111,14 @@ def extract(
     entry: re.Pattern[str],
     placement_flags: Collection[str],
     script: Path | None = None,
+    files: Path | None = None,
 ) -> list[Extracted]:
     """Every command of the script that runs `entry`. `script`: where it is, for `source "${SCRIPT_DIR}/x.sh"`
-    (SCRIPT_DIR: the script's folder), whose arrays and scalars are read the same way."""
+    (SCRIPT_DIR: the script's folder), whose arrays and scalars are read the same way. `files`: a folder for the
+    files the script's here-documents write."""
     arrays: dict[str, list[str] | None] = {}  # None: not literal
     scalars: dict[str, str | None] = {}
+    text, heredocs = _heredocs(text)
     lines = _logical_lines(text)
     if script is not None:
         lines = _with_sourced(lines, script)
@@ -93,6 +127,14 @@ def extract(
     while i < len(lines):
         number, line = lines[i]
         i += 1
+        heredoc = heredocs.get(number)
+        target = _TARGET.match(heredoc.target) if heredoc is not None else None
+        if heredoc is not None and target is not None and files is not None:
+            written = files / f"{target.group(1)}.{number}"
+            body = _VAR.sub(lambda m: _scalar(m, scalars), heredoc.body) if heredoc.expands else heredoc.body
+            written.write_text(body, encoding="utf-8")
+            scalars[target.group(1)] = str(written)
+            continue
         start = _ARRAY_START.match(line)
         if start:
             name, body = start.group(1), start.group(2)

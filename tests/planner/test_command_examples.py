@@ -1,6 +1,7 @@
 """Every OpenRLHF and slime example script, its command planned with a `slurm:` block: OpenRLHF's
 `examples/scripts/*.sh` (HPCPLACE_OPENRLHF_SRC, an OpenRLHF checkout) and slime's `scripts/*.sh`
-(HPCPLACE_SLIME_SRC). The commands are read without running a shell (tests/planner/script_commands.py).
+(HPCPLACE_SLIME_SRC). The commands are read without running a shell (tests/planner/script_commands.py; the
+files their here-documents write, such as slime's --sglang-config YAML, are written to the test's folder).
 Each is planned, refused with a located reason, or not extractable with the reason; nothing else (no
 traceback). Skipped without the checkouts (CI has neither: the wheels hold no example scripts, slime is not
 on PyPI). Run with -s to see the counts."""
@@ -47,7 +48,7 @@ def test_every_example_script_is_planned_refused_or_said_unreadable(
     assert scripts, f"no scripts under {src}/{folder}"
     for script in scripts:
         text = script.read_text(encoding="utf-8", errors="replace")
-        commands = extract(text, entry, flags, script)
+        commands = extract(text, entry, flags, script, files=tmp_path)
         mentioned = [
             n
             for n, line in enumerate(text.splitlines(), 1)

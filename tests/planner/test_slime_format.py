@@ -100,7 +100,7 @@ def test_train_only_with_colocate_starts_no_engines(tmp_path: Path) -> None:
         (["--load-debug-rollout-data", "d.pt", "--debug-rollout-only"], "sets debug_train_only", 4),
         (["--actor-num-node", "2", "--colocate"], "close to --actor-num-nodes", 2),
         (["--colocate", "--rollout-num-gpus-per-engine", "6", "--sglang-pp-size", "4"], "divisible by", 3),
-        (["--colocate", "--sglang-config", "x.yaml"], "--sglang-config: slime's engine groups", 3),
+        (["--colocate", "--sglang-config", "x.yaml"], "--sglang-config: file 'x.yaml' not found", 3),
         (["--actor-num-nodes", "x"], "invalid int value: 'x'", 3),
         (["--rollout-num-gpus", "8", "--rollout-num-gpus-per-engine", "16"], "do not make whole engines", 2),
     ],
@@ -134,6 +134,146 @@ def test_async_training_refuses_colocation(tmp_path: Path) -> None:
 def test_unknown_flags_are_ignored_as_slime_ignores_them(tmp_path: Path) -> None:
     p = plan(tmp_path, "--colocate", "--some-megatron-flag", "3", "--sglang-mem-fraction-static", "0.7")
     assert [c.world_size for c in p.components] == [8, 8]
+
+
+# slime's docs/en/advanced/sglang-config.md (624b824): prefill-decode, several models, placeholders, overrides
+PD = """
+sglang:
+  - name: actor
+    server_groups:
+      - worker_type: prefill
+        num_gpus: 4
+        num_gpus_per_engine: 2    # 2 prefill engines, TP=2
+      - worker_type: decode
+        num_gpus: 12
+        num_gpus_per_engine: 4    # 3 decode engines, TP=4
+"""
+MULTI_MODEL = """
+sglang:
+  - name: actor
+    update_weights: true
+    server_groups:
+      - {worker_type: regular, num_gpus: 8, num_gpus_per_engine: 4}
+  - name: ref
+    model_path: /path/to/ref_model
+    update_weights: false
+    server_groups:
+      - {worker_type: regular, num_gpus: 4, num_gpus_per_engine: 2}
+  - name: reward
+    model_path: /path/to/reward_model
+    update_weights: false
+    engine_groups:                # slime's older name for server_groups
+      - {worker_type: regular, num_gpus: 4, num_gpus_per_engine: 2, overrides: {tp_size: 1, pp_size: 2}}
+"""
+# slime's own tests/test_qwen2.5_0.5B_sglang_config.py: 3 groups of one model, the last a placeholder
+PLACEHOLDER = """
+sglang:
+  - name: default
+    server_groups:
+      - {worker_type: regular, num_gpus: 4, num_gpus_per_engine: 2}
+      - {worker_type: regular, num_gpus: 2, num_gpus_per_engine: 1}
+      - {worker_type: placeholder, num_gpus: 2}
+"""
+
+
+def sglang(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "sglang.yaml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_sglang_config_groups_take_the_rollouts_gpus_in_order_each_at_its_own_engine_size(tmp_path: Path) -> None:
+    actor = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "8"]
+    p = plan(tmp_path, *actor, "--rollout-num-gpus", "16", "--sglang-config", sglang(tmp_path, PD))
+    assert [c.name for c in p.components] == ["actor", "rollout_prefill", "rollout_decode"]
+    assert gpus(p, "rollout_prefill") == [(1, ("0", "1")), (1, ("2", "3"))]
+    assert gpus(p, "rollout_decode") == [
+        (1, ("4", "5", "6", "7")),
+        (2, ("0", "1", "2", "3")),
+        (2, ("4", "5", "6", "7")),
+    ]
+    assert [c.tensor_parallel_size for c in p.components] == [1, 2, 4]
+    assert any("server group 0 (prefill) of model 'actor' on GPUs 0..3" in w for w in p.warnings)
+
+    p = plan(tmp_path, "--colocate", "--rollout-num-gpus", "16", "--actor-num-nodes", "2",
+             "--sglang-config", sglang(tmp_path, MULTI_MODEL))  # fmt: skip
+    assert [c.name for c in p.components] == ["actor", "rollout_actor", "rollout_ref", "rollout_reward"]
+    assert gpus(p, "rollout_actor") == [(0, ("0", "1", "2", "3")), (0, ("4", "5", "6", "7"))]
+    assert gpus(p, "rollout_ref") == [(1, ("0", "1")), (1, ("2", "3"))]
+    assert gpus(p, "rollout_reward") == [(1, ("4", "5")), (1, ("6", "7"))]
+    assert [c.tensor_parallel_size for c in p.components] == [1, 4, 2, 1]  # reward: its overrides' tp_size
+
+    p = plan(tmp_path, "--colocate", "--rollout-num-gpus", "8", "--sglang-config", sglang(tmp_path, PLACEHOLDER))
+    assert [c.name for c in p.components] == ["actor", "rollout_1", "rollout_2"]  # the placeholder starts nothing
+    assert gpus(p, "rollout_1") == [(0, ("0", "1")), (0, ("2", "3"))]
+    assert gpus(p, "rollout_2") == [(0, ("4",)), (0, ("5",))]
+
+
+def test_sglang_config_starts_a_models_encoder_groups_first(tmp_path: Path) -> None:
+    epd = """
+sglang:
+  - name: vlm
+    server_groups:
+      - {worker_type: prefill, num_gpus: 2}
+      - {worker_type: encoder, num_gpus: 2}
+      - {worker_type: decode, num_gpus: 4, num_gpus_per_engine: 4}
+"""
+    words = ["--colocate", "--rollout-num-gpus-per-engine", "2", "--sglang-config", sglang(tmp_path, epd)]
+    p = plan(tmp_path, *words)
+    assert gpus(p, "rollout_encoder") == [(0, ("0", "1"))]  # slime's phase 1: the encoders, from the first GPU
+    assert gpus(p, "rollout_prefill") == [(0, ("2", "3"))]
+    assert gpus(p, "rollout_decode") == [(0, ("4", "5", "6", "7"))]
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "line"),
+    [
+        ("other: 1\n", "sglang config must have a 'sglang' key, got ['other']", 1),
+        ("sglang:\n  - name: a\n    server_groups:\n      - {worker_type: mixed, num_gpus: 8}\n",
+         "Invalid worker_type 'mixed', must be one of", 4),
+        ("sglang:\n  - name: a\n    server_groups:\n      - {worker_type: regular, num_gpu: 8}\n",
+         "unexpected keyword argument 'num_gpu'", 4),
+        ("sglang:\n  - name: a\n    server_groups:\n      - {worker_type: regular}\n",
+         "missing required argument: 'num_gpus'", 4),
+        ("sglang:\n  - name: a\n    server_groups:\n      - {worker_type: regular, num_gpus: 0}\n",
+         "num_gpus must be > 0, got 0", 4),
+        ("sglang:\n  - server_groups: []\n", "missing required key 'name'", 2),
+        ("sglang:\n  - name: a\n    server_groups:\n      - {worker_type: regular, num_gpus: 4}\n"
+         "      - {worker_type: regular, num_gpus: 4, overrides: {model_path: /other}}\n",
+         "has server groups with different model_path values", 5),
+        ("sglang:\n  - name: a\n    num_gpus_per_engine: 4\n    server_groups:\n"
+         "      - {worker_type: regular, num_gpus: 8, num_gpus_per_engine: 16}\n",
+         "do not make whole engines of 16 GPUs (2 nodes each)", 5),
+    ],
+)  # fmt: skip
+def test_sglang_config_refusals_are_slimes_at_the_value(tmp_path: Path, text: str, message: str, line: int) -> None:
+    path = sglang(tmp_path, text)
+    err = refused(tmp_path, "--colocate", "--sglang-config", path)
+    assert message in err.message
+    assert err.location is not None and err.location.path == path and err.location.line == line
+
+
+def test_sglang_config_must_hold_the_rollouts_gpus_and_excludes_the_legacy_flags(tmp_path: Path) -> None:
+    path = sglang(tmp_path, PD)
+    err = refused(tmp_path, "--actor-num-nodes", "1", "--rollout-num-gpus", "8", "--sglang-config", path)
+    assert "sglang_config total GPUs (16) != rollout_num_gpus (8)" in err.message
+    assert err.location is not None and err.location.column == 1 + sum(
+        len(w) + 1 for w in [*ENTRY, "--actor-num-nodes", "1"]
+    )
+    err = refused(tmp_path, "--colocate", "--sglang-config", path)  # colocated: the actor's 8 GPUs
+    assert "sglang_config total GPUs (16) != rollout_num_gpus (8)" in err.message and "--colocate" in err.message
+    err = refused(tmp_path, "--colocate", "--sglang-config", path, "--prefill-num-servers", "1")
+    assert "sglang_config and prefill_num_servers are mutually exclusive" in err.message
+    err = refused(tmp_path, "--actor-num-nodes", "1", "--sglang-config", path, "--rollout-external-engine-addrs", "h:1")
+    assert "sglang_config cannot be set with --rollout-external-engine-addrs" in err.message
+    # an engine part that would not fit on its node (slime starts it there anyway)
+    crossing = "sglang:\n  - name: a\n    server_groups:\n      - {worker_type: regular, num_gpus: 6, num_gpus_per_engine: 2}\n      - {worker_type: regular, num_gpus: 10, num_gpus_per_engine: 4}\n"
+    err = refused(tmp_path, "--colocate", "--actor-num-nodes", "2", "--sglang-config", sglang(tmp_path, crossing))
+    assert "engine 0 of server group 1 (regular) of model 'a' starts at GPU 6 of a 8-GPU node" in err.message
+    assert err.location is not None and err.location.line == 5
+    # slime never reads the config when it starts no engine
+    p = plan(tmp_path, "--colocate", "--debug-train-only", "--sglang-config", str(tmp_path / "absent.yaml"))
+    assert [c.name for c in p.components] == ["actor"]
 
 
 HETERO = """

@@ -8,7 +8,9 @@ node IP and GPU id and sorts the bundles by (IP as numbers, GPU id): logical GPU
 The actor's rank r (and the critic's, `--advantage-estimator ppo`, on the same bundles) is on logical GPU r
 (0.4 GPU each); the SGLang engines start at the rollout offset (the actor's GPUs when disaggregated, 0 when
 colocated): engine part i on logical GPUs offset + i·k .. + k - 1, k = min(--rollout-num-gpus-per-engine,
---num-gpus-per-node), an engine wider than a node being one part per node.
+--num-gpus-per-node), an engine wider than a node being one part per node. The engines form server groups, each
+from its own first GPU of the rollout on: one group, the prefill and decode groups of --prefill-num-servers, or
+those of --sglang-config (formats/slime_sglang.py).
 
 hpcplace sizes the job to the group (nodes = GPUs / GPUs per node, rounded up) and plans logical GPU i on node
 i // gpus_per_node, GPU i % gpus_per_node: that is slime's order when the nodes' IPs sort in node rank order (the
@@ -23,6 +25,7 @@ from hpcplace.config import limits
 from hpcplace.config.cluster import NodeGroup
 from hpcplace.config.formats.argv import Flag, Value, parse_flags, submitted_command
 from hpcplace.config.formats.command import COMMAND_FORMATS, FrameworkCommand
+from hpcplace.config.formats.slime_sglang import ServerGroup, component_names, read_sglang_config
 from hpcplace.config.formats.common import (
     SiteGpus,
     SlurmFacts,
@@ -36,6 +39,7 @@ from hpcplace.config.launch import LaunchSpec
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, SpanningWorkers, build_cluster
 from hpcplace.config.steer import SteerRule
 from hpcplace.config.yaml_source import View, YamlDocument, closest
+from hpcplace.errors import SpecError
 
 # The flags slime's placement reads (slime/utils/arguments.py, slime/backends/sglang_utils/arguments.py at
 # 624b824; checked against a checkout by tests/planner/test_slime_format.py): flag, default.
@@ -94,15 +98,18 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         value = args[key]
         return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
-    if args["--sglang-config"] is not None:
-        key = "--sglang-config"
-        raise command.error(
-            at[key],
-            f"{key}: slime's engine groups from {key} are not planned by hpcplace (only the default group of "
-            "--rollout-num-gpus engines of --rollout-num-gpus-per-engine GPUs, or its prefill and decode groups "
-            "from --prefill-num-servers)",
-            hint=f"remove {key} to plan the default group",
-        )
+    sglang_config = args["--sglang-config"]
+    if sglang_config is not None:  # slime's sglang_utils/arguments.py asserts
+        if args["--rollout-external-engine-addrs"] is not None:
+            raise command.error(
+                at["--sglang-config"], "slime: sglang_config cannot be set with --rollout-external-engine-addrs."
+            )
+        if args["--prefill-num-servers"] is not None:
+            raise command.error(
+                at["--prefill-num-servers"],
+                "slime: sglang_config and prefill_num_servers are mutually exclusive. Use server_groups in the YAML "
+                "config instead. (its assert)",
+            )
     # slime's parse_args: --load-debug-rollout-data sets debug_train_only (train on the loaded rollouts, no SGLang)
     loaded = args["--load-debug-rollout-data"] is not None
     debug_train, debug_rollout = bool(args["--debug-train-only"]) or loaded, bool(args["--debug-rollout-only"])
@@ -178,39 +185,29 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     else:
         size, offset = actor + rollout, actor
     slime_gpn = num("--num-gpus-per-node")
-    on_node = min(per_engine, slime_gpn)
-    engines = rollout // on_node if rollout else 0
-    if rollout and rollout % on_node:
-        notes.append(
-            f"slime: --rollout-num-gpus {rollout} is not a multiple of {on_node} GPUs per engine on a node: "
-            f"{engines} engine part(s), {rollout % on_node} GPU(s) of the group unused"
-        )
-    nodes_per_engine = max(1, per_engine // slime_gpn)
-    # --prefill-num-servers (SglangConfig.from_prefill_num_servers): a prefill group of that many engines, then a
-    # decode group of the rest of --rollout-num-gpus, each group's engines from its first GPU on
-    groups_of_parts = [("rollout", engines)]
-    if prefill_servers is not None and rollout:
-        prefill = num("--prefill-num-servers") * per_engine
-        if rollout - prefill <= 0:
-            raise command.error(
-                at["--prefill-num-servers"],
-                f"slime: No decode GPUs: total {rollout}, prefill {prefill} (its assert: --prefill-num-servers x "
-                "--rollout-num-gpus-per-engine must leave GPUs of --rollout-num-gpus to decode)",
+    engine_groups = _engine_groups(command, at, args, rollout, per_engine, pp, notes)
+    # each group's engines from its first GPU on: (group, its engine parts' first GPUs counted from the rollout's)
+    group_parts: list[tuple[ServerGroup, list[int]]] = []
+    for group in engine_groups:
+        if group.worker_type == "placeholder":
+            continue
+        on_node = min(group.gpus_per_engine, slime_gpn)
+        count = group.num_gpus // on_node
+        if group.num_gpus % on_node:
+            notes.append(
+                f"slime: {group.words} has {group.num_gpus} GPUs, not a multiple of "
+                f"{on_node} GPUs per engine on a node: {count} engine part(s), {group.num_gpus % on_node} GPU(s) of "
+                "the group unused"
             )
-        groups_of_parts = [("rollout_prefill", prefill // on_node), ("rollout_decode", (rollout - prefill) // on_node)]
-        engines = sum(count for _, count in groups_of_parts)
-        notes.append(
-            f"slime: prefill-decode disaggregation (--prefill-num-servers): {prefill} GPU(s) of prefill engines, then "
-            f"{rollout - prefill} of decode engines, {per_engine} GPU(s) each (components rollout_prefill, "
-            "rollout_decode)"
-        )
-    if any(count % nodes_per_engine for _, count in groups_of_parts):
-        raise command.error(
-            at["--rollout-num-gpus"],
-            f"slime: {engines} engine parts of {on_node} GPUs do not make whole engines of {per_engine} GPUs "
-            f"({nodes_per_engine} nodes each)",
-            hint=f"give --rollout-num-gpus a multiple of {per_engine}",
-        )
+        nodes_per_engine = max(1, group.gpus_per_engine // slime_gpn)
+        if count % nodes_per_engine:
+            raise SpecError(
+                f"slime: {count} engine parts of {on_node} GPUs ({group.words}) do not "
+                f"make whole engines of {group.gpus_per_engine} GPUs ({nodes_per_engine} nodes each)",
+                hint=f"give the group a multiple of {group.gpus_per_engine} GPUs",
+                location=group.location,
+            )
+        group_parts.append((group, [group.start + i * on_node for i in range(count)]))
     # the node groups: the actor's (default) and the rollout's
     slurm_view = root.get("slurm")
     options = slurm_job_options(slurm_view, frozenset({"pools"}))
@@ -273,39 +270,35 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         if args["--advantage-estimator"] == "ppo":
             entries.append(PlacementEntry(("critic",), (labels[0],), None, lists, loc))
             components["critic"] = ComponentSpec("critic")
-    if engines:
+    group_label = labels[1] if split else labels[0]
+    space_gpn = gpns[-1]
+    names = component_names(tuple(g for g, _ in group_parts))
+    for component, (group, firsts) in zip(names, group_parts, strict=True):
+        on_node = min(group.gpus_per_engine, slime_gpn)
         parts = []
-        space_gpn = gpns[-1]
-        for i in range(engines):
-            first = gpu(offset + i * on_node)[1]
+        for i, first_logical in enumerate(firsts):
+            first = gpu(offset + first_logical)[1]
             if first % space_gpn + on_node > space_gpn:
-                raise command.error(
-                    at["--rollout-num-gpus-per-engine"],
-                    f"slime's engine {i} starts at GPU {first % space_gpn} of a {space_gpn}-GPU node and needs "
-                    f"{on_node} GPUs there: slime starts it on GPUs {first % space_gpn}..{first % space_gpn + on_node - 1} "
-                    "of that node, past the node's last GPU or on GPUs of the next node's bundles",
-                    hint="make the actor's GPUs (the rollout offset) a multiple of --rollout-num-gpus-per-engine",
+                raise SpecError(
+                    f"slime's engine {i} of {group.words} starts at GPU "
+                    f"{first % space_gpn} of a {space_gpn}-GPU node and needs {on_node} GPUs there: slime starts it "
+                    f"on GPUs {first % space_gpn}..{first % space_gpn + on_node - 1} of that node, past the node's "
+                    "last GPU or on GPUs of the next node's bundles",
+                    hint="make the rollout offset (the actor's GPUs, when not colocated) and the GPUs before each "
+                    "group multiples of its GPUs per engine",
+                    location=group.location,
                 )
             parts.append(tuple(first + k for k in range(on_node)))
-        group_label = labels[1] if split else labels[0]
-        start = 0
-        for component, count in groups_of_parts:
-            workers = tuple(
-                tuple(range(e * nodes_per_engine, (e + 1) * nodes_per_engine)) for e in range(count // nodes_per_engine)
-            )
-            spanning = SpanningWorkers(workers, per_engine, "slime") if nodes_per_engine > 1 else None
-            entries.append(
-                PlacementEntry(
-                    (component,),
-                    (group_label,),
-                    None,
-                    tuple(parts[start : start + count]),
-                    command.location(at["--prefill-num-servers" if component != "rollout" else "--rollout-num-gpus"]),
-                    spanning=spanning,
-                )
-            )
-            components[component] = ComponentSpec(component, tensor_parallel_size=per_engine // max(pp, 1))
-            start += count
+        nodes_per_engine = max(1, group.gpus_per_engine // slime_gpn)
+        workers = tuple(
+            tuple(range(e * nodes_per_engine, (e + 1) * nodes_per_engine))
+            for e in range(len(parts) // nodes_per_engine)
+        )
+        spanning = SpanningWorkers(workers, group.gpus_per_engine, "slime") if nodes_per_engine > 1 else None
+        entries.append(
+            PlacementEntry((component,), (group_label,), None, tuple(parts), group.location, spanning=spanning)
+        )
+        components[component] = ComponentSpec(component, tensor_parallel_size=group.tensor_parallel)
     name, given_components = hpcplace_block(root, set(components), blocks.path)
     for role, settings in given_components.items():
         components[role] = with_block_settings(components[role], settings)
@@ -330,6 +323,63 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         if size
         else (),
     )
+
+
+def _engine_groups(
+    command: FrameworkCommand,
+    at: dict[str, int],
+    args: dict[str, Value | None],
+    rollout: int,
+    per_engine: int,
+    pp: int,
+    notes: list[str],
+) -> tuple[ServerGroup, ...]:
+    """slime's server groups over the rollout's GPUs (rollout.py's start_rollout_servers): --sglang-config's, the
+    prefill and decode groups of --prefill-num-servers (SglangConfig.from_prefill_num_servers), or one group of
+    --rollout-num-gpus engines."""
+    if not rollout:
+        return ()
+    tp = max(1, per_engine // pp)
+    if args["--sglang-config"] is not None:
+        config = read_sglang_config(command, at["--sglang-config"], str(args["--sglang-config"]), per_engine, pp)
+        if config.total_gpus != rollout:
+            given = args["--rollout-num-gpus"] is not None
+            raise command.error(
+                at["--rollout-num-gpus" if given else "--sglang-config"],
+                f"slime: sglang_config total GPUs ({config.total_gpus}) != rollout_num_gpus ({rollout}) (its assert: "
+                f"the server groups of {config.path} must hold the rollout's GPUs"
+                + ("" if given else ", the actor's with --colocate")
+                + ")",
+                hint=f"give --rollout-num-gpus {config.total_gpus}, or change the groups' num_gpus",
+            )
+        models = len({g.model for g in config.groups})
+        notes.append(
+            f"slime: --sglang-config {config.path}: {len(config.groups)} server group(s) of {models} model(s), each "
+            "on the next GPUs of the rollout in slime's order: "
+            + "; ".join(f"{g.words} on GPUs {g.start}..{g.start + g.num_gpus - 1}" for g in config.groups)
+        )
+        return config.groups
+    if args["--prefill-num-servers"] is not None:
+        servers = args["--prefill-num-servers"]
+        prefill = (servers if isinstance(servers, int) else 0) * per_engine
+        if rollout - prefill <= 0:
+            raise command.error(
+                at["--prefill-num-servers"],
+                f"slime: No decode GPUs: total {rollout}, prefill {prefill} (its assert: --prefill-num-servers x "
+                "--rollout-num-gpus-per-engine must leave GPUs of --rollout-num-gpus to decode)",
+            )
+        notes.append(
+            f"slime: prefill-decode disaggregation (--prefill-num-servers): {prefill} GPU(s) of prefill engines, then "
+            f"{rollout - prefill} of decode engines, {per_engine} GPU(s) each (components rollout_prefill, "
+            "rollout_decode)"
+        )
+        where = command.location(at["--prefill-num-servers"])
+        return (
+            ServerGroup("default", "prefill", 0, prefill, per_engine, pp, tp, where, "the prefill group"),
+            ServerGroup("default", "decode", prefill, rollout - prefill, per_engine, pp, tp, where, "the decode group"),
+        )
+    where = command.location(at["--rollout-num-gpus"])
+    return (ServerGroup("default", "regular", 0, rollout, per_engine, pp, tp, where, "the rollout"),)
 
 
 def _entry(command: FrameworkCommand, notes: list[str]) -> int:
