@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import re
 import subprocess
 import sys
@@ -28,12 +27,11 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from hpcplace.config.argparse_ast import argparse_flags
+from hpcplace.config.flag_tables import literal_default, render, share, table
 from hpcplace.config.formats.openrlhf import PLACEMENT_FLAGS
 from hpcplace.config.formats.openrlhf_flags import DATA, OLDEST
 
 ENTRY_POINTS = {"train_ppo_ray": "openrlhf/cli/train_ppo_ray.py", "serve_rm": "openrlhf/cli/serve_rm.py"}
-# a word of the table: [kind, nargs, choices] (hpcplace.config.formats.argv.Flag)
-Row = list[object]
 
 
 def pypi_versions() -> list[str]:
@@ -82,60 +80,16 @@ def git_sources(git_dir: Path, version: str) -> dict[str, str]:
     return out
 
 
-def table(source: str) -> dict[str, Row]:
-    """Every flag of the parser: [kind, nargs, choices], as hpcplace.config.formats.argv.Flag holds them."""
-    rows: dict[str, Row] = {}
-    for name, info in argparse_flags(source).items():
-        action = info.get("action")
-        kind = action if action in ("store_true", "store_false") else info.get("type", "str")
-        choices = info.get("choices")
-        rows[name] = [kind, info.get("nargs"), list(choices) if isinstance(choices, (list, tuple)) else None]
-    return dict(sorted(rows.items()))
-
-
 def defaults(source: str) -> dict[str, object]:
     """The defaults of the flags placement reads that the release declares, under its spelling (a flag it lacks,
-    such as --max_images_per_prompt before 0.10.0, is left out: hpcplace reads it as unset); a default that is
-    not a literal stops the script (hpcplace would have to run code to know it)."""
+    such as --max_images_per_prompt before 0.10.0, is left out: hpcplace reads it as unset)."""
     flags = argparse_flags(source)
     out: dict[str, object] = {}
     for new, old in PLACEMENT_FLAGS.items():
         name = new if new in flags else old
-        if name not in flags:
-            continue
-        info = flags[name]
-        implicit = {"store_true": False, "store_false": True}.get(str(info.get("action")))  # argparse's own
-        value = info.get("default", implicit)
-        if isinstance(value, str) and value.startswith("<"):
-            raise SystemExit(f"{name}'s default is not a literal ({value}): placement cannot read it as data")
-        out[name] = value
+        if name in flags:
+            out[name] = literal_default(name, flags[name])
     return out
-
-
-def share(store: dict[str, dict[str, object]], name: str, version: str, value: dict[str, object]) -> str:
-    """The id of `value` in `store`: an identical one already stored, else `name@version` (its first release)."""
-    for key, stored in store.items():
-        if key.startswith(f"{name}@") and stored == value:
-            return key
-    key = f"{name}@{version}"
-    store[key] = value
-    return key
-
-
-def render(data: dict[str, dict[str, dict[str, object]]], about: str) -> str:
-    """Compact JSON with one flag (or release) per line, so a regeneration's diff shows what changed."""
-    lines = ["{", f'"about": {json.dumps(about)},']
-    sections = list(data.items())
-    for s, (section, entries) in enumerate(sections):
-        lines.append(f'"{section}": {{')
-        items = list(entries.items())
-        for e, (key, value) in enumerate(items):
-            inner = [f"  {json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}" for k, v in value.items()]
-            comma = "," if e < len(items) - 1 else ""
-            lines.append(f" {json.dumps(key)}: {{\n" + ",\n".join(inner) + f"\n }}{comma}")
-        lines.append("}" + ("," if s < len(sections) - 1 else ""))
-    lines.append("}")
-    return "\n".join(lines) + "\n"
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from hpcplace.config.formats import load_spec
 from hpcplace.config.formats.openrlhf import PLACEMENT_FLAGS
-from hpcplace.config.formats.slime import FLAGS as SLIME_FLAGS
+from hpcplace.config.formats.slime_flags import PLACEMENT_FLAGS as SLIME_FLAGS
 from hpcplace.errors import SpecError
 from hpcplace.plan.planner import plan_from_spec
 from tests.planner.script_commands import extract

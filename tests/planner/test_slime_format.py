@@ -11,7 +11,7 @@ import pytest
 
 from hpcplace.config.argparse_ast import file_flags
 from hpcplace.config.formats import load_spec
-from hpcplace.config.formats.slime import FLAGS
+from hpcplace.config.formats.slime_flags import PLACEMENT_FLAGS, releases
 from hpcplace.errors import SpecError
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.planner import plan_from_spec
@@ -301,7 +301,8 @@ def test_slurm_pools_put_the_rollout_on_its_partition_after_the_actor(tmp_path: 
     assert "'rolout' is not a slime pool" in err.message and err.hint is not None and "'rollout'" in err.hint
 
 
-def test_the_flags_are_slimes_own() -> None:
+def test_the_newest_release_read_has_the_checkouts_placement_flags() -> None:
+    """slime_releases.json (scripts/gen_slime_flags.py, from the release tags) against a checkout's parsers."""
     src = os.environ.get("HPCPLACE_SLIME_SRC")
     if not src:
         pytest.skip("HPCPLACE_SLIME_SRC (a THUDM/slime checkout) is not set: slime is not on PyPI, so CI has none")
@@ -309,11 +310,15 @@ def test_the_flags_are_slimes_own() -> None:
         **file_flags(Path(src) / "slime" / "utils" / "arguments.py"),
         **file_flags(Path(src) / "slime" / "backends" / "sglang_utils" / "arguments.py"),
     }
-    for name, (flag, default) in FLAGS.items():
-        info = theirs[name]
+    newest = releases()[-1]
+    for name in PLACEMENT_FLAGS:
+        if name not in theirs:
+            assert not newest.has(name), name
+            continue
+        info, flag = theirs[name], newest.flags[name]
         kind = "store_true" if info.get("action") == "store_true" else info.get("type", "str")
-        assert (flag.kind, flag.nargs, info.get("default")) == (kind, info.get("nargs"), default), name
-        assert flag.choices == (tuple(info["choices"]) if info.get("choices") else None), name  # type: ignore[arg-type]
+        assert (flag.kind, flag.nargs) == (kind, info.get("nargs")), name
+        assert newest.defaults.get(name) == info.get("default", False if kind == "store_true" else None), name
 
 
 def test_the_driver_step_checks_slimes_numeric_ip_order_over_the_gpu_nodes() -> None:

@@ -34,6 +34,7 @@ from packaging.version import Version
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import Cluster, NodeGroup
+from hpcplace.config.formats import release_data
 from hpcplace.config.formats.argv import Flag, Given, Value, parse_flags, submitted_command
 from hpcplace.config.formats.command import COMMAND_FORMATS, FrameworkCommand
 from hpcplace.config.formats.common import (
@@ -205,12 +206,15 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
 
 
 def planned_version(version: FrameworkVersion | None) -> PlannedVersion:
-    """The version plan.json records: the one that runs (or, none known, the newest release read), and the
-    release whose flags were read when that is another."""
-    release = str(release_for(version.version if version is not None else None).version)
-    if version is None:
-        return PlannedVersion(release, "newest")
-    return PlannedVersion(str(version.version), version.source, None if release == str(version.version) else release)
+    """The version plan.json records (release_data.planned_version), read with openrlhf_flags.release_for."""
+    return release_data.planned_version(version, release_for(version.version if version is not None else None).version)
+
+
+def note_release(release: Release, version: FrameworkVersion | None, notes: list[str]) -> None:
+    """Say which release's flags are read, where it is not the version that runs the command."""
+    release_data.note_release(
+        "OpenRLHF", "scripts/gen_openrlhf_flags.py", release.version, releases()[-1].version, version, notes
+    )
 
 
 def steer_rules(
@@ -276,22 +280,6 @@ def parse_args(command: FrameworkCommand, entry: int, version: FrameworkVersion 
         values[new] = got.value if got is not None else release.defaults.get(name)  # absent from the release: unset
         index[new] = got.index if got is not None else entry
     return Args(values, index, names)
-
-
-def note_release(release: Release, version: FrameworkVersion | None, notes: list[str]) -> None:
-    """Say which release's flags are read, where it is not the version that runs the command."""
-    if version is None:
-        notes.append(
-            f"no OpenRLHF installed or stated: the command is read as OpenRLHF {release.version}, the newest release "
-            f'hpcplace has read (state the one that runs it: `hpcplace: {{{KEY}: "X.Y.Z"}}`)'
-        )
-    elif release.version != version.version:
-        newest = releases()[-1].version
-        notes.append(
-            f"{version.describe()} is read with the flags of OpenRLHF {release.version}, the newest release at or "
-            "before it that hpcplace has read"
-            + (f" (newer than {newest}: rerun scripts/gen_openrlhf_flags.py)" if version.version > newest else "")
-        )
 
 
 @functools.cache

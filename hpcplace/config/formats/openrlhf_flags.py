@@ -14,6 +14,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from hpcplace.config.formats.argv import Flag, Value
+from hpcplace.config.formats.release_data import default_of, flag_of, release_at
 
 DATA = Path(__file__).with_name("openrlhf_releases.json")
 OLDEST = "0.9.0"  # the first release read (docs/formats/openrlhf.md)
@@ -37,26 +38,12 @@ class Release:
         return self.train_ppo_ray if entry == "train_ppo_ray" else self.serve_rm
 
 
-def _flag(row: list[object]) -> Flag:
-    kind, nargs, choices = row
-    assert isinstance(kind, str) and (nargs is None or isinstance(nargs, (int, str)))
-    assert choices is None or isinstance(choices, list)
-    return Flag(kind, nargs, None if choices is None else tuple(str(c) for c in choices))
-
-
-def _default(value: object) -> Value | None:
-    if isinstance(value, list):
-        return tuple(value)
-    assert value is None or isinstance(value, (bool, int, float, str))
-    return value
-
-
 @functools.cache
 def releases() -> tuple[Release, ...]:
     """Every release read, oldest first."""
     data = json.loads(DATA.read_text(encoding="utf-8"))
-    tables = {key: {name: _flag(row) for name, row in rows.items()} for key, rows in data["tables"].items()}
-    defaults = {key: {n: _default(v) for n, v in values.items()} for key, values in data["defaults"].items()}
+    tables = {key: {name: flag_of(row) for name, row in rows.items()} for key, rows in data["tables"].items()}
+    defaults = {key: {n: default_of(v) for n, v in values.items()} for key, values in data["defaults"].items()}
     out = [
         Release(
             Version(version),
@@ -72,11 +59,7 @@ def releases() -> tuple[Release, ...]:
 def release_for(version: Version | None) -> Release:
     """The release whose flags a command of `version` is read with: that release, else the newest before it
     (a post/dev release reads as its base's); None: the newest release read."""
-    known = releases()
-    if version is None:
-        return known[-1]
-    older = [r for r in known if r.version <= version]
-    return older[-1] if older else known[0]
+    return release_at(releases(), version)
 
 
 def releases_with(name: str, entry: str = "train_ppo_ray") -> list[Version]:

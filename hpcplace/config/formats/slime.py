@@ -23,9 +23,8 @@ import re
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import NodeGroup
-from hpcplace.config.formats.argv import Flag, Value, parse_flags, submitted_command
+from hpcplace.config.formats.argv import Value, parse_flags, submitted_command
 from hpcplace.config.formats.command import COMMAND_FORMATS, FrameworkCommand
-from hpcplace.config.formats.slime_sglang import ServerGroup, component_names, read_sglang_config
 from hpcplace.config.formats.common import (
     SiteGpus,
     SlurmFacts,
@@ -35,34 +34,44 @@ from hpcplace.config.formats.common import (
     slurm_job_options,
     with_block_settings,
 )
+from hpcplace.config.formats.release_data import note_release, planned_version
+from hpcplace.config.formats.slime_flags import PLACEMENT_FLAGS, Release, release_for, releases, releases_with
+from hpcplace.config.formats.slime_sglang import ServerGroup, component_names, read_sglang_config
+from hpcplace.config.framework_version import KEY, FrameworkVersion, VersionGate, resolve_version
 from hpcplace.config.launch import LaunchSpec
 from hpcplace.config.spec import ComponentSpec, ExperimentSpec, PlacementEntry, SpanningWorkers, build_cluster
 from hpcplace.config.steer import SteerRule
 from hpcplace.config.yaml_source import View, YamlDocument, closest
 from hpcplace.errors import SpecError
 
-# The flags slime's placement reads (slime/utils/arguments.py, slime/backends/sglang_utils/arguments.py at
-# 624b824; checked against a checkout by tests/planner/test_slime_format.py): flag, default.
-FLAGS: dict[str, tuple[Flag, Value | None]] = {
-    "--actor-num-nodes": (Flag("int"), 1),
-    "--actor-num-gpus-per-node": (Flag("int"), 8),
-    "--rollout-num-gpus": (Flag("int"), None),
-    "--rollout-num-gpus-per-engine": (Flag("int"), 1),
-    "--num-gpus-per-node": (Flag("int"), 8),
-    "--colocate": (Flag("store_true"), False),
-    "--debug-train-only": (Flag("store_true"), False),
-    "--debug-rollout-only": (Flag("store_true"), False),
-    "--load-debug-rollout-data": (Flag("str"), None),
-    "--rollout-external-engine-addrs": (Flag("str", "+"), None),
-    "--advantage-estimator": (
-        Flag("str", None, ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")),
-        "grpo",
-    ),
-    "--sglang-config": (Flag("str"), None),
-    "--prefill-num-servers": (Flag("int"), None),
-    "--sglang-pp-size": (Flag("int"), 1),
-    "--sglang-pipeline-parallel-size": (Flag("int"), 1),
-}
+# Where slime's placement changed between releases (slime_flags.py has each release's flags, read from its tag).
+CRITIC_SHARES_ACTOR = VersionGate(
+    "slime",
+    "0.3.0",
+    "a ppo critic trains on the actor's GPUs; before, it had GPUs of its own, --critic-num-nodes x "
+    "--critic-num-gpus-per-node (the actor's by default) after the actor's, and the rollout's came after both",
+    "THUDM/slime 75af5297c, PR #1856 (2026-04-24), first released in v0.3.0",
+)
+COLOCATE_KEEPS_ROLLOUT = VersionGate(
+    "slime",
+    "0.3.1",
+    "with --colocate the placement group holds max(actor, --rollout-num-gpus) GPUs; before, slime set "
+    "--rollout-num-gpus to the actor's GPUs (and a 0.2 critic's) whatever was given, and the group held those",
+    "THUDM/slime 0efcab012, PR #2057 (2026-06-12), first released in v0.3.1",
+)
+EXTERNAL_ENGINES = VersionGate(
+    "slime",
+    "0.3.1",
+    "external engines (--rollout-external-engine-addrs) take no GPU of slime's placement group",
+    "THUDM/slime e1b9c90b1, PR #2016 (2026-06-04), first released in v0.3.1",
+)
+UNKNOWN_FLAGS_IGNORED = VersionGate(
+    "slime",
+    "0.2.3",
+    "a flag slime's parsers do not know is ignored (Megatron's parser runs with ignore_unknown_args); before, "
+    "Megatron's argparse refused it (unrecognized arguments)",
+    "THUDM/slime 96118d0c2, PR #1600 (2026-02-20), first released in v0.2.3",
+)
 POOLS = ("actor", "rollout")
 # the flags whose misspelling slime would silently ignore with a placement hpcplace cannot see: a flag close to
 # one of these (and not a slime flag) is refused; Megatron's and SGLang's many flags are left to their parsers
@@ -82,17 +91,9 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     notes: list[str] = []
     entry = _entry(command, notes)
     driver = submitted_command(command, entry, notes)
-    given = parse_flags(
-        command,
-        entry + 1,
-        {k: f for k, (f, _) in FLAGS.items()},
-        "slime",
-        known=frozenset(FLAGS) | _known_elsewhere(),
-        near=NEAR_MISSES,
-        abbrev=False,
-    )
-    args = {k: (given[k].value if k in given else d) for k, (_, d) in FLAGS.items()}
-    at = {k: (given[k].index if k in given else entry) for k in FLAGS}
+    version = resolve_version("slime", root, notes)
+    release = release_for(version.version if version is not None else None)
+    args, at = _read_flags(command, entry, release, version, notes)
 
     def num(key: str) -> int:
         value = args[key]
@@ -134,15 +135,44 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     if colocate and command.argv[entry].endswith("train_async.py"):
         raise command.error(at["--colocate"], "slime: Colocation is not supported for async training (its assert)")
     external = args["--rollout-external-engine-addrs"] is not None
-    for key in ("--actor-num-nodes", "--actor-num-gpus-per-node", "--num-gpus-per-node"):
-        if num(key) < 1 and not (debug_rollout and key != "--num-gpus-per-node"):
+    if external and not EXTERNAL_ENGINES.applies(version):
+        assert version is not None
+        raise command.error(
+            at["--rollout-external-engine-addrs"],
+            f"planned as {version.describe()}: hpcplace plans external engines as slime {EXTERNAL_ENGINES.since} "
+            f"places them ({EXTERNAL_ENGINES.change}; {EXTERNAL_ENGINES.upstream}); slime {version.version} still "
+            "held --rollout-num-gpus bundles of its group for them, which hpcplace does not plan",
+            hint=f"run slime {EXTERNAL_ENGINES.since} or newer, or let slime start the engines",
+        )
+    gpn_flag = "--num-gpus-per-node" if release.has("--num-gpus-per-node") else "--rollout-num-gpus-per-node"
+    for key in ("--actor-num-nodes", "--actor-num-gpus-per-node", gpn_flag):
+        if num(key) < 1 and not (debug_rollout and key != gpn_flag):
             raise command.error(at[key], f"{key} is {num(key)}", hint="1 or more")
     actor = num("--actor-num-nodes") * num("--actor-num-gpus-per-node")
+    # slime 0.2's ppo critic: GPUs of its own after the actor's (CRITIC_SHARES_ACTOR)
+    use_critic = args["--advantage-estimator"] == "ppo"
+    critic = 0
+    if use_critic and not CRITIC_SHARES_ACTOR.applies(version):
+        assert version is not None
+        critic_nodes = num("--critic-num-nodes") if args["--critic-num-nodes"] is not None else num("--actor-num-nodes")
+        critic_gpn = (
+            num("--critic-num-gpus-per-node")
+            if args["--critic-num-gpus-per-node"] is not None
+            else num("--actor-num-gpus-per-node")
+        )
+        critic = critic_nodes * critic_gpn
+        if debug_rollout:
+            raise command.error(
+                at["--debug-rollout-only"],
+                f"slime {version.version} with --advantage-estimator ppo and --debug-rollout-only fails: its "
+                "create_placement_groups sets no critic offset then (NameError: critic_offset)",
+            )
+        notes.append(CRITIC_SHARES_ACTOR.warning(version, f"the critic is planned on {critic} GPUs after the actor's"))
     rollout_given = args["--rollout-num-gpus"]
     per_engine = num("--rollout-num-gpus-per-engine")
     if per_engine < 1:
         raise command.error(at["--rollout-num-gpus-per-engine"], "--rollout-num-gpus-per-engine must be 1 or more")
-    pp = max(num("--sglang-pp-size"), num("--sglang-pipeline-parallel-size"))
+    pp = max(1, num("--sglang-pp-size"), num("--sglang-pipeline-parallel-size"))
     if pp > 1 and per_engine % pp:
         raise command.error(
             at["--rollout-num-gpus-per-engine"],
@@ -156,8 +186,19 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
             "min(8, rollout_num_gpus) and fails (TypeError)",
             hint="give --rollout-num-gpus N",
         )
+    trained = actor + critic  # the GPUs of slime's training groups in its placement group
     if debug_train:  # slime starts no engine then (RolloutServer's engines, even with --colocate)
         rollout = 0
+    elif colocate and not debug_rollout and not COLOCATE_KEEPS_ROLLOUT.applies(version):
+        assert version is not None
+        rollout = trained
+        if rollout_given is not None and num("--rollout-num-gpus") != trained:
+            notes.append(
+                COLOCATE_KEEPS_ROLLOUT.warning(
+                    version,
+                    f"slime {version.version} overrides --rollout-num-gpus {num('--rollout-num-gpus')} to {trained}",
+                )
+            )
     elif debug_rollout or colocate:
         rollout = actor if rollout_given is None else num("--rollout-num-gpus")
     elif external:
@@ -174,17 +215,17 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     if debug_rollout and rollout_given is not None:  # slime resizes its actor to the rollout's GPUs
         actor = (rollout // min(8, rollout)) * min(8, rollout) if rollout else 0
     if debug_train:
-        size, offset = actor, 0
+        size, offset = trained, 0
     elif external:
         size, offset = actor, actor
         notes.append("slime: external SGLang engines (--rollout-external-engine-addrs): only the actor is placed")
     elif debug_rollout:
         size, offset = rollout, 0
     elif colocate:
-        size, offset = max(actor, rollout), 0
+        size, offset = max(trained, rollout), 0
     else:
-        size, offset = actor + rollout, actor
-    slime_gpn = num("--num-gpus-per-node")
+        size, offset = trained + rollout, trained
+    slime_gpn = num(gpn_flag)
     engine_groups = _engine_groups(command, at, args, rollout, per_engine, pp, notes)
     # each group's engines from its first GPU on: (group, its engine parts' first GPUs counted from the rollout's)
     group_parts: list[tuple[ServerGroup, list[int]]] = []
@@ -221,7 +262,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
             + ("--colocate shares the actor's GPUs" if colocate else "the command places no separate rollout"),
             hint="remove slurm.pools, or disaggregate (drop --colocate, give --rollout-num-gpus)",
         )
-    counts = [actor, rollout] if split else [size]
+    counts = [trained, rollout] if split else [size]
     labels = [pools["actor"], pools["rollout"]] if split else [pools["actor"]]
     groups: list[NodeGroup] = []
     gpns: list[int] = []
@@ -256,8 +297,8 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
 
     def gpu(logical: int) -> tuple[int, int]:
         """(node group index, GPU index in that group's space) of slime's logical GPU."""
-        if split and logical >= actor:
-            return 1, logical - actor
+        if split and logical >= trained:
+            return 1, logical - trained
         return 0, logical
 
     entries: list[PlacementEntry] = []
@@ -267,8 +308,9 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         loc = command.location(at["--actor-num-nodes"])
         entries.append(PlacementEntry(("actor",), (labels[0],), None, lists, loc))
         components["actor"] = ComponentSpec("actor")
-        if args["--advantage-estimator"] == "ppo":
-            entries.append(PlacementEntry(("critic",), (labels[0],), None, lists, loc))
+        if use_critic:  # on the actor's GPUs, or (slime 0.2) on its own after them
+            own = tuple((gpu(actor + r)[1],) for r in range(critic)) if critic else lists
+            entries.append(PlacementEntry(("critic",), (labels[0],), None, own, loc))
             components["critic"] = ComponentSpec("critic")
     group_label = labels[1] if split else labels[0]
     space_gpn = gpns[-1]
@@ -312,6 +354,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         options,
         notes=tuple(notes),
         launch=LaunchSpec(driver=driver),  # load_spec makes it the Ray mode's; () keeps the whole command
+        framework_version=planned_version(version, release.version),
         steer=(
             SteerRule(
                 "slime's placement group",
@@ -390,21 +433,52 @@ def _entry(command: FrameworkCommand, notes: list[str]) -> int:
     raise command.error(0, "the command runs no slime entry point", hint="the driver is `python3 train.py ...`")
 
 
-def _known_elsewhere() -> frozenset[str]:
-    """Flags of slime's parsers that placement does not read but that sit close to one it reads (so that a
-    real flag is never taken for a misspelling)."""
-    return frozenset(
-        {
-            "--critic-num-nodes",
-            "--critic-num-gpus-per-node",
-            "--rollout-num-gpus-per-node",
-            "--sglang-dp-size",
-            "--sglang-ep-size",
-            "--sglang-tp-size",
-            "--debug-first-weight-sync",
-            "--rollout-external",
-        }
+def _read_flags(
+    command: FrameworkCommand, entry: int, release: Release, version: FrameworkVersion | None, notes: list[str]
+) -> tuple[dict[str, Value | None], dict[str, int]]:
+    """The placement flags as the release that runs the command reads them (its own table and defaults; a flag
+    it lacks is unset), and the word each was given at. A flag of another slime release that this one lacks is
+    refused where this release's parser refuses it (UNKNOWN_FLAGS_IGNORED), else noted as ignored; `--sglang-*`
+    words are left to SGLang's own server arguments, which older releases pass on under that prefix."""
+    note_release("slime", "scripts/gen_slime_flags.py", release.version, releases()[-1].version, version, notes)
+    label = f"slime {release.version}"
+    table = {k: release.flags[k] for k in PLACEMENT_FLAGS if release.has(k)}
+    others = {name for r in releases() for name in r.flags} - set(release.flags)
+    for i, word in enumerate(command.argv[entry + 1 :], entry + 1):
+        name = word.split("=", 1)[0]
+        if name not in others:
+            continue
+        having = releases_with(name)
+        where = f"slime {having[0]}" + (f" to {having[-1]}" if having[-1] != having[0] else "") + " have it"
+        if name.startswith("--sglang-"):
+            if name in PLACEMENT_FLAGS:
+                notes.append(
+                    f"{label} has no {name} of its own ({where}): it passes every --sglang-* word on to SGLang's "
+                    "server arguments, and plans no engines by it"
+                )
+            continue
+        if not UNKNOWN_FLAGS_IGNORED.applies(version):
+            raise command.error(
+                i,
+                f"{label}'s parser has no flag {name} (Megatron's argparse: unrecognized arguments); {where}",
+                hint=f"remove it (slime {having[0]} or newer reads it)"
+                if version is not None and version.source == "stated"
+                else f'remove it, or state the slime release that runs the command: `hpcplace: {{{KEY}: "{having[-1]}"}}`',
+            )
+        if name in PLACEMENT_FLAGS:
+            notes.append(f"{label} has no flag {name} and ignores it ({where}): planned without it")
+    given = parse_flags(
+        command,
+        entry + 1,
+        table,
+        label,
+        known=frozenset(release.flags) | others,  # another release's flag is no misspelling (above)
+        near=tuple(n for n in NEAR_MISSES if release.has(n)),
+        abbrev=False,
     )
+    args = {k: (given[k].value if k in given else release.defaults.get(k)) for k in PLACEMENT_FLAGS}
+    at = {k: (given[k].index if k in given else entry) for k in PLACEMENT_FLAGS}
+    return args, at
 
 
 def _pools(slurm: View | None) -> dict[str, str]:

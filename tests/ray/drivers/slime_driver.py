@@ -56,6 +56,8 @@ def slime_args(flags: list[str]) -> argparse.Namespace:
     parser.add_argument("--colocate", action="store_true")
     parser.add_argument("--advantage-estimator", default="grpo")
     parser.add_argument("--prefill-num-servers", type=int, default=None)
+    parser.add_argument("--sglang-config", default=None)
+    parser.add_argument("--sglang-pp-size", type=int, default=1)
     args = parser.parse_args(flags)
     args.debug_train_only = args.debug_rollout_only = args.rollout_external = False
     if args.colocate and args.rollout_num_gpus is None:
@@ -116,15 +118,30 @@ def main() -> int:
         report["rollout_bundles"] = [
             {"ip": nodes[table[b]], "node_id": table[b], "gpu": int(g)} for b, g in zip(indices, gpu_ids)
         ]
-        if args.prefill_num_servers is not None:  # slime's own engine groups (SglangConfig, no SGLang needed)
+        if args.prefill_num_servers is not None or args.sglang_config is not None:
+            # slime's own engine groups (SglangConfig: its YAML reader and its per-group defaults; no SGLang
+            # needed), in the order start_rollout_servers (slime/ray/rollout.py, which imports SGLang) gives them
+            # their GPUs: model by model, a model's encoder groups first
             from slime.backends.sglang_utils.sglang_config import SglangConfig
 
-            model = SglangConfig.from_prefill_num_servers(args).models[0]
-            model.resolve(args)
-            report["server_groups"] = [
-                {"worker_type": g.worker_type, "num_gpus": g.num_gpus, "num_gpus_per_engine": g.num_gpus_per_engine}
-                for g in model.server_groups
-            ]
+            config = (
+                SglangConfig.from_yaml(args.sglang_config)
+                if args.sglang_config is not None
+                else SglangConfig.from_prefill_num_servers(args)
+            )
+            assert config.total_num_gpus == args.rollout_num_gpus  # slime's _resolve_sglang_config
+            report["server_groups"] = []
+            for model in config.models:
+                model.resolve(args)
+                encoders = [g for g in model.server_groups if g.worker_type == "encoder"]
+                for g in encoders + [g for g in model.server_groups if g.worker_type != "encoder"]:
+                    report["server_groups"].append(
+                        {
+                            "worker_type": g.worker_type,
+                            "num_gpus": g.num_gpus,
+                            "num_gpus_per_engine": g.num_gpus_per_engine,
+                        }
+                    )
     except Exception as exc:  # noqa: BLE001 - the report names any failure: the test reads it, not a traceback
         report["error"] = f"{type(exc).__name__}: {exc}"
         report["traceback"] = traceback.format_exc()
