@@ -6,13 +6,16 @@ checked by hand against the script; and where slime's placement changed between 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hpcplace.config.formats import load_spec
-from hpcplace.config.formats.slime_flags import release_for, releases
+from hpcplace.config.formats.slime_flags import DATA, release_for, releases
 from hpcplace.errors import SpecError
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.planner import plan_from_spec
@@ -25,6 +28,7 @@ CASES = [
     for release in command["releases"]
 ]
 ENTRY = ["python3", "train.py"]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_release_read_has_commands_of_its_own() -> None:
@@ -143,3 +147,17 @@ def test_the_version_read_is_recorded_and_a_newer_one_read_as_the_newest_release
     assert newer.framework_version is not None and newer.framework_version.read_as == str(releases()[-1].version)
     assert any("rerun scripts/gen_slime_flags.py" in w for w in newer.warnings)
     assert str(release_for(None).version) == "0.3.1"
+
+
+def test_the_release_data_is_what_the_generator_reads_from_the_tags(tmp_path: Path) -> None:
+    git_dir = os.environ.get("HPCPLACE_SLIME_GIT")
+    if not git_dir:
+        pytest.skip("HPCPLACE_SLIME_GIT (a THUDM/slime git mirror) is not set: CI cannot fetch one")
+    out = tmp_path / "slime_releases.json"
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gen_slime_flags.py"), "--git-dir", git_dir, "--out", str(out)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=True,
+        capture_output=True,
+    )
+    assert out.read_text(encoding="utf-8") == DATA.read_text(encoding="utf-8")
