@@ -13,12 +13,9 @@ hand, after reading its script."""
 
 from __future__ import annotations
 
-import io
-import json
 import re
 import subprocess
 import sys
-import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
@@ -28,24 +25,11 @@ from packaging.version import Version
 from hpcplace.config.formats.openrlhf import PLACEMENT_FLAGS
 from hpcplace.config.formats.openrlhf_flags import OLDEST
 from hpcplace.config.formats.openrlhf_flags import releases as known_releases
+from tests.planner.release_fixtures import Commands, expected_plans, record, tag_scripts, write_fixture
 from tests.planner.script_commands import extract
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "openrlhf" / "release_commands.json"
 ENTRY = re.compile(r"(^|.*/)openrlhf[./]cli[./](train_ppo_ray|serve_rm)(\.py)?$")
-
-
-def _scripts(git_dir: Path, tag: str) -> dict[str, str]:
-    tar = subprocess.run(
-        ["git", "--git-dir", str(git_dir), "archive", tag, "examples/scripts"], capture_output=True, check=True
-    ).stdout
-    out = {}
-    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
-        for member in archive.getmembers():
-            if member.isfile() and member.name.endswith(".sh"):
-                data = archive.extractfile(member)
-                assert data is not None
-                out[member.name] = data.read().decode("utf-8", errors="replace")
-    return out
 
 
 def _readme(version: str, folder: Path) -> dict[str, str]:
@@ -72,9 +56,8 @@ def main(git_dir: Path) -> None:
         (t for t in tags.stdout.split() if t.startswith("v") and Version(t[1:]) >= Version(OLDEST)),
         key=lambda t: Version(t[1:]),
     )
-    old = json.loads(FIXTURE.read_text()) if FIXTURE.is_file() else {"commands": []}
-    expect = {(c["script"], tuple(c["words"])): c.get("expect") for c in old["commands"]}
-    commands: dict[tuple[str, tuple[str, ...]], dict[str, object]] = {}
+    expect = expected_plans(FIXTURE)
+    commands: Commands = {}
     flags = set(PLACEMENT_FLAGS) | set(PLACEMENT_FLAGS.values())
     untagged = [str(r.version) for r in known_releases() if f"v{r.version}" not in releases]
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,27 +72,18 @@ def main(git_dir: Path) -> None:
                 text=True,
                 check=True,
             ).stdout.strip()
-            scripts = _scripts(git_dir, tag)
+            scripts = tag_scripts(git_dir, tag, "examples/scripts")
         for path, text in sorted(scripts.items()):
             for found in extract(text, ENTRY, flags):
                 if found.problem is not None or "..." in found.words:
                     continue  # set at run time (test_command_examples.py says so), or a README's elided flags
-                key = (path, found.words)
-                record = commands.setdefault(
-                    key, {"script": path, "line": found.line, "releases": [], "words": list(found.words)}
-                )
-                releases_of = record["releases"]
-                assert isinstance(releases_of, list)
-                releases_of.append(f"{tag[1:]} ({commit})")
-                record["expect"] = expect.get(key)
-    lines = ",\n".join(json.dumps(c, separators=(",", ":")) for c in commands.values())
+                record(commands, expect, path, found, f"{tag[1:]} ({commit})")
     about = (
         f"OpenRLHF's train_ppo_ray and serve_rm commands in examples/scripts/*.sh of its release tags {releases[0]} to "
         f"{releases[-1]} (and the README of the wheels of {', '.join(untagged) or 'no other release'}), read by "
         "tests/planner/openrlhf_release_commands.py; expect: the plan, checked by hand against the script"
     )
-    FIXTURE.parent.mkdir(parents=True, exist_ok=True)
-    FIXTURE.write_text(f'{{"about": {json.dumps(about)},\n"commands": [\n{lines}\n]}}\n')
+    write_fixture(FIXTURE, about, commands)
     print(f"wrote {FIXTURE}: {len(commands)} commands of {len(releases) + len(untagged)} releases")
 
 

@@ -11,35 +11,19 @@ rerun, so a new command's has to be added by hand, after reading its script."""
 
 from __future__ import annotations
 
-import io
-import json
 import re
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 from packaging.version import Version
 
 from hpcplace.config.formats.slime_flags import OLDEST, PLACEMENT_FLAGS
+from tests.planner.release_fixtures import Commands, expected_plans, record, tag_scripts, write_fixture
 from tests.planner.script_commands import extract
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "slime" / "release_commands.json"
 ENTRY = re.compile(r"(^|.*/)train(_async)?\.py$")
-
-
-def _scripts(git_dir: Path, tag: str) -> dict[str, str]:
-    tar = subprocess.run(
-        ["git", "--git-dir", str(git_dir), "archive", tag, "scripts"], capture_output=True, check=True
-    ).stdout
-    out = {}
-    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
-        for member in archive.getmembers():
-            if member.isfile() and member.name.endswith(".sh") and member.name.count("/") == 1:
-                data = archive.extractfile(member)
-                assert data is not None
-                out[member.name] = data.read().decode("utf-8", errors="replace")
-    return out
 
 
 def main(git_dir: Path) -> None:
@@ -48,9 +32,8 @@ def main(git_dir: Path) -> None:
         (t for t in tags.stdout.split() if t.startswith("v") and Version(t[1:]) >= Version(OLDEST)),
         key=lambda t: Version(t[1:]),
     )
-    old = json.loads(FIXTURE.read_text()) if FIXTURE.is_file() else {"commands": []}
-    expect = {(c["script"], tuple(c["words"])): c.get("expect") for c in old["commands"]}
-    commands: dict[tuple[str, tuple[str, ...]], dict[str, object]] = {}
+    expect = expected_plans(FIXTURE)
+    commands: Commands = {}
     for tag in releases:
         commit = subprocess.run(
             ["git", "--git-dir", str(git_dir), "rev-parse", "--short=9", f"{tag}^{{commit}}"],
@@ -58,25 +41,16 @@ def main(git_dir: Path) -> None:
             text=True,
             check=True,
         ).stdout.strip()
-        for path, text in sorted(_scripts(git_dir, tag).items()):
+        for path, text in sorted(tag_scripts(git_dir, tag, "scripts", top_only=True).items()):
             for found in extract(text, ENTRY, set(PLACEMENT_FLAGS)):
                 if found.problem is not None:
                     continue  # set at run time (test_command_examples.py says so)
-                key = (path, found.words)
-                record = commands.setdefault(
-                    key, {"script": path, "line": found.line, "releases": [], "words": list(found.words)}
-                )
-                releases_of = record["releases"]
-                assert isinstance(releases_of, list)
-                releases_of.append(f"{tag[1:]} ({commit})")
-                record["expect"] = expect.get(key)
-    lines = ",\n".join(json.dumps(c, separators=(",", ":")) for c in commands.values())
+                record(commands, expect, path, found, f"{tag[1:]} ({commit})")
     about = (
         f"slime's train.py/train_async.py commands in scripts/*.sh of its release tags {releases[0]} to {releases[-1]}, "
         "read by tests/planner/slime_release_commands.py; expect: the plan, checked by hand against the script"
     )
-    FIXTURE.parent.mkdir(parents=True, exist_ok=True)
-    FIXTURE.write_text(f'{{"about": {json.dumps(about)},\n"commands": [\n{lines}\n]}}\n')
+    write_fixture(FIXTURE, about, commands)
     print(f"wrote {FIXTURE}: {len(commands)} commands of {len(releases)} releases")
 
 
