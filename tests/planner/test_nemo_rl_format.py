@@ -217,6 +217,46 @@ def test_non_colocated_generation_takes_whole_nodes(workdir: Path) -> None:
     assert slots(plan, "generation") == [(2, 0), (2, 1)]
 
 
+DYNAMO = (
+    "policy.generation.backend=dynamo",
+    "+policy.generation.vllm_cfg.expert_parallel_size=1",
+    "policy.generation.colocated.enabled=false",
+    "cluster.num_nodes=2",
+    "cluster.gpus_per_node=4",
+    "policy.generation.colocated.resources.num_nodes=1",
+    "policy.generation.colocated.resources.gpus_per_node=4",
+)
+
+
+def test_dynamo_engines_are_tp_pp_consecutive_gpus_of_a_generation_node(workdir: Path) -> None:
+    # FixedDynamoWorkerPool: per inference placement group (a node), engines of TP*PP bundles, never across nodes
+    plan = plan_of(
+        workdir, "--config", "examples/configs/base.yaml", *DYNAMO, "policy.generation.vllm_cfg.tensor_parallel_size=2"
+    )
+    assert slots(plan, "policy") == [(0, g) for g in range(4)]
+    assert slots(plan, "generation") == [(1, g) for g in range(4)]
+    assert plan.component("generation").tensor_parallel_size == 2
+    assert any("generation backend dynamo: one managed Dynamo vLLM worker per engine of 2" in w for w in plan.warnings)
+
+
+@pytest.mark.parametrize(
+    ("words", "says"),
+    [
+        (("policy.generation.colocated.enabled=true",), "colocated.enabled=true with policy.generation.backend='dynamo'"),
+        (("policy.generation.vllm_cfg.tensor_parallel_size=8",), "tp*pp=8 exceeds cluster.num_gpus_per_node=4"),
+        (("policy.generation.vllm_cfg.tensor_parallel_size=3",), "4 GPU bundles, which is not divisible by engine_world_size=3"),
+        (
+            ("policy.generation.vllm_cfg.tensor_parallel_size=2", "policy.generation.vllm_cfg.expert_parallel_size=4"),
+            "expert_parallel_size to be 1 or equal tensor_parallel_size",
+        ),
+        (("+grpo.async_grpo={in_flight_weight_updates: true}",), "in_flight_weight_updates=true with"),
+    ],
+)  # fmt: skip
+def test_dynamos_own_refusals(workdir: Path, words: tuple[str, ...], says: str) -> None:
+    err = refused(workdir, "--config", "examples/configs/base.yaml", *DYNAMO, *words)
+    assert says in err.message and err.location is not None
+
+
 def test_non_colocated_on_one_node_splits_it(workdir: Path) -> None:
     plan = plan_of(
         workdir,

@@ -171,10 +171,28 @@ def _generation(gen: View) -> tuple[str, int, int, View]:
         return backend, _int(per, 1), 1, per
     if backend == "megatron":
         return backend, 1, 1, backend_v
+    if backend == "dynamo":  # DynamoConfig (models/generation/dynamo/config.py): its vllm_cfg's TP and PP
+        colocated = _opt(gen, "colocated.enabled")
+        if _enabled(colocated):
+            assert colocated is not None
+            raise colocated.error(
+                "NeMo-RL refuses policy.generation.colocated.enabled=true with policy.generation.backend='dynamo' "
+                "(DynamoConfig: it must be false; managed Dynamo runs on its own inference cluster)",
+                hint="set policy.generation.colocated.enabled=false and size colocated.resources",
+            )
+        tp_v = _req(gen, "vllm_cfg.tensor_parallel_size")
+        tp, pp = _int(tp_v, 1), _int(_req(gen, "vllm_cfg.pipeline_parallel_size"), 1)
+        ep_v = _req(gen, "vllm_cfg.expert_parallel_size")
+        if _int(ep_v, 1) not in (1, tp):
+            raise ep_v.error(
+                f"NeMo-RL refuses expert_parallel_size {_int(ep_v, 1)}: backend='dynamo' requires "
+                f"expert_parallel_size to be 1 or equal tensor_parallel_size ({tp})"
+            )
+        return backend, tp, pp, tp_v
     raise backend_v.error(
         f"generation backend {backend!r} is not planned by hpcplace"
-        + did_you_mean(backend, ("vllm", "sglang", "trtllm", "megatron")),
-        hint="hpcplace plans vllm, sglang, trtllm and megatron generation",
+        + did_you_mean(backend, ("vllm", "sglang", "trtllm", "megatron", "dynamo")),
+        hint="hpcplace plans vllm, sglang, trtllm, megatron and dynamo generation",
     )
 
 
@@ -415,6 +433,29 @@ def _engines(gen: Slots, gen_gpn: int, mp: int, view: View, backend: str, coloca
         )
 
 
+def _dynamo_engines(gen_gpn: int, mp: int, view: View, notes: list[str]) -> None:
+    """FixedDynamoWorkerPool (models/generation/dynamo/worker_pool.py): per placement group of the inference
+    cluster (one per node), an engine of TP*PP consecutive bundles at a time, each bundle held by a one-GPU
+    reservation actor and the engine run by one DynamoVllmWorker on its first; an engine never spans nodes."""
+    if mp > gen_gpn:
+        raise view.error(
+            f"NeMo-RL's managed Dynamo requires each TP/PP engine group to fit on one node: tp*pp={mp} exceeds "
+            f"cluster.num_gpus_per_node={gen_gpn} (of the inference cluster)",
+            hint=f"make TP*PP at most {gen_gpn}, or use the vllm backend (engines spanning nodes)",
+        )
+    if gen_gpn % mp:
+        raise view.error(
+            f"NeMo-RL's managed Dynamo: the inference placement group has {gen_gpn} GPU bundles, which is not "
+            f"divisible by engine_world_size={mp}",
+            hint=f"make TP*PP a divisor of {gen_gpn}",
+        )
+    notes.append(
+        f"generation backend dynamo: one managed Dynamo vLLM worker per engine of {mp} consecutive GPU(s) of a "
+        "generation node (a one-GPU reservation actor holds each); the driver runs etcd, NATS and the Dynamo "
+        "frontend as its own subprocesses, on the driver's node"
+    )
+
+
 def _sglang(root: View, gen: Slots, gen_gpn: int, per: int, notes: list[str]) -> Slots:
     """SGLangGeneration: one PACK placement group over the generation cluster, bundles sorted by (topo_rank, GPU
     id), topo_rank being node rank + 1 on hpcplace's raylets; num_gpus // min(num_gpus_per_engine, GPUs per node)
@@ -462,6 +503,8 @@ def _generation_role(root: View, c: _Clusters, notes: list[str]) -> Role | None:
     gen = c.gen
     if backend == "sglang":
         gen = _sglang(root, gen, c.gen_gpn, gtp, notes)
+    elif backend == "dynamo":
+        _dynamo_engines(c.gen_gpn, gtp * gpp, gview, notes)
     else:
         _engines(gen, c.gen_gpn, gtp * gpp, gview, backend, c.colocated, notes)
     return Role("generation", pool, gen, gview, gtp, gpp)
@@ -586,6 +629,15 @@ def grpo_layout(root: View) -> Layout:
                 hint=f"set policy.generation.{flag}=true",
             )
         teachers = _opd_teachers(root, _int(_req(root, "cluster.gpus_per_node"), 1))
+    if _req(root, "policy.generation.backend").str() == "dynamo":
+        in_flight = _opt(root, "grpo.async_grpo.in_flight_weight_updates")
+        if _enabled(in_flight):
+            assert in_flight is not None
+            raise in_flight.error(
+                "NeMo-RL refuses grpo.async_grpo.in_flight_weight_updates=true with policy.generation.backend="
+                "'dynamo' (managed Dynamo drains rollouts before layerwise weight refit)",
+                hint="set grpo.async_grpo.in_flight_weight_updates=false",
+            )
     c = _clusters(root, "grpo", sum(t.num_nodes for t in teachers), opd)
     roles = [_on_train(root, c, "policy", "policy"), _generation_role(root, c, notes)]
     first = c.node_pools.index("teacher") if teachers else 0
