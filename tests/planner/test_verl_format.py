@@ -761,3 +761,34 @@ def test_an_entry_point_verl_lacks_or_hpcplace_does_not_plan_is_refused_at_its_w
         assert words in caught.value.message
         assert caught.value.hint is not None and "verl.trainer.sft_trainer_ray" in caught.value.hint
         assert caught.value.location is not None and caught.value.location.column == column_of(["python3", "-m"], 2)
+
+
+def dapo_recipe(root: Path) -> None:
+    """The layout `python -m recipe.dapo.main_dapo` runs in: verl-recipe's dapo package at recipe/dapo of the folder
+    the driver starts in, its Hydra config composing verl's ppo_trainer through `file://verl/trainer/config` (the
+    shape of verl-recipe's dapo_trainer.yaml, with a DAPO-only key of its own)."""
+    (root / "recipe" / "dapo" / "config").mkdir(parents=True)
+    (root / "recipe" / "dapo" / "main_dapo.py").write_text("")
+    (root / "recipe" / "dapo" / "config" / "dapo_trainer.yaml").write_text(
+        "hydra:\n  searchpath:\n    - file://verl/trainer/config\n"
+        "defaults:\n  - ppo_trainer\n  - _self_\n"
+        "algorithm:\n  filter_groups:\n    enable: False\n"
+    )
+
+
+def test_dapo_recipe_runs_verls_legacy_ppo_task_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dapo_recipe(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    words = ["trainer.nnodes=2", "algorithm.adv_estimator=grpo", "algorithm.filter_groups.enable=True"]
+    dapo = load_spec(site(tmp_path), driver=["python3", "-m", "recipe.dapo.main_dapo", *words])
+    assert dapo.source_format == "verl"
+    ppo = spec_of(tmp_path, *words[:2])
+    assert [(g.label, g.num_nodes) for g in dapo.cluster.node_groups] == [("global_pool", 2)]
+    assert plan_from_spec(dapo).components == plan_from_spec(ppo).components  # main_ppo_v0's pools and roles
+    v1 = load_spec(site(tmp_path), driver=["python3", "-m", "recipe.dapo.main_dapo", "trainer.use_v1=True"])
+    assert any("recipe.dapo runs verl's legacy TaskRunner" in n for n in v1.notes)
+    with pytest.raises(SpecError, match="DAPOTaskRunner maps no role to the teacher_pool"):
+        load_spec(site(tmp_path), driver=["python3", "-m", "recipe.dapo.main_dapo", "distillation.enabled=True"])
+    monkeypatch.chdir(tmp_path / "recipe")  # python -m finds no recipe package here
+    with pytest.raises(SpecError, match="recipe.dapo.main_dapo is not in this folder"):
+        load_spec(site(tmp_path), driver=["python3", "-m", "recipe.dapo.main_dapo"])

@@ -54,11 +54,11 @@ COMMAND_FORMATS: dict[str, CommandFormatEntry] = {
     "verl": CommandFormatEntry(
         "hpcplace.config.formats.verl",
         re.compile(
-            r"(^|.*/)verl[./](trainer[./](main_\w+|sft_trainer_ray)|experimental[./](fully_async_policy[./]"
-            r"fully_async_main|one_step_off_policy[./]main_ppo))(\.py)?$"
+            r"(^|.*/)(verl[./](trainer[./](main_\w+|sft_trainer_ray)|experimental[./](fully_async_policy[./]"
+            r"fully_async_main|one_step_off_policy[./]main_ppo))|recipe[./]dapo[./]main_dapo)(\.py)?$"
         ),
         shown="verl.trainer.main_*, verl.trainer.sft_trainer_ray, verl.experimental.fully_async_policy.fully_async_main, "
-        "verl.experimental.one_step_off_policy.main_ppo",
+        "verl.experimental.one_step_off_policy.main_ppo, recipe.dapo.main_dapo",
     ),
     "nemo_rl": CommandFormatEntry(
         "hpcplace.config.formats.nemo_rl",

@@ -63,13 +63,17 @@ from hpcplace.errors import SpecError
 
 SOURCE_ENV = "HPCPLACE_VERL_SRC"  # a verl checkout whose verl/trainer/config is composed
 ENTRY = re.compile(
-    r"(^|.*/)verl[./](?:trainer[./](?P<trainer>main_\w+?|sft_trainer_ray)|experimental[./](?P<experimental>fully_async_policy[./]"
-    r"fully_async_main|one_step_off_policy[./]main_ppo))(\.py)?$"
+    r"(^|.*/)(?:verl[./](?:trainer[./](?P<trainer>main_\w+?|sft_trainer_ray)|experimental[./](?P<experimental>"
+    r"fully_async_policy[./]fully_async_main|one_step_off_policy[./]main_ppo))|(?P<recipe>recipe[./]dapo[./]main_dapo))"
+    r"(\.py)?$"
 )
 ONE_STEP_OFF = "one_step_off"  # verl.experimental.one_step_off_policy.main_ppo (its main_ppo is not the trainer's)
 SFT = "sft_trainer_ray"  # verl.trainer.sft_trainer_ray: SFT on a Ray pool (its torchrun SFT is formats/launcher.py's)
 GENERATION = "main_generation_server"  # verl.trainer.main_generation_server: rollout servers, no training
-PLANNED_ENTRIES = ("main_ppo", "fully_async_main", ONE_STEP_OFF, SFT, GENERATION)
+# recipe.dapo.main_dapo (verl-project/verl-recipe, verl's `recipe` submodule): verl's legacy PPO TaskRunner
+# (main_ppo_v0.BaseTaskRunner) with its own trainer class and config, run from the folder holding `recipe/`
+DAPO = "main_dapo"
+PLANNED_ENTRIES = ("main_ppo", "fully_async_main", ONE_STEP_OFF, SFT, GENERATION, DAPO)
 SEPARATED = ("fully_async_main", ONE_STEP_OFF)  # trainers built on verl.experimental.separation (trainer_pool)
 # each entry point's folder in the verl package (Hydra reads a relative --config-path from it) and default config
 ENTRY_HOME = {
@@ -85,6 +89,7 @@ DEFAULT_CONFIG = {
     ONE_STEP_OFF: "one_step_off_ppo_trainer",
     SFT: "sft_trainer_engine",
     GENERATION: "ppo_trainer",
+    DAPO: "dapo_trainer",
 }
 # how fully_async's configs find ppo_trainer.yaml: the installed package, or verl/trainer/config of the current
 # folder (the Megatron one: found only when started at a checkout's root); hpcplace gives the verl composed
@@ -98,7 +103,14 @@ POOLS = ("global_pool", "trainer_pool", "reward_pool", "teacher_pool", "rollout_
 SFT_POOL = "sft_pool"  # hpcplace's name for sft_trainer_ray's pool: verl names it with 6 random characters
 # the driver's actors' num_cpus: TaskRunner; FullyAsyncTaskRunner, FullyAsyncTrainer, FullyAsyncRollouter and
 # MessageQueue; OneStepTaskRunner
-TASK_RUNNER_CPUS = {"main_ppo": 1, "fully_async_main": 1 + 10 + 10 + 2, ONE_STEP_OFF: 10, SFT: 0, GENERATION: 0}
+TASK_RUNNER_CPUS = {
+    "main_ppo": 1,
+    "fully_async_main": 1 + 10 + 10 + 2,
+    ONE_STEP_OFF: 10,
+    SFT: 0,
+    GENERATION: 0,
+    DAPO: 1,  # ray.remote(num_cpus=1)(DAPOTaskRunner)
+}
 PG_NAME_TAIL = r"verl_group_[0-9_]+:(?P<index>[0-9]+)"  # after the pool's name (RayResourcePool.get_placement_groups)
 RANDOM_PREFIX = "[A-Za-z0-9]{6}"  # RayResourcePool's name when none is given (get_random_string(length=6))
 # RolloutConfig's own defaults (verl/workers/config/rollout.py): a teacher entry added with `+` that omits a size
@@ -133,12 +145,21 @@ def read_command(command: FrameworkCommand) -> VerlCommand:
     found = ENTRY.match(argv[entry])
     assert found is not None  # matched just above
     experimental = found["experimental"]
-    name = found["trainer"] or ("fully_async_main" if experimental.endswith("fully_async_main") else ONE_STEP_OFF)
+    if found["recipe"]:
+        name = DAPO
+    else:
+        name = found["trainer"] or ("fully_async_main" if experimental.endswith("fully_async_main") else ONE_STEP_OFF)
     if name not in PLANNED_ENTRIES:
         module = f"verl.trainer.{name}"
         package, _ = verl_package(dict(os.environ))
-        hint = "the verl entry points hpcplace plans: " + ", ".join(
-            f"verl.{ENTRY_HOME[e].replace('/', '.')}.{'main_ppo' if e == ONE_STEP_OFF else e}" for e in PLANNED_ENTRIES
+        hint = (
+            "the verl entry points hpcplace plans: "
+            + ", ".join(
+                f"verl.{ENTRY_HOME[e].replace('/', '.')}.{'main_ppo' if e == ONE_STEP_OFF else e}"
+                for e in PLANNED_ENTRIES
+                if e != DAPO
+            )
+            + ", recipe.dapo.main_dapo"
         )
         if package is not None and not (package / "trainer" / f"{name}.py").is_file():
             raise command.error(
@@ -211,8 +232,10 @@ def verl_config_dir(verl: VerlCommand, command: FrameworkCommand, environ: dict[
     Hydra reads it), else the entry point's config of a checkout ($HPCPLACE_VERL_SRC) or of the installed verl;
     and that verl's verl/trainer/config (where fully_async's configs find ppo_trainer.yaml)."""
     package, why = verl_package(environ)
-    home = package / ENTRY_HOME[verl.name] if package is not None else None
     trainer_config = package / "trainer" / "config" if package is not None else None
+    if verl.name == DAPO:  # `python -m recipe.dapo.main_dapo`: the recipe package of the current folder
+        return _recipe_config_dir(verl, command), trainer_config
+    home = package / ENTRY_HOME[verl.name] if package is not None else None
     if verl.config_path is not None:
         given, index = verl.config_path
         folder = Path(given) if os.path.isabs(given) or home is None else home / given
@@ -232,6 +255,31 @@ def verl_config_dir(verl: VerlCommand, command: FrameworkCommand, environ: dict[
             "verl checkout, or pass --config-path /abs/path/to/config",
         )
     return home / "config", trainer_config
+
+
+def _recipe_config_dir(verl: VerlCommand, command: FrameworkCommand) -> Path:
+    """recipe/dapo/config of the folder the driver starts in (where `python -m` finds the `recipe` package, as verl's
+    checkout holds its recipe submodule), or `--config-path` read from recipe/dapo as Hydra reads it."""
+    home = Path.cwd() / "recipe" / "dapo"
+    if verl.config_path is not None:
+        given, index = verl.config_path
+        folder = Path(given) if os.path.isabs(given) else home / given
+        if not folder.is_dir():
+            raise command.error(
+                index,
+                f"--config-path {given!r}: no such folder ({folder})",
+                hint="Hydra reads a relative --config-path from recipe/dapo; give an absolute path",
+            )
+        return folder
+    if not (home / "main_dapo.py").is_file():
+        raise command.error(
+            verl.entry,
+            f"recipe.dapo.main_dapo is not in this folder ({home / 'main_dapo.py'} is not there): python -m finds the "
+            "recipe package in the folder it starts in",
+            hint="run hpcplace from the folder the driver runs in: verl's checkout with its recipe submodule "
+            "(verl-project/verl-recipe) at recipe/",
+        )
+    return home / "config"
 
 
 def compose_verl(
@@ -600,6 +648,23 @@ def check_device(reader: Reader) -> None:
     )
 
 
+def check_dapo(reader: Reader, notes: list[str]) -> None:
+    """recipe/dapo/main_dapo.py: DAPOTaskRunner(main_ppo_v0.BaseTaskRunner) registers the actor/rollout, critic,
+    reward model and (a no-op) reference roles, never the teacher: verl's distillation teacher_pool would have no
+    role mapped to it."""
+    if reader.flag("distillation.enabled"):
+        raise reader.need("distillation.enabled").error(
+            "recipe.dapo's DAPOTaskRunner maps no role to the teacher_pool verl reserves for distillation (it never "
+            "calls add_teacher_model_resource_pool): verl's trainer finds no TeacherModel pool",
+            hint="distillation.enabled=False, or verl's own trainers for on-policy distillation",
+        )
+    if reader.flag("trainer.use_v1", default=False):
+        notes.append(
+            "trainer.use_v1 is true, but recipe.dapo runs verl's legacy TaskRunner (main_ppo_v0) whatever it says: "
+            "planned as that"
+        )
+
+
 def check_fully_async(reader: Reader) -> None:
     """What fully_async's trainer and rollouter assert of the config (FullyAsyncTrainer.__init__,
     FullyAsyncRollouter.__init__ / _validate_config / _init_async_rollout_manager, verl 1dda039 = 0.9.1),
@@ -763,7 +828,11 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     if one_step_off:
         check_one_step_off(reader, rm_prefix)
     mode_view = reader.get("trainer.v1.trainer_mode")
-    use_v1 = reader.flag("trainer.use_v1", default=False) and not separated  # they have their own trainers
+    dapo = verl.name == DAPO
+    if dapo:
+        check_dapo(reader, notes)
+    # the separated trainers have their own trainers; DAPO's TaskRunner is the legacy v0 one
+    use_v1 = reader.flag("trainer.use_v1", default=False) and not separated and not dapo
     mode = mode_view.str() if use_v1 and mode_view is not None else "sync"
     if use_v1 and mode not in TRAINER_MODES:
         assert mode_view is not None
@@ -1107,6 +1176,7 @@ def place_pools(
 
 DRIVER_CPUS_TEXT = {
     "main_ppo": "its TaskRunner actor 1 more, taken before the pools",
+    DAPO: "its DAPOTaskRunner actor 1 more, taken before the pools",
     "fully_async_main": f"its driver actors {TASK_RUNNER_CPUS['fully_async_main']} more (FullyAsyncTaskRunner 1, "
     "FullyAsyncTrainer 10 before the trainer_pool; FullyAsyncRollouter 10 and MessageQueue 2 before the replicas)",
     ONE_STEP_OFF: f"its OneStepTaskRunner actor {TASK_RUNNER_CPUS[ONE_STEP_OFF]} more, taken before the pools",
