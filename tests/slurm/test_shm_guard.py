@@ -80,3 +80,20 @@ def test_the_guard_keeps_its_directories_until_stopped(tmp_path: Path) -> None:
     assert guard.poll() is None and node.is_dir()
     assert stop(guard, signal.SIGUSR1) == 0
     assert list((tmp_path / "shm").iterdir()) == []
+
+
+def test_a_guard_that_starts_after_the_job_began_stopping_stops_by_itself(tmp_path: Path) -> None:
+    """hp_stop_steps writes the stop marker, then signals every task; a guard step whose task was not running yet
+    (a component that failed within milliseconds, its guard's srun still starting under load) misses the signal,
+    was later SIGKILLed with its srun and left /dev/shm/hpcplace-<job> (seen on the test cluster)."""
+    (tmp_path / "shm").mkdir()
+    (tmp_path / "hpcplace-lib.sh").write_text(render_library(), encoding="utf-8")
+    (tmp_path / ".stopping-77-0").touch()  # hp_stop_marker of job 77, attempt 0
+    env = {**os.environ, "FAKE_DIR": str(tmp_path), "SLURM_JOB_ID": "77", "SLURMD_NODENAME": "a800-1"}
+    guard = subprocess.Popen(["bash", "-c", SCRIPT], env=env, start_new_session=True, text=True)
+    try:
+        assert guard.wait(timeout=30) == 0  # no signal: the marker stops it
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(guard.pid, signal.SIGKILL)
+    assert list((tmp_path / "shm").iterdir()) == []

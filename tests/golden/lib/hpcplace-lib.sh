@@ -251,7 +251,8 @@ hp_stop_steps() {
 # signal, which this script sends to every step: hp_deliver_warning) reaches the guard too, while the
 # programs run on for its seconds: the guard ignores that signal once this script has recorded the
 # warning (the warned marker), while it has not left its stop marker (written before it stops anything)
-# and the limit is not reached (squeue's time left: Slurm's SIGTERM at the limit may be the same signal).
+# and the limit is not reached (squeue's time left: Slurm's SIGTERM at the limit may be the same signal). A guard
+# that starts after the job began stopping (its signal sent before this step had a process) stops by the marker.
 hp_guard_pid=
 hp_stop_marker="$hp_run_dir/.stopping-$SLURM_JOB_ID-$hp_attempt"
 hp_warned_marker="$hp_run_dir/.warned-$SLURM_JOB_ID-$hp_attempt"  # the job got Slurm's time-limit warning
@@ -279,6 +280,9 @@ done
 trap "rm -rf -- \"\$node\"; compgen -G \"\$job/node-*\" >/dev/null || rm -rf -- \"\$job\"" EXIT
 for sig in USR1 USR2 TERM INT HUP ${warning%@*}; do trap "on_signal $sig" "$sig"; done
 [[ -z $stopped ]] || on_signal "$stopped"
+# The job began stopping before this task ran (a component that failed at once): the stop signal reached no
+# process of this step yet, and only the stop marker, written before it, tells
+[[ -e $marker ]] && on_signal stopping
 while :; do sleep 3600 & wait $!; kill $! 2>/dev/null; done
 '
 hp_guard=(bash -c "$hp_guard_script" "$hp_shm" "$hp_warning" "$hp_kill_wait" "$hp_stop_marker")
