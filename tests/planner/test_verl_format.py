@@ -790,5 +790,5 @@ def test_dapo_recipe_runs_verls_legacy_ppo_task_runner(tmp_path: Path, monkeypat
     with pytest.raises(SpecError, match="DAPOTaskRunner maps no role to the teacher_pool"):
         load_spec(site(tmp_path), driver=["python3", "-m", "recipe.dapo.main_dapo", "distillation.enabled=True"])
     monkeypatch.chdir(tmp_path / "recipe")  # python -m finds no recipe package here
-    with pytest.raises(SpecError, match="recipe.dapo.main_dapo is not in this folder"):
+    with pytest.raises(SpecError, match=re.escape("recipe.dapo.main_dapo is not in this folder")):
         load_spec(site(tmp_path), driver=["python3", "-m", "recipe.dapo.main_dapo"])
