@@ -172,14 +172,12 @@ def _generation(gen: View) -> tuple[str, int, int, View]:
     if backend == "megatron":
         return backend, 1, 1, backend_v
     if backend == "dynamo":  # DynamoConfig (models/generation/dynamo/config.py): its vllm_cfg's TP and PP
-        colocated = _opt(gen, "colocated.enabled")
-        if _enabled(colocated):
-            assert colocated is not None
-            raise colocated.error(
-                "NeMo-RL refuses policy.generation.colocated.enabled=true with policy.generation.backend='dynamo' "
-                "(DynamoConfig: it must be false; managed Dynamo runs on its own inference cluster)",
-                hint="set policy.generation.colocated.enabled=false and size colocated.resources",
-            )
+        _refuse_enabled(
+            _opt(gen, "colocated.enabled"),
+            "NeMo-RL refuses policy.generation.colocated.enabled=true with policy.generation.backend='dynamo' "
+            "(DynamoConfig: it must be false; managed Dynamo runs on its own inference cluster)",
+            "set policy.generation.colocated.enabled=false and size colocated.resources",
+        )
         tp_v = _req(gen, "vllm_cfg.tensor_parallel_size")
         tp, pp = _int(tp_v, 1), _int(_req(gen, "vllm_cfg.pipeline_parallel_size"), 1)
         ep_v = _req(gen, "vllm_cfg.expert_parallel_size")
@@ -194,6 +192,12 @@ def _generation(gen: View) -> tuple[str, int, int, View]:
         + did_you_mean(backend, ("vllm", "sglang", "trtllm", "megatron", "dynamo")),
         hint="hpcplace plans vllm, sglang, trtllm, megatron and dynamo generation",
     )
+
+
+def _refuse_enabled(view: View | None, message: str, hint: str) -> None:
+    """A setting NeMo-RL refuses when true, refused at its key."""
+    if view is not None and _enabled(view):
+        raise view.error(message, hint=hint)
 
 
 def _only(backend_v: View, backend: str, allowed: tuple[str, ...], why: str) -> None:
@@ -630,14 +634,12 @@ def grpo_layout(root: View) -> Layout:
             )
         teachers = _opd_teachers(root, _int(_req(root, "cluster.gpus_per_node"), 1))
     if _req(root, "policy.generation.backend").str() == "dynamo":
-        in_flight = _opt(root, "grpo.async_grpo.in_flight_weight_updates")
-        if _enabled(in_flight):
-            assert in_flight is not None
-            raise in_flight.error(
-                "NeMo-RL refuses grpo.async_grpo.in_flight_weight_updates=true with policy.generation.backend="
-                "'dynamo' (managed Dynamo drains rollouts before layerwise weight refit)",
-                hint="set grpo.async_grpo.in_flight_weight_updates=false",
-            )
+        _refuse_enabled(
+            _opt(root, "grpo.async_grpo.in_flight_weight_updates"),
+            "NeMo-RL refuses grpo.async_grpo.in_flight_weight_updates=true with policy.generation.backend='dynamo' "
+            "(managed Dynamo drains rollouts before layerwise weight refit)",
+            "set grpo.async_grpo.in_flight_weight_updates=false",
+        )
     c = _clusters(root, "grpo", sum(t.num_nodes for t in teachers), opd)
     roles = [_on_train(root, c, "policy", "policy"), _generation_role(root, c, notes)]
     first = c.node_pools.index("teacher") if teachers else 0
