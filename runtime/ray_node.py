@@ -44,6 +44,7 @@ from hpcplace.runtime.network import environment as network_environment
 from hpcplace.runtime.network import group_network
 from hpcplace.runtime.network import resolve as resolve_network
 from hpcplace.runtime.plan_index import PlanIndex
+from hpcplace.runtime.shm_dir import job_stopping
 from hpcplace.runtime.slurm_env import expand_hostlist, fabric_unit, locate_node, read_snapshot
 from hpcplace.runtime.steer_hook import ENV as STEER_ENV
 from hpcplace.runtime.steer_hook import NODE_RESOURCE
@@ -688,6 +689,8 @@ def main(argv: Sequence[str]) -> int:
             except OSError as exc:
                 raise ShimError(f"cannot create {d}: {exc.strerror}") from None
         dirs += [temp_dir, spill_dir]
+        if job_stopping(run_dir, job_id, os.environ):  # its stop signal came before it ran: start nothing
+            raise _Stop("the job's stop (sent before this task started)")
         head_file = os.path.join(run_dir, "ray", "head.json")
         timeout = float(launch.get("join_timeout") or 300)
         extra = shlex.split(os.environ.get("HPCPLACE_RAY_ARGS", ""))

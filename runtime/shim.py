@@ -345,7 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 + "\n"
             )
             return 0
-        _make_shm_dir(resolved.info.shm_dir, debug)
+        if _make_shm_dir_unless_stopping(resolved, options.plan, debug):
+            return 143  # as the SIGTERM it missed would have ended it
         if resolved.services is not None and options.rank is None:
             resolved = _start_with_services(resolved, os.path.dirname(os.path.abspath(options.plan)))
             env = merge_environment(os.environ, resolved.changes)  # again: with the services' addresses
@@ -471,6 +472,34 @@ def _make_shm_dir(path: str, debug: bool) -> None:
         make_node_dir(path)
     except ShmDirError as exc:
         raise ShimError(f"unsafe node-local directory: {exc.message}", hint=exc.hint) from None
+
+
+def _make_shm_dir_unless_stopping(resolved: Resolved, plan_path: str, debug: bool) -> bool:
+    """Make this node's directory, unless the job began stopping (True): a task whose process ran only after
+    the job's stop signal (its step launched just before a component failed) missed that signal, and the
+    node's guard removed the job's directory already, so it removes what it made and runs nothing. The stop
+    signals are held from the mkdir to the stop-marker check (the job script writes its marker before it
+    sends them), so no stop can end this task between the two and leave the directory behind."""
+    import signal
+
+    from hpcplace.runtime.shm_dir import ShmDirError, job_stopping, remove_job_dir
+
+    info = resolved.info
+    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)  # hp_stop_steps', scancel's, srun's
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    try:
+        _make_shm_dir(info.shm_dir, debug)
+        if not job_stopping(os.path.dirname(os.path.abspath(plan_path)), info.job_id, os.environ):
+            return False
+        if os.path.isdir(os.path.dirname(info.shm_dir)):
+            try:
+                remove_job_dir(info.shm_dir)
+            except ShmDirError as exc:
+                raise ShimError(f"unsafe node-local directory: {exc.message}", hint=exc.hint) from None
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a stop that came meanwhile ends this task now
+    _say(f"{info.component} rank {info.rank}: the job is stopping (stopped before this task started): not starting it")
+    return True
 
 
 def _exec(command: tuple[str, ...], env: dict[str, str]) -> int:

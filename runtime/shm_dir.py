@@ -43,6 +43,15 @@ def job_dir_path(job_id: str, base: str = "/dev/shm") -> str:
     return os.path.join(base, f"hpcplace-{job_id}")
 
 
+def job_stopping(run_dir: str, job_id: str, environ: Mapping[str, str]) -> bool:
+    """Whether the job script began stopping this attempt: its stop marker (hp_stop_steps writes it before
+    signalling any step, and the guards remove the node-local directories after it). A task that starts
+    later (its step was launched but its process had not run yet when the signal came) missed the signal:
+    it must not make a node-local directory nobody would remove, nor start its program."""
+    attempt = environ.get("SLURM_RESTART_COUNT") or "0"
+    return os.path.exists(os.path.join(run_dir, f".stopping-{job_id}-{attempt}"))
+
+
 def node_key(name: str) -> str:
     """A node name as a directory-name part: ASCII letters, digits, `-_.`; anything else -> `_`
     (the job script's guard applies the same rule to SLURMD_NODENAME)."""

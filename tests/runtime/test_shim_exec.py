@@ -84,6 +84,55 @@ def test_refusal_stops_before_the_program(lab_plan: Path, task: dict[str, str], 
     assert not marker.exists()
 
 
+def test_a_task_that_starts_after_the_job_began_stopping_runs_nothing_and_leaves_nothing(
+    lab_plan: Path, task: dict[str, str], tmp_path: Path
+) -> None:
+    """The job script's stop marker (written before it signals the steps) is there: the task's stop signal
+    came before its process ran, so it neither starts the program nor leaves the node-local directory it
+    made (the node's guard removed the job's already: run S of issue 36, a job that failed within a second)."""
+    job = task["SLURM_JOB_ID_HET_GROUP_0"]
+    started = tmp_path / "started"
+    marker = lab_plan.parent / f".stopping-{job}-1"
+    marker.touch()
+    try:
+        later = run(lab_plan, {**task, "SLURM_RESTART_COUNT": "0"}, "touch", str(started))
+        assert later.returncode == 0 and started.exists(), later.stderr  # another attempt's marker: not this one's
+        started.unlink()
+        shutil.rmtree(f"/dev/shm/hpcplace-{job}")
+        stopping = run(lab_plan, {**task, "SLURM_RESTART_COUNT": "1"}, "touch", str(started))
+    finally:
+        marker.unlink()
+    assert stopping.returncode == 143, stopping.stderr
+    assert "actor rank 1: the job is stopping" in stopping.stderr and "Traceback" not in stopping.stderr
+    assert not started.exists()
+    assert not os.path.lexists(f"/dev/shm/hpcplace-{job}")
+
+
+def test_a_ray_node_that_starts_after_the_job_began_stopping_starts_no_ray_and_leaves_nothing(tmp_path: Path) -> None:
+    """The Ray mode's node task, in the same case: its temp dirs (in the job's node-local directory and $TMPDIR)
+    are removed and no Ray starts."""
+    plan = write_plan(tmp_path, LAB_CONFIG + "launch: {driver: [python3, -c, pass]}\n")
+    (tmp_path / "logs").mkdir()
+    job = f"t{uuid.uuid4().hex[:12]}"
+    env = {k: job if k.startswith("SLURM_JOB_ID") else v for k, v in step_envs("0,1,2")[0].items()}
+    (tmp_path / f".stopping-{job}-0").touch()
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    done = subprocess.run(
+        shim_command("--ray-node", "--plan", str(plan)),
+        env={**base_env(), **env, "TMPDIR": str(spill)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    log = (tmp_path / "logs" / "ray.a800-1.out").read_text(encoding="utf-8")
+    assert done.returncode == 0, done.stderr + log
+    assert "the job's stop (sent before this task started) received" in log, log
+    assert not (tmp_path / "ray" / "head.json").exists()
+    assert not os.path.lexists(f"/dev/shm/hpcplace-{job}")
+    assert list(spill.iterdir()) == []
+
+
 def test_errors_are_messages_not_tracebacks(lab_plan: Path, task: dict[str, str]) -> None:
     missing = run(lab_plan, {}, "true")
     assert missing.returncode == 2 and "missing Slurm variables" in missing.stderr

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcplace.commands.slurm_cmds import default_launcher
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.planner import plan_from_file
 from hpcplace.slurm import submit, validate
@@ -154,7 +155,50 @@ def test_example_runs_exactly_as_planned(lab: LiveCluster, config: Path, tmp_pat
     run = run_config(config, tmp_path)
     assert run.status.state == "COMPLETED", run.status.text
     check_reports(run.plan, run.run_dir, run.reports, lab.mode)
-    assert not shm_dir(run.job_id).exists(), "the per-job /dev/shm directory was left behind"
+    assert shm_dir(run.job_id).left_after() == [], "the per-job /dev/shm directory was left behind"
+
+
+LATE_LAUNCHER = """#!/bin/bash
+# The rollout's tasks start their shim only once the job began stopping (its stop marker is there), the stop
+# signal absorbed meanwhile: a task whose process had not run yet when that signal came.
+case " $* " in *" --component rollout "*)
+  trap : TERM INT HUP USR1
+  for _ in $(seq 600); do compgen -G {marker} >/dev/null && break; sleep 0.1; done;;
+esac
+exec {launcher} "$@"
+"""
+
+
+def test_a_task_that_starts_after_the_job_began_stopping_leaves_nothing(
+    slurm_cluster: LiveCluster, tmp_path: Path
+) -> None:
+    """inference fails at once; the rollout's tasks start after the job script's stop signal (as a step launched
+    just before the failure does on a loaded machine: run S of issue 36 left /dev/shm/hpcplace-<job> that way).
+    Their shim makes no node-local directory that outlives the job and starts no program."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (tmp_path / "cfg").mkdir()
+    config = with_command(REPO / "configs" / "hetero-partitions.yaml", tmp_path / "cfg", reporter_command(reports))
+    run_dir = tmp_path / "run"
+    launcher = tmp_path / "late-launcher"
+    launcher.write_text(
+        LATE_LAUNCHER.format(
+            marker=shlex.quote(f"{run_dir}/.stopping-") + "*",
+            launcher=shlex.join(default_launcher()),
+        ),
+        encoding="utf-8",
+    )
+    launcher.chmod(0o755)
+    env = {**slurm_cluster.env, "HPCPLACE_TEST_FAIL": "inference:1", "HPCPLACE_TEST_HOLD": "120"}
+    job_id = submit_cli(config, run_dir, "--launcher", str(launcher), env=env)
+    status = wait_done(run_dir)
+    assert status.state == "FAILED" and status.code == 10, status.text
+    batch = next((run_dir / "logs").glob("batch-*.out")).read_text()
+    assert "component 'inference' (3 tasks; ranks 0-2) exited with code 7" in batch, batch
+    logs = "\n".join(p.read_text(errors="replace") for p in (run_dir / "logs").rglob("*") if p.is_file())
+    assert "rollout rank 0: the job is stopping (stopped before this task started): not starting it" in logs, logs
+    assert not list(reports.glob("rollout*")), "a rollout program started after the job began stopping"
+    assert shm_dir(job_id).left_after() == []
 
 
 def test_irregular_layouts(lab: LiveCluster, tmp_path: Path) -> None:
@@ -201,7 +245,7 @@ def test_failing_step_fails_fast(slurm_cluster: LiveCluster, tmp_path: Path, mon
     ), batch
     assert "component 'inference' rank 1 on rtx4090-1: Exited with exit code 7" in batch
     assert run.status.exit_codes[0] == "7:0", run.status.text  # the failing task's code, not srun's 143
-    assert not shm_dir(run.job_id).exists()
+    assert shm_dir(run.job_id).left_after() == []  # the job ends before its steps' last task exits
     failing = cli("logs", run.run_dir, "--component", "inference", "--rank", "1")
     assert failing.returncode == 0 and "failing on purpose" in failing.stdout, failing
     # status by job id: the run directory is found; the failure is summarised with the rank's last lines
@@ -377,10 +421,7 @@ components:
     status = wait_done(tmp_path / "held", 60)
     assert status.code == 11 and status.components, status.text
     assert all(" CANCELLED" in line for line in status.components), status.text
-    deadline = time.monotonic() + 20
-    while shm_dir(held_id).exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not shm_dir(held_id).exists()
+    assert shm_dir(held_id).left_after(20) == []
 
 
 def test_slurm_refusal_names_node_group(slurm_cluster: LiveCluster, tmp_path: Path) -> None:
@@ -421,7 +462,7 @@ def test_collocated_demo_runs_on_the_cluster(slurm_cluster: LiveCluster, tmp_pat
     for rank in (0, 1):
         seen = [line for line in logs.splitlines() if line.startswith(f"rollout[{rank}] gen")]
         assert [line.split("weights v")[1].split()[0] for line in seen] == ["0", "1", "2", "3"], logs[-3000:]
-    assert not shm_dir(job_id).exists()
+    assert shm_dir(job_id).left_after() == []
 
 
 def test_no_partition_validates_against_the_default_partition(slurm_cluster: LiveCluster, tmp_path: Path) -> None:

@@ -114,7 +114,7 @@ def test_failure_stops_the_others_with_sigterm(slurm_cluster: LiveCluster, tmp_p
     assert "stopping the other components with SIGTERM to every task" in log
     assert "SIGKILL after 2s" in log  # the cluster's KillWait
     assert "still running after" not in log  # nobody needed SIGKILL
-    assert not shm_dir(done.job_id).exists()
+    assert shm_dir(done.job_id).left_after() == []
     watch = watch_code(done.run_dir)
     assert watch.returncode == 10, watch.stdout + watch.stderr
     cancel = cli("cancel", done.run_dir)
