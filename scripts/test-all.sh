@@ -8,8 +8,9 @@
 #   checks:  lint and types, the docs, then the CPU tiers (pytest -m "not slurm"), at a lower CPU priority
 #            (nice), so the Slurm lanes' jobs get the CPU when they need it;
 #   slurm-N: the real-Slurm tier (pytest -m slurm) on release N, on a test cluster of its own
-#            (HPCPLACE_SLURM_INSTANCE=N: its own state dir, networks, ports and job ids), one release after
-#            the other (HPCPLACE_SLURM_SIDE_BY_SIDE=1: all at once); a framework's own placement code (marker framework_driver) and release-independent
+#            (HPCPLACE_SLURM_INSTANCE=N: its own state dir, networks, ports and job ids), all releases at once
+#            (HPCPLACE_SLURM_SIDE_BY_SIDE=0: one after the other); a framework's own placement code (marker
+#            framework_driver) and release-independent
 #            bookkeeping (marker one_release) on the first release only, and the tests that run in both
 #            ConstrainDevices modes (fixture `lab`) in ConstrainDevices=yes only on the later ones
 #            (HPCPLACE_LAB_MODES).
@@ -149,10 +150,9 @@ checks_pid=$!
 status=0
 lane_pids=()
 if [ "$slurm_ok" = 1 ]; then
-  # HPCPLACE_SLURM_SIDE_BY_SIDE=1: the later releases' lanes in the background (their output: $work/slurm-N.log)
-  # beside the first one's; by default they run after it, one at a time (side by side, a job that fails within a
-  # second has twice left its node-local directory on a loaded machine: docs/testing.md).
-  if [ "${HPCPLACE_SLURM_SIDE_BY_SIDE:-0}" = 1 ]; then
+  # The later releases' lanes in the background (their output: $work/slurm-N.log) beside the first one's;
+  # HPCPLACE_SLURM_SIDE_BY_SIDE=0 runs them after it, one at a time.
+  if [ "${HPCPLACE_SLURM_SIDE_BY_SIDE:-1}" != 0 ]; then
     for i in "${!releases[@]}"; do
       [ "$i" -gt 0 ] || continue
       echo "test-all: lane slurm-$i (${releases[$i]}) runs beside it; its output: $work/slurm-$i.log"
@@ -161,7 +161,7 @@ if [ "$slurm_ok" = 1 ]; then
     done
   fi
   (slurm_lane 0 "${releases[0]}" "$@") || status=1
-  if [ "${HPCPLACE_SLURM_SIDE_BY_SIDE:-0}" != 1 ]; then
+  if [ "${HPCPLACE_SLURM_SIDE_BY_SIDE:-1}" = 0 ]; then
     for i in "${!releases[@]}"; do
       [ "$i" -gt 0 ] || continue
       (slurm_lane "$i" "${releases[$i]}" "$@") || status=1
