@@ -207,18 +207,18 @@ def test_separate_async_plans_the_standalone_rollout_pool(tmp_path: Path) -> Non
     plan = plan_from_spec(spec)
     assert [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups] == [
         ("global_pool", 1, (4,)),
-        ("rollout_pool", 2, (1, 1)),  # verl: one pool per replica, min(n_gpus_per_node, tp*dp*pp) GPUs a node
+        ("rollout_pool", 1, (2,)),  # verl: one pool per replica of min(n_gpus_per_node, tp*dp*pp) GPUs; 2 a node
     ]
     assert len(plan.component("rollout_standalone").processes) == 2
-    # steered: replica r's pool rollout_pool_<r> (verl's RolloutReplica.init_standalone) on the group's node r
+    # steered: replica r's pool rollout_pool_<r> (verl's RolloutReplica.init_standalone) on the group's node r // 2
     from hpcplace.runtime.steer_hook import pin_targets
 
     rule = next(r.to_json() for r in spec.steer if "rollout_pool" in r.what)
-    assert pin_targets(rule, "rollout_pool_1verl_group_1:0", 1, None) == ([2], "")
+    assert pin_targets(rule, "rollout_pool_1verl_group_1:0", 1, None) == ([1], "")
     assert pin_targets(rule, "rollout_pool_0verl_group_1:0", 1, None) == ([1], "")
     assert pin_targets(rule, "rollout_pool_reward_0verl_group_1:0", 1, None) == (None, "")  # not planned here
     rollout = [(p.cluster_node_rank, p.rank) for p in plan.component("rollout_standalone").processes]
-    assert rollout == [(1, 0), (2, 1)]
+    assert rollout == [(1, 0), (1, 1)]
 
 
 def test_separate_async_refuses_a_colocated_reward_model(tmp_path: Path) -> None:
@@ -533,14 +533,14 @@ def test_fully_async_places_a_trainer_pool_and_one_pool_per_standalone_replica(t
     plan = plan_from_spec(spec)
     assert [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups] == [
         ("trainer_pool", 1, (4,)),  # create_resource_pool_manager: [trainer.n_gpus_per_node] * trainer.nnodes
-        ("rollout_pool", 4, (1,) * 4),  # rollout.nnodes x rollout.n_gpus_per_node: one pool per tp1 replica
+        ("rollout_pool", 1, (4,)),  # rollout.nnodes x rollout.n_gpus_per_node: one pool per tp1 replica, 4 a node
     ]
     assert {c.name for c in plan.components} == {"actor", "rollout_standalone"}  # grpo: no critic; no KL: no ref
     assert where(plan, "actor") == [(0, (g,)) for g in range(4)]
-    assert where(plan, "rollout_standalone") == [(n, (0,)) for n in (1, 2, 3, 4)]
+    assert where(plan, "rollout_standalone") == [(1, (g,)) for g in range(4)]
     assert steered(spec, "trainer_poolverl_group_4:0", 4) == [0] * 4
     assert steered(spec, "rollout_pool_0verl_group_1:0") == [1]
-    assert steered(spec, "rollout_pool_3verl_group_1:0") == [4]
+    assert steered(spec, "rollout_pool_3verl_group_1:0") == [1]
     # 3 CPUs a trainer bundle, plus the TaskRunner, trainer, rollouter and message queue actors (1 + 10 + 10 + 2)
     assert spec.cluster.node_groups[0].cpus_per_node == 3 * 4 + 23
 
@@ -560,9 +560,9 @@ def test_fully_async_hybrid_replicas_come_first_and_number_the_standalone_ones_a
     assert where(plan, "rollout") == [(0, (g,)) for g in range(4)] == where(plan, "ref")
     assert plan.component("rollout").tensor_parallel_size == 2
     # standalone replicas are replica_rank 2 and 3 (start_rank = the hybrid count): rollout_pool_2, rollout_pool_3
-    assert [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups][1] == ("rollout_pool", 2, (2, 2))
+    assert [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups][1] == ("rollout_pool", 1, (4,))
     assert steered(spec, "rollout_pool_2verl_group_2:0", 2) == [1, 1]
-    assert steered(spec, "rollout_pool_3verl_group_2:0", 2) == [2, 2]
+    assert steered(spec, "rollout_pool_3verl_group_2:0", 2) == [1, 1]
     assert steered(spec, "rollout_pool_0verl_group_2:0", 2) is None  # verl makes no such pool
 
 
@@ -604,9 +604,9 @@ def test_fully_async_reward_model_is_standalone_replicas_of_their_own(tmp_path: 
     words = [f"{rm}.enable=True", f"{rm}.enable_resource_pool=True", f"{rm}.nnodes=1", f"{rm}.n_gpus_per_node=2"]
     spec = async_spec(tmp_path, *words, f"{rm}.rollout.tensor_model_parallel_size=1")
     groups = [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups]
-    assert groups == [("trainer_pool", 1, (8,)), ("reward_pool", 2, (1, 1)), ("rollout_pool", 4, (2,) * 4)]
-    assert steered(spec, "rollout_pool_reward_1verl_group_1:0") == [2]  # RewardModelManager's init_standalone
-    assert steered(spec, "rollout_pool_1verl_group_2:0", 2) == [4, 4]
+    assert groups == [("trainer_pool", 1, (8,)), ("reward_pool", 1, (2,)), ("rollout_pool", 1, (8,))]
+    assert steered(spec, "rollout_pool_reward_1verl_group_1:0") == [1]  # RewardModelManager's init_standalone
+    assert steered(spec, "rollout_pool_1verl_group_2:0", 2) == [2, 2]
     err = async_error(tmp_path, *words, text="slurm:\n  partition: a800\n  pools: {reward_pool: trainer_pool}\n")
     assert "one pool of PACK placement groups per standalone replica (reward_pool)" in err.message
 
@@ -655,14 +655,14 @@ def test_one_step_off_places_a_trainer_pool_and_standalone_replicas(tmp_path: Pa
     plan = plan_from_spec(spec)
     assert [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups] == [
         ("trainer_pool", 1, (6,)),  # separation's create_resource_pool_manager
-        ("rollout_pool", 2, (2, 2)),  # LLMServerManager: 1 x 4 // tp2 = 2 standalone replicas, one pool each
+        ("rollout_pool", 1, (4,)),  # LLMServerManager: 1 x 4 // tp2 = 2 standalone replicas, one pool each
     ]
     assert {c.name for c in plan.components} == {"actor", "ref", "rollout_standalone"}  # KL loss: ref; grpo: no critic
     assert where(plan, "actor") == [(0, (g,)) for g in range(6)] == where(plan, "ref")
-    assert where(plan, "rollout_standalone") == [(1, (0,)), (1, (1,)), (2, (0,)), (2, (1,))]
+    assert where(plan, "rollout_standalone") == [(1, (g,)) for g in range(4)]
     assert steered(spec, "trainer_poolverl_group_6:0", 6) == [0] * 6
     assert steered(spec, "rollout_pool_0verl_group_2:0", 2) == [1, 1]  # replica ranks from 0: no hybrid replica
-    assert steered(spec, "rollout_pool_1verl_group_2:0", 2) == [2, 2]
+    assert steered(spec, "rollout_pool_1verl_group_2:0", 2) == [1, 1]
     assert spec.cluster.node_groups[0].cpus_per_node == 3 * 6 + 10  # bundles of 3 CPUs + OneStepTaskRunner's 10
     assert any("OneStepTaskRunner actor 10 more" in n for n in spec.notes)
 
@@ -735,11 +735,13 @@ def test_generation_server_is_standalone_replicas_counted_by_tp(tmp_path: Path) 
     words = ["trainer.nnodes=1", "trainer.n_gpus_per_node=8", "actor_rollout_ref.rollout.tensor_model_parallel_size=4"]
     spec = load_spec(site(tmp_path), driver=[*GENERATION, *words])
     plan = plan_from_spec(spec)
-    assert [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups] == [("rollout_pool", 2, (4, 4))]
+    # two replicas of 4 GPUs share the one node verl was given (each replica's pool is one PACK group of 4)
+    assert [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups] == [("rollout_pool", 1, (8,))]
     assert [c.name for c in plan.components] == ["rollout"] and plan.component("rollout").tensor_parallel_size == 4
-    assert where(plan, "rollout") == [(n, (g,)) for n in (0, 1) for g in range(4)]
-    assert steered(spec, "rollout_pool_1verl_group_4:0", 4) == [1] * 4
-    assert spec.cluster.node_groups[0].cpus_per_node == 2 * 4  # a standalone replica's bundles; no driver actor
+    assert where(plan, "rollout") == [(0, (g,)) for g in range(8)]
+    assert steered(spec, "rollout_pool_0verl_group_4:0", 4) == [0] * 4
+    assert steered(spec, "rollout_pool_1verl_group_4:0", 4) == [0] * 4
+    assert spec.cluster.node_groups[0].cpus_per_node == 2 * 8  # a standalone replica's bundles; no driver actor
     # start_server counts replicas by tp alone: with dp 2 it would start 2 replicas of 8 GPUs on 8
     dp = [*words, "actor_rollout_ref.rollout.data_parallel_size=2"]
     with pytest.raises(SpecError) as caught:
@@ -748,6 +750,32 @@ def test_generation_server_is_standalone_replicas_counted_by_tp(tmp_path: Path) 
     assert caught.value.location is not None and caught.value.location.column == column_of(
         [*GENERATION, *words], 5
     ) + len("actor_rollout_ref.rollout.tensor_model_parallel_size=")
+
+
+def test_standalone_replicas_narrower_than_a_node_fill_each_node_in_replica_order(tmp_path: Path) -> None:
+    """The shipped default (run_deepseek_llm_7b.sh, tp 2) on two nodes: 8 replicas, 4 a node, replica r on node
+    r // 4 and its GPUs after the replicas before it there; replicas wider than a node still span whole nodes."""
+    words = ["trainer.nnodes=2", "trainer.n_gpus_per_node=8", "actor_rollout_ref.rollout.tensor_model_parallel_size=2"]
+    spec = load_spec(site(tmp_path), driver=[*GENERATION, *words])
+    plan = plan_from_spec(spec)
+    assert [(g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups] == [(2, (8, 8))]
+    assert where(plan, "rollout") == [(n, (g,)) for n in (0, 1) for g in range(8)]
+    assert [steered(spec, f"rollout_pool_{r}verl_group_2:0", 2) for r in range(8)] == [[r // 4] * 2 for r in range(8)]
+    wide = ["trainer.nnodes=2", "trainer.n_gpus_per_node=8", "actor_rollout_ref.rollout.tensor_model_parallel_size=16"]
+    spec = load_spec(site(tmp_path), driver=[*GENERATION, *wide])
+    assert [(g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups] == [(2, (8, 8))]
+    assert [steered(spec, f"rollout_pool_0verl_group_8_8:{i}", 8) for i in (0, 1)] == [[0] * 8, [1] * 8]
+    # tp 3 on two nodes of 8: verl starts 16 // 3 = 5 replicas, 2 fit whole on each node, and Ray would split the
+    # fifth one's group over the nodes' leftover GPUs
+    odd = ["trainer.nnodes=2", "trainer.n_gpus_per_node=8", "actor_rollout_ref.rollout.tensor_model_parallel_size=3"]
+    with pytest.raises(SpecError) as caught:
+        load_spec(site(tmp_path), driver=[*GENERATION, *odd])
+    assert "5 standalone replica(s) of tp*dp*pp = 3 GPUs on 2 node(s) of 8 GPUs: 2 fit whole" in caught.value.message
+    assert "replica 4 would have its PACK placement group split" in caught.value.message
+    # on one node the same tp leaves 2 GPUs idle and plans
+    one = ["trainer.nnodes=1", "trainer.n_gpus_per_node=8", "actor_rollout_ref.rollout.tensor_model_parallel_size=3"]
+    plan = plan_from_spec(load_spec(site(tmp_path), driver=[*GENERATION, *one]))
+    assert where(plan, "rollout") == [(0, (g,)) for g in range(6)]
 
 
 def test_an_entry_point_verl_lacks_or_hpcplace_does_not_plan_is_refused_at_its_word(tmp_path: Path) -> None:

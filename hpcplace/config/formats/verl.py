@@ -332,7 +332,8 @@ def compose_verl(
 class Pool:
     """One of verl's resource pools: `nodes` nodes of `per_node` GPUs, created in POOLS order. A standalone
     pool is verl's one pool per replica (RolloutReplica.init_standalone), `<standalone><r>` for replica r, each
-    of `replica_nodes` nodes, numbered from `first_replica`."""
+    of `replica_nodes` nodes, numbered from `first_replica`; replicas narrower than a node share one,
+    `replicas_per_node` of them."""
 
     name: str
     nodes: int
@@ -343,6 +344,7 @@ class Pool:
     first_replica: int = 0
     cpus_per_bundle: int = COLOCATE  # the CPUs of each GPU's bundle (RayResourcePool's max_colocate_count)
     random_name: bool = False  # verl names its groups `<6 random letters and digits>verl_group_...` (SFT_POOL)
+    replicas_per_node: int = 1
 
     @property
     def world(self) -> int:
@@ -769,13 +771,34 @@ def fully_async_reward_pool(reader: Reader, prefix: str, enable: bool, own_pool:
             hint=f"Check your resource pool or standalone config ({prefix}.n_gpus_per_node, nnodes)",
         )
     check_replica(mworld, rg, mview, f"{prefix}.rollout")
-    per_node = min(rg, mworld)
     if rn * rg % mworld:
         notes.append(f"reward_pool: {rn * rg % mworld} of its {rn * rg} GPUs hold no replica (verl: world // tp*dp*pp)")
-    nodes = mworld // per_node * count
-    return [
-        Pool("reward_pool", nodes, per_node, rnv, "rollout_pool_reward_", mworld // per_node, 0, STANDALONE_COLOCATE)
-    ]
+    return [standalone_pool("reward_pool", "rollout_pool_reward_", rn, rnv, rg, mworld, mview, 0)]
+
+
+def standalone_pool(
+    name: str, prefix: str, nodes: int, view: View, gpus_per_node: int, world: int, world_view: View, first: int
+) -> Pool:
+    """The pools of verl's `nodes * gpus_per_node // world` standalone replicas (RolloutReplica.init_standalone):
+    replica r's pool `<prefix><first + r>` is [min(gpus_per_node, world)] * (world // that), one PACK placement
+    group per node it spans. A replica narrower than a node shares it with the next ones: verl creates the
+    replicas' groups one after the other, each ready before the next, and the plan steers `gpus_per_node //
+    world` of them to each node, their GPUs in replica order (Ray hands a node's free GPUs out as each group is
+    committed). A replica that would fit whole on no node (tp*dp*pp not dividing the node's GPUs, and more
+    replicas than fit whole) is refused: Ray would split its group over the nodes' leftover GPUs."""
+    count = nodes * gpus_per_node // world
+    if world >= gpus_per_node:
+        step = world // gpus_per_node
+        return Pool(name, step * count, gpus_per_node, view, prefix, step, first, STANDALONE_COLOCATE)
+    whole = gpus_per_node // world
+    if count > nodes * whole:
+        raise world_view.error(
+            f"{name}: {count} standalone replica(s) of tp*dp*pp = {world} GPUs on {nodes} node(s) of {gpus_per_node} "
+            f"GPUs: {whole} fit whole on a node, so replica {first + nodes * whole} would have its PACK placement "
+            "group split over the nodes' leftover GPUs by Ray, which hpcplace cannot steer exactly",
+            hint=f"make tp*dp*pp divide the pool's n_gpus_per_node ({gpus_per_node})",
+        )
+    return Pool(name, nodes, whole * world, view, prefix, 1, first, STANDALONE_COLOCATE, replicas_per_node=whole)
 
 
 def standalone_rollout(
@@ -788,7 +811,7 @@ def standalone_rollout(
     if count < 1:
         return []
     check_replica(world, gpus_per_node, world_view, "actor_rollout_ref.rollout")
-    per_node = min(gpus_per_node, world)
+    pool = standalone_pool("rollout_pool", "rollout_pool_", nodes, view, gpus_per_node, world, world_view, first)
     if nodes * gpus_per_node % world:
         notes.append(
             f"rollout_pool: {nodes * gpus_per_node % world} of its {nodes * gpus_per_node} GPUs hold no replica "
@@ -796,10 +819,11 @@ def standalone_rollout(
         )
     notes.append(
         f"rollout_pool: verl makes one pool per standalone replica (rollout_pool_<i>, PACK placement groups "
-        f"of {per_node} GPU(s)): Ray picks which of the group's GPUs each replica gets; the plan lists them in order"
+        f"of {min(gpus_per_node, world)} GPU(s))"
+        + (f", {pool.replicas_per_node} replicas a node" if pool.replicas_per_node > 1 else "")
+        + ": Ray picks which of the node's GPUs each replica gets; the plan lists them in replica order"
     )
-    nodes = world // per_node * count
-    return [Pool("rollout_pool", nodes, per_node, view, "rollout_pool_", world // per_node, first, STANDALONE_COLOCATE)]
+    return [pool]
 
 
 def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus | None) -> ExperimentSpec:
@@ -1353,18 +1377,20 @@ def steer_rules(layouts: dict[str, GroupLayout], cluster: Cluster) -> tuple[Stee
                 rules.append(SteerRule(f"verl {pool.name}", "group", nodes, name=prefix + PG_NAME_TAIL))
                 continue
             what = f"verl {pool.standalone}<r> (standalone {pool.name.removesuffix('_pool')} replica r)"
-            step = pool.replica_nodes
+            step, packed = pool.replica_nodes, pool.replicas_per_node
+            # replica r's group i (one per node it spans) on the node of index i + step * r in this list
+            on = tuple(nodes[r // packed * step + i] for r in range(pool.nodes // step * packed) for i in range(step))
             if pool.first_replica == 0:
                 name = re.escape(pool.standalone) + r"(?P<replica>[0-9]+)verl_group_[0-9_]+:(?P<index>[0-9]+)"
-                rules.append(SteerRule(what, "group", nodes, name=name, stride=step))
+                rules.append(SteerRule(what, "group", on, name=name, stride=step))
                 continue
-            for r in range(pool.nodes // step):
+            for r in range(len(on) // step):
                 number = pool.first_replica + r
                 rules.append(
                     SteerRule(
                         what.replace("<r>", str(number)).replace(" r)", f" {number})"),
                         "group",
-                        nodes[r * step : (r + 1) * step],
+                        on[r * step : (r + 1) * step],
                         name=re.escape(f"{pool.standalone}{number}") + PG_NAME_TAIL,
                     )
                 )
