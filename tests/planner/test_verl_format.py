@@ -820,3 +820,21 @@ def test_dapo_recipe_runs_verls_legacy_ppo_task_runner(tmp_path: Path, monkeypat
     monkeypatch.chdir(tmp_path / "recipe")  # python -m finds no recipe package here
     with pytest.raises(SpecError, match=re.escape("recipe.dapo.main_dapo is not in this folder")):
         load_spec(site(tmp_path), driver=["python3", "-m", "recipe.dapo.main_dapo"])
+
+
+def test_dapo_with_transfer_queue_is_refused_with_pythons_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verl-recipe's recipe/dapo/dapo_transfer_queue (30B_megatron_dapo_npu.sh) imports recipe.transfer_queue,
+    which verl-recipe 48ea0a7 lacks: python stops there; where it is there, its trainer's pools are not read."""
+    dapo_recipe(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    command = ["python3", "-m", "recipe.dapo.dapo_transfer_queue.main_dapo", "trainer.nnodes=1"]
+    with pytest.raises(SpecError) as caught:
+        load_spec(site(tmp_path), driver=command)
+    assert "No module named 'recipe.transfer_queue'" in caught.value.message
+    assert caught.value.location is not None and caught.value.location.column == column_of(command, 2)
+    (tmp_path / "recipe" / "transfer_queue").mkdir()
+    (tmp_path / "recipe" / "transfer_queue" / "ray_trainer.py").write_text("")
+    with pytest.raises(SpecError, match="whose resource pools hpcplace does not read"):
+        load_spec(site(tmp_path), driver=command)

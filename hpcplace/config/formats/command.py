@@ -55,7 +55,8 @@ COMMAND_FORMATS: dict[str, CommandFormatEntry] = {
         "hpcplace.config.formats.verl",
         re.compile(
             r"(^|.*/)(verl[./](trainer[./](main_\w+|sft_trainer_ray)|experimental[./](fully_async_policy[./]"
-            r"fully_async_main|one_step_off_policy[./]main_ppo))|recipe[./]dapo[./]main_dapo)(\.py)?$"
+            r"fully_async_main|one_step_off_policy[./]main_ppo))|recipe[./]dapo[./](dapo_transfer_queue[./])?main_dapo)"
+            r"(\.py)?$"
         ),
         shown="verl.trainer.main_*, verl.trainer.sft_trainer_ray, verl.experimental.fully_async_policy.fully_async_main, "
         "verl.experimental.one_step_off_policy.main_ppo, recipe.dapo.main_dapo",

@@ -42,6 +42,7 @@ import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NoReturn
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import Cluster, NodeGroup
@@ -64,7 +65,8 @@ from hpcplace.errors import SpecError
 SOURCE_ENV = "HPCPLACE_VERL_SRC"  # a verl checkout whose verl/trainer/config is composed
 ENTRY = re.compile(
     r"(^|.*/)(?:verl[./](?:trainer[./](?P<trainer>main_\w+?|sft_trainer_ray)|experimental[./](?P<experimental>"
-    r"fully_async_policy[./]fully_async_main|one_step_off_policy[./]main_ppo))|(?P<recipe>recipe[./]dapo[./]main_dapo))"
+    r"fully_async_policy[./]fully_async_main|one_step_off_policy[./]main_ppo))|(?P<recipe>recipe[./]dapo[./]"
+    r"(?P<queue>dapo_transfer_queue[./])?main_dapo))"
     r"(\.py)?$"
 )
 ONE_STEP_OFF = "one_step_off"  # verl.experimental.one_step_off_policy.main_ppo (its main_ppo is not the trainer's)
@@ -134,6 +136,27 @@ class VerlCommand:
     overrides: tuple[tuple[str, int], ...]
 
 
+def refuse_transfer_queue(command: FrameworkCommand, entry: int) -> NoReturn:
+    """recipe.dapo.dapo_transfer_queue.main_dapo (verl-recipe's Ascend example) trains with
+    recipe.transfer_queue.ray_trainer's RayPPOTrainer: python stops where the recipe package lacks it (verl-recipe
+    48ea0a7 does), and hpcplace does not read that trainer's pools where it is there."""
+    queue = Path.cwd() / "recipe" / "transfer_queue"
+    if not (queue / "ray_trainer.py").is_file():
+        raise command.error(
+            entry,
+            "recipe.dapo.dapo_transfer_queue imports recipe.transfer_queue.ray_trainer, which the recipe package here "
+            f'lacks ({queue / "ray_trainer.py"} is not there): python would stop with "No module named '
+            "'recipe.transfer_queue'\"",
+            hint="the DAPO recipe without TransferQueue, python -m recipe.dapo.main_dapo, is planned",
+        )
+    raise command.error(
+        entry,
+        "recipe.dapo.dapo_transfer_queue.main_dapo trains with recipe.transfer_queue's RayPPOTrainer, whose resource "
+        "pools hpcplace does not read",
+        hint="the DAPO recipe without TransferQueue, python -m recipe.dapo.main_dapo, is planned",
+    )
+
+
 def read_command(command: FrameworkCommand) -> VerlCommand:
     """Split verl's command into its config flags and Hydra overrides, as Hydra's argparse does."""
     argv = command.argv
@@ -145,6 +168,8 @@ def read_command(command: FrameworkCommand) -> VerlCommand:
     found = ENTRY.match(argv[entry])
     assert found is not None  # matched just above
     experimental = found["experimental"]
+    if found["queue"]:
+        refuse_transfer_queue(command, entry)
     if found["recipe"]:
         name = DAPO
     else:
