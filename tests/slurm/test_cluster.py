@@ -159,11 +159,17 @@ def test_example_runs_exactly_as_planned(lab: LiveCluster, config: Path, tmp_pat
 
 
 LATE_LAUNCHER = """#!/bin/bash
-# The rollout's tasks start their shim only once the job began stopping (its stop marker is there), the stop
-# signal absorbed meanwhile: a task whose process had not run yet when that signal came.
-case " $* " in *" --component rollout "*)
-  trap : TERM INT HUP USR1
-  for _ in $(seq 600); do compgen -G {marker} >/dev/null && break; sleep 0.1; done;;
+# The rollout's tasks start their shim only once the job began stopping (its stop marker is there) and its stop
+# signal came, absorbed here: a task whose process had not run yet when that signal came. The inference's tasks
+# (one fails at once) start theirs only once every rollout task absorbs signals.
+case " $* " in
+*" --component rollout "*)
+  stopped=
+  trap stopped=1 TERM INT HUP USR1
+  : >{ready}/"$SLURM_PROCID"
+  for _ in $(seq 600); do [[ -n $stopped ]] && compgen -G {marker} >/dev/null && break; sleep 0.1; done;;
+*" --component inference "*)
+  for _ in $(seq 600); do (($(ls {ready} | wc -l) >= {rollouts})) && break; sleep 0.1; done;;
 esac
 exec {launcher} "$@"
 """
@@ -174,15 +180,18 @@ def test_a_task_that_starts_after_the_job_began_stopping_leaves_nothing(
 ) -> None:
     """inference fails at once; the rollout's tasks start after the job script's stop signal (as a step launched
     just before the failure does on a loaded machine: run S of issue 36 left /dev/shm/hpcplace-<job> that way).
-    Their shim makes no node-local directory that outlives the job and starts no program."""
-    reports = tmp_path / "reports"
-    reports.mkdir()
-    (tmp_path / "cfg").mkdir()
-    config = with_command(REPO / "configs" / "hetero-partitions.yaml", tmp_path / "cfg", reporter_command(reports))
-    run_dir = tmp_path / "run"
+    Their shim makes no node-local directory that outlives the job and starts no program. kill_wait 60: the
+    late tasks are never SIGKILLed before their shim ran, however slow this machine is."""
+    source = REPO / "configs" / "hetero-partitions.yaml"
+    reports, ready, run_dir = tmp_path / "reports", tmp_path / "ready", tmp_path / "run"
+    for folder in (reports, ready, tmp_path / "cfg"):
+        folder.mkdir()
+    config = with_command(source, tmp_path / "cfg", reporter_command(reports))
     launcher = tmp_path / "late-launcher"
     launcher.write_text(
         LATE_LAUNCHER.format(
+            ready=shlex.quote(str(ready)),
+            rollouts=len(plan_from_file(source).component("rollout").processes),
             marker=shlex.quote(f"{run_dir}/.stopping-") + "*",
             launcher=shlex.join(default_launcher()),
         ),
@@ -190,11 +199,12 @@ def test_a_task_that_starts_after_the_job_began_stopping_leaves_nothing(
     )
     launcher.chmod(0o755)
     env = {**slurm_cluster.env, "HPCPLACE_TEST_FAIL": "inference:1", "HPCPLACE_TEST_HOLD": "120"}
-    job_id = submit_cli(config, run_dir, "--launcher", str(launcher), env=env)
+    job_id = submit_cli(config, run_dir, "--launcher", str(launcher), overrides=["slurm.kill_wait=60"], env=env)
     status = wait_done(run_dir)
     assert status.state == "FAILED" and status.code == 10, status.text
     batch = next((run_dir / "logs").glob("batch-*.out")).read_text()
     assert "component 'inference' (3 tasks; ranks 0-2) exited with code 7" in batch, batch
+    assert "still running after 60s" not in batch, batch  # the late rollout tasks ended by themselves
     logs = "\n".join(p.read_text(errors="replace") for p in (run_dir / "logs").rglob("*") if p.is_file())
     assert "rollout rank 0: the job is stopping (stopped before this task started): not starting it" in logs, logs
     assert not list(reports.glob("rollout*")), "a rollout program started after the job began stopping"
