@@ -647,6 +647,25 @@ def one_step_off_spec(tmp_path: Path, *words: str, text: str | None = None):  # 
     return load_spec(site(tmp_path, text) if text else site(tmp_path), driver=[*ONE_STEP_OFF, *words])
 
 
+def test_one_step_off_replicas_may_share_the_trainers_node(tmp_path: Path) -> None:
+    """grpo_0.6b_gsm8k_fsdp2_2_6.sh as written, for one 8-GPU node: `slurm.pools: {rollout_pool: trainer_pool}`.
+    The TaskRunner builds the trainer's worker groups, then the replicas: GPUs 0-5 train, 6-7 serve."""
+    words = ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=True"]
+    words += ["trainer.n_gpus_per_node=6", "rollout.n_gpus_per_node=2", "rollout.nnodes=1"]
+    words += ["actor_rollout_ref.rollout.tensor_model_parallel_size=2"]
+    text = "slurm:\n  partition: a800\n  pools: {rollout_pool: trainer_pool}\n"
+    spec = one_step_off_spec(tmp_path, *words, text=text)
+    plan = plan_from_spec(spec)
+    assert [(g.label, g.num_nodes, g.gpus_per_node) for g in spec.cluster.node_groups] == [("trainer_pool", 1, (8,))]
+    assert where(plan, "actor") == [(0, (g,)) for g in range(6)]
+    assert where(plan, "rollout_standalone") == [(0, (6,)), (0, (7,))]
+    assert steered(spec, "trainer_poolverl_group_6:0", 6) == [0] * 6
+    assert steered(spec, "rollout_pool_0verl_group_2:0", 2) == [0, 0]
+    # the fully async trainer builds its replicas from the rollouter actor: still refused there
+    err = async_error(tmp_path, "rollout.n_gpus_per_node=2", text=text)
+    assert "created by another actor than the other pool's" in err.message
+
+
 def test_one_step_off_places_a_trainer_pool_and_standalone_replicas(tmp_path: Path) -> None:
     # grpo_0.6b_gsm8k_fsdp2_2_6.sh's sizes: 6 training GPUs and 2 rollout GPUs, gen_tp=2, KL loss
     words = ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=True"]

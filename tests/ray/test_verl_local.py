@@ -184,6 +184,20 @@ ONE_STEP_OFF_CASES = {
             "rollout.n_gpus_per_node=2",
         ],
     ),
+    # the same on one 4-GPU node (slurm.pools): the trainer's groups first (GPUs 0-1), then the replicas (2, 3)
+    "one_step_off_replicas_beside_the_trainer": (
+        "slurm: {partition: a800, pools: {rollout_pool: trainer_pool}}\n",
+        [
+            "actor_rollout_ref.hybrid_engine=False",
+            "algorithm.adv_estimator=grpo",
+            "actor_rollout_ref.actor.use_kl_loss=True",
+            "trainer.nnodes=1",
+            "trainer.n_gpus_per_node=2",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+            "rollout.nnodes=1",
+            "rollout.n_gpus_per_node=2",
+        ],
+    ),
 }
 
 
