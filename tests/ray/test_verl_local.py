@@ -151,6 +151,25 @@ ASYNC_CASES = {
             "reward.reward_model.rollout.tensor_model_parallel_size=1",
         ],
     ),
+    # the trainer, a reward replica and a rollout replica on one 4-GPU node (slurm.pools): the driver builds the
+    # trainer's groups, then the rollouter's reward replicas, then its rollout replicas (GPUs 0-1, 2, 3)
+    "fully_async_replicas_beside_the_trainer": (
+        "slurm: {partition: a800, pools: {reward_pool: trainer_pool, rollout_pool: trainer_pool}}\n",
+        [
+            *ASYNC_SET,
+            "trainer.nnodes=1",
+            "trainer.n_gpus_per_node=2",
+            "critic.enable=False",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+            "rollout.nnodes=1",
+            "rollout.n_gpus_per_node=1",
+            "reward.reward_model.enable=True",
+            "reward.reward_model.enable_resource_pool=True",
+            "reward.reward_model.nnodes=1",
+            "reward.reward_model.n_gpus_per_node=1",
+            "reward.reward_model.rollout.tensor_model_parallel_size=1",
+        ],
+    ),
     # one standalone replica of TP 2 across two 1-GPU nodes (rollout_pool_0: two groups, sorted by IP)
     "fully_async_replica_across_nodes": (
         "slurm: {partition: a800}\n",

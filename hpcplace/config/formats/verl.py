@@ -1015,7 +1015,7 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
             )
     pools += standalone
 
-    placed = place_pools(pools, root.get("slurm"), site_gpus, notes, replicas_last=one_step_off)
+    placed = place_pools(pools, root.get("slurm"), site_gpus, notes, in_order=separated)
     labels, slots = placed.labels, placed.slots
 
     # the processes on each pool
@@ -1205,12 +1205,13 @@ def place_pools(
     site_gpus: SiteGpus | None,
     notes: list[str],
     *,
-    replicas_last: bool = False,
+    in_order: bool = False,
 ) -> PlacedPools:
     """The node group of each pool (`slurm.pools`), each group's size from its pools, checked against the site.
-    `replicas_last`: the standalone replicas' groups are created after every other pool's, in one process."""
+    `in_order`: every pool's groups, the standalone replicas' included, are created one pool after the other
+    in POOLS order, each ready before the next (the separation trainers)."""
     standalone = {p.name for p in pools if p.standalone}
-    labels = pool_labels(slurm_view, [p.name for p in pools], standalone, replicas_last)
+    labels = pool_labels(slurm_view, [p.name for p in pools], standalone, in_order)
     base = slurm_facts(slurm_view)
     layouts = group_layouts(pools, labels)
     groups: list[NodeGroup] = []
@@ -1304,14 +1305,14 @@ def finish(
 
 
 def pool_labels(
-    slurm_view: View | None, pools: list[str], standalone: set[str], replicas_last: bool = False
+    slurm_view: View | None, pools: list[str], standalone: set[str], in_order: bool = False
 ) -> dict[str, str]:
     """`slurm.pools: {reward_pool: rtx4090}`: the node group of each pool (default: its own group, named
     after the pool, with the `slurm:` block's defaults). Pools may share a group (`{teacher_pool: global_pool}`:
-    group_layouts). A standalone replicas' pool shares one only where its groups are created after the others'
-    in the same process (`replicas_last`: one-step-off's TaskRunner builds the trainer's worker groups, then
-    LLMServerManager's replicas), so the node's GPUs they get are known; elsewhere its PACK groups and another
-    pool's are created from different actors (the fully async rollouter and trainer) or in an order not read."""
+    group_layouts). A standalone replicas' pool shares one only `in_order`: the separation trainers build the
+    trainer's worker groups, then the reward, teacher and rollout replicas, each ready before the next
+    (one-step-off's TaskRunner; fully async's driver waits for its trainer's init_workers, then its
+    rollouter's), so the node's GPUs each gets are known. verl's v1 trainers (separate_async) are not read so."""
     labels = {p: p for p in pools}
     view = slurm_view.get("pools") if slurm_view is not None else None
     if view is None or view.value is None:
@@ -1335,14 +1336,13 @@ def pool_labels(
     for key, child in view.items():
         others = [p for p in pools if p != key and labels[p] == labels[str(key)]]
         alone = next((p for p in (str(key), *others) if p in standalone), None)
-        if others and alone is not None and not replicas_last:
+        if others and alone is not None and not in_order:
             raise child.error(
                 f"slurm.pools: {key} and {others[0]} on one node group {labels[str(key)]!r}: verl makes one pool of "
-                f"PACK placement groups per standalone replica ({alone}), created by another actor than the other "
-                "pool's or in an order hpcplace does not read, so which GPUs of a shared node each takes is Ray's "
-                "choice and the plan could not be exact",
-                hint=f"give {alone} a node group of its own (it may share a partition); one-step-off "
-                "(verl.experimental.one_step_off_policy.main_ppo) may share its trainer_pool's",
+                f"PACK placement groups per standalone replica ({alone}), created in an order hpcplace does not "
+                "read here, so which GPUs of a shared node each takes is Ray's choice and the plan could not be exact",
+                hint=f"give {alone} a node group of its own (it may share a partition); under fully_async_main and "
+                "one_step_off_policy.main_ppo the pools may share",
             )
     return labels
 
