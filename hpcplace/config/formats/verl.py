@@ -846,7 +846,7 @@ def standalone_rollout(
         f"rollout_pool: verl makes one pool per standalone replica (rollout_pool_<i>, PACK placement groups "
         f"of {min(gpus_per_node, world)} GPU(s))"
         + (f", {pool.replicas_per_node} replicas a node" if pool.replicas_per_node > 1 else "")
-        + ": Ray picks which of the node's GPUs each replica gets; the plan lists them in replica order"
+        + ": verl makes them one after the other, so each takes its node's next free GPUs, as the plan lists them"
     )
     return [pool]
 
