@@ -187,35 +187,27 @@ ASYNC_CASES = {
 
 
 # verl's one-step-off trainer (one_step_off_policy.main_ppo): the driver's place_one_step_off
+ONE_STEP_OFF_SET = [
+    "actor_rollout_ref.hybrid_engine=False",
+    "algorithm.adv_estimator=grpo",
+    "actor_rollout_ref.actor.use_kl_loss=True",
+    "trainer.nnodes=1",
+    "trainer.n_gpus_per_node=2",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "rollout.nnodes=1",
+    "rollout.n_gpus_per_node=2",
+]
 ONE_STEP_OFF_CASES = {
     # grpo_0.6b_gsm8k_fsdp2_2_6.sh's shape, smaller: actor + ref on 2 trainer GPUs, two tp1 standalone replicas
     # (rollout_pool_0, rollout_pool_1 from replica rank 0) on one 2-GPU rollout node
     "one_step_off_standalone_replicas": (
         "slurm: {partition: a800}\n",
-        [
-            "actor_rollout_ref.hybrid_engine=False",
-            "algorithm.adv_estimator=grpo",
-            "actor_rollout_ref.actor.use_kl_loss=True",
-            "trainer.nnodes=1",
-            "trainer.n_gpus_per_node=2",
-            "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-            "rollout.nnodes=1",
-            "rollout.n_gpus_per_node=2",
-        ],
+        ONE_STEP_OFF_SET,
     ),
     # the same on one 4-GPU node (slurm.pools): the trainer's groups first (GPUs 0-1), then the replicas (2, 3)
     "one_step_off_replicas_beside_the_trainer": (
         "slurm: {partition: a800, pools: {rollout_pool: trainer_pool}}\n",
-        [
-            "actor_rollout_ref.hybrid_engine=False",
-            "algorithm.adv_estimator=grpo",
-            "actor_rollout_ref.actor.use_kl_loss=True",
-            "trainer.nnodes=1",
-            "trainer.n_gpus_per_node=2",
-            "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-            "rollout.nnodes=1",
-            "rollout.n_gpus_per_node=2",
-        ],
+        ONE_STEP_OFF_SET,
     ),
 }
 
