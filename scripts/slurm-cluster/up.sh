@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Boot a fresh hpcplace Slurm test cluster on this machine.
 #
-#   scripts/slurm-cluster/up.sh [--slurm bookworm|trixie|sid] [--constrain-devices yes|no]
+#   scripts/slurm-cluster/up.sh [--slurm bookworm|trixie|sid] [--constrain-devices yes|no] [--fabric block|tree]
 #
 # --slurm (default $HPCPLACE_SLURM, else bookworm): which Debian release's Slurm (22.05 | 24.11 | 26.05
 # are accepted as names too). bookworm's runs on this machine; trixie's and sid's run in the release's
@@ -10,6 +10,9 @@
 # test images' cache) are bound in as a site shares its filesystems, and $DIR/bin holds the release's
 # client tools for this machine (env.sh puts it first on PATH). A node enters the root filesystem with
 # pivot_root (Apptainer refuses a chroot); trixie/sid also get oci.conf (srun --container, with runc).
+# --fabric (default $HPCPLACE_SLURM_FABRIC, else block where Slurm has segments (24.05+), else tree): the
+# cluster-wide topology (topology.conf) of a Slurm older than 25.05, which has one topology for every
+# partition; 25.05+ gets both, one per partition (topology.yaml), and ignores it.
 #
 # Tears down a running cluster first, wipes Slurm state AND the accounting database, then starts
 # MariaDB, slurmdbd, slurmctld and one slurmd per node, each node in its own network + UTS + mount
@@ -26,12 +29,13 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/_common.sh"
 
 usage() {
-    echo "usage: $0 [--slurm bookworm|trixie|sid] [--constrain-devices yes|no]" >&2
+    echo "usage: $0 [--slurm bookworm|trixie|sid] [--constrain-devices yes|no] [--fabric block|tree]" >&2
     exit 2
 }
 
 args=("$@")
 constrain_devices=no
+fabric="${HPCPLACE_SLURM_FABRIC:-}"
 while [[ "$#" -gt 0 ]]; do
     case "$1" in
         --constrain-devices)
@@ -41,6 +45,15 @@ while [[ "$#" -gt 0 ]]; do
             ;;
         --constrain-devices=*)
             constrain_devices="${1#*=}"
+            shift
+            ;;
+        --fabric)
+            [[ "$#" -ge 2 ]] || usage
+            fabric="$2"
+            shift 2
+            ;;
+        --fabric=*)
+            fabric="${1#*=}"
             shift
             ;;
         --slurm)
@@ -58,6 +71,10 @@ while [[ "$#" -gt 0 ]]; do
 done
 case "$constrain_devices" in
     yes | no) ;;
+    *) usage ;;
+esac
+case "$fabric" in
+    "" | block | tree) ;;
     *) usage ;;
 esac
 
@@ -366,11 +383,23 @@ version_settings() {
         printf '%s\n' "CredType=cred/munge" "PluginDir=$root/usr/lib/x86_64-linux-gnu/slurm-wlm"
     fi
 }
-topologies() { # Slurm 25.05 or newer: one topology per partition (topology.yaml)
+slurm_at_least() { # MAJOR MINOR
     local major=${slurm_version%%.*} minor=${slurm_version#*.}
     minor=${minor%%.*}
-    ((10#$major > 25 || (10#$major == 25 && 10#$minor >= 5)))
+    ((10#$major > $1 || (10#$major == $1 && 10#$minor >= $2)))
 }
+topologies() { # Slurm 25.05 or newer: one topology per partition (topology.yaml)
+    slurm_at_least 25 5
+}
+# Before 25.05 one topology serves every partition (topology.conf, TopologyPlugin): blocks where Slurm can
+# ask for segments of them (24.05+), else a tree; --fabric picks (blocks need 23.11+).
+if topologies; then
+    fabric=""
+elif [[ -z "$fabric" ]]; then
+    if slurm_at_least 24 5; then fabric=block; else fabric=tree; fi
+elif [[ "$fabric" == block ]] && ! slurm_at_least 23 11; then
+    fail "--fabric block: Slurm $slurm_version has no topology/block (23.11+)"
+fi
 cgroup_settings() {
     # The test machine mounts cgroup v1 (and an empty unified hierarchy): say which, never autodetect.
     if [[ -n "$root" ]]; then echo "CgroupPlugin=cgroup/v1"; fi
@@ -420,6 +449,7 @@ AccountingStoragePort=$HPCP_DBD_PORT
 AccountingStorageTRES=gres/gpu,gres/robot
 JobCompType=jobcomp/none
 GresTypes=gpu,robot
+${fabric:+TopologyPlugin=topology/$fabric}
 
 NodeName=a800-1 NodeAddr=$(hpcp_node_ip 0) NodeHostname=a800-1 CPUs=16 RealMemory=64000 Gres=gpu:a800:8 State=UNKNOWN
 NodeName=a800-2 NodeAddr=$(hpcp_node_ip 1) NodeHostname=a800-2 CPUs=16 RealMemory=64000 Gres=gpu:a800:8 State=UNKNOWN
@@ -440,7 +470,29 @@ EOF
 # NVLink blocks of two nodes that interleave with the names (rack1 = nvl-1,3; rack2 = nvl-2,4), so Slurm's
 # node order is not the blocks' (the job must order them itself); partition nvtree two leaf switches under a
 # spine (leaf1 = nvl-1,4; leaf2 = nvl-2,3). Every other partition is flat.
-rm -f "$etc/topology.yaml"
+# Before 25.05 (topology.conf) the one topology of every partition is the same blocks (or switches) over
+# nvl-1..4; every other node must be in one too (Slurm allocates no node outside them): the a800 nodes
+# form a block (switch) of their own, the three single nodes another.
+rm -f "$etc/topology.yaml" "$etc/topology.conf"
+case "$fabric" in
+    block)
+        cat >"$etc/topology.conf" <<EOF
+BlockName=rack1 Nodes=nvl-[1,3]
+BlockName=rack2 Nodes=nvl-[2,4]
+BlockName=a800 Nodes=a800-[1-2]
+BlockName=single Nodes=rtx4090-1,cpu-1,robot-1
+BlockSizes=2,4
+EOF
+        ;;
+    tree)
+        cat >"$etc/topology.conf" <<EOF
+SwitchName=leaf1 Nodes=nvl-[1,4]
+SwitchName=leaf2 Nodes=nvl-[2-3]
+SwitchName=leaf0 Nodes=a800-[1-2],rtx4090-1,cpu-1,robot-1
+SwitchName=spine Switches=leaf[0-2]
+EOF
+        ;;
+esac
 if topologies; then
     cat >"$etc/topology.yaml" <<EOF
 - topology: flat
@@ -720,6 +772,7 @@ $(if [[ -n "$root" ]]; then printf 'export PATH=%q:"$PATH"\n' "$DIR/bin"; fi)
 export HPCPLACE_GPU_DEVICE_DIR='$DIR/dev/{node}'
 EOF
 echo "constrain_devices=$constrain_devices" >"$DIR/mode"
+echo "${fabric:-per-partition}" >"$DIR/fabric"
 touch "$DIR/up"
 
 echo "slurm cluster up (slurm $slurm_version $HPCP_SUITE, constrain_devices=$constrain_devices) in $(hpcp_elapsed "$start")s"

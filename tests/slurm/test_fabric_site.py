@@ -1,5 +1,6 @@
-"""The site's fabric (`scontrol show topology`, recorded from the test cluster's Slurm 26.05) against a plan's
-node groups: `validate`'s problems and warnings, and `topology: site`."""
+"""The site's fabric (`scontrol show topology`, recorded from the test cluster: Slurm 26.05's topology.yaml, and
+24.11's and 22.05's one topology.conf) against a plan's node groups: `validate`'s problems and warnings, and
+`topology: site`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from hpcplace.config.topology import Topology
 from hpcplace.errors import SlurmError
 from hpcplace.slurm.fabric import SiteFabric, fabric_problems, parse_fabric, site_topology
 
-DATA = Path(__file__).with_name("data") / "slurm-26.05.5"
+RECORDED = Path(__file__).with_name("data")
+DATA = RECORDED / "slurm-26.05.5"
 NVL = ["nvl-1", "nvl-2", "nvl-3", "nvl-4"]
 
 
@@ -30,6 +32,23 @@ def test_blocks_and_leaf_switches_as_slurm_prints_them() -> None:
     assert tree.kind == "tree"  # the spine (level 1) is no leaf
     assert [(u.name, u.nodes) for u in tree.units] == [("leaf1", ("nvl-1", "nvl-4")), ("leaf2", ("nvl-2", "nvl-3"))]
     assert parse_fabric("", None).kind is None
+
+
+@pytest.mark.parametrize(
+    "path", sorted(RECORDED.glob("slurm-*/scontrol-show-topology-*.txt")), ids=lambda p: f"{p.parent.name}/{p.name}"
+)
+def test_every_release_prints_the_test_clusters_fabric_as_parsed(path: Path) -> None:
+    """Each release's own print of the test cluster's fabric (up.sh: 25.05+ one topology per partition, older
+    ones the cluster's one, whose blocks or switches also hold every other node)."""
+    name = path.stem.removeprefix("scontrol-show-topology-")
+    fabric = parse_fabric(path.read_text(), name)
+    assert fabric.kind == ("block" if name.endswith("block") else "tree")
+    nvl = {u.name: u.nodes for u in fabric.units if set(u.nodes) <= set(NVL)}
+    if fabric.kind == "block":
+        assert nvl == {"rack1": ("nvl-1", "nvl-3"), "rack2": ("nvl-2", "nvl-4")}
+        assert {u.size for u in fabric.units} == {2}  # the base level only (AggregatedBlock lines are not units)
+    else:
+        assert nvl == {"leaf1": ("nvl-1", "nvl-4"), "leaf2": ("nvl-2", "nvl-3")}  # the spine is no leaf
 
 
 def check(

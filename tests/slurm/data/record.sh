@@ -13,6 +13,15 @@ scontrol --version >"$D/scontrol-version.txt"
 sinfo --version >"$D/sinfo-version.txt"
 scontrol show node -o >"$D/scontrol-show-node.txt"
 scontrol show partition -o >"$D/scontrol-show-partition.txt"
+# the fabric: from 25.05 each topology a partition names (topology.yaml); before, the cluster's one topology
+# (topology.conf), the file named by its plugin (up.sh --fabric block|tree boots either)
+names=$(scontrol show partition -o | grep -o 'Topology=[^ ]*' | cut -d= -f2 | sort -u)
+if [[ -n "$names" ]]; then
+    for name in $names; do scontrol show topology "$name" >"$D/scontrol-show-topology-$name.txt"; done
+else
+    plugin=$(scontrol show config | awk '$1 == "TopologyPlugin" { print $3 }')
+    scontrol show topology >"$D/scontrol-show-topology-${plugin#topology/}.txt"
+fi
 # 2. the scenario: a 2-component het job whose steps exit 7, die of SIGTERM, exit 143, then sleep 30
 W=$(mktemp -d "$shared/hpcplace-versions-$V.XXXXXX")
 mkdir -p "$W/logs" && cp tests/slurm/data/versions-job.sh "$W/"
