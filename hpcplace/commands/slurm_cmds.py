@@ -552,8 +552,8 @@ def _link_states(run_dir: Path, ids: list[str]) -> list[LinkState]:
 
 def _launch_failure(status: JobStatus, run_dir: Path, job_id: str) -> list[str]:
     """A job that failed without writing its batch log, explained: the node could not enter the run
-    directory. Slurm says so in two ways: up to 25.05 the batch script never starts (a bare
-    JobLaunchFailure); 26.05 starts it anyway, and it fails at once (NonZeroExitCode, exit 1)."""
+    directory. Slurm says so in two ways: 22.05 never starts the batch script (a bare
+    JobLaunchFailure); 24.11 and 26.05 start it anyway, and it fails at once (NonZeroExitCode, exit 1)."""
     batch_log = run_dir / "logs" / f"batch-{job_id}.out"
     launch_failed = any(c.reason == "JobLaunchFailure" for c in status.components)
     if launch_failed and batch_log.exists():

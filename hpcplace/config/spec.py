@@ -8,6 +8,7 @@ Native format (see configs/ and docs/formats/native.md):
                      constraint, account, qos, hardware: {type, count}, env}]
       component_placement: {"actor,rollout": "all", env: {node_group: robot, placement: "0-3:0-7"}}
     components: {actor: {command, env, offload, tensor_parallel_size, pipeline_parallel_size,
+                         expert_parallel_size, expert_tensor_parallel_size, gpus_per_engine,
                          cpus_per_process, mem_per_process}}
     slurm: {time: "01:00:00", ...}
 """
@@ -100,6 +101,12 @@ class ComponentSpec:
     cpus_per_process: int = 1
     mem_per_process_mb: int | None = None
     location: SourceLocation | None = field(default=None, compare=False)
+    # The groups that talk every layer besides tensor parallelism, kept inside one block or leaf switch
+    # (hpcplace.plan.topology): Megatron's expert parallelism (its ETP x EP consecutive ranks exchange tokens;
+    # ETP defaults to TP) and an inference engine's GPUs (consecutive in rank order).
+    expert_parallel_size: int | None = None
+    expert_tensor_parallel_size: int | None = None
+    gpus_per_engine: int | None = None
 
 
 # RLinf's ComponentPlacement classes (ExperimentSpec.placement_class): each has its own rules
@@ -277,6 +284,11 @@ def component_settings(view: View, name: str) -> ComponentSpec:
             "tp",
             "pipeline_parallel_size",
             "pp",
+            "expert_parallel_size",
+            "ep",
+            "expert_tensor_parallel_size",
+            "etp",
+            "gpus_per_engine",
             "cpus_per_process",
             "mem_per_process",
         }
@@ -292,7 +304,20 @@ def component_settings(view: View, name: str) -> ComponentSpec:
         else 1
     )
     mem = parse_memory_mb(v) if (v := view.get("mem_per_process")) else None
-    return ComponentSpec(name, command, env, offload, tp, pp, cpus, mem, view.location())
+    return ComponentSpec(
+        name,
+        command,
+        env,
+        offload,
+        tp,
+        pp,
+        cpus,
+        mem,
+        view.location(),
+        expert_parallel_size=_alias_int(view, ("expert_parallel_size", "ep")),
+        expert_tensor_parallel_size=_alias_int(view, ("expert_tensor_parallel_size", "etp")),
+        gpus_per_engine=_alias_int(view, ("gpus_per_engine",)),
+    )
 
 
 def _alias_int(view: View, keys: tuple[str, ...]) -> int | None:

@@ -129,6 +129,11 @@ def summary(plan: Plan, *, max_nodes: int = 64) -> str:
         extra = []
         if comp.tensor_parallel_size > 1 or comp.pipeline_parallel_size > 1:
             extra.append(f"tp={comp.tensor_parallel_size} pp={comp.pipeline_parallel_size}")
+        if comp.expert_parallel_size > 1:
+            etp = comp.expert_tensor_parallel_size
+            extra.append(f"ep={comp.expert_parallel_size}" + (f" etp={etp}" if etp is not None else ""))
+        if comp.gpus_per_engine is not None:
+            extra.append(f"{comp.gpus_per_engine} GPUs per engine")
         if comp.collocation_group:
             extra.append(f"collocated in {comp.collocation_group}")
         if comp.offload:

@@ -62,6 +62,9 @@ class ComponentPlan:
     processes: Sequence[Placement]  # a tuple, or the planner's compact process_table.Processes
     spanning: SpanningWorkers | None = None  # workers made of several processes (None: a process is a worker)
     service: ServiceSpec | None = None  # a service of the job (hpcplace.config.services): its replicas
+    expert_parallel_size: int = 1  # Megatron's EP: ETP x EP consecutive ranks exchange tokens every MoE layer
+    expert_tensor_parallel_size: int | None = None  # None: the tensor-parallel size
+    gpus_per_engine: int | None = None  # an inference engine's GPUs (consecutive in rank order), when stated
 
 
 @dataclass(frozen=True)
@@ -286,6 +289,13 @@ def component_header(comp: ComponentPlan) -> dict[str, object]:
         # only for components whose workers span nodes (ROLL, Ray launch mode): plans without stay unchanged
         **({"workers": comp.spanning.to_json()} if comp.spanning is not None else {}),
         **({"service": comp.service.to_json()} if comp.service is not None else {}),
+        **({"expert_parallel_size": comp.expert_parallel_size} if comp.expert_parallel_size > 1 else {}),
+        **(
+            {"expert_tensor_parallel_size": comp.expert_tensor_parallel_size}
+            if comp.expert_tensor_parallel_size is not None
+            else {}
+        ),
+        **({"gpus_per_engine": comp.gpus_per_engine} if comp.gpus_per_engine is not None else {}),
     }
 
 

@@ -29,7 +29,7 @@ from hpcplace.errors import PlanError, SpecError
 from hpcplace.plan.placement import Placement, ResourceSpace, resource_space
 from hpcplace.plan.plan import CollocationGroup, ComponentPlan, Plan, WeightSync
 from hpcplace.plan.process_table import Processes, Slot, node_processes, place
-from hpcplace.plan.topology import crossing_lines, place_on_fabric
+from hpcplace.plan.topology import crossing_lines, place_on_fabric, size_problem
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,17 @@ def plan_from_spec(spec: ExperimentSpec) -> Plan:
                 processes=processes,
                 spanning=exp.entry.spanning,
                 service=services.get(name),
+                expert_parallel_size=settings.expert_parallel_size or 1,
+                expert_tensor_parallel_size=settings.expert_tensor_parallel_size,
+                gpus_per_engine=settings.gpus_per_engine,
             )
         )
+        if (problem := size_problem(components[-1])) is not None:
+            raise PlanError(
+                problem,
+                location=settings.location or exp.entry.location,
+                hint="give sizes that cut the component's GPUs into whole groups",
+            )
     groups = collocation_groups(components)
     _check_services(components, groups, services)
     membership = {c: g.name for g in groups for c in g.components}

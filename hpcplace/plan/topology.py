@@ -1,8 +1,9 @@
 """Model-parallel groups against the fabric: what each node group asks Slurm for, and what crosses.
 
-A tensor-parallel group (or an expert-parallel group inside it, or an inference engine) talks every layer;
-across NVL72 racks or leaf switches it pays InfiniBand or the spine instead of NVLink. Data- and
-pipeline-parallel traffic (once per step, point to point) is not checked. The plan's nodes of a group
+A tensor-parallel group, an expert-parallel group (Megatron's ETP x EP consecutive ranks: the all-to-all of
+every MoE layer) and an inference engine talk every layer; across NVL72 racks or leaf switches they pay
+InfiniBand or the spine instead of NVLink. Data-parallel traffic (once per step) and the point-to-point sends
+between the pipeline stages of a trainer are not checked. The plan's nodes of a group
 are cut into units of consecutive nodes: a block topology's unit is the segment the job asks for
 (`--segment`, or the whole group when it fits one block), a tree's is a leaf switch's nodes; the job
 orders its nodes by block or switch at start (hp_fabric), so one unit of the plan is one unit of Slurm's.
@@ -30,32 +31,81 @@ class MpGroup:
     """One group of a component that must talk over NVLink: its process ranks and their nodes."""
 
     component: str
-    what: str  # "tensor-parallel group" | "worker"
+    what: str  # "tensor-parallel group" | "expert-parallel group" | "inference engine" | "worker"
     ranks: tuple[int, ...]
     nodes: tuple[NodeKey, ...]  # distinct, in rank order
 
 
-def mp_groups(comp: ComponentPlan) -> Iterator[MpGroup]:
-    """The component's groups: its workers wider than a node (ROLL), and its GPUs in rank order cut
-    into tensor-parallel groups (a process holding several GPUs holds them on one node)."""
-    if comp.spanning is not None:
-        for worker in comp.spanning.workers:
-            procs = [comp.processes[r] for r in worker]
-            yield MpGroup(comp.name, "worker", worker, _distinct((p.het_group, p.group_node_index) for p in procs))
+def fabric_widths(comp: ComponentPlan) -> list[tuple[str, int]]:
+    """What the component's GPUs are cut into, in rank order, and how many GPUs each: its tensor-parallel
+    groups, its expert-parallel groups (Megatron's ETP x EP consecutive ranks: the all-to-all of every MoE
+    layer) and its inference engines; a kind of one GPU, or as wide as an earlier kind, is left out."""
     tp = comp.tensor_parallel_size
-    if tp <= 1:
-        return
-    held: list[tuple[int, NodeKey, int]] = []  # (rank, node, GPUs): processes without GPUs hold no shard
+    kinds = [("tensor-parallel group", tp)]
+    if comp.expert_parallel_size > 1:
+        kinds.append(("expert-parallel group", (comp.expert_tensor_parallel_size or tp) * comp.expert_parallel_size))
+    if comp.gpus_per_engine is not None:
+        kinds.append(("inference engine", comp.gpus_per_engine))
+    out: list[tuple[str, int]] = []
+    for what, width in kinds:
+        if width > 1 and all(width != w for _, w in out):
+            out.append((what, width))
+    return out
+
+
+def _gpus(comp: ComponentPlan) -> list[tuple[int, NodeKey]]:
+    """(rank, node) of each of the component's GPUs in rank order (processes without GPUs hold no shard)."""
+    held: list[tuple[int, NodeKey, int]] = []
     for v in node_processes(comp.processes):
         key = (v.het_group, v.group_node_index)
         held += [(r, key, len(slot.visible_accelerators)) for r, slot in zip(v.ranks, v.slots)]
     held.sort()
-    gpus = [(r, key) for r, key, count in held for _ in range(count)]
-    for start in range(0, len(gpus), tp):
-        chunk = gpus[start : start + tp]
-        nodes = _distinct(key for _, key in chunk)
-        if len(nodes) > 1:  # one node is inside every unit: no need to keep it
-            yield MpGroup(comp.name, "tensor-parallel group", tuple(sorted({r for r, _ in chunk})), nodes)
+    return [(r, key) for r, key, count in held for _ in range(count)]
+
+
+def size_problem(comp: ComponentPlan) -> str | None:
+    """Expert-parallel and engine sizes the component's GPUs cannot be cut into (Megatron and the engines
+    assert the same at start)."""
+    if comp.expert_parallel_size <= 1 and comp.gpus_per_engine is None:
+        return None
+    count = len(_gpus(comp))
+    if count == 0:
+        return None
+    tp, pp, ep = comp.tensor_parallel_size, comp.pipeline_parallel_size, comp.expert_parallel_size
+    etp = comp.expert_tensor_parallel_size or tp
+    if ep > 1 and count % (etp * ep * pp):
+        return (
+            f"component {comp.name!r}: expert_tensor_parallel_size {etp} x expert_parallel_size {ep} x "
+            f"pipeline_parallel_size {pp} = {etp * ep * pp} does not divide its {count} GPUs (Megatron-Core's "
+            "initialize_model_parallel raises: its GPUs are ETP x EP x expert data parallel x PP)"
+        )
+    engine = comp.gpus_per_engine
+    if engine is not None and (count % engine or engine % tp):
+        return f"component {comp.name!r}: gpus_per_engine {engine} " + (
+            f"does not divide its {count} GPUs (its engines are alike)"
+            if count % engine
+            else f"is not a multiple of tensor_parallel_size {tp} (an engine holds whole tensor-parallel groups)"
+        )
+    return None
+
+
+def mp_groups(comp: ComponentPlan) -> Iterator[MpGroup]:
+    """The component's groups that span nodes: its workers wider than a node (ROLL), and its GPUs in rank
+    order cut into each kind of fabric_widths (a process holding several GPUs holds them on one node)."""
+    if comp.spanning is not None:
+        for worker in comp.spanning.workers:
+            procs = [comp.processes[r] for r in worker]
+            yield MpGroup(comp.name, "worker", worker, _distinct((p.het_group, p.group_node_index) for p in procs))
+    widths = fabric_widths(comp)
+    if not widths:
+        return
+    gpus = _gpus(comp)
+    for what, width in widths:
+        for start in range(0, len(gpus), width):
+            chunk = gpus[start : start + width]
+            nodes = _distinct(key for _, key in chunk)
+            if len(nodes) > 1:  # one node is inside every unit: no need to keep it
+                yield MpGroup(comp.name, what, tuple(sorted({r for r, _ in chunk})), nodes)
 
 
 def _distinct(keys: Iterator[NodeKey] | Sequence[NodeKey]) -> tuple[NodeKey, ...]:
@@ -153,6 +203,6 @@ def refuse_crossings(cluster: Cluster, crossings: Sequence[Crossing]) -> None:
         "--strict-topology: model-parallel groups cross the fabric:\n  - "
         + "\n  - ".join(crossing_lines(cluster, crossings)),
         location=topology.location or first.location,
-        hint="make each tensor-parallel group fit a block or leaf switch (a smaller tensor_parallel_size, "
-        "GPUs per node that divide it, or a segment: that keeps it whole), or drop --strict-topology",
+        hint="make each group fit a block or leaf switch (a smaller tensor, expert-parallel or engine size, GPUs "
+        "per node that divide it, or a segment: that keeps it whole), or drop --strict-topology",
     )

@@ -788,6 +788,9 @@ def _plan_of(data: dict[str, Any], path: Path) -> Plan:
                 service=ServiceSpec.from_record(c["name"], c["node_groups"][0], tuple(c["command"]), c["service"])
                 if c.get("service")
                 else None,
+                expert_parallel_size=c.get("expert_parallel_size", 1),
+                expert_tensor_parallel_size=c.get("expert_tensor_parallel_size"),
+                gpus_per_engine=c.get("gpus_per_engine"),
             )
         )
     return Plan(

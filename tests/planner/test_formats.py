@@ -487,6 +487,45 @@ def test_rlinf_component_settings(yml: Yaml) -> None:
     assert (plan.weight_sync.actor_tp, plan.weight_sync.rollout_tp) == (4, 2)
 
 
+RLINF_MOE = """
+cluster:
+  num_nodes: 4
+  component_placement: {actor: 0-15, inference: 16-23, "rollout,reward": 24-31}
+actor:
+  training_backend: %s
+  model: {tensor_model_parallel_size: 2, expert_model_parallel_size: 8%s}
+inference: {model: {tensor_model_parallel_size: 1}}
+rollout: {tensor_parallel_size: 2}
+slurm: {gpus_per_node: 8, partition: p, topology: {block: 1}}
+"""
+
+
+def test_rlinf_megatron_expert_sizes_feed_the_fabric_check(yml: Yaml) -> None:
+    plan = plan_from_file(yml.write(RLINF_MOE % ("megatron", "")))
+    actor, inference = plan.component("actor"), plan.component("inference")
+    # Megatron's unset ETP is the tensor size: ETP x EP = 2 x 8 = 16 consecutive ranks, over two 1-node blocks
+    assert (actor.expert_parallel_size, actor.expert_tensor_parallel_size) == (8, None)
+    # RLinf's Megatron inference worker copies the actor's model config but its tensor/pipeline sizes
+    assert (inference.expert_parallel_size, inference.expert_tensor_parallel_size) == (8, None)
+    assert (plan.component("rollout").expert_parallel_size, plan.component("rollout").gpus_per_engine) == (1, None)
+    assert [(c.component, c.what, c.ranks) for c in plan.topology_crossings] == [
+        ("actor", "expert-parallel group", tuple(range(16)))
+    ]
+    plan = plan_from_file(yml.write(RLINF_MOE % ("megatron", ", expert_tensor_parallel_size: 1")))
+    assert [(plan.component(n).expert_tensor_parallel_size) for n in ("actor", "inference")] == [1, 1]
+    assert plan.topology_crossings == ()  # 1 x 8 ranks: one node each
+    fsdp = plan_from_file(yml.write(RLINF_MOE % ("fsdp", "")))  # FSDP does not read Megatron's keys
+    assert (fsdp.component("actor").expert_parallel_size, fsdp.topology_crossings) == (1, ())
+
+
+def test_rlinf_expert_size_in_the_hpcplace_block_must_agree(yml: Yaml) -> None:
+    text = RLINF_MOE % ("megatron", "") + "hpcplace: {components: {actor: {expert_parallel_size: 4}}}\n"
+    path = yml.write(text)
+    err = yml.error(path)
+    assert str(err).startswith(yml.where(path, "8", line_hint="expert_model_parallel_size") + ": "), str(err)
+    assert "hpcplace.components.actor.expert_parallel_size = 4 conflicts with RLinf's 8" in err.message
+
+
 # ================================================================================================
 # ROLL format
 
@@ -496,6 +535,63 @@ slurm: {partition: a800}
 actor_train:
   device_mapping: %s
 """
+
+
+ROLL_MOE = """
+num_gpus_per_node: 8
+slurm: {partition: a800, topology: {block: 1}}
+actor_train:
+  strategy_args:
+    strategy_name: megatron_train
+    strategy_config: {tensor_model_parallel_size: 2, expert_model_parallel_size: 8%s}
+  device_mapping: list(range(0,32))
+reference:
+  strategy_args:
+    strategy_name: megatron_infer
+    strategy_config: {expert_model_parallel_size: 4, expert_tensor_parallel_size: 1}
+  device_mapping: list(range(0,32))
+actor_infer:
+  strategy_args: {strategy_name: vllm, strategy_config: {tensor_parallel_size: 4}}
+  device_mapping: list(range(0,32))
+"""
+
+
+def test_roll_megatron_expert_sizes_feed_the_fabric_check(yml: Yaml) -> None:
+    plan = plan_from_file(yml.write(ROLL_MOE % ""))
+    train, ref, infer = (plan.component(n) for n in ("actor_train", "reference", "actor_infer"))
+    # an unset ETP is Megatron's default, the strategy's tensor size: groups of 2 x 8 = 16 GPUs, two nodes each
+    assert (train.expert_parallel_size, train.expert_tensor_parallel_size) == (8, 2)
+    assert (ref.expert_parallel_size, ref.expert_tensor_parallel_size) == (4, 1)
+    assert (infer.expert_parallel_size, infer.expert_tensor_parallel_size, infer.gpus_per_engine) == (1, None, None)
+    assert [(c.component, c.what, c.ranks) for c in plan.topology_crossings] == [
+        ("actor_train", "expert-parallel group", tuple(range(16))),
+        ("actor_train", "expert-parallel group", tuple(range(16, 32))),
+    ]
+    plan = plan_from_file(yml.write(ROLL_MOE % ", expert_tensor_parallel_size: 1"))
+    assert plan.component("actor_train").expert_tensor_parallel_size == 1 and plan.topology_crossings == ()
+
+
+def test_roll_megatron_tensor_parallel_groups_feed_the_fabric_check(yml: Yaml) -> None:
+    text = ROLL_MOE.replace("expert_model_parallel_size: 8%s", "pipeline_model_parallel_size: 2")
+    plan = plan_from_file(yml.write(text.replace("tensor_model_parallel_size: 2", "tensor_model_parallel_size: 16")))
+    train = plan.component("actor_train")
+    assert (train.tensor_parallel_size, train.pipeline_parallel_size, train.expert_parallel_size) == (16, 2, 1)
+    assert ("actor_train", "tensor-parallel group", tuple(range(16))) in {
+        (c.component, c.what, c.ranks) for c in plan.topology_crossings
+    }
+    plan = plan_from_file(yml.write(text))
+    assert plan.component("actor_train").tensor_parallel_size == 2
+    assert plan.component("reference").tensor_parallel_size == 1  # unset: Megatron's 1
+    assert [c for c in plan.topology_crossings if c.component == "actor_train"] == []
+
+
+def test_roll_expert_sizes_that_do_not_cut_the_mapping_or_disagree_are_refused(yml: Yaml) -> None:
+    path = yml.write(ROLL_MOE.replace("list(range(0,32))", "list(range(0,24))", 1) % "")
+    assert "= 16 does not divide its 24 GPUs" in yml.error(path).message
+    path = yml.write(ROLL_MOE % "" + "hpcplace: {components: {actor_train: {etp: 1}}}\n")
+    err = yml.error(path)
+    assert str(err).startswith(yml.where(path, "2", line_hint="tensor_model_parallel_size") + ": "), str(err)
+    assert "hpcplace.components.actor_train.expert_tensor_parallel_size = 1 conflicts with ROLL's 2" in err.message
 
 
 @pytest.mark.parametrize(
@@ -763,6 +859,43 @@ def test_areal_scheduling_strategy_conflicts(yml: Yaml, mode: str, strategy: str
 def test_areal_allocation_mode_errors(yml: Yaml, mode: str, needle: str, message: str) -> None:
     path = yml.write(AREAL % mode)
     assert_error_at(yml.error(path), yml.where(path, needle, line_hint="allocation_mode"), message)
+
+
+@pytest.mark.parametrize(
+    "mode, sizes, crossing",
+    [
+        # the MoE syntax: e and t of the ffn part; 2 x 8 = 16 consecutive ranks span the actor's two nodes
+        ("megatron[actor]:(attn:d8t2|ffn:e8t2)", (8, 2), tuple(range(16))),
+        # e of a plain training allocation, the expert tensor size AReaL's default 1: 8 ranks, one node each
+        ("megatron[actor]:d8t2e8", (8, 1), None),
+        ("archon[actor]:(attn:d4p2t2|ffn:d1p2e4t2)", (4, 2), None),  # 2 x 4 ranks per pipeline stage
+        ("megatron[actor]:d16", (1, None), None),
+    ],
+)
+def test_areal_expert_sizes_feed_the_fabric_check(
+    yml: Yaml, mode: str, sizes: tuple[int, int | None], crossing: tuple[int, ...] | None
+) -> None:
+    text = AREAL.replace("n_nodes: 2", "n_nodes: 3").replace("a800}", "a800, topology: {block: 1}}")
+    plan = plan_from_file(yml.write(text % f"sglang[rollout]:d4t2 + {mode}"))
+    actor, rollout = plan.component("actor"), plan.component("rollout")
+    assert (actor.expert_parallel_size, actor.expert_tensor_parallel_size) == sizes
+    assert (rollout.expert_parallel_size, rollout.gpus_per_engine) == (1, None)  # an engine is one process
+    assert [(c.component, c.what, c.ranks) for c in plan.topology_crossings] == (
+        [("actor", "expert-parallel group", crossing)] if crossing else []
+    )
+
+
+def test_areal_expert_sizes_that_do_not_cut_the_gpus_or_disagree_are_refused(yml: Yaml) -> None:
+    path = yml.write(AREAL % "megatron[actor]:d3e2")
+    assert_error_at(
+        yml.error(path),
+        yml.where(path, "megatron", line_hint="allocation_mode"),
+        "allocation 'megatron[actor]:d3e2': expert parallelism e2 x pipeline p1 does not divide its 3 GPUs",
+    )
+    path = yml.write(AREAL % "megatron[actor]:d8e4" + "hpcplace: {components: {actor: {ep: 2}}}\n")
+    assert "hpcplace.components.actor.expert_parallel_size = 2 conflicts with the allocation mode's 4" in str(
+        yml.error(path)
+    )
 
 
 def test_areal_without_partition_uses_slurm_default(yml: Yaml) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpcplace.config.formats import load_spec
-from hpcplace.errors import SpecError
+from hpcplace.errors import HpcplaceError, SpecError
 from hpcplace.plan.planner import plan_from_spec
 
 BASE = """\
@@ -462,3 +462,80 @@ def test_a_stated_framework_version_is_checked_where_written(workdir: Path) -> N
     err = refused(workdir, "--config", "examples/configs/base.yaml", blocks="hpcplace:\n  framework_version: latest\n")
     assert "NeMo-RL version 'latest' is not a version" in err.message
     assert err.location is not None and (err.location.line, err.location.column) == (2, 22)
+
+
+# ---- expert parallelism and engines: what the fabric check (hpcplace/plan/topology.py) reads
+
+MEGATRON = (
+    "--config",
+    "examples/configs/base.yaml",
+    "cluster.num_nodes=4",
+    "cluster.gpus_per_node=4",
+    "policy.dtensor_cfg.enabled=false",
+    "policy.megatron_cfg.enabled=true",
+    "policy.megatron_cfg.tensor_model_parallel_size=2",
+)
+BLOCK_OF_ONE_NODE = "slurm: {partition: gb200, topology: {block: 1}}\n"
+
+
+def test_megatrons_expert_parallel_sizes_with_a_null_etp_being_megatrons_tp(workdir: Path) -> None:
+    # _apply_moe_config passes both keys to Megatron; a null ETP is Megatron-core's TP (not TP*CP, the plan's TP)
+    words = (
+        *MEGATRON,
+        "policy.megatron_cfg.context_parallel_size=2",
+        "+policy.megatron_cfg.expert_model_parallel_size=4",
+    )
+    comp = plan_of(workdir, *words, "+policy.megatron_cfg.expert_tensor_parallel_size=null").component("policy")
+    assert (comp.tensor_parallel_size, comp.expert_parallel_size, comp.expert_tensor_parallel_size) == (4, 4, 2)
+    comp = plan_of(workdir, *words, "+policy.megatron_cfg.expert_tensor_parallel_size=1").component("policy")
+    assert (comp.expert_parallel_size, comp.expert_tensor_parallel_size, comp.gpus_per_engine) == (4, 1, None)
+    comp = plan_of(workdir, *MEGATRON, "+policy.megatron_cfg.expert_model_parallel_size=1").component("policy")
+    assert (comp.expert_parallel_size, comp.expert_tensor_parallel_size) == (1, None)  # no MoE all-to-all: as before
+
+
+def test_an_expert_parallel_group_wider_than_a_block_is_reported(workdir: Path) -> None:
+    # ETP 2 x EP 4 = 8 consecutive GPUs = 2 nodes of 4: blocks of one node split each of the 2 groups
+    words = (*MEGATRON, "+policy.megatron_cfg.expert_model_parallel_size=4")
+    plan = plan_of(workdir, *words, blocks=BLOCK_OF_ONE_NODE)
+    found = [(c.component, c.what, c.ranks) for c in plan.topology_crossings]
+    assert found == [("policy", "expert-parallel group", tuple(range(g * 8, g * 8 + 8))) for g in range(2)]
+    assert any("2 expert-parallel groups cross the fabric" in w for w in plan.warnings)
+    assert plan_of(workdir, *words, blocks="slurm: {partition: gb200, topology: {block: 2}}\n").topology_crossings == ()
+    with pytest.raises(HpcplaceError) as err:  # 16 GPUs are no whole number of ETP 2 x EP 3 x PP 1 groups
+        plan_of(workdir, *MEGATRON, "+policy.megatron_cfg.expert_model_parallel_size=3")
+    assert "= 6 does not divide its 16 GPUs" in str(err.value)
+
+
+def test_dtensor_v2_expert_parallelism_keeps_experts_whole(workdir: Path) -> None:
+    # Automodel's moe_mesh: EP innermost of the non-PP ranks, experts unsplit (ETP 1); DTensor v1 has no EP
+    words = (
+        "--config",
+        "examples/configs/base.yaml",
+        "cluster.gpus_per_node=8",
+        "+policy.dtensor_cfg.expert_parallel_size=8",
+    )
+    comp = plan_of(workdir, *words, "+policy.dtensor_cfg._v2=true").component("policy")
+    assert (comp.expert_parallel_size, comp.expert_tensor_parallel_size) == (8, 1)
+    assert plan_of(workdir, *words).component("policy").expert_parallel_size == 1
+
+
+def test_vllm_engines_and_their_expert_parallel_data_parallel_group(workdir: Path) -> None:
+    # an engine (a tied worker group) is TP*PP consecutive GPUs; EP > TP makes EP/TP engines one vLLM data-parallel
+    # group (VLLM_DP_SIZE) whose all-to-all spans EP consecutive GPUs, experts whole
+    words = ("--config", "examples/configs/base.yaml", "cluster.num_nodes=2", "cluster.gpus_per_node=4")
+    ep = ("policy.generation.vllm_cfg.tensor_parallel_size=2", "+policy.generation.vllm_cfg.expert_parallel_size=8")
+    gen = plan_of(workdir, *words, *ep).component("generation")
+    assert (gen.tensor_parallel_size, gen.expert_parallel_size, gen.expert_tensor_parallel_size) == (2, 8, 1)
+    assert gen.gpus_per_engine is None  # as wide as its tensor-parallel group
+    plan = plan_of(workdir, *words, *ep, blocks=BLOCK_OF_ONE_NODE)
+    assert [(c.component, c.what) for c in plan.topology_crossings] == [("generation", "expert-parallel group")]
+    err = refused(workdir, *words, *ep, "policy.generation.vllm_cfg.async_engine=true")
+    assert "expert_parallel_size 8 > tensor_parallel_size 2 with async_engine" in err.message
+    assert err.location is not None and err.location.path == "<--driver>"
+    pp = ("policy.generation.vllm_cfg.tensor_parallel_size=2", "policy.generation.vllm_cfg.pipeline_parallel_size=4")
+    plan = plan_of(workdir, *words, *pp, "policy.generation.vllm_cfg.async_engine=true", blocks=BLOCK_OF_ONE_NODE)
+    gen = plan.component("generation")
+    assert (gen.gpus_per_engine, gen.expert_parallel_size) == (8, 1)
+    assert [(c.component, c.what, c.ranks) for c in plan.topology_crossings] == [
+        ("generation", "inference engine", tuple(range(8)))
+    ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from hpcplace.config.formats import load_spec
 from hpcplace.config.formats.slime_flags import DATA, release_for, releases
-from hpcplace.errors import SpecError
+from hpcplace.errors import HpcplaceError, SpecError
 from hpcplace.plan.plan import Plan
 from hpcplace.plan.planner import plan_from_spec
 from tests.planner.slime_release_commands import FIXTURE
@@ -44,6 +45,10 @@ def test_a_releases_own_command_is_planned_as_that_release(
     site.write_text(f'slurm: {{gpus_per_node: 8}}\nhpcplace: {{framework_version: "{release}"}}\n', encoding="utf-8")
     expect = command["expect"]
     assert isinstance(expect, dict), f"{command['script']}: no expected plan (add it after reading the script)"
+    if "refused" in expect:  # the script as shipped cannot start (what the framework or Megatron raises)
+        with pytest.raises(HpcplaceError, match=re.escape(expect["refused"])):
+            plan_from_spec(load_spec(str(site), driver=command["words"]))
+        return
     plan = plan_from_spec(load_spec(str(site), driver=command["words"]))
     roles = {c.name: [c.world_size, sorted({p.cluster_node_rank for p in c.processes})] for c in plan.components}
     assert roles == expect["roles"]

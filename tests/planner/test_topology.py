@@ -12,6 +12,7 @@ import pytest
 from hpcplace.cli import main
 from hpcplace.config.topology import Topology
 from hpcplace.errors import HpcplaceError, PlanError
+from hpcplace.plan.gpumap import summary
 from hpcplace.plan.plan import plan_to_json
 from hpcplace.plan.planner import plan_from_file
 from hpcplace.plan.topology import refuse_crossings
@@ -88,6 +89,81 @@ def test_a_tree_asks_for_the_fewest_leaf_switches_and_cuts_the_nodes_by_switch(y
 def test_one_gpu_groups_and_groups_on_one_node_never_cross(yml: Yaml) -> None:
     assert fabric(native(yml, nodes=4, topology="{block: 1}", tp=4))[1] == []
     assert fabric(native(yml, nodes=4, topology="{block: 1}", tp=1))[1] == []
+
+
+def with_settings(yml: Yaml, settings: str, *, nodes: int = 8, topology: str = "{block: 2}", tp: int = 2) -> Path:
+    """The native job with more component settings (`ep: 8`, ...) beside its tensor_parallel_size."""
+    text = NATIVE.format(nodes=nodes, topology=topology, tp=tp, last=nodes * 4 - 1)
+    return yml.write(text.replace(f"tensor_parallel_size: {tp}}}", f"tensor_parallel_size: {tp}, {settings}}}"))
+
+
+def test_expert_parallel_groups_stay_inside_blocks_where_the_layout_allows(yml: Yaml) -> None:
+    # TP 2, EP 4: each MoE all-to-all spans ETP x EP = 8 consecutive GPUs = 2 nodes; blocks of 2 nodes hold
+    # them (segments of 2), blocks of 3 do not divide 8 nodes (segments of 2 again: the groups stay whole)
+    topology, crossings = fabric(with_settings(yml, "expert_parallel_size: 4"))
+    assert topology is not None and topology.segment == 2 and crossings == []
+    # ETP 1 x EP 16 = 16 GPUs = 4 nodes: wider than a block of 2, each crosses one link
+    topology, crossings = fabric(with_settings(yml, "ep: 16, etp: 1"))
+    assert crossings == [
+        ("trainer", tuple(range(16)), (("gb200", 0), ("gb200", 1))),
+        ("trainer", tuple(range(16, 32)), (("gb200", 2), ("gb200", 3))),
+    ]
+    plan = plan_from_file(with_settings(yml, "ep: 16, etp: 1"))
+    (line,) = [w for w in plan.warnings if w.startswith("topology:")]
+    assert line.startswith("topology: component 'trainer': 2 expert-parallel groups cross the fabric (2 links")
+    assert [c.what for c in plan.topology_crossings] == ["expert-parallel group"] * 2
+    comp = plan.component("trainer")
+    assert (comp.expert_parallel_size, comp.expert_tensor_parallel_size) == (16, 1)
+    assert "[tp=2 pp=1; ep=16 etp=1]" in summary(plan)
+    record = json.loads(plan_to_json(plan))["components"][0]
+    assert (record["expert_parallel_size"], record["expert_tensor_parallel_size"]) == (16, 1)
+    assert "gpus_per_engine" not in record
+
+
+def test_the_segment_keeps_expert_parallel_groups_whole(yml: Yaml) -> None:
+    # 6 nodes, blocks of 6: segments of 6, 3, 2 or 1 divide 6; EP width 8 GPUs = 2 nodes: a segment of 3
+    # would split one in two, so the planner takes 6 (or, stated 3, reports it)
+    topology, crossings = fabric(with_settings(yml, "ep: 4", nodes=6, topology="{block: 6}"))
+    assert topology is not None and topology.segment is None and crossings == []
+    topology, crossings = fabric(with_settings(yml, "ep: 4", nodes=6, topology="{block: 6, segment: 3}"))
+    assert [units for _, _, units in crossings] == [(("gb200", 0), ("gb200", 1))]
+
+
+def test_an_inference_engine_wider_than_its_tensor_parallel_group_stays_in_a_block(yml: Yaml) -> None:
+    # engines of TP 4 x PP 2 = 8 GPUs (2 nodes); blocks of 1 node: every engine crosses once, no TP group does
+    _, crossings = fabric(with_settings(yml, "gpus_per_engine: 8", nodes=4, topology="{block: 1}", tp=4))
+    assert [(ranks, len(units)) for _, ranks, units in crossings] == [(tuple(range(8)), 2), (tuple(range(8, 16)), 2)]
+    plan = plan_from_file(with_settings(yml, "gpus_per_engine: 8", nodes=4, topology="{block: 2}", tp=4))
+    assert plan.topology_crossings == () and plan.component("trainer").gpus_per_engine == 8
+
+
+@pytest.mark.parametrize(
+    ("settings", "message", "column"),
+    [
+        (
+            "ep: 3",
+            "expert_tensor_parallel_size 2 x expert_parallel_size 3 x pipeline_parallel_size 1 = 6 does not divide "
+            "its 32 GPUs",
+            12,  # the component's settings
+        ),
+        (
+            "ep: 4, pp: 8",
+            "= 64 does not divide its 32 GPUs (Megatron-Core's initialize_model_parallel raises",
+            12,
+        ),
+        ("gpus_per_engine: 12", "gpus_per_engine 12 does not divide its 32 GPUs", 12),
+        ("gpus_per_engine: 1", "gpus_per_engine 1 is not a multiple of tensor_parallel_size 2", 12),
+        ("ep: 0", "expected an integer >= 1", 68),  # the value
+        ("ep: 2, expert_parallel_size: 2", "both 'expert_parallel_size' and 'ep' are given", 68),
+    ],
+)
+def test_expert_and_engine_sizes_that_do_not_cut_the_gpus_are_located_errors(
+    yml: Yaml, settings: str, message: str, column: int
+) -> None:
+    with pytest.raises(HpcplaceError) as err:
+        plan_from_file(with_settings(yml, settings))
+    assert message in str(err.value)
+    assert err.value.location is not None and (err.value.location.line, err.value.location.column) == (8, column)
 
 
 def test_strict_topology_refuses_a_crossing_plan_at_the_topology(yml: Yaml, capsys: pytest.CaptureFixture[str]) -> None:

@@ -135,6 +135,8 @@ def _areal_parser():  # type: ignore[no-untyped-def]
         "megatron:(attn:d1p12t4|ffn:d1p12e4)",
         "archon:(attn:d1p6t1c1|ffn:d1p6t1e1)",
         "megatron:(attn:d2p2t2c2|ffn:p2t4e2)",
+        "megatron:(attn:d8t2|ffn:e8t2)",
+        "archon:d4t2e4",
     ],
 )
 def test_areal_allocations_match_areal_parser(yml: Yaml, backend: str) -> None:
@@ -153,6 +155,11 @@ def test_areal_allocations_match_areal_parser(yml: Yaml, backend: str) -> None:
     )
     per_process = par.tensor_parallel_size * par.pipeline_parallel_size if engine == "rollout" else 1
     assert comp.world_size == par.world_size // per_process
+    # the fabric check's expert-parallel groups: AReaL's EP and expert TP (its default 1, not the attention's t)
+    assert (comp.expert_parallel_size, comp.expert_tensor_parallel_size) == (
+        par.expert_parallel_size,
+        par.expert_tensor_parallel_size if par.expert_parallel_size > 1 else None,
+    )
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import pytest
 
 from hpcplace.config.formats import load_spec
 from hpcplace.config.formats import verl as verl_format
-from hpcplace.errors import SpecError
+from hpcplace.errors import PlanError, SpecError
 from hpcplace.plan.planner import plan_from_spec
 from hpcplace.runtime.ray_driver import ip_order_problem
 
@@ -876,3 +876,122 @@ def test_dapo_with_transfer_queue_is_refused_with_pythons_reason(
     (tmp_path / "recipe" / "transfer_queue" / "ray_trainer.py").write_text("")
     with pytest.raises(SpecError, match="whose resource pools hpcplace does not read"):
         load_spec(site(tmp_path), driver=command)
+
+
+# ---- the fabric check's sizes: Megatron expert parallelism and rollout engines wider than their TP
+
+MEGATRON = ["model_engine=megatron", "trainer.nnodes=2", "trainer.n_gpus_per_node=4"]
+BLOCK_OF_ONE_NODE = "slurm: {partition: a800, gpu_type: a800, topology: {block: 1}}\n"
+
+
+def test_a_megatron_actors_expert_groups_are_checked_against_the_fabric(tmp_path: Path) -> None:
+    words = [
+        *MEGATRON,
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+        "actor_rollout_ref.actor.megatron.expert_model_parallel_size=4",
+    ]
+    plan = plan_from_spec(spec_of(tmp_path, *words, text=BLOCK_OF_ONE_NODE))
+    actor = plan.component("actor_rollout")
+    # verl passes expert_tensor_parallel_size null: Megatron-Core takes the TP, so ETP 2 x EP 4 = 8 ranks
+    assert (actor.tensor_parallel_size, actor.expert_parallel_size, actor.expert_tensor_parallel_size) == (2, 4, None)
+    (crossing,) = [c for c in plan.topology_crossings if c.what == "expert-parallel group"]
+    assert (crossing.component, crossing.ranks) == ("actor_rollout", tuple(range(8)))
+    assert [c.units for c in plan.topology_crossings] == [(("global_pool", 0), ("global_pool", 1))]
+    # ETP 1: groups of 4 consecutive ranks, each on one node
+    narrow = plan_from_spec(
+        spec_of(
+            tmp_path, *words, "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=1", text=BLOCK_OF_ONE_NODE
+        )
+    )
+    assert narrow.component("actor_rollout").expert_tensor_parallel_size == 1 and narrow.topology_crossings == ()
+
+
+def test_a_megatron_actors_tensor_parallel_groups_are_checked_without_expert_parallelism(tmp_path: Path) -> None:
+    words = [*MEGATRON, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=8"]
+    plan = plan_from_spec(spec_of(tmp_path, *words, text=BLOCK_OF_ONE_NODE))
+    actor = plan.component("actor_rollout")
+    assert (actor.tensor_parallel_size, actor.pipeline_parallel_size, actor.expert_parallel_size) == (8, 1, 1)
+    assert [(c.component, c.what, c.ranks) for c in plan.topology_crossings] == [
+        ("actor_rollout", "tensor-parallel group", tuple(range(8)))
+    ]
+    fits = plan_from_spec(
+        spec_of(
+            tmp_path, *MEGATRON, "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4", text=BLOCK_OF_ONE_NODE
+        )
+    )
+    assert fits.component("actor_rollout").tensor_parallel_size == 4 and fits.topology_crossings == ()
+
+
+def test_ref_and_critic_read_their_own_megatron_expert_sizes(tmp_path: Path) -> None:
+    words = [
+        *MEGATRON,
+        "algorithm.adv_estimator=gae",
+        "actor_rollout_ref.actor.use_kl_loss=True",
+        "actor_rollout_ref.actor.megatron.expert_model_parallel_size=4",
+        "critic.megatron.expert_model_parallel_size=8",
+        "critic.megatron.expert_tensor_parallel_size=1",
+    ]
+    spec = spec_of(tmp_path, *words, text=BLOCK_OF_ONE_NODE)
+    plan = plan_from_spec(spec)
+    assert plan.component("actor_rollout_ref").expert_parallel_size == 4  # ref's sizes default to the actor's
+    assert not any("parallel sizes differ" in n for n in spec.notes)
+    critic = plan.component("critic")
+    assert (critic.expert_parallel_size, critic.expert_tensor_parallel_size) == (8, 1)
+    assert [c.component for c in plan.topology_crossings] == ["critic"]
+    other = spec_of(tmp_path, *words, "actor_rollout_ref.ref.megatron.expert_model_parallel_size=2")
+    assert any("actor_rollout_ref.ref.megatron's parallel sizes differ" in n for n in other.notes)
+
+
+def test_expert_sizes_that_do_not_cut_the_gpus_are_refused_at_their_word(tmp_path: Path) -> None:
+    words = [*MEGATRON, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.megatron.expert_model_parallel_size=3"]
+    with pytest.raises(PlanError, match="= 3 does not divide its 8 GPUs") as caught:
+        plan_from_spec(spec_of(tmp_path, *words))
+    assert caught.value.location is not None
+    assert caught.value.location.column == column_of([*ENTRY, *words], len(ENTRY) + 4) + len(words[4]) - 1
+
+
+def test_fsdp_and_ep_one_record_no_expert_sizes(tmp_path: Path) -> None:
+    fsdp = plan_from_spec(spec_of(tmp_path, "+actor_rollout_ref.actor.megatron.expert_model_parallel_size=4"))
+    megatron = plan_from_spec(spec_of(tmp_path, *MEGATRON))
+    for plan in (fsdp, megatron):  # an FSDP actor's megatron section is not its engine
+        assert all(c.expert_parallel_size == 1 and c.expert_tensor_parallel_size is None for c in plan.components)
+    assert fsdp.component("actor_rollout").tensor_parallel_size == 1  # FSDP shards data, not layers
+
+
+def test_a_rollout_replica_wider_than_its_tp_is_one_engine(tmp_path: Path) -> None:
+    words = [
+        "trainer.nnodes=2",
+        "trainer.n_gpus_per_node=4",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+        "actor_rollout_ref.rollout.data_parallel_size=4",
+    ]
+    plan = plan_from_spec(spec_of(tmp_path, *words, text=BLOCK_OF_ONE_NODE))
+    rollout = plan.component("rollout")
+    assert (rollout.tensor_parallel_size, rollout.gpus_per_engine) == (2, 8)
+    assert [(c.component, c.what, c.ranks) for c in plan.topology_crossings] == [
+        ("rollout", "inference engine", tuple(range(8)))
+    ]
+    assert plan_from_spec(spec_of(tmp_path, *words[:3])).component("rollout").gpus_per_engine is None  # = its TP
+
+
+def test_prefill_decode_servers_are_engines_of_their_own_tp(tmp_path: Path) -> None:
+    plan = plan_from_spec(
+        spec_of(
+            tmp_path,
+            "actor_rollout_ref.rollout.name=sglang",
+            "actor_rollout_ref.rollout.disaggregation.enabled=True",
+            "actor_rollout_ref.rollout.disaggregation.transfer_backend=nixl",
+        )
+    )
+    assert [plan.component(c).gpus_per_engine for c in ("rollout_prefill", "rollout_decode")] == [None, None]
+
+
+def test_sft_on_megatron_reads_its_engines_expert_sizes(tmp_path: Path) -> None:
+    words = [*SFT, "engine=megatron", "optim=megatron", "trainer.nnodes=2", "trainer.n_gpus_per_node=4"]
+    text = BLOCK_OF_ONE_NODE
+    plan = plan_from_spec(load_spec(site(tmp_path, text), driver=[*words, "engine.expert_model_parallel_size=8"]))
+    trainer = plan.component("trainer")
+    assert (trainer.tensor_parallel_size, trainer.expert_parallel_size) == (1, 8)
+    assert [c.what for c in plan.topology_crossings] == ["expert-parallel group"]
+    assert plan_from_spec(load_spec(site(tmp_path, text), driver=words)).topology_crossings == ()

@@ -144,8 +144,8 @@ def test_run_directory_the_nodes_cannot_see(slurm_cluster: LiveCluster, tmp_path
         assert res.returncode == 0, res.stderr
         assert f"the run directory {run_dir} is under /tmp, which each node has for itself" in res.stderr
         status = wait_done(run_dir, 60)
-        # Up to 25.05 the batch script never starts (JobLaunchFailure); 26.05 starts it and it fails at once.
-        if slurm_cluster.version < (26, 5, 0):
+        # 22.05 never starts the batch script (JobLaunchFailure); 24.11 and 26.05 start it and it fails at once.
+        if slurm_cluster.version < (24, 11, 0):
             assert status.state == "FAILED" and "reason=JobLaunchFailure" in status.text, status.text
             said = "the batch script never started on the node (Slurm: JobLaunchFailure), and wrote no "
         else:

@@ -150,3 +150,32 @@ def test_compare_reads_metric_lines(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["compare", str(run)]) == 0
     line = capsys.readouterr().out.splitlines()[1]
     assert line.split()[1:5] == ["2.000", "4.000", "3", "2.00"] and line.endswith("actor@a800:8")
+
+
+def test_expert_parallel_groups_and_engines_widen_the_unit_the_fabric_check_sees(tmp_path: Path) -> None:
+    """tune counts a component in whole expert-parallel groups (ETP x EP x PP GPUs) and whole engines: a unit
+    is what must fit a block, so a placement whose MoE all-to-all crosses a rack is never taken for one that fits."""
+    from hpcplace.config.formats import load_spec
+    from hpcplace.plan.planner import plan_from_spec
+    from hpcplace.tune.tune_config import build_setup
+
+    config = tmp_path / "moe.yaml"
+    profile = tmp_path / "p.yaml"
+    profile.write_text("components:\n  trainer: {seconds: {gb200: {8: 10.0, 16: 6.0}}}\n")
+    units = {}
+    for settings in ("tp: 2", "tp: 2, ep: 4", "tp: 2, ep: 4, etp: 1", "tp: 2, gpus_per_engine: 6"):
+        config.write_text(
+            "name: moe\ncluster:\n  node_groups:\n    - {label: gb200, partition: gb200, nodes: 6, gpus_per_node: 4,"
+            " gpu_type: gb200, topology: {block: 2}}\n  component_placement:\n    trainer: 0-23\n"
+            f"components:\n  trainer: {{command: [python3, x.py], {settings}}}\n"
+        )
+        spec = load_spec(str(config))
+        setup = build_setup(spec, plan_from_spec(spec), parse_profile(profile))
+        (group,) = setup.problem.groups
+        units[settings] = (setup.problem.chain[0].unit, group.fabric_unit)
+    assert units == {
+        "tp: 2": (2, 8),
+        "tp: 2, ep: 4": (8, 8),  # ETP (= TP) 2 x EP 4: fits a block of 2 nodes x 4 GPUs
+        "tp: 2, ep: 4, etp: 1": (4, 8),
+        "tp: 2, gpus_per_engine: 6": (6, 8),  # an engine of 6 GPUs never divides a block of 8: it crosses
+    }

@@ -48,6 +48,11 @@ class Member:
     tp: int
     cp: int
     offset: int  # character offset in the allocation string
+    # Expert parallelism (areal/api/alloc_mode.py ParallelStrategy): `e` of a training allocation, or of the
+    # ffn part of the MoE syntax; the expert tensor-parallel size is the ffn part's `t`, else 1 (AReaL's
+    # default, passed to Megatron as is: not the attention's t)
+    ep: int = 1
+    etp: int = 1
 
     @property
     def gpus(self) -> int:
@@ -183,7 +188,14 @@ def parse_member(
                 offset=lead,
                 hint="attn d*p*t*c must equal ffn d*p*t*e",
             )
-        dims = {"d": attn.get("d", 1), "p": attn.get("p", 1), "t": attn.get("t", 1), "c": attn.get("c", 1)}
+        dims = {
+            "d": attn.get("d", 1),
+            "p": attn.get("p", 1),
+            "t": attn.get("t", 1),
+            "c": attn.get("c", 1),
+            "e": ffn.get("e", 1),
+            "etp": ffn.get("t", 1),
+        }
         backend = backend or "megatron"  # AReaL < 1.0.3: a bare (attn|ffn) allocation is megatron's
     else:
         dims = _dims(
@@ -195,6 +207,16 @@ def parse_member(
                 offset=lead,
                 hint="use megatron or archon for pipeline or expert parallelism",
             )
+        world = dims.get("d", 1) * dims.get("p", 1) * dims.get("t", 1) * dims.get("c", 1)
+        if world % (dims.get("p", 1) * dims.get("e", 1)):
+            raise view.error(
+                f"allocation {stripped!r}: expert parallelism e{dims['e']} x pipeline p{dims.get('p', 1)} does not "
+                f"divide its {world} GPUs (AReaL asserts world size % (p x expert t x e) == 0; the expert tensor "
+                "size is 1 here)",
+                offset=lead,
+                hint="make d*p*t*c a multiple of p*e, or give the experts their own layout: "
+                "megatron:(attn:<dims>|ffn:<dims>)",
+            )
     if not backend:  # AReaL < 1.0.3 (ModelAllocation / train_dims_only): megatron for p or e > 1
         backend = "megatron" if dims.get("p", 1) > 1 or dims.get("e", 1) > 1 else "fsdp"
     if chosen and version is not None and notes is not None:
@@ -204,7 +226,17 @@ def parse_member(
             + AREAL_EXPLICIT_BACKEND.warning(version, f"newer AReaL refuses it: write {explicit}")
         )
     name = (m.group("name") or default_name or ("rollout" if backend in INFERENCE_BACKENDS else "actor")).strip()
-    return Member(name, backend, dims.get("d", 1), dims.get("p", 1), dims.get("t", 1), dims.get("c", 1), lead)
+    return Member(
+        name,
+        backend,
+        dims.get("d", 1),
+        dims.get("p", 1),
+        dims.get("t", 1),
+        dims.get("c", 1),
+        lead,
+        ep=dims.get("e", 1),
+        etp=dims.get("etp", 1),
+    )
 
 
 def parse_allocation_mode(
@@ -392,6 +424,7 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
     entries: list[PlacementEntry] = []
     start = 0
     settings: dict[str, ComponentSpec] = {}
+    experts: dict[str, Member] = {}
     for members in groups:
         size = members[0][0].gpus
         for m, view in members:
@@ -399,7 +432,15 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
             per = m.tp * m.pp * m.cp if m.is_inference else 1
             lists = tuple(tuple(range(start + i * per, start + (i + 1) * per)) for i in range(size // per))
             entries.append(PlacementEntry((m.name,), None, None, lists, view.location(m.offset)))
-            settings[m.name] = ComponentSpec(m.name, tensor_parallel_size=m.tp, pipeline_parallel_size=m.pp)
+            settings[m.name] = ComponentSpec(
+                m.name,
+                tensor_parallel_size=m.tp,
+                pipeline_parallel_size=m.pp,
+                # the fabric check's expert-parallel groups: ETP x EP consecutive ranks (Megatron and Archon)
+                expert_parallel_size=m.ep if m.ep > 1 else None,
+                expert_tensor_parallel_size=m.etp if m.ep > 1 else None,
+            )
+            experts[m.name] = m
         start += size
     placed = set(group_of)
     container, engine_env = areal_container(root, list(settings), notes)
@@ -414,8 +455,15 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
     name, given = hpcplace_block(root, placed, doc.path)
     for n, spec in given.items():
         base = settings[n]
-        for label in ("tensor_parallel_size", "pipeline_parallel_size"):
-            mine, theirs = getattr(spec, label), getattr(base, label)
+        m = experts[n]
+        stated = {  # what the allocation mode says; the expert sizes of a training engine only
+            "tensor_parallel_size": base.tensor_parallel_size,
+            "pipeline_parallel_size": base.pipeline_parallel_size,
+            **({} if m.is_inference else {"expert_parallel_size": m.ep}),
+            **({"expert_tensor_parallel_size": m.etp} if m.ep > 1 else {}),
+        }
+        for label, theirs in stated.items():
+            mine = getattr(spec, label)
             if mine is not None and mine != theirs:
                 raise mode_view.error(
                     f"hpcplace.components.{n}.{label} = {mine} conflicts with the allocation mode's {theirs}"
@@ -424,6 +472,8 @@ def parse_areal(doc: YamlDocument) -> ExperimentSpec:
             spec,
             tensor_parallel_size=base.tensor_parallel_size,
             pipeline_parallel_size=base.pipeline_parallel_size,
+            expert_parallel_size=base.expert_parallel_size or spec.expert_parallel_size,
+            expert_tensor_parallel_size=base.expert_tensor_parallel_size or spec.expert_tensor_parallel_size,
             env={**base.env, **spec.env},  # hpcplace's own block over scheduling_spec[0].env_vars
         )
     model_parallel = "actor" in settings and "rollout" in settings

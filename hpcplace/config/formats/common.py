@@ -177,11 +177,15 @@ def hpcplace_block(root: View, placed: set[str], doc_path: str) -> tuple[str, di
 
 def with_block_settings(framework: ComponentSpec, block: ComponentSpec) -> ComponentSpec:
     """A component's `hpcplace.components.<name>` settings (command, env, offload, CPUs, memory) over what the
-    framework's own config gives it: its tensor/pipeline sizes stay the framework's, which decide the placement."""
+    framework's own config gives it: its tensor/pipeline sizes stay the framework's, which decide the placement;
+    its expert-parallel and engine sizes too, where the framework's config gives them."""
     return replace(
         block,
         tensor_parallel_size=framework.tensor_parallel_size,
         pipeline_parallel_size=framework.pipeline_parallel_size,
+        expert_parallel_size=framework.expert_parallel_size or block.expert_parallel_size,
+        expert_tensor_parallel_size=framework.expert_tensor_parallel_size or block.expert_tensor_parallel_size,
+        gpus_per_engine=framework.gpus_per_engine or block.gpus_per_engine,
     )
 
 

@@ -583,7 +583,14 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         label = labels.pop()
         lists = tuple((node_index[n][1] * layout.gpus_per_node + g,) for n, g in role.slots)
         entries.append(PlacementEntry((role.name,), (label,), None, lists, role.view.location()))
-        settings[role.name] = ComponentSpec(role.name, tensor_parallel_size=role.tp, pipeline_parallel_size=role.pp)
+        settings[role.name] = ComponentSpec(
+            role.name,
+            tensor_parallel_size=role.tp,
+            pipeline_parallel_size=role.pp,
+            expert_parallel_size=role.ep,
+            expert_tensor_parallel_size=role.etp,
+            gpus_per_engine=role.engine,
+        )
     name, given = (
         hpcplace_block(broot, set(settings), blocks.path)
         if blocks.data is not None

@@ -30,6 +30,11 @@ class Role:
     tp: int = 1
     pp: int = 1
     cluster: str = ""  # its RayVirtualCluster's name when it is its own (CLUSTERS names the fixed ones)
+    # for the fabric check (ComponentSpec's fields): its MoE all-to-all (ETP x EP consecutive ranks; None without
+    # expert parallelism) and one engine's GPUs where wider than its tensor-parallel group
+    ep: int | None = None
+    etp: int | None = None
+    engine: int | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,46 @@ def model_parallel(
     return tp * cp, pp
 
 
+def experts(cfg: View, mcore: View | None = None) -> tuple[int | None, int | None]:
+    """(EP, ETP) of a policy-like section's MoE layers as its backend groups its ranks, (None, None) without expert
+    parallelism. Megatron (models/megatron/setup.py _apply_moe_config): megatron_cfg's expert_model_parallel_size and
+    expert_tensor_parallel_size, null ETP being Megatron-core's TP (parallel_state.initialize_model_parallel), not
+    TP*CP; its all-to-all spans ETP x EP consecutive ranks. `mcore`: mcore_generation_config, whose keys win.
+    DTensor v2 (models/automodel/setup.py: Automodel's create_device_mesh): dtensor_cfg.expert_parallel_size, the
+    innermost dimension of the non-PP ranks with experts whole (ETP 1); DTensor v1 has no expert parallelism."""
+    if _enabled(_opt(cfg, "megatron_cfg.enabled")):
+
+        def mcfg(name: str) -> View | None:
+            over = _opt(mcore, name) if mcore is not None else None
+            view = over if over is not None and over.value is not None else _opt(cfg, f"megatron_cfg.{name}")
+            return view if view is not None and view.value is not None else None
+
+        ep_v = mcfg("expert_model_parallel_size")
+        ep = _int(ep_v, 1) if ep_v is not None else 1
+        if ep == 1:
+            return None, None
+        etp_v = mcfg("expert_tensor_parallel_size") or mcfg("tensor_model_parallel_size")
+        return ep, _int(etp_v, 1) if etp_v is not None else 1
+    if _enabled(_opt(cfg, "dtensor_cfg.enabled")) and _enabled(_opt(cfg, "dtensor_cfg._v2")):
+        ep_v = _opt(cfg, "dtensor_cfg.expert_parallel_size")
+        ep = _int(ep_v, 1) if ep_v is not None and ep_v.value is not None else 1
+        return (ep, 1) if ep > 1 else (None, None)
+    return None, None
+
+
+def _engine_fabric(gen: View, backend: str, tp: int, pp: int) -> tuple[int | None, int | None, int | None]:
+    """(EP, ETP, GPUs of an engine) of vLLM/Dynamo generation for the fabric check. An engine (one tied worker group:
+    VllmGeneration, grpo.py's gpus_per_instance) is TP*PP consecutive GPUs; with expert_parallel_size > TP NeMo-RL
+    runs EP/TP engines as one vLLM data-parallel group (VLLM_DP_SIZE, vllm_worker.py: its ranks are consecutive) whose
+    MoE all-to-all spans EP GPUs with experts whole: EP, ETP 1 (EP = TP keeps it inside the engine)."""
+    engine = tp * pp if pp > 1 else None  # as wide as its tensor-parallel group otherwise
+    if backend not in ("vllm", "dynamo"):
+        return None, None, engine
+    ep_v = _opt(gen, "vllm_cfg.expert_parallel_size")
+    ep = _int(ep_v, 1) if ep_v is not None and ep_v.value is not None else 1
+    return (ep, 1, engine) if ep > 1 else (None, None, engine)
+
+
 def _generation(gen: View) -> tuple[str, int, int, View]:
     """The generation backend and its engines' TP and PP (vLLM/TRT-LLM: *_cfg, SGLang: gpus per engine)."""
     backend_v = _req(gen, "backend")
@@ -164,6 +209,12 @@ def _generation(gen: View) -> tuple[str, int, int, View]:
         if backend == "vllm" and ep > 1 and ep % tp:
             raise (ep_v or tp_v).error(
                 f"NeMo-RL refuses vLLM expert_parallel_size {ep}: it must be a multiple of tensor_parallel_size {tp}"
+            )
+        if backend == "vllm" and ep > tp and _enabled(_opt(gen, f"{cfg}.async_engine")):
+            raise (ep_v or tp_v).error(
+                f"NeMo-RL refuses vLLM expert_parallel_size {ep} > tensor_parallel_size {tp} with async_engine: "
+                "vLLM runs EP/TP engines as one data-parallel group then, which its async engine does not support",
+                hint=f"set {gen.dotted()}.vllm_cfg.async_engine=false, or expert_parallel_size to 1 or {tp}",
             )
         return backend, tp, pp, tp_v
     if backend == "sglang":  # SGLangGeneration: sglang_server_config.num_gpus_per_engine
@@ -499,11 +550,12 @@ def _generation_role(root: View, c: _Clusters, notes: list[str]) -> Role | None:
         mcore = _opt(gen_root, "mcore_generation_config")
         where = _req(gen_root, "colocated.resources")
         tp, pp = model_parallel(_req(root, "policy"), len(c.gen), where, "generation", mcore)
+        ep, etp = experts(_req(root, "policy"), mcore)
         notes.append(
             f"generation backend megatron, not colocated: a dedicated inference Policy of {len(c.gen)} Megatron "
             f"workers (TP {tp}, PP {pp}) on the inference cluster, weights refit from the training workers"
         )
-        return Role("generation", pool, c.gen, gview, tp, pp)
+        return Role("generation", pool, c.gen, gview, tp, pp, ep=ep, etp=etp)
     gen = c.gen
     if backend == "sglang":
         gen = _sglang(root, gen, c.gen_gpn, gtp, notes)
@@ -511,14 +563,16 @@ def _generation_role(root: View, c: _Clusters, notes: list[str]) -> Role | None:
         _dynamo_engines(c.gen_gpn, gtp * gpp, gview, notes)
     else:
         _engines(gen, c.gen_gpn, gtp * gpp, gview, backend, c.colocated, notes)
-    return Role("generation", pool, gen, gview, gtp, gpp)
+    ep, etp, engine = _engine_fabric(gen_root, backend, gtp, gpp)
+    return Role("generation", pool, gen, gview, gtp, gpp, ep=ep, etp=etp, engine=engine)
 
 
 def _on_train(root: View, c: _Clusters, name: str, key: str) -> Role:
     """A Policy (or Value) worker group of the config's `key` section on the train cluster."""
     nodes_v = _req(root, "cluster.num_nodes")
     tp, pp = model_parallel(_req(root, key), len(c.train), nodes_v, key)
-    return Role(name, "training", c.train, nodes_v, tp, pp)
+    ep, etp = experts(_req(root, key))
+    return Role(name, "training", c.train, nodes_v, tp, pp, ep=ep, etp=etp)
 
 
 def _layout(root: View, c: _Clusters, roles: list[Role | None], notes: list[str]) -> Layout:
@@ -735,9 +789,9 @@ def eval_layout(root: View) -> Layout:
     notes: list[str] = []
     slots = _whole(0, total, gpn)
     _engines(slots, gpn, tp * pp, view, "vllm", True, notes)
-    return Layout(
-        ("generation",) * total, gpn, gpn_v, (Role("generation", "generation", slots, view, tp, pp),), tuple(notes)
-    )
+    ep, etp, engine = _engine_fabric(gen_root, "vllm", tp, pp)
+    role = Role("generation", "generation", slots, view, tp, pp, ep=ep, etp=etp, engine=engine)
+    return Layout(("generation",) * total, gpn, gpn_v, (role,), tuple(notes))
 
 
 def xtoken_layout(root: View) -> Layout:
@@ -752,9 +806,11 @@ def xtoken_layout(root: View) -> Layout:
     for i, teacher in enumerate(teachers_v.elements()):
         teacher = teacher.deref()
         tp, pp = model_parallel(teacher, len(slots), nodes_v, f"teachers[{i}]")
-        roles.append(Role(f"teacher_{i}", "training", slots, teacher, tp, pp))
+        ep, etp = experts(teacher)
+        roles.append(Role(f"teacher_{i}", "training", slots, teacher, tp, pp, ep=ep, etp=etp))
     tp, pp = model_parallel(_req(root, "policy"), len(slots), nodes_v)
-    roles.append(Role("policy", "training", slots, _req(root, "policy"), tp, pp))
+    ep, etp = experts(_req(root, "policy"))
+    roles.append(Role("policy", "training", slots, _req(root, "policy"), tp, pp, ep=ep, etp=etp))
     return Layout(("training",) * total, gpn, gpn_v, tuple(roles))
 
 
@@ -763,7 +819,10 @@ def single_cluster_layout(root: View) -> Layout:
     nodes_v, gpn_v, total, gpn = _cluster_size(root)
     slots = _whole(0, total, gpn)
     tp, pp = model_parallel(_req(root, "policy"), len(slots), nodes_v)
-    return Layout(("training",) * total, gpn, gpn_v, (Role("policy", "training", slots, nodes_v, tp, pp),))
+    ep, etp = experts(_req(root, "policy"))
+    return Layout(
+        ("training",) * total, gpn, gpn_v, (Role("policy", "training", slots, nodes_v, tp, pp, ep=ep, etp=etp),)
+    )
 
 
 LAYOUTS = {

@@ -467,14 +467,19 @@ def _rlinf_component_settings(
             for k, v in section.mapping().items()
             if k == "enable_offload" or str(k).startswith("offload_")
         )
-        for label, mine, theirs in (
-            ("tensor_parallel_size", spec.tensor_parallel_size, tp),
-            ("pipeline_parallel_size", spec.pipeline_parallel_size, pp),
+        ep_view, etp_view = _expert_views(root, name)
+        ep = ep_view.int(minimum=1) if ep_view is not None else None
+        etp = etp_view.int(minimum=1) if etp_view is not None and ep is not None and ep > 1 else None
+        for label, mine, theirs, where in (
+            ("tensor_parallel_size", spec.tensor_parallel_size, tp, section),
+            ("pipeline_parallel_size", spec.pipeline_parallel_size, pp, section),
+            ("expert_parallel_size", spec.expert_parallel_size, ep, ep_view),
+            ("expert_tensor_parallel_size", spec.expert_tensor_parallel_size, etp, etp_view),
         ):
-            if mine is not None and theirs is not None and mine != theirs:
+            if mine is not None and theirs is not None and mine != theirs and where is not None:
                 raise SpecError(
                     f"{name}: hpcplace.components.{name}.{label} = {mine} conflicts with RLinf's {theirs}",
-                    location=section.location(),
+                    location=where.location(),
                     hint="give the value once",
                 )
         out[name] = replace(
@@ -482,8 +487,46 @@ def _rlinf_component_settings(
             tensor_parallel_size=spec.tensor_parallel_size or tp,
             pipeline_parallel_size=spec.pipeline_parallel_size or pp,
             offload=spec.offload or offload,
+            expert_parallel_size=spec.expert_parallel_size or ep,
+            expert_tensor_parallel_size=spec.expert_tensor_parallel_size or etp,
         )
     return out
+
+
+# Where a placed component's Megatron expert sizes come from: RLinf's Megatron trainers read their own
+# `model.expert_model_parallel_size` / `model.expert_tensor_parallel_size` (rlinf/config.py
+# validate_megatron_cfg, for actor and critic with training_backend megatron), and its Megatron inference
+# workers copy their trainer's model config, overriding only tensor/pipeline sizes and sequence parallelism
+# (rlinf/workers/inference/megatron_inference_worker.py _build_inference_cfg).
+_EXPERT_SOURCE = {
+    "actor": "actor",
+    "critic": "critic",
+    "inference": "actor",
+    "actor_inference": "actor",
+    "critic_inference": "critic",
+}
+
+
+def _expert_views(root: View, name: str) -> tuple[View | None, View | None]:
+    """The expert-parallel and expert tensor-parallel keys Megatron reads for the component (None where the
+    config gives none, or the trainer is not Megatron: FSDP ignores them). An unset expert tensor size is
+    Megatron's default, the component's tensor-parallel size."""
+    trainer = _EXPERT_SOURCE.get(name)
+    section = root.get(trainer) if trainer is not None else None
+    if section is None or not isinstance(section.value, dict):
+        return None, None
+    backend = section.get("training_backend")
+    if backend is not None and backend.deref().value != "megatron":
+        return None, None
+    model = section.get("model")
+    if model is None or not isinstance(model.value, dict):
+        return None, None
+    return _set_view(model, "expert_model_parallel_size"), _set_view(model, "expert_tensor_parallel_size")
+
+
+def _set_view(section: View, key: str) -> View | None:
+    view = section.get(key)
+    return view if view is not None and view.value is not None else None
 
 
 def _first_int(section: View, paths: list[tuple[str, ...]]) -> int | None:

@@ -7,6 +7,7 @@ disagrees with num_gpus_per_worker) are errors, not silent overwrites."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import NodeGroup
@@ -19,7 +20,14 @@ from hpcplace.config.formats.common import (
     slurm_job_options,
 )
 from hpcplace.config.framework_version import PlannedVersion, resolve_version
-from hpcplace.config.spec import ExperimentSpec, PlacementEntry, SpanningWorkers, build_cluster, check_name
+from hpcplace.config.spec import (
+    ComponentSpec,
+    ExperimentSpec,
+    PlacementEntry,
+    SpanningWorkers,
+    build_cluster,
+    check_name,
+)
 from hpcplace.config.yaml_source import View, YamlDocument, did_you_mean
 
 MAX_GPUS = 1 << 20
@@ -237,6 +245,7 @@ def parse_roll(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experime
     gpu_workers: list[tuple[str, View, list[list[int]], SpanningWorkers | None]] = []
     cpu_workers: list[tuple[str, View, int]] = []
     names: set[str] = set()
+    megatron: list[tuple[str, View]] = []  # Megatron workers, whose parallel sizes feed the fabric check
     for name, wv in _workers(root):
         check_name(wv, name, "worker name")
         if name in names:
@@ -265,6 +274,8 @@ def parse_roll(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experime
             cpu_workers.append((name, wv, limits.processes(ws_view.int(minimum=1), ws_view.location(), "world_size")))
             continue
         ids = parse_device_mapping(dm)
+        if _strategy_name(wv) in _MEGATRON:
+            megatron.append((name, wv))
         per = _gpus_per_worker(name, wv, g_view, notes)
         if len(ids) % per:
             raise dm.error(
@@ -321,6 +332,8 @@ def parse_roll(doc: YamlDocument, site_gpus: SiteGpus | None = None) -> Experime
             )
     placed = {n for e in entries for n in e.components}
     name, components = hpcplace_block(root, placed, doc.path)
+    for worker, wv in megatron:
+        components[worker] = _with_megatron_sizes(worker, wv, components.get(worker) or ComponentSpec(worker))
     return ExperimentSpec(
         name,
         cluster,
@@ -421,6 +434,67 @@ def _check_sglang_nodes(name: str, dm: View, w: int, gpus: list[int], gpn: int, 
             hint=f"make num_gpus_per_worker a multiple of {gpn} and device_mapping "
             f"list(range(0, k*num_gpus_per_worker)), or use strategy vllm",
         )
+
+
+# ROLL's Megatron strategies (roll/distributed/strategy/megatron_strategy.py): both build mcore_adapter's
+# TrainingArguments from strategy_config and initialise Megatron's parallel groups with them.
+_MEGATRON = ("megatron_train", "megatron_infer")
+
+
+def _with_megatron_sizes(name: str, worker: View, spec: ComponentSpec) -> ComponentSpec:
+    """A Megatron worker's groups for the fabric check: `strategy_config.tensor_model_parallel_size` (TP),
+    `pipeline_model_parallel_size` (PP), `expert_model_parallel_size` (EP) and `expert_tensor_parallel_size`
+    (ETP), which mcore_adapter passes to Megatron's initialize_model_parallel (unset: 1; an unset ETP is
+    Megatron's default, the TP). ROLL's Megatron workers hold one GPU each, ranked in device_mapping order, so
+    a tensor-parallel group is TP consecutive GPUs of the mapping and an expert-parallel group ETP x EP (EP > 1
+    only). A value in hpcplace.components that differs from ROLL's is an error at ROLL's key."""
+    args = worker.get("strategy_args")
+    config = args.deref().get("strategy_config") if args is not None else None
+    if config is None or not isinstance(config.deref().value, dict):
+        return spec
+    config = config.deref()
+
+    def size(key: str) -> int | None:
+        view = _stated(config, key)
+        return view.int(minimum=1) if view is not None else None
+
+    tp, ep = size("tensor_model_parallel_size") or 1, size("expert_model_parallel_size") or 1
+    roll = {  # what Megatron runs with (its defaults: 1, ETP = TP)
+        "tensor_parallel_size": tp,
+        "pipeline_parallel_size": size("pipeline_model_parallel_size") or 1,
+        "expert_parallel_size": ep,
+        "expert_tensor_parallel_size": size("expert_tensor_parallel_size") or tp,
+    }
+    for label, key in _MEGATRON_SIZES:
+        mine = getattr(spec, label)
+        if mine is not None and mine != roll[label]:
+            where = _stated(config, key) or _stated(config, "tensor_model_parallel_size") or config
+            raise where.error(
+                f"{name}: hpcplace.components.{name}.{label} = {mine} conflicts with ROLL's {roll[label]}",
+                hint="give the value once (ROLL's strategy_config decides it)",
+            )
+    sized = replace(
+        spec,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=roll["pipeline_parallel_size"],
+        expert_parallel_size=ep if ep > 1 else None,
+        expert_tensor_parallel_size=roll["expert_tensor_parallel_size"] if ep > 1 else None,
+    )
+    return sized
+
+
+# the ComponentSpec field and ROLL's strategy_config key (mcore_adapter's TrainingArguments)
+_MEGATRON_SIZES = (
+    ("tensor_parallel_size", "tensor_model_parallel_size"),
+    ("pipeline_parallel_size", "pipeline_model_parallel_size"),
+    ("expert_parallel_size", "expert_model_parallel_size"),
+    ("expert_tensor_parallel_size", "expert_tensor_parallel_size"),
+)
+
+
+def _stated(section: View, key: str) -> View | None:
+    view = section.get(key)
+    return view if view is not None and view.deref().value is not None else None
 
 
 def _gpus_per_worker(name: str, worker: View, given_view: View | None, notes: list[str]) -> int:

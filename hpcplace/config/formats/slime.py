@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 
 from hpcplace.config import limits
 from hpcplace.config.cluster import NodeGroup
@@ -35,7 +36,16 @@ from hpcplace.config.formats.common import (
     with_block_settings,
 )
 from hpcplace.config.formats.release_data import note_release, planned_version
-from hpcplace.config.formats.slime_flags import PLACEMENT_FLAGS, Release, release_for, releases, releases_with
+from hpcplace.config.formats.slime_flags import (
+    BACKEND_FLAGS,
+    MEGATRON_DEFAULTS,
+    MEGATRON_FLAGS,
+    PLACEMENT_FLAGS,
+    Release,
+    release_for,
+    releases,
+    releases_with,
+)
 from hpcplace.config.formats.slime_sglang import ServerGroup, component_names, read_sglang_config
 from hpcplace.config.framework_version import KEY, FrameworkVersion, VersionGate, resolve_version
 from hpcplace.config.launch import LaunchSpec
@@ -307,11 +317,12 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         lists = tuple((gpu(r)[1],) for r in range(actor))
         loc = command.location(at["--actor-num-nodes"])
         entries.append(PlacementEntry(("actor",), (labels[0],), None, lists, loc))
-        components["actor"] = ComponentSpec("actor")
-        if use_critic:  # on the actor's GPUs, or (slime 0.2) on its own after them
+        trainer = _megatron_sizes(command, args, at, notes)
+        components["actor"] = replace(trainer, name="actor")
+        if use_critic:  # on the actor's GPUs, or (slime 0.2) on its own after them; Megatron's args are the actor's
             own = tuple((gpu(actor + r)[1],) for r in range(critic)) if critic else lists
             entries.append(PlacementEntry(("critic",), (labels[0],), None, own, loc))
-            components["critic"] = ComponentSpec("critic")
+            components["critic"] = replace(trainer, name="critic")
     group_label = labels[1] if split else labels[0]
     space_gpn = gpns[-1]
     names = component_names(tuple(g for g, _ in group_parts))
@@ -340,7 +351,12 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         entries.append(
             PlacementEntry((component,), (group_label,), None, tuple(parts), group.location, spanning=spanning)
         )
-        components[component] = ComponentSpec(component, tensor_parallel_size=group.tensor_parallel)
+        # an SGLang engine is its group's GPUs per engine, whatever --sglang-ep-size/--sglang-dp-size cut inside it
+        # (sglang_engine.py: tp_size x pp_size of one server); named where wider than its tensor-parallel group
+        wide = group.gpus_per_engine if group.gpus_per_engine > group.tensor_parallel else None
+        components[component] = ComponentSpec(
+            component, tensor_parallel_size=group.tensor_parallel, gpus_per_engine=wide
+        )
     name, given_components = hpcplace_block(root, set(components), blocks.path)
     for role, settings in given_components.items():
         components[role] = with_block_settings(components[role], settings)
@@ -365,6 +381,35 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
         )
         if size
         else (),
+    )
+
+
+def _megatron_sizes(
+    command: FrameworkCommand, args: dict[str, Value | None], at: dict[str, int], notes: list[str]
+) -> ComponentSpec:
+    """The Megatron actor's sizes as Megatron's parser reads the command: TP and PP, and EP and ETP where it
+    has expert parallelism; none with the fsdp backend (slime 0.2.0 to 0.2.2)."""
+    if args["--train-backend"] not in (None, "megatron"):
+        return ComponentSpec("actor")
+    for key in MEGATRON_FLAGS:
+        value = args[key]
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise command.error(at[key], f"{key} is {value!r}", hint="1 or more")
+    if args["--megatron-config-path"] is not None:
+        notes.append(
+            f"slime: --megatron-config-path {args['--megatron-config-path']}: its per-role overrides are not read; the "
+            "actor's and critic's expert-parallel sizes are planned from the command's Megatron flags"
+        )
+    tp, pp = args["--tensor-model-parallel-size"], args["--pipeline-model-parallel-size"]
+    ep, etp = args["--expert-model-parallel-size"], args["--expert-tensor-parallel-size"]
+    assert isinstance(tp, int) and isinstance(pp, int) and isinstance(ep, int)  # checked above, defaults 1
+    experts = ep > 1
+    return ComponentSpec(
+        "actor",
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        expert_parallel_size=ep if experts else None,
+        expert_tensor_parallel_size=(etp if isinstance(etp, int) else tp) if experts else None,
     )
 
 
@@ -442,7 +487,7 @@ def _read_flags(
     words are left to SGLang's own server arguments, which older releases pass on under that prefix."""
     note_release("slime", "scripts/gen_slime_flags.py", release.version, releases()[-1].version, version, notes)
     label = f"slime {release.version}"
-    table = {k: release.flags[k] for k in PLACEMENT_FLAGS if release.has(k)}
+    table = {k: release.flags[k] for k in (*PLACEMENT_FLAGS, *BACKEND_FLAGS) if release.has(k)} | dict(MEGATRON_FLAGS)
     others = {name for r in releases() for name in r.flags} - set(release.flags)
     for i, word in enumerate(command.argv[entry + 1 :], entry + 1):
         name = word.split("=", 1)[0]
@@ -476,8 +521,10 @@ def _read_flags(
         near=tuple(n for n in NEAR_MISSES if release.has(n)),
         abbrev=False,
     )
-    args = {k: (given[k].value if k in given else release.defaults.get(k)) for k in PLACEMENT_FLAGS}
-    at = {k: (given[k].index if k in given else entry) for k in PLACEMENT_FLAGS}
+    defaults = {**release.defaults, **MEGATRON_DEFAULTS}
+    names = (*PLACEMENT_FLAGS, *MEGATRON_FLAGS, *BACKEND_FLAGS)
+    args = {k: (given[k].value if k in given else defaults.get(k)) for k in names}
+    at = {k: (given[k].index if k in given else entry) for k in names}
     return args, at
 
 

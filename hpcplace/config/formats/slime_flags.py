@@ -42,6 +42,26 @@ PLACEMENT_FLAGS = (
     "--sglang-pipeline-parallel-size",
 )
 
+# Megatron's flags the fabric check reads (megatron/training/arguments.py, the parser slime's runs with
+# ignore_unknown_args; the same in every release): the actor's (and critic's) tensor-parallel groups are TP
+# consecutive ranks, its MoE all-to-all ETP x EP, validate_args setting a missing --expert-tensor-parallel-size
+# to --tensor-model-parallel-size.
+MEGATRON_FLAGS: Mapping[str, Flag] = {
+    "--tensor-model-parallel-size": Flag("int"),
+    "--pipeline-model-parallel-size": Flag("int"),
+    "--expert-model-parallel-size": Flag("int"),
+    "--expert-tensor-parallel-size": Flag("int"),
+}
+MEGATRON_DEFAULTS: Mapping[str, Value | None] = {
+    "--tensor-model-parallel-size": 1,
+    "--pipeline-model-parallel-size": 1,
+    "--expert-model-parallel-size": 1,
+    "--expert-tensor-parallel-size": None,
+}
+# slime's own flags beside them: the training backend (0.2.0 to 0.2.2 also had fsdp, without Megatron's expert
+# parallelism) and the per-role Megatron overrides file (0.3.0 on)
+BACKEND_FLAGS = ("--train-backend", "--megatron-config-path")
+
 
 @dataclass(frozen=True)
 class Release:

@@ -16,6 +16,10 @@ the same (the config files of the installed verl, or of a checkout named by HPCP
   (SGLangPDReplica / vLLMPDReplica);
 - a colocated reward model has its own processes on global_pool's GPUs, a reward pool its own GPUs.
 
+For the fabric check (hpcplace/plan/topology.py): a Megatron actor, ref, critic or SFT engine gives its role
+Megatron's TP and PP, and EP and ETP where it has expert parallelism (megatron_sizes); a rollout, reward or
+teacher replica wider than its TP (dp or pp > 1) is one inference engine of tp*dp*pp GPUs (gpus_per_engine).
+
 Each pool runs on a node group of its own, or shares one with other pools (`slurm.pools: {reward_pool:
 <label>}` and `slurm.node_groups.<label>`; group_layouts). trainer.device other than cuda (Ascend NPUs) is
 refused, located, with the reason.
@@ -40,7 +44,7 @@ import importlib.util
 import math
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -499,6 +503,80 @@ def read_prefill_decode(reader: Reader, prefix: str, tp: int, dp: int, gpus_per_
     return pd
 
 
+@dataclass(frozen=True)
+class MegatronSizes:
+    """A Megatron engine's sizes: verl passes its engine config's tensor_model_parallel_size,
+    pipeline_model_parallel_size, expert_model_parallel_size and expert_tensor_parallel_size to
+    mpu.initialize_model_parallel as they are (McoreEngineConfig, verl/workers/config/engine.py:186-189;
+    verl/workers/engine/megatron/transformer_impl.py:272-281): TP consecutive ranks are a tensor-parallel
+    group, and Megatron-Core takes an ETP of None as the TP: its ETP x EP consecutive ranks are one MoE
+    all-to-all."""
+
+    tp: int
+    pp: int
+    ep: int
+    etp: int | None  # None: the TP (Megatron-Core's default)
+    view: View = field(compare=False)  # expert_model_parallel_size where EP > 1, else the TP (errors)
+
+    def settings(self, component: str) -> ComponentSpec:
+        experts = self.ep > 1
+        return ComponentSpec(
+            component,
+            tensor_parallel_size=self.tp,
+            pipeline_parallel_size=self.pp,
+            expert_parallel_size=self.ep if experts else None,
+            expert_tensor_parallel_size=self.etp if experts else None,
+            location=self.view.location(),
+        )
+
+
+# verl's roles in a WorkerDict -> the config sections of the engines they run, the role's own first:
+# `<section>.strategy` picks the engine (McoreActorConfig / McoreCriticConfig: strategy megatron, engine config
+# `<section>.megatron`; verl/workers/config/actor.py:276-287, critic.py:172-184); ref's Megatron sizes default
+# to the actor's (ref/megatron_ref.yaml: ${oc.select:actor_rollout_ref.actor.megatron...})
+ROLE_ENGINES = {
+    "actor_rollout": ("actor_rollout_ref.actor",),
+    "actor": ("actor_rollout_ref.actor",),
+    "actor_rollout_ref": ("actor_rollout_ref.actor", "actor_rollout_ref.ref"),
+    "ref": ("actor_rollout_ref.ref",),
+    "critic": ("critic",),
+}
+MCORE_ENGINE = "verl.workers.config.McoreEngineConfig"  # SFT's `engine` config class with model_engine megatron
+
+
+def megatron_sizes(reader: Reader, engine: str) -> MegatronSizes:
+    """The sizes of the Megatron engine config at `engine` (actor_rollout_ref.actor.megatron, critic.megatron,
+    SFT's engine); an unset expert_model_parallel_size is 1 (Megatron's default)."""
+    tp_view = reader.need(f"{engine}.tensor_model_parallel_size")
+    tp = tp_view.int(minimum=1)
+    pp = reader.need(f"{engine}.pipeline_model_parallel_size").int(minimum=1)
+    ep_view = reader.get(f"{engine}.expert_model_parallel_size")
+    if ep_view is None or ep_view.deref().value is None:
+        return MegatronSizes(tp, pp, 1, None, tp_view)
+    etp_view = reader.get(f"{engine}.expert_tensor_parallel_size")
+    etp = None if etp_view is None or etp_view.deref().value is None else etp_view.int(minimum=1)
+    return MegatronSizes(tp, pp, ep_view.int(minimum=1), etp, ep_view)
+
+
+def role_sizes(reader: Reader, role: str, notes: list[str]) -> ComponentSpec | None:
+    """A WorkerDict role's Megatron sizes (ROLE_ENGINES), None where its engine is not Megatron.
+    actor_rollout_ref runs the actor's and the ref's engines in one process: the actor's sizes are checked,
+    and a ref of other sizes is noted."""
+    found: list[MegatronSizes | None] = []
+    for section in ROLE_ENGINES[role]:
+        strategy = reader.get(f"{section}.strategy")
+        megatron = strategy is not None and strategy.deref().value == "megatron"
+        found.append(megatron_sizes(reader, f"{section}.megatron") if megatron else None)
+    own, *others = found
+    for section, other in zip(ROLE_ENGINES[role][1:], others, strict=True):
+        if other != own:
+            notes.append(
+                f"{role}: {section}.megatron's parallel sizes differ from {ROLE_ENGINES[role][0]}.megatron's in the "
+                "same processes: the fabric check cuts the role's GPUs by the latter only"
+            )
+    return None if own is None else own.settings(role)
+
+
 def add_replicas(
     entries: list[PlacementEntry],
     settings: dict[str, ComponentSpec],
@@ -514,7 +592,10 @@ def add_replicas(
 ) -> None:
     """The processes of `count` replicas of `width` consecutive slots of a node group: one component, or with PD
     a prefill and a decode component (each replica's first prefill_tp GPUs serve prefill, the rest decode:
-    launch_servers' slices of the replica's workers)."""
+    launch_servers' slices of the replica's workers). A replica is one inference engine (its tp*dp*pp GPUs: one
+    vLLM or SGLang server with data_parallel_size dp), recorded as gpus_per_engine where wider than its TP; with
+    PD each prefill and each decode server is an engine of its own TP (dp 1; the KV transfer between them is
+    point to point, and verl keeps a PD replica on one node)."""
     parts = (
         [(name, 0, width, tp)]
         if pd is None
@@ -526,7 +607,10 @@ def add_replicas(
     for component, low, high, part_tp in parts:
         ranks = tuple((slots[r * width + i],) for r in range(count) for i in range(low, high))
         entries.append(PlacementEntry((component,), (label,), None, ranks, view.location()))
-        settings[component] = ComponentSpec(component, tensor_parallel_size=part_tp, pipeline_parallel_size=pp)
+        engine = width if pd is None and width > part_tp else None
+        settings[component] = ComponentSpec(
+            component, tensor_parallel_size=part_tp, pipeline_parallel_size=pp, gpus_per_engine=engine
+        )
 
 
 def replicas_text(name: str, world: int, tp: int, dp: int, pp: int, count: int, pool: Pool, start: int = 0) -> str:
@@ -1046,6 +1130,9 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
     roles += ["critic"] if use_critic else []
     per_gpu = tuple((i,) for i in slots[g.name])
     entries.append(PlacementEntry(tuple(roles), glabel, None, per_gpu, g.view.location()))
+    for role in roles:
+        if (sizes := role_sizes(reader, role, notes)) is not None:
+            settings[role] = sizes
     notes.append(
         f"{g.name}: one WorkerDict process per GPU holds {', '.join(roles)} (verl's create_colocated_worker_cls)"
         + ("; ref shares the actor's model (LoRA)" if use_ref and ref_in_actor else "")
@@ -1095,7 +1182,12 @@ def parse(command: FrameworkCommand, blocks: YamlDocument, site_gpus: SiteGpus |
                 ("reward_model",), (labels[pool.name],), None, tuple((i,) for i in slots[pool.name]), mview.location()
             )
         )
-        settings["reward_model"] = ComponentSpec("reward_model", tensor_parallel_size=mtp, pipeline_parallel_size=mpp)
+        settings["reward_model"] = ComponentSpec(  # its replicas are inference engines (add_replicas)
+            "reward_model",
+            tensor_parallel_size=mtp,
+            pipeline_parallel_size=mpp,
+            gpus_per_engine=mworld if mworld > mtp else None,
+        )
         notes.append(replicas_text("reward_model", mworld, mtp, mdp, mpp, pool.world // mworld, pool))
         if pool is g:
             notes.append(
@@ -1181,11 +1273,18 @@ def parse_sft(
     placed = place_pools([pool], blocks.root().get("slurm"), site_gpus, notes)
     label, slots = placed.labels[SFT_POOL], placed.slots[SFT_POOL]
     entries = [PlacementEntry(("trainer",), (label,), None, tuple((i,) for i in slots), nview.location())]
+    target = reader.get("engine._target_")
+    sizes = (
+        megatron_sizes(reader, "engine")
+        if target is not None and target.deref().value == MCORE_ENGINE  # SFTTrainer: omega_conf_to_dataclass
+        else None
+    )
     notes.append(
         f"{SFT_POOL}: one TrainingWorker process per GPU (verl's SFTTrainer: RayResourcePool(process_on_nodes="
         "[n_gpus_per_node] * nnodes), its placement groups named by 6 random letters and digits then verl_group_...)"
     )
-    return finish(SFT, blocks, placed, entries, {"trainer": ComponentSpec("trainer")}, notes, files, version)
+    settings = {"trainer": ComponentSpec("trainer") if sizes is None else sizes.settings("trainer")}
+    return finish(SFT, blocks, placed, entries, settings, notes, files, version)
 
 
 @dataclass(frozen=True)
