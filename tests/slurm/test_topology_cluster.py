@@ -69,14 +69,23 @@ def where(fabric: SiteFabric) -> str:
 
 
 @pytest.mark.parametrize(
-    ("partition", "kind", "topology", "asked"),
-    [("nvl", BLOCK, "{block: 2}", "--segment=2"), ("nvtree", TREE, "{switch: 2}", "--switches=2")],
+    ("partition", "kind", "topology", "asked", "sizes"),
+    [
+        ("nvl", BLOCK, "{block: 2}", "--segment=2", "tensor_parallel_size: 8"),
+        ("nvtree", TREE, "{switch: 2}", "--switches=2", "tensor_parallel_size: 8"),
+        # a MoE trainer: TP 2 groups fit a node, its ETP (= TP) x EP 4 all-to-all spans two nodes
+        ("nvl", BLOCK, "{block: 2}", "--segment=2", "tensor_parallel_size: 2, expert_parallel_size: 4"),
+    ],
+    ids=["block", "tree", "block-experts"],
 )
 def test_every_tensor_parallel_group_lands_inside_one_block(
-    slurm_cluster: LiveCluster, tmp_path: Path, partition: str, kind: str, topology: str, asked: str
+    slurm_cluster: LiveCluster, tmp_path: Path, partition: str, kind: str, topology: str, asked: str, sizes: str
 ) -> None:
+    """Each component is one group of 8 GPUs on 2 nodes (a tensor-parallel group, or the MoE all-to-all of
+    expert-parallel ranks) that must sit inside one block (leaf switch)."""
     units = site_units(fabric_of_kind(slurm_cluster, partition, kind))
-    run = run_config(config_yaml(tmp_path, JOB.format(partition=partition, topology=topology)), tmp_path)
+    text = JOB.format(partition=partition, topology=topology).replace("tensor_parallel_size: 8", sizes)
+    run = run_config(config_yaml(tmp_path, text), tmp_path)
     assert run.status.state == "COMPLETED", run.status.text
     script = (run.run_dir / "job.sbatch").read_text()
     assert f"#SBATCH {asked}\n" in script
@@ -97,7 +106,7 @@ def test_every_tensor_parallel_group_lands_inside_one_block(
         process = run.plan.component(comp).processes[rank]
         assert report["host"] == hosts[process.group_node_index], (comp, rank, report["host"])
         by_rank[(comp, rank)] = report["host"]
-    for comp in ("trainer", "engine"):  # each component is one tensor-parallel group of 8 GPUs on 2 nodes
+    for comp in ("trainer", "engine"):  # each component is one group of 8 GPUs on 2 nodes
         blocks = {units[by_rank[(comp, r)]] for r in range(8)}
         hosts_of = {by_rank[(comp, r)] for r in range(8)}
         assert len(hosts_of) == 2 and len(blocks) == 1, (comp, hosts_of, blocks)
