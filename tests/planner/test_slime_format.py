@@ -343,6 +343,9 @@ def test_the_driver_step_checks_slimes_numeric_ip_order_over_the_gpu_nodes() -> 
 
 # ---- expert parallelism and engines: what the fabric check (hpcplace/plan/topology.py) reads
 
+ONE_NODE_BLOCKS = "slurm: {partition: gb200, gpus_per_node: 8, topology: {block: 1}}\n"
+TWO_ACTOR_NODES = ["--actor-num-nodes", "2", "--actor-num-gpus-per-node", "8", "--colocate"]
+
 
 def test_megatrons_expert_parallel_flags_size_the_actors_and_critics_moe_groups(tmp_path: Path) -> None:
     # Megatron's parser (slime's, ignore_unknown_args): ETP x EP consecutive ranks, a missing ETP being the TP
@@ -358,36 +361,32 @@ def test_megatrons_expert_parallel_flags_size_the_actors_and_critics_moe_groups(
     err = refused(tmp_path, *words[:-1], "0")
     assert "--expert-model-parallel-size is 0" in err.message and err.location is not None
     # ETP 2 x EP 8 = 16 GPUs = 2 nodes: blocks of one node split it
-    p = plan(tmp_path, *words[:-1], "8", text="slurm: {partition: gb200, gpus_per_node: 8, topology: {block: 1}}\n")
+    p = plan(tmp_path, *words[:-1], "8", text=ONE_NODE_BLOCKS)
     found = {(c.component, c.what, c.ranks) for c in p.topology_crossings}
     assert found == {(name, "expert-parallel group", tuple(range(16))) for name in ("actor", "critic")}
 
 
 def test_an_sglang_engine_wider_than_its_tensor_parallel_group_is_checked_against_the_blocks(tmp_path: Path) -> None:
     # --rollout-num-gpus-per-engine 16 with --sglang-pp-size 2: TP 8 fits a node, the engine spans two
-    words = ["--actor-num-nodes", "2", "--actor-num-gpus-per-node", "8", "--colocate",
-             "--rollout-num-gpus-per-engine", "16", "--sglang-pp-size", "2"]  # fmt: skip
-    text = "slurm: {partition: gb200, gpus_per_node: 8, topology: {block: 1}}\n"
-    p = plan(tmp_path, *words, text=text)
+    words = [*TWO_ACTOR_NODES, "--rollout-num-gpus-per-engine", "16", "--sglang-pp-size", "2"]
+    p = plan(tmp_path, *words, text=ONE_NODE_BLOCKS)
     rollout = p.component("rollout")
     assert (rollout.tensor_parallel_size, rollout.gpus_per_engine) == (8, 16)
     assert [(c.component, c.what) for c in p.topology_crossings if c.what == "inference engine"] == [
         ("rollout", "inference engine")
     ]
     assert plan(tmp_path, *words[:-2]).component("rollout").gpus_per_engine is None  # as wide as its TP group
-    assert plan(tmp_path, *words, text=text.replace("block: 1", "block: 2")).topology_crossings == ()
+    assert plan(tmp_path, *words, text=ONE_NODE_BLOCKS.replace("block: 1", "block: 2")).topology_crossings == ()
 
 
 def test_the_megatron_actors_tensor_parallel_groups_are_checked_without_expert_parallelism(tmp_path: Path) -> None:
-    words = ["--actor-num-nodes", "2", "--actor-num-gpus-per-node", "8", "--colocate",
-             "--tensor-model-parallel-size", "16", "--pipeline-model-parallel-size", "1"]  # fmt: skip
-    text = "slurm: {partition: gb200, gpus_per_node: 8, topology: {block: 1}}\n"
-    p = plan(tmp_path, *words, text=text)
+    words = [*TWO_ACTOR_NODES, "--tensor-model-parallel-size", "16", "--pipeline-model-parallel-size", "1"]
+    p = plan(tmp_path, *words, text=ONE_NODE_BLOCKS)
     actor = p.component("actor")
     assert (actor.tensor_parallel_size, actor.pipeline_parallel_size, actor.expert_parallel_size) == (16, 1, 1)
     assert ("actor", "tensor-parallel group", tuple(range(16))) in {
         (c.component, c.what, c.ranks) for c in p.topology_crossings
     }
-    fits = plan(tmp_path, *words[:5], "--tensor-model-parallel-size", "8", text=text).component("actor")
-    assert fits.tensor_parallel_size == 8
-    assert not [c for c in plan(tmp_path, *words[:5], text=text).topology_crossings if c.component == "actor"]
+    fits = plan(tmp_path, *TWO_ACTOR_NODES, "--tensor-model-parallel-size", "8", text=ONE_NODE_BLOCKS)
+    assert fits.component("actor").tensor_parallel_size == 8
+    assert not [c for c in fits.topology_crossings if c.component == "actor"]
