@@ -412,6 +412,11 @@ class View:
             return None
         return View(self.doc, self.path + (key,), mapping[key])
 
+    def given(self, key: Any) -> View | None:
+        """The key's view where the config gives it a value: absent and null (`key: null`, `~`) are not given."""
+        child = self.get(key)
+        return child if child is not None and child.deref().value is not None else None
+
     def require(self, key: Any, what: str = "") -> View:
         child = self.get(key)
         if child is None:

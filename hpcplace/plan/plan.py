@@ -66,6 +66,13 @@ class ComponentPlan:
     expert_tensor_parallel_size: int | None = None  # None: the tensor-parallel size
     gpus_per_engine: int | None = None  # an inference engine's GPUs (consecutive in rank order), when stated
 
+    @property
+    def expert_group_gpus(self) -> int:
+        """GPUs of one MoE all-to-all: ETP x EP consecutive ranks (1 without expert parallelism)."""
+        if self.expert_parallel_size <= 1:
+            return 1
+        return (self.expert_tensor_parallel_size or self.tensor_parallel_size) * self.expert_parallel_size
+
 
 @dataclass(frozen=True)
 class CollocationGroup:

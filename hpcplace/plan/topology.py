@@ -43,7 +43,7 @@ def fabric_widths(comp: ComponentPlan) -> list[tuple[str, int]]:
     tp = comp.tensor_parallel_size
     kinds = [("tensor-parallel group", tp)]
     if comp.expert_parallel_size > 1:
-        kinds.append(("expert-parallel group", (comp.expert_tensor_parallel_size or tp) * comp.expert_parallel_size))
+        kinds.append(("expert-parallel group", comp.expert_group_gpus))
     if comp.gpus_per_engine is not None:
         kinds.append(("inference engine", comp.gpus_per_engine))
     out: list[tuple[str, int]] = []
@@ -68,16 +68,16 @@ def size_problem(comp: ComponentPlan) -> str | None:
     assert the same at start)."""
     if comp.expert_parallel_size <= 1 and comp.gpus_per_engine is None:
         return None
-    count = len(_gpus(comp))
+    count = sum(len(slot.visible_accelerators) for v in node_processes(comp.processes) for slot in v.slots)
     if count == 0:
         return None
     tp, pp, ep = comp.tensor_parallel_size, comp.pipeline_parallel_size, comp.expert_parallel_size
-    etp = comp.expert_tensor_parallel_size or tp
-    if ep > 1 and count % (etp * ep * pp):
+    width = comp.expert_group_gpus * pp
+    if ep > 1 and count % width:
         return (
-            f"component {comp.name!r}: expert_tensor_parallel_size {etp} x expert_parallel_size {ep} x "
-            f"pipeline_parallel_size {pp} = {etp * ep * pp} does not divide its {count} GPUs (Megatron-Core's "
-            "initialize_model_parallel raises: its GPUs are ETP x EP x expert data parallel x PP)"
+            f"component {comp.name!r}: expert_tensor_parallel_size {comp.expert_group_gpus // ep} x "
+            f"expert_parallel_size {ep} x pipeline_parallel_size {pp} = {width} does not divide its {count} GPUs "
+            "(Megatron-Core's initialize_model_parallel raises: its GPUs are ETP x EP x expert data parallel x PP)"
         )
     engine = comp.gpus_per_engine
     if engine is not None and (count % engine or engine % tp):

@@ -114,12 +114,13 @@ def build_setup(spec: ExperimentSpec, plan: Plan, profile: Profile, objective: s
     chain = []
     for name in profile.workflow:
         cp = profile.components[name]
-        settings = spec.component(name)
         # RLinf model-parallel: actor counts are multiples of tp*pp, rollout is packed by its tp*pp; Megatron's
         # expert parallelism needs multiples of ETP*EP*PP, engines whole engines (a unit fits a block or crosses)
-        tp, pp = settings.tensor_parallel_size or 1, settings.pipeline_parallel_size or 1
-        ep_width = (settings.expert_tensor_parallel_size or tp) * (settings.expert_parallel_size or 1) * pp
-        mp = cp.model_parallel or math.lcm(tp * pp, ep_width, settings.gpus_per_engine or 1)
+        comp = plan.component(name)
+        pp = comp.pipeline_parallel_size
+        mp = cp.model_parallel or math.lcm(
+            comp.tensor_parallel_size * pp, comp.expert_group_gpus * pp, comp.gpus_per_engine or 1
+        )
         unit = mp if shapes[name].plain else math.lcm(mp, shapes[name].per_process)
         # a process's own resources: an RLinf engine packed by its tp holds them all, a model-parallel rank one
         process = (

@@ -521,12 +521,7 @@ def _expert_views(root: View, name: str) -> tuple[View | None, View | None]:
     model = section.get("model")
     if model is None or not isinstance(model.value, dict):
         return None, None
-    return _set_view(model, "expert_model_parallel_size"), _set_view(model, "expert_tensor_parallel_size")
-
-
-def _set_view(section: View, key: str) -> View | None:
-    view = section.get(key)
-    return view if view is not None and view.value is not None else None
+    return model.given("expert_model_parallel_size"), model.given("expert_tensor_parallel_size")
 
 
 def _first_int(section: View, paths: list[tuple[str, ...]]) -> int | None:

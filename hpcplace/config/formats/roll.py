@@ -455,7 +455,7 @@ def _with_megatron_sizes(name: str, worker: View, spec: ComponentSpec) -> Compon
     config = config.deref()
 
     def size(key: str) -> int | None:
-        view = _stated(config, key)
+        view = config.given(key)
         return view.int(minimum=1) if view is not None else None
 
     tp, ep = size("tensor_model_parallel_size") or 1, size("expert_model_parallel_size") or 1
@@ -468,7 +468,7 @@ def _with_megatron_sizes(name: str, worker: View, spec: ComponentSpec) -> Compon
     for label, key in _MEGATRON_SIZES:
         mine = getattr(spec, label)
         if mine is not None and mine != roll[label]:
-            where = _stated(config, key) or _stated(config, "tensor_model_parallel_size") or config
+            where = config.given(key) or config.given("tensor_model_parallel_size") or config
             raise where.error(
                 f"{name}: hpcplace.components.{name}.{label} = {mine} conflicts with ROLL's {roll[label]}",
                 hint="give the value once (ROLL's strategy_config decides it)",
@@ -490,11 +490,6 @@ _MEGATRON_SIZES = (
     ("expert_parallel_size", "expert_model_parallel_size"),
     ("expert_tensor_parallel_size", "expert_tensor_parallel_size"),
 )
-
-
-def _stated(section: View, key: str) -> View | None:
-    view = section.get(key)
-    return view if view is not None and view.deref().value is not None else None
 
 
 def _gpus_per_worker(name: str, worker: View, given_view: View | None, notes: list[str]) -> int:

@@ -398,7 +398,7 @@ def _megatron_sizes(
     if args["--megatron-config-path"] is not None:
         notes.append(
             f"slime: --megatron-config-path {args['--megatron-config-path']}: its per-role overrides are not read; the "
-            "actor's and critic's expert-parallel sizes are planned from the command's Megatron flags"
+            "actor's and critic's parallel sizes are planned from the command's Megatron flags"
         )
     tp, pp = args["--tensor-model-parallel-size"], args["--pipeline-model-parallel-size"]
     ep, etp = args["--expert-model-parallel-size"], args["--expert-tensor-parallel-size"]
