@@ -128,18 +128,31 @@ def _refusal(path: str, exc: OSError, parent_fd: int | None = None, name: str | 
     return ShmDirError(f"cannot open {path} (owner {_user(st.st_uid)}): {exc.strerror}")
 
 
+# How often making a directory is tried again when it vanished between two steps: the tasks of a node that
+# start as the job stops each make the node's directory and remove it again, side by side (shim.py).
+_VANISHED_RETRIES = 100
+
+
 def open_private_dir(path: str, *, create: bool = True) -> int:
     """Open (creating mode 0700 if asked) a private directory without following symlinks;
-    returns an O_DIRECTORY fd the caller owns."""
-    if create:
+    returns an O_DIRECTORY fd the caller owns. Not asked to create it, FileNotFoundError when absent."""
+    for _ in range(_VANISHED_RETRIES if create else 1):
+        if create:
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                pass
         try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-    try:
-        fd = os.open(path, _DIR_FLAGS)
-    except OSError as exc:
-        raise _refusal(path, exc) from None
+            fd = os.open(path, _DIR_FLAGS)
+            break
+        except FileNotFoundError as exc:
+            if not create:
+                raise
+            missing = exc  # removed between the mkdir and the open: make it again
+        except OSError as exc:
+            raise _refusal(path, exc) from None
+    else:
+        raise _refusal(path, missing)
     try:
         _check_private_dir(fd, path)
     except BaseException:
@@ -180,31 +193,67 @@ def open_file(dir_fd: int, name: str, flags: int, mode: int = 0o600) -> int:
 
 def make_node_dir(node_dir: str) -> None:
     """Create (or check) <job dir>/node-<node>: both levels mode 0700, ours, not symlinks.
-    Raises ShmDirError naming the path and its owner when either is not the job's own."""
-    parent_fd = open_private_dir(os.path.dirname(node_dir))
-    try:
-        os.close(open_private_subdir(parent_fd, os.path.basename(node_dir), label=node_dir))
-    finally:
-        os.close(parent_fd)
+    Raises ShmDirError naming the path and its owner when either is not the job's own. A job
+    directory that a peer task removes meanwhile (the job is stopping) is made again."""
+    for _ in range(_VANISHED_RETRIES):
+        parent_fd = open_private_dir(os.path.dirname(node_dir))
+        try:
+            os.close(open_private_subdir(parent_fd, os.path.basename(node_dir), label=node_dir))
+            return
+        except FileNotFoundError:
+            continue  # the job directory went after we opened it
+        finally:
+            os.close(parent_fd)
+    raise ShmDirError(f"cannot make {node_dir}: its job directory was removed {_VANISHED_RETRIES} times meanwhile")
 
 
 def remove_job_dir(path: str) -> bool:
     """Remove a node directory (or a whole job directory) and everything in it. Returns False if
     absent. Refuses a symlink or a directory that is not ours. After a node directory, the job
-    directory around it goes too once no other node's directory is left in it."""
-    try:
-        fd = open_private_dir(path, create=False)
-    except ShmDirError as exc:
-        if not os.path.lexists(path):
+    directory around it goes too once no other node's directory is left in it. Peer tasks of the
+    node may remove (and make) the same directory meanwhile: the job is stopping as they start."""
+    for attempt in range(_VANISHED_RETRIES):
+        try:
+            fd = open_private_dir(path, create=False)
+        except FileNotFoundError:
             _remove_empty_parent(path)
-            return False
-        raise exc
-    os.close(fd)
-    import shutil  # not on the shim's hot path
-
-    shutil.rmtree(path)  # fd-based on Linux: does not follow symlinks inside
+            return attempt > 0
+        try:
+            _empty_dir(fd)
+            os.rmdir(path)  # a symlink put in its place meanwhile: ENOTDIR, never followed
+            break
+        except FileNotFoundError:
+            continue  # a peer removed it (or a directory inside) first
+        except OSError as exc:
+            if exc.errno != errno.ENOTEMPTY or attempt == _VANISHED_RETRIES - 1:
+                raise
+            # a peer made it again, or made an entry in it, after our walk: walk again
+        finally:
+            os.close(fd)
     _remove_empty_parent(path)
     return True
+
+
+def _empty_dir(dir_fd: int) -> None:
+    """Remove everything inside an open directory, never following a symlink (shutil.rmtree takes no
+    directory fd before Python 3.11, and calls a directory that was replaced meanwhile a symlink)."""
+    for entry in os.scandir(dir_fd):
+        try:
+            os.unlink(entry.name, dir_fd=dir_fd)
+            continue
+        except FileNotFoundError:
+            continue
+        except IsADirectoryError:
+            pass
+        try:
+            sub_fd = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            continue
+        try:
+            _empty_dir(sub_fd)
+        finally:
+            os.close(sub_fd)
+        os.rmdir(entry.name, dir_fd=dir_fd)
 
 
 def _remove_empty_parent(path: str) -> None:

@@ -56,6 +56,48 @@ def test_two_nodes_in_one_job_directory_never_share_a_baton(tmp_path: Path) -> N
     assert not job.exists()
 
 
+def _make_and_remove(node_dir: str, rounds: int) -> None:
+    for _ in range(rounds):
+        shm_dir.make_node_dir(node_dir)
+        try:  # something inside for the removals to walk
+            Path(node_dir, f"baton-{os.getpid()}").write_text("x")
+        except FileNotFoundError:
+            pass  # a peer removed the directory already
+        shm_dir.remove_job_dir(node_dir)
+
+
+def test_tasks_of_one_node_that_make_and_remove_its_directory_at_once_all_succeed(tmp_path: Path) -> None:
+    """A job stopping as its tasks start (CI run of 2026-11-29): every task of a node makes the node's directory,
+    sees the stop and removes it, side by side. None may fail because a peer removed the directory (or the job
+    directory around it, or a file inside) between its own steps; nothing is left afterwards."""
+    import multiprocessing
+
+    node_dir = shm_dir.node_dir_path(str(tmp_path / "hpcplace-3"), "a800-1")
+    context = multiprocessing.get_context("fork")
+    tasks = [context.Process(target=_make_and_remove, args=(node_dir, 200)) for _ in range(6)]
+    for task in tasks:
+        task.start()
+    for task in tasks:
+        task.join(timeout=120)
+    assert [task.exitcode for task in tasks] == [0] * len(tasks)
+    assert os.listdir(tmp_path) == []
+
+
+def test_removing_a_node_directory_never_follows_a_symlink_inside(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "keep").write_text("k")
+    node_dir = shm_dir.node_dir_path(str(tmp_path / "hpcplace-4"), "cpu-1")
+    shm_dir.make_node_dir(node_dir)
+    Path(node_dir, "weights-actor", "shard").mkdir(parents=True)
+    Path(node_dir, "weights-actor", "shard", "0.bin").write_bytes(b"w")
+    Path(node_dir, "weights-actor", "to-outside").symlink_to(outside)
+    Path(node_dir, "deep").symlink_to(outside / "deep")
+    assert shm_dir.remove_job_dir(node_dir) is True
+    assert sorted(os.listdir(tmp_path)) == ["outside"] and (outside / "deep" / "keep").read_text() == "k"
+    assert shm_dir.remove_job_dir(node_dir) is False
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create a directory owned by another user")
 def test_a_job_directory_made_first_by_another_user_is_refused(tmp_path: Path) -> None:
     os.chmod(tmp_path, 0o1777)
