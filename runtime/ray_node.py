@@ -681,14 +681,18 @@ def main(argv: Sequence[str]) -> int:
         )
         temp_dir = ray_temp_dir(job_id, node["rank"])
         spill_dir = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"hpcplace-ray-{job_id}-n{node['rank']}")
-        for d in (os.path.dirname(temp_dir), temp_dir, spill_dir):
+        job_dir = os.path.dirname(temp_dir)
+        for d in (job_dir, temp_dir, spill_dir):
             try:
                 os.mkdir(d, 0o700)  # the job's dir may already exist (the job's guard, another node)
             except FileExistsError:
                 pass
             except OSError as exc:
+                if job_stopping(run_dir, job_id, os.environ):  # the job's guard removed the job's dir meanwhile
+                    raise _Stop("the job's stop (sent before this task started)") from None
                 raise ShimError(f"cannot create {d}: {exc.strerror}") from None
-        dirs += [temp_dir, spill_dir]
+            if d != job_dir:
+                dirs.append(d)  # removed at the end, whatever fails next
         if job_stopping(run_dir, job_id, os.environ):  # its stop signal came before it ran: start nothing
             raise _Stop("the job's stop (sent before this task started)")
         head_file = os.path.join(run_dir, "ray", "head.json")

@@ -133,6 +133,27 @@ def test_a_ray_node_that_starts_after_the_job_began_stopping_starts_no_ray_and_l
     assert list(spill.iterdir()) == []
 
 
+def test_a_ray_node_whose_directory_went_as_the_job_stopped_reports_the_stop(tmp_path: Path) -> None:
+    """The job's guard removed the node-local directory between two of the Ray node's mkdirs (the job stopping
+    as it starts; here: a $TMPDIR that is gone): the stop, not an error. Without the stop marker, an error; and
+    either way the directories it made before are removed."""
+    plan = write_plan(tmp_path, LAB_CONFIG + "launch: {driver: [python3, -c, pass]}\n")
+    (tmp_path / "logs").mkdir()
+    job = f"t{uuid.uuid4().hex[:12]}"
+    env = {k: job if k.startswith("SLURM_JOB_ID") else v for k, v in step_envs("0,1,2")[0].items()}
+    env = {**base_env(), **env, "TMPDIR": str(tmp_path / "gone")}
+    command = shim_command("--ray-node", "--plan", str(plan))
+    log = tmp_path / "logs" / "ray.a800-1.out"
+    failed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert failed.returncode == 2 and f"cannot create {tmp_path}/gone/hpcplace-ray-{job}-n0" in log.read_text()
+    assert not os.path.lexists(f"/dev/shm/hpcplace-{job}")  # the temp dir it made before is gone again
+    (tmp_path / f".stopping-{job}-0").touch()
+    stopped = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert stopped.returncode == 0, stopped.stderr + log.read_text()
+    assert "the job's stop (sent before this task started) received" in log.read_text()
+    assert not os.path.lexists(f"/dev/shm/hpcplace-{job}")
+
+
 def test_errors_are_messages_not_tracebacks(lab_plan: Path, task: dict[str, str]) -> None:
     missing = run(lab_plan, {}, "true")
     assert missing.returncode == 2 and "missing Slurm variables" in missing.stderr
