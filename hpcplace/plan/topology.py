@@ -75,7 +75,7 @@ def size_problem(comp: ComponentPlan) -> str | None:
     width = comp.expert_group_gpus * pp
     if ep > 1 and count % width:
         return (
-            f"component {comp.name!r}: expert_tensor_parallel_size {comp.expert_group_gpus // ep} x "
+            f"component {comp.name!r}: expert_tensor_parallel_size {comp.expert_tensor_parallel_size or tp} x "
             f"expert_parallel_size {ep} x pipeline_parallel_size {pp} = {width} does not divide its {count} GPUs "
             "(Megatron-Core's initialize_model_parallel raises: its GPUs are ETP x EP x expert data parallel x PP)"
         )

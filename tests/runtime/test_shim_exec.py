@@ -108,23 +108,23 @@ def test_a_task_that_starts_after_the_job_began_stopping_runs_nothing_and_leaves
     assert not os.path.lexists(f"/dev/shm/hpcplace-{job}")
 
 
-def test_a_ray_node_that_starts_after_the_job_began_stopping_starts_no_ray_and_leaves_nothing(tmp_path: Path) -> None:
-    """The Ray mode's node task, in the same case: its temp dirs (in the job's node-local directory and $TMPDIR)
-    are removed and no Ray starts."""
+def _ray_node_task(tmp_path: Path, tmpdir: Path) -> tuple[str, list[str], dict[str, str]]:
+    """A Ray-mode node task of a job of its own (its id, argv and environment), its plan and logs in tmp_path."""
     plan = write_plan(tmp_path, LAB_CONFIG + "launch: {driver: [python3, -c, pass]}\n")
     (tmp_path / "logs").mkdir()
     job = f"t{uuid.uuid4().hex[:12]}"
     env = {k: job if k.startswith("SLURM_JOB_ID") else v for k, v in step_envs("0,1,2")[0].items()}
-    (tmp_path / f".stopping-{job}-0").touch()
+    return job, shim_command("--ray-node", "--plan", str(plan)), {**base_env(), **env, "TMPDIR": str(tmpdir)}
+
+
+def test_a_ray_node_that_starts_after_the_job_began_stopping_starts_no_ray_and_leaves_nothing(tmp_path: Path) -> None:
+    """The Ray mode's node task, in the same case: its temp dirs (in the job's node-local directory and $TMPDIR)
+    are removed and no Ray starts."""
     spill = tmp_path / "spill"
     spill.mkdir()
-    done = subprocess.run(
-        shim_command("--ray-node", "--plan", str(plan)),
-        env={**base_env(), **env, "TMPDIR": str(spill)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    job, command, env = _ray_node_task(tmp_path, spill)
+    (tmp_path / f".stopping-{job}-0").touch()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     log = (tmp_path / "logs" / "ray.a800-1.out").read_text(encoding="utf-8")
     assert done.returncode == 0, done.stderr + log
     assert "the job's stop (sent before this task started) received" in log, log
@@ -137,12 +137,7 @@ def test_a_ray_node_whose_directory_went_as_the_job_stopped_reports_the_stop(tmp
     """The job's guard removed the node-local directory between two of the Ray node's mkdirs (the job stopping
     as it starts; here: a $TMPDIR that is gone): the stop, not an error. Without the stop marker, an error; and
     either way the directories it made before are removed."""
-    plan = write_plan(tmp_path, LAB_CONFIG + "launch: {driver: [python3, -c, pass]}\n")
-    (tmp_path / "logs").mkdir()
-    job = f"t{uuid.uuid4().hex[:12]}"
-    env = {k: job if k.startswith("SLURM_JOB_ID") else v for k, v in step_envs("0,1,2")[0].items()}
-    env = {**base_env(), **env, "TMPDIR": str(tmp_path / "gone")}
-    command = shim_command("--ray-node", "--plan", str(plan))
+    job, command, env = _ray_node_task(tmp_path, tmp_path / "gone")
     log = tmp_path / "logs" / "ray.a800-1.out"
     failed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert failed.returncode == 2 and f"cannot create {tmp_path}/gone/hpcplace-ray-{job}-n0" in log.read_text()

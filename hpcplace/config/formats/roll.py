@@ -473,14 +473,13 @@ def _with_megatron_sizes(name: str, worker: View, spec: ComponentSpec) -> Compon
                 f"{name}: hpcplace.components.{name}.{label} = {mine} conflicts with ROLL's {roll[label]}",
                 hint="give the value once (ROLL's strategy_config decides it)",
             )
-    sized = replace(
+    return replace(
         spec,
         tensor_parallel_size=tp,
         pipeline_parallel_size=roll["pipeline_parallel_size"],
         expert_parallel_size=ep if ep > 1 else None,
         expert_tensor_parallel_size=roll["expert_tensor_parallel_size"] if ep > 1 else None,
     )
-    return sized
 
 
 # the ComponentSpec field and ROLL's strategy_config key (mcore_adapter's TrainingArguments)
