@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,46 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             f"(tests must write under tmp_path):\n  {shown}"
         )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# A slurmd of the test cluster that crashes is restarted (scripts/slurm-cluster/slurmd-keeper); the crash is Slurm's,
+# but a test running at that moment may fail for it: each crash is reported with the test it happened in
+# (a section of its report, shown where it failed) and all of the session's at its end.
+_CRASHES_AT_SETUP = pytest.StashKey[tuple[int, int]]()
+
+
+def _slurmd_crashes() -> tuple[int, list[str]]:
+    cluster = sys.modules.get("tests.slurm.conftest")
+    return cluster.slurmd_crashes() if cluster is not None else (0, [])
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    log, crashes = _slurmd_crashes()
+    item.stash[_CRASHES_AT_SETUP] = (log, len(crashes))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if call.when == "call" or (call.when == "setup" and report.failed):
+        log, crashes = _slurmd_crashes()
+        log_at_setup, seen = item.stash.get(_CRASHES_AT_SETUP, (0, 0))
+        new = crashes[seen:] if log == log_at_setup else crashes
+        if new:
+            report.sections.append(("slurmd crashed during this test (slurmd-keeper restarted it)", "\n".join(new)))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    _, crashes = _slurmd_crashes()
+    if crashes:
+        terminalreporter.write_sep(
+            "=", "the test cluster's slurmd crash log (scripts/slurm-cluster/slurmd-keeper restarted each)"
+        )
+        for line in crashes:
+            terminalreporter.write_line(line)
 
 
 def _check_machine(session: pytest.Session) -> None:

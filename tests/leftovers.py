@@ -18,8 +18,10 @@ from pathlib import Path
 
 SESSION_VARIABLE = "HPCPLACE_TEST_SESSION"
 # The test cluster's own daemons (tests/slurm/conftest.py boots it; scripts/test-all.sh takes it down after
-# the run): they carry the marker and are meant to outlive the session.
-CLUSTER_DAEMONS = frozenset({"slurmctld", "slurmd", "slurmdbd", "slurmstepd", "mariadbd", "mysqld", "munged"})
+# the run) and each node's slurmd-keeper: they carry the marker and are meant to outlive the session.
+CLUSTER_DAEMONS = frozenset(
+    {"slurmctld", "slurmd", "slurmd-keeper", "slurmdbd", "slurmstepd", "mariadbd", "mysqld", "munged"}
+)
 
 
 @dataclass(frozen=True)

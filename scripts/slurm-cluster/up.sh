@@ -617,6 +617,12 @@ phase "config written"
 # (a tmpfs staged at $DIR/mnt/<node>, filled, then moved onto /tmp).
 # A newer release's node: its root filesystem becomes the node's / (kernel interfaces bound in, the shared
 # paths bound at their own paths, its own munged on a private /run/munge), then slurmd starts in it.
+# Each node's slurmd runs in the foreground under slurmd-keeper, which starts a crashed one again as a site's
+# systemd unit does (seen once: Debian's 22.05.8 died of a heap corruption inside Slurm while four jobs
+# launched steps on one node; the node went DOWN and every later job needing it waited forever). A copy in
+# $run: the nodes of a release's root filesystem see the state dir, not necessarily this checkout. setsid: like
+# a daemon, it leaves up.sh's session (a signal to the caller's process group never reaches the nodes).
+install -m 0755 "$here/slurmd-keeper" "$run/slurmd-keeper"
 # The kernel's interfaces and the node names, bound into a release's root filesystem ($root) before a
 # chroot into it: by node_boot (each node) and root_boot (slurmctld, slurmdbd).
 # shellcheck disable=SC2016  # expanded by the inner bash
@@ -629,7 +635,7 @@ mount --bind "$HPCP_HOSTS_FILE" "$root/etc/hosts"
 # shellcheck disable=SC2016  # $1, $2... are expanded by the inner bash
 node_boot='
 set -e
-node=$1 stage=$2/mnt/$1 shm_size=$3 tmp_size=$4 root=$5
+node=$1 stage=$2/mnt/$1 shm_size=$3 tmp_size=$4 root=$5 keeper=$2/run/slurmd-keeper crashes=$2/log/slurmd-crashes.log
 shift 5
 hostname "$node"
 if [ -n "$root" ]; then
@@ -659,15 +665,16 @@ for path in "$@"; do
 done
 mount --move "$stage" "$root/tmp"
 if [ -z "$root" ]; then
-    exec slurmd -N "$node"
+    setsid "$keeper" "$(command -v slurmd)" "$node" "$crashes" &
+    exit 0
 fi
 # The root filesystem becomes the / of the node by pivot_root, not chroot: Apptainer refuses to start
 # in a chroot ("weak chrooted environment"); the old root is detached, the node sees only its binds.
 '"$HPCP_PIVOT_ROOT"'
-exec /bin/sh -c "chown munge:munge /run/munge &&
-    runuser -u munge -- /usr/sbin/munged --socket=/run/munge/munge.socket.2 --pid-file=/run/munge/munged.pid \
-        --log-file=/run/munge/munged.log --seed-file=/run/munge/munged.seed &&
-    exec /usr/sbin/slurmd -N \"\$0\"" "$node"
+chown munge:munge /run/munge
+runuser -u munge -- /usr/sbin/munged --socket=/run/munge/munge.socket.2 --pid-file=/run/munge/munged.pid \
+    --log-file=/run/munge/munged.log --seed-file=/run/munge/munged.seed
+setsid "$keeper" /usr/sbin/slurmd "$node" "$crashes" &
 '
 printf '%s\n' "${shared[@]}" >"$DIR/shared"
 for node in "${HPCP_NODES[@]}"; do

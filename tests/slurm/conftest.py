@@ -196,6 +196,20 @@ def node_root(node: str) -> Path | None:
     return root if root.exists() else None
 
 
+def slurmd_crashes() -> tuple[int, list[str]]:
+    """The test cluster's slurmd crashes since it booted, one line each (scripts/slurm-cluster/slurmd-keeper
+    restarts a crashed slurmd and logs it), with the log's inode: a new boot starts a new log. Nothing in a
+    session that has not used the cluster."""
+    log = CLUSTER_DIR / "log" / "slurmd-crashes.log"
+    if not _USED_CLUSTER:
+        return 0, []
+    try:
+        with log.open(encoding="utf-8") as f:
+            return os.fstat(f.fileno()).st_ino, f.read().splitlines()
+    except FileNotFoundError:
+        return 0, []
+
+
 @dataclass(frozen=True)
 class JobShm:
     """A job's /dev/shm/hpcplace-<jobid> on every node of the cluster (and on this host)."""
