@@ -620,8 +620,9 @@ phase "config written"
 # Each node's slurmd runs in the foreground under slurmd-keeper, which starts a crashed one again as a site's
 # systemd unit does (seen once: Debian's 22.05.8 died of a heap corruption inside Slurm while four jobs
 # launched steps on one node; the node went DOWN and every later job needing it waited forever). A copy in
-# $run: the nodes of a release's root filesystem see the state dir, not necessarily this checkout. setsid: like
-# a daemon, it leaves up.sh's session (a signal to the caller's process group never reaches the nodes).
+# $run: the nodes of a release's root filesystem see the state dir, not necessarily this checkout. setsid --fork:
+# like a daemon, it leaves up.sh's session (a signal to the caller's process group never reaches the nodes), and
+# it starts as a foreground command, not with `&` (which would start it with SIGINT and SIGQUIT ignored).
 install -m 0755 "$here/slurmd-keeper" "$run/slurmd-keeper"
 # The kernel's interfaces and the node names, bound into a release's root filesystem ($root) before a
 # chroot into it: by node_boot (each node) and root_boot (slurmctld, slurmdbd).
@@ -665,8 +666,7 @@ for path in "$@"; do
 done
 mount --move "$stage" "$root/tmp"
 if [ -z "$root" ]; then
-    setsid "$keeper" "$(command -v slurmd)" "$node" "$crashes" &
-    exit 0
+    exec setsid --fork "$keeper" "$(command -v slurmd)" "$node" "$crashes"
 fi
 # The root filesystem becomes the / of the node by pivot_root, not chroot: Apptainer refuses to start
 # in a chroot ("weak chrooted environment"); the old root is detached, the node sees only its binds.
@@ -674,7 +674,7 @@ fi
 chown munge:munge /run/munge
 runuser -u munge -- /usr/sbin/munged --socket=/run/munge/munge.socket.2 --pid-file=/run/munge/munged.pid \
     --log-file=/run/munge/munged.log --seed-file=/run/munge/munged.seed
-setsid "$keeper" /usr/sbin/slurmd "$node" "$crashes" &
+exec setsid --fork "$keeper" /usr/sbin/slurmd "$node" "$crashes"
 '
 printf '%s\n' "${shared[@]}" >"$DIR/shared"
 for node in "${HPCP_NODES[@]}"; do
