@@ -623,6 +623,9 @@ class _Supervisor:
             ready, why = services.services_state(self.run_dir, task.waits_for, time.monotonic() - began)
             if why is not None:
                 waiting.clear()
+                # A replica that ended is named with its own exit status first: its probe (a thread) may have
+                # seen the end, and written why, before this loop reaped it.
+                self.reap()
                 if self.first_failure is None and self.deadline is None:
                     self.first_failure = 1
                     self.say(f"FAILED: [{proc.label}] cannot start: {why}; stopping every process")

@@ -11,6 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from hpcplace.local import local_backend
+from hpcplace.plan.planner import plan_from_file
+from hpcplace.runtime import services
 from tests.runtime.conftest import base_env
 
 PY = json.dumps(sys.executable)
@@ -402,6 +407,33 @@ def test_a_service_that_ends_fails_the_run_naming_it(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "[rm 0] service ended (exit 3) while the run needed it; stopping every process" in done.stderr
     assert "client" not in done.stdout  # the trainer never started: its service was not ready
+
+
+def test_a_service_that_ends_is_named_with_its_exit_status_even_when_its_probe_saw_it_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The replica's probe (a thread) may see the end first and write `.failed` before the supervisor's loop
+    reaps the process (seen under load in a full run): the run still says the service's own exit status, not
+    only that the trainer could not start."""
+    original = local_backend._Supervisor.start_when_ready
+    failed = tmp_path / "run" / services.DIR_NAME / "rm" / "0.failed"
+
+    def after_the_probe(
+        self: local_backend._Supervisor, waiting: list[local_backend.LocalProcess], began: float
+    ) -> None:
+        deadline = time.monotonic() + 30
+        while not failed.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        original(self, waiting, began)
+
+    monkeypatch.setattr(local_backend._Supervisor, "start_when_ready", after_the_probe)
+    config = tmp_path / "config.yaml"
+    config.write_text(services_config(rm_command=f'[{PY}, -c, "import sys; sys.exit(3)", "{{port}}"]'))
+    code = local_backend.run_plan_locally(plan_from_file(config), run_dir=tmp_path / "run", workdir=tmp_path)
+    err = capfd.readouterr().err
+    assert failed.exists() and code == 3, err
+    assert "[rm 0] service ended (exit 3) while the run needed it; stopping every process" in err
+    assert "cannot start" not in err
 
 
 def test_a_replica_never_ready_fails_the_run_within_its_timeout(tmp_path: Path) -> None:
