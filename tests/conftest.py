@@ -170,16 +170,14 @@ def pytest_runtest_makereport(
         log_at_setup, seen = item.stash.get(_CRASHES_AT_SETUP, (0, 0))
         new = crashes[seen:] if log == log_at_setup else crashes
         if new:
-            report.sections.append(("slurmd crashed during this test (slurmd-keeper restarted it)", "\n".join(new)))
+            report.sections.append(("slurmd crashed during this test", "\n".join(new)))
     return report
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     _, crashes = _slurmd_crashes()
     if crashes:
-        terminalreporter.write_sep(
-            "=", "the test cluster's slurmd crash log (scripts/slurm-cluster/slurmd-keeper restarted each)"
-        )
+        terminalreporter.write_sep("=", "the test cluster's slurmd crash log (scripts/slurm-cluster/slurmd-keeper)")
         for line in crashes:
             terminalreporter.write_line(line)
 
