@@ -11,9 +11,10 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import yaml
@@ -162,6 +163,20 @@ def run_status(target: Path | str) -> RunStatus:
     return RunStatus(res.stdout, res.returncode)
 
 
+T = TypeVar("T")
+
+
+def wait_for(what: str, check: Callable[[], T], timeout: float = 120) -> T:
+    """Poll `check` until it gives a true value, and return that; fail naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def wait_done(target: Path | str, timeout: float = 240) -> RunStatus:
     """`hpcplace status RUN` until the job has ended (as a user would look); its final status."""
     deadline = time.monotonic() + timeout
@@ -185,12 +200,19 @@ def cluster_nodes() -> list[str]:
     return [line.split()[0].split("=", 1)[1] for line in conf.read_text().splitlines() if line.startswith("NodeName=")]
 
 
+def slurmd_pid(node: str) -> int | None:
+    """NODE's slurmd, from its pid file; None when there is none (the process itself may be gone)."""
+    try:
+        return int((CLUSTER_DIR / "run" / f"slurmd-{node}.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def node_root(node: str) -> Path | None:
     """The root directory as NODE's processes see it (each node has its own /dev/shm and /tmp in
     its own mount namespace): /proc/<its slurmd>/root. None when its slurmd is not running."""
-    try:
-        pid = int((CLUSTER_DIR / "run" / f"slurmd-{node}.pid").read_text().strip())
-    except (OSError, ValueError):
+    pid = slurmd_pid(node)
+    if pid is None:
         return None
     root = Path(f"/proc/{pid}/root")
     return root if root.exists() else None

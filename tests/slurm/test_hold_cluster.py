@@ -17,7 +17,7 @@ import pytest
 
 from hpcplace.slurm import submit
 from tests.ray.test_ray_slurm import RAY_ARGS, assert_clean
-from tests.slurm.conftest import HPCPLACE, JobShm, LiveCluster, cli, run_status, submit_cli, wait_done
+from tests.slurm.conftest import HPCPLACE, JobShm, LiveCluster, cli, run_status, submit_cli, wait_done, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -62,16 +62,6 @@ ENV_PROBE = [sys.executable, "-c", "import json, os; print(json.dumps(dict(os.en
 @pytest.fixture(autouse=True)
 def _small_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HPCPLACE_RAY_ARGS", RAY_ARGS)
-
-
-def wait_for(what: str, check, timeout: float = 120):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def batch_log(run_dir: Path) -> str:

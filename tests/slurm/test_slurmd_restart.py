@@ -9,33 +9,24 @@ import resource
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests import leftovers
-from tests.slurm.conftest import CLUSTER_DIR, LiveCluster, slurmd_crashes
+from tests.slurm.conftest import CLUSTER_DIR, LiveCluster, slurmd_crashes, slurmd_pid, wait_for
 
 NODE = "cpu-1"
 KEEPER = Path(__file__).parents[2] / "scripts" / "slurm-cluster" / "slurmd-keeper"
 
 
 def _slurmd_pid() -> int | None:
-    """The node's live slurmd, from its pid file; None while it is not running."""
+    """The node's live slurmd; None while it is not running."""
+    pid = slurmd_pid(NODE)
     try:
-        pid = int((CLUSTER_DIR / "run" / f"slurmd-{NODE}.pid").read_text().strip())
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
-    except (OSError, ValueError):
+        return pid if pid is not None and Path(f"/proc/{pid}/comm").read_text().strip() == "slurmd" else None
+    except OSError:
         return None
-    return pid if comm == "slurmd" else None
-
-
-def _wait_for(what: str, check: Callable[[], bool], within: float) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"{what}: not within {within} s"
-        time.sleep(0.2)
 
 
 @pytest.mark.slurm
@@ -54,11 +45,11 @@ def test_a_crashed_slurmd_is_restarted_and_its_node_keeps_its_job_and_takes_new_
     def state() -> str:
         return slurm_cluster.run("squeue", "-h", "-j", job_id, "-o", "%T").stdout.strip()
 
-    _wait_for(f"job {job_id} running", lambda: state() == "RUNNING", 30)
+    wait_for(f"job {job_id} running", lambda: state() == "RUNNING", 30)
     # and no other job ending on the node: an RPC to a slurmd that crashes is lost (Slurm resends a lost
     # TERMINATE_JOB a minute later, and the node stays busy with it till then)
     on_node = ["squeue", "-h", "-w", NODE, "-o", "%i"]
-    _wait_for(f"only job {job_id} on {NODE}", lambda: slurm_cluster.run(*on_node).stdout.split() == [job_id], 30)
+    wait_for(f"only job {job_id} on {NODE}", lambda: slurm_cluster.run(*on_node).stdout.split() == [job_id], 30)
 
     old = _slurmd_pid()
     assert old is not None, f"no slurmd of {NODE} running"
@@ -78,14 +69,14 @@ def test_a_crashed_slurmd_is_restarted_and_its_node_keeps_its_job_and_takes_new_
     log_before, crashes_before = slurmd_crashes()
     os.kill(old, signal.SIGSEGV)
 
-    _wait_for(f"a new slurmd of {NODE}", lambda: _slurmd_pid() not in (None, old), 15)
+    wait_for(f"a new slurmd of {NODE}", lambda: _slurmd_pid() not in (None, old), 15)
     log, crashes = slurmd_crashes()
     new = crashes[len(crashes_before) :] if log == log_before else crashes
     assert len(new) == 1 and f"slurmd of {NODE} died of signal 11" in new[0], crashes
 
     # The job running through the crash completes (a node set DOWN under it would have failed it: NODE_FAIL),
     # and the node runs a new step at once.
-    _wait_for(f"job {job_id} done", lambda: state() == "", 60)
+    wait_for(f"job {job_id} done", lambda: state() == "", 60)
     acct = slurm_cluster.run("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,ExitCode")
     assert acct.stdout.strip().splitlines()[:1] == ["COMPLETED|0:0"], acct.stdout + acct.stderr
     assert _task_on_the_node(slurm_cluster) == (NODE, 0), "the restarted slurmd's tasks"
